@@ -1,0 +1,201 @@
+"""The ``opbench`` command."""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from opbench.exceptions import OpBenchError
+from opbench.progress import TrialPrinter, table
+from opbench.resources import Resources, parse_cores
+from opbench.tracking.schema import Record
+from opbench.workloads import OPERATORS, PRESETS, Workload, parse_workload
+from opbench.workloads.ops import parse_value
+
+
+class UsageError(OpBenchError):
+    """Malformed command-line input."""
+
+
+def _config(args: argparse.Namespace) -> dict[str, Any]:
+    text = args.config
+    if args.config_file:
+        try:
+            text = Path(args.config_file).read_text()
+        except OSError as exc:
+            raise UsageError(f"cannot read config file {args.config_file}: {exc.strerror}") from exc
+    if not text:
+        return {}
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"malformed config JSON ({exc.msg} at column {exc.colno}): {text!r}") from exc
+    if not isinstance(config, dict):
+        raise UsageError(f"config must be a JSON object of knob values, got {type(config).__name__}")
+    return config
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise UsageError(f"{what} must be comma-separated integers, got {text!r}") from exc
+    if not values:
+        raise UsageError(f"{what} is empty")
+    return values
+
+
+def _grid(items: list[str]) -> list[dict[str, Any]]:
+    axes = []
+    for item in items:
+        knob, eq, values = item.partition("=")
+        if not eq or not knob or not values:
+            raise UsageError(f"malformed --grid item {item!r}: expected knob=v1,v2,...")
+        axes.append([(knob, parse_value(v)) for v in values.split(",")])
+    return [dict(combo) for combo in itertools.product(*axes)] if axes else [{}]
+
+
+def _measure_options(args: argparse.Namespace, build_workers: int = 1):
+    from opbench.measure.measurer import MeasureOptions
+
+    return MeasureOptions(repeat=args.repeat, build_workers=build_workers,
+                          build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout)
+
+
+def _recorder(args: argparse.Namespace, study: str):
+    from opbench.tracking import Recorder
+
+    return Recorder(args.study or study, args.tracking_uri, args.log, extra={"engine": args.command})
+
+
+def _print_records(records: list[Record], as_json: bool) -> None:
+    if as_json:
+        out = records[0] if len(records) == 1 else records
+        print(json.dumps(out, default=str, allow_nan=True, indent=None))
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    print(table([(op.name, ",".join(op.keys), ",".join(f"{k}={v}" for k, v in op.options.items()), op.description)
+                 for op in OPERATORS.values()], ["operator", "keys", "options (default)", "computes"]))
+    print()
+    print(table([(name, p.spec, p.model or "-", p.layer) for name, p in PRESETS.items()],
+                ["preset", "workload", "model", "layer"]))
+    return 0
+
+
+def cmd_space(args: argparse.Namespace) -> int:
+    from opbench.space import get_template
+
+    workload = parse_workload(args.workload)
+    template = get_template(workload, args.template)
+    default = template.default_config(workload)
+    if args.json:
+        print(json.dumps(template.search_space(), indent=2))
+        return 0
+    print(f"{workload.name}: template '{template.name}', axes "
+          + " ".join(f"{a.name}={a.extent}{'(r)' if a.reduce else ''}" for a in workload.axes))
+    print(table([(k.name, ",".join(map(str, k.choices)), default.get(k.name), k.help) for k in template.knobs()],
+                ["knob", "choices", "default", "meaning"]))
+    return 0
+
+
+def _resources(args: argparse.Namespace, threads: int) -> Resources:
+    return Resources(threads=threads, cores=parse_cores(args.cores), target=args.target)
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    from opbench.measure.measurer import Measurer, TrialSpec
+
+    workload = parse_workload(args.workload)
+    spec = TrialSpec(workload, _config(args), _resources(args, args.threads), args.template)
+    with Measurer(_measure_options(args)) as measurer, _recorder(args, "measure") as recorder:
+        record = measurer.measure(spec)
+        recorder(record)
+    if args.json:
+        _print_records([record], True)
+    else:
+        TrialPrinter(None, sys.stdout)(record)
+    return 0 if record["status"] == "ok" else 1
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from opbench.measure.measurer import Measurer, TrialSpec
+
+    workload: Workload = parse_workload(args.workload)
+    base = _config(args)
+    threads = _int_list(args.threads, "--threads")
+    specs = [TrialSpec(workload, {**base, **point}, _resources(args, t), args.template)
+             for t in threads for point in _grid(args.grid or [])]
+    printer = TrialPrinter(len(specs))
+    with Measurer(_measure_options(args)) as measurer, _recorder(args, f"sweep-{workload.name}") as recorder:
+        for t in threads:
+            measurer.warm_up(_resources(args, t))
+        for spec in specs:
+            measurer.measure_batch([spec], on_record=lambda r: (recorder(r), printer(r)))
+        records = recorder.records
+    if args.json:
+        _print_records(records, True)
+        return 0
+    ok = sorted((r for r in records if r["status"] == "ok"), key=lambda r: r["latency_ms"])
+    print(table([(r["latency_ms"], r["gflops"], r["threads"], " ".join(f"{k[5:]}={v}" for k, v in r.items()
+                  if k.startswith("knob.") and k[5:] in {g.partition('=')[0] for g in args.grid or []}))
+                 for r in ok[: args.top]], ["latency_ms", "GFLOP/s", "threads", "grid point"]))
+    failed = len(records) - len(ok)
+    print(f"\n{len(ok)} ok, {failed} failed; MLflow experiment '{recorder.study}' ({recorder.mlflow.uri})")
+    return 0
+
+
+def _add_measure_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", help="OP:key=value,... or a preset (see `opbench ops`)")
+    p.add_argument("--config", help="knob values as a JSON object")
+    p.add_argument("--config-file", help="file holding the config JSON")
+    p.add_argument("--template", help="schedule template (default: the op's own; te_default = unscheduled)")
+    p.add_argument("--cores", help="pin to these cores, e.g. 0,1 or 0-3")
+    p.add_argument("--target", default="llvm", help="llvm (host CPU) or cuda")
+    p.add_argument("--repeat", type=int, default=5, help="timed repeats (each >= 50 ms)")
+    p.add_argument("--build-timeout", type=float, default=60.0)
+    p.add_argument("--run-timeout", type=float, default=120.0)
+    p.add_argument("--log", help="also append records to this JSON-lines file")
+    p.add_argument("--study", help="MLflow experiment name")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite store in mlflow/)")
+    p.add_argument("--json", action="store_true", help="print the record(s) as JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opbench", description="Benchmark and tune DL operators with TVM.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("ops", help="list operators and presets").set_defaults(func=cmd_ops)
+    p = sub.add_parser("space", help="show the knobs of a workload's template")
+    p.add_argument("workload")
+    p.add_argument("--template")
+    p.add_argument("--json", action="store_true", help="print the NNI-format search space")
+    p.set_defaults(func=cmd_space)
+    p = sub.add_parser("measure", help="measure one trial")
+    _add_measure_flags(p)
+    p.add_argument("--threads", type=int, default=1)
+    p.set_defaults(func=cmd_measure)
+    p = sub.add_parser("sweep", help="measure a grid of configs")
+    _add_measure_flags(p)
+    p.add_argument("--grid", nargs="*", metavar="KNOB=V1,V2", help="knob values to cross")
+    p.add_argument("--threads", default="1", help="comma-separated thread counts to cross")
+    p.add_argument("--top", type=int, default=10, help="rows in the summary table")
+    p.set_defaults(func=cmd_sweep)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except OpBenchError as exc:
+        print(f"opbench {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

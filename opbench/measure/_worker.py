@@ -1,0 +1,123 @@
+"""The body of a worker process: imports TVM once, then builds or runs what it is sent."""
+from __future__ import annotations
+
+import math
+import os
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from opbench.measure.types import BuildInput, BuildResult, RunInput, RunResult, Status
+
+READY = "ready"
+
+
+def _short(exc: BaseException, limit: int = 1500) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if len(text) <= limit else text[:300] + " ... " + text[-(limit - 305):]
+
+
+class _Worker:
+    def __init__(self, cores: tuple[int, ...] | None, threads: int) -> None:
+        import tvm  # noqa: F401  (the expensive import, once per worker)
+
+        if cores:
+            os.sched_setaffinity(0, cores)
+            tvm.get_global_func("runtime.config_threadpool")(-3, threads, [str(c) for c in cores])
+        self._inputs: dict[str, tuple[list[Any], Any]] = {}
+
+    def build(self, req: BuildInput) -> BuildResult:
+        import tvm
+        from tvm import s_tir, te
+
+        from opbench.features import schedule_features
+        from opbench.resources import make_target
+        from opbench.space import get_template
+        from opbench.workloads import parse_workload
+
+        start = time.perf_counter()
+        workload = parse_workload(req.workload)
+        template = get_template(workload, req.template)
+        sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(workload.te_tensors())}))
+        try:
+            template.apply(sch, req.config, workload)
+        except (s_tir.ScheduleError, tvm.TVMError) as exc:
+            return BuildResult(Status.INVALID_CONFIG, f"schedule rejected the config: {_short(exc)}")
+        target = make_target(req.target, req.threads)
+        try:
+            executable = tvm.compile(sch.mod, target)
+            artifact = os.path.join(req.out_dir, f"kernel-{os.getpid()}-{time.monotonic_ns()}.so")
+            executable.export_library(artifact)
+        except Exception as exc:  # noqa: BLE001 - any compiler failure is a build error of this trial
+            return BuildResult(Status.BUILD_ERROR, _short(exc), build_s=time.perf_counter() - start)
+        build_s = time.perf_counter() - start
+        features = schedule_features(sch.mod, target) if req.extract_features else {}
+        return BuildResult(Status.OK, artifact=artifact, build_s=build_s, target=str(target), features=features)
+
+    def _inputs_for(self, spec: str) -> tuple[list[Any], Any]:
+        if spec not in self._inputs:
+            from opbench.workloads import parse_workload
+
+            workload = parse_workload(spec)
+            arrays = workload.make_inputs()
+            self._inputs[spec] = (arrays, workload.reference(arrays))
+        return self._inputs[spec]
+
+    def run(self, req: RunInput) -> RunResult:
+        import numpy as np
+        import tvm
+
+        from opbench.workloads import parse_workload
+
+        start = time.perf_counter()
+        workload = parse_workload(req.workload)
+        arrays, expected = self._inputs_for(req.workload)
+        dev = tvm.cpu()
+        module = tvm.runtime.load_module(req.artifact)
+        args = [tvm.runtime.tensor(a, dev) for a in arrays]
+        args.append(tvm.runtime.tensor(np.zeros(expected.shape, workload.dtype), dev))
+        first = time.perf_counter()
+        module["main"](*args)
+        first = time.perf_counter() - first
+        got = args[-1].numpy()
+        rtol, atol = workload.tolerance()
+        err = float(np.max(np.abs(got.astype("float64") - expected))) if got.size else 0.0
+        if not np.allclose(got, expected, rtol=rtol, atol=atol, equal_nan=False):
+            return RunResult(Status.WRONG_RESULT, f"output differs from the reference: max |err| = {err:.3g}",
+                             run_s=time.perf_counter() - start, max_abs_err=err)
+        number = max(1, math.ceil(req.min_repeat_ms / 1e3 / max(first, 1e-7)))
+        # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.
+        evaluator = module.time_evaluator("main", dev, number=number, repeat=req.repeat + 1)
+        latencies = list(evaluator(*args).results)[1:]
+        return RunResult(Status.OK, latencies_s=latencies, number=number,
+                         run_s=time.perf_counter() - start, max_abs_err=err)
+
+
+def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int) -> None:
+    """Answer requests until the connection closes (the environment is already set)."""
+    try:
+        worker = _Worker(cores, threads)
+    except BaseException as exc:  # noqa: BLE001 - report any start-up failure to the parent
+        conn.send(("error", _short(exc)))
+        return
+    conn.send((READY, os.getpid()))
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        try:
+            result = worker.build(request) if isinstance(request, BuildInput) else worker.run(request)
+        except Exception as exc:  # noqa: BLE001 - an unexpected error fails this request only
+            status = Status.BUILD_ERROR if isinstance(request, BuildInput) else Status.RUN_ERROR
+            kind = BuildResult if isinstance(request, BuildInput) else RunResult
+            result = kind(status, _short(exc) + "\n" + traceback.format_exc(limit=3))
+        conn.send(result)
+
+
+if __name__ == "__main__":
+    import pickle
+    import sys
+
+    serve(Connection(int(sys.argv[1])), *pickle.loads(bytes.fromhex(sys.argv[2])))

@@ -1,0 +1,151 @@
+"""A trial: (workload, config, resources, target) -> build -> check -> time -> record."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opbench.exceptions import ConfigError
+from opbench.features import static_features
+from opbench.measure.builder import LocalBuilder
+from opbench.measure.lock import HostLock
+from opbench.measure.runner import LocalRunner
+from opbench.measure.types import BuildInput, BuildResult, RunInput, RunResult, Status
+from opbench.resources import Resources, host_facts
+from opbench.space import Config, get_template
+from opbench.tracking.schema import SCHEMA_VERSION, Record, latency_stats, new_trial_id
+from opbench.workloads import PRESETS, Workload
+
+DEFAULT_LOCK = Path(tempfile.gettempdir()) / "opbench-timing.lock"
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What to measure: a workload under a config (knob values) with some resources."""
+
+    workload: Workload
+    config: Config = field(default_factory=dict, hash=False)
+    resources: Resources = Resources()
+    template: str | None = None  # None: the op's own template
+
+
+@dataclass
+class MeasureOptions:
+    repeat: int = 5
+    min_repeat_ms: float = 50.0
+    build_timeout_s: float = 60.0
+    run_timeout_s: float = 120.0
+    build_workers: int = 1
+    features: bool = True
+    lock_path: Path = DEFAULT_LOCK
+
+
+class Measurer:
+    """Measures trials in persistent workers. Use as a context manager so workers are stopped."""
+
+    def __init__(self, options: MeasureOptions | None = None) -> None:
+        self.options = options or MeasureOptions()
+        lock = HostLock(self.options.lock_path)
+        self._builder = LocalBuilder(self.options.build_workers, self.options.build_timeout_s, lock)
+        self._runner = LocalRunner(self.options.run_timeout_s, lock)
+        self._dir = tempfile.mkdtemp(prefix="opbench-build-")
+        self.host = host_facts()
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._builder.close()
+        self._runner.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def warm_up(self, resources: Resources) -> None:
+        self._runner.warm_up(resources)
+
+    def measure(self, spec: TrialSpec) -> Record:
+        return self.measure_batch([spec])[0]
+
+    def measure_batch(self, specs: list[TrialSpec], on_record: Callable[[Record], None] | None = None) -> list[Record]:
+        """Build all specs in parallel, then check and time them one at a time.
+
+        Never raises for a bad trial: each outcome is a record with its status. ``on_record`` sees
+        each record as soon as it exists, so a later crash loses nothing already measured.
+        """
+        started = time.perf_counter()
+        records: list[Record | None] = [None] * len(specs)
+        to_build: list[tuple[int, Config, BuildInput]] = []
+        for i, spec in enumerate(specs):
+            template = get_template(spec.workload, spec.template)
+            try:
+                config = template.validate(spec.config, spec.workload)
+            except ConfigError as exc:
+                records[i] = self._record(spec, template.name, spec.config, started, Status.INVALID_CONFIG, str(exc))
+                continue
+            inp = BuildInput(spec.workload.spec, template.name, config, spec.resources.target,
+                             spec.resources.threads, self._dir, self.options.features)
+            to_build.append((i, config, inp))
+        for i, record in enumerate(records):
+            if record is not None and on_record:
+                on_record(record)
+        builds = self._builder.build([inp for _, _, inp in to_build])
+        for (i, config, inp), build in zip(to_build, builds):
+            run_started = time.perf_counter()
+            run = self._run(build, specs[i]) if build.status is Status.OK else None
+            status = run.status if run else build.status
+            error = (run.error if run else build.error) or ""
+            # A trial's own time: its build (parallel builds overlap) plus its run and bookkeeping.
+            records[i] = self._record(specs[i], inp.template, config, run_started - build.build_s, status, error, build, run)
+            if on_record:
+                on_record(records[i])
+        return [r for r in records if r is not None]
+
+    def _run(self, build: BuildResult, spec: TrialSpec) -> RunResult:
+        try:
+            return self._runner.run(
+                RunInput(build.artifact or "", spec.workload.spec, self.options.repeat, self.options.min_repeat_ms),
+                spec.resources,
+            )
+        finally:
+            if build.artifact and os.path.exists(build.artifact):
+                os.remove(build.artifact)
+
+    def _record(self, spec: TrialSpec, template: str, config: Config, started: float, status: Status, error: str,
+                build: BuildResult | None = None, run: RunResult | None = None) -> Record:
+        workload, res, host = spec.workload, spec.resources, self.host
+        preset = PRESETS.get(workload.preset or "")
+        record: Record = {
+            "workload": workload.name, "op": workload.op.name, "shape": workload.shape, "dtype": workload.dtype,
+            "template": template, "threads": res.threads, "cores": res.cores_label,
+            "target": (build.target if build and build.target else res.target), "host": host.hostname,
+            "tvm_version": host.tvm_version, "source_model": preset.model if preset else "",
+            "status": status.value, "error": error[:4000], "schema_version": SCHEMA_VERSION,
+            "trial_id": new_trial_id(),
+        }
+        record.update({f"knob.{k}": v for k, v in config.items()})
+        if build is not None:
+            record["build_s"] = build.build_s
+        if run is not None:
+            record["run_s"] = run.run_s
+            if run.status is Status.OK:
+                stats = latency_stats(run.latencies_s)
+                gflops = workload.flops / (stats["latency_ms"] * 1e-3) / 1e9
+                record.update(stats, gflops=gflops, peak_frac=gflops / host.peak_gflops(res.threads),
+                              number=run.number, repeat=len(run.latencies_s),
+                              latencies_ms=[t * 1e3 for t in run.latencies_s])
+            if run.max_abs_err == run.max_abs_err:
+                record["max_abs_err"] = run.max_abs_err
+        record["trial_s"] = time.perf_counter() - started
+        try:
+            record.update(static_features(workload, config, template, res, host))
+        except (KeyError, ValueError):  # an invalid config may hold values no knob knows
+            record.update(static_features(workload, {}, template, res, host))
+        if build is not None:
+            record.update(build.features)
+        return record

@@ -1,0 +1,56 @@
+"""Explicit inputs and results of the builder and the runner (as MetaSchedule does)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    """Outcome of a trial; stored as the record's ``status`` tag."""
+
+    OK = "ok"
+    INVALID_CONFIG = "invalid_config"
+    BUILD_ERROR = "build_error"
+    RUN_ERROR = "run_error"
+    TIMEOUT = "timeout"
+    WRONG_RESULT = "wrong_result"
+
+
+@dataclass(frozen=True)
+class BuildInput:
+    workload: str  # canonical spec, parsed again in the worker
+    template: str
+    config: dict[str, Any]
+    target: str  # "llvm" or "cuda": the worker turns it into a host TVM target
+    threads: int
+    out_dir: str
+    extract_features: bool = True
+
+
+@dataclass
+class BuildResult:
+    status: Status
+    error: str = ""
+    artifact: str | None = None  # path of the exported shared library
+    build_s: float = 0.0
+    target: str = ""  # the full TVM target it was built for
+    features: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunInput:
+    artifact: str
+    workload: str
+    repeat: int = 5
+    min_repeat_ms: float = 50.0
+
+
+@dataclass
+class RunResult:
+    status: Status
+    error: str = ""
+    latencies_s: list[float] = field(default_factory=list)
+    number: int = 0
+    run_s: float = 0.0
+    max_abs_err: float = float("nan")

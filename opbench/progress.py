@@ -1,0 +1,54 @@
+"""Human-readable output: one line per trial, and tables."""
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from opbench.tracking.schema import KNOB_PREFIX, Record
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "-" if math.isnan(value) else f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    cells = [[_fmt(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    body = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    return "\n".join([line, "  ".join("-" * w for w in widths), *body])
+
+
+def changed_knobs(record: Record, base: dict[str, Any] | None = None) -> str:
+    """The knob values of a record (only those differing from ``base`` when given)."""
+    knobs = {k[len(KNOB_PREFIX):]: v for k, v in record.items() if k.startswith(KNOB_PREFIX)}
+    if base is not None:
+        knobs = {k: v for k, v in knobs.items() if base.get(k) != v}
+    return " ".join(f"{k}={v}" for k, v in knobs.items())
+
+
+class TrialPrinter:
+    """Prints ``[i/n] status latency GFLOP/s (best so far) knobs`` as each record arrives."""
+
+    def __init__(self, total: int | None, stream: TextIO = sys.stderr, base: dict[str, Any] | None = None) -> None:
+        self.total, self.stream, self.base = total, stream, base
+        self.count = 0
+        self.best: float = math.inf
+
+    def __call__(self, record: Record) -> None:
+        self.count += 1
+        latency = record.get("latency_ms")
+        if latency is not None and record.get("status") == "ok":
+            self.best = min(self.best, latency)
+        of = f"/{self.total}" if self.total else ""
+        result = (f"{latency:9.4f} ms {record.get('gflops', 0):7.1f} GFLOP/s" if latency is not None
+                  else f"{'':27s}")
+        best = f"best {self.best:.4f} ms" if self.best < math.inf else "best -"
+        detail = changed_knobs(record, self.base)
+        error = f"  [{record['error'].splitlines()[0][:120]}]" if record.get("error") else ""
+        print(f"[{self.count}{of}] {record['status']:<14s} {result}  {best:<16s} threads={record.get('threads')} "
+              f"{detail}{error}", file=self.stream, flush=True)

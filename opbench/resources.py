@@ -1,0 +1,141 @@
+"""Resources of a trial (threads, core set, target) and facts about the host, collected once."""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from opbench.exceptions import ResourceError
+
+TARGETS = ("llvm", "cuda")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Threads a kernel runs with and, optionally, the cores they are pinned to."""
+
+    threads: int = 1
+    cores: tuple[int, ...] | None = None
+    target: str = "llvm"
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise ResourceError(f"threads must be >= 1, got {self.threads}")
+        if self.target not in TARGETS:
+            raise ResourceError(f"unknown target '{self.target}'; targets: {', '.join(TARGETS)}")
+        if self.cores is not None:
+            available = os.sched_getaffinity(0)
+            missing = [c for c in self.cores if c not in available]
+            if missing:
+                raise ResourceError(f"core(s) {missing} not available to this process (have {sorted(available)})")
+            if len(self.cores) < 1:
+                raise ResourceError("core set is empty")
+
+    @property
+    def cores_label(self) -> str:
+        return ",".join(map(str, self.cores)) if self.cores else "any"
+
+    def worker_env(self) -> dict[str, str]:
+        """Environment a runner worker needs before TVM's thread pool first starts."""
+        return {"TVM_NUM_THREADS": str(self.threads)}
+
+
+def parse_cores(text: str | None) -> tuple[int, ...] | None:
+    """``"0,1"`` or ``"0-3"`` into a tuple of core ids; None or ``"any"`` means unpinned."""
+    if text is None or text in ("", "any"):
+        return None
+    cores: list[int] = []
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise ResourceError(f"malformed core set '{text}': use e.g. 0,1 or 0-3")
+        cores.extend(range(int(lo), int(hi) + 1) if dash else [int(lo)])
+    return tuple(dict.fromkeys(cores))
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    hostname: str
+    cpu_model: str
+    cores: int
+    mhz: float
+    l1d_kb: float
+    l2_kb: float
+    l3_kb: float
+    mem_gb: float
+    isa: tuple[str, ...]
+    tvm_version: str
+
+    @property
+    def flops_per_cycle(self) -> int:
+        """fp32 FLOPs per cycle per core: 2 FMA pipes x vector lanes x 2 (AMD runs AVX-512 as 2x256)."""
+        if "avx512f" in self.isa and "AMD" not in self.cpu_model:
+            return 64
+        if "fma" in self.isa and "avx2" in self.isa:
+            return 32
+        return 16 if "avx" in self.isa else 8
+
+    def peak_gflops(self, threads: int) -> float:
+        return self.mhz * 1e-3 * self.flops_per_cycle * min(threads, self.cores)
+
+    def features(self) -> dict[str, float]:
+        return {
+            "feat.host_cores": self.cores, "feat.host_mhz": self.mhz, "feat.l1d_kb": self.l1d_kb,
+            "feat.l2_kb": self.l2_kb, "feat.l3_kb": self.l3_kb,
+            "feat.avx2": float("avx2" in self.isa), "feat.avx512": float("avx512f" in self.isa),
+            "feat.fma": float("fma" in self.isa),
+        }
+
+
+def _cache_kb(level: int, kinds: tuple[str, ...]) -> float:
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            if int((index / "level").read_text()) == level and (index / "type").read_text().strip() in kinds:
+                size = (index / "size").read_text().strip()
+                return float(size[:-1]) * (1024 if size.endswith("M") else 1) if size[-1] in "KM" else float(size) / 1024
+        except (OSError, ValueError):
+            continue
+    return float("nan")
+
+
+@functools.cache
+def host_facts() -> HostFacts:
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"model name\s*:\s*(.*)", cpuinfo)
+    mhz = re.search(r"cpu MHz\s*:\s*([\d.]+)", cpuinfo)
+    flags = re.search(r"flags\s*:\s*(.*)", cpuinfo)
+    meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else ""
+    mem = re.search(r"MemTotal:\s*(\d+)", meminfo)
+    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "neon", "asimd")
+    try:
+        tvm_version = metadata.version("apache-tvm")
+    except metadata.PackageNotFoundError:
+        tvm_version = "unknown"
+    return HostFacts(
+        hostname=platform.node(),
+        cpu_model=model.group(1).strip() if model else platform.processor() or "unknown",
+        cores=len(os.sched_getaffinity(0)),
+        mhz=float(mhz.group(1)) if mhz else float("nan"),
+        l1d_kb=_cache_kb(1, ("Data",)),
+        l2_kb=_cache_kb(2, ("Unified",)),
+        l3_kb=_cache_kb(3, ("Unified",)),
+        mem_gb=round(int(mem.group(1)) / 2**20, 1) if mem else float("nan"),
+        isa=tuple(f for f in wanted if flags and f in flags.group(1).split()),
+        tvm_version=tvm_version,
+    )
+
+
+def make_target(kind: str, threads: int):  # -> tvm.target.Target (imports TVM)
+    """The TVM target for this host: never plain "llvm", which emits no AVX2/FMA."""
+    from tvm.target import Target
+
+    if kind == "llvm":
+        host = Target.from_device("cpu")
+        return Target({**host.export(), "num-cores": threads})
+    if kind == "cuda":
+        return Target.from_device("cuda")
+    raise ResourceError(f"unknown target '{kind}'")

@@ -1,0 +1,36 @@
+"""Small scheduling helpers shared by templates (all take a ``tvm.s_tir.Schedule``)."""
+from __future__ import annotations
+
+from typing import Any
+
+VECTOR_LANES = 16  # fp32 lanes of one AVX-512 register; long loops are split to this width
+
+
+def is_reduction(sch: Any, block: Any) -> bool:
+    """Whether ``block`` has any non data-parallel iterator."""
+    return any(iv.iter_type != 0 for iv in sch.get(block).iter_vars)
+
+
+def vectorize_inner(sch: Any, block: Any, split_long: bool = True) -> None:
+    """Vectorise the innermost loop of ``block`` when longer than one.
+
+    Call it on blocks whose innermost loop is spatial: non-reduction stages, or a reduction block
+    whose loop order puts a spatial loop innermost (its caller knows). Loops longer than
+    :data:`VECTOR_LANES` are split first when ``split_long`` (whole-tensor loops of root stages);
+    register tiles chosen by a knob are vectorised as they are.
+    """
+    loop = sch.get_loops(block)[-1]
+    extent = int(sch.get(loop).extent)
+    if extent <= 1:
+        return
+    if split_long and extent > VECTOR_LANES:
+        loop = sch.split(loop, [None, VECTOR_LANES])[-1]
+    sch.vectorize(loop)
+
+
+def parallel_outer(sch: Any, block: Any) -> Any:
+    """Fuse all but the innermost loop of a root-level ``block`` and parallelise the result."""
+    loops = sch.get_loops(block)
+    outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+    sch.parallel(outer)
+    return outer

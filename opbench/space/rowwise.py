@@ -1,0 +1,113 @@
+"""Templates for multi-stage memory-bound operators: row reductions (softmax, layer_norm) and
+elementwise chains (add+relu).
+
+The output stage's outer loops form a *row* loop (all but the last axis; for ``elementwise`` all
+axes fused then split by ``inner_split``). Producers are inlined where elementwise (``inline``),
+then computed per row or in their own loop nests (``compute_at``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from opbench.exceptions import ConfigError
+from opbench.space._base import Config, Knob, Template
+from opbench.space._schedule import is_reduction, parallel_outer, vectorize_inner
+from opbench.space.tiled import UNROLL_STEPS
+from opbench.workloads import Workload
+
+if TYPE_CHECKING:
+    from tvm.s_tir import Schedule
+
+INNER_SPLITS = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class RowwiseTemplate(Template):
+    name: str
+    fuse_all: bool = False  # elementwise: fuse every axis into one loop before splitting
+
+    def knobs(self) -> list[Knob]:
+        return [
+            Knob("inline", (0, 1), "inline elementwise producer stages into their consumers"),
+            Knob("compute_at", ("root", "row"), "remaining producers: own loop nests, or per row of the output"),
+            Knob("parallel", (0, 1), "parallelise the row loop (and root stages' outer loops)"),
+            Knob("inner_split", INNER_SPLITS, "factor of the innermost split (the vector length when vectorised)"),
+            Knob("vectorize", (0, 1), "vectorise the innermost split loop"),
+            Knob("unroll_max_step", UNROLL_STEPS, "pragma_auto_unroll_max_step on the row loop"),
+            Knob("unroll_explicit", (0, 1), "pragma_unroll_explicit: unroll in TIR rather than by LLVM"),
+        ]
+
+    def _inner_extent(self, workload: Workload) -> int:
+        extents = [a.extent for a in workload.axes]
+        if self.fuse_all:
+            total = 1
+            for e in extents:
+                total *= e
+            return total
+        return extents[-1]
+
+    def default_config(self, workload: Workload) -> Config:
+        extent = self._inner_extent(workload)
+        split = max(s for s in INNER_SPLITS if s <= 16 and extent % s == 0)
+        return {"inline": 1, "compute_at": "row", "parallel": 1, "inner_split": split, "vectorize": 1,
+                "unroll_max_step": 16, "unroll_explicit": 0}
+
+    def check(self, config: Config, workload: Workload) -> None:
+        extent = self._inner_extent(workload)
+        if config["inner_split"] > extent:
+            raise ConfigError("inner_split", f"factor {config['inner_split']} exceeds the innermost loop's extent {extent}")
+
+    def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
+        out = sch.get_sblock(workload.op.anchor)
+        producers = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if not sch.get(b).same_as(sch.get(out))]
+        if config["inline"]:
+            for block in list(producers):
+                if not is_reduction(sch, block):
+                    sch.compute_inline(block)
+                    producers.remove(block)
+        loops = sch.get_loops(out)
+        if self.fuse_all:
+            row, inner = sch.split(sch.fuse(*loops), [None, config["inner_split"]])
+        else:
+            row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+            inner = sch.split(loops[-1], [None, config["inner_split"]])[-1]
+        if config["compute_at"] == "row":
+            for block in reversed(producers):
+                sch.compute_at(block, row)
+        if config["parallel"]:
+            sch.parallel(row)
+            if config["compute_at"] == "root":
+                for block in producers:
+                    parallel_outer(sch, block)
+        if config["unroll_max_step"]:
+            sch.annotate(row, "pragma_auto_unroll_max_step", config["unroll_max_step"])
+            sch.annotate(row, "pragma_unroll_explicit", config["unroll_explicit"])
+        if config["vectorize"]:
+            if config["inner_split"] > 1:
+                sch.vectorize(inner)
+            for block in producers:
+                if not is_reduction(sch, block):
+                    vectorize_inner(sch, block)
+        for block in producers:
+            if is_reduction(sch, block):
+                sch.decompose_reduction(block, sch.get_loops(block)[-1])
+
+
+@dataclass(frozen=True)
+class NoScheduleTemplate(Template):
+    """TVM's TE default schedule: the PrimFunc as ``te.create_prim_func`` emits it (no knobs)."""
+
+    name: str = "te_default"
+
+    def knobs(self) -> list[Knob]:
+        return []
+
+    def default_config(self, workload: Workload) -> Config:
+        return {}
+
+    def check(self, config: Config, workload: Workload) -> None:
+        return None
+
+    def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
+        return None

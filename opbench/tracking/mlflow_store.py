@@ -1,0 +1,156 @@
+"""MLflow side of tracking: one experiment per study, a parent run, one nested run per trial."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from opbench.tracking.schema import JSON_TAGS, Record, from_mlflow_value, kind_of
+
+KIND_TAG = "opbench.kind"  # "study" for parent runs, "trial" for trial runs
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def store_dir() -> Path:
+    """The repository's ``mlflow/`` folder (or ``./mlflow`` when installed elsewhere)."""
+    root = PROJECT_ROOT if (PROJECT_ROOT / "pyproject.toml").exists() else Path.cwd()
+    return root / "mlflow"
+
+
+def default_tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{store_dir() / 'mlflow.db'}"
+
+
+def _client(uri: str) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def ensure_store(uri: str) -> Any:
+    """Create (and migrate) the store once, under a lock, before any concurrent writer uses it."""
+    if not uri.startswith("sqlite:///"):
+        return _client(uri)
+    db = Path(uri.removeprefix("sqlite:///"))
+    with _file_lock(db.with_suffix(".init.lock")):
+        client = _client(uri)
+        client.search_experiments(max_results=1)
+    return client
+
+
+def experiment_id(client: Any, name: str, uri: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = None
+    if uri.startswith("sqlite:///"):
+        location = (Path(uri.removeprefix("sqlite:///")).parent / "artifacts" / name).as_uri()
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except Exception:  # noqa: BLE001 - another worker created it first
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def _split(record: Record) -> tuple[list[Any], list[Any], dict[str, str]]:
+    from mlflow.entities import Metric, Param
+
+    now = int(time.time() * 1000)
+    params, metrics, tags = [], [], {}
+    for key, value in record.items():
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        kind = kind_of(key)
+        if kind == "param":
+            params.append(Param(key, str(value)))
+        elif kind == "metric":
+            metrics.append(Metric(key, float(value), now, 0))
+        else:
+            import json
+
+            tags[key] = json.dumps(value) if key in JSON_TAGS else str(value)
+    return params, metrics, tags
+
+
+class MlflowWriter:
+    """Logs each record as a nested run in three calls (create with tags, log_batch, terminate)."""
+
+    def __init__(self, study: str, tracking_uri: str | None = None, parent_name: str | None = None,
+                 parent_tags: dict[str, str] | None = None) -> None:
+        self.uri = tracking_uri or default_tracking_uri()
+        self.study = study
+        self.client = ensure_store(self.uri)
+        self.experiment_id = experiment_id(self.client, study, self.uri)
+        tags = {KIND_TAG: "study", "mlflow.runName": parent_name or study, **(parent_tags or {})}
+        self.parent_run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
+
+    def write(self, record: Record) -> str:
+        params, metrics, tags = _split(record)
+        run_name = f"{record.get('workload', 'trial')}-{record.get('trial_id', '')[:8]}"
+        tags.update({KIND_TAG: "trial", "mlflow.parentRunId": self.parent_run_id, "mlflow.runName": run_name})
+        run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
+        self.client.log_batch(run_id, metrics=metrics, params=params)
+        self.client.set_terminated(run_id, "FINISHED" if record.get("status") == "ok" else "FAILED")
+        return run_id
+
+    def log_parent(self, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None) -> None:
+        """Study-level params/metrics (references, best result) on the parent run."""
+        from mlflow.entities import Metric, Param
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(
+            self.parent_run_id,
+            metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v == v],
+            params=[Param(k, str(v)) for k, v in (params or {}).items()],
+        )
+
+    def log_artifact(self, path: Path | str, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.parent_run_id, str(path), artifact_path)
+
+    def close(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.parent_run_id, status)
+
+
+def read_mlflow(experiments: list[str], tracking_uri: str | None = None) -> pd.DataFrame:
+    """Trial records of the named experiments (studies) from an MLflow store, as a DataFrame."""
+    from opbench.tracking.jsonl import records_frame
+
+    uri = tracking_uri or default_tracking_uri()
+    client = _client(uri)
+    ids = []
+    for name in experiments:
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            from opbench.exceptions import OpBenchError
+
+            raise OpBenchError(f"no MLflow experiment named '{name}' in {uri}")
+        ids.append(exp.experiment_id)
+    rows: list[Record] = []
+    token = None
+    while True:
+        page = client.search_runs(ids, filter_string=f"tags.`{KIND_TAG}` = 'trial'", max_results=5000,
+                                  order_by=["attributes.start_time ASC"], page_token=token)
+        for run in page:
+            data = {**run.data.params, **run.data.metrics,
+                    **{k: v for k, v in run.data.tags.items() if not k.startswith(("mlflow.", "opbench."))}}
+            rows.append({k: from_mlflow_value(k, v) for k, v in data.items()})
+        token = page.token
+        if not token:
+            break
+    return records_frame(rows)

@@ -1,0 +1,32 @@
+"""Sends each record to every sink of a study: MLflow (always) and a JSON-lines log (optional)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from opbench.tracking.jsonl import JsonlWriter
+from opbench.tracking.mlflow_store import MlflowWriter
+from opbench.tracking.schema import Record
+
+
+class Recorder:
+    def __init__(self, study: str, tracking_uri: str | None = None, log: Path | str | None = None,
+                 extra: dict[str, Any] | None = None, parent_tags: dict[str, str] | None = None) -> None:
+        self.study = study
+        self.extra = {"study": study, **(extra or {})}  # stamped on every record (engine, ...)
+        self.mlflow = MlflowWriter(study, tracking_uri, parent_tags=parent_tags)
+        self.jsonl = JsonlWriter(log) if log else None
+        self.records: list[Record] = []
+
+    def __call__(self, record: Record) -> None:
+        record.update(self.extra)
+        if self.jsonl:
+            self.jsonl.write(record)
+        self.mlflow.write(record)
+        self.records.append(record)
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.mlflow.close("FAILED" if exc_type else "FINISHED")

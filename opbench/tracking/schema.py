@@ -1,0 +1,82 @@
+"""The record: one flat dict per trial, identical in MLflow and in the JSON-lines log.
+
+Keys are sorted into MLflow's three kinds by name: ``PARAMS`` and ``knob.*`` are params,
+``METRICS`` and ``feat.*`` are metrics, everything else is a tag.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import uuid
+from typing import Any
+
+SCHEMA_VERSION = 1
+Record = dict[str, Any]
+
+PARAMS = ("workload", "op", "shape", "dtype", "template", "threads", "cores", "target", "host",
+          "tvm_version", "source_model")
+METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gflops", "peak_frac",
+           "build_s", "run_s", "trial_s", "number", "repeat", "max_abs_err")
+TAGS = ("status", "error", "schema_version", "trial_id", "latencies_ms", "study", "engine")
+KNOB_PREFIX = "knob."
+FEATURE_PREFIX = "feat."
+JSON_TAGS = ("latencies_ms",)  # tags whose value is a list, JSON-encoded in MLflow
+
+
+def kind_of(key: str) -> str:
+    """'param', 'metric' or 'tag': where ``key`` lives in MLflow."""
+    if key in PARAMS or key.startswith(KNOB_PREFIX):
+        return "param"
+    if key in METRICS or key.startswith(FEATURE_PREFIX):
+        return "metric"
+    return "tag"
+
+
+def latency_stats(latencies_s: list[float]) -> dict[str, float]:
+    ms = [t * 1e3 for t in latencies_s]
+    if not ms:
+        return {}
+    mean = statistics.fmean(ms)
+    std = statistics.pstdev(ms)
+    return {"latency_ms": statistics.median(ms), "latency_ms_mean": mean, "latency_ms_std": std,
+            "latency_cv": std / mean if mean else math.nan}
+
+
+def new_trial_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def column_order(columns: list[str]) -> list[str]:
+    """Canonical column order of a dataset: fixed columns, then knobs, then features."""
+    fixed = [c for c in (*PARAMS, *METRICS, *TAGS) if c in columns]
+    rest = sorted(c for c in columns if c not in fixed)
+    knobs = [c for c in rest if c.startswith(KNOB_PREFIX)]
+    feats = [c for c in rest if c.startswith(FEATURE_PREFIX)]
+    other = [c for c in rest if c not in knobs and c not in feats]
+    return fixed + other + knobs + feats
+
+
+def to_json_value(key: str, value: Any) -> Any:
+    """A record value as stored in a JSON line (NaN becomes null)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def from_mlflow_value(key: str, value: Any) -> Any:
+    """Undo MLflow's stringification of params and tags."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if key in JSON_TAGS:
+        return json.loads(value) if isinstance(value, str) else value
+    if kind_of(key) == "metric":
+        return float(value)
+    if key == "schema_version" or key == "threads":
+        return int(value)
+    if key.startswith(KNOB_PREFIX):
+        try:
+            return int(value)
+        except ValueError:
+            return value
+    return value

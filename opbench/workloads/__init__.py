@@ -1,0 +1,55 @@
+"""The workload catalogue: ``parse_workload("matmul:m=512,n=512,k=512")`` or a preset name."""
+from __future__ import annotations
+
+from opbench.exceptions import WorkloadError
+from opbench.workloads._base import SUPPORTED_DTYPES, Axis, Operator, Workload
+from opbench.workloads.ops import OPERATORS, parse_value
+from opbench.workloads.presets import PRESETS
+
+__all__ = ["Axis", "Operator", "Workload", "OPERATORS", "PRESETS", "parse_workload"]
+
+
+def parse_workload(text: str) -> Workload:
+    """Read ``OP:key=value,...`` or a preset name into a :class:`Workload`.
+
+    Raises :class:`WorkloadError` naming the unknown operator/preset or the bad key.
+    """
+    from opbench.plugins import load_plugins
+
+    load_plugins()
+    text = text.strip()
+    if text in PRESETS:
+        workload = parse_workload(PRESETS[text].spec)
+        return Workload(workload.op, workload.params, workload.dtype, preset=text)
+    name, sep, body = text.partition(":")
+    if name not in OPERATORS:
+        if not sep:
+            raise WorkloadError(
+                f"unknown workload '{text}': not a preset ({', '.join(PRESETS)}) "
+                f"and not written OP:key=value,... with OP one of {', '.join(OPERATORS)}"
+            )
+        raise WorkloadError(f"unknown operator '{name}'; known operators: {', '.join(OPERATORS)}")
+    op = OPERATORS[name]
+    given: dict[str, object] = {}
+    for item in filter(None, (part.strip() for part in body.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not value:
+            raise WorkloadError(f"{name}: malformed item '{item}', expected key=value")
+        if key in given:
+            raise WorkloadError(f"{name}: key '{key}' given twice")
+        given[key.strip()] = parse_value(value.strip())
+    dtype = str(given.pop("dtype", "float32"))
+    if dtype not in SUPPORTED_DTYPES:
+        raise WorkloadError(f"{name}: unsupported dtype '{dtype}'; supported: {', '.join(SUPPORTED_DTYPES)}")
+    unknown = set(given) - set(op.keys) - set(op.options)
+    if unknown:
+        raise WorkloadError(
+            f"{name}: unknown key(s) {', '.join(sorted(unknown))}; keys are {', '.join(op.keys)}"
+            + (f", options {', '.join(f'{k}={v}' for k, v in op.options.items())}" if op.options else "")
+        )
+    missing = [k for k in op.keys if k not in given]
+    if missing:
+        raise WorkloadError(f"{name}: missing key(s) {', '.join(missing)}; an {name} needs {', '.join(op.keys)}")
+    params = {**op.options, **given}
+    op.check(params)
+    return Workload(op, params, dtype)

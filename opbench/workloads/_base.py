@@ -1,0 +1,127 @@
+"""Operator definitions and the :class:`Workload` (an operator with concrete shape keys)."""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from opbench.exceptions import WorkloadError
+
+if TYPE_CHECKING:
+    from tvm import te
+
+Params = dict[str, Any]
+SUPPORTED_DTYPES = ("float32", "float16")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One loop of an operator's anchor block: name, extent and kind (spatial or reduce)."""
+
+    name: str
+    extent: int
+    reduce: bool = False
+
+
+class Operator(ABC):
+    """One catalogue operator: its TE definition, reference, loop axes and cost."""
+
+    name: ClassVar[str]
+    keys: ClassVar[tuple[str, ...]]
+    options: ClassVar[dict[str, Any]] = {}
+    anchor: ClassVar[str]  # name of the TE block that does the main computation
+    description: ClassVar[str] = ""
+
+    def check(self, p: Params) -> None:
+        """Reject shape combinations that make no sense (raise WorkloadError)."""
+
+    @abstractmethod
+    def input_shapes(self, p: Params) -> list[tuple[int, ...]]: ...
+
+    @abstractmethod
+    def output_shape(self, p: Params) -> tuple[int, ...]: ...
+
+    @abstractmethod
+    def axes(self, p: Params) -> list[Axis]:
+        """The anchor block's loops, in TE order (spatial first, then reduction)."""
+
+    @abstractmethod
+    def flops(self, p: Params) -> float: ...
+
+    @abstractmethod
+    def define(self, p: Params, dtype: str) -> list[te.Tensor]:
+        """TE tensors: inputs then the output."""
+
+    @abstractmethod
+    def reference(self, arrays: list[np.ndarray], p: Params) -> np.ndarray:
+        """The expected output for ``arrays`` (the inputs), computed by numpy or torch."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """An operator with all its keys bound, e.g. ``matmul:m=512,n=512,k=512``."""
+
+    op: Operator
+    params: dict[str, Any] = field(hash=False)
+    dtype: str = "float32"
+    preset: str | None = None
+
+    @property
+    def shape(self) -> str:
+        """The keys as ``k=v,...`` in the operator's canonical order."""
+        order = list(self.op.keys) + list(self.op.options)
+        return ",".join(f"{k}={self.params[k]}" for k in order)
+
+    @property
+    def spec(self) -> str:
+        """Canonical spec string that :func:`opbench.workloads.parse_workload` reads back."""
+        dtype = "" if self.dtype == "float32" else f",dtype={self.dtype}"
+        return f"{self.op.name}:{self.shape}{dtype}"
+
+    @property
+    def name(self) -> str:
+        return self.preset or self.spec
+
+    @property
+    def flops(self) -> float:
+        return float(self.op.flops(self.params))
+
+    @property
+    def bytes(self) -> float:
+        """Bytes moved at least once: every input read and the output written."""
+        itemsize = np.dtype(self.dtype).itemsize
+        shapes = self.op.input_shapes(self.params) + [self.op.output_shape(self.params)]
+        return float(sum(math.prod(s) for s in shapes) * itemsize)
+
+    @property
+    def axes(self) -> list[Axis]:
+        return self.op.axes(self.params)
+
+    def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return [rng.uniform(-1.0, 1.0, s).astype(self.dtype) for s in self.op.input_shapes(self.params)]
+
+    def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
+        as_fp32 = [a.astype("float32") for a in inputs]
+        return np.asarray(self.op.reference(as_fp32, self.params)).astype(self.dtype)
+
+    def tolerance(self) -> tuple[float, float]:
+        """(rtol, atol) for the correctness check."""
+        return (1e-3, 1e-3) if self.dtype == "float32" else (2e-2, 2e-2)
+
+    def te_tensors(self) -> list[te.Tensor]:
+        return self.op.define(self.params, self.dtype)
+
+
+def positive(p: Params, *keys: str) -> None:
+    """Raise WorkloadError unless every key is a positive integer."""
+    for k in keys:
+        if not isinstance(p[k], int) or p[k] <= 0:
+            raise WorkloadError(f"key '{k}' must be a positive integer, got {p[k]!r}")
+
+
+def conv_out(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1

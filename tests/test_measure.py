@@ -1,0 +1,84 @@
+"""The core loop against real TVM: every op kind builds, checks and times; failures are isolated."""
+import math
+
+import pytest
+
+from opbench.measure.measurer import TrialSpec
+from opbench.resources import Resources
+from opbench.workloads import parse_workload
+
+SMALL = {
+    "matmul": "matmul:m=64,n=48,k=32",
+    "batch_matmul": "batch_matmul:b=2,m=32,n=32,k=16",
+    "dense": "dense:m=16,n=64,k=32",
+    "conv2d": "conv2d:n=1,c=8,h=14,w=14,k=16,r=3,s=3,stride=1,pad=1",
+    "depthwise_conv2d": "depthwise_conv2d:n=1,c=16,h=14,w=14,r=3,s=3,stride=2,pad=1",
+    "pool2d": "pool2d:n=1,c=8,h=16,w=16,r=3,s=3,stride=2,pad=1,kind=max",
+    "softmax": "softmax:m=32,n=64",
+    "layer_norm": "layer_norm:m=16,n=64",
+    "add_relu": "add_relu:n=1,c=8,h=8,w=8",
+}
+# A non-default point of each template's space (other orders, scopes, stage placements).
+TUNED = {
+    "matmul": {"i_inner": 8, "j_inner": 16, "j_mid": 2, "k_inner": 4, "order": "SRSRS", "write_at": "outer",
+               "cache_write": "global", "unroll_explicit": 1},
+    "batch_matmul": {"i_inner": 4, "j_inner": 8, "order": "SSRSR", "parallel": 2, "unroll_max_step": 512},
+    "dense": {"i_inner": 2, "j_inner": 32, "cache_write": "none", "write_at": "inner", "order": "SSRRS"},
+    "conv2d": {"f_inner": 4, "x_inner": 7, "order": "SRSSR", "write_at": "root", "pad_at": "inline", "parallel": 2}
+    if False else {"f_inner": 4, "x_inner": 2, "order": "SRSSR", "write_at": "root", "pad_at": "inline", "parallel": 2},
+    "depthwise_conv2d": {"c_inner": 8, "x_inner": 1, "pad_at": "root", "cache_write": "none", "vectorize": 0},
+    "pool2d": {"c_inner": 4, "x_inner": 4, "pad_at": "outer", "order": "SSRSR", "parallel": 1},
+    "softmax": {"inline": 0, "compute_at": "root", "inner_split": 32, "parallel": 0},
+    "layer_norm": {"compute_at": "root", "inner_split": 8, "unroll_max_step": 0},
+    "add_relu": {"inline": 0, "compute_at": "root", "inner_split": 64, "vectorize": 1},
+}
+
+
+def _ok(record):
+    assert record["status"] == "ok", record["error"]
+    assert record["latency_ms"] > 0 and math.isfinite(record["latency_ms"])
+    assert record["max_abs_err"] < 1e-2
+    assert len(record["latencies_ms"]) == record["repeat"] == 3
+    assert record["latency_ms_std"] >= 0 and record["gflops"] > 0
+
+
+@pytest.mark.parametrize("op", list(SMALL))
+def test_every_op_kind_default_and_tuned_configs_are_correct(measurer, op):
+    w = parse_workload(SMALL[op])
+    default, tuned = measurer.measure_batch([TrialSpec(w, {}, Resources(1)), TrialSpec(w, TUNED[op], Resources(1))])
+    _ok(default)
+    _ok(tuned)
+    for key, value in TUNED[op].items():
+        assert tuned[f"knob.{key}"] == value
+    assert default["feat.ms_stores"] >= 1 and not math.isnan(default["feat.ms000"])
+
+
+def test_te_default_schedule_is_measurable(measurer):
+    record = measurer.measure(TrialSpec(parse_workload(SMALL["matmul"]), {}, Resources(1), template="te_default"))
+    _ok(record)
+    assert record["template"] == "te_default"
+
+
+def test_two_threads_and_a_core_set(measurer):
+    w = parse_workload(SMALL["matmul"])
+    record = measurer.measure(TrialSpec(w, {}, Resources(2, cores=(0, 1))))
+    _ok(record)
+    assert record["threads"] == 2 and record["cores"] == "0,1" and record["feat.pinned"] == 1.0
+
+
+def test_invalid_config_is_recorded_without_building(measurer):
+    record = measurer.measure(TrialSpec(parse_workload(SMALL["matmul"]), {"k_inner": 64}, Resources(1)))
+    assert record["status"] == "invalid_config"
+    assert "knob 'k_inner'" in record["error"] and "build_s" not in record
+
+
+def test_crashing_hanging_and_wrong_kernels_are_isolated(measurer):
+    """A sweep continues past a kernel that kills its worker and one that hangs, and records both."""
+    specs = [TrialSpec(parse_workload(f"faulty:n=64,mode={mode}"), {}, Resources(1)) for mode in (1, 0, 2, 3, 0)]
+    seen = []
+    records = measurer.measure_batch(specs, on_record=seen.append)
+    assert [r["status"] for r in records] == ["run_error", "ok", "timeout", "wrong_result", "ok"]
+    assert seen == records
+    assert "worker died" in records[0]["error"] and "SIGABRT" in records[0]["error"]
+    assert "no answer within" in records[2]["error"]
+    assert "max |err|" in records[3]["error"]

@@ -1,0 +1,56 @@
+import pytest
+
+from opbench.exceptions import WorkloadError
+from opbench.workloads import OPERATORS, PRESETS, parse_workload
+
+
+def test_every_preset_parses_and_round_trips_through_its_spec():
+    for name in PRESETS:
+        w = parse_workload(name)
+        assert w.name == name
+        again = parse_workload(w.spec)
+        assert again.params == w.params and again.op is w.op and again.preset is None
+
+
+def test_required_presets_exist_with_their_real_shapes():
+    assert parse_workload("bert-base-ffn1").params == {"m": 128, "n": 3072, "k": 768, "bias": 1}
+    attn = parse_workload("bert-base-attn")
+    assert attn.op.input_shapes(attn.params) == [(12, 128, 64), (12, 64, 128)]
+    c2 = parse_workload("resnet50-c2")
+    assert c2.op.output_shape(c2.params) == (1, 64, 56, 56)
+    assert {"matmul-512", "matmul-1024", "resnet50-c5", "mobilenetv2-dw"} <= set(PRESETS)
+
+
+def test_flops_and_bytes():
+    w = parse_workload("matmul:m=2,n=3,k=4")
+    assert w.flops == 2 * 2 * 3 * 4
+    assert w.bytes == (2 * 4 + 4 * 3 + 2 * 3) * 4
+    conv = parse_workload("conv2d:n=1,c=3,h=8,w=8,k=4,r=3,s=3,stride=2,pad=1")
+    assert conv.op.output_shape(conv.params) == (1, 4, 4, 4)
+    assert conv.flops == 2 * 4 * 4 * 4 * 3 * 3 * 3
+
+
+def test_catalogue_covers_the_required_op_kinds():
+    assert {"matmul", "batch_matmul", "dense", "conv2d", "depthwise_conv2d", "pool2d", "softmax", "layer_norm",
+            "add_relu"} <= set(OPERATORS)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nosuchop:m=1", "unknown operator 'nosuchop'"),
+        ("resnet51-c2", "unknown workload 'resnet51-c2'"),
+        ("matmul:m=4,n=4", "missing key(s) k"),
+        ("matmul:m=4,n=4,k=0", "key 'k' must be a positive integer"),
+        ("matmul:m=4,n=x,k=4", "key 'n' must be a positive integer"),
+        ("matmul:m=4,n=4,k=4,q=1", "unknown key(s) q"),
+        ("matmul:m=4,n=4,k", "malformed item 'k'"),
+        ("matmul:m=4,n=4,k=4,dtype=int3", "unsupported dtype 'int3'"),
+        ("conv2d:n=1,c=3,h=2,w=2,k=4,r=5,s=5", "kernel larger than padded input"),
+        ("pool2d:n=1,c=3,h=8,w=8,r=2,s=2,kind=median", "key 'kind' must be 'max' or 'avg'"),
+    ],
+)
+def test_bad_workloads_name_the_problem(text, message):
+    with pytest.raises(WorkloadError, match=None) as info:
+        parse_workload(text)
+    assert message in str(info.value)
