@@ -1,0 +1,67 @@
+"""The ``opbench`` command: real processes, real stores, exit codes."""
+import json
+import os
+import subprocess
+import sys
+
+import mlflow
+import pytest
+
+from opbench.cli import main
+
+CLI = [sys.executable, "-m", "opbench.cli"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["measure", "nosuchop:m=1"], "unknown operator 'nosuchop'"),
+        (["measure", "matmul:m=4"], "missing key(s) n, k"),
+        (["measure", "matmul-512", "--config", "{bad"], "malformed config JSON"),
+        (["measure", "matmul-512", "--config", "[1]"], "config must be a JSON object"),
+        (["measure", "matmul-512", "--config-file", "/nonexistent.json"], "cannot read config file"),
+        (["sweep", "matmul-512", "--grid", "i_inner"], "malformed --grid item"),
+        (["sweep", "matmul-512", "--threads", "two"], "--threads must be comma-separated integers"),
+        (["measure", "matmul-512", "--cores", "0-x"], "malformed core set"),
+        (["space", "matmul-512", "--template", "magic"], "unknown template 'magic'"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_problem(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_knob_is_a_usage_error_not_a_trial(capsys, tracking_uri):
+    code = main(["measure", "matmul:m=16,n=16,k=16", "--config", '{"tile_q": 2}', "--json",
+                 "--tracking-uri", tracking_uri])
+    record = json.loads(capsys.readouterr().out)
+    assert code == 1 and record["status"] == "invalid_config" and "knob 'tile_q'" in record["error"]
+
+
+def test_measure_matmul_512_json(tracking_uri, tmp_path):
+    out = subprocess.run(CLI + ["measure", "matmul-512", "--threads", "2", "--json", "--tracking-uri", tracking_uri,
+                                "--log", str(tmp_path / "m.jsonl")], capture_output=True, text=True, check=True)
+    record = json.loads(out.stdout)
+    assert record["status"] == "ok" and record["latency_ms"] > 0 and record["workload"] == "matmul-512"
+    assert json.loads((tmp_path / "m.jsonl").read_text())["trial_id"] == record["trial_id"]
+
+
+def test_sweep_leaves_one_mlflow_run_per_trial(tracking_uri):
+    argv = CLI + ["sweep", "conv2d:n=1,c=8,h=14,w=14,k=8,r=3,s=3,pad=1", "--grid", "x_inner=2,4", "pad_at=inline,outer",
+                  "order=SSRRS,SRSRS", "--config", "{\"write_at\": \"outer\"}", "--threads", "1,2", "--tracking-uri", tracking_uri, "--study", "sw",
+                  "--repeat", "2"]
+    out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ}, check=True)
+    assert "[16/16]" in out.stderr and "MLflow experiment 'sw'" in out.stdout
+    mlflow.set_tracking_uri(tracking_uri)
+    runs = mlflow.search_runs(experiment_names=["sw"], filter_string="tags.`opbench.kind` = 'trial'")
+    assert len(runs) == 16
+    assert sorted(runs["params.threads"].unique()) == ["1", "2"]
+    assert set(runs["tags.status"]) == {"ok"}
+
+
+def test_ops_and_space_list_the_catalogue(capsys):
+    assert main(["ops"]) == 0
+    out = capsys.readouterr().out
+    assert "bert-base-ffn1" in out and "depthwise_conv2d" in out
+    assert main(["space", "resnet50-c2"]) == 0
+    assert "pad_at" in capsys.readouterr().out

@@ -1,0 +1,47 @@
+"""Records survive both stores identically, and MLflow runs are plain MLflow."""
+import mlflow
+import pandas as pd
+
+from opbench.measure.measurer import TrialSpec
+from opbench.resources import Resources
+from opbench.tracking import Recorder, read_jsonl, read_mlflow
+from opbench.tracking.mlflow_store import KIND_TAG
+from opbench.workloads import parse_workload
+
+
+def test_jsonl_and_mlflow_round_trip_identically(measurer, tracking_uri, tmp_path):
+    log = tmp_path / "trials.jsonl"
+    w = parse_workload("matmul:m=32,n=32,k=32")
+    specs = [TrialSpec(w, {}, Resources(1)), TrialSpec(w, {"j_inner": 8, "order": "SSRSR"}, Resources(2)),
+             TrialSpec(w, {"i_inner": 64}, Resources(1))]
+    with Recorder("roundtrip", tracking_uri, log, extra={"engine": "test"}) as recorder:
+        measurer.measure_batch(specs, on_record=recorder)
+    from_jsonl, from_mlflow = read_jsonl(log), read_mlflow(["roundtrip"], tracking_uri)
+    pd.testing.assert_frame_equal(from_jsonl, from_mlflow)
+    assert list(from_jsonl["status"]) == ["invalid_config", "ok", "ok"]
+    tuned = from_jsonl[from_jsonl["knob.order"] == "SSRSR"].iloc[0]  # records arrive as trials end
+    assert tuned["knob.j_inner"] == 8 and tuned["threads"] == 2
+    assert isinstance(from_mlflow.loc[2, "latencies_ms"], list)
+    assert {"op", "shape", "dtype", "template", "threads", "cores", "target", "host", "tvm_version",
+            "source_model", "latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gflops",
+            "build_s", "run_s", "status", "error", "schema_version", "feat.flops", "feat.ms000"} <= set(from_jsonl)
+
+
+def test_runs_are_nested_under_a_parent_and_readable_with_plain_mlflow(measurer, tracking_uri):
+    w = parse_workload("add_relu:n=1,c=4,h=8,w=8")
+    with Recorder("plain", tracking_uri) as recorder:
+        measurer.measure_batch([TrialSpec(w, {}, Resources(1))] * 2, on_record=recorder)
+    mlflow.set_tracking_uri(tracking_uri)
+    runs = mlflow.search_runs(experiment_names=["plain"])
+    trials = runs[runs[f"tags.{KIND_TAG}"] == "trial"]
+    parents = runs[runs[f"tags.{KIND_TAG}"] == "study"]
+    assert len(trials) == 2 and len(parents) == 1
+    assert set(trials["tags.mlflow.parentRunId"]) == set(parents["run_id"])
+    assert (trials["params.op"] == "add_relu").all() and (trials["metrics.latency_ms"] > 0).all()
+
+
+def test_torn_last_line_is_skipped(tmp_path):
+    log = tmp_path / "t.jsonl"
+    log.write_text('{"status": "ok", "latency_ms": 1.0}\n{"status": "o')
+    frame = read_jsonl(log)
+    assert len(frame) == 1 and frame.loc[0, "latency_ms"] == 1.0
