@@ -149,6 +149,101 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine(args: argparse.Namespace, workload: Workload, study: str):
+    from opbench.engines.optuna_engine import OptunaEngine
+    from opbench.engines.simple import GridEngine, RandomEngine
+    from opbench.space import get_template, load_search_space, search_space_path
+    from opbench.tracking.mlflow_store import store_dir
+
+    template = get_template(workload, args.template)
+    space = load_search_space(search_space_path(template))
+    if args.search_threads:
+        space["threads"] = {"_type": "choice", "_value": _int_list(args.search_threads, "--search-threads")}
+    if args.engine == "optuna":
+        storage = args.storage or f"sqlite:///{store_dir() / 'optuna.db'}"
+        return OptunaEngine(space, args.threads, study, storage, args.sampler, args.seed, args.resume,
+                            initial=template.default_config(workload))
+    if args.engine == "random":
+        return RandomEngine(space, args.threads, args.seed)
+    if args.engine == "grid":
+        return GridEngine(space, args.threads)
+    raise UsageError(f"unknown engine '{args.engine}'")
+
+
+def _recorded_engine_trials(study: str, uri: str | None) -> dict[str, Record]:
+    from opbench.engines.driver import ENGINE_TRIAL_TAG
+    from opbench.tracking import read_mlflow
+
+    try:
+        frame = read_mlflow([study], uri)
+    except OpBenchError:
+        return {}
+    if ENGINE_TRIAL_TAG not in frame:
+        return {}
+    rows = frame[frame[ENGINE_TRIAL_TAG].notna()].to_dict("records")
+    return {str(r[ENGINE_TRIAL_TAG]): {k: v for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
+            for r in rows}
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from opbench.engines.driver import measure_references, run_tuning, speedup
+    from opbench.measure.measurer import Measurer
+
+    workload = parse_workload(args.workload)
+    study = args.study or f"tune-{workload.name}-{args.engine}"
+    args.study = study
+    resources = _resources(args, args.threads)
+    engine = _engine(args, workload, study)
+    if args.resume and hasattr(engine, "recover"):
+        engine.recover(_recorded_engine_trials(study, args.tracking_uri))
+    print(f"tuning {workload.name} with {engine.name}: {args.trials} trials ({engine.done} already done), "
+          f"{args.threads} thread(s); study '{study}'", file=sys.stderr)
+    printer = TrialPrinter(args.trials)
+    printer.count = engine.done
+    with Measurer(_measure_options(args, build_workers=min(args.batch, 2))) as measurer, \
+            _recorder(args, study) as recorder:
+        measurer.warm_up(resources)
+        refs = {} if args.no_references else measure_references(measurer, workload, resources, recorder)
+        records = run_tuning(engine, workload, args.trials, measurer, lambda r: (recorder(r), printer(r)),
+                             resources, args.template, args.batch)
+        engine.close()
+        ok = [r for r in records if r["status"] == "ok"]
+        best = min(ok, key=lambda r: r["latency_ms"]) if ok else None
+        if best:
+            recorder.mlflow.log_parent(
+                params={"best." + k: v for k, v in best.items() if k.startswith("knob.")},
+                metrics={"best_latency_ms": best["latency_ms"], "best_gflops": best["gflops"],
+                         **{f"speedup_vs_{n}": speedup(r, best) for n, r in refs.items()}})
+    rows = [("best tuned", best["latency_ms"], best["gflops"], 1.0)] if best else []
+    rows += [(name, r.get("latency_ms", math.nan), r.get("gflops", math.nan), speedup(r, best))
+             for name, r in refs.items()]
+    print(table(rows, ["schedule", "latency_ms", "GFLOP/s", "best is x faster"]))
+    if best:
+        print(f"\nbest config: {json.dumps({k[5:]: v for k, v in best.items() if k.startswith('knob.')})}"
+              f" threads={best['threads']}")
+    print(f"{len(ok)}/{len(records)} trials ok. MLflow experiment '{study}' in {recorder.mlflow.uri}")
+    print("open the UI: make ui   (or: opbench ui)")
+    return 0 if best else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    argv = ["tune", "matmul-512", "--engine", "optuna", "--sampler", "tpe", "--trials", str(args.trials),
+            "--threads", str(args.threads), "--study", "demo-matmul-512", "--seed", "0", "--batch", "2"]
+    return main(argv)
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from opbench.tracking.mlflow_store import default_tracking_uri, ensure_store
+
+    uri = args.tracking_uri or default_tracking_uri()
+    ensure_store(uri)
+    print(f"MLflow UI on http://127.0.0.1:{args.port} for {uri} (Ctrl-C stops it)", file=sys.stderr)
+    return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+                            "--host", "127.0.0.1", "--port", str(args.port)])
+
+
 def _add_measure_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", help="OP:key=value,... or a preset (see `opbench ops`)")
     p.add_argument("--config", help="knob values as a JSON object")
@@ -184,6 +279,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", default="1", help="comma-separated thread counts to cross")
     p.add_argument("--top", type=int, default=10, help="rows in the summary table")
     p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("tune", help="tune a workload with an engine (Optuna, random, grid)")
+    _add_measure_flags(p)
+    p.add_argument("--engine", default="optuna", choices=("optuna", "random", "grid"))
+    p.add_argument("--sampler", default="tpe", help="Optuna sampler: tpe, random, cmaes, gp, nsga2, grid")
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--search-threads", metavar="LIST", help="also search the thread count among these, e.g. 1,2")
+    p.add_argument("--batch", type=int, default=1, help="configs proposed, built in parallel, then timed, per step")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--storage", help="Optuna storage URL (default: sqlite in mlflow/optuna.db)")
+    p.add_argument("--resume", action="store_true", help="continue the study instead of starting it afresh")
+    p.add_argument("--no-references", action="store_true", help="skip TE-default/torch/numpy reference timings")
+    p.set_defaults(func=cmd_tune)
+    p = sub.add_parser("demo", help="the main job: an Optuna TPE study on matmul-512")
+    p.add_argument("--trials", type=int, default=60)
+    p.add_argument("--threads", type=int, default=min(2, len(__import__("os").sched_getaffinity(0))))
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("ui", help="start the MLflow UI on the store, bound to 127.0.0.1")
+    p.add_argument("--tracking-uri")
+    p.add_argument("--port", type=int, default=5000)
+    p.set_defaults(func=cmd_ui)
     return parser
 
 

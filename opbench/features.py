@@ -41,9 +41,9 @@ def op_features(workload: Workload) -> dict[str, float]:
     return feats
 
 
-def config_features(config: Config, template_name: str) -> dict[str, float]:
+def config_features(config: Config, template_name: str | None) -> dict[str, float]:
     """Knob values as numbers: numeric as is, categorical as the index of the choice."""
-    knobs = {k.name: k for k in TEMPLATES[template_name].knobs()}
+    knobs = {k.name: k for k in TEMPLATES[template_name].knobs()} if template_name in TEMPLATES else {}
     feats: dict[str, float] = {}
     for name in knob_columns():
         value: Any = config.get(name)
@@ -59,7 +59,7 @@ def resource_features(resources: Resources) -> dict[str, float]:
             "feat.pinned": float(resources.cores is not None)}
 
 
-def static_features(workload: Workload, config: Config, template_name: str, resources: Resources, host: HostFacts) -> dict[str, float]:
+def static_features(workload: Workload, config: Config, template_name: str | None, resources: Resources, host: HostFacts) -> dict[str, float]:
     """Everything known before building: op, config, resources, host."""
     return {**op_features(workload), **config_features(config, template_name), **resource_features(resources), **host.features()}
 

@@ -41,7 +41,8 @@ class Resources:
 
     def worker_env(self) -> dict[str, str]:
         """Environment a runner worker needs before TVM's thread pool first starts."""
-        return {"TVM_NUM_THREADS": str(self.threads)}
+        n = str(self.threads)
+        return {"TVM_NUM_THREADS": n, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}
 
 
 def parse_cores(text: str | None) -> tuple[int, ...] | None:

@@ -8,7 +8,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from opbench.measure.types import BuildInput, BuildResult, RunInput, RunResult, Status
+from opbench.measure.types import BuildInput, BuildResult, LibraryInput, RunInput, RunResult, Status
 
 READY = "ready"
 
@@ -26,6 +26,7 @@ class _Worker:
             os.sched_setaffinity(0, cores)
             tvm.get_global_func("runtime.config_threadpool")(-3, threads, [str(c) for c in cores])
         self._inputs: dict[str, tuple[list[Any], Any]] = {}
+        self._threads = threads
 
     def build(self, req: BuildInput) -> BuildResult:
         import tvm
@@ -86,12 +87,49 @@ class _Worker:
         if not np.allclose(got, expected, rtol=rtol, atol=atol, equal_nan=False):
             return RunResult(Status.WRONG_RESULT, f"output differs from the reference: max |err| = {err:.3g}",
                              run_s=time.perf_counter() - start, max_abs_err=err)
-        number = max(1, math.ceil(req.min_repeat_ms / 1e3 / max(first, 1e-7)))
+        number = _number(req.min_repeat_ms, first)
         # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.
         evaluator = module.time_evaluator("main", dev, number=number, repeat=req.repeat + 1)
         latencies = list(evaluator(*args).results)[1:]
         return RunResult(Status.OK, latencies_s=latencies, number=number,
                          run_s=time.perf_counter() - start, max_abs_err=err)
+
+
+    def library(self, req: LibraryInput) -> RunResult:
+        from opbench.workloads import parse_workload
+
+        start = time.perf_counter()
+        workload = parse_workload(req.workload)
+        arrays = self._inputs_for(req.workload)[0]
+        if req.library == "torch":
+            import torch
+
+            torch.set_num_threads(self._threads)
+            fn, tensors = workload.op.torch_impl(workload.params), [torch.from_numpy(a) for a in arrays]
+            torch.set_grad_enabled(False)
+
+            def call() -> None:
+                fn(*tensors)
+        elif req.library == "numpy" and workload.op.numpy_impl:
+            def call() -> None:
+                workload.op.reference(arrays, workload.params)
+        else:
+            return RunResult(Status.RUN_ERROR, f"no {req.library} implementation of {workload.op.name}")
+        first = time.perf_counter()
+        call()
+        number = _number(req.min_repeat_ms, time.perf_counter() - first)
+        latencies = []
+        for _ in range(req.repeat + 1):
+            tick = time.perf_counter()
+            for _ in range(number):
+                call()
+            latencies.append((time.perf_counter() - tick) / number)
+        return RunResult(Status.OK, latencies_s=latencies[1:], number=number, run_s=time.perf_counter() - start)
+
+
+def _number(min_repeat_ms: float, one_call_s: float) -> int:
+    """Calls per timed repeat so that one repeat lasts at least ``min_repeat_ms``."""
+    return max(1, math.ceil(min_repeat_ms / 1e3 / max(one_call_s, 1e-7)))
 
 
 def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int) -> None:
@@ -107,8 +145,9 @@ def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int) -> None
             request = conn.recv()
         except EOFError:
             return
+        handler = {BuildInput: worker.build, RunInput: worker.run, LibraryInput: worker.library}[type(request)]
         try:
-            result = worker.build(request) if isinstance(request, BuildInput) else worker.run(request)
+            result = handler(request)
         except Exception as exc:  # noqa: BLE001 - an unexpected error fails this request only
             status = Status.BUILD_ERROR if isinstance(request, BuildInput) else Status.RUN_ERROR
             kind = BuildResult if isinstance(request, BuildInput) else RunResult

@@ -14,7 +14,7 @@ from opbench.features import static_features
 from opbench.measure.builder import LocalBuilder
 from opbench.measure.lock import HostLock
 from opbench.measure.runner import LocalRunner
-from opbench.measure.types import BuildInput, BuildResult, RunInput, RunResult, Status
+from opbench.measure.types import BuildInput, BuildResult, LibraryInput, RunInput, RunResult, Status
 from opbench.resources import Resources, host_facts
 from opbench.space import Config, get_template
 from opbench.tracking.schema import SCHEMA_VERSION, Record, latency_stats, new_trial_id
@@ -31,6 +31,7 @@ class TrialSpec:
     config: Config = field(default_factory=dict, hash=False)
     resources: Resources = Resources()
     template: str | None = None  # None: the op's own template
+    tags: dict[str, str] = field(default_factory=dict, hash=False)  # stamped on the record (engine ids)
 
 
 @dataclass
@@ -106,6 +107,13 @@ class Measurer:
                 on_record(records[i])
         return [r for r in records if r is not None]
 
+    def measure_library(self, workload: Workload, library: str, resources: Resources) -> Record:
+        """Time ``torch`` or ``numpy`` on the workload with the same threads; a record with template=library."""
+        started = time.perf_counter()
+        run = self._runner.run(LibraryInput(workload.spec, library, self.options.repeat, self.options.min_repeat_ms),
+                               resources)
+        return self._record(TrialSpec(workload, {}, resources), library, {}, started, run.status, run.error, run=run)
+
     def _run(self, build: BuildResult, spec: TrialSpec) -> RunResult:
         try:
             return self._runner.run(
@@ -128,6 +136,7 @@ class Measurer:
             "status": status.value, "error": error[:4000], "schema_version": SCHEMA_VERSION,
             "trial_id": new_trial_id(),
         }
+        record.update(spec.tags)
         record.update({f"knob.{k}": v for k, v in config.items()})
         if build is not None:
             record["build_s"] = build.build_s
@@ -144,8 +153,8 @@ class Measurer:
         record["trial_s"] = time.perf_counter() - started
         try:
             record.update(static_features(workload, config, template, res, host))
-        except (KeyError, ValueError):  # an invalid config may hold values no knob knows
-            record.update(static_features(workload, {}, template, res, host))
+        except (KeyError, ValueError):  # an invalid config, or a library baseline with no knobs
+            record.update(static_features(workload, {}, None, res, host))
         if build is not None:
             record.update(build.features)
         return record

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from opbench.measure.lock import HostLock
-from opbench.measure.types import RunInput, RunResult, Status
+from opbench.measure.types import LibraryInput, RunInput, RunResult, Status
 from opbench.measure.worker import Worker, WorkerError
 from opbench.resources import Resources
 
@@ -25,7 +25,7 @@ class LocalRunner:
         """Start the worker for ``resources`` now, so its start-up is not charged to a trial."""
         self._worker(resources).start()
 
-    def run(self, inp: RunInput, resources: Resources) -> RunResult:
+    def run(self, inp: RunInput | LibraryInput, resources: Resources) -> RunResult:
         worker = self._worker(resources)
         worker.start()
         try:

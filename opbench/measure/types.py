@@ -46,6 +46,16 @@ class RunInput:
     min_repeat_ms: float = 50.0
 
 
+@dataclass(frozen=True)
+class LibraryInput:
+    """Time a library's implementation of a workload (``torch`` or ``numpy``): the baselines."""
+
+    workload: str
+    library: str
+    repeat: int = 5
+    min_repeat_ms: float = 50.0
+
+
 @dataclass
 class RunResult:
     status: Status

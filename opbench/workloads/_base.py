@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -56,8 +57,17 @@ class Operator(ABC):
         """TE tensors: inputs then the output."""
 
     @abstractmethod
+    def torch_impl(self, p: Params) -> Callable[..., Any]:
+        """PyTorch's implementation: a function of the input tensors (the library baseline)."""
+
+    numpy_impl: ClassVar[bool] = False  # True when ``reference`` is plain numpy (a second baseline)
+
     def reference(self, arrays: list[np.ndarray], p: Params) -> np.ndarray:
-        """The expected output for ``arrays`` (the inputs), computed by numpy or torch."""
+        """The expected output for ``arrays`` (the inputs); PyTorch's unless overridden with numpy."""
+        import torch
+
+        with torch.no_grad():
+            return self.torch_impl(p)(*(torch.from_numpy(a) for a in arrays)).numpy()
 
 
 @dataclass(frozen=True)

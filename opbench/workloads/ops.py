@@ -10,10 +10,10 @@ from opbench.exceptions import WorkloadError
 from opbench.workloads._base import Axis, Operator, Params, conv_out, positive
 
 
-def _torch():
-    import torch
+def _F():  # noqa: N802 - torch.nn.functional, imported lazily
+    import torch.nn.functional as F  # noqa: N812
 
-    return torch
+    return F
 
 
 def _pad(data, pad: int, value):
@@ -61,8 +61,15 @@ class MatMul(Operator):
         c = te.compute((p["m"], p["n"]), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
         return [a, b, c]
 
+    numpy_impl = True
+
     def reference(self, arrays, p):
         return arrays[0] @ arrays[1]
+
+    def torch_impl(self, p):
+        import torch
+
+        return torch.matmul
 
 
 class BatchMatMul(Operator):
@@ -97,8 +104,15 @@ class BatchMatMul(Operator):
         )
         return [a, b, c]
 
+    numpy_impl = True
+
     def reference(self, arrays, p):
         return np.matmul(arrays[0], arrays[1])
+
+    def torch_impl(self, p):
+        import torch
+
+        return torch.bmm
 
 
 class Dense(Operator):
@@ -142,9 +156,16 @@ class Dense(Operator):
         out = te.compute((p["m"], p["n"]), lambda i, j: y[i, j] + bias[j], name="bias_add")
         return [x, w, bias, out]
 
+    numpy_impl = True
+
     def reference(self, arrays, p):
         out = arrays[0] @ arrays[1]
         return out + arrays[2] if p["bias"] else out
+
+    def torch_impl(self, p):
+        import torch
+
+        return (lambda x, w, b: torch.addmm(b, x, w)) if p["bias"] else torch.matmul
 
 
 class Conv2d(Operator):
@@ -202,12 +223,9 @@ class Conv2d(Operator):
         )
         return [data, weight, out]
 
-    def reference(self, arrays, p):
-        torch = _torch()
-        return torch.nn.functional.conv2d(
-            torch.from_numpy(arrays[0]), torch.from_numpy(arrays[1]),
-            stride=p["stride"], padding=p["pad"], dilation=p["dilation"],
-        ).numpy()
+    def torch_impl(self, p):
+        F = _F()  # noqa: N806
+        return lambda x, w: F.conv2d(x, w, stride=p["stride"], padding=p["pad"], dilation=p["dilation"])
 
 
 class DepthwiseConv2d(Conv2d):
@@ -249,13 +267,10 @@ class DepthwiseConv2d(Conv2d):
         )
         return [data, weight, out]
 
-    def reference(self, arrays, p):
-        torch = _torch()
-        weight = torch.from_numpy(arrays[1]).unsqueeze(1)
-        return torch.nn.functional.conv2d(
-            torch.from_numpy(arrays[0]), weight, stride=p["stride"], padding=p["pad"],
-            dilation=p["dilation"], groups=p["c"],
-        ).numpy()
+    def torch_impl(self, p):
+        F = _F()  # noqa: N806
+        return lambda x, w: F.conv2d(x, w.unsqueeze(1), stride=p["stride"], padding=p["pad"],
+                                     dilation=p["dilation"], groups=p["c"])
 
 
 class Pool2d(DepthwiseConv2d):
@@ -295,18 +310,14 @@ class Pool2d(DepthwiseConv2d):
             out = te.compute(self.output_shape(p), lambda *i: out(*i) / area, name="pool_avg")
         return [data, out]
 
-    def reference(self, arrays, p):
-        torch = _torch()
-        x = torch.from_numpy(arrays[0])
+    def torch_impl(self, p):
+        F = _F()  # noqa: N806
+        window = (p["r"], p["s"])
         if p["kind"] == "max":
-            return torch.nn.functional.max_pool2d(
-                x, (p["r"], p["s"]), stride=p["stride"], padding=p["pad"], dilation=p["dilation"]
-            ).numpy()
+            return lambda x: F.max_pool2d(x, window, stride=p["stride"], padding=p["pad"], dilation=p["dilation"])
         if p["dilation"] != 1:
             raise WorkloadError("pool2d: average pooling has no dilated reference")
-        return torch.nn.functional.avg_pool2d(
-            x, (p["r"], p["s"]), stride=p["stride"], padding=p["pad"], count_include_pad=True
-        ).numpy()
+        return lambda x: F.avg_pool2d(x, window, stride=p["stride"], padding=p["pad"], count_include_pad=True)
 
 
 class _RowOp(Operator):
@@ -348,10 +359,17 @@ class Softmax(_RowOp):
         out = te.compute((m, n), lambda i, j: ex[i, j] / sm[i], name="softmax")
         return [x, out]
 
+    numpy_impl = True
+
     def reference(self, arrays, p):
         x = arrays[0] - arrays[0].max(axis=1, keepdims=True)
         e = np.exp(x)
         return e / e.sum(axis=1, keepdims=True)
+
+    def torch_impl(self, p):
+        import torch
+
+        return lambda x: torch.softmax(x, dim=-1)
 
 
 class LayerNorm(_RowOp):
@@ -387,11 +405,17 @@ class LayerNorm(_RowOp):
         out = te.compute((m, n), body, name="layer_norm")
         return [x, gamma, beta, out]
 
+    numpy_impl = True
+
     def reference(self, arrays, p):
         x, gamma, beta = arrays
         mean = x.mean(axis=1, keepdims=True)
         var = x.var(axis=1, keepdims=True)
         return (x - mean) / np.sqrt(var + self.eps) * gamma + beta
+
+    def torch_impl(self, p):
+        F = _F()  # noqa: N806
+        return lambda x, g, b: F.layer_norm(x, (p["n"],), g, b, self.eps)
 
 
 class AddRelu(Operator):
@@ -425,8 +449,15 @@ class AddRelu(Operator):
         relu = te.compute(shape, lambda *i: tirx.max(add(*i), tirx.const(0, dtype)), name="relu")
         return [a, b, relu]
 
+    numpy_impl = True
+
     def reference(self, arrays, p):
         return np.maximum(arrays[0] + arrays[1], 0)
+
+    def torch_impl(self, p):
+        import torch
+
+        return lambda a, b: torch.relu(a + b)
 
 
 OPERATORS: dict[str, Operator] = {

@@ -1,0 +1,65 @@
+"""OpBench kernels against PyTorch and numpy, measured in one run with the same threads.
+
+For matmul-512, resnet50-c2 and bert-base-ffn1: TVM's TE default schedule, the template default,
+the best of a small Optuna sweep, numpy and torch; latency (median), GFLOP/s, ratio to torch,
+share of the CPU's peak FLOP/s (ISA x nominal clock; turbo can push measured shares past 100%),
+and the framework's overhead per trial (trial wall time minus build minus run, as a fraction).
+
+    .venv/bin/python benchmarks/ops_vs_libraries.py [--trials 40] [--threads 2]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+
+from opbench.engines.driver import measure_references, run_tuning
+from opbench.engines.optuna_engine import OptunaEngine
+from opbench.measure.measurer import Measurer, MeasureOptions
+from opbench.progress import table
+from opbench.resources import Resources, host_facts
+from opbench.space import get_template, load_search_space, search_space_path
+from opbench.workloads import parse_workload
+
+WORKLOADS = ("matmul-512", "resnet50-c2", "bert-base-ffn1")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    resources = Resources(args.threads)
+    host = host_facts()
+    peak = host.peak_gflops(args.threads)
+    storage = f"sqlite:///{tempfile.mkdtemp()}/optuna.db"
+    rows, overheads = [], []
+    with Measurer(MeasureOptions(build_workers=2)) as measurer:
+        measurer.warm_up(resources)
+        for name in WORKLOADS:
+            workload = parse_workload(name)
+            refs = measure_references(measurer, workload, resources, lambda r: None)
+            template = get_template(workload)
+            engine = OptunaEngine(load_search_space(search_space_path(template)), args.threads, name, storage,
+                                  seed=0, initial=template.default_config(workload))
+            records = run_tuning(engine, workload, args.trials, measurer, lambda r: None, resources, batch=2)
+            ok = [r for r in records if r["status"] == "ok"]
+            best = min(ok, key=lambda r: r["latency_ms"])
+            overheads += [(r["trial_s"] - r["build_s"] - r["run_s"]) / r["trial_s"] for r in ok]
+            torch_ms = refs["torch"]["latency_ms"]
+            entries = [("te_default", refs["te_default"]), ("template_default", refs["template_default"]),
+                       (f"optuna best of {args.trials}", best), ("torch", refs["torch"])]
+            if "numpy" in refs:
+                entries.append(("numpy", refs["numpy"]))
+            for label, r in entries:
+                rows.append((name, label, r["latency_ms"], r["gflops"], r["latency_ms"] / torch_ms,
+                             100 * r["gflops"] / peak))
+    print(f"host: {host.cpu_model}, {args.threads} threads, peak {peak:.0f} GFLOP/s "
+          f"({host.flops_per_cycle} FLOP/cycle x {host.mhz:.0f} MHz x {args.threads})")
+    print(table(rows, ["workload", "schedule", "latency_ms", "GFLOP/s", "x torch", "% peak"]))
+    print(f"\nframework overhead per ok trial: median {100 * statistics.median(overheads):.1f}% "
+          f"(trial wall time minus build minus run)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""An engine only proposes configs and hears back their records; the trial is the core loop's."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from opbench.tracking.schema import Record
+
+Space = dict[str, dict[str, Any]]  # NNI search-space format
+
+
+@dataclass
+class Proposal:
+    """A config to measure, with the engine's own handle to tell the result back."""
+
+    config: dict[str, Any]
+    threads: int
+    handle: Any = None
+
+
+class Engine(ABC):
+    name: str
+
+    @abstractmethod
+    def ask(self, n: int) -> list[Proposal]:
+        """Up to ``n`` proposals (fewer when the engine's space or budget is exhausted)."""
+
+    @abstractmethod
+    def tell(self, proposal: Proposal, record: Record) -> None:
+        """Report the record of a proposal (failed trials included, with their status)."""
+
+    @property
+    def done(self) -> int:
+        """Trials already finished in earlier sessions of a resumed study."""
+        return 0
+
+    def close(self) -> None:
+        """Release the engine's resources."""
+
+
+def split_threads(config: dict[str, Any], default: int) -> tuple[dict[str, Any], int]:
+    """Separate the ``threads`` pseudo-knob (searched with --search-threads) from schedule knobs."""
+    config = dict(config)
+    return config, int(config.pop("threads", default))

@@ -1,0 +1,81 @@
+"""The tuning loop: an engine proposes, the measurer measures, the recorder stores, the engine hears."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from opbench.engines._base import Engine, Proposal
+from opbench.measure.measurer import Measurer, TrialSpec
+from opbench.resources import Resources
+from opbench.tracking.schema import Record
+from opbench.workloads import Workload
+
+ENGINE_TRIAL_TAG = "engine_trial"
+REFERENCES = ("te_default", "template_default", "torch", "numpy")
+
+
+@dataclass
+class TuneResult:
+    records: list[Record] = field(default_factory=list)
+    references: dict[str, Record] = field(default_factory=dict)
+
+    @property
+    def best(self) -> Record | None:
+        ok = [r for r in self.records if r["status"] == "ok"]
+        return min(ok, key=lambda r: r["latency_ms"]) if ok else None
+
+
+def measure_references(measurer: Measurer, workload: Workload, resources: Resources,
+                       on_record: Callable[[Record], None]) -> dict[str, Record]:
+    """TVM's TE default schedule, the template's default config, PyTorch and numpy, same threads."""
+    refs = {
+        "te_default": measurer.measure(TrialSpec(workload, {}, resources, "te_default")),
+        "template_default": measurer.measure(TrialSpec(workload, {}, resources)),
+        "torch": measurer.measure_library(workload, "torch", resources),
+    }
+    if workload.op.numpy_impl:
+        refs["numpy"] = measurer.measure_library(workload, "numpy", resources)
+    for name, record in refs.items():
+        record["reference"] = name
+        on_record(record)
+    return refs
+
+
+def run_tuning(engine: Engine, workload: Workload, trials: int, measurer: Measurer, on_record: Callable[[Record], None],
+               resources: Resources, template: str | None = None, batch: int = 1) -> list[Record]:
+    """Ask the engine for configs in batches until ``trials`` trials (counting a resumed study's) are done.
+
+    Each record is stored (``on_record``) before the engine hears it, so a kill in between leaves a
+    record the engine can recover from on resume rather than a lost or repeated trial.
+    """
+    records: list[Record] = []
+    remaining = trials - engine.done
+    while remaining > 0:
+        proposals = engine.ask(min(batch, remaining))
+        if not proposals:
+            break
+        specs = [_spec(workload, p, i, resources, template) for i, p in enumerate(proposals)]
+        by_index: dict[str, Proposal] = {s.tags[ENGINE_TRIAL_TAG]: p for s, p in zip(specs, proposals)}
+
+        def settle(record: Record) -> None:
+            on_record(record)
+            engine.tell(by_index[record[ENGINE_TRIAL_TAG]], record)
+            records.append(record)
+
+        measurer.measure_batch(specs, on_record=settle)
+        remaining -= len(proposals)
+    return records
+
+
+def _spec(workload: Workload, proposal: Proposal, index: int, resources: Resources, template: str | None) -> TrialSpec:
+    number = getattr(proposal.handle, "number", None)
+    tag = str(number) if number is not None else f"b{index}"
+    res = Resources(proposal.threads, resources.cores, resources.target)
+    return TrialSpec(workload, proposal.config, res, template, tags={ENGINE_TRIAL_TAG: tag})
+
+
+def speedup(reference: Record | None, best: Record | None) -> float:
+    if not reference or not best or reference.get("status") != "ok":
+        return math.nan
+    return reference["latency_ms"] / best["latency_ms"]

@@ -1,0 +1,89 @@
+"""Optuna as an engine: RDB storage, batch ask/tell, failed trials told as failed, resumable."""
+from __future__ import annotations
+
+from typing import Any
+
+from opbench.engines._base import Engine, Proposal, Space, split_threads
+from opbench.exceptions import OpBenchError
+from opbench.tracking.schema import Record
+
+SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2", "grid")
+
+
+def _sampler(name: str, space: Space, seed: int | None) -> Any:
+    import optuna
+
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    if name == "grid":
+        return optuna.samplers.GridSampler({k: v["_value"] for k, v in space.items()}, seed=seed)
+    raise OpBenchError(f"unknown Optuna sampler '{name}'; samplers: {', '.join(SAMPLERS)}")
+
+
+class OptunaEngine(Engine):
+    def __init__(self, space: Space, threads: int, study: str, storage: str, sampler: str = "tpe",
+                 seed: int | None = None, resume: bool = False, initial: dict[str, Any] | None = None) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.name = f"optuna-{sampler}"
+        self._space, self._threads = space, threads
+        self._distributions = {k: optuna.distributions.CategoricalDistribution(v["_value"]) for k, v in space.items()}
+        if not resume:
+            try:
+                optuna.delete_study(study_name=study, storage=storage)
+            except KeyError:
+                pass
+        self.study = optuna.create_study(study_name=study, storage=storage, sampler=_sampler(sampler, space, seed),
+                                         direction="minimize", load_if_exists=True)
+        if initial is not None and not self.study.trials:  # start a fresh study from the template default
+            self.study.enqueue_trial({k: v for k, v in initial.items() if k in space})
+
+    def recover(self, recorded: dict[str, Record]) -> None:
+        """Settle trials a killed process left RUNNING: tell those whose record was written (keyed by
+        ``engine_trial``), fail the rest and queue their params again, so nothing is lost or run twice."""
+        import optuna
+
+        for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            record = recorded.get(str(trial.number))
+            if record is not None:
+                self.tell(Proposal({}, 0, optuna.trial.Trial(self.study, trial._trial_id)), record)
+            else:
+                self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+                self.study.enqueue_trial(trial.params)
+
+    @property
+    def done(self) -> int:
+        """Finished trials that were measured (a stale trial failed by :meth:`recover` has no status)."""
+        import optuna
+
+        finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+        return sum(1 for t in self.study.get_trials(deepcopy=False, states=finished) if "status" in t.user_attrs)
+
+    def ask(self, n: int) -> list[Proposal]:
+        out = []
+        for _ in range(n):
+            trial = self.study.ask(self._distributions)
+            config, threads = split_threads(trial.params, self._threads)
+            out.append(Proposal(config, threads, trial))
+        return out
+
+    def tell(self, proposal: Proposal, record: Record) -> None:
+        import optuna
+
+        trial = proposal.handle
+        trial.set_user_attr("status", record["status"])
+        trial.set_user_attr("trial_id", record["trial_id"])
+        if record["status"] == "ok":
+            self.study.tell(trial, record["latency_ms"])
+        else:
+            trial.set_user_attr("error", record.get("error", "")[:500])
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)

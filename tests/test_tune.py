@@ -1,0 +1,72 @@
+"""Tuning studies: Optuna on sqlite storage, killed and resumed; random and grid engines."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+
+from opbench.tracking import read_jsonl, read_mlflow
+
+CLI = [sys.executable, "-m", "opbench.cli"]
+SMALL = "matmul:m=64,n=64,k=64"
+
+
+def _tune(tmp_path, tracking_uri, *extra):
+    return CLI + ["tune", SMALL, "--trials", "8", "--tracking-uri", tracking_uri, "--storage",
+                  f"sqlite:///{tmp_path / 'optuna.db'}", "--study", "s", "--log", str(tmp_path / "log.jsonl"),
+                  "--repeat", "2", "--seed", "1", *extra]
+
+
+@pytest.mark.slow
+def test_optuna_study_resumes_after_kill_without_lost_or_repeated_trials(tmp_path, tracking_uri):
+    log = tmp_path / "log.jsonl"
+    proc = subprocess.Popen(_tune(tmp_path, tracking_uri), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # kill once 3 engine trials are logged
+        if log.exists() and sum('"engine_trial"' in line for line in log.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = sum('"engine_trial"' in line for line in log.read_text().splitlines())
+    assert 3 <= done_before < 8
+
+    out = subprocess.run(_tune(tmp_path, tracking_uri, "--resume"), capture_output=True, text=True, check=True)
+    assert f"({done_before} already done)" in out.stderr or "already done" in out.stderr
+
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    measured = [t for t in study.trials if "status" in t.user_attrs]
+    assert len(measured) == 8
+    assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)
+    for frame in (read_jsonl(log), read_mlflow(["s"], tracking_uri)):
+        engine_rows = frame[frame["engine_trial"].notna()]
+        assert len(engine_rows) == 8
+        assert engine_rows["engine_trial"].astype(str).is_unique
+        assert set(engine_rows["trial_id"]) == {t.user_attrs["trial_id"] for t in measured}
+
+
+def test_random_engine_with_thread_search_and_references(tmp_path, tracking_uri):
+    out = subprocess.run(CLI + ["tune", SMALL, "--engine", "random", "--trials", "4", "--search-threads", "1,2",
+                                "--seed", "3", "--tracking-uri", tracking_uri, "--study", "r", "--repeat", "2"],
+                         capture_output=True, text=True, check=True)
+    assert "torch" in out.stdout and "te_default" in out.stdout and "best tuned" in out.stdout
+    frame = read_mlflow(["r"], tracking_uri)
+    assert set(frame["reference"].dropna()) == {"te_default", "template_default", "torch", "numpy"}
+    tuned = frame[frame["reference"].isna()]
+    assert len(tuned) == 4 and set(tuned["engine"]) == {"tune"}
+    assert set(tuned["threads"]) <= {1, 2}
+
+
+def test_grid_engine_walks_the_space_in_order(tmp_path, tracking_uri):
+    subprocess.run(CLI + ["tune", SMALL, "--engine", "grid", "--trials", "3", "--no-references",
+                          "--tracking-uri", tracking_uri, "--study", "g", "--repeat", "2"], check=True,
+                   capture_output=True)
+    frame = read_mlflow(["g"], tracking_uri)
+    assert len(frame) == 3
+    assert list(frame["knob.unroll_explicit"]) == [0, 1, 0]  # the last knob varies fastest
+    assert json.loads(frame.to_json())  # serialisable dataset
