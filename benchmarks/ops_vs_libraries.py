@@ -3,15 +3,16 @@
 For matmul-512, resnet50-c2 and bert-base-ffn1: TVM's TE default schedule, the template default,
 the best of a small Optuna sweep, numpy and torch; latency (median), GFLOP/s, ratio to torch,
 share of the CPU's peak FLOP/s (ISA x nominal clock; turbo can push measured shares past 100%),
-and the framework's overhead per trial (trial wall time minus build minus run, as a fraction).
+and the framework's overhead: study wall time minus every trial's build and run, as a fraction,
+with every record logged to a real (temporary) MLflow sqlite store, plus trials per minute.
 
     .venv/bin/python benchmarks/ops_vs_libraries.py [--trials 40] [--threads 2]
 """
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
+import time
 
 from opbench.engines.driver import measure_references, run_tuning
 from opbench.engines.optuna_engine import OptunaEngine
@@ -19,6 +20,7 @@ from opbench.measure.measurer import Measurer, MeasureOptions
 from opbench.progress import table
 from opbench.resources import Resources, host_facts
 from opbench.space import get_template, load_search_space, search_space_path
+from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
 
 WORKLOADS = ("matmul-512", "resnet50-c2", "bert-base-ffn1")
@@ -32,8 +34,9 @@ def main() -> None:
     resources = Resources(args.threads)
     host = host_facts()
     peak = host.peak_gflops(args.threads)
-    storage = f"sqlite:///{tempfile.mkdtemp()}/optuna.db"
-    rows, overheads = [], []
+    scratch = tempfile.mkdtemp()
+    storage, tracking = f"sqlite:///{scratch}/optuna.db", f"sqlite:///{scratch}/mlflow.db"
+    rows, overhead_rows = [], []
     with Measurer(MeasureOptions(build_workers=2)) as measurer:
         measurer.warm_up(resources)
         for name in WORKLOADS:
@@ -42,10 +45,14 @@ def main() -> None:
             template = get_template(workload)
             engine = OptunaEngine(load_search_space(search_space_path(template)), args.threads, name, storage,
                                   seed=0, initial=template.default_config(workload))
-            records = run_tuning(engine, workload, args.trials, measurer, lambda r: None, resources, batch=2)
+            with Recorder(f"bench-{name}", tracking) as recorder:
+                started = time.perf_counter()
+                records = run_tuning(engine, workload, args.trials, measurer, recorder, resources, batch=2)
+                wall = time.perf_counter() - started
             ok = [r for r in records if r["status"] == "ok"]
             best = min(ok, key=lambda r: r["latency_ms"])
-            overheads += [(r["trial_s"] - r["build_s"] - r["run_s"]) / r["trial_s"] for r in ok]
+            work = sum(r.get("build_s", 0.0) + r.get("run_s", 0.0) for r in records)
+            overhead_rows.append((name, len(records), wall, 60 * len(records) / wall, 100 * (wall - work) / wall))
             torch_ms = refs["torch"]["latency_ms"]
             entries = [("te_default", refs["te_default"]), ("template_default", refs["template_default"]),
                        (f"optuna best of {args.trials}", best), ("torch", refs["torch"])]
@@ -57,8 +64,8 @@ def main() -> None:
     print(f"host: {host.cpu_model}, {args.threads} threads, peak {peak:.0f} GFLOP/s "
           f"({host.flops_per_cycle} FLOP/cycle x {host.mhz:.0f} MHz x {args.threads})")
     print(table(rows, ["workload", "schedule", "latency_ms", "GFLOP/s", "x torch", "% peak"]))
-    print(f"\nframework overhead per ok trial: median {100 * statistics.median(overheads):.1f}% "
-          f"(trial wall time minus build minus run)")
+    print()
+    print(table(overhead_rows, ["workload", "trials", "wall_s", "trials/min", "overhead %"]))
 
 
 if __name__ == "__main__":

@@ -24,8 +24,7 @@ TUNED = {
                "cache_write": "global", "unroll_explicit": 1},
     "batch_matmul": {"i_inner": 4, "j_inner": 8, "order": "SSRSR", "parallel": 2, "unroll_max_step": 512},
     "dense": {"i_inner": 2, "j_inner": 32, "cache_write": "none", "write_at": "inner", "order": "SSRRS"},
-    "conv2d": {"f_inner": 4, "x_inner": 7, "order": "SRSSR", "write_at": "root", "pad_at": "inline", "parallel": 2}
-    if False else {"f_inner": 4, "x_inner": 2, "order": "SRSSR", "write_at": "root", "pad_at": "inline", "parallel": 2},
+    "conv2d": {"f_inner": 4, "x_inner": 2, "order": "SRSSR", "write_at": "root", "pad_at": "inline", "parallel": 2},
     "depthwise_conv2d": {"c_inner": 8, "x_inner": 1, "pad_at": "root", "cache_write": "none", "vectorize": 0},
     "pool2d": {"c_inner": 4, "x_inner": 4, "pad_at": "outer", "order": "SSRSR", "parallel": 1},
     "softmax": {"inline": 0, "compute_at": "root", "inner_split": 32, "parallel": 0},

@@ -467,10 +467,7 @@ OPERATORS: dict[str, Operator] = {
     )
 }
 
-OptionValue = Any
-
-
-def parse_value(text: str) -> OptionValue:
+def parse_value(text: str) -> Any:
     """Integers stay integers; anything else (``kind=max``) stays a string."""
     try:
         return int(text)
