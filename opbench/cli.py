@@ -194,8 +194,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     args.study = study
     resources = _resources(args, args.threads)
     engine = _engine(args, workload, study)
-    if args.resume and hasattr(engine, "recover"):
-        engine.recover(_recorded_engine_trials(study, args.tracking_uri))
+    earlier = _recorded_engine_trials(study, args.tracking_uri) if args.resume else {}
+    if hasattr(engine, "recover"):
+        engine.recover(earlier)
     print(f"tuning {workload.name} with {engine.name}: {args.trials} trials ({engine.done} already done), "
           f"{args.threads} thread(s); study '{study}'", file=sys.stderr)
     printer = TrialPrinter(args.trials)
@@ -207,7 +208,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         records = run_tuning(engine, workload, args.trials, measurer, lambda r: (recorder(r), printer(r)),
                              resources, args.template, args.batch)
         engine.close()
-        ok = [r for r in records if r["status"] == "ok"]
+        ok = [r for r in [*earlier.values(), *records] if r["status"] == "ok"]
         best = min(ok, key=lambda r: r["latency_ms"]) if ok else None
         if best:
             recorder.mlflow.log_parent(
@@ -221,7 +222,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if best:
         print(f"\nbest config: {json.dumps({k[5:]: v for k, v in best.items() if k.startswith('knob.')})}"
               f" threads={best['threads']}")
-    print(f"{len(ok)}/{len(records)} trials ok. MLflow experiment '{study}' in {recorder.mlflow.uri}")
+    print(f"{len(ok)}/{len(earlier) + len(records)} trials ok. MLflow experiment '{study}' in {recorder.mlflow.uri}")
     print("open the UI: make ui   (or: opbench ui)")
     return 0 if best else 1
 
