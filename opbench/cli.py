@@ -208,7 +208,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         records = run_tuning(engine, workload, args.trials, measurer, lambda r: (recorder(r), printer(r)),
                              resources, args.template, args.batch)
         engine.close()
-        ok = [r for r in [*earlier.values(), *records] if r["status"] == "ok"]
+        study_records = [*earlier.values(), *records]
+        ok = [r for r in study_records if r["status"] == "ok"]
+        plot = _tuning_plot(study_records, refs, f"{workload.name}: {engine.name}", recorder)
         best = min(ok, key=lambda r: r["latency_ms"]) if ok else None
         if best:
             recorder.mlflow.log_parent(
@@ -222,9 +224,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if best:
         print(f"\nbest config: {json.dumps({k[5:]: v for k, v in best.items() if k.startswith('knob.')})}"
               f" threads={best['threads']}")
-    print(f"{len(ok)}/{len(earlier) + len(records)} trials ok. MLflow experiment '{study}' in {recorder.mlflow.uri}")
-    print("open the UI: make ui   (or: opbench ui)")
+    print(f"tuning curve: {plot} (also an artifact of the study's parent run)")
+    print(f"{len(ok)}/{len(study_records)} trials ok. MLflow experiment '{study}' in {recorder.mlflow.uri}")
+    print("open the UI: .venv/bin/opbench ui   (MLflow on 127.0.0.1:5000)")
     return 0 if best else 1
+
+
+def _tuning_plot(records: list[Record], refs: dict[str, Record], title: str, recorder) -> Path:
+    import tempfile
+
+    from opbench.plots import tuning_curve
+
+    path = tuning_curve(records, refs, title, Path(tempfile.mkdtemp(prefix="opbench-plot-")) / "tuning_curve.png")
+    recorder.mlflow.log_artifact(path, "plots")
+    return path
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

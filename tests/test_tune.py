@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import mlflow
 import optuna
 import pytest
 
@@ -55,6 +56,13 @@ def test_random_engine_with_thread_search_and_references(tmp_path, tracking_uri)
                                 "--seed", "3", "--tracking-uri", tracking_uri, "--study", "r", "--repeat", "2"],
                          capture_output=True, text=True, check=True)
     assert "torch" in out.stdout and "te_default" in out.stdout and "best tuned" in out.stdout
+    client = mlflow.tracking.MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name("r")
+    parent = client.search_runs([exp.experiment_id], filter_string="tags.`opbench.kind` = 'study'")[0]
+    plots = [a.path for a in client.list_artifacts(parent.info.run_id, "plots")]
+    assert plots == ["plots/tuning_curve.png"]
+    png = client.download_artifacts(parent.info.run_id, "plots/tuning_curve.png", str(tmp_path))
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     frame = read_mlflow(["r"], tracking_uri)
     assert set(frame["reference"].dropna()) == {"te_default", "template_default", "torch", "numpy"}
     tuned = frame[frame["reference"].isna()]
