@@ -4,11 +4,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
+from opbench.engines.nni_engine import TUNERS
+from opbench.engines.study import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.progress import TrialPrinter, table
 from opbench.resources import Resources, parse_cores
@@ -149,95 +150,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _engine(args: argparse.Namespace, workload: Workload, study: str):
-    from opbench.engines.optuna_engine import OptunaEngine
-    from opbench.engines.simple import GridEngine, RandomEngine
-    from opbench.space import get_template, load_search_space, search_space_path
-    from opbench.tracking.mlflow_store import store_dir
-
-    template = get_template(workload, args.template)
-    space = load_search_space(search_space_path(template))
-    if args.search_threads:
-        space["threads"] = {"_type": "choice", "_value": _int_list(args.search_threads, "--search-threads")}
-    if args.engine == "optuna":
-        storage = args.storage or f"sqlite:///{store_dir() / 'optuna.db'}"
-        return OptunaEngine(space, args.threads, study, storage, args.sampler, args.seed, args.resume,
-                            initial=template.default_config(workload))
-    if args.engine == "random":
-        return RandomEngine(space, args.threads, args.seed)
-    if args.engine == "grid":
-        return GridEngine(space, args.threads)
-    raise UsageError(f"unknown engine '{args.engine}'")
-
-
-def _recorded_engine_trials(study: str, uri: str | None) -> dict[str, Record]:
-    from opbench.engines.driver import ENGINE_TRIAL_TAG
-    from opbench.tracking import read_mlflow
-
-    try:
-        frame = read_mlflow([study], uri)
-    except OpBenchError:
-        return {}
-    if ENGINE_TRIAL_TAG not in frame:
-        return {}
-    rows = frame[frame[ENGINE_TRIAL_TAG].notna()].to_dict("records")
-    return {str(r[ENGINE_TRIAL_TAG]): {k: v for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
-            for r in rows}
-
-
 def cmd_tune(args: argparse.Namespace) -> int:
-    from opbench.engines.driver import measure_references, run_tuning, speedup
-    from opbench.measure.measurer import Measurer
+    from opbench.engines.study import engine_label, join_study, run_study
 
     workload = parse_workload(args.workload)
-    study = args.study or f"tune-{workload.name}-{args.engine}"
-    args.study = study
+    args.study = args.study or f"tune-{workload.name}-{engine_label(args)}"
+    args.measure_options = _measure_options(args, build_workers=min(args.batch, 2))
+    if args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if args.workers > 1 and args.engine != "optuna":
+        raise UsageError("--workers K shares one Optuna storage between processes: it needs --engine optuna")
+    if args.resume and args.engine not in ("optuna",):
+        raise UsageError(f"--resume continues an Optuna study; engine '{args.engine}' keeps no resumable state")
     resources = _resources(args, args.threads)
-    engine = _engine(args, workload, study)
-    earlier = _recorded_engine_trials(study, args.tracking_uri) if args.resume else {}
-    if hasattr(engine, "recover"):
-        engine.recover(earlier)
-    print(f"tuning {workload.name} with {engine.name}: {args.trials} trials ({engine.done} already done), "
-          f"{args.threads} thread(s); study '{study}'", file=sys.stderr)
-    printer = TrialPrinter(args.trials)
-    printer.count = engine.done
-    with Measurer(_measure_options(args, build_workers=min(args.batch, 2))) as measurer, \
-            _recorder(args, study) as recorder:
-        measurer.warm_up(resources)
-        refs = {} if args.no_references else measure_references(measurer, workload, resources, recorder)
-        records = run_tuning(engine, workload, args.trials, measurer, lambda r: (recorder(r), printer(r)),
-                             resources, args.template, args.batch)
-        engine.close()
-        study_records = [*earlier.values(), *records]
-        ok = [r for r in study_records if r["status"] == "ok"]
-        plot = _tuning_plot(study_records, refs, f"{workload.name}: {engine.name}", recorder)
-        best = min(ok, key=lambda r: r["latency_ms"]) if ok else None
-        if best:
-            recorder.mlflow.log_parent(
-                params={"best." + k: v for k, v in best.items() if k.startswith("knob.")},
-                metrics={"best_latency_ms": best["latency_ms"], "best_gflops": best["gflops"],
-                         **{f"speedup_vs_{n}": speedup(r, best) for n, r in refs.items()}})
-    rows = [("best tuned", best["latency_ms"], best["gflops"], 1.0)] if best else []
-    rows += [(name, r.get("latency_ms", math.nan), r.get("gflops", math.nan), speedup(r, best))
-             for name, r in refs.items()]
-    print(table(rows, ["schedule", "latency_ms", "GFLOP/s", "best is x faster"]))
-    if best:
-        print(f"\nbest config: {json.dumps({k[5:]: v for k, v in best.items() if k.startswith('knob.')})}"
-              f" threads={best['threads']}")
-    print(f"tuning curve: {plot} (also an artifact of the study's parent run)")
-    print(f"{len(ok)}/{len(study_records)} trials ok. MLflow experiment '{study}' in {recorder.mlflow.uri}")
-    print("open the UI: .venv/bin/opbench ui   (MLflow on 127.0.0.1:5000)")
-    return 0 if best else 1
-
-
-def _tuning_plot(records: list[Record], refs: dict[str, Record], title: str, recorder) -> Path:
-    import tempfile
-
-    from opbench.plots import tuning_curve
-
-    path = tuning_curve(records, refs, title, Path(tempfile.mkdtemp(prefix="opbench-plot-")) / "tuning_curve.png")
-    recorder.mlflow.log_artifact(path, "plots")
-    return path
+    if args.join:
+        return join_study(args, workload, resources)
+    return run_study(args, [*args.argv, "--study", args.study], workload, resources)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -293,10 +221,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", default="1", help="comma-separated thread counts to cross")
     p.add_argument("--top", type=int, default=10, help="rows in the summary table")
     p.set_defaults(func=cmd_sweep)
-    p = sub.add_parser("tune", help="tune a workload with an engine (Optuna, random, grid)")
+    p = sub.add_parser("tune", help="tune a workload with an engine (Optuna, NNI, random, grid, MetaSchedule)")
     _add_measure_flags(p)
-    p.add_argument("--engine", default="optuna", choices=("optuna", "random", "grid"))
+    p.add_argument("--engine", default="optuna", choices=ENGINES,
+                   help="who proposes configs: Optuna, an NNI tuner in-process, random, grid, or TVM's MetaSchedule")
     p.add_argument("--sampler", default="tpe", help="Optuna sampler: tpe, random, cmaes, gp, nsga2, grid")
+    p.add_argument("--tuner", default="TPE", choices=TUNERS, help="NNI tuner for --engine nni")
+    p.add_argument("--objectives", default="latency",
+                   help="Optuna objectives to minimise: latency, or latency,threads for a Pareto front")
+    p.add_argument("--workers", type=int, default=1, help="Optuna worker processes sharing the study's storage")
+    p.add_argument("--join", help=argparse.SUPPRESS)  # parent run id: this process is a worker of a study
+    p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--search-threads", metavar="LIST", help="also search the thread count among these, e.g. 1,2")
@@ -320,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.func(args)
     except OpBenchError as exc:

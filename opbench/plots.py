@@ -2,40 +2,93 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from opbench.tracking.schema import Record
 
 
-def tuning_curve(records: list[Record], references: dict[str, Record], title: str, path: Path) -> Path:
-    """Best-so-far latency against trial number, each trial's latency as a dot, references as lines."""
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    best, xs, ys, dots = math.inf, [], [], []
-    for i, record in enumerate(records, start=1):
-        if record.get("status") == "ok":
-            best = min(best, record["latency_ms"])
-            dots.append((i, record["latency_ms"]))
-        if best < math.inf:
-            xs.append(i)
-            ys.append(best)
-    if dots:
-        ax.scatter(*zip(*dots), s=8, color="0.6", label="trial")
-    ax.step(xs, ys, where="post", color="C0", label="best so far")
-    for n, (name, ref) in enumerate(references.items(), start=1):
-        if ref.get("status") == "ok":
-            ax.axhline(ref["latency_ms"], linestyle="--", color=f"C{n}", label=name)
-    ax.set_yscale("log")
-    ax.set_xlabel("trial")
-    ax.set_ylabel("latency (ms, log)")
+    return plt
+
+
+def _save(fig: Any, ax: Any, title: str, path: Path) -> Path:
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _pyplot().close(fig)
     return path
+
+
+def best_so_far(records: Iterable[Record]) -> list[float]:
+    """Running minimum of ok latencies, one value per trial (inf until the first ok trial)."""
+    best, out = math.inf, []
+    for record in records:
+        if record.get("status") == "ok":
+            best = min(best, record["latency_ms"])
+        out.append(best)
+    return out
+
+
+def _references(ax: Any, references: dict[str, Record], first_color: int) -> None:
+    for n, (name, ref) in enumerate(references.items(), start=first_color):
+        if ref.get("status") == "ok":
+            ax.axhline(ref["latency_ms"], linestyle="--", linewidth=1, color=f"C{n % 10}", label=name)
+
+
+def tuning_curve(records: list[Record], references: dict[str, Record], title: str, path: Path) -> Path:
+    """Best-so-far latency against trial number, each trial's latency as a dot, references as lines."""
+    fig, ax = _pyplot().subplots(figsize=(7, 4))
+    dots = [(i, r["latency_ms"]) for i, r in enumerate(records, start=1) if r.get("status") == "ok"]
+    if dots:
+        ax.scatter(*zip(*dots), s=8, color="0.6", label="trial")
+    curve = [(i, b) for i, b in enumerate(best_so_far(records), start=1) if b < math.inf]
+    if curve:
+        ax.step(*zip(*curve), where="post", color="C0", label="best so far")
+    _references(ax, references, 1)
+    ax.set_yscale("log")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("latency (ms, log)")
+    return _save(fig, ax, title, path)
+
+
+def engine_curves(series: dict[str, list[Record]], references: dict[str, Record], title: str, path: Path,
+                  against: str = "trial") -> Path:
+    """Best-so-far latency per engine against trial number or wall time (s since its first trial)."""
+    fig, ax = _pyplot().subplots(figsize=(7, 4))
+    for n, (engine, records) in enumerate(series.items()):
+        if against == "trial":
+            xs = list(range(1, len(records) + 1))
+        else:
+            start = min(r["finished_at"] - r.get("trial_s", 0.0) for r in records)
+            xs = [r["finished_at"] - start for r in records]
+        points = [(x, b) for x, b in zip(xs, best_so_far(records)) if b < math.inf]
+        if points:
+            ax.step(*zip(*points), where="post", color=f"C{n % 10}", label=engine)
+    _references(ax, references, len(series))
+    ax.set_yscale("log")
+    ax.set_xlabel("trial" if against == "trial" else "wall time (s)")
+    ax.set_ylabel("best latency so far (ms, log)")
+    return _save(fig, ax, title, path)
+
+
+def latency_vs_threads(records: list[Record], front: set[str], title: str, path: Path) -> Path:
+    """Every ok trial's latency against its thread count, Pareto-optimal trials (by trial_id) marked."""
+    fig, ax = _pyplot().subplots(figsize=(6, 4))
+    ok = [r for r in records if r.get("status") == "ok"]
+    ax.scatter([r["threads"] for r in ok], [r["latency_ms"] for r in ok], s=10, color="0.6", label="trial")
+    best = sorted((r["threads"], r["latency_ms"]) for r in ok if r.get("trial_id") in front)
+    if best:
+        ax.plot(*zip(*best), "o-", color="C3", label="Pareto front")
+    ax.set_yscale("log")
+    ax.set_xlabel("threads (cores used)")
+    ax.set_ylabel("latency (ms, log)")
+    return _save(fig, ax, title, path)

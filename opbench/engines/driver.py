@@ -42,15 +42,15 @@ def measure_references(measurer: Measurer, workload: Workload, resources: Resour
     return refs
 
 
-def run_tuning(engine: Engine, workload: Workload, trials: int, measurer: Measurer, on_record: Callable[[Record], None],
+def run_tuning(engine: Engine, workload: Workload, count: int, measurer: Measurer, on_record: Callable[[Record], None],
                resources: Resources, template: str | None = None, batch: int = 1) -> list[Record]:
-    """Ask the engine for configs in batches until ``trials`` trials (counting a resumed study's) are done.
+    """Ask the engine for configs in batches until ``count`` more trials are done (or it has no more).
 
     Each record is stored (``on_record``) before the engine hears it, so a kill in between leaves a
     record the engine can recover from on resume rather than a lost or repeated trial.
     """
     records: list[Record] = []
-    remaining = trials - engine.done
+    remaining = count
     while remaining > 0:
         proposals = engine.ask(min(batch, remaining))
         if not proposals:

@@ -28,22 +28,40 @@ def _sampler(name: str, space: Space, seed: int | None) -> Any:
     raise OpBenchError(f"unknown Optuna sampler '{name}'; samplers: {', '.join(SAMPLERS)}")
 
 
+OBJECTIVES = ("latency", "threads")  # minimised; "threads" = cores used, for latency/resource Pareto fronts
+
+
+def _storage(url: str) -> Any:
+    """An RDB storage; sqlite waits for the lock (several workers share one file) instead of failing."""
+    import optuna
+
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+
+
 class OptunaEngine(Engine):
     def __init__(self, space: Space, threads: int, study: str, storage: str, sampler: str = "tpe",
-                 seed: int | None = None, resume: bool = False, initial: dict[str, Any] | None = None) -> None:
+                 seed: int | None = None, resume: bool = False, initial: dict[str, Any] | None = None,
+                 objectives: tuple[str, ...] = ("latency",)) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        unknown = [o for o in objectives if o not in OBJECTIVES]
+        if unknown or not objectives or objectives[0] != "latency":
+            raise OpBenchError(f"objectives must start with latency and be among {', '.join(OBJECTIVES)}; "
+                               f"got {','.join(objectives)}")
         self.name = f"optuna-{sampler}"
+        self.objectives = objectives
         self._space, self._threads = space, threads
         self._distributions = {k: optuna.distributions.CategoricalDistribution(v["_value"]) for k, v in space.items()}
+        storage = _storage(storage)
         if not resume:
             try:
                 optuna.delete_study(study_name=study, storage=storage)
             except KeyError:
                 pass
         self.study = optuna.create_study(study_name=study, storage=storage, sampler=_sampler(sampler, space, seed),
-                                         direction="minimize", load_if_exists=True)
+                                         directions=["minimize"] * len(objectives), load_if_exists=True)
         if initial is not None and not self.study.trials:  # start a fresh study from the template default
             self.study.enqueue_trial({k: v for k, v in initial.items() if k in space})
 
@@ -83,7 +101,12 @@ class OptunaEngine(Engine):
         trial.set_user_attr("status", record["status"])
         trial.set_user_attr("trial_id", record["trial_id"])
         if record["status"] == "ok":
-            self.study.tell(trial, record["latency_ms"])
+            values = {"latency": record["latency_ms"], "threads": record["threads"]}
+            self.study.tell(trial, [values[o] for o in self.objectives])
         else:
             trial.set_user_attr("error", record.get("error", "")[:500])
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    def pareto_trial_ids(self) -> set[str]:
+        """OpBench trial ids of the study's Pareto-optimal trials (the best one when single-objective)."""
+        return {t.user_attrs["trial_id"] for t in self.study.best_trials if "trial_id" in t.user_attrs}

@@ -30,7 +30,7 @@ class _Worker:
 
     def build(self, req: BuildInput) -> BuildResult:
         import tvm
-        from tvm import s_tir, te
+        from tvm import s_tir
 
         from opbench.features import schedule_features
         from opbench.resources import make_target
@@ -40,20 +40,19 @@ class _Worker:
         start = time.perf_counter()
         workload = parse_workload(req.workload)
         template = get_template(workload, req.template)
-        sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(workload.te_tensors())}))
         try:
-            template.apply(sch, req.config, workload)
+            mod = template.schedule(workload, req.config)
         except (s_tir.ScheduleError, tvm.TVMError) as exc:
             return BuildResult(Status.INVALID_CONFIG, f"schedule rejected the config: {_short(exc)}")
         target = make_target(req.target, req.threads)
         try:
-            executable = tvm.compile(sch.mod, target)
+            executable = tvm.compile(mod, target)
             artifact = os.path.join(req.out_dir, f"kernel-{os.getpid()}-{time.monotonic_ns()}.so")
             executable.export_library(artifact)
         except Exception as exc:  # noqa: BLE001 - any compiler failure is a build error of this trial
             return BuildResult(Status.BUILD_ERROR, _short(exc), build_s=time.perf_counter() - start)
         build_s = time.perf_counter() - start
-        features = schedule_features(sch.mod, target) if req.extract_features else {}
+        features = schedule_features(mod, target) if req.extract_features else {}
         return BuildResult(Status.OK, artifact=artifact, build_s=build_s, target=str(target), features=features)
 
     def _inputs_for(self, spec: str) -> tuple[list[Any], Any]:

@@ -151,6 +151,7 @@ class Measurer:
             if run.max_abs_err == run.max_abs_err:
                 record["max_abs_err"] = run.max_abs_err
         record["trial_s"] = time.perf_counter() - started
+        record["finished_at"] = time.time()  # unix seconds: tuning curves against wall time
         try:
             record.update(static_features(workload, config, template, res, host))
         except (KeyError, ValueError):  # an invalid config, or a library baseline with no knobs

@@ -7,6 +7,7 @@ from typing import Any
 
 from opbench.exceptions import SearchSpaceError, WorkloadError
 from opbench.space._base import Config, Knob, Template
+from opbench.space.prescheduled import IRFileTemplate
 from opbench.space.rowwise import NoScheduleTemplate, RowwiseTemplate
 from opbench.space.tiled import TiledTemplate
 from opbench.workloads import Workload
@@ -29,9 +30,10 @@ TEMPLATES: dict[str, Template] = {
         RowwiseTemplate("layer_norm"),
         RowwiseTemplate("add_relu", fuse_all=True),
         NoScheduleTemplate(),
+        IRFileTemplate(),
     )
 }
-GENERIC_TEMPLATES = ("te_default",)
+GENERIC_TEMPLATES = ("te_default", "metaschedule")
 
 
 def get_template(workload: Workload, name: str | None = None) -> Template:

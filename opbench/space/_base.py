@@ -9,6 +9,7 @@ from opbench.exceptions import ConfigError
 from opbench.workloads import Workload
 
 if TYPE_CHECKING:
+    from tvm import IRModule
     from tvm.s_tir import Schedule
 
 Config = dict[str, Any]
@@ -49,6 +50,15 @@ class Template(ABC):
     @abstractmethod
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         """Schedule ``sch`` (a fresh schedule of ``workload``'s PrimFunc) with a validated config."""
+
+    def schedule(self, workload: Workload, config: Config) -> IRModule:
+        """The scheduled IRModule of ``workload`` under a validated ``config`` (in a worker: imports TVM)."""
+        import tvm
+        from tvm import s_tir, te
+
+        sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(workload.te_tensors())}))
+        self.apply(sch, config, workload)
+        return sch.mod
 
     def search_space(self) -> dict[str, dict[str, Any]]:
         """This template's space in NNI's search-space format."""

@@ -5,6 +5,7 @@ import contextlib
 import fcntl
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,11 @@ def store_dir() -> Path:
     """The repository's ``mlflow/`` folder (or ``./mlflow`` when installed elsewhere)."""
     root = PROJECT_ROOT if (PROJECT_ROOT / "pyproject.toml").exists() else Path.cwd()
     return root / "mlflow"
+
+
+def study_dir(kind: str, study: str) -> Path:
+    """``mlflow/<kind>/<study>``: where a study keeps files that are not runs (plots, tuner state)."""
+    return store_dir() / kind / re.sub(r"[^\w.-]+", "_", study)
 
 
 def default_tracking_uri() -> str:
@@ -92,13 +98,18 @@ class MlflowWriter:
     """Logs each record as a nested run in three calls (create with tags, log_batch, terminate)."""
 
     def __init__(self, study: str, tracking_uri: str | None = None, parent_name: str | None = None,
-                 parent_tags: dict[str, str] | None = None) -> None:
+                 parent_tags: dict[str, str] | None = None, parent_run_id: str | None = None) -> None:
+        """A new parent run for the study, or ``parent_run_id``'s (a worker joining a running study)."""
         self.uri = tracking_uri or default_tracking_uri()
         self.study = study
         self.client = ensure_store(self.uri)
         self.experiment_id = experiment_id(self.client, study, self.uri)
-        tags = {KIND_TAG: "study", "mlflow.runName": parent_name or study, **(parent_tags or {})}
-        self.parent_run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
+        self.owns_parent = parent_run_id is None
+        if parent_run_id is None:
+            tags = {KIND_TAG: "study", "mlflow.runName": parent_name or study, **(parent_tags or {})}
+            parent_run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
+        self.parent_run_id = parent_run_id
+        self.trial_runs: dict[str, str] = {}  # trial_id -> run_id of the trials written here
 
     def write(self, record: Record) -> str:
         params, metrics, tags = _split(record)
@@ -107,6 +118,7 @@ class MlflowWriter:
         run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
         self.client.log_batch(run_id, metrics=metrics, params=params)
         self.client.set_terminated(run_id, "FINISHED" if record.get("status") == "ok" else "FAILED")
+        self.trial_runs[str(record.get("trial_id"))] = run_id
         return run_id
 
     def log_parent(self, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None) -> None:
@@ -120,17 +132,28 @@ class MlflowWriter:
             params=[Param(k, str(v)) for k, v in (params or {}).items()],
         )
 
-    def log_artifact(self, path: Path | str, artifact_path: str | None = None) -> None:
-        self.client.log_artifact(self.parent_run_id, str(path), artifact_path)
+    def log_artifact(self, path: Path | str, artifact_path: str | None = None, trial_id: str | None = None) -> None:
+        """Attach a file to the study's parent run, or to the run of the trial ``trial_id``."""
+        run_id = self.trial_runs[trial_id] if trial_id else self.parent_run_id
+        self.client.log_artifact(run_id, str(path), artifact_path)
 
     def close(self, status: str = "FINISHED") -> None:
-        self.client.set_terminated(self.parent_run_id, status)
+        if self.owns_parent:
+            self.client.set_terminated(self.parent_run_id, status)
 
 
-def read_mlflow(experiments: list[str], tracking_uri: str | None = None) -> pd.DataFrame:
-    """Trial records of the named experiments (studies) from an MLflow store, as a DataFrame."""
+def read_mlflow(experiments: list[str], tracking_uri: str | None = None,
+                parent_run_id: str | None = None) -> pd.DataFrame:
+    """Trial records of the named experiments (studies) from an MLflow store, as a DataFrame
+    (only those of one parent run, i.e. one invocation of a study, when ``parent_run_id`` is given)."""
     from opbench.tracking.jsonl import records_frame
 
+    return records_frame(read_mlflow_records(experiments, tracking_uri, parent_run_id))
+
+
+def read_mlflow_records(experiments: list[str], tracking_uri: str | None = None,
+                        parent_run_id: str | None = None) -> list[Record]:
+    """Like :func:`read_mlflow`, as record dicts with their original types, oldest first."""
     uri = tracking_uri or default_tracking_uri()
     client = _client(uri)
     ids = []
@@ -143,8 +166,11 @@ def read_mlflow(experiments: list[str], tracking_uri: str | None = None) -> pd.D
         ids.append(exp.experiment_id)
     rows: list[Record] = []
     token = None
+    query = f"tags.`{KIND_TAG}` = 'trial'"
+    if parent_run_id:
+        query += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
     while True:
-        page = client.search_runs(ids, filter_string=f"tags.`{KIND_TAG}` = 'trial'", max_results=5000,
+        page = client.search_runs(ids, filter_string=query, max_results=5000,
                                   order_by=["attributes.start_time ASC"], page_token=token)
         for run in page:
             data = {**run.data.params, **run.data.metrics,
@@ -153,4 +179,4 @@ def read_mlflow(experiments: list[str], tracking_uri: str | None = None) -> pd.D
         token = page.token
         if not token:
             break
-    return records_frame(rows)
+    return rows

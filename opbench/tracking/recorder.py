@@ -11,10 +11,11 @@ from opbench.tracking.schema import Record
 
 class Recorder:
     def __init__(self, study: str, tracking_uri: str | None = None, log: Path | str | None = None,
-                 extra: dict[str, Any] | None = None, parent_tags: dict[str, str] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, parent_tags: dict[str, str] | None = None,
+                 parent_run_id: str | None = None) -> None:
         self.study = study
         self.extra = {"study": study, **(extra or {})}  # stamped on every record (engine, ...)
-        self.mlflow = MlflowWriter(study, tracking_uri, parent_tags=parent_tags)
+        self.mlflow = MlflowWriter(study, tracking_uri, parent_tags=parent_tags, parent_run_id=parent_run_id)
         self.jsonl = JsonlWriter(log) if log else None
         self.records: list[Record] = []
 

@@ -17,7 +17,7 @@ Record = dict[str, Any]
 PARAMS = ("workload", "op", "shape", "dtype", "template", "threads", "cores", "target", "host",
           "tvm_version", "source_model")
 METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gflops", "peak_frac",
-           "build_s", "run_s", "trial_s", "number", "repeat", "max_abs_err")
+           "build_s", "run_s", "trial_s", "finished_at", "number", "repeat", "max_abs_err")
 TAGS = ("status", "error", "schema_version", "trial_id", "latencies_ms", "study", "engine")
 KNOB_PREFIX = "knob."
 FEATURE_PREFIX = "feat."
