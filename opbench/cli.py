@@ -168,6 +168,48 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return run_study(args, [*args.argv, "--study", args.study], workload, resources)
 
 
+def _knobs(items: list[str] | None) -> dict[str, list[Any] | None] | None:
+    if not items:
+        return None
+    out: dict[str, list[Any] | None] = {}
+    for item in items:
+        knob, eq, values = item.partition("=")
+        if not knob or (eq and not values):
+            raise UsageError(f"malformed --knobs item {item!r}: expected knob or knob=v1,v2,...")
+        out[knob] = [parse_value(v) for v in values.split(",")] if eq else None
+    return out
+
+
+def cmd_nni_new(args: argparse.Namespace) -> int:
+    from opbench.engines.nni_experiment import ExperimentSpec, write_experiment
+
+    spec = ExperimentSpec(args.workload, args.tuner, args.trials, args.concurrency, args.threads,
+                          _int_list(args.search_threads, "--search-threads") if args.search_threads else None,
+                          args.study, args.seed, args.repeat, args.template, _knobs(args.knobs))
+    path = write_experiment(spec, Path(args.out))
+    print(f"wrote {path} (+ search_space.json, README.md)\nrun it: nnictl create --config {path}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from opbench.report import summary_table, write_report
+    from opbench.tracking import Recorder, read_mlflow_records
+    from opbench.tracking.mlflow_store import KIND_TAG, study_dir
+
+    records = read_mlflow_records(args.studies, args.tracking_uri)
+    out = Path(args.out) if args.out else study_dir("reports", "+".join(args.studies), args.tracking_uri)
+    title = ", ".join(sorted({r.get("workload", "?") for r in records}))
+    summaries, paths = write_report(records, title, out)
+    print(summary_table(summaries))
+    with Recorder(args.studies[0], args.tracking_uri, parent_tags={KIND_TAG: "report", "mlflow.runName": "report"}) \
+            as recorder:
+        for path in paths:
+            recorder.mlflow.log_artifact(path, "report")
+    print("\n" + "\n".join(f"wrote {p}" for p in paths))
+    print(f"(also artifacts of the 'report' run in MLflow experiment '{args.studies[0]}')")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     argv = ["tune", "matmul-512", "--engine", "optuna", "--sampler", "tpe", "--trials", str(args.trials),
             "--threads", str(args.threads), "--study", "demo-matmul-512", "--seed", "0", "--batch", "2"]
@@ -241,6 +283,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the study instead of starting it afresh")
     p.add_argument("--no-references", action="store_true", help="skip TE-default/torch/numpy reference timings")
     p.set_defaults(func=cmd_tune)
+    p = sub.add_parser("nni", help="NNI experiments")
+    nni = p.add_subparsers(dest="nni_command", required=True)
+    p = nni.add_parser("new", help="write a ready NNI experiment (config.yml, search_space.json, README.md)")
+    p.add_argument("workload")
+    p.add_argument("--tuner", default="TPE", choices=TUNERS)
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--concurrency", type=int, default=1, help="trials NNI runs at once (timings take turns)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--search-threads", metavar="LIST", help="also search the thread count among these")
+    p.add_argument("--template")
+    p.add_argument("--study", help="MLflow experiment (default nni-<folder name>)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--knobs", nargs="*", metavar="KNOB[=V1,V2]",
+                   help="search only these knobs (others take the default), optionally only these values")
+    p.add_argument("--out", required=True, help="the experiment folder, e.g. experiments/matmul-512-tpe")
+    p.set_defaults(func=cmd_nni_new)
+    p = sub.add_parser("report", help="tuning curves, latency vs threads, best TIR and a table of a study")
+    p.add_argument("studies", nargs="+", metavar="STUDY", help="MLflow experiment(s) to report on together")
+    p.add_argument("--tracking-uri")
+    p.add_argument("--out", help="folder for the PNGs and TIR (default mlflow/reports/<study>)")
+    p.set_defaults(func=cmd_report)
     p = sub.add_parser("demo", help="the main job: an Optuna TPE study on matmul-512")
     p.add_argument("--trials", type=int, default=60)
     p.add_argument("--threads", type=int, default=min(2, len(__import__("os").sched_getaffinity(0))))

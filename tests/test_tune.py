@@ -66,7 +66,7 @@ def test_random_engine_with_thread_search_and_references(tmp_path, tracking_uri)
     frame = read_mlflow(["r"], tracking_uri)
     assert set(frame["reference"].dropna()) == {"te_default", "template_default", "torch", "numpy"}
     tuned = frame[frame["reference"].isna()]
-    assert len(tuned) == 4 and set(tuned["engine"]) == {"tune"}
+    assert len(tuned) == 4 and set(tuned["engine"]) == {"random"}
     assert set(tuned["threads"]) <= {1, 2}
 
 

@@ -163,7 +163,7 @@ def _metaschedule(args: argparse.Namespace, workload: Workload, trials: int, mea
     from opbench.engines.metaschedule import MetaScheduleTuner
     from opbench.tracking.mlflow_store import study_dir
 
-    work_dir = study_dir("metaschedule", args.study)
+    work_dir = study_dir("metaschedule", args.study, args.tracking_uri)
     shutil.rmtree(work_dir, ignore_errors=True)  # a fresh search, not warm-started from an old database
     tuner = MetaScheduleTuner(work_dir, args.seed)
     records = tuner.run(workload, trials, measurer, sink, resources,
@@ -179,7 +179,7 @@ def summarize(records: list[Record], refs: dict[str, Record], engine: Engine | N
     from opbench.plots import latency_vs_threads, tuning_curve
     from opbench.tracking.mlflow_store import study_dir
 
-    plots = study_dir("plots", recorder.study)
+    plots = study_dir("plots", recorder.study, recorder.mlflow.uri)
     curve = tuning_curve(records, refs, title, plots / "tuning_curve.png")
     recorder.mlflow.log_artifact(curve, "plots")
     ok = [r for r in records if r["status"] == "ok"]

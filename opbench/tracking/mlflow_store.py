@@ -24,9 +24,12 @@ def store_dir() -> Path:
     return root / "mlflow"
 
 
-def study_dir(kind: str, study: str) -> Path:
-    """``mlflow/<kind>/<study>``: where a study keeps files that are not runs (plots, tuner state)."""
-    return store_dir() / kind / re.sub(r"[^\w.-]+", "_", study)
+def study_dir(kind: str, study: str, tracking_uri: str | None = None) -> Path:
+    """``<store>/<kind>/<study>``: a study's files that are not runs (plots, tuner state), next to the
+    sqlite store it logs to (``mlflow/`` by default)."""
+    uri = tracking_uri or default_tracking_uri()
+    base = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else store_dir()
+    return base / kind / re.sub(r"[^\w.-]+", "_", study)
 
 
 def default_tracking_uri() -> str:
@@ -92,6 +95,22 @@ def _split(record: Record) -> tuple[list[Any], list[Any], dict[str, str]]:
 
             tags[key] = json.dumps(value) if key in JSON_TAGS else str(value)
     return params, metrics, tags
+
+
+def nni_parent_run(study: str, tracking_uri: str | None, nni_experiment: str) -> str:
+    """The parent run that gathers one NNI experiment's trials (created by whichever trial comes first)."""
+    uri = tracking_uri or default_tracking_uri()
+    client = ensure_store(uri)
+    exp = experiment_id(client, study, uri)
+    lock = Path(uri.removeprefix("sqlite:///")).with_suffix(".nni.lock") if uri.startswith("sqlite:///") \
+        else Path(os.path.expanduser("~/.opbench-nni.lock"))
+    with _file_lock(lock):
+        runs = client.search_runs([exp], filter_string=f"tags.`{KIND_TAG}` = 'study' and "
+                                                       f"tags.`nni.experiment_id` = '{nni_experiment}'")
+        if runs:
+            return runs[0].info.run_id
+        tags = {KIND_TAG: "study", "mlflow.runName": f"{study}-nni-{nni_experiment}", "nni.experiment_id": nni_experiment}
+        return client.create_run(exp, tags=tags).info.run_id
 
 
 class MlflowWriter:

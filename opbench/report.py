@@ -1,0 +1,98 @@
+"""``opbench report``: a study's records read back from MLflow as curves, a table and the best schedule."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from opbench.engines.driver import speedup
+from opbench.plots import best_so_far, engine_curves, latency_vs_threads
+from opbench.progress import changed_knobs, table
+from opbench.tracking.schema import KNOB_PREFIX, Record
+
+
+@dataclass
+class EngineSummary:
+    engine: str
+    trials: int
+    ok: int
+    best_ms: float
+    best_gflops: float
+    trials_to_10pct: int  # first trial whose best-so-far is within 10% of the engine's best
+    wall_s: float
+    vs_torch: float  # torch latency / best latency (> 1: faster than torch)
+
+
+def split_records(records: list[Record]) -> tuple[dict[str, list[Record]], dict[str, Record]]:
+    """Tuning trials per engine (in time order) and the latest record of each reference."""
+    series: dict[str, list[Record]] = {}
+    refs: dict[str, Record] = {}
+    for record in sorted(records, key=lambda r: r.get("finished_at") or 0.0):
+        if record.get("reference"):
+            refs[record["reference"]] = record
+        else:
+            series.setdefault(record.get("engine") or "unknown", []).append(record)
+    return series, refs
+
+
+def summarize_engine(engine: str, records: list[Record], refs: dict[str, Record]) -> EngineSummary:
+    curve = best_so_far(records)
+    best = curve[-1] if curve else math.inf
+    ok = [r for r in records if r.get("status") == "ok"]
+    best_record = min(ok, key=lambda r: r["latency_ms"]) if ok else None
+    reach = next((i for i, b in enumerate(curve, start=1) if b <= 1.1 * best), 0) if best < math.inf else 0
+    times = [r["finished_at"] for r in records if r.get("finished_at")]
+    wall = (max(times) - min(times) + records[0].get("trial_s", 0.0)) if times else math.nan
+    return EngineSummary(engine, len(records), len(ok), best if best < math.inf else math.nan,
+                         best_record["gflops"] if best_record else math.nan, reach, wall,
+                         speedup(refs.get("torch"), best_record))
+
+
+def summary_table(summaries: list[EngineSummary]) -> str:
+    return table([(s.engine, s.trials, s.ok, s.best_ms, s.best_gflops, s.trials_to_10pct, s.wall_s, s.vs_torch)
+                  for s in summaries],
+                 ["engine", "trials", "ok", "best_ms", "GFLOP/s", "trials_to_10%", "wall_s", "x torch"])
+
+
+def pareto_ids(records: list[Record]) -> set[str]:
+    """Trials no other trial beats on both latency and threads (fewer threads, lower latency)."""
+    front, best = set(), math.inf
+    for record in sorted((r for r in records if r.get("status") == "ok"), key=lambda r: (r["threads"], r["latency_ms"])):
+        if record["latency_ms"] < best:
+            best = record["latency_ms"]
+            front.add(record["trial_id"])
+    return front
+
+
+def best_tir(record: Record) -> str:
+    """The best trial's scheduled TensorIR (what ``tvm.compile`` lowers), rebuilt from its record."""
+    from opbench.space import get_template
+    from opbench.workloads import parse_workload
+
+    workload = parse_workload(record["workload"])
+    template = get_template(workload, record.get("template"))
+    config = template.validate({k[len(KNOB_PREFIX):]: v for k, v in record.items() if k.startswith(KNOB_PREFIX)},
+                               workload)
+    return template.schedule(workload, config).script()
+
+
+def write_report(records: list[Record], title: str, out: Path) -> tuple[list[EngineSummary], list[Path]]:
+    """Plots and the best schedule's TIR under ``out``; the per-engine summaries."""
+    series, refs = split_records(records)
+    if not series:
+        from opbench.exceptions import OpBenchError
+
+        raise OpBenchError(f"{title}: no tuning trials recorded")
+    summaries = [summarize_engine(e, rs, refs) for e, rs in series.items()]
+    trials = [r for rs in series.values() for r in rs]
+    paths = [engine_curves(series, refs, f"{title}: best so far vs trial", out / "curve_vs_trial.png"),
+             engine_curves(series, refs, f"{title}: best so far vs wall time", out / "curve_vs_time.png", "time"),
+             latency_vs_threads(trials, pareto_ids(trials), f"{title}: latency vs threads", out / "latency_vs_threads.png")]
+    ok = [r for r in trials if r.get("status") == "ok"]
+    if ok:
+        best = min(ok, key=lambda r: r["latency_ms"])
+        tir = out / "best_schedule.py"
+        tir.write_text(f"# {best['workload']} best: {best['latency_ms']:.4f} ms, {best.get('engine')}, "
+                       f"threads={best['threads']} {changed_knobs(best)}\n" + best_tir(best))
+        paths.append(tir)
+    return summaries, paths

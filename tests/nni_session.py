@@ -1,0 +1,40 @@
+"""Runs one NNI experiment with plain ``nnictl`` and exports it; the test runs this inside ``unshare -n``.
+
+Usage: python tests/nni_session.py CONFIG PORT EXPORT_CSV [TIMEOUT_S]
+Brings loopback up (a fresh network namespace has it down), ``nnictl create``s the experiment,
+waits until NNI reports it DONE, ``nnictl experiment export``s the trials as CSV and stops it.
+"""
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+NNICTL = str(Path(sys.executable).with_name("nnictl"))
+
+
+def main(config: str, port: str, export: str, timeout_s: float = 400.0) -> int:
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    out = subprocess.run([NNICTL, "create", "--config", config, "--port", port], capture_output=True, text=True)
+    print(out.stdout, out.stderr, flush=True)
+    if out.returncode:
+        return out.returncode
+    base = f"http://127.0.0.1:{port}/api/v1/nni"
+    deadline, status = time.time() + timeout_s, {}
+    try:
+        while time.time() < deadline:
+            status = json.load(urllib.request.urlopen(f"{base}/check-status"))
+            if status["status"] in ("DONE", "ERROR", "STOPPED"):
+                break
+            time.sleep(2)
+        experiment = json.load(urllib.request.urlopen(f"{base}/experiment"))["id"]
+        print("status", status, "experiment", experiment, flush=True)
+        subprocess.run([NNICTL, "experiment", "export", experiment, "--filename", export, "--type", "csv"], check=True)
+    finally:
+        subprocess.run([NNICTL, "stop", "--all"], capture_output=True)
+    return 0 if status.get("status") == "DONE" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:4], *map(float, sys.argv[4:5])))

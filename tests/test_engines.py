@@ -1,0 +1,174 @@
+"""Engines beyond one Optuna process: NNI (in-process and a real nnictl experiment), MetaSchedule,
+Optuna workers sharing a storage, multi-objective studies, and `opbench report`."""
+import json
+import math
+import shutil
+import subprocess
+import sys
+
+import mlflow
+import optuna
+import pandas as pd
+import pytest
+import yaml
+
+from opbench.engines.nni_experiment import ExperimentSpec, write_experiment
+from opbench.exceptions import SearchSpaceError
+from opbench.tracking import read_mlflow
+
+from .conftest import ROOT
+
+CLI = [sys.executable, "-m", "opbench.cli"]
+SMALL = "matmul:m=64,n=64,k=64"
+SHIPPED = {  # experiment folder -> the `opbench nni new` arguments that write it
+    "matmul-512-tpe": ExperimentSpec("matmul-512", "TPE", 64, threads=2),
+    "resnet50-c2-evolution": ExperimentSpec("resnet50-c2", "Evolution", 64, threads=2),
+    "bert-base-ffn1-anneal": ExperimentSpec("bert-base-ffn1", "Anneal", 64, threads=2),
+    "matmul-512-threads-tile-grid": ExperimentSpec("matmul-512", "GridSearch", 40, search_threads=[1, 2],
+                                                   knobs={"i_inner": [1, 2, 4, 8, 16], "j_inner": [8, 16, 32, 64]}),
+}
+
+
+def _tune(tracking_uri, study, *extra):
+    cmd = CLI + ["tune", SMALL, "--tracking-uri", tracking_uri, "--study", study, "--repeat", "2", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+
+
+def _parent_run(tracking_uri, study, kind="study"):
+    client = mlflow.tracking.MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(study)
+    return client, client.search_runs([exp.experiment_id], filter_string=f"tags.`opbench.kind` = '{kind}'")[0]
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_shipped_experiments_are_what_nni_new_writes(tmp_path, name):
+    written = write_experiment(SHIPPED[name], tmp_path / name)
+    shipped = ROOT / "experiments" / name
+    ours, theirs = yaml.safe_load(written.read_text()), yaml.safe_load((shipped / "config.yml").read_text())
+    assert ours.pop("trialCodeDirectory") and theirs.pop("trialCodeDirectory") == "../.."
+    assert ours == theirs
+    assert json.loads((tmp_path / name / "search_space.json").read_text()) == \
+        json.loads((shipped / "search_space.json").read_text())
+    assert theirs["tuner"]["name"] == SHIPPED[name].tuner and "opbench.engines.nni_trial" in theirs["trialCommand"]
+
+
+def test_nni_new_rejects_unknown_knobs_and_values(tmp_path):
+    with pytest.raises(SearchSpaceError, match="knob 'bogus'"):
+        write_experiment(ExperimentSpec("matmul-512", knobs={"bogus": None}), tmp_path / "x")
+    with pytest.raises(SearchSpaceError, match=r"values \[3\]"):
+        write_experiment(ExperimentSpec("matmul-512", knobs={"i_inner": [3]}), tmp_path / "x")
+    out = subprocess.run(CLI + ["nni", "new", "matmul-512", "--tuner", "Nope", "--out", str(tmp_path / "y")],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "invalid choice: 'Nope'" in out.stderr
+
+
+def _unshare() -> list[str]:
+    for cmd in (["unshare", "-n"], ["unshare", "-rn"]):
+        if shutil.which("unshare") and subprocess.run(cmd + ["true"], capture_output=True).returncode == 0:
+            return cmd
+    pytest.skip("no private network namespace (unshare -n) for NNI's manager, which binds all interfaces")
+
+
+@pytest.mark.slow
+def test_shipped_nni_experiment_runs_under_nnictl_and_matches_mlflow(tmp_path):
+    unshare = _unshare()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = yaml.safe_load((ROOT / "experiments" / "matmul-512-tpe" / "config.yml").read_text())
+    config.update(maxTrialNumber=3, trialCodeDirectory=str(ROOT), experimentWorkingDirectory=str(tmp_path / "nni"),
+                  searchSpaceFile=str(ROOT / "experiments" / "matmul-512-tpe" / "search_space.json"))
+    config["trialCommand"] += f" --tracking-uri {uri} --repeat 2"
+    (tmp_path / "config.yml").write_text(yaml.safe_dump(config))
+    export = tmp_path / "export.csv"
+    run = subprocess.run(unshare + [sys.executable, str(ROOT / "tests" / "nni_session.py"), str(tmp_path / "config.yml"),
+                                    "18123", str(export), "420"], capture_output=True, text=True, timeout=540)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+
+    exported = pd.read_csv(export)  # NNI's view: the trials that reported a final result
+    frame = read_mlflow(["nni-matmul-512-tpe"], uri)
+    trials = frame[frame["reference"].isna()]
+    assert len(trials) == 3 and trials["nni.trial_id"].is_unique
+    assert set(trials["engine"]) == {"nni-tpe"} and trials["nni.experiment_id"].nunique() == 1
+    ok = trials[trials["status"] == "ok"].set_index("nni.trial_id")
+    assert set(exported["trialJobId"]) == set(ok.index)
+    for _, row in exported.iterrows():
+        assert math.isclose(row["default"], ok.loc[row["trialJobId"], "latency_ms"], rel_tol=1e-9)
+        assert row["i_inner"] == ok.loc[row["trialJobId"], "knob.i_inner"]
+    refs = frame[frame["reference"].notna()]
+    assert set(refs["reference"]) == {"te_default", "template_default", "torch", "numpy"}
+    assert set(refs["nni.trial_id"]) <= set(trials["nni.trial_id"])  # measured by the first trial
+
+
+def test_nni_tuner_in_process(tracking_uri):
+    out = _tune(tracking_uri, "n", "--engine", "nni", "--tuner", "Anneal", "--trials", "4", "--no-references")
+    frame = read_mlflow(["n"], tracking_uri)
+    assert len(frame) == 4 and set(frame["engine"]) == {"nni-anneal"}
+    assert "best tuned" in out.stdout
+
+
+@pytest.mark.slow
+def test_metaschedule_candidates_are_measured_checked_and_recorded_with_traces(tmp_path, tracking_uri):
+    _tune(tracking_uri, "ms", "--engine", "metaschedule", "--trials", "6", "--seed", "0", "--no-references")
+    frame = read_mlflow(["ms"], tracking_uri)
+    assert len(frame) == 6 and set(frame["template"]) == {"metaschedule"} and set(frame["engine"]) == {"metaschedule"}
+    ok = frame[frame["status"] == "ok"]
+    assert len(ok) >= 4 and (ok["max_abs_err"] < 1e-3).all()  # checked against the reference
+    assert ok["knob.ir_file"].is_unique
+    client = mlflow.tracking.MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name("ms")
+    run = client.search_runs([exp.experiment_id], filter_string=f"tags.trial_id = '{ok.iloc[0]['trial_id']}'")[0]
+    [artifact] = client.list_artifacts(run.info.run_id, "metaschedule")
+    trace = open(client.download_artifacts(run.info.run_id, artifact.path, str(tmp_path))).read()
+    assert "sch.get_sblock" in trace or "get_sblock" in trace
+    _, parent = _parent_run(tracking_uri, "ms")
+    names = {a.path for a in client.list_artifacts(parent.info.run_id, "metaschedule")}
+    assert "metaschedule/database_tuning_record.json" in names
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_optuna_storage(tmp_path, tracking_uri):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    _tune(tracking_uri, "w2", "--workers", "2", "--trials", "8", "--storage", storage, "--seed", "5",
+          "--no-references")
+    study = optuna.load_study(study_name="w2", storage=storage)
+    measured = [t for t in study.trials if "status" in t.user_attrs]
+    assert len(measured) == 8 and len(study.trials) == 8
+    frame = read_mlflow(["w2"], tracking_uri)
+    assert len(frame) == 8 and frame["engine_trial"].astype(str).is_unique
+    assert set(frame["trial_id"]) == {t.user_attrs["trial_id"] for t in measured}
+    _, parent = _parent_run(tracking_uri, "w2")
+    assert parent.data.metrics["best_latency_ms"] == frame[frame["status"] == "ok"]["latency_ms"].min()
+
+
+def test_multi_objective_study_reports_a_pareto_front(tmp_path, tracking_uri):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    out = _tune(tracking_uri, "mo", "--sampler", "nsga2", "--objectives", "latency,threads", "--search-threads",
+                "1,2", "--trials", "6", "--storage", storage, "--seed", "2", "--no-references")
+    assert "Pareto front (latency vs threads)" in out.stdout
+    study = optuna.load_study(study_name="mo", storage=storage)
+    assert [d.name for d in study.directions] == ["MINIMIZE", "MINIMIZE"]
+    assert all(len(t.values) == 2 for t in study.best_trials)
+    client, parent = _parent_run(tracking_uri, "mo")
+    assert {a.path for a in client.list_artifacts(parent.info.run_id, "plots")} == \
+        {"plots/tuning_curve.png", "plots/pareto_front.png"}
+
+
+def test_objectives_need_a_thread_search(tracking_uri):
+    out = subprocess.run(CLI + ["tune", SMALL, "--objectives", "latency,threads", "--tracking-uri", tracking_uri],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "needs --search-threads" in out.stderr
+
+
+def test_report_draws_curves_per_engine_and_the_best_tir(tmp_path, tracking_uri):
+    _tune(tracking_uri, "rep", "--engine", "random", "--trials", "3", "--seed", "1", "--search-threads", "1,2")
+    _tune(tracking_uri, "rep", "--engine", "grid", "--trials", "2", "--no-references")
+    out = subprocess.run(CLI + ["report", "rep", "--tracking-uri", tracking_uri, "--out", str(tmp_path / "r")],
+                         capture_output=True, text=True, check=True)
+    lines = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line[:1].isalpha()}
+    assert lines["random"][1] == "3" and lines["grid"][1] == "2"
+    pngs = sorted(p.name for p in (tmp_path / "r").glob("*.png"))
+    assert pngs == ["curve_vs_time.png", "curve_vs_trial.png", "latency_vs_threads.png"]
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in (tmp_path / "r").glob("*.png"))
+    assert "@T.prim_func" in (tmp_path / "r" / "best_schedule.py").read_text()
+    client, report = _parent_run(tracking_uri, "rep", kind="report")
+    assert {a.path for a in client.list_artifacts(report.info.run_id, "report")} == \
+        {f"report/{n}" for n in [*pngs, "best_schedule.py"]}
