@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from opbench import cli_data
 from opbench.engines.nni_engine import TUNERS
 from opbench.engines.study import ENGINES
 from opbench.exceptions import OpBenchError
@@ -269,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="who proposes configs: Optuna, an NNI tuner in-process, random, grid, or TVM's MetaSchedule")
     p.add_argument("--sampler", default="tpe", help="Optuna sampler: tpe, random, cmaes, gp, nsga2, grid")
     p.add_argument("--tuner", default="TPE", choices=TUNERS, help="NNI tuner for --engine nni")
+    p.add_argument("--warm-start", metavar="DATASET", help="--engine model: train the first model on these logs")
     p.add_argument("--objectives", default="latency",
                    help="Optuna objectives to minimise: latency, or latency,threads for a Pareto front")
     p.add_argument("--workers", type=int, default=1, help="Optuna worker processes sharing the study's storage")
@@ -305,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tracking-uri")
     p.add_argument("--out", help="folder for the PNGs and TIR (default mlflow/reports/<study>)")
     p.set_defaults(func=cmd_report)
+    cli_data.register(sub)
     p = sub.add_parser("demo", help="the main job: an Optuna TPE study on matmul-512")
     p.add_argument("--trials", type=int, default=60)
     p.add_argument("--threads", type=int, default=min(2, len(__import__("os").sched_getaffinity(0))))

@@ -12,11 +12,11 @@ from opbench.engines._base import Engine
 from opbench.engines.driver import ENGINE_TRIAL_TAG, measure_references, run_tuning, speedup
 from opbench.exceptions import OpBenchError
 from opbench.progress import TrialPrinter, changed_knobs, table
-from opbench.resources import Resources
+from opbench.resources import Resources, parse_cores
 from opbench.tracking.schema import KNOB_PREFIX, Record
 from opbench.workloads import Workload
 
-ENGINES = ("optuna", "nni", "random", "grid", "metaschedule")
+ENGINES = ("optuna", "nni", "random", "grid", "model", "metaschedule")
 
 
 def engine_label(args: argparse.Namespace) -> str:
@@ -56,6 +56,13 @@ def make_engine(args: argparse.Namespace, workload: Workload, study: str, resume
         return NniEngine(args.tuner, space, args.threads, seed)
     if args.engine == "random":
         return RandomEngine(space, args.threads, seed)
+    if args.engine == "model":
+        from opbench.dataset import read_dataset
+        from opbench.engines.model_engine import ModelEngine
+
+        warm = read_dataset(args.warm_start) if args.warm_start else None
+        return ModelEngine(space, Resources(args.threads, parse_cores(args.cores), args.target), workload, template,
+                           seed, warm)
     if args.engine == "grid":
         return GridEngine(space, args.threads)
     raise OpBenchError(f"engine '{args.engine}' does not propose configs one by one; engines: {', '.join(ENGINES)}")

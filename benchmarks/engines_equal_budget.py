@@ -1,0 +1,99 @@
+"""Tuning engines at an equal trial budget, against TVM's MetaSchedule and PyTorch, in one run.
+
+For matmul-512, resnet50-c2 and bert-base-ffn1 (same threads, same measurer, same MLflow store):
+Optuna TPE, NNI's TPE tuner (in-process), uniform random and MetaSchedule each get the same number
+of trials. Per engine: best latency (median of repeats), GFLOP/s, trials until within 10% of its own
+best, wall time of the whole search (MetaSchedule's search and cost model included), best / torch
+and best / MetaSchedule's best. One tuning-curve PNG per workload (best so far vs trial).
+
+    .venv/bin/python benchmarks/engines_equal_budget.py [--trials 64] [--threads 2] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import tempfile
+import time
+from pathlib import Path
+
+from opbench.engines.driver import measure_references, run_tuning
+from opbench.engines.metaschedule import MetaScheduleTuner
+from opbench.engines.nni_engine import NniEngine
+from opbench.engines.optuna_engine import OptunaEngine
+from opbench.engines.simple import RandomEngine
+from opbench.measure.measurer import MeasureOptions, Measurer
+from opbench.plots import engine_curves
+from opbench.progress import TrialPrinter, table
+from opbench.report import summarize_engine
+from opbench.resources import Resources, host_facts
+from opbench.space import get_template, load_search_space, search_space_path
+from opbench.tracking import Recorder
+from opbench.workloads import parse_workload
+
+WORKLOADS = ("matmul-512", "resnet50-c2", "bert-base-ffn1")
+ENGINES = ("optuna-tpe", "nni-tpe", "random", "metaschedule")
+
+
+def tune(engine: str, name: str, trials: int, measurer: Measurer, sink, resources: Resources, scratch: Path, seed: int):
+    workload = parse_workload(name)
+    if engine == "metaschedule":
+        return MetaScheduleTuner(scratch / f"ms-{name}", seed).run(workload, trials, measurer, sink, resources)
+    template = get_template(workload)
+    space = load_search_space(search_space_path(template))
+    if engine == "optuna-tpe":
+        proposer = OptunaEngine(space, resources.threads, f"{name}-{engine}", f"sqlite:///{scratch}/optuna.db",
+                                seed=seed, initial=template.default_config(workload))
+    elif engine == "nni-tpe":
+        proposer = NniEngine("TPE", space, resources.threads, seed)
+    else:
+        proposer = RandomEngine(space, resources.threads, seed)
+    return run_tuning(proposer, workload, trials, measurer, sink, resources, batch=2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
+    parser.add_argument("--out", default=None, help="folder for the PNGs (default: a temporary folder)")
+    args = parser.parse_args()
+    resources = Resources(args.threads)
+    scratch = Path(tempfile.mkdtemp(prefix="opbench-engines-"))
+    out = Path(args.out) if args.out else scratch
+    tracking = f"sqlite:///{scratch}/mlflow.db"
+    rows = []
+    with Measurer(MeasureOptions(build_workers=2)) as measurer:
+        measurer.warm_up(resources)
+        for name in args.workloads:
+            workload = parse_workload(name)
+            with Recorder(f"engines-{name}", tracking) as recorder:
+                refs = measure_references(measurer, workload, resources, recorder)
+                series, summaries = {}, []
+                for engine in ENGINES:
+                    printer = TrialPrinter(args.trials)
+                    print(f"--- {name}: {engine}, {args.trials} trials", flush=True)
+                    started = time.perf_counter()
+                    sink = lambda r, e=engine: (r.update(engine=e), recorder(r), printer(r))  # noqa: E731
+                    series[engine] = tune(engine, name, args.trials, measurer, sink, resources, scratch, args.seed)
+                    wall = time.perf_counter() - started
+                    summaries.append(dataclasses.replace(summarize_engine(engine, series[engine], refs), wall_s=wall))
+                plot = engine_curves(series, refs, f"{name}: {args.trials} trials per engine", out / f"{name}.png")
+                recorder.mlflow.log_artifact(plot, "plots")
+            ms_best = summaries[ENGINES.index("metaschedule")].best_ms
+            torch_ms = refs["torch"]["latency_ms"] if refs["torch"]["status"] == "ok" else math.nan
+            rows += [(name, s.engine, s.ok, s.best_ms, s.best_gflops, s.trials_to_10pct, s.wall_s,
+                      s.best_ms / torch_ms, s.best_ms / ms_best) for s in summaries]
+            rows.append((name, "torch", "-", torch_ms, refs["torch"].get("gflops", math.nan), "-", "-", 1.0,
+                         torch_ms / ms_best))
+    host = host_facts()
+    print(f"\nhost: {host.cpu_model}, {args.threads} threads, {args.trials} trials per engine; "
+          f"ratios are latency ratios (< 1: faster)")
+    print(table(rows, ["workload", "engine", "ok", "best_ms", "GFLOP/s", "trials_to_10%", "wall_s",
+                       "x torch", "x metaschedule"]))
+    print(f"\nplots: {out}/*.png; records: MLflow {tracking}")
+
+
+if __name__ == "__main__":
+    main()

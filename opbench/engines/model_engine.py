@@ -1,0 +1,98 @@
+"""A model-based engine (AutoTVM's xgb-tuner loop): sample many valid configs, rank them with the
+latency predictor, measure the most promising batch, retrain on what was measured, repeat.
+
+``warm_start`` (a record table, e.g. other workloads' logs) trains the first model, so the very
+first batch is already ranked. The model sees only features known before building (op, config,
+resources, host), the same for candidates and for logged records.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from opbench.engines._base import Engine, Proposal, Space, split_threads
+from opbench.exceptions import ConfigError
+from opbench.features import static_features
+from opbench.predictor import LatencyModel, feature_columns, trainable
+from opbench.resources import Resources, host_facts
+from opbench.space import Template
+from opbench.tracking.schema import Record
+from opbench.workloads import Workload
+
+
+class ModelEngine(Engine):
+    name = "model"
+
+    def __init__(self, space: Space, resources: Resources, workload: Workload, template: Template,
+                 seed: int | None = None, warm_start: pd.DataFrame | None = None, pool: int = 512,
+                 explore: float = 0.2) -> None:
+        self._space, self._resources, self._workload, self._template = space, resources, workload, template
+        self._rng = random.Random(seed)
+        self._seed = seed or 0
+        self._host = host_facts()
+        self._pool, self._explore = pool, explore
+        self._seen: set[str] = set()
+        self._measured: list[Record] = []
+        self._warm = trainable(warm_start) if warm_start is not None and len(warm_start) else pd.DataFrame()
+        self._model: LatencyModel | None = None
+        self._trained_on = -1
+        probe = static_features(workload, template.default_config(workload), template.name, resources, self._host)
+        self._columns = feature_columns(pd.DataFrame([probe]), static_only=True)
+
+    def _features(self, config: dict[str, Any], threads: int) -> dict[str, float]:
+        res = Resources(threads, self._resources.cores, self._resources.target)
+        return static_features(self._workload, config, self._template.name, res, self._host)
+
+    def _candidates(self) -> list[tuple[str, dict[str, Any], int]]:
+        """Up to ``pool`` distinct valid configs not measured yet (invalid ones are remembered as seen)."""
+        out: dict[str, tuple[str, dict[str, Any], int]] = {}
+        for _ in range(20 * self._pool):
+            if len(out) >= self._pool:
+                break
+            point = {k: self._rng.choice(v["_value"]) for k, v in self._space.items()}
+            key = json.dumps(point, sort_keys=True)
+            if key in self._seen or key in out:
+                continue
+            config, threads = split_threads(point, self._resources.threads)
+            try:
+                out[key] = (key, self._template.validate(config, self._workload), threads)
+            except ConfigError:
+                self._seen.add(key)
+        return list(out.values())
+
+    def _refit(self) -> None:
+        rows = pd.concat([self._warm, pd.DataFrame(self._measured)], ignore_index=True) if self._measured \
+            else self._warm
+        if len(rows) == self._trained_on or len(trainable(rows)) < 4:
+            return
+        self._model = LatencyModel(self._columns, seed=self._seed, n_estimators=200).fit(rows)
+        self._trained_on = len(rows)
+
+    def ask(self, n: int) -> list[Proposal]:
+        self._refit()
+        candidates = self._candidates()
+        if self._model is not None and candidates:
+            features = pd.DataFrame([self._features(c, t) for _, c, t in candidates])
+            order = [int(i) for i in np.argsort(self._model.predict(features))]
+            exploit = math.ceil(n * (1 - self._explore))
+            rest = order[exploit:]
+            picks = order[:exploit] + self._rng.sample(rest, min(n - exploit, len(rest)))
+        else:
+            picks = list(range(min(n, len(candidates))))
+        out = []
+        for i in picks[:n]:
+            key, config, threads = candidates[i]
+            self._seen.add(key)
+            out.append(Proposal(config, threads, key))
+        return out
+
+    def tell(self, proposal: Proposal, record: Record) -> None:
+        if record["status"] == "ok":
+            self._measured.append({**{c: record.get(c, math.nan) for c in self._columns},
+                                   "status": "ok", "latency_ms": record["latency_ms"],
+                                   "workload": record["workload"]})

@@ -1,0 +1,130 @@
+"""Latency predictor: XGBoost on log-latency from a record table's feature columns.
+
+``LatencyModel`` is a fit/predict class over DataFrames of records; ``split`` holds out rows at
+random or whole groups (ops, thread counts, source models); ``evaluate`` gives MAPE, R² (of
+log-latency), Spearman, the share within ±10% and TenSet's top-1/top-5 score per workload.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from opbench.exceptions import OpBenchError
+from opbench.tracking.schema import FEATURE_PREFIX
+
+SPLITS = {"random": None, "by-op": "op", "by-threads": "threads", "by-model": "source_model"}
+MS_FEATURE_PREFIX = "feat.ms"
+
+
+def trainable(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows with a measured latency."""
+    if "status" not in frame or "latency_ms" not in frame:
+        raise OpBenchError("the dataset has no 'status'/'latency_ms' columns: is it an OpBench record table?")
+    return frame[(frame["status"] == "ok") & frame["latency_ms"].gt(0)].reset_index(drop=True)
+
+
+def feature_columns(frame: pd.DataFrame, static_only: bool = False) -> list[str]:
+    """``feat.*`` columns (without MetaSchedule's per-store ones when ``static_only``: those need a schedule)."""
+    return [c for c in frame.columns if c.startswith(FEATURE_PREFIX)
+            and not (static_only and c.startswith(MS_FEATURE_PREFIX))]
+
+
+class LatencyModel:
+    """XGBoost regression of log(latency_ms) on feature columns; predicts latency in ms."""
+
+    def __init__(self, columns: Sequence[str] | None = None, seed: int = 0, n_estimators: int = 300) -> None:
+        self.columns = list(columns) if columns is not None else None
+        self.seed, self.n_estimators = seed, n_estimators
+        self.booster = None
+
+    def _matrix(self, frame: pd.DataFrame) -> np.ndarray:
+        return frame.reindex(columns=self.columns).astype("float64").to_numpy()
+
+    def fit(self, frame: pd.DataFrame) -> LatencyModel:
+        import xgboost as xgb
+
+        rows = trainable(frame)
+        if len(rows) < 2:
+            raise OpBenchError(f"need at least 2 measured trials to train, got {len(rows)}")
+        self.columns = self.columns or feature_columns(rows)
+        model = xgb.XGBRegressor(n_estimators=self.n_estimators, max_depth=6, learning_rate=0.08, subsample=0.9,
+                                 colsample_bytree=0.8, random_state=self.seed, n_jobs=2)
+        model.fit(self._matrix(rows), np.log(rows["latency_ms"].to_numpy()))
+        self.booster = model
+        return self
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        if self.booster is None:
+            raise OpBenchError("the predictor is not trained")
+        return np.exp(self.booster.predict(self._matrix(frame)))
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.booster.save_model(folder / "model.json")
+        (folder / "columns.json").write_text(json.dumps(self.columns))
+
+    @classmethod
+    def load(cls, folder: Path | str) -> LatencyModel:
+        import xgboost as xgb
+
+        folder = Path(folder)
+        if not (folder / "model.json").is_file():
+            raise OpBenchError(f"{folder}: no saved predictor (model.json) there")
+        model = cls(json.loads((folder / "columns.json").read_text()))
+        model.booster = xgb.XGBRegressor()
+        model.booster.load_model(folder / "model.json")
+        return model
+
+
+def split(frame: pd.DataFrame, how: str, seed: int = 0, test_size: float = 0.25) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Train/test rows: at random, or holding out whole groups (ops, thread counts, models)."""
+    from sklearn.model_selection import GroupShuffleSplit, ShuffleSplit
+
+    if how not in SPLITS:
+        raise OpBenchError(f"unknown split '{how}'; splits: {', '.join(SPLITS)}")
+    rows = trainable(frame)
+    column = SPLITS[how]
+    if column is None:
+        train, test = next(ShuffleSplit(1, test_size=test_size, random_state=seed).split(rows))
+    else:
+        groups = rows[column].fillna("").astype(str)
+        if groups.nunique() < 2:
+            raise OpBenchError(f"split {how} needs at least 2 distinct '{column}' values, the data has "
+                               f"{groups.nunique()}")
+        train, test = next(GroupShuffleSplit(1, test_size=test_size, random_state=seed).split(rows, groups=groups))
+    return rows.iloc[train].reset_index(drop=True), rows.iloc[test].reset_index(drop=True)
+
+
+def top_k_score(frame: pd.DataFrame, predicted: np.ndarray, k: int) -> float:
+    """TenSet's top-k: per workload, best latency / latency of the best of the k predicted fastest; mean."""
+    scores = []
+    for _, group in frame.assign(_pred=predicted).groupby("workload"):
+        chosen = group.nsmallest(k, "_pred")["latency_ms"].min()
+        scores.append(group["latency_ms"].min() / chosen)
+    return float(np.mean(scores)) if scores else math.nan
+
+
+def evaluate(model: LatencyModel, frame: pd.DataFrame) -> dict[str, float]:
+    from scipy.stats import spearmanr
+
+    rows = trainable(frame)
+    if rows.empty:
+        raise OpBenchError("no measured trials to evaluate on")
+    true, pred = rows["latency_ms"].to_numpy(), model.predict(rows)
+    log_true, log_pred = np.log(true), np.log(pred)
+    ss_res, ss_tot = float(np.sum((log_true - log_pred) ** 2)), float(np.sum((log_true - log_true.mean()) ** 2))
+    ratio = np.abs(pred / true - 1)
+    return {
+        "n": float(len(rows)),
+        "mape": float(np.mean(ratio)),
+        "r2_log": 1 - ss_res / ss_tot if ss_tot > 0 else math.nan,
+        "spearman": float(spearmanr(true, pred).statistic) if len(rows) > 2 else math.nan,
+        "within_10pct": float(np.mean(ratio <= 0.10)),
+        "top1": top_k_score(rows, pred, 1),
+        "top5": top_k_score(rows, pred, 5),
+    }
