@@ -1,0 +1,151 @@
+"""Tuning logs as data: export round trips, MetaSchedule import, the predictor, the model engine."""
+import json
+import math
+import subprocess
+import sys
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+
+from opbench.dataset import card, load_records, read_dataset, write_dataset
+from opbench.exceptions import OpBenchError
+from opbench.predictor import LatencyModel, evaluate, split, top_k_score
+from opbench.tracking import read_mlflow
+
+CLI = [sys.executable, "-m", "opbench.cli"]
+
+
+def _run(*args):
+    return subprocess.run(CLI + list(args), capture_output=True, text=True, check=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    """Two small studies (two ops, 1 and 2 threads) in a private MLflow store and a JSON-lines log."""
+    tmp = tmp_path_factory.mktemp("data")
+    uri, log = f"sqlite:///{tmp / 'mlflow.db'}", tmp / "log.jsonl"
+    for study, workload in (("a", "matmul:m=64,n=64,k=64"), ("b", "dense:m=32,n=64,k=64")):
+        _run("tune", workload, "--engine", "random", "--trials", "10", "--search-threads", "1,2", "--seed", "1",
+             "--tracking-uri", uri, "--study", study, "--repeat", "2", "--log", str(log), "--no-references")
+    return uri, log, tmp
+
+
+def test_export_round_trips_through_parquet_csv_and_jsonl(logged, tmp_path):
+    uri, log, _ = logged
+    frame = load_records("mlflow", ["a", "b"], tracking_uri=uri)
+    assert len(frame) == 20 and set(frame["op"]) == {"matmul", "dense"}
+    for suffix in ("parquet", "csv"):
+        back = read_dataset(write_dataset(frame, tmp_path / f"d.{suffix}"))
+        assert list(back.columns) == list(frame.columns)
+        assert np.allclose(back["latency_ms"].fillna(-1), frame["latency_ms"].fillna(-1))
+    from_log = load_records("jsonl", logs=[log])
+    assert sorted(from_log["trial_id"]) == sorted(frame["trial_id"])
+    ok = load_records("mlflow", ["a", "b"], tracking_uri=uri, status=["ok"], ops=["dense"])
+    assert set(ok["status"]) == {"ok"} and set(ok["op"]) == {"dense"} and 0 < len(ok) <= 10
+    text = card(frame)
+    assert "rows: 20" in text and "matmul 10" in text and "dense 10" in text
+
+
+def test_export_command_and_its_errors(logged, tmp_path):
+    uri, _, _ = logged
+    out = _run("dataset", "export", "--experiment", "a", "--tracking-uri", uri, "--out", str(tmp_path / "a.parquet"))
+    assert "rows: 10" in out.stdout and len(pd.read_parquet(tmp_path / "a.parquet")) == 10
+    bad = subprocess.run(CLI + ["dataset", "export", "--experiment", "nope", "--tracking-uri", uri, "--out",
+                                str(tmp_path / "x.csv")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no MLflow experiment named 'nope'" in bad.stderr
+    with pytest.raises(OpBenchError, match="dataset files are .parquet or .csv"):
+        write_dataset(pd.DataFrame({"a": [1]}), tmp_path / "x.txt")
+
+
+@pytest.mark.slow
+def test_metaschedule_database_imports_as_records(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    _run("tune", "matmul:m=64,n=64,k=64", "--engine", "metaschedule", "--trials", "5", "--seed", "0",
+         "--tracking-uri", uri, "--study", "ms", "--repeat", "2", "--no-references")
+    measured = read_mlflow(["ms"], uri)
+    folder = tmp_path / "metaschedule" / "ms"
+    out = _run("dataset", "import-metaschedule", str(folder), "--tracking-uri", uri, "--study", "imp",
+               "--out", str(tmp_path / "imp.parquet"))
+    assert "records in MLflow experiment 'imp'" in out.stdout
+    imported = read_mlflow(["imp"], uri)
+    ok = measured[measured["status"] == "ok"]
+    assert len(imported) == len(measured) and set(imported["op"]) == {"tir"}
+    # MetaSchedule's run_secs are the core loop's medians: the same latencies come back.
+    assert sorted(imported["latency_ms"].dropna().round(9)) == sorted(ok["latency_ms"].round(9))
+    assert imported["feat.flops"].eq(2 * 64 ** 3).all() and imported["feat.ms000"].notna().all()
+    with pytest.raises(OpBenchError, match="not a MetaSchedule JSON database"):
+        from opbench.dataset.metaschedule_import import import_metaschedule
+        import_metaschedule(tmp_path, "x")
+
+
+def _synthetic(n=400, seed=0):
+    """Latency that depends on the features in a known way, for three 'ops' and two thread counts."""
+    rng = np.random.default_rng(seed)
+    x1, x2 = rng.uniform(0, 4, n), rng.integers(1, 3, n)
+    op = rng.choice(["matmul", "dense", "conv2d"], n)
+    latency = np.exp(0.8 * x1) / x2 * np.where(op == "conv2d", 1.5, 1.0)
+    return pd.DataFrame({"feat.x1": x1, "feat.threads": x2.astype(float), "feat.op_conv2d": (op == "conv2d") * 1.0,
+                         "threads": x2, "op": op, "workload": [f"{o}-{i % 4}" for i, o in enumerate(op)],
+                         "source_model": "", "status": "ok", "latency_ms": latency})
+
+
+def test_predictor_learns_a_known_latency_law_and_reports_metrics(tmp_path):
+    train, test = split(_synthetic(), "random", seed=0)
+    model = LatencyModel(seed=0).fit(train)
+    metrics = evaluate(model, test)
+    assert metrics["r2_log"] > 0.95 and metrics["spearman"] > 0.95 and metrics["mape"] < 0.15
+    assert metrics["top1"] > 0.8 and metrics["top5"] >= metrics["top1"]
+    model.save(tmp_path / "m")
+    assert np.allclose(LatencyModel.load(tmp_path / "m").predict(test), model.predict(test))
+
+
+def test_group_splits_hold_out_whole_groups():
+    frame = _synthetic()
+    for how, column in (("by-op", "op"), ("by-threads", "threads")):
+        train, test = split(frame, how, seed=1)
+        assert not set(train[column]) & set(test[column]) and len(test)
+    with pytest.raises(OpBenchError, match="split by-model needs at least 2 distinct 'source_model'"):
+        split(frame, "by-model")
+    with pytest.raises(OpBenchError, match="unknown split 'sideways'"):
+        split(frame, "sideways")
+
+
+def test_top_k_score_is_the_share_of_the_best_latency_found():
+    frame = pd.DataFrame({"workload": ["w"] * 3, "latency_ms": [1.0, 2.0, 4.0]})
+    assert top_k_score(frame, np.array([3.0, 1.0, 2.0]), 1) == 0.5  # picks the 2 ms one
+    assert top_k_score(frame, np.array([3.0, 1.0, 2.0]), 3) == 1.0
+
+
+def test_predictor_commands_log_the_model_to_mlflow(logged, tmp_path):
+    uri, _, _ = logged
+    _run("dataset", "export", "--tracking-uri", uri, "--experiment", "a", "--experiment", "b",
+         "--out", str(tmp_path / "d.parquet"))
+    out = _run("predictor", "train", "--data", str(tmp_path / "d.parquet"), "--split", "by-op", "--out",
+               str(tmp_path / "p"), "--tracking-uri", uri)
+    assert "held out" in out.stdout and "top1" in out.stdout
+    metrics = json.loads((tmp_path / "p" / "metrics.json").read_text())
+    assert set(metrics) == {"n", "mape", "r2_log", "spearman", "within_10pct", "top1", "top5"}
+    client = mlflow.tracking.MlflowClient(uri)
+    run = client.search_runs([client.get_experiment_by_name("predictor").experiment_id])[0]
+    assert math.isclose(run.data.metrics["mape"], metrics["mape"])
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "plots")} == {"plots/predicted_vs_measured.png"}
+    mlflow.set_tracking_uri(uri)
+    assert mlflow.xgboost.load_model(f"runs:/{run.info.run_id}/model").predict is not None
+    pred = _run("predict", "matmul:m=64,n=64,k=64", "--model", str(tmp_path / "p"), "--threads", "2")
+    assert "predicted" in pred.stdout and "ms" in pred.stdout
+
+
+def test_model_engine_warm_started_from_other_workloads_logs(logged, tmp_path):
+    uri, _, _ = logged
+    _run("dataset", "export", "--tracking-uri", uri, "--experiment", "b", "--out", str(tmp_path / "b.parquet"))
+    out = _run("tune", "matmul:m=64,n=64,k=64", "--engine", "model", "--warm-start", str(tmp_path / "b.parquet"),
+               "--trials", "6", "--batch", "3", "--seed", "0", "--tracking-uri", uri, "--study", "m",
+               "--repeat", "2", "--no-references")
+    assert "best tuned" in out.stdout
+    frame = read_mlflow(["m"], uri)
+    assert len(frame) == 6 and set(frame["engine"]) == {"model"}
+    assert (frame["status"] != "invalid_config").all()  # candidates are validated before measuring
+    knobs = frame[[c for c in frame.columns if c.startswith("knob.")] + ["threads"]].astype(str)
+    assert not knobs.duplicated().any()
