@@ -78,3 +78,40 @@ def test_grid_engine_walks_the_space_in_order(tmp_path, tracking_uri):
     assert len(frame) == 3
     assert list(frame["knob.unroll_explicit"]) == [0, 1, 0]  # the last knob varies fastest
     assert json.loads(frame.to_json())  # serialisable dataset
+
+
+def test_invalid_configs_are_rejected_before_they_cost_a_trial(tmp_path):
+    from opbench.engines.driver import valid_proposals
+    from opbench.engines.optuna_engine import OptunaEngine
+    from opbench.engines.simple import RandomEngine
+    from opbench.exceptions import ConfigError
+    from opbench.space import get_template, load_search_space, search_space_path
+    from opbench.workloads import parse_workload
+
+    workload = parse_workload(SMALL)
+    template = get_template(workload)
+    space = load_search_space(search_space_path(template))
+
+    def valid(config):
+        try:
+            template.validate(config, workload)
+            return True
+        except ConfigError:
+            return False
+
+    engine = RandomEngine(space, 1, seed=0)
+    reasons = []
+    engine.reject = lambda proposal, reason: reasons.append(reason)
+    out = valid_proposals(engine, workload, template, 8)
+    assert len(out) == 8 and all(valid(p.config) for p in out)
+    assert reasons and engine.rejected == len(reasons) and "exceeds loop" in " ".join(reasons)
+
+    hopeless = RandomEngine({"i_inner": {"_type": "choice", "_value": [128]}}, 1)
+    out = valid_proposals(hopeless, workload, template, 1, max_rejects=3)
+    assert len(out) == 1 and hopeless.rejected == 3  # then one passes, to be recorded as invalid_config
+
+    study = OptunaEngine(space, 1, "rej", f"sqlite:///{tmp_path / 'o.db'}", seed=0)
+    out = valid_proposals(study, workload, template, 4)
+    rejected = [t for t in study.study.trials if "rejected" in t.user_attrs]
+    assert len(out) == 4 and study.rejected == len(rejected) > 0
+    assert study.done == 0  # rejected trials are not measured trials: a resumed study does not count them

@@ -21,6 +21,7 @@ class Proposal:
 
 class Engine(ABC):
     name: str
+    rejected: int = 0  # invalid configs handed back by :meth:`reject` (counted by the tuning loop)
 
     @abstractmethod
     def ask(self, n: int) -> list[Proposal]:
@@ -29,6 +30,9 @@ class Engine(ABC):
     @abstractmethod
     def tell(self, proposal: Proposal, record: Record) -> None:
         """Report the record of a proposal (failed trials included, with their status)."""
+
+    def reject(self, proposal: Proposal, reason: str) -> None:
+        """Hear that a proposal is an invalid config, found before measuring (it is not a trial)."""
 
     @property
     def done(self) -> int:

@@ -6,12 +6,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from opbench.engines._base import Engine, Proposal
+from opbench.exceptions import ConfigError
 from opbench.measure.measurer import Measurer, TrialSpec
 from opbench.resources import Resources
+from opbench.space import Template, get_template
 from opbench.tracking.schema import Record
 from opbench.workloads import Workload
 
 ENGINE_TRIAL_TAG = "engine_trial"
+REJECTS_PER_PROPOSAL = 50
 REFERENCES = ("te_default", "template_default", "torch", "numpy")
 
 
@@ -51,8 +54,9 @@ def run_tuning(engine: Engine, workload: Workload, count: int, measurer: Measure
     """
     records: list[Record] = []
     remaining = count
+    tmpl = get_template(workload, template)
     while remaining > 0:
-        proposals = engine.ask(min(batch, remaining))
+        proposals = valid_proposals(engine, workload, tmpl, min(batch, remaining))
         if not proposals:
             break
         specs = [_spec(workload, p, i, resources, template) for i, p in enumerate(proposals)]
@@ -66,6 +70,34 @@ def run_tuning(engine: Engine, workload: Workload, count: int, measurer: Measure
         measurer.measure_batch(specs, on_record=settle)
         remaining -= len(proposals)
     return records
+
+
+def valid_proposals(engine: Engine, workload: Workload, template: Template, n: int,
+                    max_rejects: int = REJECTS_PER_PROPOSAL) -> list[Proposal]:
+    """Up to ``n`` proposals whose configs the template accepts for ``workload``.
+
+    Invalid configs (a tile larger than its loop, ...) are found without building and handed back
+    with :meth:`Engine.reject`, so they cost no trial, as MetaSchedule never measures an invalid
+    schedule. After ``max_rejects`` rejections per wanted proposal one passes through and is recorded
+    as ``invalid_config``, so an engine that only proposes invalid configs still ends.
+    """
+    out: list[Proposal] = []
+    budget = max_rejects * n
+    while len(out) < n:
+        asked = engine.ask(n - len(out))
+        if not asked:
+            break
+        for proposal in asked:
+            try:
+                template.validate(proposal.config, workload)
+            except ConfigError as exc:
+                if budget > 0:
+                    budget -= 1
+                    engine.rejected += 1
+                    engine.reject(proposal, str(exc))
+                    continue
+            out.append(proposal)
+    return out
 
 
 def _spec(workload: Workload, proposal: Proposal, index: int, resources: Resources, template: str | None) -> TrialSpec:

@@ -59,6 +59,9 @@ class NniEngine(Engine):
             out.append(Proposal(config, threads, (parameter_id, params)))
         return out
 
+    def reject(self, proposal: Proposal, reason: str) -> None:
+        self._tuner.trial_end(proposal.handle[0], False)
+
     def tell(self, proposal: Proposal, record: Record) -> None:
         parameter_id, params = proposal.handle
         ok = record["status"] == "ok"

@@ -94,6 +94,13 @@ class OptunaEngine(Engine):
             out.append(Proposal(config, threads, trial))
         return out
 
+    def reject(self, proposal: Proposal, reason: str) -> None:
+        """Fail the trial with a ``rejected`` attribute (no ``status``: not a measured trial, not counted)."""
+        import optuna
+
+        proposal.handle.set_user_attr("rejected", reason[:300])
+        self.study.tell(proposal.handle, state=optuna.trial.TrialState.FAIL)
+
     def tell(self, proposal: Proposal, record: Record) -> None:
         import optuna
 

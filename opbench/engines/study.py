@@ -212,5 +212,7 @@ def summarize(records: list[Record], refs: dict[str, Record], engine: Engine | N
         pareto = latency_vs_threads(records, front_ids, f"{title}: Pareto front", plots / "pareto_front.png")
         recorder.mlflow.log_artifact(pareto, "plots")
         print(f"Pareto plot: {pareto}")
-    print(f"{len(ok)}/{len(records)} trials ok.")
+    rejected = f"; {engine.rejected} invalid configs rejected before measuring (no trial spent)" \
+        if engine is not None and engine.rejected else ""
+    print(f"{len(ok)}/{len(records)} trials ok{rejected}.")
     return best
