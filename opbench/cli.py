@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from opbench import cli_data
+from opbench import cli_data, cli_study
 from opbench.engines.nni_engine import TUNERS
 from opbench.engines.study import ENGINES
 from opbench.exceptions import OpBenchError
@@ -308,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder for the PNGs and TIR (default mlflow/reports/<study>)")
     p.set_defaults(func=cmd_report)
     cli_data.register(sub)
+    cli_study.register(sub)
     p = sub.add_parser("demo", help="the main job: an Optuna TPE study on matmul-512")
     p.add_argument("--trials", type=int, default=60)
     p.add_argument("--threads", type=int, default=min(2, len(__import__("os").sched_getaffinity(0))))

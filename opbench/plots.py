@@ -106,3 +106,16 @@ def predicted_vs_measured(measured: Any, predicted: Any, title: str, path: Path)
     ax.set_xlabel("measured latency (ms)")
     ax.set_ylabel("predicted latency (ms)")
     return _save(fig, ax, title, path)
+
+
+def thread_scaling(series: dict[str, tuple[list[int], list[float], list[float]]], title: str, path: Path) -> Path:
+    """Latency (left) and parallel efficiency (right) against threads; series: label -> (threads, ms, eff)."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for n, (label, (threads, latency, efficiency)) in enumerate(series.items()):
+        left.plot(threads, latency, "o-", color=f"C{n % 10}", label=label)
+        right.plot(threads, efficiency, "o-", color=f"C{n % 10}", label=label)
+    left.set(xlabel="threads", ylabel="latency (ms, log)", yscale="log")
+    right.set(xlabel="threads", ylabel="parallel efficiency", ylim=(0, 1.2))
+    right.axhline(1.0, linestyle="--", color="0.6", linewidth=1)
+    return _save(fig, left, title, path)

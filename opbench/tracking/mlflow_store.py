@@ -29,7 +29,12 @@ def study_dir(kind: str, study: str, tracking_uri: str | None = None) -> Path:
     sqlite store it logs to (``mlflow/`` by default)."""
     uri = tracking_uri or default_tracking_uri()
     base = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else store_dir()
-    return base / kind / re.sub(r"[^\w.-]+", "_", study)
+    return base / kind / safe_name(study)
+
+
+def safe_name(text: str) -> str:
+    """``text`` usable as a file name (workload specs hold ':' and ',')."""
+    return re.sub(r"[^\w.-]+", "_", text)
 
 
 def default_tracking_uri() -> str:

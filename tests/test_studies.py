@@ -1,0 +1,64 @@
+"""Thread-scaling study: speed-up, efficiency, turning point, the fit across workloads, and the command."""
+import math
+import subprocess
+import sys
+
+import mlflow
+import pytest
+
+from opbench.threads_study import Scaling, best_config, fit_turning_points
+from opbench.tracking import read_mlflow
+
+CLI = [sys.executable, "-m", "opbench.cli"]
+
+
+def test_speedup_efficiency_and_turning_point():
+    s = Scaling("w", "default", [1, 2, 4, 8], [8.0, 4.0, 3.0, 2.9])
+    assert s.speedup == [1.0, 2.0, 8 / 3, 8 / 2.9]
+    assert s.efficiency[1] == 1.0 and math.isclose(s.efficiency[2], 2 / 3)
+    assert s.turning_point(0.1) == 4  # 4 -> 8 threads gains 3%
+    assert s.turning_point(0.5) == 2  # 2 -> 4 threads gains 33%
+    assert Scaling("w", "d", [1, 2], [2.0, 1.0]).turning_point(0.1) == 2  # still scaling at the last count
+
+
+def test_turning_point_fit_recovers_a_linear_law():
+    scalings = []
+    for log_flops, turn in ((6.0, 2), (7.0, 4), (8.0, 8), (9.0, 8)):
+        latencies = [1.0 / min(t, turn) for t in (1, 2, 4, 8)]
+        scalings.append(Scaling(f"w{log_flops}", "default", [1, 2, 4, 8], latencies,
+                                {"feat.log_flops": log_flops, "feat.arith_intensity": 10 ** (log_flops / 3)}))
+    coefs, r2 = fit_turning_points(scalings, 0.1)
+    assert r2 > 0.8 and coefs["log_flops"] + coefs["log_arith_intensity"] / 3 > 0
+    assert fit_turning_points(scalings[:2], 0.1) is None  # too few workloads to fit
+
+
+def test_best_config_ignores_references_and_failures():
+    records = [{"workload": "w", "status": "ok", "latency_ms": 1.0, "template": "torch", "reference": "torch"},
+               {"workload": "w", "status": "wrong_result", "latency_ms": 0.1, "knob.a": 9},
+               {"workload": "w", "status": "ok", "latency_ms": 2.0, "template": "matmul", "knob.a": 4},
+               {"workload": "w", "status": "ok", "latency_ms": 3.0, "template": "matmul", "knob.a": 2}]
+    assert best_config(records, "w") == {"a": 4} and best_config(records, "other") is None
+
+
+@pytest.mark.slow
+def test_threads_study_command(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    subprocess.run(CLI + ["tune", "add_relu:n=1,c=32,h=28,w=28", "--engine", "random", "--trials", "3", "--seed", "0",
+                          "--tracking-uri", uri, "--study", "t", "--repeat", "2", "--no-references"], check=True,
+                   capture_output=True)
+    out = subprocess.run(CLI + ["study", "threads", "add_relu:n=1,c=32,h=28,w=28", "--threads", "1,2", "--best-from",
+                                "t", "--tracking-uri", uri, "--repeat", "2", "--study", "s"],
+                         capture_output=True, text=True, check=True)
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("add_relu")]
+    assert [r[1] for r in rows] == ["default", "best"]
+    for row in rows:
+        one, two, speedup, eff, turn = map(float, row[2:7])
+        assert math.isclose(speedup, one / two, rel_tol=1e-3) and math.isclose(eff, speedup / 2, rel_tol=1e-3)
+        assert turn in (1, 2)
+    frame = read_mlflow(["s"], uri)
+    assert len(frame) == 4 and sorted(frame["threads"]) == [1, 1, 2, 2]
+    client = mlflow.tracking.MlflowClient(uri)
+    exp = client.get_experiment_by_name("s")
+    parent = client.search_runs([exp.experiment_id], filter_string="tags.`opbench.kind` = 'study'")[0]
+    assert [a.path for a in client.list_artifacts(parent.info.run_id, "plots")] == \
+        ["plots/add_relu_n_1_c_32_h_28_w_28.png"]
