@@ -66,9 +66,8 @@ class ModelEngine(Engine):
         return list(out.values())
 
     def _refit(self) -> None:
-        rows = pd.concat([self._warm, pd.DataFrame(self._measured)], ignore_index=True) if self._measured \
-            else self._warm
-        if len(rows) == self._trained_on or len(trainable(rows)) < 4:
+        rows = pd.concat([self._warm, pd.DataFrame(self._measured)], ignore_index=True)
+        if len(rows) == self._trained_on or len(rows) < 4 or len(trainable(rows)) < 4:
             return
         self._model = LatencyModel(self._columns, seed=self._seed, n_estimators=200).fit(rows)
         self._trained_on = len(rows)
