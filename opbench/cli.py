@@ -279,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--search-threads", metavar="LIST", help="also search the thread count among these, e.g. 1,2")
+    p.add_argument("--search-cores", metavar="SETS", help="also search the core set among these, e.g. '0;1;0,1'")
     p.add_argument("--batch", type=int, default=1, help="configs proposed, built in parallel, then timed, per step")
     p.add_argument("--seed", type=int)
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite in mlflow/optuna.db)")

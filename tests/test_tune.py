@@ -115,3 +115,14 @@ def test_invalid_configs_are_rejected_before_they_cost_a_trial(tmp_path):
     rejected = [t for t in study.study.trials if "rejected" in t.user_attrs]
     assert len(out) == 4 and study.rejected == len(rejected) > 0
     assert study.done == 0  # rejected trials are not measured trials: a resumed study does not count them
+
+
+def test_core_sets_searched_with_the_schedule(tracking_uri):
+    subprocess.run(CLI + ["tune", SMALL, "--engine", "random", "--trials", "4", "--search-cores", "0;0,1", "--seed", "4",
+                          "--tracking-uri", tracking_uri, "--study", "c", "--repeat", "2", "--no-references"],
+                   check=True, capture_output=True)
+    frame = read_mlflow(["c"], tracking_uri)
+    assert len(frame) == 4 and set(frame["cores"]) <= {"0", "0,1"} and "knob.cores" not in frame
+    bad = subprocess.run(CLI + ["tune", SMALL, "--search-cores", "0;x", "--tracking-uri", tracking_uri],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "malformed core set 'x'" in bad.stderr

@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 from opbench.engines._base import Engine, Proposal
 from opbench.exceptions import ConfigError
 from opbench.measure.measurer import Measurer, TrialSpec
-from opbench.resources import Resources
+from opbench.resources import Resources, parse_cores
 from opbench.space import Template, get_template
 from opbench.tracking.schema import Record
 from opbench.workloads import Workload
 
 ENGINE_TRIAL_TAG = "engine_trial"
 REJECTS_PER_PROPOSAL = 50
+CORES_KNOB = "cores"  # pseudo-knob of a space that searches core sets
 REFERENCES = ("te_default", "template_default", "torch", "numpy")
 
 
@@ -89,7 +90,7 @@ def valid_proposals(engine: Engine, workload: Workload, template: Template, n: i
             break
         for proposal in asked:
             try:
-                template.validate(proposal.config, workload)
+                template.validate(split_resources(proposal, Resources())[0], workload)
             except ConfigError as exc:
                 if budget > 0:
                     budget -= 1
@@ -103,8 +104,16 @@ def valid_proposals(engine: Engine, workload: Workload, template: Template, n: i
 def _spec(workload: Workload, proposal: Proposal, index: int, resources: Resources, template: str | None) -> TrialSpec:
     number = getattr(proposal.handle, "number", None)
     tag = str(number) if number is not None else f"b{index}"
-    res = Resources(proposal.threads, resources.cores, resources.target)
-    return TrialSpec(workload, proposal.config, res, template, tags={ENGINE_TRIAL_TAG: tag})
+    config, res = split_resources(proposal, resources)
+    return TrialSpec(workload, config, res, template, tags={ENGINE_TRIAL_TAG: tag})
+
+
+def split_resources(proposal: Proposal, resources: Resources) -> tuple[dict, Resources]:
+    """The schedule config and the resources of a proposal: its threads, and its core set when the
+    space searches ``cores`` (``--search-cores``), else the study's."""
+    config = dict(proposal.config)
+    cores = config.pop(CORES_KNOB, None)
+    return config, Resources(proposal.threads, parse_cores(cores) if cores else resources.cores, resources.target)
 
 
 def speedup(reference: Record | None, best: Record | None) -> float:

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from opbench.engines._base import Engine
-from opbench.engines.driver import ENGINE_TRIAL_TAG, measure_references, run_tuning, speedup
+from opbench.engines.driver import CORES_KNOB, ENGINE_TRIAL_TAG, measure_references, run_tuning, speedup
 from opbench.exceptions import OpBenchError
 from opbench.progress import TrialPrinter, changed_knobs, table
 from opbench.resources import Resources, parse_cores
@@ -48,6 +48,13 @@ def make_engine(args: argparse.Namespace, workload: Workload, study: str, resume
     space = load_search_space(search_space_path(template))
     if args.search_threads:
         space["threads"] = {"_type": "choice", "_value": _thread_choices(args.search_threads)}
+    if args.search_cores:
+        if args.engine == "model":
+            raise OpBenchError("--search-cores is not supported by --engine model (its features have no core set)")
+        sets = [c.strip() for c in args.search_cores.split(";") if c.strip()]
+        for core_set in sets:
+            parse_cores(core_set)  # a malformed set fails here, naming it
+        space[CORES_KNOB] = {"_type": "choice", "_value": sets}
     if args.engine == "optuna":
         storage = args.storage or f"sqlite:///{store_dir() / 'optuna.db'}"
         return OptunaEngine(space, args.threads, study, storage, args.sampler, seed, resume,
