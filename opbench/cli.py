@@ -13,7 +13,7 @@ from opbench.engines.nni_engine import TUNERS
 from opbench.engines.study import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.progress import TrialPrinter, table
-from opbench.resources import Resources, parse_cores
+from opbench.resources import Resources, parse_cores, parse_thread_counts
 from opbench.tracking.schema import Record
 from opbench.workloads import OPERATORS, PRESETS, Workload, parse_workload
 from opbench.workloads.ops import parse_value
@@ -39,16 +39,6 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise UsageError(f"config must be a JSON object of knob values, got {type(config).__name__}")
     return config
-
-
-def _int_list(text: str, what: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise UsageError(f"{what} must be comma-separated integers, got {text!r}") from exc
-    if not values:
-        raise UsageError(f"{what} is empty")
-    return values
 
 
 def _grid(items: list[str]) -> list[dict[str, Any]]:
@@ -129,7 +119,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     workload: Workload = parse_workload(args.workload)
     base = _config(args)
-    threads = _int_list(args.threads, "--threads")
+    threads = parse_thread_counts(args.threads)
     specs = [TrialSpec(workload, {**base, **point}, _resources(args, t), args.template)
              for t in threads for point in _grid(args.grid or [])]
     printer = TrialPrinter(len(specs))
@@ -185,7 +175,7 @@ def cmd_nni_new(args: argparse.Namespace) -> int:
     from opbench.engines.nni_experiment import ExperimentSpec, write_experiment
 
     spec = ExperimentSpec(args.workload, args.tuner, args.trials, args.concurrency, args.threads,
-                          _int_list(args.search_threads, "--search-threads") if args.search_threads else None,
+                          parse_thread_counts(args.search_threads, "--search-threads") if args.search_threads else None,
                           args.study, args.seed, args.repeat, args.template, _knobs(args.knobs))
     path = write_experiment(spec, Path(args.out))
     print(f"wrote {path} (+ search_space.json, README.md)\nrun it: nnictl create --config {path}")

@@ -8,28 +8,20 @@ from opbench.exceptions import OpBenchError
 from opbench.progress import TrialPrinter, table
 
 
-def _threads(text: str) -> list[int]:
-    try:
-        values = sorted({int(v) for v in text.split(",") if v.strip()})
-    except ValueError as exc:
-        raise OpBenchError(f"--threads must be comma-separated integers, got {text!r}") from exc
-    if len(values) < 2 or values[0] < 1:
-        raise OpBenchError(f"--threads needs at least two thread counts >= 1, got {text!r}")
-    return values
-
-
 def cmd_study_threads(args: argparse.Namespace) -> int:
     from opbench.features import op_features
     from opbench.measure.measurer import MeasureOptions, Measurer, TrialSpec
     from opbench.plots import thread_scaling
-    from opbench.resources import Resources
+    from opbench.resources import Resources, parse_thread_counts
     from opbench.space import get_template
     from opbench.threads_study import Scaling, best_config, fit_turning_points
     from opbench.tracking import Recorder, read_mlflow_records
     from opbench.tracking.mlflow_store import safe_name, study_dir
     from opbench.workloads import parse_workload
 
-    threads = _threads(args.threads)
+    threads = sorted(set(parse_thread_counts(args.threads)))
+    if len(threads) < 2:
+        raise OpBenchError(f"--threads needs at least two thread counts to show scaling, got {args.threads!r}")
     earlier = read_mlflow_records(args.best_from, args.tracking_uri) if args.best_from else []
     scalings: list[Scaling] = []
     printer = TrialPrinter(None)

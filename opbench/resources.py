@@ -58,6 +58,17 @@ def parse_cores(text: str | None) -> tuple[int, ...] | None:
     return tuple(dict.fromkeys(cores))
 
 
+def parse_thread_counts(text: str, what: str = "--threads") -> list[int]:
+    """``"1,2,4"`` into thread counts (each >= 1), in the order given; the error names the flag."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise ResourceError(f"{what} must be comma-separated integers, got {text!r}") from exc
+    if not values or min(values) < 1:
+        raise ResourceError(f"{what} needs thread counts >= 1, got {text!r}")
+    return values
+
+
 @dataclass(frozen=True)
 class HostFacts:
     hostname: str

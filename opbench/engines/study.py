@@ -12,7 +12,7 @@ from opbench.engines._base import Engine
 from opbench.engines.driver import CORES_KNOB, ENGINE_TRIAL_TAG, measure_references, run_tuning, speedup
 from opbench.exceptions import OpBenchError
 from opbench.progress import TrialPrinter, changed_knobs, table
-from opbench.resources import Resources, parse_cores
+from opbench.resources import Resources, parse_cores, parse_thread_counts
 from opbench.tracking.schema import KNOB_PREFIX, Record
 from opbench.workloads import Workload
 
@@ -47,7 +47,7 @@ def make_engine(args: argparse.Namespace, workload: Workload, study: str, resume
     template = get_template(workload, args.template)
     space = load_search_space(search_space_path(template))
     if args.search_threads:
-        space["threads"] = {"_type": "choice", "_value": _thread_choices(args.search_threads)}
+        space["threads"] = {"_type": "choice", "_value": parse_thread_counts(args.search_threads, "--search-threads")}
     if args.search_cores:
         if args.engine == "model":
             raise OpBenchError("--search-cores is not supported by --engine model (its features have no core set)")
@@ -73,16 +73,6 @@ def make_engine(args: argparse.Namespace, workload: Workload, study: str, resume
     if args.engine == "grid":
         return GridEngine(space, args.threads)
     raise OpBenchError(f"engine '{args.engine}' does not propose configs one by one; engines: {', '.join(ENGINES)}")
-
-
-def _thread_choices(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise OpBenchError(f"--search-threads must be comma-separated integers, got {text!r}") from exc
-    if not values or min(values) < 1:
-        raise OpBenchError(f"--search-threads needs thread counts >= 1, got {text!r}")
-    return values
 
 
 def recorded_engine_trials(study: str, uri: str | None, parent_run_id: str | None = None) -> dict[str, Record]:
@@ -136,7 +126,6 @@ def run_study(args: argparse.Namespace, argv: list[str], workload: Workload, res
         if args.engine == "metaschedule":
             records = _metaschedule(args, workload, todo, measurer, sink, resources, recorder)
         elif args.workers > 1:
-            engine.close()
             spawn_workers(argv, args.workers, todo, recorder.mlflow.parent_run_id, args.seed)
             records = list(recorded_engine_trials(study, args.tracking_uri, recorder.mlflow.parent_run_id).values())
         else:
