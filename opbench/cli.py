@@ -10,6 +10,7 @@ from typing import Any
 
 from opbench import cli_data, cli_study
 from opbench.engines.nni_engine import TUNERS
+from opbench.engines.nni_experiment import EXPERIMENT_TUNERS
 from opbench.engines.study import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.progress import TrialPrinter, table
@@ -176,7 +177,7 @@ def cmd_nni_new(args: argparse.Namespace) -> int:
 
     spec = ExperimentSpec(args.workload, args.tuner, args.trials, args.concurrency, args.threads,
                           parse_thread_counts(args.search_threads, "--search-threads") if args.search_threads else None,
-                          args.study, args.seed, args.repeat, args.template, _knobs(args.knobs))
+                          args.study, args.seed, args.repeat, args.template, _knobs(args.knobs), args.warm_start)
     path = write_experiment(spec, Path(args.out))
     print(f"wrote {path} (+ search_space.json, README.md)\nrun it: nnictl create --config {path}")
     return 0
@@ -280,7 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     nni = p.add_subparsers(dest="nni_command", required=True)
     p = nni.add_parser("new", help="write a ready NNI experiment (config.yml, search_space.json, README.md)")
     p.add_argument("workload")
-    p.add_argument("--tuner", default="TPE", choices=TUNERS)
+    p.add_argument("--tuner", default="TPE", choices=EXPERIMENT_TUNERS,
+                   help="an NNI built-in tuner, or Model: OpBench's model engine as a custom tuner class")
+    p.add_argument("--warm-start", metavar="DATASET", help="--tuner Model: train its first predictor on these logs")
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--concurrency", type=int, default=1, help="trials NNI runs at once (timings take turns)")
     p.add_argument("--threads", type=int, default=1)

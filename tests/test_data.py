@@ -8,10 +8,11 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from opbench.dataset import card, load_records, read_dataset, write_dataset
 from opbench.exceptions import OpBenchError
-from opbench.predictor import LatencyModel, evaluate, split, top_k_score
+from opbench.predictor import LatencyModel, evaluate, split, top_k_score, trainable
 from opbench.tracking import read_mlflow
 
 CLI = [sys.executable, "-m", "opbench.cli"]
@@ -149,3 +150,43 @@ def test_model_engine_warm_started_from_other_workloads_logs(logged, tmp_path):
     assert (frame["status"] != "invalid_config").all()  # candidates are validated before measuring
     knobs = frame[[c for c in frame.columns if c.startswith("knob.")] + ["threads"]].astype(str)
     assert not knobs.duplicated().any()
+
+
+def test_model_engine_runs_as_a_custom_nni_tuner(logged, measurer, tmp_path):
+    """What NNI's dispatcher does with `tuner: {codeDirectory, className, classArgs}`, driven by hand."""
+    from nni.tools.package_utils.tuner_factory import create_customized_class_instance
+
+    from opbench.engines._base import split_threads
+    from opbench.engines.nni_experiment import ExperimentSpec, write_experiment
+    from opbench.measure.measurer import TrialSpec
+    from opbench.resources import Resources
+    from opbench.workloads import parse_workload
+
+    uri, _, _ = logged
+    _run("dataset", "export", "--tracking-uri", uri, "--experiment", "b", "--out", str(tmp_path / "b.parquet"))
+    small = "matmul:m=64,n=64,k=64"
+    config = write_experiment(ExperimentSpec(small, "Model", 6, search_threads=[1, 2],
+                                             warm_start=str(tmp_path / "b.parquet")), tmp_path / "exp")
+    section = yaml.safe_load(config.read_text())["tuner"]
+    section["codeDirectory"] = str((config.parent / section["codeDirectory"]).resolve())
+    tuner = create_customized_class_instance(section)
+    tuner.update_search_space(json.loads((config.parent / "search_space.json").read_text()))
+    warm = len(trainable(read_dataset(tmp_path / "b.parquet")))
+    points = []
+    for parameter_id in range(6):
+        params = tuner.generate_parameters(parameter_id)
+        if parameter_id == 0:  # the warm-start logs rank the very first batch
+            assert tuner.engine.trained_on == warm > 0
+        knobs, threads = split_threads(params, 1)
+        record = measurer.measure(TrialSpec(parse_workload(small), knobs, Resources(threads)))
+        assert record["status"] == "ok", record.get("error")
+        tuner.receive_trial_result(parameter_id, params, {"default": record["latency_ms"]})
+        tuner.trial_end(parameter_id, True)
+        points.append(json.dumps(params, sort_keys=True))
+    assert len(set(points)) == 6 and all("threads" in json.loads(p) for p in points)
+    for parameter_id in (6, 7):  # the rest of the first ranked batch (8); these trials fail: nothing learnt
+        tuner.generate_parameters(parameter_id)
+        tuner.trial_end(parameter_id, False)
+    assert tuner.engine.trained_on == warm
+    tuner.generate_parameters(8)  # the next batch is ranked by a model retrained on the 6 measured trials
+    assert tuner.engine.trained_on == warm + 6

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from opbench.engines.nni_experiment import ExperimentSpec, write_experiment
+from opbench.engines.nni_experiment import MODEL_TUNER, ExperimentSpec, write_experiment
 from opbench.exceptions import SearchSpaceError
 from opbench.tracking import read_mlflow
 
@@ -24,6 +24,7 @@ SHIPPED = {  # experiment folder -> the `opbench nni new` arguments that write i
     "matmul-512-tpe": ExperimentSpec("matmul-512", "TPE", 64, threads=2),
     "resnet50-c2-evolution": ExperimentSpec("resnet50-c2", "Evolution", 64, threads=2),
     "bert-base-ffn1-anneal": ExperimentSpec("bert-base-ffn1", "Anneal", 64, threads=2),
+    "matmul-512-model": ExperimentSpec("matmul-512", "Model", 64, threads=2),
     "matmul-512-threads-tile-grid": ExperimentSpec("matmul-512", "GridSearch", 40, search_threads=[1, 2],
                                                    knobs={"i_inner": [1, 2, 4, 8, 16], "j_inner": [8, 16, 32, 64]}),
 }
@@ -45,11 +46,16 @@ def test_shipped_experiments_are_what_nni_new_writes(tmp_path, name):
     written = write_experiment(SHIPPED[name], tmp_path / name)
     shipped = ROOT / "experiments" / name
     ours, theirs = yaml.safe_load(written.read_text()), yaml.safe_load((shipped / "config.yml").read_text())
-    assert ours.pop("trialCodeDirectory") and theirs.pop("trialCodeDirectory") == "../.."
+    assert theirs.pop("trialCodeDirectory") == "../.." and ours.pop("trialCodeDirectory")
+    if "className" in theirs["tuner"]:  # a custom tuner, imported from the project root too
+        assert theirs["tuner"].pop("codeDirectory") == "../.." and ours["tuner"].pop("codeDirectory")
+        assert theirs["tuner"]["className"] == MODEL_TUNER
+    else:
+        assert theirs["tuner"]["name"] == SHIPPED[name].tuner
     assert ours == theirs
     assert json.loads((tmp_path / name / "search_space.json").read_text()) == \
         json.loads((shipped / "search_space.json").read_text())
-    assert theirs["tuner"]["name"] == SHIPPED[name].tuner and "opbench.engines.nni_trial" in theirs["trialCommand"]
+    assert "opbench.engines.nni_trial" in theirs["trialCommand"]
 
 
 def test_nni_new_rejects_unknown_knobs_and_values(tmp_path):
@@ -70,12 +76,15 @@ def _unshare() -> list[str]:
 
 
 @pytest.mark.slow
-def test_shipped_nni_experiment_runs_under_nnictl_and_matches_mlflow(tmp_path):
+@pytest.mark.parametrize("name, engine", [("matmul-512-tpe", "nni-tpe"), ("matmul-512-model", "nni-model")])
+def test_shipped_nni_experiment_runs_under_nnictl_and_matches_mlflow(tmp_path, name, engine):
     unshare = _unshare()
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    config = yaml.safe_load((ROOT / "experiments" / "matmul-512-tpe" / "config.yml").read_text())
+    config = yaml.safe_load((ROOT / "experiments" / name / "config.yml").read_text())
     config.update(maxTrialNumber=3, trialCodeDirectory=str(ROOT), experimentWorkingDirectory=str(tmp_path / "nni"),
-                  searchSpaceFile=str(ROOT / "experiments" / "matmul-512-tpe" / "search_space.json"))
+                  searchSpaceFile=str(ROOT / "experiments" / name / "search_space.json"))
+    if "codeDirectory" in config["tuner"]:
+        config["tuner"]["codeDirectory"] = str(ROOT)
     config["trialCommand"] += f" --tracking-uri {uri} --repeat 2"
     (tmp_path / "config.yml").write_text(yaml.safe_dump(config))
     export = tmp_path / "export.csv"
@@ -84,10 +93,10 @@ def test_shipped_nni_experiment_runs_under_nnictl_and_matches_mlflow(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
 
     exported = pd.read_csv(export)  # NNI's view: the trials that reported a final result
-    frame = read_mlflow(["nni-matmul-512-tpe"], uri)
+    frame = read_mlflow([f"nni-{name}"], uri)
     trials = frame[frame["reference"].isna()]
     assert len(trials) == 3 and trials["nni.trial_id"].is_unique
-    assert set(trials["engine"]) == {"nni-tpe"} and trials["nni.experiment_id"].nunique() == 1
+    assert set(trials["engine"]) == {engine} and trials["nni.experiment_id"].nunique() == 1
     ok = trials[trials["status"] == "ok"].set_index("nni.trial_id")
     assert set(exported["trialJobId"]) == set(ok.index)
     for _, row in exported.iterrows():

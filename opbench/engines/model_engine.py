@@ -65,6 +65,11 @@ class ModelEngine(Engine):
                 self._seen.add(key)
         return list(out.values())
 
+    @property
+    def trained_on(self) -> int:
+        """How many records (warm-start plus measured) the current predictor was fitted on; -1 before any."""
+        return self._trained_on
+
     def _refit(self) -> None:
         rows = pd.concat([self._warm, pd.DataFrame(self._measured)], ignore_index=True)
         if len(rows) == self._trained_on or len(rows) < 4 or len(trainable(rows)) < 4:
@@ -92,6 +97,9 @@ class ModelEngine(Engine):
 
     def tell(self, proposal: Proposal, record: Record) -> None:
         if record["status"] == "ok":
-            self._measured.append({**{c: record.get(c, math.nan) for c in self._columns},
-                                   "status": "ok", "latency_ms": record["latency_ms"],
-                                   "workload": record["workload"]})
+            self.observe(proposal.config, proposal.threads, record["latency_ms"])
+
+    def observe(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
+        """Learn one measured latency (what ``tell`` does, for callers without a full record, e.g. NNI)."""
+        self._measured.append({**self._features(config, threads), "status": "ok", "latency_ms": latency_ms,
+                               "workload": self._workload.name})

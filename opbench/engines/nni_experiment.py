@@ -16,6 +16,8 @@ from opbench.workloads import parse_workload
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The project's virtual environment when there is one (trials run from the project root), else python3.
 PYTHON = "$(test -x .venv/bin/python && echo .venv/bin/python || echo python3)"
+MODEL_TUNER = "opbench.engines.nni_model_tuner.ModelTuner"  # OpBench's model engine as a custom NNI tuner
+EXPERIMENT_TUNERS = (*TUNERS, "Model")
 
 
 @dataclass
@@ -31,18 +33,37 @@ class ExperimentSpec:
     repeat: int = 5
     template: str | None = None
     knobs: dict[str, list[Any] | None] | None = None  # search only these knobs (values optional)
+    warm_start: str | None = None  # tuner Model: train its first predictor on this dataset
 
 
 def class_args(tuner: str, seed: int | None) -> dict[str, Any]:
     """The ``tuner.classArgs`` NNI's built-in tuner takes to minimise latency."""
     if tuner not in TUNERS:
-        raise OpBenchError(f"unknown NNI tuner '{tuner}'; tuners: {', '.join(TUNERS)}")
+        raise OpBenchError(f"unknown NNI tuner '{tuner}'; tuners: {', '.join(EXPERIMENT_TUNERS)}")
     args: dict[str, Any] = {} if tuner in ("GridSearch", "Random") else {"optimize_mode": "minimize"}
     if tuner in ("TPE", "Random") and seed is not None:
         args["seed"] = seed
     if tuner == "Evolution":
         args["population_size"] = EVOLUTION_POPULATION
     return args
+
+
+def tuner_config(spec: ExperimentSpec, out: Path) -> dict[str, Any]:
+    """The config's ``tuner`` section: a built-in tuner by name, or OpBench's model tuner by class."""
+    if spec.tuner != "Model":
+        if spec.warm_start:
+            raise OpBenchError("--warm-start needs --tuner Model")
+        args = class_args(spec.tuner, spec.seed)
+        return {"name": spec.tuner, **({"classArgs": args} if args else {})}
+    args = {"workload": spec.workload, "threads": spec.threads, "seed": spec.seed}
+    if spec.template:
+        args["template"] = spec.template
+    if spec.warm_start:
+        path = Path(spec.warm_start).resolve()  # the dispatcher's working directory is NNI's, not ours
+        if not path.is_file():
+            raise OpBenchError(f"warm-start dataset {spec.warm_start} does not exist")
+        args["warm_start"] = str(path)
+    return {"codeDirectory": os.path.relpath(PROJECT_ROOT, out.resolve()), "className": MODEL_TUNER, "classArgs": args}
 
 
 def restrict_space(space: dict[str, Any], knobs: dict[str, list[Any] | None]) -> dict[str, Any]:
@@ -82,9 +103,6 @@ def write_experiment(spec: ExperimentSpec, out: Path) -> Path:
     if not space:
         raise OpBenchError(f"template of {workload.name} has no knobs to tune")
     study = spec.study or f"nni-{out.name}"
-    tuner: dict[str, Any] = {"name": spec.tuner}
-    if args := class_args(spec.tuner, spec.seed):
-        tuner["classArgs"] = args
     config = {
         "experimentName": f"opbench-{out.name}",
         "searchSpaceFile": "search_space.json",
@@ -92,18 +110,19 @@ def write_experiment(spec: ExperimentSpec, out: Path) -> Path:
         "trialCommand": trial_command(spec, study),
         "trialConcurrency": spec.concurrency,
         "maxTrialNumber": spec.trials,
-        "tuner": tuner,
+        "tuner": tuner_config(spec, out),
         "trainingService": {"platform": "local", "useActiveGpu": False},
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "search_space.json").write_text(json.dumps(space, indent=2) + "\n")
     path = out / "config.yml"
-    header = (f"# {workload.name} tuned by NNI's {spec.tuner}: {spec.trials} trials, {spec.concurrency} at a time.\n"
+    tuner = f"OpBench's model engine ({MODEL_TUNER})" if spec.tuner == "Model" else f"NNI's {spec.tuner}"
+    header = (f"# {workload.name} tuned by {tuner}: {spec.trials} trials, {spec.concurrency} at a time.\n"
               f"# Written by `opbench nni new`. Run from anywhere: nnictl create --config {path}\n"
               f"# Trials log to the MLflow experiment '{study}' (opbench ui).\n")
     path.write_text(header + yaml.safe_dump(config, sort_keys=False, width=1000))
     (out / "README.md").write_text(
-        f"# {out.name}\n\n{workload.name} ({workload.spec}) tuned by NNI's **{spec.tuner}** tuner: "
+        f"# {out.name}\n\n{workload.name} ({workload.spec}) tuned by {tuner}: "
         f"{spec.trials} trials, concurrency {spec.concurrency}, "
         f"threads {'searched over ' + str(spec.search_threads) if spec.search_threads else spec.threads}. "
         f"`nnictl create --config {path}`; results in the MLflow experiment `{study}`.\n")
