@@ -5,12 +5,25 @@ import math
 import os
 import time
 import traceback
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from opbench.measure.types import BuildInput, BuildResult, LibraryInput, RunInput, RunResult, Status
+from opbench.measure.types import (BuildInput, BuildResult, CoRunGo, CoRunPrepare, CoRunResult, LibraryInput,
+                                   RunInput, RunResult, Status)
 
 READY = "ready"
+
+
+@dataclass
+class _Kernel:
+    """A loaded, checked kernel with its argument tensors (the module keeps its function alive)."""
+
+    module: Any
+    args: list[Any]
+    first_s: float
+    max_abs_err: float
+    number: int = 1
 
 
 def _short(exc: BaseException, limit: int = 1500) -> str:
@@ -27,6 +40,7 @@ class _Worker:
             tvm.get_global_func("runtime.config_threadpool")(-3, threads, [str(c) for c in cores])
         self._inputs: dict[str, tuple[list[Any], Any]] = {}
         self._threads = threads
+        self._corun: list[_Kernel] = []
 
     def build(self, req: BuildInput) -> BuildResult:
         import tvm
@@ -64,17 +78,17 @@ class _Worker:
             self._inputs[spec] = (arrays, workload.reference(arrays))
         return self._inputs[spec]
 
-    def run(self, req: RunInput) -> RunResult:
+    def _load_checked(self, artifact: str, spec: str) -> _Kernel | RunResult:
+        """Load a kernel, call it once on the workload's inputs and check the output against the reference."""
         import numpy as np
         import tvm
 
         from opbench.workloads import parse_workload
 
-        start = time.perf_counter()
-        workload = parse_workload(req.workload)
-        arrays, expected = self._inputs_for(req.workload)
+        workload = parse_workload(spec)
+        arrays, expected = self._inputs_for(spec)
         dev = tvm.cpu()
-        module = tvm.runtime.load_module(req.artifact)
+        module = tvm.runtime.load_module(artifact)
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         args.append(tvm.runtime.tensor(np.zeros(expected.shape, workload.dtype), dev))
         first = time.perf_counter()
@@ -84,15 +98,58 @@ class _Worker:
         rtol, atol = workload.tolerance()
         err = float(np.max(np.abs(got.astype("float64") - expected))) if got.size else 0.0
         if not np.allclose(got, expected, rtol=rtol, atol=atol, equal_nan=False):
-            return RunResult(Status.WRONG_RESULT, f"output differs from the reference: max |err| = {err:.3g}",
-                             run_s=time.perf_counter() - start, max_abs_err=err)
-        number = _number(req.min_repeat_ms, first)
-        # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.
-        evaluator = module.time_evaluator("main", dev, number=number, repeat=req.repeat + 1)
-        latencies = list(evaluator(*args).results)[1:]
-        return RunResult(Status.OK, latencies_s=latencies, number=number,
-                         run_s=time.perf_counter() - start, max_abs_err=err)
+            return RunResult(Status.WRONG_RESULT, f"{workload.name}: output differs from the reference: "
+                                                  f"max |err| = {err:.3g}", max_abs_err=err)
+        return _Kernel(module, args, first, err)
 
+    def run(self, req: RunInput) -> RunResult:
+        import tvm
+
+        start = time.perf_counter()
+        kernel = self._load_checked(req.artifact, req.workload)
+        if isinstance(kernel, RunResult):
+            kernel.run_s = time.perf_counter() - start
+            return kernel
+        number = _number(req.min_repeat_ms, kernel.first_s)
+        # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.
+        evaluator = kernel.module.time_evaluator("main", tvm.cpu(), number=number, repeat=req.repeat + 1)
+        latencies = list(evaluator(*kernel.args).results)[1:]
+        return RunResult(Status.OK, latencies_s=latencies, number=number,
+                         run_s=time.perf_counter() - start, max_abs_err=kernel.max_abs_err)
+
+    def corun_prepare(self, req: CoRunPrepare) -> CoRunResult:
+        self._corun = []
+        for artifact, spec in zip(req.artifacts, req.workloads):
+            kernel = self._load_checked(artifact, spec)
+            if isinstance(kernel, RunResult):
+                return CoRunResult(kernel.status, kernel.error)
+            kernel.number = _number(req.sample_ms, kernel.first_s)
+            self._corun.append(kernel)
+        return CoRunResult(Status.OK, numbers=[k.number for k in self._corun],
+                           max_abs_err=[k.max_abs_err for k in self._corun])
+
+    def corun_go(self, req: CoRunGo) -> CoRunResult:
+        kernels = self._corun
+        if not kernels:
+            return CoRunResult(Status.RUN_ERROR, "co-run: nothing prepared")
+        fns = [k.module["main"] for k in kernels]
+        while time.monotonic() < req.start_at - 0.002:
+            time.sleep(0.001)
+        while time.monotonic() < req.start_at:
+            pass
+        late = time.monotonic() - req.start_at
+        latencies: list[list[float]] = [[] for _ in kernels]
+        rounds: list[float] = []
+        while time.monotonic() < req.stop_at or len(rounds) < req.min_samples:
+            for fn, kernel, out in zip(fns, kernels, latencies):
+                tick = time.perf_counter()
+                for _ in range(kernel.number):
+                    fn(*kernel.args)
+                out.append((time.perf_counter() - tick) / kernel.number)
+            rounds.append(sum(out[-1] for out in latencies))
+        self._corun = []
+        return CoRunResult(Status.OK, latencies_s=latencies, numbers=[k.number for k in kernels], rounds_s=rounds,
+                           started_late_s=late, max_abs_err=[k.max_abs_err for k in kernels])
 
     def library(self, req: LibraryInput) -> RunResult:
         from opbench.workloads import parse_workload
@@ -144,12 +201,13 @@ def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int) -> None
             request = conn.recv()
         except EOFError:
             return
-        handler = {BuildInput: worker.build, RunInput: worker.run, LibraryInput: worker.library}[type(request)]
+        handler = {BuildInput: worker.build, RunInput: worker.run, LibraryInput: worker.library,
+                   CoRunPrepare: worker.corun_prepare, CoRunGo: worker.corun_go}[type(request)]
         try:
             result = handler(request)
         except Exception as exc:  # noqa: BLE001 - an unexpected error fails this request only
             status = Status.BUILD_ERROR if isinstance(request, BuildInput) else Status.RUN_ERROR
-            kind = BuildResult if isinstance(request, BuildInput) else RunResult
+            kind = {BuildInput: BuildResult, CoRunPrepare: CoRunResult, CoRunGo: CoRunResult}.get(type(request), RunResult)
             result = kind(status, _short(exc) + "\n" + traceback.format_exc(limit=3))
         conn.send(result)
 

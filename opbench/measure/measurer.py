@@ -12,6 +12,7 @@ from pathlib import Path
 from opbench.exceptions import ConfigError
 from opbench.features import static_features
 from opbench.measure.builder import LocalBuilder
+from opbench.measure.corun import CoRunner, CoRunSpec, corun_records
 from opbench.measure.lock import HostLock
 from opbench.measure.runner import LocalRunner
 from opbench.measure.types import BuildInput, BuildResult, LibraryInput, RunInput, RunResult, Status
@@ -53,6 +54,7 @@ class Measurer:
         lock = HostLock(self.options.lock_path)
         self._builder = LocalBuilder(self.options.build_workers, self.options.build_timeout_s, lock)
         self._runner = LocalRunner(self.options.run_timeout_s, lock)
+        self._corunner = CoRunner(self.options.run_timeout_s, lock)
         self._dir = tempfile.mkdtemp(prefix="opbench-build-")
         self.host = host_facts()
 
@@ -65,6 +67,7 @@ class Measurer:
     def close(self) -> None:
         self._builder.close()
         self._runner.close()
+        self._corunner.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def warm_up(self, resources: Resources) -> None:
@@ -80,32 +83,63 @@ class Measurer:
         each record as soon as it exists, so a later crash loses nothing already measured.
         """
         started = time.perf_counter()
-        records: list[Record | None] = [None] * len(specs)
-        to_build: list[tuple[int, Config, BuildInput]] = []
-        for i, spec in enumerate(specs):
+        records = []
+        for spec, (template, config, build) in zip(specs, self._build(specs)):
+            run_started = time.perf_counter()
+            if build.status is Status.INVALID_CONFIG:
+                record = self._record(spec, template, config, started, build.status, build.error)
+            else:
+                run = self._run(build, spec) if build.status is Status.OK else None
+                status = run.status if run else build.status
+                error = (run.error if run else build.error) or ""
+                # A trial's own time: its build (parallel builds overlap) plus its run and bookkeeping.
+                record = self._record(spec, template, config, run_started - build.build_s, status, error, build, run)
+            records.append(record)
+            if on_record:
+                on_record(record)
+        return records
+
+    def _build(self, specs: list[TrialSpec]) -> list[tuple[str, Config, BuildResult]]:
+        """(template, validated config, build) per spec, built in parallel; invalid configs are not built."""
+        out: list[tuple[str, Config, BuildResult]] = []
+        to_build: list[tuple[int, BuildInput]] = []
+        for spec in specs:
             template = get_template(spec.workload, spec.template)
             try:
                 config = template.validate(spec.config, spec.workload)
             except ConfigError as exc:
-                records[i] = self._record(spec, template.name, spec.config, started, Status.INVALID_CONFIG, str(exc))
+                out.append((template.name, spec.config, BuildResult(Status.INVALID_CONFIG, str(exc))))
                 continue
-            inp = BuildInput(spec.workload.spec, template.name, config, spec.resources.target,
-                             spec.resources.threads, self._dir, self.options.features)
-            to_build.append((i, config, inp))
-        for i, record in enumerate(records):
-            if record is not None and on_record:
-                on_record(record)
-        builds = self._builder.build([inp for _, _, inp in to_build])
-        for (i, config, inp), build in zip(to_build, builds):
-            run_started = time.perf_counter()
-            run = self._run(build, specs[i]) if build.status is Status.OK else None
-            status = run.status if run else build.status
-            error = (run.error if run else build.error) or ""
-            # A trial's own time: its build (parallel builds overlap) plus its run and bookkeeping.
-            records[i] = self._record(specs[i], inp.template, config, run_started - build.build_s, status, error, build, run)
-            if on_record:
-                on_record(records[i])
-        return [r for r in records if r is not None]
+            to_build.append((len(out), BuildInput(spec.workload.spec, template.name, config, spec.resources.target,
+                                                  spec.resources.threads, self._dir, self.options.features)))
+            out.append((template.name, config, BuildResult(Status.BUILD_ERROR, "not built")))
+        for (i, _), build in zip(to_build, self._builder.build([inp for _, inp in to_build])):
+            out[i] = (out[i][0], out[i][1], build)
+        return out
+
+    def corun(self, spec: CoRunSpec) -> list[Record]:
+        """Time the members of a co-run alone and then together; returns [co-run record, *member records].
+
+        Every member is built and checked first; each is timed alone (solo, same harness and window)
+        and then all start at one barrier and run for the same window (see :mod:`opbench.measure.corun`).
+        """
+        spec.validate()
+        started = time.perf_counter()
+        built = self._build(list(spec.members))
+        try:
+            failed = next(((m, b) for m, (_, _, b) in zip(spec.members, built) if b.status is not Status.OK), None)
+            if failed is None:
+                kernels = [(m, b.artifact or "") for m, (_, _, b) in zip(spec.members, built)]
+                solo, together = self._corunner.measure(kernels, spec.mode, spec.window_s)
+            else:
+                solo, together = None, None
+        finally:
+            for _, _, build in built:
+                if build.artifact and os.path.exists(build.artifact):
+                    os.remove(build.artifact)
+        members = [self._record(m, template, config, started, Status.OK, "", build)
+                   for m, (template, config, build) in zip(spec.members, built)]
+        return corun_records(spec, members, solo, together, failed)
 
     def measure_library(self, workload: Workload, library: str, resources: Resources) -> Record:
         """Time ``torch`` or ``numpy`` on the workload with the same threads; a record with template=library."""

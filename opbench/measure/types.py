@@ -64,3 +64,33 @@ class RunResult:
     number: int = 0
     run_s: float = 0.0
     max_abs_err: float = float("nan")
+
+
+@dataclass(frozen=True)
+class CoRunPrepare:
+    """Load and check kernels in a co-run member; it then waits, ready, for :class:`CoRunGo`."""
+
+    artifacts: tuple[str, ...]
+    workloads: tuple[str, ...]  # canonical specs, one per artifact
+    sample_ms: float = 2.0  # one timed sample repeats a kernel until it lasts this long (0: one call)
+
+
+@dataclass(frozen=True)
+class CoRunGo:
+    """Run the prepared kernels back to back, from ``start_at`` (``time.monotonic``, the same clock in
+    every process: the barrier) until ``stop_at``, and at least ``min_samples`` rounds."""
+
+    start_at: float
+    stop_at: float
+    min_samples: int = 3
+
+
+@dataclass
+class CoRunResult:
+    status: Status
+    error: str = ""
+    latencies_s: list[list[float]] = field(default_factory=list)  # per kernel, one per sample (per call)
+    numbers: list[int] = field(default_factory=list)  # calls per sample, per kernel
+    rounds_s: list[float] = field(default_factory=list)  # per round: the sum of its kernels' per-call latencies
+    started_late_s: float = 0.0  # how long after start_at the first round began
+    max_abs_err: list[float] = field(default_factory=list)

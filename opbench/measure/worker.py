@@ -70,17 +70,31 @@ class Worker:
 
     def call(self, request: Any, timeout: float) -> Any:
         """Send ``request`` and wait up to ``timeout`` seconds for its result."""
+        self.submit(request)
+        return self.result(timeout)
+
+    def submit(self, request: Any) -> None:
+        """Send ``request`` without waiting (several workers then work at once); :meth:`result` collects it."""
         self.start()
         try:
             self._conn.send(request)
+        except (BrokenPipeError, ConnectionResetError):
+            self._died()
+
+    def result(self, timeout: float) -> Any:
+        """The answer to the last :meth:`submit`, waiting up to ``timeout`` seconds; kills the worker past it."""
+        try:
             if self._conn.poll(timeout):
                 return self._conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError):
-            code = self._wait_exit()
-            self.kill()
-            raise WorkerError(f"worker died ({_describe(code)}){self._log_tail()}", timed_out=False) from None
+            self._died()
         self.kill()
         raise WorkerError(f"no answer within {timeout:.0f} s; worker killed", timed_out=True)
+
+    def _died(self) -> None:
+        code = self._wait_exit()
+        self.kill()
+        raise WorkerError(f"worker died ({_describe(code)}){self._log_tail()}", timed_out=False) from None
 
     def _log_tail(self, lines: int = 3) -> str:
         try:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from opbench.tracking.schema import JSON_TAGS, Record, from_mlflow_value, kind_of
 
-KIND_TAG = "opbench.kind"  # "study" for parent runs, "trial" for trial runs
+KIND_TAG = "opbench.kind"  # "study" for parent runs, "trial" for trial runs, "corun" for co-runs
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -136,9 +136,12 @@ class MlflowWriter:
         self.trial_runs: dict[str, str] = {}  # trial_id -> run_id of the trials written here
 
     def write(self, record: Record) -> str:
+        """A run nested under the study's parent run, or under its co-run's run (written before it)."""
         params, metrics, tags = _split(record)
         run_name = f"{record.get('workload', 'trial')}-{record.get('trial_id', '')[:8]}"
-        tags.update({KIND_TAG: "trial", "mlflow.parentRunId": self.parent_run_id, "mlflow.runName": run_name})
+        parent = self.trial_runs.get(str(record.get("corun_id")), self.parent_run_id)
+        tags.update({KIND_TAG: record.get("record_kind", "trial"), "mlflow.parentRunId": parent,
+                     "mlflow.runName": run_name})
         run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
         self.client.log_batch(run_id, metrics=metrics, params=params)
         self.client.set_terminated(run_id, "FINISHED" if record.get("status") == "ok" else "FAILED")
@@ -167,16 +170,17 @@ class MlflowWriter:
 
 
 def read_mlflow(experiments: list[str], tracking_uri: str | None = None,
-                parent_run_id: str | None = None) -> pd.DataFrame:
+                parent_run_id: str | None = None, kind: str = "trial") -> pd.DataFrame:
     """Trial records of the named experiments (studies) from an MLflow store, as a DataFrame
-    (only those of one parent run, i.e. one invocation of a study, when ``parent_run_id`` is given)."""
+    (only those of one parent run, i.e. one invocation of a study, when ``parent_run_id`` is given;
+    the co-runs' own records with ``kind="corun"``)."""
     from opbench.tracking.jsonl import records_frame
 
-    return records_frame(read_mlflow_records(experiments, tracking_uri, parent_run_id))
+    return records_frame(read_mlflow_records(experiments, tracking_uri, parent_run_id, kind))
 
 
 def read_mlflow_records(experiments: list[str], tracking_uri: str | None = None,
-                        parent_run_id: str | None = None) -> list[Record]:
+                        parent_run_id: str | None = None, kind: str = "trial") -> list[Record]:
     """Like :func:`read_mlflow`, as record dicts with their original types, oldest first."""
     uri = tracking_uri or default_tracking_uri()
     client = _client(uri)
@@ -190,7 +194,7 @@ def read_mlflow_records(experiments: list[str], tracking_uri: str | None = None,
         ids.append(exp.experiment_id)
     rows: list[Record] = []
     token = None
-    query = f"tags.`{KIND_TAG}` = 'trial'"
+    query = f"tags.`{KIND_TAG}` = '{kind}'"
     if parent_run_id:
         query += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
     while True:

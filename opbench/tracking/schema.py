@@ -17,8 +17,12 @@ Record = dict[str, Any]
 PARAMS = ("workload", "op", "shape", "dtype", "template", "threads", "cores", "target", "host",
           "tvm_version", "source_model")
 METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gflops", "peak_frac",
-           "build_s", "run_s", "trial_s", "finished_at", "number", "repeat", "max_abs_err")
-TAGS = ("status", "error", "schema_version", "trial_id", "latencies_ms", "study", "engine")
+           "build_s", "run_s", "trial_s", "finished_at", "number", "repeat", "max_abs_err",
+           # co-runs (opbench.measure.corun)
+           "solo_latency_ms", "slowdown", "makespan_ms", "solo_makespan_ms", "gflops_total", "started_late_ms",
+           "window_s")
+TAGS = ("status", "error", "schema_version", "trial_id", "latencies_ms", "study", "engine",
+        "record_kind", "corun_id", "corun_mode", "corun_with")
 KNOB_PREFIX = "knob."
 FEATURE_PREFIX = "feat."
 JSON_TAGS = ("latencies_ms",)  # tags whose value is a list, JSON-encoded in MLflow

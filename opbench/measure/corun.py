@@ -1,0 +1,191 @@
+"""Co-run trials: operators timed together, each under the others' interference.
+
+``full``: every member runs in its own worker process, on its own core set (or sharing cores). Once
+every member has loaded and checked its kernel, all are released at one barrier (a shared
+``time.monotonic`` instant: the same clock in every process) and run back to back until one common
+stop time, so they overlap for the whole window. ``stream``: the members run back to back in one
+process on the same cores, as consecutive operators of a model do.
+
+Each member is first timed alone with the same harness, resources and window (its solo latency),
+so ``slowdown`` = co-run latency / solo latency compares like with like. The whole co-run holds the
+host's timing lock: nothing else is timed while it runs.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from opbench.exceptions import OpBenchError
+from opbench.measure.lock import HostLock
+from opbench.measure.types import BuildResult, CoRunGo, CoRunPrepare, CoRunResult, Status
+from opbench.measure.worker import Worker, WorkerError
+from opbench.resources import Resources
+from opbench.tracking.schema import SCHEMA_VERSION, Record, latency_stats, new_trial_id
+
+if TYPE_CHECKING:
+    from opbench.measure.measurer import TrialSpec
+
+MODES = ("stream", "full")
+BARRIER_LEAD_S = 0.05  # from releasing the members to their common start
+SAMPLE_MS = 2.0  # full: one timed sample repeats a kernel until it lasts this long; stream: one call each
+
+
+@dataclass(frozen=True)
+class CoRunSpec:
+    """Two or more trials run together in ``mode`` for ``window_s`` seconds."""
+
+    members: tuple[TrialSpec, ...]
+    mode: str = "full"
+    window_s: float = 1.0
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise OpBenchError(f"unknown co-run mode '{self.mode}'; modes: {', '.join(MODES)}")
+        if len(self.members) < 2:
+            raise OpBenchError(f"a co-run needs at least 2 workloads, got {len(self.members)}")
+        if not self.window_s > 0:
+            raise OpBenchError(f"the co-run window must be > 0 s, got {self.window_s}")
+        if any(m.resources.target != "llvm" for m in self.members):
+            raise OpBenchError("co-runs run on the local CPU (target llvm) only")
+        if self.mode == "stream" and len({(m.resources.threads, m.resources.cores) for m in self.members}) > 1:
+            raise OpBenchError("a stream co-run runs its members back to back in one process: "
+                               "give them all the same threads and cores")
+
+
+Group = tuple[Resources, list[tuple[str, str]]]  # one worker's resources and its (artifact, workload spec)s
+
+
+class CoRunner:
+    """Worker processes for co-run members, one per member slot (two members never share a process)."""
+
+    def __init__(self, timeout_s: float = 120.0, lock: HostLock | None = None) -> None:
+        self.timeout_s = timeout_s
+        self._lock = lock
+        self._workers: dict[tuple[int, tuple[int, ...] | None, int], Worker] = {}
+
+    def _worker(self, resources: Resources, slot: int) -> Worker:
+        key = (resources.threads, resources.cores, slot)
+        if key not in self._workers:
+            self._workers[key] = Worker(resources.worker_env(), resources.cores, resources.threads)
+        return self._workers[key]
+
+    def _all(self, workers: list[Worker], requests: list[object], timeout: float) -> list[CoRunResult]:
+        """Send every request first, then collect: the workers work at the same time."""
+        results: list[CoRunResult | None] = [None] * len(workers)
+        for i, (worker, request) in enumerate(zip(workers, requests)):
+            try:
+                worker.submit(request)
+            except WorkerError as exc:
+                results[i] = CoRunResult(Status.RUN_ERROR, f"co-run: {exc}")
+        for i, worker in enumerate(workers):
+            if results[i] is None:
+                try:
+                    results[i] = worker.result(timeout)
+                except WorkerError as exc:
+                    results[i] = CoRunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"co-run: {exc}")
+        return results
+
+    def _session(self, groups: list[Group], window_s: float, sample_ms: float) -> list[CoRunResult]:
+        workers = [self._worker(res, slot) for slot, (res, _) in enumerate(groups)]
+        prepares = [CoRunPrepare(tuple(a for a, _ in kernels), tuple(w for _, w in kernels), sample_ms)
+                    for _, kernels in groups]
+        ready = self._all(workers, prepares, self.timeout_s)
+        if any(r.status is not Status.OK for r in ready):
+            return ready
+        start = time.monotonic() + BARRIER_LEAD_S
+        return self._all(workers, [CoRunGo(start, start + window_s)] * len(workers), window_s + self.timeout_s)
+
+    def measure(self, kernels: list[tuple[TrialSpec, str]], mode: str,
+                window_s: float) -> tuple[list[CoRunResult], list[CoRunResult]]:
+        """Each member alone (one result per member), then together (one per worker: per member when
+        ``full``, a single one holding every member when ``stream``)."""
+        def together_groups() -> list[Group]:
+            if mode == "full":
+                return [(m.resources, [(artifact, m.workload.spec)]) for m, artifact in kernels]
+            return [(kernels[0][0].resources, [(artifact, m.workload.spec) for m, artifact in kernels])]
+
+        sample_ms = SAMPLE_MS if mode == "full" else 0.0  # stream: calls interleave one by one, A B A B ...
+
+        def run() -> tuple[list[CoRunResult], list[CoRunResult]]:
+            solo = [self._session([(m.resources, [(artifact, m.workload.spec)])], window_s, sample_ms)[0]
+                    for m, artifact in kernels]
+            return solo, self._session(together_groups(), window_s, sample_ms)
+
+        if self._lock is None:
+            return run()
+        with self._lock.exclusive():
+            return run()
+
+    def close(self) -> None:
+        for worker in self._workers.values():
+            worker.close()
+        self._workers.clear()
+
+
+def _median_ms(latencies_s: list[float]) -> float:
+    return statistics.median(latencies_s) * 1e3
+
+
+def corun_records(spec: CoRunSpec, members: list[Record], solo: list[CoRunResult] | None,
+                  together: list[CoRunResult] | None, failed: tuple[TrialSpec, BuildResult] | None) -> list[Record]:
+    """The co-run's own record (``record_kind`` corun) followed by its members' records, all joined by
+    ``corun_id``. ``members`` are the members' trial records, completed here with co-run latencies."""
+    corun_id = new_trial_id()
+    names = [m["workload"] for m in members]
+    for i, record in enumerate(members):
+        record.update(corun_id=corun_id, corun_mode=spec.mode, corun_with="+".join(names[:i] + names[i + 1:]))
+    parent: Record = {
+        "record_kind": "corun", "trial_id": corun_id, "corun_mode": spec.mode, "workload": "+".join(names),
+        "op": "+".join(m["op"] for m in members), "threads": max(m["threads"] for m in members),
+        "cores": ";".join(m["cores"] for m in members), "target": members[0]["target"], "host": members[0]["host"],
+        "tvm_version": members[0]["tvm_version"], "schema_version": SCHEMA_VERSION, "window_s": spec.window_s,
+    }
+    error = _first_error(solo, together, failed)
+    if error:
+        status, text = error
+        for record, member in zip(members, spec.members):
+            own = failed is not None and failed[0] is member
+            record.update(status=(failed[1].status if own else status).value,
+                          error=(failed[1].error if own else text)[:4000])
+        parent.update(status=status.value, error=text[:4000])
+        return [_finish(parent, members)] + members
+    lat = [together[i].latencies_s[0] for i in range(len(members))] if spec.mode == "full" \
+        else together[0].latencies_s
+    number = [together[i].numbers[0] for i in range(len(members))] if spec.mode == "full" else together[0].numbers
+    flops = [m.workload.flops for m in spec.members]
+    for record, member_lat, n, s, f in zip(members, lat, number, solo, flops):
+        stats = latency_stats(member_lat)
+        solo_ms = _median_ms(s.latencies_s[0])
+        record.update(stats, status="ok", error="", gflops=f / (stats["latency_ms"] * 1e-3) / 1e9, number=n,
+                      repeat=len(member_lat), solo_latency_ms=solo_ms, slowdown=stats["latency_ms"] / solo_ms)
+    co_ms = [r["latency_ms"] for r in members]
+    solo_ms = [r["solo_latency_ms"] for r in members]
+    if spec.mode == "stream":
+        makespan, solo_makespan = _median_ms(together[0].rounds_s), sum(solo_ms)
+        gflops_total = sum(flops) / (makespan * 1e-3) / 1e9
+    else:
+        makespan, solo_makespan = max(co_ms), max(solo_ms)
+        gflops_total = sum(f / (ms * 1e-3) / 1e9 for f, ms in zip(flops, co_ms))
+    parent.update(status="ok", error="", makespan_ms=makespan, solo_makespan_ms=solo_makespan,
+                  slowdown=makespan / solo_makespan, gflops_total=gflops_total,
+                  started_late_ms=max(r.started_late_s for r in together) * 1e3)
+    return [_finish(parent, members)] + members
+
+
+def _first_error(solo: list[CoRunResult] | None, together: list[CoRunResult] | None,
+                 failed: tuple[TrialSpec, BuildResult] | None) -> tuple[Status, str] | None:
+    if failed is not None:
+        return failed[1].status, f"not co-run: {failed[0].workload.name} failed ({failed[1].status.value})"
+    for phase, results in (("alone", solo or []), ("together", together or [])):
+        for result in results:
+            if result.status is not Status.OK:
+                return result.status, f"{phase}: {result.error}"
+    return None
+
+
+def _finish(parent: Record, members: list[Record]) -> Record:
+    parent["finished_at"] = time.time()
+    parent["trial_s"] = max(m["trial_s"] for m in members)  # each member's clock started with the co-run
+    return parent
