@@ -1,4 +1,5 @@
-"""``opbench study threads``: thread-scaling studies of workloads' default and best configs."""
+"""``opbench study threads|corun``: thread scaling of workloads' default and best configs, and the
+slowdown of workloads co-running in pairs."""
 from __future__ import annotations
 
 import argparse
@@ -59,6 +60,68 @@ def cmd_study_threads(args: argparse.Namespace) -> int:
     return 0
 
 
+def study_configs(names: list[str], best_from: list[str] | None, tracking_uri: str | None) -> tuple[list, list]:
+    """Workloads and their configs: each one's best from the ``best_from`` studies, else its template default."""
+    from opbench.space import get_template
+    from opbench.threads_study import best_config
+    from opbench.tracking import read_mlflow_records
+    from opbench.workloads import parse_workload
+
+    earlier = read_mlflow_records(best_from, tracking_uri) if best_from else []
+    workloads = [parse_workload(n) for n in names]
+    configs = [best_config(earlier, w.name) or get_template(w).default_config(w) for w in workloads]
+    return workloads, configs
+
+
+def corun_layouts(texts: list[str] | None, members: int) -> list:
+    """Parsed ``--layouts``, or every split of this process's cores among ``members`` plus all sharing."""
+    import os
+
+    from opbench.studies.corun import layouts_for, parse_layout
+
+    if texts:
+        return [parse_layout(t, members) for t in texts]
+    return layouts_for(members, tuple(sorted(os.sched_getaffinity(0))))
+
+
+def cmd_study_corun(args: argparse.Namespace) -> int:
+    from opbench.measure.corun import MODES
+    from opbench.measure.measurer import MeasureOptions, Measurer
+    from opbench.plots import slowdown_heatmaps
+    from opbench.studies.corun import interference
+    from opbench.tracking import Recorder
+    from opbench.tracking.mlflow_store import study_dir
+
+    if len(args.workloads) < 2:
+        raise OpBenchError("study corun needs at least 2 workloads")
+    modes = [m.strip() for m in args.modes.split(",")]
+    if bad := [m for m in modes if m not in MODES]:
+        raise OpBenchError(f"unknown co-run mode(s) {bad}; modes: {', '.join(MODES)}")
+    workloads, configs = study_configs(args.workloads, args.best_from, args.tracking_uri)
+    layouts = corun_layouts(args.layouts, 2)
+    printer = TrialPrinter(None)
+    with Measurer(MeasureOptions(run_timeout_s=args.run_timeout)) as measurer, \
+            Recorder(args.study, args.tracking_uri, extra={"engine": "corun-study"}) as recorder:
+        def log(record: dict) -> None:
+            recorder(record)
+            if record.get("record_kind") == "corun":
+                print(f"co-run {record['corun_mode']} {record['cores']}: {record['workload']}: {record['status']}"
+                      + (f", makespan {record['makespan_ms']:.4f} ms (x{record['slowdown']:.2f} solo)"
+                         if record["status"] == "ok" else f" ({record['error'][:200]})"), flush=True)
+            else:
+                printer(record)
+
+        matrices = interference(measurer, workloads, configs, layouts, modes, args.window, log)
+        plot = slowdown_heatmaps(matrices, "co-run slowdown (x solo latency)",
+                                 study_dir("plots", args.study, recorder.mlflow.uri) / "slowdown.png")
+        recorder.mlflow.log_artifact(plot, "plots")
+    for label, matrix in matrices.items():
+        print(f"\nslowdown, {label} (row: slowed down; column: co-runs with)")
+        print(table([[name, *row] for name, row in zip(matrix.index, matrix.to_numpy())], ["", *matrix.columns]))
+    print(f"\nplot: {plot}")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="studies across workloads and resources")
     studies = p.add_subparsers(dest="study_command", required=True)
@@ -72,3 +135,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--study", default="threads-study", help="MLflow experiment")
     p.add_argument("--tracking-uri")
     p.set_defaults(func=cmd_study_threads)
+    p = studies.add_parser("corun", help="slowdown matrix of workloads co-running in pairs, across core layouts")
+    p.add_argument("workloads", nargs="+", metavar="WORKLOAD")
+    p.add_argument("--layouts", nargs="+", metavar="LAYOUT",
+                   help="core sets per member, e.g. '0|1' (one core each) '0,1' (both share cores 0,1); "
+                        "default: every split of the available cores plus all sharing")
+    p.add_argument("--modes", default="full", help="full (concurrent), stream (back to back), or full,stream")
+    p.add_argument("--window", type=float, default=0.5, help="seconds each co-run (and each solo run) lasts")
+    p.add_argument("--best-from", action="append", metavar="STUDY", help="configs: each workload's best there")
+    p.add_argument("--run-timeout", type=float, default=60.0)
+    p.add_argument("--study", default="corun-study", help="MLflow experiment")
+    p.add_argument("--tracking-uri")
+    p.set_defaults(func=cmd_study_corun)

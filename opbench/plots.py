@@ -119,3 +119,26 @@ def thread_scaling(series: dict[str, tuple[list[int], list[float], list[float]]]
     right.set(xlabel="threads", ylabel="parallel efficiency", ylim=(0, 1.2))
     right.axhline(1.0, linestyle="--", color="0.6", linewidth=1)
     return _save(fig, left, title, path)
+
+
+def slowdown_heatmaps(matrices: dict[str, Any], title: str, path: Path) -> Path:
+    """One heatmap per layout: co-run latency / solo latency of the row workload next to the column one."""
+    import numpy as np
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(matrices), figsize=(4.5 * len(matrices) + 1, 4.2), squeeze=False)
+    vmax = max(2.0, max(float(np.nanmax(m.to_numpy())) for m in matrices.values() if m.notna().any().any()))
+    for n, (ax, (label, matrix)) in enumerate(zip(axes[0], matrices.items())):
+        image = ax.imshow(matrix.to_numpy(dtype=float), cmap="Reds", vmin=1.0, vmax=vmax)
+        ax.set_xticks(range(len(matrix.columns)), matrix.columns, rotation=45, ha="right", fontsize=7)
+        ax.set_yticks(range(len(matrix.index)), matrix.index if n == 0 else [], fontsize=7)
+        for (i, j), value in np.ndenumerate(matrix.to_numpy(dtype=float)):
+            ax.text(j, i, "-" if value != value else f"{value:.2f}", ha="center", va="center", fontsize=8,
+                    color="white" if value > (1 + vmax) / 2 else "black")
+        ax.set(title=label, xlabel="co-runs with", ylabel="slowed down" if n == 0 else "")
+    fig.colorbar(image, ax=axes[0].tolist(), label="slowdown (x solo)")
+    fig.suptitle(title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path

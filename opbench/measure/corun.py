@@ -34,7 +34,7 @@ SAMPLE_MS = 2.0  # full: one timed sample repeats a kernel until it lasts this l
 
 @dataclass(frozen=True)
 class CoRunSpec:
-    """Two or more trials run together in ``mode`` for ``window_s`` seconds."""
+    """Trials run together in ``mode`` for ``window_s`` seconds (a single member is a solo run)."""
 
     members: tuple[TrialSpec, ...]
     mode: str = "full"
@@ -43,8 +43,8 @@ class CoRunSpec:
     def validate(self) -> None:
         if self.mode not in MODES:
             raise OpBenchError(f"unknown co-run mode '{self.mode}'; modes: {', '.join(MODES)}")
-        if len(self.members) < 2:
-            raise OpBenchError(f"a co-run needs at least 2 workloads, got {len(self.members)}")
+        if not self.members:
+            raise OpBenchError("a co-run needs workloads")
         if not self.window_s > 0:
             raise OpBenchError(f"the co-run window must be > 0 s, got {self.window_s}")
         if any(m.resources.target != "llvm" for m in self.members):
