@@ -6,7 +6,7 @@ import argparse
 import math
 
 from opbench.exceptions import OpBenchError
-from opbench.progress import TrialPrinter, table
+from opbench.progress import TrialPrinter, corun_line, table
 
 
 def cmd_study_threads(args: argparse.Namespace) -> int:
@@ -105,9 +105,7 @@ def cmd_study_corun(args: argparse.Namespace) -> int:
         def log(record: dict) -> None:
             recorder(record)
             if record.get("record_kind") == "corun":
-                print(f"co-run {record['corun_mode']} {record['cores']}: {record['workload']}: {record['status']}"
-                      + (f", makespan {record['makespan_ms']:.4f} ms (x{record['slowdown']:.2f} solo)"
-                         if record["status"] == "ok" else f" ({record['error'][:200]})"), flush=True)
+                print(corun_line(record), flush=True)
             else:
                 printer(record)
 

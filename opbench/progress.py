@@ -52,3 +52,12 @@ class TrialPrinter:
         error = f"  [{record['error'].splitlines()[0][:120]}]" if record.get("error") else ""
         print(f"[{self.count}{of}] {record['status']:<14s} {result}  {best:<16s} threads={record.get('threads')} "
               f"{detail}{error}", file=self.stream, flush=True)
+
+
+def corun_line(record: Record) -> str:
+    """One line for a co-run's own record: mode, layout, members, makespan and slowdown (or the error)."""
+    head = f"co-run {record['corun_mode']} {record['cores']}: {record['workload']}: {record['status']}"
+    if record["status"] != "ok":
+        return f"{head} ({record['error'][:200]})"
+    slowdown = f" (x{record['slowdown']:.2f} solo)" if "slowdown" in record else ""
+    return f"{head}, makespan {record['makespan_ms']:.4f} ms{slowdown}, {record['gflops_total']:.1f} GFLOP/s"

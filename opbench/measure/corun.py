@@ -39,6 +39,7 @@ class CoRunSpec:
     members: tuple[TrialSpec, ...]
     mode: str = "full"
     window_s: float = 1.0
+    solo: bool = True  # also time each member alone (for slowdowns); tuning that needs only the co-run skips it
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -97,10 +98,10 @@ class CoRunner:
         start = time.monotonic() + BARRIER_LEAD_S
         return self._all(workers, [CoRunGo(start, start + window_s)] * len(workers), window_s + self.timeout_s)
 
-    def measure(self, kernels: list[tuple[TrialSpec, str]], mode: str,
-                window_s: float) -> tuple[list[CoRunResult], list[CoRunResult]]:
-        """Each member alone (one result per member), then together (one per worker: per member when
-        ``full``, a single one holding every member when ``stream``)."""
+    def measure(self, kernels: list[tuple[TrialSpec, str]], mode: str, window_s: float,
+                solo: bool = True) -> tuple[list[CoRunResult] | None, list[CoRunResult]]:
+        """Each member alone (one result per member; None unless ``solo``), then together (one result
+        per worker: per member when ``full``, a single one holding every member when ``stream``)."""
         def together_groups() -> list[Group]:
             if mode == "full":
                 return [(m.resources, [(artifact, m.workload.spec)]) for m, artifact in kernels]
@@ -109,9 +110,9 @@ class CoRunner:
         sample_ms = SAMPLE_MS if mode == "full" else 0.0  # stream: calls interleave one by one, A B A B ...
 
         def run() -> tuple[list[CoRunResult], list[CoRunResult]]:
-            solo = [self._session([(m.resources, [(artifact, m.workload.spec)])], window_s, sample_ms)[0]
-                    for m, artifact in kernels]
-            return solo, self._session(together_groups(), window_s, sample_ms)
+            alone = [self._session([(m.resources, [(artifact, m.workload.spec)])], window_s, sample_ms)[0]
+                     for m, artifact in kernels] if solo else None
+            return alone, self._session(together_groups(), window_s, sample_ms)
 
         if self._lock is None:
             return run()
@@ -155,22 +156,25 @@ def corun_records(spec: CoRunSpec, members: list[Record], solo: list[CoRunResult
         else together[0].latencies_s
     number = [together[i].numbers[0] for i in range(len(members))] if spec.mode == "full" else together[0].numbers
     flops = [m.workload.flops for m in spec.members]
-    for record, member_lat, n, s, f in zip(members, lat, number, solo, flops):
+    for record, member_lat, n, f in zip(members, lat, number, flops):
         stats = latency_stats(member_lat)
-        solo_ms = _median_ms(s.latencies_s[0])
         record.update(stats, status="ok", error="", gflops=f / (stats["latency_ms"] * 1e-3) / 1e9, number=n,
-                      repeat=len(member_lat), solo_latency_ms=solo_ms, slowdown=stats["latency_ms"] / solo_ms)
+                      repeat=len(member_lat))
     co_ms = [r["latency_ms"] for r in members]
-    solo_ms = [r["solo_latency_ms"] for r in members]
     if spec.mode == "stream":
-        makespan, solo_makespan = _median_ms(together[0].rounds_s), sum(solo_ms)
+        makespan = _median_ms(together[0].rounds_s)
         gflops_total = sum(flops) / (makespan * 1e-3) / 1e9
     else:
-        makespan, solo_makespan = max(co_ms), max(solo_ms)
+        makespan = max(co_ms)
         gflops_total = sum(f / (ms * 1e-3) / 1e9 for f, ms in zip(flops, co_ms))
-    parent.update(status="ok", error="", makespan_ms=makespan, solo_makespan_ms=solo_makespan,
-                  slowdown=makespan / solo_makespan, gflops_total=gflops_total,
+    parent.update(status="ok", error="", makespan_ms=makespan, gflops_total=gflops_total,
                   started_late_ms=max(r.started_late_s for r in together) * 1e3)
+    if solo is not None:
+        solo_ms = [_median_ms(s.latencies_s[0]) for s in solo]
+        for record, ms in zip(members, solo_ms):
+            record.update(solo_latency_ms=ms, slowdown=record["latency_ms"] / ms)
+        solo_makespan = sum(solo_ms) if spec.mode == "stream" else max(solo_ms)
+        parent.update(solo_makespan_ms=solo_makespan, slowdown=makespan / solo_makespan)
     return [_finish(parent, members)] + members
 
 

@@ -130,7 +130,7 @@ class Measurer:
             failed = next(((m, b) for m, (_, _, b) in zip(spec.members, built) if b.status is not Status.OK), None)
             if failed is None:
                 kernels = [(m, b.artifact or "") for m, (_, _, b) in zip(spec.members, built)]
-                solo, together = self._corunner.measure(kernels, spec.mode, spec.window_s)
+                solo, together = self._corunner.measure(kernels, spec.mode, spec.window_s, spec.solo)
             else:
                 solo, together = None, None
         finally:

@@ -63,12 +63,12 @@ def layouts_for(members: int, cores: tuple[int, ...]) -> list[Layout]:
 
 
 def corun_spec(workloads: list[Workload], configs: list[Config], layout: Layout, mode: str,
-               window_s: float, tags: dict[str, str] | None = None) -> CoRunSpec:
+               window_s: float, tags: dict[str, str] | None = None, solo: bool = True) -> CoRunSpec:
     if mode == "stream" and not layout.shared:
         raise OpBenchError(f"a stream co-run runs on one core set; layout '{layout.label}' splits the cores")
     members = tuple(TrialSpec(w, c, r, tags=dict(tags or {}, layout=layout.label))
                     for w, c, r in zip(workloads, configs, layout.resources()))
-    return CoRunSpec(members, mode, window_s)
+    return CoRunSpec(members, mode, window_s, solo)
 
 
 def interference(measurer: Measurer, workloads: list[Workload], configs: list[Config], layouts: list[Layout],

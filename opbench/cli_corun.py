@@ -1,0 +1,113 @@
+"""``opbench tune-together`` (collaborative tuning of co-running operators) and ``opbench place``
+(placement of operators on devices by Nash equilibrium)."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from opbench.exceptions import OpBenchError
+from opbench.progress import TrialPrinter, corun_line, table
+from opbench.tracking.schema import Record
+
+
+def _logger(recorder, total: int | None):  # -> Callable[[Record], None]
+    """Store every record; print a line per co-run and per solo tuning trial."""
+    printer = TrialPrinter(total)
+
+    def log(record: Record) -> None:
+        recorder(record)
+        if record.get("record_kind") == "corun":
+            print(corun_line(record), flush=True)
+        elif not record.get("corun_id"):
+            printer(record)
+    return log
+
+
+def cmd_tune_together(args: argparse.Namespace) -> int:
+    from opbench.cli_study import corun_layouts
+    from opbench.engines.optuna_engine import OptunaEngine
+    from opbench.measure.measurer import MeasureOptions, Measurer
+    from opbench.plots import engine_curves
+    from opbench.space import get_template, load_search_space, search_space_path
+    from opbench.studies.collaborative import LAYOUT_KNOB, CoTuning, joint_space, objective_value
+    from opbench.tracking import Recorder
+    from opbench.tracking.mlflow_store import study_dir
+    from opbench.workloads import parse_workload
+
+    if len(args.workloads) < 2:
+        raise OpBenchError("tune-together needs at least 2 workloads")
+    workloads = [parse_workload(w) for w in args.workloads]
+    templates = [get_template(w) for w in workloads]
+    spaces = [load_search_space(search_space_path(t)) for t in templates]
+    cores = tuple(sorted(os.sched_getaffinity(0)))
+    layouts = [l for l in corun_layouts(args.layouts, len(workloads)) if args.mode == "full" or l.shared]
+    if not layouts:
+        raise OpBenchError("a stream co-run needs a shared layout (every member on the same cores, e.g. '0,1')")
+    study = args.study or "together-" + "-".join(w.name for w in workloads)
+    with Measurer(MeasureOptions(build_workers=2, run_timeout_s=args.run_timeout)) as measurer, \
+            Recorder(study, args.tracking_uri, extra={"engine": "tune-together"}) as recorder:
+        state = study_dir("optuna", study, recorder.mlflow.uri)
+        state.mkdir(parents=True, exist_ok=True)
+        storage = args.storage or f"sqlite:///{state / 'optuna.db'}"
+        tuning = CoTuning(measurer, workloads, templates, layouts, args.mode, args.window, args.objective,
+                          _logger(recorder, args.trials))
+        initial = {f"{i}.{k}": v for i, (t, w) in enumerate(zip(templates, workloads))
+                   for k, v in t.default_config(w).items()}
+        initial[LAYOUT_KNOB] = layouts[0].label
+        joint = OptunaEngine(joint_space(spaces, layouts), len(cores), f"{study}-joint", storage, args.sampler,
+                             args.seed, initial=initial)
+        print(f"--- collaborative: {args.trials} co-run trials over {len(joint_space(spaces, layouts))} knobs "
+              f"(layouts {', '.join(l.label for l in layouts)})", flush=True)
+        together, history = tuning.jointly(joint, args.trials)
+        alone = None
+        if not args.no_baseline:
+            print(f"--- independent: each operator tuned alone ({args.trials} trials, {len(cores)} threads), "
+                  "then the winners co-run in every layout", flush=True)
+            engines = [OptunaEngine(space, len(cores), f"{study}-alone-{i}", storage, args.sampler, args.seed,
+                                    initial=t.default_config(w))
+                       for i, (space, t, w) in enumerate(zip(spaces, templates, workloads))]
+            alone, _ = tuning.independently(engines, args.trials, cores)
+        rows, metrics = [], {}
+        for label, best in (("independent + co-run", alone), ("collaborative", together)):
+            if best is not None:
+                value = objective_value(best.corun, args.objective)
+                rows.append((label, best.layout.label, best.corun["makespan_ms"], best.corun["gflops_total"], value))
+                metrics[f"{label.split()[0]}_objective"] = value
+        if alone is not None and together is not None:
+            metrics["gain"] = objective_value(alone.corun, args.objective) / objective_value(together.corun,
+                                                                                              args.objective)
+        recorder.mlflow.log_parent({"objective": args.objective, "mode": args.mode}, metrics)
+        curve = [{"status": r["status"], "latency_ms": objective_value(r, args.objective) if r["status"] == "ok"
+                  else None} for r in history]
+        refs = {"independent + co-run": {"status": "ok", "latency_ms": metrics["independent_objective"]}} \
+            if alone is not None else {}
+        plot = engine_curves({"collaborative": curve}, refs, f"{args.objective}: collaborative vs independent",
+                             study_dir("plots", study, recorder.mlflow.uri) / "together.png")
+        recorder.mlflow.log_artifact(plot, "plots")
+    unit = "ms" if args.objective == "makespan" else "ms/GFLOP"
+    print("\n" + table(rows, ["approach", "layout", "makespan ms", "GFLOP/s", f"{args.objective} ({unit})"]))
+    if "gain" in metrics:
+        print(f"collaborative gain: x{metrics['gain']:.3f} (independent / collaborative {args.objective})")
+    print(f"plot: {plot}")
+    return 0 if together is not None else 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from opbench.measure.corun import MODES
+    from opbench.studies.collaborative import OBJECTIVES
+
+    p = sub.add_parser("tune-together", help="tune co-running operators jointly (configs and core layout)")
+    p.add_argument("workloads", nargs="+", metavar="WORKLOAD")
+    p.add_argument("--objective", choices=OBJECTIVES, default="makespan")
+    p.add_argument("--mode", choices=MODES, default="full", help="concurrent (full) or back to back (stream)")
+    p.add_argument("--trials", type=int, default=32, help="co-run trials; each operator alone gets as many")
+    p.add_argument("--layouts", nargs="+", metavar="LAYOUT", help="core layouts to choose from (see study corun)")
+    p.add_argument("--window", type=float, default=0.3, help="seconds each co-run lasts")
+    p.add_argument("--sampler", default="tpe")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-baseline", action="store_true", help="skip tuning each operator alone")
+    p.add_argument("--run-timeout", type=float, default=60.0)
+    p.add_argument("--storage", help="Optuna storage URL (default: sqlite next to the MLflow store)")
+    p.add_argument("--study", help="MLflow experiment (default together-<workloads>)")
+    p.add_argument("--tracking-uri")
+    p.set_defaults(func=cmd_tune_together)

@@ -1,0 +1,130 @@
+"""Collaborative tuning: one trial chooses every co-running operator's config and the core layout
+jointly and is scored on the co-run; the baseline tunes each operator alone (on all the cores, as a
+user tuning it in isolation would), then co-runs the winners in every layout and keeps the best."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from opbench.engines._base import Engine, Space
+from opbench.engines.driver import run_tuning
+from opbench.exceptions import ConfigError, OpBenchError
+from opbench.measure.measurer import Measurer
+from opbench.resources import Resources
+from opbench.space import Config, Template
+from opbench.studies.corun import Layout, corun_spec
+from opbench.threads_study import best_config
+from opbench.tracking.schema import Record
+from opbench.workloads import Workload
+
+OBJECTIVES = ("makespan", "throughput")
+LAYOUT_KNOB = "layout"
+MAX_REJECTS = 200  # invalid joint configs in a row before giving up (they cost no trial)
+
+
+def objective_value(corun: Record, objective: str) -> float:
+    """What tuning minimises: the makespan (ms), or for throughput its inverse (ms per GFLOP)."""
+    if objective not in OBJECTIVES:
+        raise OpBenchError(f"unknown objective '{objective}'; objectives: {', '.join(OBJECTIVES)}")
+    return corun["makespan_ms"] if objective == "makespan" else 1e3 / corun["gflops_total"]
+
+
+def joint_space(spaces: list[Space], layouts: list[Layout]) -> Space:
+    """Every member's knobs, prefixed ``<index>.``, plus the layout's label."""
+    space = {f"{i}.{knob}": spec for i, member in enumerate(spaces) for knob, spec in member.items()}
+    space[LAYOUT_KNOB] = {"_type": "choice", "_value": [layout.label for layout in layouts]}
+    return space
+
+
+def split_joint(point: dict, members: int) -> tuple[list[Config], str]:
+    configs: list[Config] = [{} for _ in range(members)]
+    for key, value in point.items():
+        if key != LAYOUT_KNOB:
+            index, knob = key.split(".", 1)
+            configs[int(index)][knob] = value
+    return configs, point[LAYOUT_KNOB]
+
+
+@dataclass
+class Best:
+    """The best co-run an approach found: its co-run record, member configs and layout."""
+
+    corun: Record
+    configs: list[Config]
+    layout: Layout
+
+
+@dataclass
+class CoTuning:
+    """The co-run set-up shared by both approaches."""
+
+    measurer: Measurer
+    workloads: list[Workload]
+    templates: list[Template]
+    layouts: list[Layout]
+    mode: str
+    window_s: float
+    objective: str
+    on_record: Callable[[Record], None]
+
+    def corun(self, configs: list[Config], layout: Layout, tags: dict[str, str]) -> Record:
+        """Co-run ``configs`` in ``layout``; logs every record and returns the co-run's own."""
+        records = self.measurer.corun(corun_spec(self.workloads, configs, layout, self.mode, self.window_s, tags,
+                                                 solo=False))
+        for record in records:
+            record.update(tags)
+            self.on_record(record)
+        return records[0]
+
+    def better(self, best: Best | None, corun: Record, configs: list[Config], layout: Layout) -> Best | None:
+        if corun["status"] != "ok":
+            return best
+        if best is None or objective_value(corun, self.objective) < objective_value(best.corun, self.objective):
+            return Best(corun, configs, layout)
+        return best
+
+    def _valid(self, configs: list[Config]) -> list[Config]:
+        return [t.validate(c, w) for t, c, w in zip(self.templates, configs, self.workloads)]
+
+    def jointly(self, engine: Engine, trials: int) -> tuple[Best | None, list[Record]]:
+        """``trials`` co-run trials proposed by ``engine`` over :func:`joint_space`."""
+        by_label = {layout.label: layout for layout in self.layouts}
+        best, history, rejects = None, [], 0
+        while len(history) < trials:
+            proposals = engine.ask(1)
+            if not proposals:
+                break
+            proposal = proposals[0]
+            configs, label = split_joint(proposal.config, len(self.workloads))
+            try:
+                configs = self._valid(configs)
+            except ConfigError as exc:
+                engine.reject(proposal, str(exc))
+                rejects += 1
+                if rejects > MAX_REJECTS:
+                    raise OpBenchError(f"{MAX_REJECTS} invalid joint configs in a row: is the space satisfiable?")
+                continue
+            rejects = 0
+            corun = self.corun(configs, by_label[label], {"approach": "collaborative"})
+            ok = corun["status"] == "ok"
+            engine.tell(proposal, {**corun, "latency_ms": objective_value(corun, self.objective) if ok else None})
+            history.append(corun)
+            best = self.better(best, corun, configs, by_label[label])
+        return best, history
+
+    def independently(self, engines: list[Engine], trials: int, cores: tuple[int, ...]) -> tuple[Best | None, list]:
+        """Tune each member alone for ``trials`` trials on all ``cores``, then co-run the winners in every layout."""
+        resources = Resources(len(cores), cores)
+        winners = []
+        for engine, workload in zip(engines, self.workloads):
+            records = run_tuning(engine, workload, trials, self.measurer,
+                                 lambda r: (r.update(approach="independent"), self.on_record(r)), resources)
+            winner = best_config(records, workload.name)
+            if winner is None:
+                return None, winners
+            winners.append(winner)
+        best = None
+        for layout in self.layouts:
+            corun = self.corun(winners, layout, {"approach": "independent"})
+            best = self.better(best, corun, winners, layout)
+        return best, winners
