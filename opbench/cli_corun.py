@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 
 from opbench.exceptions import OpBenchError
@@ -92,9 +93,65 @@ def cmd_tune_together(args: argparse.Namespace) -> int:
     return 0 if together is not None else 1
 
 
+def cmd_place(args: argparse.Namespace) -> int:
+    from opbench.cli_study import study_configs
+    from opbench.measure.measurer import MeasureOptions, Measurer
+    from opbench.plots import placement_costs
+    from opbench.studies import placement as game
+    from opbench.tracking import Recorder
+    from opbench.tracking.mlflow_store import study_dir
+
+    if len(args.workloads) < 2:
+        raise OpBenchError("place needs at least 2 workloads")
+    workloads, configs = study_configs(args.workloads, args.best_from, args.tracking_uri)
+    devices = game.parse_devices(args.devices)
+    players, count = len(workloads), len(devices)
+    if count ** players > args.max_profiles:
+        raise OpBenchError(f"{count}^{players} = {count ** players} placements exceed --max-profiles "
+                           f"{args.max_profiles}: the optimum is found by measuring them all")
+
+    def describe(profile: tuple) -> str:
+        return " ".join(f"{w.name}@{devices[d].label.removeprefix('cores ')}" for w, d in zip(workloads, profile))
+
+    with Measurer(MeasureOptions(build_workers=2, run_timeout_s=args.run_timeout)) as measurer, \
+            Recorder(args.study, args.tracking_uri, extra={"engine": "placement"}) as recorder:
+        oracle = game.CostOracle(game.profile_measurer(measurer, workloads, configs, devices, args.window,
+                                                       _logger(recorder, None)))
+        greedy = game.greedy(oracle, players, count)
+        start = greedy if args.start == "greedy" else (0,) * players
+        dynamics = game.best_response_dynamics(oracle, start, count, args.eps)
+        optimum, optimum_cost = game.exhaustive(oracle, players, count, args.social)
+        equilibrium_cost = oracle.social(dynamics.profile, args.social)
+        stable = game.is_equilibrium(oracle, dynamics.profile, count, args.eps)
+        poa = game.price_of_anarchy(equilibrium_cost, optimum_cost)
+        rows = [(name, describe(p), oracle.social(p, args.social), oracle.social(p, args.social) / optimum_cost,
+                 *oracle.costs(p)) for name, p in (("equilibrium", dynamics.profile), ("optimum", optimum),
+                                                   ("greedy", greedy))]
+        recorder.mlflow.log_parent({"social": args.social, "devices": args.devices, "equilibrium": describe(
+            dynamics.profile), "optimum": describe(optimum), "greedy": describe(greedy)},
+            {"price_of_anarchy": poa, "greedy_ratio": rows[2][3], "equilibrium_cost_ms": equilibrium_cost,
+             "optimum_cost_ms": optimum_cost, "profiles_measured": oracle.measured})
+        every = {describe(p): oracle.social(p, args.social)
+                 for p in itertools.product(range(count), repeat=players)}
+        plot = placement_costs(every, {"equilibrium": describe(dynamics.profile), "optimum": describe(optimum),
+                                       "greedy": describe(greedy)},
+                               f"placements by {args.social} (price of anarchy {poa:.3f})",
+                               study_dir("plots", args.study, recorder.mlflow.uri) / "placement.png")
+        recorder.mlflow.log_artifact(plot, "plots")
+    print("\n" + table(rows, ["strategy", "placement", f"{args.social} ms", "x optimum",
+                              *(f"{w.name} ms" for w in workloads)]))
+    print(f"best-response dynamics from {args.start}: {len(dynamics.moves)} moves, "
+          f"{'converged' if dynamics.converged else 'did NOT converge'}; "
+          f"{'an' if stable else 'not an'} eps-equilibrium (eps {args.eps:.0%}); "
+          f"price of anarchy {poa:.3f}; {oracle.measured} placements measured")
+    print(f"plot: {plot}")
+    return 0 if dynamics.converged and stable else 1
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     from opbench.measure.corun import MODES
     from opbench.studies.collaborative import OBJECTIVES
+    from opbench.studies.placement import SOCIAL
 
     p = sub.add_parser("tune-together", help="tune co-running operators jointly (configs and core layout)")
     p.add_argument("workloads", nargs="+", metavar="WORKLOAD")
@@ -111,3 +168,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--study", help="MLflow experiment (default together-<workloads>)")
     p.add_argument("--tracking-uri")
     p.set_defaults(func=cmd_tune_together)
+    p = sub.add_parser("place", help="place operators on devices: Nash equilibrium vs optimum vs greedy")
+    p.add_argument("workloads", nargs="+", metavar="WORKLOAD")
+    p.add_argument("--devices", default="0;1;0,1", help="CPU core sets separated by ';' (default '0;1;0,1')")
+    p.add_argument("--social", choices=SOCIAL, default="makespan", help="social cost of a placement")
+    p.add_argument("--start", choices=("first", "greedy"), default="first",
+                   help="best-response dynamics start: everyone on the first device, or the greedy placement")
+    p.add_argument("--eps", type=float, default=0.03, help="a player moves only to gain more than this")
+    p.add_argument("--window", type=float, default=0.2, help="seconds each placement is co-run")
+    p.add_argument("--max-profiles", type=int, default=81, help="refuse instances with more placements")
+    p.add_argument("--best-from", action="append", metavar="STUDY", help="configs: each workload's best there")
+    p.add_argument("--run-timeout", type=float, default=60.0)
+    p.add_argument("--study", default="placement", help="MLflow experiment")
+    p.add_argument("--tracking-uri")
+    p.set_defaults(func=cmd_place)

@@ -142,3 +142,23 @@ def slowdown_heatmaps(matrices: dict[str, Any], title: str, path: Path) -> Path:
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def placement_costs(costs: dict[str, float], marks: dict[str, str], title: str, path: Path) -> Path:
+    """Social cost of every measured placement, sorted; ``marks`` names some (strategy -> placement)."""
+    plt = _pyplot()
+    items = sorted(costs.items(), key=lambda kv: kv[1])
+    fig, ax = plt.subplots(figsize=(8, 0.3 * len(items) + 1.5))
+    names = {label: ", ".join(s for s, marked in marks.items() if marked == label) for label, _ in items}
+    colors = [f"C{1 + list(marks.values()).index(label)}" if names[label] else "0.7" for label, _ in items]
+    ax.barh(range(len(items)), [c for _, c in items], color=colors)
+    ax.set_yticks(range(len(items)), [f"{label}  [{names[label]}]" if names[label] else label
+                                      for label, _ in items], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("social cost (ms)")
+    ax.set_title(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
