@@ -26,11 +26,10 @@ def _logger(recorder, total: int | None):  # -> Callable[[Record], None]
 
 def cmd_tune_together(args: argparse.Namespace) -> int:
     from opbench.cli_study import corun_layouts
-    from opbench.engines.optuna_engine import OptunaEngine
     from opbench.measure.measurer import MeasureOptions, Measurer
     from opbench.plots import engine_curves
-    from opbench.space import get_template, load_search_space, search_space_path
-    from opbench.studies.collaborative import LAYOUT_KNOB, CoTuning, joint_space, objective_value
+    from opbench.space import get_template
+    from opbench.studies.collaborative import CoTuning, compare, objective_value
     from opbench.tracking import Recorder
     from opbench.tracking.mlflow_store import study_dir
     from opbench.workloads import parse_workload
@@ -38,9 +37,6 @@ def cmd_tune_together(args: argparse.Namespace) -> int:
     if len(args.workloads) < 2:
         raise OpBenchError("tune-together needs at least 2 workloads")
     workloads = [parse_workload(w) for w in args.workloads]
-    templates = [get_template(w) for w in workloads]
-    spaces = [load_search_space(search_space_path(t)) for t in templates]
-    cores = tuple(sorted(os.sched_getaffinity(0)))
     layouts = [l for l in corun_layouts(args.layouts, len(workloads)) if args.mode == "full" or l.shared]
     if not layouts:
         raise OpBenchError("a stream co-run needs a shared layout (every member on the same cores, e.g. '0,1')")
@@ -49,48 +45,31 @@ def cmd_tune_together(args: argparse.Namespace) -> int:
             Recorder(study, args.tracking_uri, extra={"engine": "tune-together"}) as recorder:
         state = study_dir("optuna", study, recorder.mlflow.uri)
         state.mkdir(parents=True, exist_ok=True)
-        storage = args.storage or f"sqlite:///{state / 'optuna.db'}"
-        tuning = CoTuning(measurer, workloads, templates, layouts, args.mode, args.window, args.objective,
-                          _logger(recorder, args.trials))
-        initial = {f"{i}.{k}": v for i, (t, w) in enumerate(zip(templates, workloads))
-                   for k, v in t.default_config(w).items()}
-        initial[LAYOUT_KNOB] = layouts[0].label
-        joint = OptunaEngine(joint_space(spaces, layouts), len(cores), f"{study}-joint", storage, args.sampler,
-                             args.seed, initial=initial)
-        print(f"--- collaborative: {args.trials} co-run trials over {len(joint_space(spaces, layouts))} knobs "
-              f"(layouts {', '.join(l.label for l in layouts)})", flush=True)
-        together, history = tuning.jointly(joint, args.trials)
-        alone = None
-        if not args.no_baseline:
-            print(f"--- independent: each operator tuned alone ({args.trials} trials, {len(cores)} threads), "
-                  "then the winners co-run in every layout", flush=True)
-            engines = [OptunaEngine(space, len(cores), f"{study}-alone-{i}", storage, args.sampler, args.seed,
-                                    initial=t.default_config(w))
-                       for i, (space, t, w) in enumerate(zip(spaces, templates, workloads))]
-            alone, _ = tuning.independently(engines, args.trials, cores)
+        tuning = CoTuning(measurer, workloads, [get_template(w) for w in workloads], layouts, args.mode, args.window,
+                          args.objective, _logger(recorder, args.trials))
+        result = compare(tuning, args.trials, args.storage or f"sqlite:///{state / 'optuna.db'}", study,
+                         args.sampler, args.seed, not args.no_baseline, tuple(sorted(os.sched_getaffinity(0))))
         rows, metrics = [], {}
-        for label, best in (("independent + co-run", alone), ("collaborative", together)):
+        for label, best in (("independent + co-run", result.alone), ("collaborative", result.together)):
             if best is not None:
                 value = objective_value(best.corun, args.objective)
                 rows.append((label, best.layout.label, best.corun["makespan_ms"], best.corun["gflops_total"], value))
                 metrics[f"{label.split()[0]}_objective"] = value
-        if alone is not None and together is not None:
-            metrics["gain"] = objective_value(alone.corun, args.objective) / objective_value(together.corun,
-                                                                                              args.objective)
+        metrics["gain"] = result.gain(args.objective)
         recorder.mlflow.log_parent({"objective": args.objective, "mode": args.mode}, metrics)
         curve = [{"status": r["status"], "latency_ms": objective_value(r, args.objective) if r["status"] == "ok"
-                  else None} for r in history]
+                  else None} for r in result.history]
         refs = {"independent + co-run": {"status": "ok", "latency_ms": metrics["independent_objective"]}} \
-            if alone is not None else {}
+            if result.alone is not None else {}
         plot = engine_curves({"collaborative": curve}, refs, f"{args.objective}: collaborative vs independent",
                              study_dir("plots", study, recorder.mlflow.uri) / "together.png")
         recorder.mlflow.log_artifact(plot, "plots")
     unit = "ms" if args.objective == "makespan" else "ms/GFLOP"
     print("\n" + table(rows, ["approach", "layout", "makespan ms", "GFLOP/s", f"{args.objective} ({unit})"]))
-    if "gain" in metrics:
+    if metrics["gain"] == metrics["gain"]:
         print(f"collaborative gain: x{metrics['gain']:.3f} (independent / collaborative {args.objective})")
     print(f"plot: {plot}")
-    return 0 if together is not None else 1
+    return 0 if result.together is not None else 1
 
 
 def cmd_place(args: argparse.Namespace) -> int:

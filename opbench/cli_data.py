@@ -13,7 +13,7 @@ def cmd_dataset_export(args: argparse.Namespace) -> int:
     from opbench.dataset import card, load_records, write_dataset
 
     frame = load_records(args.source, args.experiment or (), args.log or (), args.tracking_uri,
-                         args.status or (), args.op or (), args.host or ())
+                         args.status or (), args.op or (), args.host or (), args.kind)
     if frame.empty:
         raise OpBenchError("no records match: check --experiment/--log and the filters")
     path = write_dataset(frame, args.out)
@@ -123,6 +123,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--status", action="append", help="keep only these statuses, e.g. ok; repeat")
     p.add_argument("--op", action="append", help="keep only these operators; repeat")
     p.add_argument("--host", action="append", help="keep only these hosts; repeat")
+    p.add_argument("--kind", default="trial", choices=("trial", "corun"),
+                   help="trial records (co-run members included), or the co-runs' own records")
     p.add_argument("--tracking-uri")
     p.add_argument("--out", required=True, help="F.parquet or F.csv")
     p.set_defaults(func=cmd_dataset_export)

@@ -19,12 +19,13 @@ def _all_experiments(tracking_uri: str | None) -> list[str]:
 
 def load_records(source: str = "mlflow", experiments: Sequence[str] = (), logs: Sequence[Path | str] = (),
                  tracking_uri: str | None = None, status: Sequence[str] = (), ops: Sequence[str] = (),
-                 hosts: Sequence[str] = ()) -> pd.DataFrame:
-    """The record table of some studies (every study in the store when none is named), filtered."""
+                 hosts: Sequence[str] = (), kind: str = "trial") -> pd.DataFrame:
+    """The record table of some studies (every study in the store when none is named), filtered.
+    ``kind="corun"`` gives the co-runs' own records (makespan, throughput) instead of trials."""
     from opbench.tracking import read_jsonl, read_mlflow
 
     if source == "mlflow":
-        frame = read_mlflow(list(experiments) or _all_experiments(tracking_uri), tracking_uri)
+        frame = read_mlflow(list(experiments) or _all_experiments(tracking_uri), tracking_uri, kind=kind)
     elif source == "jsonl":
         if not logs:
             raise OpBenchError("--from jsonl needs at least one --log FILE.jsonl")
@@ -32,6 +33,8 @@ def load_records(source: str = "mlflow", experiments: Sequence[str] = (), logs: 
         if missing:
             raise OpBenchError(f"JSON-lines log(s) not found: {', '.join(missing)}")
         frame = read_jsonl(*logs)
+        kinds = frame["record_kind"].fillna("trial") if "record_kind" in frame else pd.Series("trial", frame.index)
+        frame = frame[kinds == kind]
     else:
         raise OpBenchError(f"unknown dataset source '{source}'; sources: mlflow, jsonl")
     for column, wanted in (("status", status), ("op", ops), ("host", hosts)):

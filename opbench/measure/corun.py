@@ -152,14 +152,14 @@ def corun_records(spec: CoRunSpec, members: list[Record], solo: list[CoRunResult
                           error=(failed[1].error if own else text)[:4000])
         parent.update(status=status.value, error=text[:4000])
         return [_finish(parent, members)] + members
-    lat = [together[i].latencies_s[0] for i in range(len(members))] if spec.mode == "full" \
-        else together[0].latencies_s
-    number = [together[i].numbers[0] for i in range(len(members))] if spec.mode == "full" else together[0].numbers
+    # per member: (latencies, calls per sample, max |err| of its check), from its own worker or the shared one
+    timed = [(r.latencies_s[0], r.numbers[0], r.max_abs_err[0]) for r in together] if spec.mode == "full" \
+        else list(zip(together[0].latencies_s, together[0].numbers, together[0].max_abs_err))
     flops = [m.workload.flops for m in spec.members]
-    for record, member_lat, n, f in zip(members, lat, number, flops):
+    for record, (member_lat, n, err), f in zip(members, timed, flops):
         stats = latency_stats(member_lat)
         record.update(stats, status="ok", error="", gflops=f / (stats["latency_ms"] * 1e-3) / 1e9, number=n,
-                      repeat=len(member_lat))
+                      repeat=len(member_lat), max_abs_err=err)
     co_ms = [r["latency_ms"] for r in members]
     if spec.mode == "stream":
         makespan = _median_ms(together[0].rounds_s)

@@ -3,6 +3,7 @@ jointly and is scored on the co-run; the baseline tunes each operator alone (on 
 user tuning it in isolation would), then co-runs the winners in every layout and keeps the best."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -128,3 +129,43 @@ class CoTuning:
             corun = self.corun(winners, layout, {"approach": "independent"})
             best = self.better(best, corun, winners, layout)
         return best, winners
+
+
+@dataclass
+class Comparison:
+    together: Best | None  # collaborative tuning's best co-run
+    alone: Best | None  # the best co-run of the independently tuned winners (None when skipped)
+    history: list[Record]  # the collaborative co-runs, in order
+
+    def gain(self, objective: str) -> float:
+        """Independent objective / collaborative objective (> 1: collaborative tuning helped)."""
+        if self.together is None or self.alone is None:
+            return math.nan
+        return objective_value(self.alone.corun, objective) / objective_value(self.together.corun, objective)
+
+
+def compare(tuning: CoTuning, trials: int, storage: str, study: str, sampler: str = "tpe", seed: int | None = 0,
+            baseline: bool = True, cores: tuple[int, ...] = (0,)) -> Comparison:
+    """Collaborative tuning (``trials`` co-runs) and, unless not ``baseline``, independent tuning
+    (``trials`` solo trials per operator on ``cores``) plus co-runs of its winners. Optuna studies
+    ``<study>-joint`` and ``<study>-alone-<i>`` in ``storage``."""
+    from opbench.engines.optuna_engine import OptunaEngine
+    from opbench.space import load_search_space, search_space_path
+
+    spaces = [load_search_space(search_space_path(t)) for t in tuning.templates]
+    defaults = [t.default_config(w) for t, w in zip(tuning.templates, tuning.workloads)]
+    initial = {f"{i}.{k}": v for i, d in enumerate(defaults) for k, v in d.items()}
+    initial[LAYOUT_KNOB] = tuning.layouts[0].label
+    joint = OptunaEngine(joint_space(spaces, tuning.layouts), len(cores), f"{study}-joint", storage, sampler, seed,
+                         initial=initial)
+    print(f"--- collaborative: {trials} co-run trials (layouts {', '.join(l.label for l in tuning.layouts)})",
+          flush=True)
+    together, history = tuning.jointly(joint, trials)
+    alone = None
+    if baseline:
+        print(f"--- independent: each operator tuned alone ({trials} trials, {len(cores)} threads), "
+              "then the winners co-run in every layout", flush=True)
+        engines = [OptunaEngine(space, len(cores), f"{study}-alone-{i}", storage, sampler, seed, initial=d)
+                   for i, (space, d) in enumerate(zip(spaces, defaults))]
+        alone, _ = tuning.independently(engines, trials, cores)
+    return Comparison(together, alone, history)
