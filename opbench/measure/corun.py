@@ -112,6 +112,8 @@ class CoRunner:
         def run() -> tuple[list[CoRunResult], list[CoRunResult]]:
             alone = [self._session([(m.resources, [(artifact, m.workload.spec)])], window_s, sample_ms)[0]
                      for m, artifact in kernels] if solo else None
+            if alone and any(r.status is not Status.OK for r in alone):
+                return alone, []  # a member that fails alone would fail (or hang) together too
             return alone, self._session(together_groups(), window_s, sample_ms)
 
         if self._lock is None:
