@@ -128,6 +128,7 @@ def cmd_place(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from opbench.cli_study import corun_options
     from opbench.measure.corun import MODES
     from opbench.studies.collaborative import OBJECTIVES
     from opbench.studies.placement import SOCIAL
@@ -138,14 +139,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=MODES, default="full", help="concurrent (full) or back to back (stream)")
     p.add_argument("--trials", type=int, default=32, help="co-run trials; each operator alone gets as many")
     p.add_argument("--layouts", nargs="+", metavar="LAYOUT", help="core layouts to choose from (see study corun)")
-    p.add_argument("--window", type=float, default=0.3, help="seconds each co-run lasts")
     p.add_argument("--sampler", default="tpe")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-baseline", action="store_true", help="skip tuning each operator alone")
-    p.add_argument("--run-timeout", type=float, default=60.0)
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite next to the MLflow store)")
-    p.add_argument("--study", help="MLflow experiment (default together-<workloads>)")
-    p.add_argument("--tracking-uri")
+    corun_options(p, 0.3, None, best_from=False)
     p.set_defaults(func=cmd_tune_together)
     p = sub.add_parser("place", help="place operators on devices: Nash equilibrium vs optimum vs greedy")
     p.add_argument("workloads", nargs="+", metavar="WORKLOAD")
@@ -154,10 +152,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--start", choices=("first", "greedy"), default="first",
                    help="best-response dynamics start: everyone on the first device, or the greedy placement")
     p.add_argument("--eps", type=float, default=0.03, help="a player moves only to gain more than this")
-    p.add_argument("--window", type=float, default=0.2, help="seconds each placement is co-run")
     p.add_argument("--max-profiles", type=int, default=81, help="refuse instances with more placements")
-    p.add_argument("--best-from", action="append", metavar="STUDY", help="configs: each workload's best there")
-    p.add_argument("--run-timeout", type=float, default=60.0)
-    p.add_argument("--study", default="placement", help="MLflow experiment")
-    p.add_argument("--tracking-uri")
+    corun_options(p, 0.2, "placement")
     p.set_defaults(func=cmd_place)

@@ -120,6 +120,16 @@ def cmd_study_corun(args: argparse.Namespace) -> int:
     return 0
 
 
+def corun_options(p: argparse.ArgumentParser, window: float, study: str | None, best_from: bool = True) -> None:
+    """Options of every command that co-runs workloads."""
+    p.add_argument("--window", type=float, default=window, help="seconds each co-run (and solo run) lasts")
+    if best_from:
+        p.add_argument("--best-from", action="append", metavar="STUDY", help="configs: each workload's best there")
+    p.add_argument("--run-timeout", type=float, default=60.0)
+    p.add_argument("--study", default=study, help="MLflow experiment" + ("" if study else " (default from workloads)"))
+    p.add_argument("--tracking-uri")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="studies across workloads and resources")
     studies = p.add_subparsers(dest="study_command", required=True)
@@ -139,9 +149,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="core sets per member, e.g. '0|1' (one core each) '0,1' (both share cores 0,1); "
                         "default: every split of the available cores plus all sharing")
     p.add_argument("--modes", default="full", help="full (concurrent), stream (back to back), or full,stream")
-    p.add_argument("--window", type=float, default=0.5, help="seconds each co-run (and each solo run) lasts")
-    p.add_argument("--best-from", action="append", metavar="STUDY", help="configs: each workload's best there")
-    p.add_argument("--run-timeout", type=float, default=60.0)
-    p.add_argument("--study", default="corun-study", help="MLflow experiment")
-    p.add_argument("--tracking-uri")
+    corun_options(p, 0.5, "corun-study")
     p.set_defaults(func=cmd_study_corun)

@@ -156,3 +156,16 @@ def test_place_measures_every_placement_and_finds_an_equilibrium(tracking_uri):
                                    "tags.`opbench.kind` = 'study'")[0]
     assert study_run.data.metrics["optimum_cost_ms"] == pytest.approx(full["makespan_ms"].min())
     assert study_run.data.metrics["price_of_anarchy"] >= 1.0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["place", "matmul-512", "--devices", "0;1"], "place needs at least 2 workloads"),
+    (["place", "matmul-512", "matmul-512", "--devices", "0"], "placement needs at least 2 devices"),
+    (["place", "matmul-512", "matmul-512", "--devices", "0;cuda"], "device 'cuda'"),
+    (["study", "corun", "matmul-512", "softmax:m=8,n=8", "--modes", "bogus"], "unknown co-run mode(s) ['bogus']"),
+    (["study", "corun", "matmul-512", "softmax:m=8,n=8", "--layouts", "0|1|0"], "3 core sets for 2 workloads"),
+    (["tune-together", "matmul-512", "nope-1"], "unknown workload 'nope-1'"),
+])
+def test_bad_corun_input_is_a_clear_error(args, message):
+    out = subprocess.run(CLI + args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
