@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from opbench import cli_corun, cli_data, cli_study
+from opbench import cli_corun, cli_data, cli_models, cli_study
 from opbench.engines.nni_engine import TUNERS
 from opbench.engines.nni_experiment import EXPERIMENT_TUNERS
 from opbench.engines.study import ENGINES
@@ -304,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_data.register(sub)
     cli_study.register(sub)
     cli_corun.register(sub)
+    cli_models.register(sub)
     p = sub.add_parser("demo", help="the main job: an Optuna TPE study on matmul-512")
     p.add_argument("--trials", type=int, default=60)
     p.add_argument("--threads", type=int, default=min(2, len(__import__("os").sched_getaffinity(0))))

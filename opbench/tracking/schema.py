@@ -20,9 +20,11 @@ METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gfl
            "build_s", "run_s", "trial_s", "finished_at", "number", "repeat", "max_abs_err",
            # co-runs (opbench.measure.corun)
            "solo_latency_ms", "slowdown", "makespan_ms", "solo_makespan_ms", "gflops_total", "started_late_ms",
-           "window_s")
+           "window_s",
+           # a model's fused operators (opbench model-ops)
+           "calls", "share", "flops")
 TAGS = ("status", "error", "schema_version", "trial_id", "latencies_ms", "study", "engine",
-        "record_kind", "corun_id", "corun_mode", "corun_with")
+        "record_kind", "corun_id", "corun_mode", "corun_with", "key_op")
 KNOB_PREFIX = "knob."
 FEATURE_PREFIX = "feat."
 JSON_TAGS = ("latencies_ms",)  # tags whose value is a list, JSON-encoded in MLflow

@@ -1,0 +1,166 @@
+"""A model's operators as TVM sees them: torch.export (or ONNX) -> Relax -> legalised and fused
+PrimFuncs, each with its shapes, FLOPs, call count and measured share of the model's time."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from opbench.exceptions import OpBenchError
+from opbench.models.sources import ModelSource
+
+KEY_SHARE = 0.9  # key operators: the fewest that cover this share of the model's time
+KINDS = ("depthwise_conv2d", "conv2d", "batch_matmul", "matmul", "dense", "softmax", "layer_norm", "pool",
+         "lstm", "gru", "add", "multiply", "relu", "gelu", "tanh", "sigmoid", "take", "transpose", "reshape",
+         "mean", "sum", "max")
+
+
+@dataclass
+class FusedOp:
+    name: str  # the fused PrimFunc's name in the module (e.g. fused_matmul_add2)
+    kind: str  # anchor op kind read from the name (matmul, conv2d, softmax, ...)
+    shapes: list[tuple[int, ...]]  # its buffers, inputs then outputs
+    dtype: str
+    flops: float
+    calls: int
+    latency_ms: float = math.nan  # one call, untuned (TVM's default lowering)
+    share: float = math.nan  # calls x latency / sum over all ops
+    key: bool = False
+
+
+def anchor_kind(name: str) -> str:
+    """The first known op kind named in a fused function's name (``fused_conv2d_add_relu`` -> conv2d)."""
+    for token in name.removeprefix("fused_").split("_"):
+        stem = token.rstrip("0123456789")
+        if stem in KINDS or stem == "depthwise":
+            return "depthwise_conv2d" if stem == "depthwise" else stem
+    return name.removeprefix("fused_").split("_")[0].rstrip("0123456789") or name
+
+
+def import_model(source: ModelSource) -> Any:
+    """The model as a Relax IRModule with its weights bound as constants."""
+    if source.kind == "onnx":
+        try:
+            import onnx
+            from tvm.relax.frontend.onnx import from_onnx
+        except ImportError as exc:
+            raise OpBenchError("ONNX models need the 'onnx' package: pip install onnx") from exc
+        try:
+            return from_onnx(onnx.load(str(source.onnx_path)))
+        except Exception as exc:  # noqa: BLE001 - the frontend raises many kinds; name the model
+            raise OpBenchError(f"{source.onnx_path}: Relax's ONNX frontend cannot import it: {exc}") from exc
+    import torch
+    from tvm.relax.frontend.torch import from_exported_program
+
+    try:
+        with torch.no_grad():
+            exported = torch.export.export(source.module, source.inputs)
+    except Exception as exc:  # noqa: BLE001
+        raise OpBenchError(f"model '{source.name}': torch.export failed: {str(exc).splitlines()[0]}") from exc
+    try:
+        return from_exported_program(exported, unwrap_unit_return_tuple=True)
+    except Exception as exc:  # noqa: BLE001 - an operator the frontend cannot convert
+        raise OpBenchError(f"model '{source.name}': Relax cannot convert it: {str(exc).splitlines()[0]}") from exc
+
+
+def fuse(mod: Any) -> Any:
+    """Legalise to TIR and fuse (the passes the Relax build runs), leaving one PrimFunc per fused op."""
+    import tvm
+    from tvm import relax
+
+    passes = [relax.transform.DecomposeOpsForInference(), relax.transform.LegalizeOps(),
+              relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(), relax.transform.FuseOps(),
+              relax.transform.FuseTIR(), relax.transform.DeadCodeElimination()]
+    return tvm.ir.transform.Sequential(passes)(mod)
+
+
+def call_counts(mod: Any) -> dict[str, int]:
+    """How many times ``main`` calls each PrimFunc."""
+    from tvm import relax
+
+    call_tir = relax.op.get("relax.call_tir") if hasattr(relax.op, "get") else None
+    counts: dict[str, int] = {}
+
+    def visit(expr: Any) -> None:
+        if isinstance(expr, relax.Call) and (expr.op == call_tir or getattr(expr.op, "name", "") == "relax.call_tir"):
+            name = expr.args[0].name_hint
+            counts[name] = counts.get(name, 0) + 1
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return counts
+
+
+def fused_ops(mod: Any) -> tuple[list[FusedOp], dict[str, Any]]:
+    """The fused PrimFuncs ``main`` calls, as FusedOps, with the PrimFuncs by name."""
+    import tvm
+    from tvm import tirx
+
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    counts = call_counts(mod)
+    ops, funcs = [], {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc) or gvar.name_hint not in counts:
+            continue
+        buffers = [func.buffer_map[p] for p in func.params if p in func.buffer_map]
+        shapes = [tuple(int(d) for d in b.shape) for b in buffers]
+        main = func.with_attr("global_symbol", "main")
+        ops.append(FusedOp(gvar.name_hint, anchor_kind(gvar.name_hint), shapes, str(buffers[-1].dtype),
+                           float(estimate_tir_flops(tvm.IRModule({"main": main}))), counts[gvar.name_hint]))
+        funcs[gvar.name_hint] = main
+    return ops, funcs
+
+
+def _timed(fn: Any, dev: Any, args: list[Any], min_ms: float, repeat: int) -> float:
+    """Median ms of ``repeat`` timed repeats of a TVM function (each at least ``min_ms`` long)."""
+    evaluator = fn.time_evaluator("main", dev, number=1, repeat=repeat + 1, min_repeat_ms=min_ms)
+    return float(np.median(list(evaluator(*args).results)[1:])) * 1e3
+
+
+def time_primfunc(func: Any, target: Any, repeat: int = 5) -> float:
+    """One call of a PrimFunc on random inputs, compiled alone for ``target`` (ms)."""
+    import tvm
+
+    dev = tvm.cpu()
+    executable = tvm.compile(tvm.IRModule({"main": func}), target)
+    rng = np.random.default_rng(0)
+    args = []
+    for param in func.params:
+        buffer = func.buffer_map[param]
+        shape = [int(d) for d in buffer.shape]
+        data = rng.standard_normal(shape) if "float" in str(buffer.dtype) else rng.integers(0, 2, shape)
+        args.append(tvm.runtime.tensor(data.astype(str(buffer.dtype)), dev))
+    return _timed(executable.mod, dev, args, 20.0, repeat)
+
+
+def time_model(mod: Any, target: Any, inputs: list[np.ndarray], repeat: int = 5) -> tuple[float, list[np.ndarray]]:
+    """The whole fused model on the Relax VM: median ms per run, and its outputs."""
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cpu()
+    vm = relax.VirtualMachine(tvm.compile(mod, target), dev)
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    out = vm["main"](*args)
+    outputs = [o.numpy() for o in (out if isinstance(out, (list, tuple, tvm.ir.Array)) else [out])]
+    vm.set_input("main", *args)
+    start = time.perf_counter()
+    evaluator = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=repeat + 1, min_repeat_ms=20.0)
+    latencies = list(evaluator("main").results)[1:]
+    if not latencies:  # pragma: no cover - the evaluator always returns repeat + 1 results
+        raise OpBenchError(f"timing the model returned nothing after {time.perf_counter() - start:.1f} s")
+    return float(np.median(latencies)) * 1e3, outputs
+
+
+def mark_shares(ops: list[FusedOp]) -> float:
+    """Fill each op's share of the summed op time and mark the key ops; returns that sum (ms)."""
+    total = sum(op.calls * op.latency_ms for op in ops)
+    covered = 0.0
+    for op in sorted(ops, key=lambda o: -o.calls * o.latency_ms):
+        op.share = op.calls * op.latency_ms / total if total else math.nan
+        op.key = covered < KEY_SHARE
+        covered += op.share
+    return total

@@ -1,0 +1,57 @@
+"""Hugging Face ``transformers`` models built from configs with random weights (never the hub)."""
+from __future__ import annotations
+
+from typing import Any
+
+from opbench.exceptions import OpBenchError
+
+# name -> (config class, model class, input kind, full-size overrides, tiny overrides)
+HF_MODELS: dict[str, tuple[str, str, str, dict[str, Any], dict[str, Any]]] = {
+    "bert-base": ("BertConfig", "BertModel", "tokens", {},
+                  {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}),
+    "roberta-base": ("RobertaConfig", "RobertaModel", "tokens", {},
+                     {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+                      "intermediate_size": 128}),
+    "gpt2": ("GPT2Config", "GPT2Model", "tokens", {}, {"n_layer": 2, "n_embd": 64, "n_head": 2}),
+    "vit-base": ("ViTConfig", "ViTModel", "image", {},
+                 {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128,
+                  "image_size": 32, "patch_size": 8}),
+    "resnet-50": ("ResNetConfig", "ResNetModel", "image", {},
+                  {"depths": [1, 1], "hidden_sizes": [16, 32], "embedding_size": 16, "layer_type": "basic",
+                   "image_size": 32}),
+    "mobilenet-v2": ("MobileNetV2Config", "MobileNetV2Model", "image", {},
+                     {"depth_multiplier": 0.35, "image_size": 32}),
+    "convnext-tiny": ("ConvNextConfig", "ConvNextModel", "image", {},
+                      {"depths": [1, 1], "hidden_sizes": [16, 32], "num_stages": 2, "image_size": 32}),
+}
+
+
+def build_hf(name: str, tiny: bool, batch: int, seq_len: int) -> tuple[Any, tuple[Any, ...]]:
+    """The model (returning its first output tensor, so torch.export sees a plain tensor) and inputs."""
+    try:
+        import transformers
+    except ImportError as exc:
+        raise OpBenchError(f"model '{name}' needs the 'transformers' package: pip install transformers") from exc
+    import torch
+
+    config_cls, model_cls, inputs, full, small = HF_MODELS[name]
+    config = getattr(transformers, config_cls)(**(small if tiny else full))
+    config._attn_implementation = "eager"  # plain matmul/softmax attention, which Relax imports
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(config).eval()
+
+    class FirstOutput(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: Any) -> Any:
+            return self.model(x, return_dict=False)[0]
+
+    if inputs == "tokens":
+        seq = min(seq_len, 16) if tiny else seq_len
+        example = torch.randint(0, config.vocab_size, (batch, seq))
+    else:
+        size = getattr(config, "image_size", 224)
+        example = torch.randn(batch, getattr(config, "num_channels", 3), size, size)
+    return FirstOutput().eval(), (example,)
