@@ -32,12 +32,9 @@ class FusedOp:
 
 
 def anchor_kind(name: str) -> str:
-    """The first known op kind named in a fused function's name (``fused_conv2d_add_relu`` -> conv2d)."""
-    for token in name.removeprefix("fused_").split("_"):
-        stem = token.rstrip("0123456789")
-        if stem in KINDS or stem == "depthwise":
-            return "depthwise_conv2d" if stem == "depthwise" else stem
-    return name.removeprefix("fused_").split("_")[0].rstrip("0123456789") or name
+    """The first op kind of ``KINDS`` (most telling first) named in a fused function's name
+    (``fused_conv2d_add_relu`` -> conv2d, ``max_pool2d`` -> pool)."""
+    return next((kind for kind in KINDS if kind in name), name.removeprefix("fused_").split("_")[0].rstrip("0123456789"))
 
 
 def import_model(source: ModelSource) -> Any:
@@ -105,7 +102,7 @@ def fused_ops(mod: Any) -> tuple[list[FusedOp], dict[str, Any]]:
     for gvar, func in mod.functions.items():
         if not isinstance(func, tirx.PrimFunc) or gvar.name_hint not in counts:
             continue
-        buffers = [func.buffer_map[p] for p in func.params if p in func.buffer_map]
+        buffers = list(func.params)  # TVM 0.27: a PrimFunc's params are its buffers (no buffer_map)
         shapes = [tuple(int(d) for d in b.shape) for b in buffers]
         main = func.with_attr("global_symbol", "main")
         ops.append(FusedOp(gvar.name_hint, anchor_kind(gvar.name_hint), shapes, str(buffers[-1].dtype),
@@ -114,7 +111,7 @@ def fused_ops(mod: Any) -> tuple[list[FusedOp], dict[str, Any]]:
     return ops, funcs
 
 
-def _timed(fn: Any, dev: Any, args: list[Any], min_ms: float, repeat: int) -> float:
+def _timed(fn: Any, dev: Any, args: list[Any], min_ms: int, repeat: int) -> float:
     """Median ms of ``repeat`` timed repeats of a TVM function (each at least ``min_ms`` long)."""
     evaluator = fn.time_evaluator("main", dev, number=1, repeat=repeat + 1, min_repeat_ms=min_ms)
     return float(np.median(list(evaluator(*args).results)[1:])) * 1e3
@@ -128,12 +125,11 @@ def time_primfunc(func: Any, target: Any, repeat: int = 5) -> float:
     executable = tvm.compile(tvm.IRModule({"main": func}), target)
     rng = np.random.default_rng(0)
     args = []
-    for param in func.params:
-        buffer = func.buffer_map[param]
+    for buffer in func.params:
         shape = [int(d) for d in buffer.shape]
         data = rng.standard_normal(shape) if "float" in str(buffer.dtype) else rng.integers(0, 2, shape)
         args.append(tvm.runtime.tensor(data.astype(str(buffer.dtype)), dev))
-    return _timed(executable.mod, dev, args, 20.0, repeat)
+    return _timed(executable.mod, dev, args, 20, repeat)
 
 
 def time_model(mod: Any, target: Any, inputs: list[np.ndarray], repeat: int = 5) -> tuple[float, list[np.ndarray]]:
@@ -148,7 +144,7 @@ def time_model(mod: Any, target: Any, inputs: list[np.ndarray], repeat: int = 5)
     outputs = [o.numpy() for o in (out if isinstance(out, (list, tuple, tvm.ir.Array)) else [out])]
     vm.set_input("main", *args)
     start = time.perf_counter()
-    evaluator = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=repeat + 1, min_repeat_ms=20.0)
+    evaluator = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=repeat + 1, min_repeat_ms=20)
     latencies = list(evaluator("main").results)[1:]
     if not latencies:  # pragma: no cover - the evaluator always returns repeat + 1 results
         raise OpBenchError(f"timing the model returned nothing after {time.perf_counter() - start:.1f} s")

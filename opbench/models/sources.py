@@ -7,9 +7,11 @@ hidden size) for tests. ``onnx``: any ``.onnx`` file, through Relax's ONNX front
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from opbench.exceptions import OpBenchError
 
@@ -21,26 +23,80 @@ class ModelSource:
     name: str
     kind: str  # "torch", "transformers" or "onnx"
     module: Any = None  # torch.nn.Module (torch, transformers)
-    inputs: tuple[Any, ...] = ()  # example torch tensors
+    inputs: tuple[Any, ...] = ()  # example inputs: torch tensors, or numpy arrays for ONNX
     onnx_path: Path | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+
+    def numpy_inputs(self) -> list[np.ndarray]:
+        return [np.asarray(t.numpy() if hasattr(t, "numpy") else t) for t in self.inputs]
+
+    def reference(self) -> list[np.ndarray]:
+        """The model's outputs on its example inputs: torch eager, or ONNX's reference evaluator."""
+        if self.kind == "onnx":
+            from onnx.reference import ReferenceEvaluator
+
+            evaluator = ReferenceEvaluator(str(self.onnx_path))
+            names = [i.name for i in evaluator.proto_.graph.input]
+            return [np.asarray(o) for o in evaluator.run(None, dict(zip(names, self.inputs)))]
+        import torch
+
+        with torch.no_grad():
+            return [self.module(*self.inputs).numpy()]
 
 
-def _lstm(tiny: bool, batch: int, seq: int, cell: str) -> tuple[Any, tuple[Any, ...]]:
+def _onnx_inputs(path: Path) -> tuple[np.ndarray, ...]:
+    """Random inputs for an ONNX graph's inputs (static shapes only; initializers are weights)."""
+    try:
+        import onnx
+    except ImportError as exc:
+        raise OpBenchError("ONNX models need the 'onnx' package: pip install onnx") from exc
+    try:
+        graph = onnx.load(str(path)).graph
+    except Exception as exc:  # noqa: BLE001 - a truncated or foreign file
+        raise OpBenchError(f"{path}: not a readable ONNX model: {exc}") from exc
+    weights = {i.name for i in graph.initializer}
+    rng, out = np.random.default_rng(0), []
+    for value in graph.input:
+        if value.name in weights:
+            continue
+        tensor = value.type.tensor_type
+        dims = [d.dim_value for d in tensor.shape.dim]
+        if not all(d > 0 for d in dims):
+            raise OpBenchError(f"{path}: input '{value.name}' has a dynamic shape; give it static dimensions")
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+        out.append(rng.standard_normal(dims).astype(dtype))
+    return tuple(out)
+
+
+def _recurrent(tiny: bool, batch: int, seq: int, cell: str) -> tuple[Any, tuple[Any, ...]]:
+    """An LSTM or GRU written out gate by gate (matmuls and elementwise ops), unrolled over time:
+    what torch.export and Relax see of a recurrent layer, and what TVM's fused operators cover."""
     import torch
 
     hidden = 32 if tiny else 256
+    gates = 4 if cell == "lstm" else 3
 
     class Recurrent(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            rnn = torch.nn.LSTM if cell == "lstm" else torch.nn.GRU
-            self.rnn = rnn(hidden, hidden, num_layers=1 if tiny else 2, batch_first=True)
+            self.x_proj = torch.nn.Linear(hidden, gates * hidden)
+            self.h_proj = torch.nn.Linear(hidden, gates * hidden)
             self.head = torch.nn.Linear(hidden, 10)
 
+        def step(self, x: Any, h: Any, c: Any) -> tuple[Any, Any]:
+            if cell == "lstm":
+                i, f, g, o = (self.x_proj(x) + self.h_proj(h)).chunk(4, dim=-1)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                return torch.sigmoid(o) * torch.tanh(c), c
+            xr, xz, xn = self.x_proj(x).chunk(3, dim=-1)
+            hr, hz, hn = self.h_proj(h).chunk(3, dim=-1)
+            r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+            return (1 - z) * torch.tanh(xn + r * hn) + z * h, c
+
         def forward(self, x: Any) -> Any:
-            out, _ = self.rnn(x)
-            return self.head(out[:, -1])
+            h = c = torch.zeros(x.shape[0], hidden)
+            for t in range(x.shape[1]):
+                h, c = self.step(x[:, t], h, c)
+            return self.head(h)
 
     return Recurrent(), (torch.randn(batch, seq, hidden),)
 
@@ -57,8 +113,8 @@ def _small_cnn(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]:
 
 
 TORCH_MODELS: dict[str, Callable[[bool, int, int], tuple[Any, tuple[Any, ...]]]] = {
-    "lstm": lambda tiny, b, s: _lstm(tiny, b, s, "lstm"),
-    "gru": lambda tiny, b, s: _lstm(tiny, b, s, "gru"),
+    "lstm": lambda tiny, b, s: _recurrent(tiny, b, s, "lstm"),
+    "gru": lambda tiny, b, s: _recurrent(tiny, b, s, "gru"),
     "small-cnn": _small_cnn,
 }
 
@@ -76,12 +132,12 @@ def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
         path = Path(name)
         if not path.is_file():
             raise OpBenchError(f"ONNX file not found: {name}")
-        return ModelSource(path.stem, "onnx", onnx_path=path)
+        return ModelSource(path.stem, "onnx", inputs=_onnx_inputs(path), onnx_path=path)
     if batch < 1 or seq_len < 1:
         raise OpBenchError(f"--batch and --seq-len must be >= 1, got {batch} and {seq_len}")
     base, tiny = name.removesuffix(TINY), name.endswith(TINY)
     if base in TORCH_MODELS:
-        module, inputs = TORCH_MODELS[base](tiny, batch, min(seq_len, 16) if tiny else seq_len)
+        module, inputs = TORCH_MODELS[base](tiny, batch, min(seq_len, 8) if tiny else min(seq_len, 32))
         return ModelSource(name, "torch", module.eval(), inputs)
     from opbench.models.hf import HF_MODELS, build_hf
 

@@ -1,0 +1,78 @@
+"""Models: sources, operator extraction with time shares, and bad input."""
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from opbench.exceptions import OpBenchError
+from opbench.models.extract import anchor_kind
+from opbench.models.sources import load_model, model_names
+from opbench.tracking import read_mlflow
+
+CLI = [sys.executable, "-m", "opbench.cli"]
+
+
+def make_onnx(path):
+    """A small MLP as an ONNX file written with onnx's helpers: MatMul + Add + Relu, then MatMul."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(s).astype("float32"), n)
+               for n, s in (("W1", (64, 128)), ("B1", (128,)), ("W2", (128, 16)))]
+    nodes = [helper.make_node("MatMul", ["X", "W1"], ["Y"]), helper.make_node("Add", ["Y", "B1"], ["Z"]),
+             helper.make_node("Relu", ["Z"], ["H"]), helper.make_node("MatMul", ["H", "W2"], ["O"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [16, 64])],
+                              [helper.make_tensor_value_info("O", TensorProto.FLOAT, [16, 16])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _model_ops(model, tracking_uri, study):
+    return subprocess.run(CLI + ["model-ops", model, "--repeat", "3", "--tracking-uri", tracking_uri, "--study", study],
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("model, tolerance", [
+    ("bert-base@tiny", 0.25), ("resnet-50@tiny", 0.25), ("onnx", 0.25),
+    # 40 tiny ops of a few microseconds each: the VM's own dispatch is most of the model's time.
+    ("lstm@tiny", None)])
+def test_model_ops_extracts_fused_operators_whose_shares_add_up(model, tolerance, tmp_path, tracking_uri):
+    name = str(make_onnx(tmp_path / "mlp.onnx")) if model == "onnx" else model
+    out = _model_ops(name, tracking_uri, "mo")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"output matches (torch|ONNX's reference evaluator) \(max \|err\|", out.stdout)
+    ops_ms, model_ms = map(float, re.search(r"sum of operators ([\d.]+) ms; whole model on the Relax VM ([\d.]+) ms",
+                                            out.stdout).groups())
+    if tolerance is not None:
+        assert abs(ops_ms / model_ms - 1) <= tolerance  # the shares account for the whole model's time
+    frame = read_mlflow(["mo"], tracking_uri)
+    assert frame["share"].sum() == pytest.approx(1.0)
+    assert (frame["latency_ms"] > 0).all() and (frame["calls"] >= 1).all()
+    key = frame[frame["key_op"] == "True"]
+    assert key["share"].sum() >= 0.9 > key["share"].sum() - key["share"].min()  # the fewest covering 90%
+    assert (frame.loc[frame["op"].isin(["matmul", "conv2d", "dense", "batch_matmul"]), "flops"] > 0).all()
+    anchor = {"bert-base@tiny": "matmul", "resnet-50@tiny": "conv2d", "onnx": "matmul", "lstm@tiny": "matmul"}
+    assert anchor[model] in set(key["op"])  # the model's heavy operator is a key one
+
+
+def test_model_sources_and_their_errors(tmp_path):
+    assert {"bert-base", "bert-base@tiny", "lstm", "gru@tiny", "small-cnn", "convnext-tiny@tiny"} <= set(model_names())
+    source = load_model("gru@tiny", batch=2)
+    assert source.kind == "torch" and source.inputs[0].shape[0] == 2
+    with pytest.raises(OpBenchError, match="unknown model 'nope'"):
+        load_model("nope")
+    with pytest.raises(OpBenchError, match="ONNX file not found"):
+        load_model(str(tmp_path / "missing.onnx"))
+    (tmp_path / "bad.onnx").write_text("not a model")
+    with pytest.raises(OpBenchError, match="not a readable ONNX model"):
+        load_model(str(tmp_path / "bad.onnx"))
+    assert anchor_kind("fused_conv2d1_add1_relu1") == "conv2d" and anchor_kind("max_pool2d") == "pool"
+    assert anchor_kind("fused_matmul_add2") == "matmul"
+
+
+def test_a_model_the_frontend_cannot_convert_is_named(tracking_uri):
+    out = _model_ops("gpt2@tiny", tracking_uri, "mo")
+    assert out.returncode == 2 and "model 'gpt2@tiny': Relax cannot convert it" in out.stderr
