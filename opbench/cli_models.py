@@ -39,7 +39,9 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
     import numpy as np
     import tvm
 
+    from opbench.models import cache
     from opbench.models.extract import fuse, fused_ops, import_model, mark_shares, time_model, time_primfunc
+    from opbench.workloads.fused import model_name
     from opbench.models.sources import load_model
     from opbench.resources import make_target
     from opbench.tracking import Recorder
@@ -54,6 +56,7 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
         op.latency_ms = time_primfunc(funcs[op.name], target, args.repeat)
         print(f"[{n}/{len(ops)}] {op.name:<40s} {op.latency_ms:9.4f} ms x {op.calls}", flush=True)
     ops_ms = mark_shares(ops)
+    cache.save(args.model, args.batch, args.seq_len, ops, funcs)
     model_ms, outputs = time_model(mod, target, source.numpy_inputs(), args.repeat)
     torch_ms = _torch_ms(source, args.threads, args.repeat) if source.module is not None else math.nan
     expected = source.reference()
@@ -68,10 +71,13 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
     print(f"sum of operators {ops_ms:.3f} ms; whole model on the Relax VM {model_ms:.3f} ms "
           f"(ops / model = {ops_ms / model_ms:.2f}); PyTorch eager {torch_ms:.3f} ms; output matches {reference} "
           f"(max |err| {err:.2g}); key operators (*) cover >= 90% of operator time")
+    key = next((o for o in ops if o.key and o.outputs == 1), None)
+    if key is not None:
+        print(f"tune one: opbench tune '{model_name(args.model, key.name, args.batch, args.seq_len)}' --trials 32")
     with Recorder(args.study, args.tracking_uri, extra={"engine": "model-ops"},
                   parent_tags={"model": source.name}) as recorder:
         for op in ops:
-            recorder({"workload": f"model:{source.name}/{op.name}", "op": op.kind, "dtype": op.dtype,
+            recorder({"workload": model_name(args.model, op.name, args.batch, args.seq_len), "op": op.kind, "dtype": op.dtype,
                       "shape": ";".join("x".join(map(str, s)) for s in op.shapes), "source_model": source.name,
                       "threads": args.threads, "status": "ok", "latency_ms": op.latency_ms, "calls": op.calls,
                       "share": op.share, "key_op": op.key, "flops": op.flops,

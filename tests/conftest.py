@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 # Workers inherit the environment: the faulty-kernel plugin must be named before any starts.
 os.environ["OPBENCH_PLUGINS"] = "tests.plugins.faulty"
 ROOT = Path(__file__).resolve().parents[1]
+# Extracted model operators go to a private cache, not the repository's mlflow/models.
+os.environ["OPBENCH_MODEL_CACHE"] = tempfile.mkdtemp(prefix="opbench-models-")
 
 
 @pytest.fixture(scope="session")

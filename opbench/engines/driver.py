@@ -32,12 +32,14 @@ class TuneResult:
 
 def measure_references(measurer: Measurer, workload: Workload, resources: Resources,
                        on_record: Callable[[Record], None]) -> dict[str, Record]:
-    """TVM's TE default schedule, the template's default config, PyTorch and numpy, same threads."""
+    """TVM's TE default schedule, the template's default config, PyTorch and numpy (where they
+    implement the op), with the same threads."""
     refs = {
         "te_default": measurer.measure(TrialSpec(workload, {}, resources, "te_default")),
         "template_default": measurer.measure(TrialSpec(workload, {}, resources)),
-        "torch": measurer.measure_library(workload, "torch", resources),
     }
+    if workload.op.torch_baseline:
+        refs["torch"] = measurer.measure_library(workload, "torch", resources)
     if workload.op.numpy_impl:
         refs["numpy"] = measurer.measure_library(workload, "numpy", resources)
     for name, record in refs.items():

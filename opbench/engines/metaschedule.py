@@ -18,7 +18,6 @@ from opbench._tvm_compat import light_tensor_intrin
 light_tensor_intrin()  # before MetaSchedule imports the tensor intrinsics of every backend
 
 import tvm  # noqa: E402
-from tvm import te  # noqa: E402
 from tvm.ir.utils import derived_object  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder  # noqa: E402
@@ -123,7 +122,7 @@ class MetaScheduleTuner:
         callbacks = [ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel()]
         if on_trace:
             callbacks.append(_TraceCallback(by_file, on_trace))
-        mod = tvm.IRModule({"main": te.create_prim_func(workload.te_tensors())})
+        mod = tvm.IRModule({"main": workload.prim_func()})
         ms.tune_tir(mod, make_target(resources.target, resources.threads), str(self.work_dir), trials,
                     num_trials_per_iter=min(self.trials_per_iter, trials), builder=_SaveModuleBuilder(candidates),
                     runner=_MeasurerRunner(measure), measure_callbacks=callbacks, seed=self.seed)

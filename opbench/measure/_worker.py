@@ -56,7 +56,7 @@ class _Worker:
         template = get_template(workload, req.template)
         try:
             mod = template.schedule(workload, req.config)
-        except (s_tir.ScheduleError, tvm.TVMError) as exc:
+        except (s_tir.ScheduleError, RuntimeError) as exc:  # TVM raises its FFI errors as RuntimeError
             return BuildResult(Status.INVALID_CONFIG, f"schedule rejected the config: {_short(exc)}")
         target = make_target(req.target, req.threads)
         try:

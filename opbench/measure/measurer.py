@@ -166,7 +166,8 @@ class Measurer:
             "workload": workload.name, "op": workload.op.name, "shape": workload.shape, "dtype": workload.dtype,
             "template": template, "threads": res.threads, "cores": res.cores_label,
             "target": (build.target if build and build.target else res.target), "host": host.hostname,
-            "tvm_version": host.tvm_version, "source_model": preset.model if preset else "",
+            "tvm_version": host.tvm_version,
+            "source_model": preset.model if preset else workload.op.source_model(workload.params),
             "status": status.value, "error": error[:4000], "schema_version": SCHEMA_VERSION,
             "trial_id": new_trial_id(),
         }

@@ -26,6 +26,7 @@ class FusedOp:
     dtype: str
     flops: float
     calls: int
+    outputs: int = 1  # the last ``outputs`` buffers are written (destination-passing style)
     latency_ms: float = math.nan  # one call, untuned (TVM's default lowering)
     share: float = math.nan  # calls x latency / sum over all ops
     key: bool = False
@@ -74,39 +75,40 @@ def fuse(mod: Any) -> Any:
     return tvm.ir.transform.Sequential(passes)(mod)
 
 
-def call_counts(mod: Any) -> dict[str, int]:
-    """How many times ``main`` calls each PrimFunc."""
+def call_sites(mod: Any) -> dict[str, tuple[int, int]]:
+    """Per PrimFunc ``main`` calls: (how many calls, how many output tensors each call gets)."""
     from tvm import relax
 
-    call_tir = relax.op.get("relax.call_tir") if hasattr(relax.op, "get") else None
-    counts: dict[str, int] = {}
+    sites: dict[str, tuple[int, int]] = {}
 
     def visit(expr: Any) -> None:
-        if isinstance(expr, relax.Call) and (expr.op == call_tir or getattr(expr.op, "name", "") == "relax.call_tir"):
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.call_tir":
             name = expr.args[0].name_hint
-            counts[name] = counts.get(name, 0) + 1
+            out = expr.ty_args[0]  # the output type (sinfo_args and TupleStructInfo before TVM 0.27)
+            outputs = len(out.fields) if isinstance(out, relax.TupleType) else 1
+            sites[name] = (sites.get(name, (0, outputs))[0] + 1, outputs)
 
     relax.analysis.post_order_visit(mod["main"], visit)
-    return counts
+    return sites
 
 
 def fused_ops(mod: Any) -> tuple[list[FusedOp], dict[str, Any]]:
     """The fused PrimFuncs ``main`` calls, as FusedOps, with the PrimFuncs by name."""
     import tvm
     from tvm import tirx
-
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    counts = call_counts(mod)
+    sites = call_sites(mod)
     ops, funcs = [], {}
     for gvar, func in mod.functions.items():
-        if not isinstance(func, tirx.PrimFunc) or gvar.name_hint not in counts:
+        if not isinstance(func, tirx.PrimFunc) or gvar.name_hint not in sites:
             continue
         buffers = list(func.params)  # TVM 0.27: a PrimFunc's params are its buffers (no buffer_map)
         shapes = [tuple(int(d) for d in b.shape) for b in buffers]
         main = func.with_attr("global_symbol", "main")
+        calls, outputs = sites[gvar.name_hint]
         ops.append(FusedOp(gvar.name_hint, anchor_kind(gvar.name_hint), shapes, str(buffers[-1].dtype),
-                           float(estimate_tir_flops(tvm.IRModule({"main": main}))), counts[gvar.name_hint]))
+                           float(estimate_tir_flops(tvm.IRModule({"main": main}))), calls, outputs))
         funcs[gvar.name_hint] = main
     return ops, funcs
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from opbench.exceptions import SearchSpaceError, WorkloadError
 from opbench.space._base import Config, Knob, Template
+from opbench.space.fused import FusedTemplate
 from opbench.space.prescheduled import IRFileTemplate
 from opbench.space.rowwise import NoScheduleTemplate, RowwiseTemplate
 from opbench.space.tiled import TiledTemplate
@@ -29,6 +30,7 @@ TEMPLATES: dict[str, Template] = {
         RowwiseTemplate("softmax"),
         RowwiseTemplate("layer_norm"),
         RowwiseTemplate("add_relu", fuse_all=True),
+        FusedTemplate(),
         NoScheduleTemplate(),
         IRFileTemplate(),
     )

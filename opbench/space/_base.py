@@ -54,9 +54,9 @@ class Template(ABC):
     def schedule(self, workload: Workload, config: Config) -> IRModule:
         """The scheduled IRModule of ``workload`` under a validated ``config`` (in a worker: imports TVM)."""
         import tvm
-        from tvm import s_tir, te
+        from tvm import s_tir
 
-        sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(workload.te_tensors())}))
+        sch = s_tir.Schedule(tvm.IRModule({"main": workload.prim_func()}))
         self.apply(sch, config, workload)
         return sch.mod
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from opbench.exceptions import WorkloadError
 from opbench.workloads._base import SUPPORTED_DTYPES, Axis, Operator, Workload
+from opbench.workloads.fused import MODEL_PREFIX, model_name, model_spec
 from opbench.workloads.ops import OPERATORS, parse_value
 from opbench.workloads.presets import PRESETS
 
@@ -18,6 +19,11 @@ def parse_workload(text: str) -> Workload:
 
     load_plugins()
     text = text.strip()
+    if text.startswith(MODEL_PREFIX):  # a model's operator, named model:NAME/FUNC
+        workload = parse_workload(model_spec(text))
+        p = workload.params
+        return Workload(workload.op, p, workload.dtype, preset=model_name(p["model"], p["func"], p["batch"],
+                                                                            p["seq_len"]))
     if text in PRESETS:
         workload = parse_workload(PRESETS[text].spec)
         return Workload(workload.op, workload.params, workload.dtype, preset=text)

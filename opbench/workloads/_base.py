@@ -56,11 +56,22 @@ class Operator(ABC):
     def define(self, p: Params, dtype: str) -> list[te.Tensor]:
         """TE tensors: inputs then the output."""
 
+    def prim_func(self, p: Params, dtype: str) -> Any:
+        """The unscheduled TensorIR PrimFunc (from :meth:`define` unless the op is TIR already)."""
+        from tvm import te
+
+        return te.create_prim_func(self.define(p, dtype))
+
     @abstractmethod
     def torch_impl(self, p: Params) -> Callable[..., Any]:
         """PyTorch's implementation: a function of the input tensors (the library baseline)."""
 
     numpy_impl: ClassVar[bool] = False  # True when ``reference`` is plain numpy (a second baseline)
+    torch_baseline: ClassVar[bool] = True  # False when there is no PyTorch implementation to time
+
+    def source_model(self, p: Params) -> str:
+        """The model this operator comes from, when it is one of a model's own (presets name theirs)."""
+        return ""
 
     def reference(self, arrays: list[np.ndarray], p: Params) -> np.ndarray:
         """The expected output for ``arrays`` (the inputs); PyTorch's unless overridden with numpy."""
@@ -77,7 +88,7 @@ class Workload:
     op: Operator
     params: dict[str, Any] = field(hash=False)
     dtype: str = "float32"
-    preset: str | None = None
+    preset: str | None = None  # its short name: a preset's, or a model operator's (model:NAME/FUNC)
 
     @property
     def shape(self) -> str:
@@ -124,6 +135,10 @@ class Workload:
 
     def te_tensors(self) -> list[te.Tensor]:
         return self.op.define(self.params, self.dtype)
+
+    def prim_func(self) -> Any:
+        """The unscheduled PrimFunc every template starts from."""
+        return self.op.prim_func(self.params, self.dtype)
 
 
 def positive(p: Params, *keys: str) -> None:

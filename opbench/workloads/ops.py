@@ -8,6 +8,7 @@ import numpy as np
 
 from opbench.exceptions import WorkloadError
 from opbench.workloads._base import Axis, Operator, Params, conv_out, positive
+from opbench.workloads.fused import Fused
 
 
 def _F():  # noqa: N802 - torch.nn.functional, imported lazily
@@ -463,7 +464,8 @@ class AddRelu(Operator):
 OPERATORS: dict[str, Operator] = {
     op.name: op
     for op in (
-        MatMul(), BatchMatMul(), Dense(), Conv2d(), DepthwiseConv2d(), Pool2d(), Softmax(), LayerNorm(), AddRelu()
+        MatMul(), BatchMatMul(), Dense(), Conv2d(), DepthwiseConv2d(), Pool2d(), Softmax(), LayerNorm(), AddRelu(),
+        Fused(),
     )
 }
 

@@ -1,0 +1,104 @@
+"""A fused operator of a real model as a workload: ``fused:model=bert-base@tiny,func=fused_matmul_add2``
+(also written ``model:bert-base@tiny/fused_matmul_add2``). Its PrimFunc comes from the model's
+extraction (``opbench model-ops``, cached on disk); the reference is that PrimFunc as TVM lowers it
+unscheduled, so a tuned schedule is checked against the model's own computation."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from opbench.exceptions import WorkloadError
+from opbench.workloads._base import Axis, Operator, Params
+
+MODEL_PREFIX = "model:"
+
+
+@functools.cache
+def _load(model: str, func: str, batch: int, seq_len: int) -> tuple[Any, Any]:
+    from opbench.models.cache import load_op
+
+    return load_op(model, func, batch, seq_len)
+
+
+@functools.cache
+def _reference_executable(model: str, func: str, batch: int, seq_len: int) -> Any:
+    import tvm
+
+    from opbench.resources import make_target
+
+    return tvm.compile(tvm.IRModule({"main": _load(model, func, batch, seq_len)[1]}), make_target("llvm", 1))
+
+
+def model_spec(text: str) -> str:
+    """``model:NAME/FUNC[,batch=B,seq_len=S]`` as the canonical ``fused:model=NAME,func=FUNC,...`` spec."""
+    body, _, options = text.removeprefix(MODEL_PREFIX).partition(",")
+    name, slash, func = body.rpartition("/")
+    if not slash or not name or not func:
+        raise WorkloadError(f"'{text}': a model operator is written model:MODEL/FUNCTION[,batch=B,seq_len=S] "
+                            "(functions: `opbench model-ops MODEL`)")
+    return f"fused:model={name},func={func}" + (f",{options}" if options else "")
+
+
+def model_name(model: str, func: str, batch: int, seq_len: int) -> str:
+    """The short name of a model operator (what ``model-ops`` prints and ``tune`` takes)."""
+    options = "".join(f",{k}={v}" for k, v, default in (("batch", batch, 1), ("seq_len", seq_len, 128))
+                      if v != default)
+    return f"{MODEL_PREFIX}{model}/{func}{options}"
+
+
+class Fused(Operator):
+    name = "fused"
+    keys = ("model", "func")
+    options = {"batch": 1, "seq_len": 128}
+    anchor = ""
+    description = "a fused operator of a model (opbench model-ops MODEL lists them)"
+    torch_baseline = False  # the model as a whole has one (tune-model); a fused piece of it does not
+
+    def _key(self, p: Params) -> tuple[str, str, int, int]:
+        return str(p["model"]), str(p["func"]), int(p["batch"]), int(p["seq_len"])
+
+    def op(self, p: Params) -> Any:
+        return _load(*self._key(p))[0]
+
+    def check(self, p: Params) -> None:
+        op = self.op(p)
+        if op.outputs != 1:
+            raise WorkloadError(f"{p['func']} writes {op.outputs} outputs; only single-output operators are tunable")
+
+    def input_shapes(self, p: Params) -> list[tuple[int, ...]]:
+        return [tuple(s) for s in self.op(p).shapes[:-1]]
+
+    def output_shape(self, p: Params) -> tuple[int, ...]:
+        return tuple(self.op(p).shapes[-1])
+
+    def axes(self, p: Params) -> list[Axis]:
+        from opbench.space.fused import anchor_axes
+
+        return anchor_axes(self.prim_func(p, ""))
+
+    def flops(self, p: Params) -> float:
+        return self.op(p).flops
+
+    def define(self, p: Params, dtype: str) -> list[Any]:
+        raise WorkloadError(f"{p['func']} is TensorIR from a model, not a TE definition")
+
+    def prim_func(self, p: Params, dtype: str) -> Any:
+        return _load(*self._key(p))[1]
+
+    def source_model(self, p: Params) -> str:
+        return str(p["model"])
+
+    def torch_impl(self, p: Params) -> Any:
+        raise WorkloadError(f"no PyTorch implementation of the fused operator {p['func']}")
+
+    def reference(self, arrays: list[np.ndarray], p: Params) -> np.ndarray:
+        """The unscheduled PrimFunc's output, as TVM's default lowering computes it."""
+        import tvm
+
+        dev = tvm.cpu()
+        args = [tvm.runtime.tensor(a, dev) for a in arrays]
+        args.append(tvm.runtime.tensor(np.zeros(self.output_shape(p), self.op(p).dtype), dev))
+        _reference_executable(*self._key(p))["main"](*args)
+        return args[-1].numpy()
