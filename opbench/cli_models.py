@@ -1,12 +1,11 @@
-"""``opbench models`` and ``opbench model-ops``: real models and the operators that take their time."""
+"""``opbench models``, ``opbench model-ops`` (the operators that take a model's time) and
+``opbench tune-model`` (tune the key ones, build the model with them, compare with PyTorch)."""
 from __future__ import annotations
 
 import argparse
-import math
-import time
 
 from opbench.exceptions import OpBenchError
-from opbench.progress import table
+from opbench.progress import TrialPrinter, table
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -20,84 +19,155 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _torch_ms(source, threads: int, repeat: int) -> float:
-    """PyTorch eager: median ms per forward."""
-    import numpy as np
-    import torch
-
-    torch.set_num_threads(threads)
-    times = []
-    with torch.no_grad():
-        for _ in range(repeat + 1):
-            start = time.perf_counter()
-            source.module(*source.inputs)
-            times.append(time.perf_counter() - start)
-    return float(np.median(times[1:])) * 1e3
-
-
-def cmd_model_ops(args: argparse.Namespace) -> int:
-    import numpy as np
+def _profile(args: argparse.Namespace):  # -> ModelProfile
+    """Profile ``args.model`` with ``args.threads`` threads, a line per operator, and cache its operators."""
     import tvm
 
     from opbench.models import cache
-    from opbench.models.extract import fuse, fused_ops, import_model, mark_shares, time_model, time_primfunc
-    from opbench.workloads.fused import model_name
+    from opbench.models.profile import profile_model
     from opbench.models.sources import load_model
     from opbench.resources import make_target
-    from opbench.tracking import Recorder
 
     source = load_model(args.model, args.batch, args.seq_len)
     tvm.get_global_func("runtime.config_threadpool")(-3, args.threads, [])
-    target = make_target("llvm", args.threads)
-    mod = fuse(import_model(source))
-    ops, funcs = fused_ops(mod)
-    print(f"{source.name}: {len(ops)} fused operators; timing each ({args.threads} threads)", flush=True)
-    for n, op in enumerate(ops, start=1):
-        op.latency_ms = time_primfunc(funcs[op.name], target, args.repeat)
-        print(f"[{n}/{len(ops)}] {op.name:<40s} {op.latency_ms:9.4f} ms x {op.calls}", flush=True)
-    ops_ms = mark_shares(ops)
-    cache.save(args.model, args.batch, args.seq_len, ops, funcs)
-    model_ms, outputs = time_model(mod, target, source.numpy_inputs(), args.repeat)
-    torch_ms = _torch_ms(source, args.threads, args.repeat) if source.module is not None else math.nan
-    expected = source.reference()
-    err = float(np.max(np.abs(outputs[0] - expected[0])))
-    reference = "torch" if source.module is not None else "ONNX's reference evaluator"
-    if not np.allclose(outputs[0], expected[0], rtol=1e-3, atol=1e-3):
-        raise OpBenchError(f"{source.name}: TVM's output differs from {reference}'s (max |err| {err:.3g})")
-    ops.sort(key=lambda o: -o.share)
+    print(f"{source.name}: importing, fusing and timing each fused operator ({args.threads} threads)", flush=True)
+    profile = profile_model(source, make_target("llvm", args.threads), args.threads, args.repeat,
+                            lambda n, op: print(f"[{n}] {op.name:<40s} {op.latency_ms:9.4f} ms x {op.calls}",
+                                                flush=True))
+    cache.save(args.model, args.batch, args.seq_len, profile.ops, profile.funcs)
+    return profile
+
+
+def cmd_model_ops(args: argparse.Namespace) -> int:
+    from opbench.models.profile import reference_name
+    from opbench.tracking import Recorder
+    from opbench.workloads.fused import model_name
+
+    profile = _profile(args)
+    ops = sorted(profile.ops, key=lambda o: -o.share)
     rows = [("*" if o.key else "", o.name, o.kind, " ".join("x".join(map(str, s)) for s in o.shapes), o.calls,
              o.flops / 1e6, o.latency_ms, o.share) for o in ops]
     print(table(rows, ["key", "function", "kind", "shapes", "calls", "MFLOP", "ms/call", "share"]))
-    print(f"sum of operators {ops_ms:.3f} ms; whole model on the Relax VM {model_ms:.3f} ms "
-          f"(ops / model = {ops_ms / model_ms:.2f}); PyTorch eager {torch_ms:.3f} ms; output matches {reference} "
-          f"(max |err| {err:.2g}); key operators (*) cover >= 90% of operator time")
+    print(f"sum of operators {profile.ops_ms:.3f} ms; whole model on the Relax VM {profile.model_ms:.3f} ms "
+          f"(ops / model = {profile.ops_ms / profile.model_ms:.2f}); PyTorch eager {profile.torch_ms:.3f} ms; "
+          f"output matches {reference_name(profile.source)} (max |err| {profile.max_abs_err:.2g}); "
+          "key operators (*) cover >= 90% of operator time")
     key = next((o for o in ops if o.key and o.outputs == 1), None)
     if key is not None:
         print(f"tune one: opbench tune '{model_name(args.model, key.name, args.batch, args.seq_len)}' --trials 32")
     with Recorder(args.study, args.tracking_uri, extra={"engine": "model-ops"},
-                  parent_tags={"model": source.name}) as recorder:
+                  parent_tags={"model": args.model}) as recorder:
         for op in ops:
-            recorder({"workload": model_name(args.model, op.name, args.batch, args.seq_len), "op": op.kind, "dtype": op.dtype,
-                      "shape": ";".join("x".join(map(str, s)) for s in op.shapes), "source_model": source.name,
-                      "threads": args.threads, "status": "ok", "latency_ms": op.latency_ms, "calls": op.calls,
-                      "share": op.share, "key_op": op.key, "flops": op.flops,
-                      "gflops": op.flops / (op.latency_ms * 1e-3) / 1e9 if op.latency_ms > 0 else math.nan})
-        recorder.mlflow.log_parent({"model": source.name, "batch": args.batch, "seq_len": args.seq_len,
+            recorder({"workload": model_name(args.model, op.name, args.batch, args.seq_len), "op": op.kind,
+                      "dtype": op.dtype, "shape": ";".join("x".join(map(str, s)) for s in op.shapes),
+                      "source_model": args.model, "threads": args.threads, "status": "ok",
+                      "latency_ms": op.latency_ms, "calls": op.calls, "share": op.share, "key_op": op.key,
+                      "flops": op.flops, "gflops": op.flops / (op.latency_ms * 1e-3) / 1e9})
+        recorder.mlflow.log_parent({"model": args.model, "batch": args.batch, "seq_len": args.seq_len,
                                     "threads": args.threads},
-                                   {"model_ms": model_ms, "ops_sum_ms": ops_ms, "torch_ms": torch_ms,
-                                    "max_abs_err": err, "fused_ops": len(ops)})
+                                   {"model_ms": profile.model_ms, "ops_sum_ms": profile.ops_ms,
+                                    "torch_ms": profile.torch_ms, "max_abs_err": profile.max_abs_err,
+                                    "fused_ops": len(ops)})
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("models", help="models that model-ops can extract operators from")
-    p.set_defaults(func=cmd_models)
-    p = sub.add_parser("model-ops", help="a model's fused operators: shapes, FLOPs, calls, share of time")
-    p.add_argument("model", help="a name from `opbench models` (add @tiny for the small variant)")
+def tune_model(args: argparse.Namespace) -> dict:
+    """Profile the model, tune its key operators, build it with them: per-op rows and model metrics."""
+    from opbench.engines.driver import run_tuning
+    from opbench.engines.study import make_engine
+    from opbench.measure.measurer import MeasureOptions, Measurer
+    from opbench.models.extract import time_model
+    from opbench.models.profile import check_outputs
+    from opbench.models.tuned import TunedOp, apply_database, write_database
+    from opbench.resources import Resources, make_target
+    from opbench.space import get_template
+    from opbench.threads_study import best_config
+    from opbench.tracking import Recorder
+    from opbench.tracking.mlflow_store import study_dir
+    from opbench.workloads import parse_workload
+    from opbench.workloads.fused import model_name
+
+    if args.trials_per_op < 1:
+        raise OpBenchError(f"--trials-per-op must be >= 1, got {args.trials_per_op}")
+    profile = _profile(args)
+    key = [o for o in sorted(profile.ops, key=lambda o: -o.share) if o.key and o.outputs == 1][:args.max_ops]
+    study = args.study or f"tune-model-{args.model}"
+    target = make_target("llvm", args.threads)
+    tuned: list[TunedOp] = []
+    rows = []
+    with Measurer(MeasureOptions(repeat=args.repeat)) as measurer, \
+            Recorder(study, args.tracking_uri, extra={"engine": args.engine}, parent_tags={"model": args.model}) \
+            as recorder:
+        for op in key:
+            workload = parse_workload(model_name(args.model, op.name, args.batch, args.seq_len))
+            print(f"--- {workload.name}: {op.share:.1%} of the model, {args.trials_per_op} trials", flush=True)
+            engine = make_engine(args, workload, f"{study}-{op.name}", False, args.seed)
+            printer = TrialPrinter(args.trials_per_op)
+            records = run_tuning(engine, workload, args.trials_per_op, measurer,
+                                 lambda r: (recorder(r), printer(r)), Resources(args.threads))
+            engine.close()
+            config = best_config(records, workload.name)
+            if config is None:
+                print(f"    no valid schedule found for {op.name}: it keeps TVM's default", flush=True)
+                continue
+            best = min(r["latency_ms"] for r in records if r["status"] == "ok")
+            template = get_template(workload)
+            tuned.append(TunedOp(workload, template, template.validate(config, workload), best))
+            rows.append((op.name, op.kind, op.share, op.latency_ms, best, op.latency_ms / best))
+        folder = study_dir("tune-model", study, recorder.mlflow.uri)
+        database = write_database(folder, tuned, target)
+        tuned_mod = apply_database(profile.mod, database, target)
+        tuned_ms, outputs = time_model(tuned_mod, target, profile.source.numpy_inputs(), args.repeat)
+        err = check_outputs(profile.source, outputs, "the tuned model")
+        metrics = {"torch_ms": profile.torch_ms, "untuned_ms": profile.model_ms, "tuned_ms": tuned_ms,
+                   "speedup_vs_untuned": profile.model_ms / tuned_ms, "speedup_vs_torch": profile.torch_ms / tuned_ms,
+                   "max_abs_err": err, "tuned_ops": len(tuned)}
+        recorder.mlflow.log_parent({"model": args.model, "batch": args.batch, "seq_len": args.seq_len,
+                                    "threads": args.threads, "trials_per_op": args.trials_per_op}, metrics)
+        for name in ("database_workload.json", "database_tuning_record.json"):
+            recorder.mlflow.log_artifact(folder / name, "database")
+    return {"rows": rows, "metrics": metrics, "database": folder}
+
+
+def cmd_tune_model(args: argparse.Namespace) -> int:
+    result = tune_model(args)
+    m = result["metrics"]
+    print("\n" + table(result["rows"], ["operator", "kind", "share", "untuned ms", "tuned ms", "speed-up"]))
+    print("\n" + table([(args.model, args.batch, m["torch_ms"], m["untuned_ms"], m["tuned_ms"],
+                         m["speedup_vs_untuned"], m["speedup_vs_torch"])],
+                       ["network", "batch", "PyTorch ms", "TVM untuned ms", "TVM tuned ms", "x untuned",
+                        "x PyTorch"]))
+    print(f"tuned model output matches the reference (max |err| {m['max_abs_err']:.2g}); "
+          f"database: {result['database']}")
+    return 0
+
+
+def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
+    p.add_argument("model", help="a name from `opbench models` (add @tiny for the small variant) or a .onnx file")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--seq-len", type=int, default=128, help="sequence length of token models")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--study", default="model-ops", help="MLflow experiment")
+    p.add_argument("--study", default=study, help="MLflow experiment")
     p.add_argument("--tracking-uri")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from opbench.engines.nni_engine import TUNERS
+
+    p = sub.add_parser("models", help="models that model-ops can extract operators from")
+    p.set_defaults(func=cmd_models)
+    p = sub.add_parser("model-ops", help="a model's fused operators: shapes, FLOPs, calls, share of time")
+    _model_options(p, "model-ops")
     p.set_defaults(func=cmd_model_ops)
+    p = sub.add_parser("tune-model", help="tune a model's key operators, build it with them, compare with PyTorch")
+    _model_options(p, None)
+    p.add_argument("--trials-per-op", type=int, default=32)
+    p.add_argument("--max-ops", type=int, help="tune at most this many key operators (the largest shares first)")
+    p.add_argument("--engine", default="optuna", choices=("optuna", "nni", "random", "model"))
+    p.add_argument("--sampler", default="tpe", help="Optuna sampler for --engine optuna")
+    p.add_argument("--tuner", default="TPE", choices=TUNERS, help="NNI tuner for --engine nni")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--storage", help="Optuna storage URL (default: sqlite in mlflow/optuna.db)")
+    p.set_defaults(func=cmd_tune_model, template=None, search_threads=None, search_cores=None, cores=None,
+                   target="llvm", objectives="latency", warm_start=None)

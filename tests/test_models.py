@@ -76,3 +76,20 @@ def test_model_sources_and_their_errors(tmp_path):
 def test_a_model_the_frontend_cannot_convert_is_named(tracking_uri):
     out = _model_ops("gpt2@tiny", tracking_uri, "mo")
     assert out.returncode == 2 and "model 'gpt2@tiny': Relax cannot convert it" in out.stderr
+
+
+def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path, tracking_uri):
+    out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--trials-per-op", "3", "--max-ops", "2",
+                                "--repeat", "3", "--tracking-uri", tracking_uri, "--study", "tm",
+                                "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "tuned model output matches the reference" in out.stdout
+    frame = read_mlflow(["tm"], tracking_uri)
+    assert len(frame) == 6 and frame["workload"].nunique() == 2  # 3 trials for each of two key operators
+    assert all(w.startswith("model:bert-base@tiny/fused_matmul") for w in frame["workload"])
+    assert set(frame["source_model"]) == {"bert-base@tiny"} and (frame["status"] == "ok").any()
+    records = (tmp_path / "tune-model" / "tm" / "database_tuning_record.json").read_text().splitlines()
+    assert len(records) == 2  # one MetaSchedule tuning record per tuned operator
+    untuned, tuned = map(float, re.search(r"bert-base@tiny\s+1\s+[\d.]+\s+([\d.]+)\s+([\d.]+)", out.stdout).groups())
+    assert tuned < untuned  # the tuned schedules were applied to the built model

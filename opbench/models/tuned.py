@@ -1,0 +1,56 @@
+"""Tuned schedules of a model's operators as a MetaSchedule database, and the model built with it.
+
+Each tuned operator's best config is replayed on a ``tvm.s_tir.Schedule`` of its PrimFunc; the
+schedule's trace is a MetaSchedule tuning record for that PrimFunc (``database_workload.json`` +
+``database_tuning_record.json``). Relax's ``MetaScheduleApplyDatabase`` then swaps the schedules
+into the fused model before it is built, exactly as a MetaSchedule-tuned model is.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opbench._tvm_compat import light_tensor_intrin
+from opbench.space import Config, Template
+from opbench.workloads import Workload
+
+
+@dataclass
+class TunedOp:
+    workload: Workload
+    template: Template
+    config: Config
+    latency_ms: float
+
+
+def write_database(folder: Path, tuned: list[TunedOp], target: Any) -> Any:
+    """A MetaSchedule JSON database in ``folder`` holding one record per tuned operator."""
+    light_tensor_intrin()
+    import tvm
+    from tvm import s_tir
+    from tvm.s_tir import meta_schedule as ms
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        (folder / name).unlink(missing_ok=True)
+    database = ms.database.JSONDatabase(str(folder / "database_workload.json"),
+                                        str(folder / "database_tuning_record.json"))
+    for op in tuned:
+        func = op.workload.prim_func().with_attr("tirx.noalias", True)
+        mod = tvm.IRModule({"main": func})
+        sch = s_tir.Schedule(mod)
+        op.template.apply(sch, op.config, op.workload)
+        database.commit_tuning_record(ms.database.TuningRecord(
+            sch.trace, database.commit_workload(mod), [op.latency_ms / 1e3], target,
+            ms.arg_info.ArgInfo.from_prim_func(func)))
+    return database
+
+
+def apply_database(mod: Any, database: Any, target: Any) -> Any:
+    """The fused Relax module with every PrimFunc the database knows replaced by its tuned schedule."""
+    light_tensor_intrin()
+    from tvm import relax
+
+    with target, database:
+        return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
