@@ -31,8 +31,8 @@ def _profile(args: argparse.Namespace):  # -> ModelProfile
     source = load_model(args.model, args.batch, args.seq_len)
     tvm.get_global_func("runtime.config_threadpool")(-3, args.threads, [])
     print(f"{source.name}: importing, fusing and timing each fused operator ({args.threads} threads)", flush=True)
-    profile = profile_model(source, make_target("llvm", args.threads), args.threads, args.repeat,
-                            lambda n, op: print(f"[{n}] {op.name:<40s} {op.latency_ms:9.4f} ms x {op.calls}",
+    profile = profile_model(source, make_target("llvm", args.threads), args.threads, args.repeat, args.batch,
+                            args.seq_len, lambda n, op: print(f"[{n}] {op.name:<40s} {op.latency_ms:9.4f} ms x {op.calls}",
                                                 flush=True))
     cache.save(args.model, args.batch, args.seq_len, profile.ops, profile.funcs)
     return profile

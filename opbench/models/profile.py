@@ -27,12 +27,12 @@ class ModelProfile:
     max_abs_err: float
 
 
-def torch_ms(source: ModelSource, threads: int, repeat: int) -> float:
-    """PyTorch eager: median ms per forward (NaN for an ONNX model)."""
-    if source.module is None:
-        return math.nan
+def _torch_ms_here(name: str, batch: int, seq_len: int, threads: int, repeat: int) -> float:
     import torch
 
+    from opbench.models.sources import load_model
+
+    source = load_model(name, batch, seq_len)
     torch.set_num_threads(threads)
     times = []
     with torch.no_grad():
@@ -41,6 +41,16 @@ def torch_ms(source: ModelSource, threads: int, repeat: int) -> float:
             source.module(*source.inputs)
             times.append(time.perf_counter() - start)
     return float(np.median(times[1:])) * 1e3
+
+
+def torch_ms(name: str, batch: int, seq_len: int, threads: int, repeat: int) -> float:
+    """PyTorch eager: median ms per forward, timed in a fresh process (TVM's thread pool, once
+    started, keeps the cores busy-waiting and would slow PyTorch down many times over)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_torch_ms_here, name, batch, seq_len, threads, repeat).result()
 
 
 def reference_name(source: ModelSource) -> str:
@@ -57,9 +67,10 @@ def check_outputs(source: ModelSource, outputs: list[np.ndarray], what: str) -> 
     return err
 
 
-def profile_model(source: ModelSource, target: Any, threads: int, repeat: int,
+def profile_model(source: ModelSource, target: Any, threads: int, repeat: int, batch: int, seq_len: int,
                   on_op: Callable[[int, FusedOp], None] = lambda i, op: None) -> ModelProfile:
     """Import, fuse and time ``source`` (untuned: TVM's default lowering of every operator)."""
+    eager = torch_ms(source.name, batch, seq_len, threads, repeat) if source.module is not None else math.nan
     mod = fuse(import_model(source))
     ops, funcs = fused_ops(mod)
     for n, op in enumerate(ops, start=1):
@@ -68,4 +79,4 @@ def profile_model(source: ModelSource, target: Any, threads: int, repeat: int,
     ops_ms = mark_shares(ops)
     model_ms, outputs = time_model(mod, target, source.numpy_inputs(), repeat)
     err = check_outputs(source, outputs, "TVM")
-    return ModelProfile(source, mod, ops, funcs, ops_ms, model_ms, torch_ms(source, threads, repeat), err)
+    return ModelProfile(source, mod, ops, funcs, ops_ms, model_ms, eager, err)
