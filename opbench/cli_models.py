@@ -14,6 +14,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     rows = [(name, "torch", f"{name}{TINY}") for name in TORCH_MODELS]
     rows += [(name, "transformers", f"{name}{TINY}") for name in HF_MODELS]
+    rows.append(("simple:WORKLOAD", "one catalogue workload, e.g. simple:matmul-512", "-"))
     rows.append(("PATH.onnx", "onnx", "-"))
     print(table(rows, ["model", "source", "tiny variant"]))
     return 0
@@ -40,6 +41,7 @@ def _profile(args: argparse.Namespace):  # -> ModelProfile
 
 def cmd_model_ops(args: argparse.Namespace) -> int:
     from opbench.models.profile import reference_name
+    from opbench.models.sources import SIMPLE_PREFIX
     from opbench.tracking import Recorder
     from opbench.workloads.fused import model_name
 
@@ -53,7 +55,9 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
           f"output matches {reference_name(profile.source)} (max |err| {profile.max_abs_err:.2g}); "
           "key operators (*) cover >= 90% of operator time")
     key = next((o for o in ops if o.key and o.outputs == 1), None)
-    if key is not None:
+    if profile.source.kind == "simple":  # a catalogue workload: tune it with its own template
+        print(f"tune it: opbench tune '{args.model.removeprefix(SIMPLE_PREFIX)}' --trials 32")
+    elif key is not None:
         print(f"tune one: opbench tune '{model_name(args.model, key.name, args.batch, args.seq_len)}' --trials 32")
     with Recorder(args.study, args.tracking_uri, extra={"engine": "model-ops"},
                   parent_tags={"model": args.model}) as recorder:
@@ -119,6 +123,11 @@ def tune_model(args: argparse.Namespace) -> dict:
         tuned_mod = apply_database(profile.mod, database, target)
         tuned_ms, outputs = time_model(tuned_mod, target, profile.source.numpy_inputs(), args.repeat)
         err = check_outputs(profile.source, outputs, "the tuned model")
+        runs = [(profile.model_ms, tuned_ms)]
+        if args.compare:  # the same two builds timed again, alternating: is the speed-up larger than the noise?
+            inputs = profile.source.numpy_inputs()
+            runs.append((time_model(profile.mod, target, inputs, args.repeat)[0],
+                         time_model(tuned_mod, target, inputs, args.repeat)[0]))
         metrics = {"torch_ms": profile.torch_ms, "untuned_ms": profile.model_ms, "tuned_ms": tuned_ms,
                    "speedup_vs_untuned": profile.model_ms / tuned_ms, "speedup_vs_torch": profile.torch_ms / tuned_ms,
                    "max_abs_err": err, "tuned_ops": len(tuned)}
@@ -126,7 +135,7 @@ def tune_model(args: argparse.Namespace) -> dict:
                                     "threads": args.threads, "trials_per_op": args.trials_per_op}, metrics)
         for name in ("database_workload.json", "database_tuning_record.json"):
             recorder.mlflow.log_artifact(folder / name, "database")
-    return {"rows": rows, "metrics": metrics, "database": folder}
+    return {"rows": rows, "metrics": metrics, "database": folder, "runs": runs}
 
 
 def cmd_tune_model(args: argparse.Namespace) -> int:
@@ -137,6 +146,9 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
                          m["speedup_vs_untuned"], m["speedup_vs_torch"])],
                        ["network", "batch", "PyTorch ms", "TVM untuned ms", "TVM tuned ms", "x untuned",
                         "x PyTorch"]))
+    if len(result["runs"]) > 1:
+        print("\n" + table([(i, u, t, u / t) for i, (u, t) in enumerate(result["runs"], start=1)],
+                           ["run", "untuned ms", "tuned ms", "speed-up"]))
     print(f"tuned model output matches the reference (max |err| {m['max_abs_err']:.2g}); "
           f"database: {result['database']}")
     return 0
@@ -164,6 +176,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _model_options(p, None)
     p.add_argument("--trials-per-op", type=int, default=32)
     p.add_argument("--max-ops", type=int, help="tune at most this many key operators (the largest shares first)")
+    p.add_argument("--compare", action="store_true",
+                   help="time the untuned and tuned models a second time, alternating, and print both runs")
     p.add_argument("--engine", default="optuna", choices=("optuna", "nni", "random", "model"))
     p.add_argument("--sampler", default="tpe", help="Optuna sampler for --engine optuna")
     p.add_argument("--tuner", default="TPE", choices=TUNERS, help="NNI tuner for --engine nni")

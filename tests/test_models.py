@@ -80,7 +80,7 @@ def test_a_model_the_frontend_cannot_convert_is_named(tracking_uri):
 
 def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path, tracking_uri):
     out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--trials-per-op", "3", "--max-ops", "2",
-                                "--repeat", "3", "--tracking-uri", tracking_uri, "--study", "tm",
+                                "--repeat", "3", "--compare", "--tracking-uri", tracking_uri, "--study", "tm",
                                 "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -93,3 +93,11 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
     assert len(records) == 2  # one MetaSchedule tuning record per tuned operator
     untuned, tuned = map(float, re.search(r"bert-base@tiny\s+1\s+[\d.]+\s+([\d.]+)\s+([\d.]+)", out.stdout).groups())
     assert tuned < untuned  # the tuned schedules were applied to the built model
+    runs = re.findall(r"^([12])\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", out.stdout, re.M)
+    assert [r[0] for r in runs] == ["1", "2"] and all(float(r[3]) > 1 for r in runs)  # --compare: faster both times
+
+
+def test_a_catalogue_workload_is_a_model_too(tracking_uri):
+    out = _model_ops("simple:matmul:m=64,n=64,k=64", tracking_uri, "mo")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "output matches torch" in out.stdout and "tune it: opbench tune 'matmul:m=64,n=64,k=64'" in out.stdout

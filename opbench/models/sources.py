@@ -1,6 +1,7 @@
 """Model sources: a name (or an ONNX file) -> a torch module with example inputs, or an ONNX model.
 
-``torch``: plain modules written here (LSTM, GRU, a small CNN). ``transformers``: built from
+``torch``: plain modules written here (LSTM, GRU, a small CNN); ``simple:WORKLOAD``: one catalogue
+workload's PyTorch implementation. ``transformers``: built from
 configs with random weights (no hub access), each with a ``@tiny`` variant (few layers, small
 hidden size) for tests. ``onnx``: any ``.onnx`` file, through Relax's ONNX frontend.
 """
@@ -21,7 +22,7 @@ TINY = "@tiny"
 @dataclass
 class ModelSource:
     name: str
-    kind: str  # "torch", "transformers" or "onnx"
+    kind: str  # "torch", "simple", "transformers" or "onnx"
     module: Any = None  # torch.nn.Module (torch, transformers)
     inputs: tuple[Any, ...] = ()  # example inputs: torch tensors, or numpy arrays for ONNX
     onnx_path: Path | None = None
@@ -119,8 +120,27 @@ TORCH_MODELS: dict[str, Callable[[bool, int, int], tuple[Any, tuple[Any, ...]]]]
 }
 
 
+SIMPLE_PREFIX = "simple:"
+
+
+def _simple(spec: str) -> tuple[Any, tuple[Any, ...]]:
+    """A single catalogue workload as a model: its PyTorch implementation on its inputs."""
+    import torch
+
+    from opbench.workloads import parse_workload
+
+    workload = parse_workload(spec)
+    fn = workload.op.torch_impl(workload.params)
+
+    class Single(torch.nn.Module):
+        def forward(self, *args: Any) -> Any:
+            return fn(*args)
+
+    return Single(), tuple(torch.from_numpy(a) for a in workload.make_inputs())
+
+
 def model_names() -> list[str]:
-    """Every named model, each with its tiny variant."""
+    """Every named model, each with its tiny variant (and ``simple:WORKLOAD`` for any catalogue workload)."""
     from opbench.models.hf import HF_MODELS
 
     return [n + variant for n in (*TORCH_MODELS, *HF_MODELS) for variant in ("", TINY)]
@@ -133,6 +153,9 @@ def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
         if not path.is_file():
             raise OpBenchError(f"ONNX file not found: {name}")
         return ModelSource(path.stem, "onnx", inputs=_onnx_inputs(path), onnx_path=path)
+    if name.startswith(SIMPLE_PREFIX):
+        module, inputs = _simple(name.removeprefix(SIMPLE_PREFIX))
+        return ModelSource(name, "simple", module.eval(), inputs)
     if batch < 1 or seq_len < 1:
         raise OpBenchError(f"--batch and --seq-len must be >= 1, got {batch} and {seq_len}")
     base, tiny = name.removesuffix(TINY), name.endswith(TINY)
@@ -144,4 +167,5 @@ def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
     if base in HF_MODELS:
         module, inputs = build_hf(base, tiny, batch, seq_len)
         return ModelSource(name, "transformers", module.eval(), inputs)
-    raise OpBenchError(f"unknown model '{name}'; models: {', '.join(model_names())}, or a path to an .onnx file")
+    raise OpBenchError(f"unknown model '{name}'; models: {', '.join(model_names())}, simple:WORKLOAD, "
+                       "or a path to an .onnx file")
