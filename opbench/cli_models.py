@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from opbench.exceptions import OpBenchError
 from opbench.progress import TrialPrinter, table
@@ -78,6 +79,7 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
 def tune_model(args: argparse.Namespace) -> dict:
     """Profile the model, tune its key operators, build it with them: per-op rows and model metrics."""
     from opbench.engines.driver import run_tuning
+    from opbench.engines.simple import GridEngine
     from opbench.engines.study import make_engine
     from opbench.measure.measurer import MeasureOptions, Measurer
     from opbench.models.extract import time_model
@@ -94,7 +96,8 @@ def tune_model(args: argparse.Namespace) -> dict:
     if args.trials_per_op < 1:
         raise OpBenchError(f"--trials-per-op must be >= 1, got {args.trials_per_op}")
     profile = _profile(args)
-    key = [o for o in sorted(profile.ops, key=lambda o: -o.share) if o.key and o.outputs == 1][:args.max_ops]
+    tunable = [o for o in sorted(profile.ops, key=lambda o: -o.share) if o.outputs == 1]
+    key = {o.name for o in [o for o in tunable if o.key][:args.max_ops]}
     study = args.study or f"tune-model-{args.model}"
     target = make_target("llvm", args.threads)
     tuned: list[TunedOp] = []
@@ -102,22 +105,27 @@ def tune_model(args: argparse.Namespace) -> dict:
     with Measurer(MeasureOptions(repeat=args.repeat)) as measurer, \
             Recorder(study, args.tracking_uri, extra={"engine": args.engine}, parent_tags={"model": args.model}) \
             as recorder:
-        for op in key:
+        for op in tunable:  # key operators are tuned; the others get the template's default schedule (1 trial)
             workload = parse_workload(model_name(args.model, op.name, args.batch, args.seq_len))
-            print(f"--- {workload.name}: {op.share:.1%} of the model, {args.trials_per_op} trials", flush=True)
-            engine = make_engine(args, workload, f"{study}-{op.name}", False, args.seed)
-            printer = TrialPrinter(args.trials_per_op)
-            records = run_tuning(engine, workload, args.trials_per_op, measurer,
-                                 lambda r: (recorder(r), printer(r)), Resources(args.threads))
+            trials = args.trials_per_op if op.name in key else 1
+            print(f"--- {workload.name}: {op.share:.1%} of the model, "
+                  + (f"{trials} trials" if op.name in key else "default schedule"), flush=True)
+            default = get_template(workload).default_config(workload)
+            engine = make_engine(args, workload, f"{study}-{op.name}", False, args.seed) if op.name in key \
+                else GridEngine({k: {"_type": "choice", "_value": [v]} for k, v in default.items()}, args.threads)
+            printer = TrialPrinter(trials)
+            records = run_tuning(engine, workload, trials, measurer, lambda r: (recorder(r), printer(r)),
+                                 Resources(args.threads))
             engine.close()
             config = best_config(records, workload.name)
-            if config is None:
-                print(f"    no valid schedule found for {op.name}: it keeps TVM's default", flush=True)
+            best = min((r["latency_ms"] for r in records if r["status"] == "ok"), default=math.inf)
+            if config is None or best >= op.latency_ms:
+                print(f"    nothing faster than TVM's default lowering for {op.name}: it keeps that", flush=True)
                 continue
-            best = min(r["latency_ms"] for r in records if r["status"] == "ok")
             template = get_template(workload)
             tuned.append(TunedOp(workload, template, template.validate(config, workload), best))
-            rows.append((op.name, op.kind, op.share, op.latency_ms, best, op.latency_ms / best))
+            rows.append((op.name, op.kind, op.share, op.latency_ms, best, op.latency_ms / best,
+                         "tuned" if op.name in key else "default"))
         folder = study_dir("tune-model", study, recorder.mlflow.uri)
         database = write_database(folder, tuned, target)
         tuned_mod = apply_database(profile.mod, database, target)
@@ -141,7 +149,7 @@ def tune_model(args: argparse.Namespace) -> dict:
 def cmd_tune_model(args: argparse.Namespace) -> int:
     result = tune_model(args)
     m = result["metrics"]
-    print("\n" + table(result["rows"], ["operator", "kind", "share", "untuned ms", "tuned ms", "speed-up"]))
+    print("\n" + table(result["rows"], ["operator", "kind", "share", "untuned ms", "tuned ms", "speed-up", "how"]))
     print("\n" + table([(args.model, args.batch, m["torch_ms"], m["untuned_ms"], m["tuned_ms"],
                          m["speedup_vs_untuned"], m["speedup_vs_torch"])],
                        ["network", "batch", "PyTorch ms", "TVM untuned ms", "TVM tuned ms", "x untuned",
@@ -175,7 +183,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune-model", help="tune a model's key operators, build it with them, compare with PyTorch")
     _model_options(p, None)
     p.add_argument("--trials-per-op", type=int, default=32)
-    p.add_argument("--max-ops", type=int, help="tune at most this many key operators (the largest shares first)")
+    p.add_argument("--max-ops", type=int, help="tune at most this many key operators (the largest shares first); "
+                                                "every other operator gets the template's default schedule")
     p.add_argument("--compare", action="store_true",
                    help="time the untuned and tuned models a second time, alternating, and print both runs")
     p.add_argument("--engine", default="optuna", choices=("optuna", "nni", "random", "model"))

@@ -86,11 +86,13 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
     assert out.returncode == 0, out.stderr[-3000:]
     assert "tuned model output matches the reference" in out.stdout
     frame = read_mlflow(["tm"], tracking_uri)
-    assert len(frame) == 6 and frame["workload"].nunique() == 2  # 3 trials for each of two key operators
-    assert all(w.startswith("model:bert-base@tiny/fused_matmul") for w in frame["workload"])
-    assert set(frame["source_model"]) == {"bert-base@tiny"} and (frame["status"] == "ok").any()
+    counts = frame["workload"].value_counts()
+    tuned = counts[counts == 3].index  # 3 trials for each of the two largest key operators ...
+    assert len(tuned) == 2 and all(w.startswith("model:bert-base@tiny/fused_matmul") for w in tuned)
+    assert len(counts) > 10 and (counts[counts != 3] == 1).all()  # ... one (the default schedule) for the rest
+    assert set(frame["source_model"]) == {"bert-base@tiny"} and (frame["status"] == "ok").mean() > 0.9
     records = (tmp_path / "tune-model" / "tm" / "database_tuning_record.json").read_text().splitlines()
-    assert len(records) == 2  # one MetaSchedule tuning record per tuned operator
+    assert 2 <= len(records) <= len(counts)  # one MetaSchedule record per operator made faster
     untuned, tuned = map(float, re.search(r"bert-base@tiny\s+1\s+[\d.]+\s+([\d.]+)\s+([\d.]+)", out.stdout).groups())
     assert tuned < untuned  # the tuned schedules were applied to the built model
     runs = re.findall(r"^([12])\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", out.stdout, re.M)
