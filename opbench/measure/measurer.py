@@ -83,8 +83,12 @@ class Measurer:
         each record as soon as it exists, so a later crash loses nothing already measured.
         """
         started = time.perf_counter()
-        records = []
-        for spec, (template, config, build) in zip(specs, self._build(specs)):
+        built = list(zip(specs, self._build(specs)))
+        records: dict[int, Record] = {}
+        # Invalid configs first (they need no run), then each built trial as soon as it is timed.
+        order = sorted(range(len(built)), key=lambda i: built[i][1][2].status is not Status.INVALID_CONFIG)
+        for i in order:
+            spec, (template, config, build) = built[i]
             run_started = time.perf_counter()
             if build.status is Status.INVALID_CONFIG:
                 record = self._record(spec, template, config, started, build.status, build.error)
@@ -94,10 +98,10 @@ class Measurer:
                 error = (run.error if run else build.error) or ""
                 # A trial's own time: its build (parallel builds overlap) plus its run and bookkeeping.
                 record = self._record(spec, template, config, run_started - build.build_s, status, error, build, run)
-            records.append(record)
+            records[i] = record
             if on_record:
                 on_record(record)
-        return records
+        return [records[i] for i in range(len(built))]
 
     def _build(self, specs: list[TrialSpec]) -> list[tuple[str, Config, BuildResult]]:
         """(template, validated config, build) per spec, built in parallel; invalid configs are not built."""
