@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from opbench import cli_corun, cli_data, cli_models, cli_study
+from opbench import cli_corun, cli_data, cli_models, cli_remote, cli_study
 from opbench.engines.nni_engine import TUNERS
 from opbench.engines.nni_experiment import EXPERIMENT_TUNERS
 from opbench.engines.study import ENGINES
@@ -56,7 +56,8 @@ def _measure_options(args: argparse.Namespace, build_workers: int = 1):
     from opbench.measure.measurer import MeasureOptions
 
     return MeasureOptions(repeat=args.repeat, build_workers=build_workers,
-                          build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout)
+                          build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout,
+                          remote_workers=args.remote_workers, connect_timeout_s=args.connect_timeout)
 
 
 def _recorder(args: argparse.Namespace, study: str):
@@ -97,7 +98,8 @@ def cmd_space(args: argparse.Namespace) -> int:
 
 
 def _resources(args: argparse.Namespace, threads: int) -> Resources:
-    return Resources(threads=threads, cores=parse_cores(args.cores), target=args.target)
+    return Resources(threads=threads, cores=parse_cores(args.cores), target=args.target,
+                     device=cli_remote.device_of(args))
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
@@ -106,6 +108,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     workload = parse_workload(args.workload)
     spec = TrialSpec(workload, _config(args), _resources(args, args.threads), args.template)
     with Measurer(_measure_options(args)) as measurer, _recorder(args, "measure") as recorder:
+        measurer.warm_up(spec.resources)
         record = measurer.measure(spec)
         recorder(record)
     if args.json:
@@ -147,6 +150,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     workload = parse_workload(args.workload)
     args.study = args.study or f"tune-{workload.name}-{engine_label(args)}"
+    resources = _resources(args, args.threads)
+    if resources.remote:  # a batch as large as the devices held, so each step keeps them all busy
+        args.batch = max(args.batch, args.remote_workers)
     args.measure_options = _measure_options(args, build_workers=min(args.batch, 2))
     if args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
@@ -154,7 +160,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError("--workers K shares one Optuna storage between processes: it needs --engine optuna")
     if args.resume and args.engine not in ("optuna",):
         raise UsageError(f"--resume continues an Optuna study; engine '{args.engine}' keeps no resumable state")
-    resources = _resources(args, args.threads)
     if args.join:
         return join_study(args, workload, resources)
     return run_study(args, [*args.argv, "--study", args.study], workload, resources)
@@ -226,7 +231,8 @@ def _add_measure_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config-file", help="file holding the config JSON")
     p.add_argument("--template", help="schedule template (default: the op's own; te_default = unscheduled)")
     p.add_argument("--cores", help="pin to these cores, e.g. 0,1 or 0-3")
-    p.add_argument("--target", default="llvm", help="llvm (host CPU) or cuda")
+    p.add_argument("--target", default="llvm",
+                   help="llvm (host CPU), cuda, 'cuda -arch=sm_XX', or a board preset (see `opbench targets`)")
     p.add_argument("--repeat", type=int, default=5, help="timed repeats (each >= 50 ms)")
     p.add_argument("--build-timeout", type=float, default=60.0)
     p.add_argument("--run-timeout", type=float, default=120.0)
@@ -234,6 +240,7 @@ def _add_measure_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study", help="MLflow experiment name")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite store in mlflow/)")
     p.add_argument("--json", action="store_true", help="print the record(s) as JSON")
+    cli_remote.add_device_flags(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -263,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tuner", default="TPE", choices=TUNERS, help="NNI tuner for --engine nni")
     p.add_argument("--warm-start", metavar="DATASET", help="--engine model: train the first model on these logs")
     p.add_argument("--objectives", default="latency",
-                   help="Optuna objectives to minimise: latency, or latency,threads for a Pareto front")
+                   help="Optuna objectives to minimise: latency, or latency,threads or latency,energy (joules per call) for a Pareto front")
     p.add_argument("--workers", type=int, default=1, help="Optuna worker processes sharing the study's storage")
     p.add_argument("--join", help=argparse.SUPPRESS)  # parent run id: this process is a worker of a study
     p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
@@ -305,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_study.register(sub)
     cli_corun.register(sub)
     cli_models.register(sub)
+    cli_remote.register(sub)
     p = sub.add_parser("demo", help="the main job: an Optuna TPE study on matmul-512")
     p.add_argument("--trials", type=int, default=60)
     p.add_argument("--threads", type=int, default=min(2, len(__import__("os").sched_getaffinity(0))))

@@ -95,7 +95,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     from opbench.features import schedule_features, static_features
     from opbench.predictor import LatencyModel
-    from opbench.resources import Resources, host_facts, make_target
+    from opbench.resources import Resources, host_facts
+    from opbench.targets import make_target
     from opbench.space import get_template
     from opbench.workloads import parse_workload
 

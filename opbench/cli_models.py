@@ -28,7 +28,7 @@ def _profile(args: argparse.Namespace):  # -> ModelProfile
     from opbench.models import cache
     from opbench.models.profile import profile_model
     from opbench.models.sources import load_model
-    from opbench.resources import make_target
+    from opbench.targets import make_target
 
     source = load_model(args.model, args.batch, args.seq_len)
     tvm.get_global_func("runtime.config_threadpool")(-3, args.threads, [])
@@ -85,7 +85,8 @@ def tune_model(args: argparse.Namespace) -> dict:
     from opbench.models.extract import time_model
     from opbench.models.profile import check_outputs
     from opbench.models.tuned import TunedOp, apply_database, write_database
-    from opbench.resources import Resources, make_target
+    from opbench.resources import Resources
+    from opbench.targets import make_target
     from opbench.space import get_template
     from opbench.threads_study import best_config
     from opbench.tracking import Recorder

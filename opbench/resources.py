@@ -1,6 +1,7 @@
 """Resources of a trial (threads, core set, target) and facts about the host, collected once."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import platform
@@ -10,23 +11,37 @@ from importlib import metadata
 from pathlib import Path
 
 from opbench.exceptions import ResourceError
+from opbench.targets import BOARDS, check_target
 
-TARGETS = ("llvm", "cuda")
+LOCAL = "local"
 
 
 @dataclass(frozen=True)
 class Resources:
-    """Threads a kernel runs with and, optionally, the cores they are pinned to."""
+    """Threads a kernel runs with, optionally the cores they are pinned to, its target and device.
+
+    ``device`` is ``local`` or a tracker spec ``rpc://HOST:PORT/KEY`` (see :mod:`opbench.measure.rpc`);
+    a remote device's core set is the board's, so it is not checked against this host.
+    """
 
     threads: int = 1
     cores: tuple[int, ...] | None = None
     target: str = "llvm"
+    device: str = LOCAL
 
     def __post_init__(self) -> None:
         if self.threads < 1:
             raise ResourceError(f"threads must be >= 1, got {self.threads}")
-        if self.target not in TARGETS:
-            raise ResourceError(f"unknown target '{self.target}'; targets: {', '.join(TARGETS)}")
+        check_target(self.target)
+        if self.device != LOCAL:
+            from opbench.measure.rpc import parse_device
+
+            parse_device(self.device)
+            if self.cores is not None:
+                raise ResourceError("core sets apply to local runs only; a board's RPC server sets its own")
+        elif self.target in BOARDS:
+            raise ResourceError(f"target '{self.target}' is a board: measure it through a tracker, "
+                                f"e.g. --device rpc://HOST:9190/{self.target}")
         if self.cores is not None:
             available = os.sched_getaffinity(0)
             missing = [c for c in self.cores if c not in available]
@@ -34,6 +49,10 @@ class Resources:
                 raise ResourceError(f"core(s) {missing} not available to this process (have {sorted(available)})")
             if len(self.cores) < 1:
                 raise ResourceError("core set is empty")
+
+    @property
+    def remote(self) -> bool:
+        return self.device != LOCAL
 
     @property
     def cores_label(self) -> str:
@@ -82,6 +101,18 @@ class HostFacts:
     isa: tuple[str, ...]
     tvm_version: str
 
+    @classmethod
+    def from_dict(cls, facts: dict) -> HostFacts:
+        """Facts a remote board reported (JSON: lists for tuples)."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"isa"}
+        return cls(**{k: v for k, v in facts.items() if k in known}, isa=tuple(facts.get("isa", ())))
+
+    @classmethod
+    def unknown(cls, name: str) -> HostFacts:
+        """A device that reports nothing (a plain TVM RPC server): every number is NaN."""
+        nan = float("nan")
+        return cls(name, "unknown", 0, nan, nan, nan, nan, nan, (), "unknown")
+
     @property
     def flops_per_cycle(self) -> int:
         """fp32 FLOPs per cycle per core: 2 FMA pipes x vector lanes x 2 (AMD runs AVX-512 as 2x256)."""
@@ -92,7 +123,7 @@ class HostFacts:
         return 16 if "avx" in self.isa else 8
 
     def peak_gflops(self, threads: int) -> float:
-        return self.mhz * 1e-3 * self.flops_per_cycle * min(threads, self.cores)
+        return self.mhz * 1e-3 * self.flops_per_cycle * min(threads, self.cores or threads)
 
     def features(self) -> dict[str, float]:
         return {
@@ -139,15 +170,3 @@ def host_facts() -> HostFacts:
         isa=tuple(f for f in wanted if flags and f in flags.group(1).split()),
         tvm_version=tvm_version,
     )
-
-
-def make_target(kind: str, threads: int):  # -> tvm.target.Target (imports TVM)
-    """The TVM target for this host: never plain "llvm", which emits no AVX2/FMA."""
-    from tvm.target import Target
-
-    if kind == "llvm":
-        host = Target.from_device("cpu")
-        return Target({**host.export(), "num-cores": threads})
-    if kind == "cuda":
-        return Target.from_device("cuda")
-    raise ResourceError(f"unknown target '{kind}'")

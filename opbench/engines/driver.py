@@ -1,6 +1,7 @@
 """The tuning loop: an engine proposes, the measurer measures, the recorder stores, the engine hears."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,9 +39,10 @@ def measure_references(measurer: Measurer, workload: Workload, resources: Resour
         "te_default": measurer.measure(TrialSpec(workload, {}, resources, "te_default")),
         "template_default": measurer.measure(TrialSpec(workload, {}, resources)),
     }
-    if workload.op.torch_baseline:
+    local = not resources.remote  # library baselines run on this host only
+    if workload.op.torch_baseline and local:
         refs["torch"] = measurer.measure_library(workload, "torch", resources)
-    if workload.op.numpy_impl:
+    if workload.op.numpy_impl and local:
         refs["numpy"] = measurer.measure_library(workload, "numpy", resources)
     for name, record in refs.items():
         record["reference"] = name
@@ -115,7 +117,8 @@ def split_resources(proposal: Proposal, resources: Resources) -> tuple[dict, Res
     space searches ``cores`` (``--search-cores``), else the study's."""
     config = dict(proposal.config)
     cores = config.pop(CORES_KNOB, None)
-    return config, Resources(proposal.threads, parse_cores(cores) if cores else resources.cores, resources.target)
+    return config, dataclasses.replace(resources, threads=proposal.threads,
+                                       cores=parse_cores(cores) if cores else resources.cores)
 
 
 def speedup(reference: Record | None, best: Record | None) -> float:

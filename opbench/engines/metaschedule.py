@@ -26,7 +26,8 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResul
 
 from opbench.engines.driver import ENGINE_TRIAL_TAG  # noqa: E402
 from opbench.measure.measurer import Measurer, TrialSpec  # noqa: E402
-from opbench.resources import Resources, make_target  # noqa: E402
+from opbench.resources import Resources  # noqa: E402
+from opbench.targets import make_target  # noqa: E402
 from opbench.space.prescheduled import IR_FILE  # noqa: E402
 from opbench.tracking.schema import Record  # noqa: E402
 from opbench.workloads import Workload  # noqa: E402

@@ -7,6 +7,7 @@ resources, host), the same for candidates and for logged records.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -45,7 +46,7 @@ class ModelEngine(Engine):
         self._columns = feature_columns(pd.DataFrame([probe]), static_only=True)
 
     def _features(self, config: dict[str, Any], threads: int) -> dict[str, float]:
-        res = Resources(threads, self._resources.cores, self._resources.target)
+        res = dataclasses.replace(self._resources, threads=threads)
         return static_features(self._workload, config, self._template.name, res, self._host)
 
     def _candidates(self) -> list[tuple[str, dict[str, Any], int]]:

@@ -28,7 +28,8 @@ def _sampler(name: str, space: Space, seed: int | None) -> Any:
     raise OpBenchError(f"unknown Optuna sampler '{name}'; samplers: {', '.join(SAMPLERS)}")
 
 
-OBJECTIVES = ("latency", "threads")  # minimised; "threads" = cores used, for latency/resource Pareto fronts
+# Minimised; "threads" = cores used and "energy" = joules per call, for latency/resource Pareto fronts.
+OBJECTIVES = ("latency", "threads", "energy")
 
 
 def _storage(url: str) -> Any:
@@ -107,11 +108,13 @@ class OptunaEngine(Engine):
         trial = proposal.handle
         trial.set_user_attr("status", record["status"])
         trial.set_user_attr("trial_id", record["trial_id"])
-        if record["status"] == "ok":
-            values = {"latency": record["latency_ms"], "threads": record["threads"]}
+        values = {"latency": record.get("latency_ms"), "threads": record["threads"], "energy": record.get("energy_j")}
+        missing = [o for o in self.objectives if values[o] is None]
+        if record["status"] == "ok" and not missing:
             self.study.tell(trial, [values[o] for o in self.objectives])
         else:
-            trial.set_user_attr("error", record.get("error", "")[:500])
+            error = record.get("error", "") if record["status"] != "ok" else f"objective(s) not measured: {missing}"
+            trial.set_user_attr("error", error[:500])
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
     def pareto_trial_ids(self) -> set[str]:

@@ -1,6 +1,7 @@
 """The body of a worker process: imports TVM once, then builds or runs what it is sent."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -10,7 +11,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from opbench.measure.types import (BuildInput, BuildResult, CoRunGo, CoRunPrepare, CoRunResult, LibraryInput,
-                                   RunInput, RunResult, Status)
+                                   RemoteConnect, RemoteSession, RunInput, RunResult, Status)
 
 READY = "ready"
 
@@ -31,6 +32,32 @@ def _short(exc: BaseException, limit: int = 1500) -> str:
     return text if len(text) <= limit else text[:300] + " ... " + text[-(limit - 305):]
 
 
+class _RemoteMeter:
+    """The energy meter of a board running ``opbench board serve``, read through the session."""
+
+    source = "board"
+
+    def __init__(self, start: Any, stop: Any) -> None:
+        self._start, self._stop = start, stop
+
+    @classmethod
+    def of(cls, session: Any) -> _RemoteMeter | None:
+        from opbench.board import ENERGY_START, ENERGY_STOP
+
+        try:
+            start, stop = session.get_function(ENERGY_START), session.get_function(ENERGY_STOP)
+            return cls(start, stop) if start() else None  # the board says whether it has a meter
+        except Exception:  # noqa: BLE001 - a plain TVM rpc_server: no meter
+            return None
+
+    def start(self) -> None:
+        self._start()
+
+    def stop(self) -> float | None:
+        joules = float(self._stop())
+        return joules if joules >= 0 else None
+
+
 class _Worker:
     def __init__(self, cores: tuple[int, ...] | None, threads: int) -> None:
         import tvm  # noqa: F401  (the expensive import, once per worker)
@@ -41,13 +68,15 @@ class _Worker:
         self._inputs: dict[str, tuple[list[Any], Any]] = {}
         self._threads = threads
         self._corun: list[_Kernel] = []
+        self._session: Any = None  # an RPC session: kernels are uploaded to and run on its device
+        self._meters: dict[bool, Any] = {}
 
     def build(self, req: BuildInput) -> BuildResult:
         import tvm
         from tvm import s_tir
 
         from opbench.features import schedule_features
-        from opbench.resources import make_target
+        from opbench.targets import export_compiler, make_target
         from opbench.space import get_template
         from opbench.workloads import parse_workload
 
@@ -62,11 +91,11 @@ class _Worker:
         try:
             executable = tvm.compile(mod, target)
             artifact = os.path.join(req.out_dir, f"kernel-{os.getpid()}-{time.monotonic_ns()}.so")
-            executable.export_library(artifact)
+            executable.export_library(artifact, fcompile=export_compiler(req.target))
         except Exception as exc:  # noqa: BLE001 - any compiler failure is a build error of this trial
             return BuildResult(Status.BUILD_ERROR, _short(exc), build_s=time.perf_counter() - start)
         build_s = time.perf_counter() - start
-        features = schedule_features(mod, target) if req.extract_features else {}
+        features = schedule_features(mod, target) if req.extract_features and target.kind.name == "llvm" else {}
         return BuildResult(Status.OK, artifact=artifact, build_s=build_s, target=str(target), features=features)
 
     def _inputs_for(self, spec: str) -> tuple[list[Any], Any]:
@@ -78,8 +107,46 @@ class _Worker:
             self._inputs[spec] = (arrays, workload.reference(arrays))
         return self._inputs[spec]
 
-    def _load_checked(self, artifact: str, spec: str) -> _Kernel | RunResult:
-        """Load a kernel, call it once on the workload's inputs and check the output against the reference."""
+    def connect(self, req: RemoteConnect) -> RemoteSession:
+        """Hold a session on a free device of the key (dropping any earlier one)."""
+        from opbench.board import BOARD_INFO
+        from opbench.exceptions import ResourceError
+        from opbench.measure.rpc import RemoteDevice, request_session
+
+        self._session, self._meters = None, {}
+        try:
+            session, addr = request_session(RemoteDevice(req.host, req.port, req.key))
+        except ResourceError as exc:
+            return RemoteSession(Status.DEVICE_ERROR, str(exc))
+        except Exception as exc:  # noqa: BLE001 - TVM's RPC raises plain RuntimeErrors
+            return RemoteSession(Status.DEVICE_ERROR, f"connecting to a '{req.key}' device: {_short(exc)}")
+        try:
+            facts = json.loads(session.get_function(BOARD_INFO)())
+        except Exception:  # noqa: BLE001 - a plain TVM rpc_server reports no facts
+            facts = {}
+        self._session = session
+        return RemoteSession(Status.OK, addr=addr, facts=facts)
+
+    def _device(self, target: str) -> Any:
+        import tvm
+
+        from opbench.targets import is_gpu
+
+        owner = self._session or tvm
+        return owner.cuda(0) if is_gpu(target) else owner.cpu(0)
+
+    def _meter(self, target: str) -> Any:
+        from opbench.energy import local_meter
+        from opbench.targets import is_gpu
+
+        gpu = is_gpu(target)
+        if gpu not in self._meters:
+            self._meters[gpu] = _RemoteMeter.of(self._session) if self._session else local_meter(gpu)
+        return self._meters[gpu]
+
+    def _load_checked(self, artifact: str, spec: str, target: str = "llvm") -> _Kernel | RunResult:
+        """Load a kernel (on the remote device, when in a session), call it once on the workload's
+        inputs and check the output against the reference computed here."""
         import numpy as np
         import tvm
 
@@ -87,12 +154,17 @@ class _Worker:
 
         workload = parse_workload(spec)
         arrays, expected = self._inputs_for(spec)
-        dev = tvm.cpu()
-        module = tvm.runtime.load_module(artifact)
+        dev = self._device(target)
+        if self._session is not None:
+            self._session.upload(artifact)
+            module = self._session.load_module(os.path.basename(artifact))
+        else:
+            module = tvm.runtime.load_module(artifact)
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         args.append(tvm.runtime.tensor(np.zeros(expected.shape, workload.dtype), dev))
         first = time.perf_counter()
         module["main"](*args)
+        dev.sync()
         first = time.perf_counter() - first
         got = args[-1].numpy()
         rtol, atol = workload.tolerance()
@@ -103,19 +175,45 @@ class _Worker:
         return _Kernel(module, args, first, err)
 
     def run(self, req: RunInput) -> RunResult:
-        import tvm
+        if self._session is None:
+            return self._run(req)
+        try:
+            return self._run(req)
+        except Exception as exc:  # noqa: BLE001 - tell a lost device from a failing kernel
+            if self._session_alive():
+                raise
+            self._session = None
+            return RunResult(Status.DEVICE_ERROR, f"device lost during the run: {_short(exc, 400)}")
 
+    def _session_alive(self) -> bool:
+        try:
+            self._session.cpu(0).exist  # noqa: B018 - a round trip to the server
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
+    def _run(self, req: RunInput) -> RunResult:
         start = time.perf_counter()
-        kernel = self._load_checked(req.artifact, req.workload)
+        kernel = self._load_checked(req.artifact, req.workload, req.target)
         if isinstance(kernel, RunResult):
             kernel.run_s = time.perf_counter() - start
             return kernel
         number = _number(req.min_repeat_ms, kernel.first_s)
         # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.
-        evaluator = kernel.module.time_evaluator("main", tvm.cpu(), number=number, repeat=req.repeat + 1)
+        evaluator = kernel.module.time_evaluator("main", self._device(req.target), number=number,
+                                                 repeat=req.repeat + 1)
+        meter = self._meter(req.target)
+        if meter is not None:
+            meter.start()
+        tick = time.perf_counter()
         latencies = list(evaluator(*kernel.args).results)[1:]
-        return RunResult(Status.OK, latencies_s=latencies, number=number,
-                         run_s=time.perf_counter() - start, max_abs_err=kernel.max_abs_err)
+        joules = meter.stop() if meter is not None else None
+        result = RunResult(Status.OK, latencies_s=latencies, number=number,
+                           run_s=time.perf_counter() - start, max_abs_err=kernel.max_abs_err)
+        if joules is not None:
+            result.energy_j = joules / (number * (req.repeat + 1))
+            result.power_w = joules / (time.perf_counter() - tick)
+        return result
 
     def corun_prepare(self, req: CoRunPrepare) -> CoRunResult:
         self._corun = []
@@ -202,12 +300,14 @@ def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int) -> None
         except EOFError:
             return
         handler = {BuildInput: worker.build, RunInput: worker.run, LibraryInput: worker.library,
-                   CoRunPrepare: worker.corun_prepare, CoRunGo: worker.corun_go}[type(request)]
+                   CoRunPrepare: worker.corun_prepare, CoRunGo: worker.corun_go,
+                   RemoteConnect: worker.connect}[type(request)]
         try:
             result = handler(request)
         except Exception as exc:  # noqa: BLE001 - an unexpected error fails this request only
             status = Status.BUILD_ERROR if isinstance(request, BuildInput) else Status.RUN_ERROR
-            kind = {BuildInput: BuildResult, CoRunPrepare: CoRunResult, CoRunGo: CoRunResult}.get(type(request), RunResult)
+            kind = {BuildInput: BuildResult, CoRunPrepare: CoRunResult, CoRunGo: CoRunResult,
+                    RemoteConnect: RemoteSession}.get(type(request), RunResult)
             result = kind(status, _short(exc) + "\n" + traceback.format_exc(limit=3))
         conn.send(result)
 

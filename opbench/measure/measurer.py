@@ -6,17 +6,19 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opbench.exceptions import ConfigError
+from opbench.exceptions import ConfigError, ResourceError
 from opbench.features import static_features
 from opbench.measure.builder import LocalBuilder
 from opbench.measure.corun import CoRunner, CoRunSpec, corun_records
 from opbench.measure.lock import HostLock
+from opbench.measure.rpc import RPCRunner, check_device, parse_device
 from opbench.measure.runner import LocalRunner
 from opbench.measure.types import BuildInput, BuildResult, LibraryInput, RunInput, RunResult, Status
-from opbench.resources import Resources, host_facts
+from opbench.resources import HostFacts, Resources, host_facts
 from opbench.space import Config, get_template
 from opbench.tracking.schema import SCHEMA_VERSION, Record, latency_stats, new_trial_id
 from opbench.workloads import PRESETS, Workload
@@ -44,6 +46,8 @@ class MeasureOptions:
     build_workers: int = 1
     features: bool = True
     lock_path: Path = DEFAULT_LOCK
+    remote_workers: int = 1  # sessions held on a remote device's key: trials at once on as many devices
+    connect_timeout_s: float = 60.0  # waiting for a free remote device
 
 
 class Measurer:
@@ -55,6 +59,7 @@ class Measurer:
         self._builder = LocalBuilder(self.options.build_workers, self.options.build_timeout_s, lock)
         self._runner = LocalRunner(self.options.run_timeout_s, lock)
         self._corunner = CoRunner(self.options.run_timeout_s, lock)
+        self._remote: dict[str, RPCRunner] = {}  # device spec -> its runner
         self._dir = tempfile.mkdtemp(prefix="opbench-build-")
         self.host = host_facts()
 
@@ -68,58 +73,88 @@ class Measurer:
         self._builder.close()
         self._runner.close()
         self._corunner.close()
+        for runner in self._remote.values():
+            runner.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def warm_up(self, resources: Resources) -> None:
-        self._runner.warm_up(resources)
+        """Start the worker (or get the remote sessions) for ``resources`` now, not in a trial."""
+        if resources.remote:
+            check_device(parse_device(resources.device))
+            self._rpc(resources.device).warm_up()
+        else:
+            self._runner.warm_up(resources)
 
     def measure(self, spec: TrialSpec) -> Record:
         return self.measure_batch([spec])[0]
 
     def measure_batch(self, specs: list[TrialSpec], on_record: Callable[[Record], None] | None = None) -> list[Record]:
-        """Build all specs in parallel, then check and time them one at a time.
+        """Validate all specs, build the valid ones in parallel, then check and time them.
 
-        Never raises for a bad trial: each outcome is a record with its status. ``on_record`` sees
-        each record as soon as it exists, so a later crash loses nothing already measured.
+        Local runs take turns; remote ones run at once on as many devices as the runner holds. Never
+        raises for a bad trial: each outcome is a record with its status. ``on_record`` sees each record
+        as soon as it exists (invalid configs first), so a later crash loses nothing already measured.
         """
         started = time.perf_counter()
-        built = list(zip(specs, self._build(specs)))
+        checked = [self._validate(spec) for spec in specs]
         records: dict[int, Record] = {}
-        # Invalid configs first (they need no run), then each built trial as soon as it is timed.
-        order = sorted(range(len(built)), key=lambda i: built[i][1][2].status is not Status.INVALID_CONFIG)
-        for i in order:
-            spec, (template, config, build) = built[i]
-            run_started = time.perf_counter()
-            if build.status is Status.INVALID_CONFIG:
-                record = self._record(spec, template, config, started, build.status, build.error)
-            else:
-                run = self._run(build, spec) if build.status is Status.OK else None
-                status = run.status if run else build.status
-                error = (run.error if run else build.error) or ""
-                # A trial's own time: its build (parallel builds overlap) plus its run and bookkeeping.
-                record = self._record(spec, template, config, run_started - build.build_s, status, error, build, run)
+
+        def emit(i: int, record: Record) -> None:
             records[i] = record
             if on_record:
                 on_record(record)
-        return [records[i] for i in range(len(built))]
+
+        for i, (spec, (template, config, error)) in enumerate(zip(specs, checked)):
+            if error is not None:
+                emit(i, self._record(spec, template, config, started, Status.INVALID_CONFIG, error))
+        todo = [i for i, (_, _, error) in enumerate(checked) if error is None]
+        builds = self._builder.build([self._build_input(specs[i], checked[i][0], checked[i][1]) for i in todo])
+
+        def finish(i: int, build: BuildResult) -> Record:
+            run_started = time.perf_counter()
+            run = self._run(build, specs[i]) if build.status is Status.OK else None
+            status, error = (run.status, run.error) if run else (build.status, build.error)
+            # A trial's own time: its build (parallel builds overlap) plus its run and bookkeeping.
+            return self._record(specs[i], checked[i][0], checked[i][1], run_started - build.build_s, status,
+                                error or "", build, run)
+
+        parallel = max((self._rpc(s.resources.device).slots for s in specs if s.resources.remote), default=1)
+        if parallel == 1:
+            for i, build in zip(todo, builds):
+                emit(i, finish(i, build))
+        else:
+            with ThreadPoolExecutor(parallel, thread_name_prefix="opbench-remote") as pool:
+                futures = {pool.submit(finish, i, build): i for i, build in zip(todo, builds)}
+                for future in as_completed(futures):
+                    emit(futures[future], future.result())
+        return [records[i] for i in range(len(specs))]
+
+    @staticmethod
+    def _validate(spec: TrialSpec) -> tuple[str, Config, str | None]:
+        """(template name, validated config, None), or the spec's config and why it is invalid."""
+        template = get_template(spec.workload, spec.template)
+        try:
+            return template.name, template.validate(spec.config, spec.workload), None
+        except ConfigError as exc:
+            return template.name, spec.config, str(exc)
+
+    def _build_input(self, spec: TrialSpec, template: str, config: Config) -> BuildInput:
+        return BuildInput(spec.workload.spec, template, config, spec.resources.target, spec.resources.threads,
+                          self._dir, self.options.features)
 
     def _build(self, specs: list[TrialSpec]) -> list[tuple[str, Config, BuildResult]]:
         """(template, validated config, build) per spec, built in parallel; invalid configs are not built."""
-        out: list[tuple[str, Config, BuildResult]] = []
-        to_build: list[tuple[int, BuildInput]] = []
-        for spec in specs:
-            template = get_template(spec.workload, spec.template)
-            try:
-                config = template.validate(spec.config, spec.workload)
-            except ConfigError as exc:
-                out.append((template.name, spec.config, BuildResult(Status.INVALID_CONFIG, str(exc))))
-                continue
-            to_build.append((len(out), BuildInput(spec.workload.spec, template.name, config, spec.resources.target,
-                                                  spec.resources.threads, self._dir, self.options.features)))
-            out.append((template.name, config, BuildResult(Status.BUILD_ERROR, "not built")))
-        for (i, _), build in zip(to_build, self._builder.build([inp for _, inp in to_build])):
-            out[i] = (out[i][0], out[i][1], build)
-        return out
+        checked = [self._validate(spec) for spec in specs]
+        todo = [i for i, (_, _, error) in enumerate(checked) if error is None]
+        builds = dict(zip(todo, self._builder.build([self._build_input(specs[i], *checked[i][:2]) for i in todo])))
+        return [(template, config, builds.get(i) or BuildResult(Status.INVALID_CONFIG, error or ""))
+                for i, (template, config, error) in enumerate(checked)]
+
+    def _rpc(self, device: str) -> RPCRunner:
+        if device not in self._remote:
+            self._remote[device] = RPCRunner(parse_device(device), self.options.remote_workers,
+                                             self.options.run_timeout_s, self.options.connect_timeout_s)
+        return self._remote[device]
 
     def corun(self, spec: CoRunSpec) -> list[Record]:
         """Time the members of a co-run alone and then together; returns [co-run record, *member records].
@@ -138,33 +173,40 @@ class Measurer:
             else:
                 solo, together = None, None
         finally:
-            for _, _, build in built:
-                if build.artifact and os.path.exists(build.artifact):
-                    os.remove(build.artifact)
+            _discard(*(build for _, _, build in built))
         members = [self._record(m, template, config, started, Status.OK, "", build)
                    for m, (template, config, build) in zip(spec.members, built)]
         return corun_records(spec, members, solo, together, failed)
 
     def measure_library(self, workload: Workload, library: str, resources: Resources) -> Record:
         """Time ``torch`` or ``numpy`` on the workload with the same threads; a record with template=library."""
+        if resources.remote:
+            raise ResourceError(f"{library} baselines run on this host only, not on {resources.device}")
         started = time.perf_counter()
         run = self._runner.run(LibraryInput(workload.spec, library, self.options.repeat, self.options.min_repeat_ms),
                                resources)
         return self._record(TrialSpec(workload, {}, resources), library, {}, started, run.status, run.error, run=run)
 
     def _run(self, build: BuildResult, spec: TrialSpec) -> RunResult:
+        res = spec.resources
+        inp = RunInput(build.artifact or "", spec.workload.spec, self.options.repeat, self.options.min_repeat_ms,
+                       res.target)
         try:
-            return self._runner.run(
-                RunInput(build.artifact or "", spec.workload.spec, self.options.repeat, self.options.min_repeat_ms),
-                spec.resources,
-            )
+            return self._rpc(res.device).run(inp) if res.remote else self._runner.run(inp, res)
         finally:
-            if build.artifact and os.path.exists(build.artifact):
-                os.remove(build.artifact)
+            _discard(build)
+
+    def _facts(self, resources: Resources, run: RunResult | None) -> HostFacts:
+        """Facts of the machine the trial ran on: this host, or the remote device (as far as it tells)."""
+        if not resources.remote:
+            return self.host
+        if run is not None and run.device_facts:
+            return HostFacts.from_dict(run.device_facts)
+        return HostFacts.unknown(run.device_addr if run is not None and run.device_addr else resources.device)
 
     def _record(self, spec: TrialSpec, template: str, config: Config, started: float, status: Status, error: str,
                 build: BuildResult | None = None, run: RunResult | None = None) -> Record:
-        workload, res, host = spec.workload, spec.resources, self.host
+        workload, res, host = spec.workload, spec.resources, self._facts(spec.resources, run)
         preset = PRESETS.get(workload.preset or "")
         record: Record = {
             "workload": workload.name, "op": workload.op.name, "shape": workload.shape, "dtype": workload.dtype,
@@ -173,8 +215,10 @@ class Measurer:
             "tvm_version": host.tvm_version,
             "source_model": preset.model if preset else workload.op.source_model(workload.params),
             "status": status.value, "error": error[:4000], "schema_version": SCHEMA_VERSION,
-            "trial_id": new_trial_id(),
+            "trial_id": new_trial_id(), "device": res.device,
         }
+        if run is not None and run.device_addr:
+            record["device_addr"] = run.device_addr
         record.update(spec.tags)
         record.update({f"knob.{k}": v for k, v in config.items()})
         if build is not None:
@@ -189,6 +233,8 @@ class Measurer:
                               latencies_ms=[t * 1e3 for t in run.latencies_s])
             if run.max_abs_err == run.max_abs_err:
                 record["max_abs_err"] = run.max_abs_err
+            if run.status is Status.OK and run.energy_j is not None:
+                record.update(energy_j=run.energy_j, power_w=run.power_w)
         record["trial_s"] = time.perf_counter() - started
         record["finished_at"] = time.time()  # unix seconds: tuning curves against wall time
         try:
@@ -198,3 +244,10 @@ class Measurer:
         if build is not None:
             record.update(build.features)
         return record
+
+
+def _discard(*builds: BuildResult) -> None:
+    """Delete built libraries once they have run: a long study would otherwise fill the disk."""
+    for build in builds:
+        if build.artifact and os.path.exists(build.artifact):
+            os.remove(build.artifact)

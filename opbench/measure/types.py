@@ -15,6 +15,7 @@ class Status(str, Enum):
     RUN_ERROR = "run_error"
     TIMEOUT = "timeout"
     WRONG_RESULT = "wrong_result"
+    DEVICE_ERROR = "device_error"  # a remote device: tracker down, no free device, device lost
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class RunInput:
     workload: str
     repeat: int = 5
     min_repeat_ms: float = 50.0
+    target: str = "llvm"  # picks the device the kernel runs on (CPU or GPU)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,27 @@ class RunResult:
     number: int = 0
     run_s: float = 0.0
     max_abs_err: float = float("nan")
+    energy_j: float | None = None  # per call, when a meter could be read
+    power_w: float | None = None
+    device_addr: str = ""  # the remote server (HOST:PORT) the kernel ran on; empty when local
+    device_facts: dict[str, Any] = field(default_factory=dict)  # that server's HostFacts, when it reports them
+
+
+@dataclass(frozen=True)
+class RemoteConnect:
+    """Get a session on a free device of ``key`` from the tracker at ``host:port``."""
+
+    host: str
+    port: int
+    key: str
+
+
+@dataclass
+class RemoteSession:
+    status: Status
+    error: str = ""
+    addr: str = ""  # HOST:PORT of the server the tracker gave us
+    facts: dict[str, Any] = field(default_factory=dict)  # its HostFacts (servers started by `opbench board serve`)
 
 
 @dataclass(frozen=True)

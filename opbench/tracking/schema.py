@@ -15,9 +15,11 @@ SCHEMA_VERSION = 1
 Record = dict[str, Any]
 
 PARAMS = ("workload", "op", "shape", "dtype", "template", "threads", "cores", "target", "host",
-          "tvm_version", "source_model")
+          "tvm_version", "source_model", "device", "device_addr")
 METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gflops", "peak_frac",
            "build_s", "run_s", "trial_s", "finished_at", "number", "repeat", "max_abs_err",
+           # energy, where a meter could be read (opbench.energy)
+           "energy_j", "power_w",
            # co-runs (opbench.measure.corun)
            "solo_latency_ms", "slowdown", "makespan_ms", "solo_makespan_ms", "gflops_total", "started_late_ms",
            "window_s",

@@ -26,7 +26,7 @@ def _load(model: str, func: str, batch: int, seq_len: int) -> tuple[Any, Any]:
 def _reference_executable(model: str, func: str, batch: int, seq_len: int) -> Any:
     import tvm
 
-    from opbench.resources import make_target
+    from opbench.targets import make_target
 
     return tvm.compile(tvm.IRModule({"main": _load(model, func, batch, seq_len)[1]}), make_target("llvm", 1))
 

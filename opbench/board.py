@@ -1,0 +1,59 @@
+"""Board side: ``opbench board serve`` runs TVM's RPC server and registers OpBench's functions in it.
+
+The functions let a client read the board's hardware facts (for features and peak throughput) and
+its energy meter (PYNQ power rails, or RAPL on an x86 server) around each timed run. A plain
+``python -m tvm.exec.rpc_server`` works too; its trials then carry no board facts and no energy.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import threading
+
+BOARD_INFO = "opbench.board.info"
+ENERGY_START = "opbench.energy.start"
+ENERGY_STOP = "opbench.energy.stop"
+
+
+def register_functions() -> None:
+    """Register the board functions in this process; TVM's server forks its sessions from it."""
+    import tvm_ffi
+
+    from opbench.energy import local_meter
+    from opbench.resources import host_facts
+
+    meter = local_meter(gpu=False)
+
+    @tvm_ffi.register_global_func(BOARD_INFO, override=True)
+    def info() -> str:
+        facts = dataclasses.asdict(host_facts())
+        return json.dumps({**facts, "energy": meter.source if meter else ""})
+
+    @tvm_ffi.register_global_func(ENERGY_START, override=True)
+    def energy_start() -> bool:
+        if meter is None:
+            return False
+        meter.start()
+        return True
+
+    @tvm_ffi.register_global_func(ENERGY_STOP, override=True)
+    def energy_stop() -> float:
+        joules = meter.stop() if meter is not None else None
+        return -1.0 if joules is None else joules
+
+
+def serve(tracker: tuple[str, int], key: str, host: str, port: int) -> None:
+    """Serve until SIGINT/SIGTERM, registered at ``tracker`` under ``key``; the server's children go too."""
+    from tvm import rpc
+
+    server = rpc.Server(host=host, port=port, port_end=port + 100, tracker_addr=tracker, key=key,
+                        server_init_callback=register_functions)
+    print(f"serving key '{key}' on {host}:{server.port}, registered at tracker {tracker[0]}:{tracker[1]} "
+          f"(pid {os.getpid()})", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.terminate()

@@ -1,0 +1,228 @@
+"""Remote devices behind a TVM RPC tracker: device specs, tracker queries and the RPC runner.
+
+Kernels are built here (cross-compiled for boards) and timed on a device the tracker hands out. Each
+runner slot is a client worker process holding one session across trials (getting one costs
+seconds), so a hung upload or a lost device costs a trial, never the study. With several slots,
+trials run at once on as many devices of the key.
+"""
+from __future__ import annotations
+
+import queue
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from opbench.exceptions import ResourceError
+from opbench.measure.types import RemoteConnect, RemoteSession, RunInput, RunResult, Status
+from opbench.measure.worker import Worker, WorkerError
+
+_SPEC = re.compile(r"^rpc://(?P<host>[^:/]+):(?P<port>\d+)/(?P<key>[\w.\-]+)$")
+TRACKER_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class RemoteDevice:
+    host: str
+    port: int
+    key: str
+
+    @property
+    def spec(self) -> str:
+        return f"rpc://{self.host}:{self.port}/{self.key}"
+
+    @property
+    def tracker(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_device(text: str) -> RemoteDevice:
+    """``rpc://HOST:PORT/KEY`` into a :class:`RemoteDevice`; anything else is a clear error."""
+    match = _SPEC.match(text)
+    if not match:
+        raise ResourceError(f"malformed device '{text}': use local or rpc://HOST:PORT/KEY")
+    return RemoteDevice(match["host"], int(match["port"]), match["key"])
+
+
+def parse_tracker(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ResourceError(f"malformed tracker address '{text}': use HOST:PORT")
+    return host, int(port)
+
+
+def _tracker_call(host: str, port: int, request: list[Any]) -> Any:
+    """One request to the tracker over TVM's tracker protocol, bounded by :data:`TRACKER_TIMEOUT_S`."""
+    import socket
+    import struct
+
+    from tvm.rpc import base
+
+    try:
+        sock = socket.create_connection((host, port), timeout=TRACKER_TIMEOUT_S)
+    except OSError as exc:
+        raise ResourceError(f"tracker {host}:{port} unreachable: {exc.strerror or exc}") from exc
+    with sock:
+        try:
+            sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+            if struct.unpack("<i", base.recvall(sock, 4))[0] != base.RPC_TRACKER_MAGIC:
+                raise ResourceError(f"{host}:{port} is not a TVM RPC tracker")
+            base.sendjson(sock, request)
+            return base.recvjson(sock)
+        except OSError as exc:  # socket.timeout included
+            raise ResourceError(f"tracker {host}:{port} did not answer: {exc}") from exc
+
+
+def tracker_summary(host: str, port: int) -> dict[str, Any]:
+    from tvm.rpc import base
+
+    code, summary = _tracker_call(host, port, [base.TrackerCode.SUMMARY])
+    if code != base.TrackerCode.SUCCESS:
+        raise ResourceError(f"tracker {host}:{port} refused a summary: {summary}")
+    return summary
+
+
+@dataclass(frozen=True)
+class DeviceKey:
+    """One key at a tracker: its servers, how many are free, how many requests wait for one."""
+
+    key: str
+    servers: tuple[str, ...]
+    free: int
+    pending: int
+
+    @property
+    def used(self) -> int:
+        return len(self.servers) - self.free
+
+
+def list_devices(host: str, port: int) -> list[DeviceKey]:
+    summary = tracker_summary(host, port)
+    servers: dict[str, list[str]] = {}
+    for item in summary["server_info"]:
+        key = item["key"].partition(":")[2]  # "server:pynq-z2" -> "pynq-z2"
+        servers.setdefault(key, []).append(":".join(map(str, item["addr"])))
+    queues = summary["queue_info"]
+    keys = sorted(set(servers) | {k for k, q in queues.items() if q["pending"]})
+    return [DeviceKey(k, tuple(sorted(servers.get(k, []))), queues.get(k, {}).get("free", 0),
+                      queues.get(k, {}).get("pending", 0)) for k in keys]
+
+
+def check_device(device: RemoteDevice) -> DeviceKey:
+    """Fail early, naming the problem, when the tracker is down or has no device of the key."""
+    keys = {k.key: k for k in list_devices(device.host, device.port)}
+    if device.key not in keys or not keys[device.key].servers:
+        known = ", ".join(keys) or "none"
+        raise ResourceError(f"no device with key '{device.key}' at tracker {device.tracker} (keys there: {known})")
+    return keys[device.key]
+
+
+def request_session(device: RemoteDevice) -> tuple[Any, str]:
+    """A session on a free device of the key (waits while all are busy) and that server's HOST:PORT."""
+    from tvm import rpc
+    from tvm.rpc import base
+
+    check_device(device)
+    code, value = _tracker_call(device.host, device.port, [base.TrackerCode.REQUEST, device.key, "", 1])
+    if code != base.TrackerCode.SUCCESS:
+        raise ResourceError(f"tracker {device.tracker} refused a {device.key} device: {value}")
+    url, port, matchkey = value
+    return rpc.connect(url, port, matchkey), f"{url}:{port}"
+
+
+class _Slot:
+    """A client worker and the session it holds (None until connected, or after the device was lost)."""
+
+    def __init__(self) -> None:
+        self.worker = Worker({"TVM_NUM_THREADS": "1"})
+        self.session: RemoteSession | None = None
+        self.lost = False
+        self.retired = False
+
+
+class RPCRunner:
+    """Times kernels on the devices of one tracker key, ``slots`` at once.
+
+    A slot whose device is lost (or that gets none) is retired while other slots live, so the study
+    goes on on the remaining devices; the last slot keeps asking the tracker on every trial.
+    """
+
+    def __init__(self, device: RemoteDevice, slots: int = 1, run_timeout_s: float = 120.0,
+                 connect_timeout_s: float = 60.0) -> None:
+        self.device = device
+        self.run_timeout_s = run_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._slots = [_Slot() for _ in range(max(1, slots))]
+        self._idle: queue.SimpleQueue[_Slot] = queue.SimpleQueue()
+        for slot in self._slots:
+            self._idle.put(slot)
+        self._live = len(self._slots)
+        self._mutex = threading.Lock()
+
+    @property
+    def slots(self) -> int:
+        return self._live
+
+    def warm_up(self) -> None:
+        """Connect every slot now (in parallel), so getting sessions is not charged to trials."""
+        slots = [self._idle.get() for _ in range(self._live)]
+        threads = [threading.Thread(target=self._connect, args=(s,)) for s in slots]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for slot in slots:
+            self._release(slot)
+
+    def run(self, inp: RunInput) -> RunResult:
+        slot = self._idle.get()
+        try:
+            return self._run_on(slot, inp)
+        finally:
+            self._release(slot)
+
+    def _release(self, slot: _Slot) -> None:
+        with self._mutex:
+            retire = slot.lost and self._live > 1
+            if retire:
+                self._live -= 1
+        if retire:
+            slot.retired = True
+            slot.worker.close()
+        else:
+            self._idle.put(slot)
+
+    def _connect(self, slot: _Slot) -> RemoteSession:
+        if slot.session is not None:
+            return slot.session
+        try:
+            session = slot.worker.call(RemoteConnect(self.device.host, self.device.port, self.device.key),
+                                       self.connect_timeout_s)
+        except WorkerError as exc:
+            session = RemoteSession(Status.DEVICE_ERROR, (
+                f"no free '{self.device.key}' device at tracker {self.device.tracker} within "
+                f"{self.connect_timeout_s:.0f} s" if exc.timed_out else f"RPC client died while connecting: {exc}"))
+        slot.lost = session.status is not Status.OK
+        slot.session = None if slot.lost else session
+        return session
+
+    def _run_on(self, slot: _Slot, inp: RunInput) -> RunResult:
+        session = self._connect(slot)
+        if session.status is not Status.OK:
+            return RunResult(session.status, session.error)
+        try:
+            result: RunResult = slot.worker.call(inp, self.run_timeout_s)
+        except WorkerError as exc:
+            slot.session, slot.lost = None, True
+            status = Status.TIMEOUT if exc.timed_out else Status.DEVICE_ERROR
+            what = f"upload and run took longer than {self.run_timeout_s:.0f} s" if exc.timed_out else str(exc)
+            result = RunResult(status, f"remote {session.addr}: {what}; session dropped")
+        if result.status is Status.DEVICE_ERROR:
+            slot.session, slot.lost = None, True
+        result.device_addr, result.device_facts = session.addr, session.facts
+        return result
+
+    def close(self) -> None:
+        for slot in self._slots:
+            if not slot.retired:
+                slot.worker.close()
