@@ -69,6 +69,7 @@ class _Worker:
         self._threads = threads
         self._corun: list[_Kernel] = []
         self._session: Any = None  # an RPC session: kernels are uploaded to and run on its device
+        self._addr = ""  # its server's HOST:PORT
         self._meters: dict[bool, Any] = {}
 
     def build(self, req: BuildInput) -> BuildResult:
@@ -124,7 +125,7 @@ class _Worker:
             facts = json.loads(session.get_function(BOARD_INFO)())
         except Exception:  # noqa: BLE001 - a plain TVM rpc_server reports no facts
             facts = {}
-        self._session = session
+        self._session, self._addr = session, addr
         return RemoteSession(Status.OK, addr=addr, facts=facts)
 
     def _device(self, target: str) -> Any:
@@ -183,11 +184,12 @@ class _Worker:
             if self._session_alive():
                 raise
             self._session = None
-            return RunResult(Status.DEVICE_ERROR, f"device lost during the run: {_short(exc, 400)}")
+            return RunResult(Status.DEVICE_ERROR, f"session to {self._addr} ended during the run (device lost, or "
+                                                  f"the kernel crashed its server): {_short(exc, 400)}")
 
     def _session_alive(self) -> bool:
         try:
-            self._session.cpu(0).exist  # noqa: B018 - a round trip to the server
+            self._session.get_function("tvm.rpc.server.workpath")("probe")  # a round trip to the server
             return True
         except Exception:  # noqa: BLE001
             return False
