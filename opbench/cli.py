@@ -85,7 +85,7 @@ def cmd_space(args: argparse.Namespace) -> int:
     from opbench.space import get_template
 
     workload = parse_workload(args.workload)
-    template = get_template(workload, args.template)
+    template = get_template(workload, args.template, args.target)
     default = template.default_config(workload)
     if args.json:
         print(json.dumps(template.search_space(), indent=2))
@@ -250,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("space", help="show the knobs of a workload's template")
     p.add_argument("workload")
     p.add_argument("--template")
+    p.add_argument("--target", default="llvm", help="cuda picks the op's CUDA template")
     p.add_argument("--json", action="store_true", help="print the NNI-format search space")
     p.set_defaults(func=cmd_space)
     p = sub.add_parser("measure", help="measure one trial")

@@ -11,6 +11,7 @@ from opbench.exceptions import ConfigError
 from opbench.measure.measurer import Measurer, TrialSpec
 from opbench.resources import Resources, parse_cores
 from opbench.space import Template, get_template
+from opbench.targets import is_gpu
 from opbench.tracking.schema import Record
 from opbench.workloads import Workload
 
@@ -35,10 +36,9 @@ def measure_references(measurer: Measurer, workload: Workload, resources: Resour
                        on_record: Callable[[Record], None]) -> dict[str, Record]:
     """TVM's TE default schedule, the template's default config, PyTorch and numpy (where they
     implement the op), with the same threads."""
-    refs = {
-        "te_default": measurer.measure(TrialSpec(workload, {}, resources, "te_default")),
-        "template_default": measurer.measure(TrialSpec(workload, {}, resources)),
-    }
+    refs = {} if is_gpu(resources.target) else {  # unscheduled TE has no thread binding: it cannot run on a GPU
+        "te_default": measurer.measure(TrialSpec(workload, {}, resources, "te_default"))}
+    refs["template_default"] = measurer.measure(TrialSpec(workload, {}, resources))
     local = not resources.remote  # library baselines run on this host only
     if workload.op.torch_baseline and local:
         refs["torch"] = measurer.measure_library(workload, "torch", resources)
@@ -59,7 +59,7 @@ def run_tuning(engine: Engine, workload: Workload, count: int, measurer: Measure
     """
     records: list[Record] = []
     remaining = count
-    tmpl = get_template(workload, template)
+    tmpl = get_template(workload, template, resources.target)
     while remaining > 0:
         proposals = valid_proposals(engine, workload, tmpl, min(batch, remaining))
         if not proposals:

@@ -58,7 +58,7 @@ def make_engine(args: argparse.Namespace, workload: Workload, study: str, resume
     from opbench.space import get_template, load_search_space, search_space_path
     from opbench.tracking.mlflow_store import store_dir
 
-    template = get_template(workload, args.template)
+    template = get_template(workload, args.template, args.target)
     space = load_search_space(search_space_path(template))
     if args.search_threads:
         space["threads"] = {"_type": "choice", "_value": parse_thread_counts(args.search_threads, "--search-threads")}

@@ -76,6 +76,7 @@ class _Worker:
         import tvm
         from tvm import s_tir
 
+        from opbench.exceptions import ConfigError
         from opbench.features import schedule_features
         from opbench.targets import export_compiler, make_target
         from opbench.space import get_template
@@ -86,7 +87,7 @@ class _Worker:
         template = get_template(workload, req.template)
         try:
             mod = template.schedule(workload, req.config)
-        except (s_tir.ScheduleError, RuntimeError) as exc:  # TVM raises its FFI errors as RuntimeError
+        except (s_tir.ScheduleError, RuntimeError, ConfigError) as exc:  # TVM's FFI errors are RuntimeErrors
             return BuildResult(Status.INVALID_CONFIG, f"schedule rejected the config: {_short(exc)}")
         target = make_target(req.target, req.threads)
         try:

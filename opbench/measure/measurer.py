@@ -132,7 +132,7 @@ class Measurer:
     @staticmethod
     def _validate(spec: TrialSpec) -> tuple[str, Config, str | None]:
         """(template name, validated config, None), or the spec's config and why it is invalid."""
-        template = get_template(spec.workload, spec.template)
+        template = get_template(spec.workload, spec.template, spec.resources.target)
         try:
             return template.name, template.validate(spec.config, spec.workload), None
         except ConfigError as exc:

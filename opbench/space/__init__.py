@@ -8,6 +8,7 @@ from typing import Any
 from opbench.exceptions import SearchSpaceError, WorkloadError
 from opbench.space._base import Config, Knob, Template
 from opbench.space.fused import FusedTemplate
+from opbench.space.gpu import GPU_TEMPLATES
 from opbench.space.prescheduled import IRFileTemplate
 from opbench.space.rowwise import NoScheduleTemplate, RowwiseTemplate
 from opbench.space.tiled import TiledTemplate
@@ -33,17 +34,26 @@ TEMPLATES: dict[str, Template] = {
         FusedTemplate(),
         NoScheduleTemplate(),
         IRFileTemplate(),
+        *GPU_TEMPLATES,
     )
 }
 GENERIC_TEMPLATES = ("te_default", "metaschedule")
 
 
-def get_template(workload: Workload, name: str | None = None) -> Template:
-    """The template for ``workload``: its op's own unless ``name`` picks a generic one."""
+def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:
+    """The template for ``workload``: its op's own for ``target`` (``cuda_<op>`` on GPUs) unless
+    ``name`` picks another that applies."""
+    from opbench.targets import is_gpu
+
+    if name is None and is_gpu(target):
+        name = f"cuda_{workload.op.name}"
+        if name not in TEMPLATES:
+            gpu_ops = ", ".join(t.op for t in GPU_TEMPLATES)
+            raise WorkloadError(f"no CUDA template for operator '{workload.op.name}' (CUDA templates: {gpu_ops})")
     name = name or workload.op.name
     if name not in TEMPLATES:
         raise WorkloadError(f"unknown template '{name}'; templates: {', '.join(TEMPLATES)}")
-    if name != workload.op.name and name not in GENERIC_TEMPLATES:
+    if getattr(TEMPLATES[name], "op", name) != workload.op.name and name not in GENERIC_TEMPLATES:
         raise WorkloadError(f"template '{name}' does not apply to operator '{workload.op.name}'")
     return TEMPLATES[name]
 

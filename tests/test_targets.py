@@ -1,0 +1,166 @@
+"""Board presets (cross-builds), CUDA templates (codegen, PTX, runs where a GPU exists) and energy meters."""
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from opbench.energy import RaplMeter, local_meter
+from opbench.exceptions import ConfigError, ResourceError, WorkloadError
+from opbench.measure.builder import LocalBuilder
+from opbench.measure.types import BuildInput, Status
+from opbench.space import get_template
+from opbench.space.gpu import GPU_TEMPLATES
+from opbench.targets import BOARDS, elf_machine, export_compiler, make_target
+from opbench.workloads import parse_workload
+
+CLI = [sys.executable, "-m", "opbench.cli"]
+SMALL = "matmul:m=64,n=64,k=64"
+# NEON float multiplies in the disassembly: 4-lane q registers on ARMv7 (the A9 has no FMA), v.4s on AArch64.
+NEON = {"ARM": re.compile(r"\bv(?:mla|fma|mul)\.f32\s+q\d"), "AArch64": re.compile(r"\bf(?:mla|mul)\s+v\d+\.4s")}
+
+
+def _require_cross(board):
+    if shutil.which(board.compiler) is None:
+        message = f"{board.compiler} missing: run `make cross`"
+        if os.environ.get("OPBENCH_REQUIRE_CROSS"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def builder():
+    b = LocalBuilder(workers=2)
+    yield b
+    b.close()
+
+
+def test_each_board_preset_cross_builds_a_shared_library_for_its_machine(builder, tmp_path):
+    workload = parse_workload(SMALL)
+    config = get_template(workload).default_config(workload)
+    for board in BOARDS.values():
+        _require_cross(board)
+    builds = builder.build([BuildInput(workload.spec, "matmul", config, name, 2, str(tmp_path)) for name in BOARDS])
+    for board, build in zip(BOARDS.values(), builds):
+        assert build.status is Status.OK, (board.name, build.error)
+        assert elf_machine(build.artifact) == board.elf_machine
+        assert f'"mcpu":"{board.mcpu}"' in build.target
+        objdump = board.compiler.replace("-gcc", "-objdump")
+        disassembly = subprocess.run([objdump, "-d", build.artifact], capture_output=True, text=True, check=True).stdout
+        assert NEON[board.elf_machine].search(disassembly), f"{board.name}: no NEON float multiply in the kernel"
+
+
+def test_a_missing_cross_compiler_says_what_to_install(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ResourceError, match=r"needs the cross compiler arm-linux-gnueabihf-gcc: run `make cross` "
+                                            r"\(installs Debian's gcc-arm-linux-gnueabihf\)"):
+        export_compiler("pynq-z2")
+
+
+def test_targets_lists_presets_and_unknown_targets_are_named():
+    out = subprocess.run(CLI + ["targets"], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert all(name in out for name in BOARDS)
+    with pytest.raises(ResourceError, match="unknown target 'armv9'; targets: llvm, cuda"):
+        make_target("armv9", 1)
+
+
+@pytest.mark.parametrize("template", GPU_TEMPLATES, ids=lambda t: t.name)
+def test_cuda_templates_generate_kernels_with_shared_memory_and_thread_binding(template):
+    import tvm
+
+    preset = {"matmul": "matmul-512", "batch_matmul": "bert-base-attn", "dense": "bert-base-ffn1",
+              "conv2d": "resnet50-c2"}[template.op]
+    workload = parse_workload(preset)
+    assert get_template(workload, None, "cuda") is template
+    config = template.validate({}, workload)
+    threads = math.prod(config[f"{a}_thread"] for a in template.tiled)
+    target = make_target("cuda -arch=sm_80", 1)
+    source = tvm.compile(template.schedule(workload, config), target).mod.imports[0].inspect_source()
+    assert f"__launch_bounds__({threads})" in source and "__shared__" in source and "threadIdx.x" in source
+    plain = tvm.compile(template.schedule(workload, {**config, "shared": 0}), target).mod.imports[0].inspect_source()
+    assert "__shared__" not in plain
+    if shutil.which("nvcc"):
+        from tvm.support import nvcc
+
+        with target:
+            ptx = nvcc.compile_cuda(source, target_format="ptx", arch="sm_80", compiler="nvcc").decode()
+        assert ".entry main_kernel" in ptx and ".shared" in ptx
+
+
+def test_cuda_vectorised_shared_loads_reach_the_kernel():
+    import tvm
+
+    workload = parse_workload("matmul-512")
+    template = get_template(workload, None, "cuda")
+    config = template.validate({"vector": 4, "k_inner": 16}, workload)
+    source = tvm.compile(template.schedule(workload, config), make_target("cuda -arch=sm_80", 1)).mod.imports[0]
+    assert "float4" in source.inspect_source()
+    with pytest.raises(ConfigError, match="knob 'vector': a shared tile of 256 elements does not split into 128"):
+        template.schedule(workload, template.validate({"vector": 4, "k_inner": 8}, workload))
+
+
+def test_cuda_configs_and_ops_are_checked():
+    workload = parse_workload("matmul-512")
+    template = get_template(workload, None, "cuda")
+    conv = parse_workload("conv2d:n=1,c=16,h=32,w=32,k=64,r=3,s=3,stride=1,pad=1")
+    with pytest.raises(ConfigError, match="knob 'x_thread': 2048 threads per block exceed 1024"):
+        get_template(conv, None, "cuda").validate({"f_thread": 2, "y_thread": 32, "x_thread": 32, "f_inner": 1,
+                                                   "y_inner": 1, "x_inner": 1}, conv)
+    with pytest.raises(ConfigError, match="knob 'i_inner': i_thread x i_inner = 256 does not divide"):
+        template.validate({"i_thread": 32, "i_inner": 8}, parse_workload("matmul:m=384,n=64,k=64"))
+    with pytest.raises(WorkloadError, match="no CUDA template for operator 'softmax'"):
+        get_template(parse_workload("bert-base-softmax"), None, "cuda")
+
+
+@pytest.mark.skipif("not __import__('tvm').runtime.enabled('cuda') or not __import__('tvm').cuda(0).exist",
+                    reason="no CUDA GPU on this machine")
+def test_cuda_kernels_run_checked_on_the_gpu(measurer):
+    from opbench.measure.measurer import TrialSpec
+    from opbench.resources import Resources
+
+    for preset in ("matmul-512", "bert-base-attn", "bert-base-ffn1", "resnet50-c2"):
+        record = measurer.measure(TrialSpec(parse_workload(preset), {}, Resources(1, target="cuda")))
+        assert record["status"] == "ok", record["error"]
+        assert record["template"].startswith("cuda_") and record["max_abs_err"] < 1e-2
+
+
+def _rapl_tree(root, packages):
+    for i, (energy, limit) in enumerate(packages):
+        domain = root / f"intel-rapl:{i}"
+        (domain / f"intel-rapl:{i}:0").mkdir(parents=True)  # a sub-domain (core): not summed again
+        (domain / "energy_uj").write_text(f"{energy}\n")
+        (domain / "max_energy_range_uj").write_text(f"{limit}\n")
+        (domain / f"intel-rapl:{i}:0" / "energy_uj").write_text("5\n")
+    return root
+
+
+def test_rapl_meter_sums_packages_and_survives_a_counter_wrap(tmp_path):
+    root = _rapl_tree(tmp_path, [(1_000_000, 10_000_000), (9_900_000, 10_000_000)])
+    assert RaplMeter.available(root)
+    meter = RaplMeter(root)
+    meter.start()
+    (root / "intel-rapl:0" / "energy_uj").write_text("3500000\n")  # +2.5 J
+    (root / "intel-rapl:1" / "energy_uj").write_text("400000\n")  # wrapped: +0.1 J to the limit, +0.4 J after
+    assert meter.stop() == pytest.approx(3.0)
+    assert not RaplMeter.available(tmp_path / "absent")
+
+
+def test_energy_is_absent_not_zero_without_a_meter_and_an_energy_objective_needs_one(measurer, tmp_path):
+    from opbench.measure.measurer import TrialSpec
+    from opbench.resources import Resources
+
+    record = measurer.measure(TrialSpec(parse_workload(SMALL), {}, Resources(1)))
+    assert record["status"] == "ok"
+    if local_meter(gpu=False) is None:
+        assert "energy_j" not in record and "power_w" not in record
+        out = subprocess.run(CLI + ["tune", SMALL, "--objectives", "latency,energy", "--trials", "2",
+                                    "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and "--objectives with energy needs an energy meter" in out.stderr
+    else:
+        assert record["energy_j"] > 0 and record["power_w"] > 0
