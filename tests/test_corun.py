@@ -147,10 +147,11 @@ def test_place_measures_every_placement_and_finds_an_equilibrium(tracking_uri):
                                 "--tracking-uri", tracking_uri, "--study", "pl"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    assert "converged" in out.stdout and "an eps-equilibrium" in out.stdout
+    assert "converged" in out.stdout and "an eps-equilibrium" in out.stdout, out.stdout[-3000:]
     coruns = read_mlflow(["pl"], tracking_uri, kind="corun")
     full = coruns[coruns["workload"] == f"{MATMUL.name}+{SOFTMAX.name}"]
-    assert len(full) == 4 and set(full["status"]) == {"ok"}  # 2 devices ^ 2 players, each measured once
+    # 2 devices ^ 2 players, each measured once
+    assert len(full) == 4 and set(full["status"]) == {"ok"}, full[["status", "error"]].to_string()
     client = mlflow.tracking.MlflowClient(tracking_uri)
     study_run = client.search_runs([client.get_experiment_by_name("pl").experiment_id],
                                    "tags.`opbench.kind` = 'study'")[0]

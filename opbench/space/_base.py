@@ -15,6 +15,11 @@ if TYPE_CHECKING:
 Config = dict[str, Any]
 
 
+def axis_extents(workload: Workload) -> dict[str, int]:
+    """Each anchor loop's extent by name: what tile knobs are checked against."""
+    return {a.name: a.extent for a in workload.axes}
+
+
 @dataclass(frozen=True)
 class Knob:
     """One schedule decision: a name, the values it may take, and what it controls."""

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opbench.exceptions import ConfigError
-from opbench.space._base import Config, Knob, Template
-from opbench.space.tiled import PAD_STAGE, UNROLL_STEPS, TiledTemplate, _largest_dividing
+from opbench.space._base import Config, Knob, Template, axis_extents
+from opbench.space.tiled import PAD_STAGE, UNROLL_STEPS, epilogue_name, largest_dividing
 from opbench.workloads import Workload
 
 if TYPE_CHECKING:
@@ -52,23 +52,20 @@ class GpuTiledTemplate(Template):
         ]
         return knobs
 
-    def _extents(self, workload: Workload) -> dict[str, int]:
-        return {a.name: a.extent for a in workload.axes}
-
     def default_config(self, workload: Workload) -> Config:
-        ext = self._extents(workload)
+        ext = axis_extents(workload)
         config: Config = {}
         for idx, a in enumerate(reversed(self.tiled)):  # innermost axis: 16 threads, the next: 8
-            thread = _largest_dividing(THREAD_TILES, ext[a], (16, 8)[idx] if idx < 2 else 1)
+            thread = largest_dividing(THREAD_TILES, ext[a], (16, 8)[idx] if idx < 2 else 1)
             config[f"{a}_thread"] = thread
-            config[f"{a}_inner"] = _largest_dividing(REGISTER_TILES, ext[a] // thread, 4 if idx < 2 else 1)
+            config[f"{a}_inner"] = largest_dividing(REGISTER_TILES, ext[a] // thread, 4 if idx < 2 else 1)
         for r in self.reduce_tiled:
-            config[f"{r}_inner"] = _largest_dividing(REDUCE_TILES, ext[r], 8)
+            config[f"{r}_inner"] = largest_dividing(REDUCE_TILES, ext[r], 8)
         config.update(shared=1, vector=1, unroll_max_step=64)
         return config
 
     def check(self, config: Config, workload: Workload) -> None:
-        ext = self._extents(workload)
+        ext = axis_extents(workload)
         for a in self.tiled:
             tile = config[f"{a}_thread"] * config[f"{a}_inner"]
             if ext[a] % tile:
@@ -86,7 +83,7 @@ class GpuTiledTemplate(Template):
         if self.has_pad and workload.params.get("pad"):
             sch.compute_inline(sch.get_sblock(PAD_STAGE))
         write_back = sch.cache_write(block, 0, "local")
-        epilogue = TiledTemplate._epilogue_name(workload)
+        epilogue = epilogue_name(workload)
         if epilogue:
             sch.reverse_compute_inline(sch.get_sblock(epilogue))
 

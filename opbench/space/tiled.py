@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opbench.exceptions import ConfigError
-from opbench.space._base import Config, Knob, Template
+from opbench.space._base import Config, Knob, Template, axis_extents
 from opbench.space._schedule import parallel_outer, vectorize_inner
 from opbench.workloads import Workload
 
@@ -38,7 +38,13 @@ UNROLL_STEPS = (0, 16, 64, 512)
 PAD_STAGE = "pad"
 
 
-def _largest_dividing(choices: tuple[int, ...], extent: int, cap: int) -> int:
+def epilogue_name(workload: Workload) -> str | None:
+    """The elementwise stage after the anchor (dense's bias, average pooling's division), if any."""
+    return {"dense": "bias_add" if workload.params.get("bias") else None,
+            "pool2d": "pool_avg" if workload.params.get("kind") == "avg" else None}.get(workload.op.name)
+
+
+def largest_dividing(choices: tuple[int, ...], extent: int, cap: int) -> int:
     return max(c for c in choices if c <= cap and extent % c == 0)
 
 
@@ -71,18 +77,15 @@ class TiledTemplate(Template):
         ]
         return knobs
 
-    def _extents(self, workload: Workload) -> dict[str, int]:
-        return {a.name: a.extent for a in workload.axes}
-
     def default_config(self, workload: Workload) -> Config:
-        ext = self._extents(workload)
+        ext = axis_extents(workload)
         config: Config = {}
         for idx, a in enumerate(self.tiled):
             cap = 16 if idx == len(self.tiled) - 1 else (4 if idx == len(self.tiled) - 2 else 1)
-            config[f"{a}_inner"] = _largest_dividing(INNER_TILES, ext[a], cap)
+            config[f"{a}_inner"] = largest_dividing(INNER_TILES, ext[a], cap)
             config[f"{a}_mid"] = 1
         for r in self.reduce_tiled:
-            config[f"{r}_inner"] = _largest_dividing(REDUCE_TILES, ext[r], 8)
+            config[f"{r}_inner"] = largest_dividing(REDUCE_TILES, ext[r], 8)
         config.update(order="SSRRS", parallel=self.untiled_spatial + len(self.tiled), cache_write="local", write_at="inner")
         if self.has_pad:
             config["pad_at"] = "outer"
@@ -90,7 +93,7 @@ class TiledTemplate(Template):
         return config
 
     def check(self, config: Config, workload: Workload) -> None:
-        ext = self._extents(workload)
+        ext = axis_extents(workload)
         for a in self.tiled:
             inner, mid = config[f"{a}_inner"], config[f"{a}_mid"]
             if inner > ext[a]:
@@ -100,7 +103,7 @@ class TiledTemplate(Template):
         for r in self.reduce_tiled:
             if config[f"{r}_inner"] > ext[r]:
                 raise ConfigError(f"{r}_inner", f"tile {config[f'{r}_inner']} exceeds loop {r} of extent {ext[r]}")
-        has_consumer = config["cache_write"] != "none" or self._epilogue_name(workload) is not None
+        has_consumer = config["cache_write"] != "none" or epilogue_name(workload) is not None
         order = ORDERS[config["order"]]
         if has_consumer and config["write_at"] == "inner" and order.index("R0") < order.index("S1"):
             raise ConfigError(
@@ -109,16 +112,11 @@ class TiledTemplate(Template):
                 "outside S1 (the consumer would read a partial sum)",
             )
 
-    @staticmethod
-    def _epilogue_name(workload: Workload) -> str | None:
-        return {"dense": "bias_add" if workload.params.get("bias") else None,
-                "pool2d": "pool_avg" if workload.params.get("kind") == "avg" else None}.get(workload.op.name)
-
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         block = sch.get_sblock(workload.op.anchor)
         pad = sch.get_sblock(PAD_STAGE) if self.has_pad and workload.params.get("pad") else None
-        epilogue_name = self._epilogue_name(workload)
-        consumer = sch.get_sblock(epilogue_name) if epilogue_name else None
+        epilogue = epilogue_name(workload)
+        consumer = sch.get_sblock(epilogue) if epilogue else None
         root_stages = []
 
         if pad is not None and config["pad_at"] == "inline":

@@ -31,6 +31,14 @@ def _reference_executable(model: str, func: str, batch: int, seq_len: int) -> An
     return tvm.compile(tvm.IRModule({"main": _load(model, func, batch, seq_len)[1]}), make_target("llvm", 1))
 
 
+@functools.cache
+def _axes(model: str, func: str, batch: int, seq_len: int) -> tuple[Axis, ...]:
+    """The anchor block's loops (found on a fresh Schedule: once per operator, not per record)."""
+    from opbench.space.fused import anchor_axes
+
+    return tuple(anchor_axes(_load(model, func, batch, seq_len)[1]))
+
+
 def model_spec(text: str) -> str:
     """``model:NAME/FUNC[,batch=B,seq_len=S]`` as the canonical ``fused:model=NAME,func=FUNC,...`` spec."""
     body, _, options = text.removeprefix(MODEL_PREFIX).partition(",")
@@ -74,9 +82,7 @@ class Fused(Operator):
         return tuple(self.op(p).shapes[-1])
 
     def axes(self, p: Params) -> list[Axis]:
-        from opbench.space.fused import anchor_axes
-
-        return anchor_axes(self.prim_func(p, ""))
+        return list(_axes(*self._key(p)))
 
     def flops(self, p: Params) -> float:
         return self.op(p).flops
