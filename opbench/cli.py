@@ -182,7 +182,8 @@ def cmd_nni_new(args: argparse.Namespace) -> int:
 
     spec = ExperimentSpec(args.workload, args.tuner, args.trials, args.concurrency, args.threads,
                           parse_thread_counts(args.search_threads, "--search-threads") if args.search_threads else None,
-                          args.study, args.seed, args.repeat, args.template, _knobs(args.knobs), args.warm_start)
+                          args.study, args.seed, args.repeat, args.template, _knobs(args.knobs), args.warm_start,
+                          args.target, args.device)
     path = write_experiment(spec, Path(args.out))
     print(f"wrote {path} (+ search_space.json, README.md)\nrun it: nnictl create --config {path}")
     return 0
@@ -302,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--knobs", nargs="*", metavar="KNOB[=V1,V2]",
                    help="search only these knobs (others take the default), optionally only these values")
+    p.add_argument("--target", default="llvm", help="as for measure: llvm, cuda, or a board preset")
+    p.add_argument("--device", default="local", help="local or rpc://HOST:PORT/KEY (trials run on the key's devices)")
     p.add_argument("--out", required=True, help="the experiment folder, e.g. experiments/matmul-512-tpe")
     p.set_defaults(func=cmd_nni_new)
     p = sub.add_parser("report", help="tuning curves, latency vs threads, best TIR and a table of a study")

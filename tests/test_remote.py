@@ -186,3 +186,17 @@ def test_a_stopped_tracker_is_a_clear_error(tmp_path):
 def test_bad_device_input_is_a_clear_error(args, message):
     out = subprocess.run(CLI + ["measure", SMALL, *args], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_nni_experiments_can_run_their_trials_on_remote_devices(tmp_path):
+    import yaml
+
+    out = subprocess.run(CLI + ["nni", "new", SMALL, "--target", "zcu104", "--device", "rpc://10.0.0.5:9190/zcu104",
+                                "--concurrency", "2", "--out", str(tmp_path / "exp")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    config = yaml.safe_load((tmp_path / "exp" / "config.yml").read_text())
+    assert "--target zcu104 --device rpc://10.0.0.5:9190/zcu104" in config["trialCommand"]
+    bad = subprocess.run(CLI + ["nni", "new", SMALL, "--device", "tcp://x", "--out", str(tmp_path / "bad")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "malformed device 'tcp://x'" in bad.stderr

@@ -10,6 +10,7 @@ from typing import Any
 
 from opbench.engines.nni_engine import EVOLUTION_POPULATION, TUNERS
 from opbench.exceptions import OpBenchError, SearchSpaceError
+from opbench.resources import Resources
 from opbench.space import get_template, load_search_space, search_space_path
 from opbench.workloads import parse_workload
 
@@ -34,6 +35,8 @@ class ExperimentSpec:
     template: str | None = None
     knobs: dict[str, list[Any] | None] | None = None  # search only these knobs (values optional)
     warm_start: str | None = None  # tuner Model: train its first predictor on this dataset
+    target: str = "llvm"
+    device: str = "local"  # or rpc://HOST:PORT/KEY: each concurrent trial gets its own device of the key
 
 
 def class_args(tuner: str, seed: int | None) -> dict[str, Any]:
@@ -85,6 +88,10 @@ def trial_command(spec: ExperimentSpec, study: str) -> str:
             "--repeat", str(spec.repeat)]
     if spec.template:
         args += ["--template", spec.template]
+    if spec.target != "llvm":
+        args += ["--target", spec.target]
+    if spec.device != "local":
+        args += ["--device", spec.device]
     return f"{PYTHON} -m opbench.engines.nni_trial " + " ".join(shlex.quote(a) for a in args)
 
 
@@ -95,7 +102,8 @@ def write_experiment(spec: ExperimentSpec, out: Path) -> Path:
     workload = parse_workload(spec.workload)
     if spec.trials < 1 or spec.concurrency < 1:
         raise OpBenchError(f"--trials and --concurrency must be >= 1, got {spec.trials} and {spec.concurrency}")
-    space = load_search_space(search_space_path(get_template(workload, spec.template)))
+    Resources(spec.threads, target=spec.target, device=spec.device)  # a bad target or device fails here
+    space = load_search_space(search_space_path(get_template(workload, spec.template, spec.target)))
     if spec.knobs:
         space = restrict_space(space, spec.knobs)
     if spec.search_threads:

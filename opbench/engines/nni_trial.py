@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="threads unless the search space has 'threads'")
     p.add_argument("--cores", help="pin to these cores, e.g. 0,1")
     p.add_argument("--target", default="llvm")
+    p.add_argument("--device", default="local", help="local or rpc://HOST:PORT/KEY")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--build-timeout", type=float, default=60.0)
     p.add_argument("--run-timeout", type=float, default=120.0)
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         workload = parse_workload(args.workload)
         config, threads = split_threads(nni.get_next_parameter() or {}, args.threads)
-        resources = Resources(threads, parse_cores(args.cores), args.target)
+        resources = Resources(threads, parse_cores(args.cores), args.target, args.device)
         study = args.study or f"nni-{workload.name}"
         experiment, trial = nni.get_experiment_id(), nni.get_trial_id()
         ids = {"nni.experiment_id": experiment, "nni.trial_id": trial}
