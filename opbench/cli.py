@@ -151,6 +151,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     workload = parse_workload(args.workload)
     args.study = args.study or f"tune-{workload.name}-{engine_label(args)}"
     resources = _resources(args, args.threads)
+    if "energy" in args.objectives and not resources.remote:  # a board's meter shows itself per trial
+        from opbench.energy import require_local_meter
+        from opbench.targets import is_gpu
+
+        require_local_meter(is_gpu(resources.target))
     if resources.remote:  # a batch as large as the devices held, so each step keeps them all busy
         args.batch = max(args.batch, args.remote_workers)
     args.measure_options = _measure_options(args, build_workers=min(args.batch, 2))

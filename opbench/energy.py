@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from opbench.exceptions import ResourceError
 
 RAPL_ROOT = Path("/sys/class/powercap")
 
@@ -119,6 +121,39 @@ class PynqRailsMeter:
             return None
         power_w = frame.drop(columns=[c for c in frame.columns if c == "Mark"]).sum(axis=1).mean()
         return float(power_w) * elapsed
+
+
+class BoardMeter:
+    """The meter of a board running ``opbench board serve``, read through an RPC session."""
+
+    source = "board"
+
+    def __init__(self, start: Any, stop: Any) -> None:
+        self._start, self._stop = start, stop
+
+    @classmethod
+    def of(cls, session: Any) -> BoardMeter | None:
+        from opbench.board import ENERGY_START, ENERGY_STOP
+
+        try:
+            start, stop = session.get_function(ENERGY_START), session.get_function(ENERGY_STOP)
+            return cls(start, stop) if start() else None  # the board says whether it has a meter
+        except Exception:  # noqa: BLE001 - a plain TVM rpc_server: no meter
+            return None
+
+    def start(self) -> None:
+        self._start()
+
+    def stop(self) -> float | None:
+        joules = float(self._stop())
+        return joules if joules >= 0 else None
+
+
+def require_local_meter(gpu: bool) -> None:
+    """Fail, naming what is missing, when kernels run here could not be given an ``energy_j``."""
+    if local_meter(gpu) is None:
+        raise ResourceError("energy needs a meter, and this host has none readable "
+                            "(RAPL under /sys/class/powercap for CPUs, NVML for GPUs)")
 
 
 def local_meter(gpu: bool) -> EnergyMeter | None:

@@ -41,12 +41,16 @@ class Farm:
         self._wait(lambda: sum(k.free for k in list_devices("127.0.0.1", self.port) if k.key == KEY) == servers)
 
     @property
+    def remote(self) -> RemoteDevice:
+        return RemoteDevice("127.0.0.1", self.port, KEY)
+
+    @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return self.remote.tracker
 
     @property
     def device(self) -> str:
-        return f"rpc://{self.address}/{KEY}"
+        return self.remote.spec
 
     def _spawn(self, cmd: list[str], name: str) -> subprocess.Popen:
         out = open(self.log / f"{name}.log", "w")
@@ -119,8 +123,7 @@ def test_tuning_through_the_tracker_spreads_trials_over_both_devices(farm, tmp_p
 
 
 def test_a_busy_key_gives_no_free_device_not_a_hang(farm, tmp_path):
-    device = RemoteDevice("127.0.0.1", farm.port, KEY)
-    held = [request_session(device)[0] for _ in farm.servers]  # every device of the key is now busy
+    held = [request_session(farm.remote)[0] for _ in farm.servers]  # every device of the key is now busy
     started = time.time()
     out = subprocess.run(CLI + ["measure", SMALL, "--device", farm.device, "--connect-timeout", "3", "--json",
                                 "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"],

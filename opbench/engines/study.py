@@ -28,26 +28,12 @@ def engine_label(args: argparse.Namespace) -> str:
     return args.engine
 
 
-def remote_device(args: argparse.Namespace) -> bool:
-    from opbench.cli_remote import device_of
-    from opbench.resources import LOCAL
-
-    return device_of(args) != LOCAL
-
-
 def objectives(args: argparse.Namespace) -> tuple[str, ...]:
     names = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
     if len(names) > 1 and args.engine != "optuna":
         raise OpBenchError(f"--objectives {args.objectives} needs --engine optuna (sampler nsga2, gp or tpe)")
     if "threads" in names and not args.search_threads:
         raise OpBenchError("--objectives with threads needs --search-threads (a thread count to trade off)")
-    if "energy" in names and not remote_device(args):
-        from opbench.energy import local_meter
-        from opbench.targets import is_gpu
-
-        if local_meter(is_gpu(args.target)) is None:
-            raise OpBenchError("--objectives with energy needs an energy meter, and this host has none readable "
-                               "(RAPL under /sys/class/powercap for CPUs, NVML for GPUs)")
     return names
 
 

@@ -32,32 +32,6 @@ def _short(exc: BaseException, limit: int = 1500) -> str:
     return text if len(text) <= limit else text[:300] + " ... " + text[-(limit - 305):]
 
 
-class _RemoteMeter:
-    """The energy meter of a board running ``opbench board serve``, read through the session."""
-
-    source = "board"
-
-    def __init__(self, start: Any, stop: Any) -> None:
-        self._start, self._stop = start, stop
-
-    @classmethod
-    def of(cls, session: Any) -> _RemoteMeter | None:
-        from opbench.board import ENERGY_START, ENERGY_STOP
-
-        try:
-            start, stop = session.get_function(ENERGY_START), session.get_function(ENERGY_STOP)
-            return cls(start, stop) if start() else None  # the board says whether it has a meter
-        except Exception:  # noqa: BLE001 - a plain TVM rpc_server: no meter
-            return None
-
-    def start(self) -> None:
-        self._start()
-
-    def stop(self) -> float | None:
-        joules = float(self._stop())
-        return joules if joules >= 0 else None
-
-
 class _Worker:
     def __init__(self, cores: tuple[int, ...] | None, threads: int) -> None:
         import tvm  # noqa: F401  (the expensive import, once per worker)
@@ -138,12 +112,12 @@ class _Worker:
         return owner.cuda(0) if is_gpu(target) else owner.cpu(0)
 
     def _meter(self, target: str) -> Any:
-        from opbench.energy import local_meter
+        from opbench.energy import BoardMeter, local_meter
         from opbench.targets import is_gpu
 
         gpu = is_gpu(target)
         if gpu not in self._meters:
-            self._meters[gpu] = _RemoteMeter.of(self._session) if self._session else local_meter(gpu)
+            self._meters[gpu] = BoardMeter.of(self._session) if self._session else local_meter(gpu)
         return self._meters[gpu]
 
     def _load_checked(self, artifact: str, spec: str, target: str = "llvm") -> _Kernel | RunResult:

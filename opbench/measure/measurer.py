@@ -107,8 +107,7 @@ class Measurer:
         for i, (spec, (template, config, error)) in enumerate(zip(specs, checked)):
             if error is not None:
                 emit(i, self._record(spec, template, config, started, Status.INVALID_CONFIG, error))
-        todo = [i for i, (_, _, error) in enumerate(checked) if error is None]
-        builds = self._builder.build([self._build_input(specs[i], checked[i][0], checked[i][1]) for i in todo])
+        builds = self._build_valid(specs, checked)
 
         def finish(i: int, build: BuildResult) -> Record:
             run_started = time.perf_counter()
@@ -120,11 +119,11 @@ class Measurer:
 
         parallel = max((self._rpc(s.resources.device).slots for s in specs if s.resources.remote), default=1)
         if parallel == 1:
-            for i, build in zip(todo, builds):
+            for i, build in builds.items():
                 emit(i, finish(i, build))
         else:
             with ThreadPoolExecutor(parallel, thread_name_prefix="opbench-remote") as pool:
-                futures = {pool.submit(finish, i, build): i for i, build in zip(todo, builds)}
+                futures = {pool.submit(finish, i, build): i for i, build in builds.items()}
                 for future in as_completed(futures):
                     emit(futures[future], future.result())
         return [records[i] for i in range(len(specs))]
@@ -138,15 +137,18 @@ class Measurer:
         except ConfigError as exc:
             return template.name, spec.config, str(exc)
 
-    def _build_input(self, spec: TrialSpec, template: str, config: Config) -> BuildInput:
-        return BuildInput(spec.workload.spec, template, config, spec.resources.target, spec.resources.threads,
-                          self._dir, self.options.features)
+    def _build_valid(self, specs: list[TrialSpec], checked: list[tuple[str, Config, str | None]]
+                     ) -> dict[int, BuildResult]:
+        """Build (in parallel) the specs whose configs validated; their builds by index, in order."""
+        todo = [i for i, (_, _, error) in enumerate(checked) if error is None]
+        inputs = [BuildInput(specs[i].workload.spec, checked[i][0], checked[i][1], specs[i].resources.target,
+                             specs[i].resources.threads, self._dir, self.options.features) for i in todo]
+        return dict(zip(todo, self._builder.build(inputs)))
 
     def _build(self, specs: list[TrialSpec]) -> list[tuple[str, Config, BuildResult]]:
         """(template, validated config, build) per spec, built in parallel; invalid configs are not built."""
         checked = [self._validate(spec) for spec in specs]
-        todo = [i for i, (_, _, error) in enumerate(checked) if error is None]
-        builds = dict(zip(todo, self._builder.build([self._build_input(specs[i], *checked[i][:2]) for i in todo])))
+        builds = self._build_valid(specs, checked)
         return [(template, config, builds.get(i) or BuildResult(Status.INVALID_CONFIG, error or ""))
                 for i, (template, config, error) in enumerate(checked)]
 

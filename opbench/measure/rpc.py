@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import queue
 import re
+import socket
+import struct
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -53,9 +55,6 @@ def parse_tracker(text: str) -> tuple[str, int]:
 
 def _tracker_call(host: str, port: int, request: list[Any]) -> Any:
     """One request to the tracker over TVM's tracker protocol, bounded by :data:`TRACKER_TIMEOUT_S`."""
-    import socket
-    import struct
-
     from tvm.rpc import base
 
     try:
