@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test install cross clean
+.PHONY: demo test test-fast install cross clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,10 @@ cross:
 # The cross-builds are part of the suite: OPBENCH_REQUIRE_CROSS turns their skip into a failure.
 test: $(STAMP) cross
 	OPBENCH_REQUIRE_CROSS=1 $(BIN)/python -m pytest -q tests
+
+# Unit, schema, contract and CLI-error tests: no worker, CLI process, tracker or nnictl (<= 3 min).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not full" tests
 
 clean:
 	rm -rf $(VENV) mlflow/mlflow.db mlflow/artifacts

@@ -11,7 +11,7 @@ from typing import Any
 from opbench import cli_corun, cli_data, cli_models, cli_remote, cli_study
 from opbench.engines.nni_engine import TUNERS
 from opbench.engines.nni_experiment import EXPERIMENT_TUNERS
-from opbench.engines.study import ENGINES
+from opbench.studies.tune import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.progress import TrialPrinter, table
 from opbench.resources import Resources, parse_cores, parse_thread_counts
@@ -55,9 +55,13 @@ def _grid(items: list[str]) -> list[dict[str, Any]]:
 def _measure_options(args: argparse.Namespace, build_workers: int = 1):
     from opbench.measure.measurer import MeasureOptions
 
-    return MeasureOptions(repeat=args.repeat, build_workers=build_workers,
-                          build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout,
-                          remote_workers=args.remote_workers, connect_timeout_s=args.connect_timeout)
+    if args.max_cv <= 0:
+        raise UsageError(f"--max-cv must be > 0, got {args.max_cv}")
+    remote = {"remote_workers": args.remote_workers, "connect_timeout_s": args.connect_timeout} \
+        if hasattr(args, "remote_workers") else {}
+    return MeasureOptions(repeat=args.repeat, build_workers=build_workers, build_timeout_s=args.build_timeout,
+                          run_timeout_s=args.run_timeout, max_cv=args.max_cv, max_remeasures=args.max_remeasures,
+                          cache_flush=args.cache_flush, **remote)
 
 
 def _recorder(args: argparse.Namespace, study: str):
@@ -108,8 +112,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     workload = parse_workload(args.workload)
     spec = TrialSpec(workload, _config(args), _resources(args, args.threads), args.template)
     with Measurer(_measure_options(args)) as measurer, _recorder(args, "measure") as recorder:
-        measurer.warm_up(spec.resources)
-        record = measurer.measure(spec)
+        record = measurer.measure(spec)  # an invalid config is recorded without starting any worker
         recorder(record)
     if args.json:
         _print_records([record], True)
@@ -146,7 +149,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from opbench.engines.study import engine_label, join_study, run_study
+    from opbench.studies.tune import engine_label, join_study, run_study
 
     workload = parse_workload(args.workload)
     args.study = args.study or f"tune-{workload.name}-{engine_label(args)}"
@@ -213,6 +216,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from opbench.measure.measurer import Measurer
+    from opbench.studies.verify import BEST, candidates, speedup_table, verify
+    from opbench.tracking import Recorder, read_mlflow_records
+    from opbench.tracking.mlflow_store import latest_parent_run
+
+    if args.rounds < 1:
+        raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+    records = read_mlflow_records([args.study], args.tracking_uri)
+    chosen = candidates(records)
+    parent = latest_parent_run(args.study, args.tracking_uri)
+    print(f"verifying '{args.study}': {', '.join(chosen)} in fresh processes, {args.rounds} alternating rounds",
+          file=sys.stderr)
+    with Measurer(_measure_options(args)) as measurer, \
+            Recorder(args.study, args.tracking_uri, args.log, parent_run_id=parent) as recorder:
+        verification = verify(measurer, records, args.study, args.rounds, recorder)
+        recorder.mlflow.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
+    print(speedup_table(chosen[BEST], {k: r for k, r in chosen.items() if k != BEST}, verification))
+    print(f"recorded on run {parent} of MLflow experiment '{args.study}' ({recorder.mlflow.uri})")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     argv = ["tune", "matmul-512", "--engine", "optuna", "--sampler", "tpe", "--trials", str(args.trials),
             "--threads", str(args.threads), "--study", "demo-matmul-512", "--seed", "0", "--batch", "2"]
@@ -239,14 +264,22 @@ def _add_measure_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cores", help="pin to these cores, e.g. 0,1 or 0-3")
     p.add_argument("--target", default="llvm",
                    help="llvm (host CPU), cuda, 'cuda -arch=sm_XX', or a board preset (see `opbench targets`)")
+    _add_timing_flags(p)
+    p.add_argument("--study", help="MLflow experiment name")
+    p.add_argument("--json", action="store_true", help="print the record(s) as JSON")
+    cli_remote.add_device_flags(p)
+
+
+def _add_timing_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=5, help="timed repeats (each >= 50 ms)")
+    p.add_argument("--max-cv", type=float, default=0.05,
+                   help="repeats varying more than this (std/mean) are measured again (see --max-remeasures)")
+    p.add_argument("--max-remeasures", type=int, default=2, help="extra attempts for a noisy result; the steadiest kept")
+    p.add_argument("--cache-flush", action="store_true", help="evict the CPU caches before every timed call")
     p.add_argument("--build-timeout", type=float, default=60.0)
     p.add_argument("--run-timeout", type=float, default=120.0)
     p.add_argument("--log", help="also append records to this JSON-lines file")
-    p.add_argument("--study", help="MLflow experiment name")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite store in mlflow/)")
-    p.add_argument("--json", action="store_true", help="print the record(s) as JSON")
-    cli_remote.add_device_flags(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -290,7 +323,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite in mlflow/optuna.db)")
     p.add_argument("--resume", action="store_true", help="continue the study instead of starting it afresh")
     p.add_argument("--no-references", action="store_true", help="skip TE-default/torch/numpy reference timings")
+    p.add_argument("--verify-rounds", type=int, default=3, metavar="N",
+                   help="re-measure the best and the references in fresh processes, N alternating rounds "
+                        "(0: skip; speed-ups are then printed as not verified)")
     p.set_defaults(func=cmd_tune)
+    p = sub.add_parser("verify", help="re-measure a study's best config and references in fresh processes")
+    p.add_argument("study", help="MLflow experiment of the study")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (each schedule once per round)")
+    _add_timing_flags(p)
+    p.set_defaults(func=cmd_verify)
     p = sub.add_parser("nni", help="NNI experiments")
     nni = p.add_subparsers(dest="nni_command", required=True)
     p = nni.add_parser("new", help="write a ready NNI experiment (config.yml, search_space.json, README.md)")

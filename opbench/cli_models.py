@@ -80,7 +80,7 @@ def tune_model(args: argparse.Namespace) -> dict:
     """Profile the model, tune its key operators, build it with them: per-op rows and model metrics."""
     from opbench.engines.driver import run_tuning
     from opbench.engines.simple import GridEngine
-    from opbench.engines.study import make_engine
+    from opbench.studies.tune import make_engine
     from opbench.measure.measurer import MeasureOptions, Measurer
     from opbench.models.extract import time_model
     from opbench.models.profile import check_outputs

@@ -14,6 +14,11 @@ from opbench.exceptions import ResourceError
 from opbench.targets import BOARDS, check_target
 
 LOCAL = "local"
+# TVM's pool workers spin (sched_yield in a loop) this many times before they sleep. TVM 0.27's default,
+# 300000, kept a 2-thread process burning a core for ~235 ms after its last kernel (measured here),
+# slowing whatever ran next on those cores; 10000 stops within ~8 ms, and back-to-back calls (what
+# time_evaluator times) ran as fast.
+POOL_SPIN_COUNT = "10000"
 
 
 @dataclass(frozen=True)
@@ -59,9 +64,11 @@ class Resources:
         return ",".join(map(str, self.cores)) if self.cores else "any"
 
     def worker_env(self) -> dict[str, str]:
-        """Environment a runner worker needs before TVM's thread pool first starts."""
+        """Environment a runner worker needs before TVM's thread pool first starts (a user's own
+        ``TVM_THREAD_POOL_SPIN_COUNT`` wins over :data:`POOL_SPIN_COUNT`)."""
         n = str(self.threads)
-        return {"TVM_NUM_THREADS": n, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+        return {"TVM_NUM_THREADS": n, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n,
+                "TVM_THREAD_POOL_SPIN_COUNT": os.environ.get("TVM_THREAD_POOL_SPIN_COUNT", POOL_SPIN_COUNT)}
 
 
 def parse_cores(text: str | None) -> tuple[int, ...] | None:

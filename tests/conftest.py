@@ -1,6 +1,7 @@
-"""Shared fixtures: one measurer (persistent workers) per test session, private MLflow stores."""
+"""Shared fixtures: one measurer (persistent workers) per test session, private MLflow stores; the tiers."""
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 from pathlib import Path
@@ -10,6 +11,21 @@ import pytest
 # Workers inherit the environment: the faulty-kernel plugin must be named before any starts.
 os.environ["OPBENCH_PLUGINS"] = "tests.plugins.faulty"
 ROOT = Path(__file__).resolve().parents[1]
+# Nothing may fall back to MLflow's own default store (./mlflow.db): a code path that forgets our URI
+# writes here, and the session fails (see the last fixture).
+os.environ.pop("MLFLOW_TRACKING_URI", None)
+REAL_STACK_FIXTURES = {"measurer", "farm", "logged", "builder"}
+STARTS_PROCESSES = ("subprocess.", "Popen(", "CLI +", "_run(", "_tune(", "_model_ops(", "Measurer(", "Farm(")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The full tier (``-m full``): tests that start workers, CLIs, trackers or nnictl, i.e. run real
+    TVM/NNI/MLflow/RPC. The rest is the fast tier (``make test-fast``: ``-m "not full"``)."""
+    for item in items:
+        function = getattr(item, "function", None)
+        source = inspect.getsource(function) if function else ""
+        if REAL_STACK_FIXTURES & set(getattr(item, "fixturenames", ())) or any(s in source for s in STARTS_PROCESSES):
+            item.add_marker(pytest.mark.full)
 # Extracted model operators go to a private cache, not the repository's mlflow/models.
 os.environ["OPBENCH_MODEL_CACHE"] = tempfile.mkdtemp(prefix="opbench-models-")
 
@@ -27,3 +43,12 @@ def measurer(tmp_path_factory):
 @pytest.fixture
 def tracking_uri(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_stray_mlflow_store():
+    """MLflow 3's default store is sqlite:///mlflow.db in the working directory: none may appear."""
+    stray = [Path.cwd() / "mlflow.db", ROOT / "mlflow.db"]
+    before = {p for p in stray if p.exists()}
+    yield
+    assert not [p for p in stray if p.exists() and p not in before], "something logged to MLflow's default store"

@@ -28,7 +28,7 @@ def logged(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("data")
     uri, log = f"sqlite:///{tmp / 'mlflow.db'}", tmp / "log.jsonl"
     for study, workload in (("a", "matmul:m=64,n=64,k=64"), ("b", "dense:m=32,n=64,k=64")):
-        _run("tune", workload, "--engine", "random", "--trials", "10", "--search-threads", "1,2", "--seed", "1",
+        _run("tune", workload, "--verify-rounds", "0", "--engine", "random", "--trials", "10", "--search-threads", "1,2", "--seed", "1",
              "--tracking-uri", uri, "--study", study, "--repeat", "2", "--log", str(log), "--no-references")
     return uri, log, tmp
 
@@ -63,7 +63,7 @@ def test_export_command_and_its_errors(logged, tmp_path):
 @pytest.mark.slow
 def test_metaschedule_database_imports_as_records(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    _run("tune", "matmul:m=64,n=64,k=64", "--engine", "metaschedule", "--trials", "5", "--seed", "0",
+    _run("tune", "matmul:m=64,n=64,k=64", "--verify-rounds", "0", "--engine", "metaschedule", "--trials", "5", "--seed", "0",
          "--tracking-uri", uri, "--study", "ms", "--repeat", "2", "--no-references")
     measured = read_mlflow(["ms"], uri)
     folder = tmp_path / "metaschedule" / "ms"
@@ -141,7 +141,7 @@ def test_predictor_commands_log_the_model_to_mlflow(logged, tmp_path):
 def test_model_engine_warm_started_from_other_workloads_logs(logged, tmp_path):
     uri, _, _ = logged
     _run("dataset", "export", "--tracking-uri", uri, "--experiment", "b", "--out", str(tmp_path / "b.parquet"))
-    out = _run("tune", "matmul:m=64,n=64,k=64", "--engine", "model", "--warm-start", str(tmp_path / "b.parquet"),
+    out = _run("tune", "matmul:m=64,n=64,k=64", "--verify-rounds", "0", "--engine", "model", "--warm-start", str(tmp_path / "b.parquet"),
                "--trials", "6", "--batch", "3", "--seed", "0", "--tracking-uri", uri, "--study", "m",
                "--repeat", "2", "--no-references")
     assert "best tuned" in out.stdout

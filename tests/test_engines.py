@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from opbench.cli import main
 from opbench.engines.nni_experiment import MODEL_TUNER, ExperimentSpec, write_experiment
 from opbench.exceptions import SearchSpaceError
 from opbench.tracking import read_mlflow
@@ -31,7 +32,7 @@ SHIPPED = {  # experiment folder -> the `opbench nni new` arguments that write i
 
 
 def _tune(tracking_uri, study, *extra):
-    cmd = CLI + ["tune", SMALL, "--tracking-uri", tracking_uri, "--study", study, "--repeat", "2", *extra]
+    cmd = CLI + ["tune", SMALL, "--verify-rounds", "0", "--tracking-uri", tracking_uri, "--study", study, "--repeat", "2", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
 
 
@@ -58,14 +59,14 @@ def test_shipped_experiments_are_what_nni_new_writes(tmp_path, name):
     assert "opbench.engines.nni_trial" in theirs["trialCommand"]
 
 
-def test_nni_new_rejects_unknown_knobs_and_values(tmp_path):
+def test_nni_new_rejects_unknown_knobs_and_values(tmp_path, capsys):
     with pytest.raises(SearchSpaceError, match="knob 'bogus'"):
         write_experiment(ExperimentSpec("matmul-512", knobs={"bogus": None}), tmp_path / "x")
     with pytest.raises(SearchSpaceError, match=r"values \[3\]"):
         write_experiment(ExperimentSpec("matmul-512", knobs={"i_inner": [3]}), tmp_path / "x")
-    out = subprocess.run(CLI + ["nni", "new", "matmul-512", "--tuner", "Nope", "--out", str(tmp_path / "y")],
-                         capture_output=True, text=True)
-    assert out.returncode == 2 and "invalid choice: 'Nope'" in out.stderr
+    with pytest.raises(SystemExit) as exit_:
+        main(["nni", "new", "matmul-512", "--tuner", "Nope", "--out", str(tmp_path / "y")])
+    assert exit_.value.code == 2 and "invalid choice: 'Nope'" in capsys.readouterr().err
 
 
 def _unshare() -> list[str]:
@@ -162,10 +163,9 @@ def test_multi_objective_study_reports_a_pareto_front(tmp_path, tracking_uri):
         {"plots/tuning_curve.png", "plots/pareto_front.png"}
 
 
-def test_objectives_need_a_thread_search(tracking_uri):
-    out = subprocess.run(CLI + ["tune", SMALL, "--objectives", "latency,threads", "--tracking-uri", tracking_uri],
-                         capture_output=True, text=True)
-    assert out.returncode == 2 and "needs --search-threads" in out.stderr
+def test_objectives_need_a_thread_search(tracking_uri, capsys):
+    assert main(["tune", SMALL, "--objectives", "latency,threads", "--tracking-uri", tracking_uri]) == 2
+    assert "needs --search-threads" in capsys.readouterr().err
 
 
 def test_report_draws_curves_per_engine_and_the_best_tir(tmp_path, tracking_uri):

@@ -17,7 +17,7 @@ SMALL = "matmul:m=64,n=64,k=64"
 
 
 def _tune(tmp_path, tracking_uri, *extra):
-    return CLI + ["tune", SMALL, "--trials", "8", "--tracking-uri", tracking_uri, "--storage",
+    return CLI + ["tune", SMALL, "--verify-rounds", "0", "--trials", "8", "--tracking-uri", tracking_uri, "--storage",
                   f"sqlite:///{tmp_path / 'optuna.db'}", "--study", "s", "--log", str(tmp_path / "log.jsonl"),
                   "--repeat", "2", "--seed", "1", *extra]
 
@@ -72,7 +72,7 @@ def test_random_engine_with_thread_search_and_references(tmp_path, tracking_uri)
 
 
 def test_grid_engine_walks_the_space_in_order(tmp_path, tracking_uri):
-    subprocess.run(CLI + ["tune", SMALL, "--engine", "grid", "--trials", "3", "--no-references",
+    subprocess.run(CLI + ["tune", SMALL, "--verify-rounds", "0", "--engine", "grid", "--trials", "3", "--no-references",
                           "--tracking-uri", tracking_uri, "--study", "g", "--repeat", "2"], check=True,
                    capture_output=True)
     frame = read_mlflow(["g"], tracking_uri)
@@ -119,7 +119,7 @@ def test_invalid_configs_are_rejected_before_they_cost_a_trial(tmp_path):
 
 
 def test_core_sets_searched_with_the_schedule(tracking_uri):
-    subprocess.run(CLI + ["tune", SMALL, "--engine", "random", "--trials", "4", "--search-cores", "0;0,1", "--seed", "4",
+    subprocess.run(CLI + ["tune", SMALL, "--verify-rounds", "0", "--engine", "random", "--trials", "4", "--search-cores", "0;0,1", "--seed", "4",
                           "--tracking-uri", tracking_uri, "--study", "c", "--repeat", "2", "--no-references"],
                    check=True, capture_output=True)
     frame = read_mlflow(["c"], tracking_uri)

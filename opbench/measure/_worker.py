@@ -6,14 +6,19 @@ import math
 import os
 import time
 import traceback
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from opbench.measure.quiet import HostLoad, wait_until_idle
 from opbench.measure.types import (BuildInput, BuildResult, CoRunGo, CoRunPrepare, CoRunResult, LibraryInput,
-                                   RemoteConnect, RemoteSession, RunInput, RunResult, Status)
+                                   RemoteConnect, RemoteSession, RunInput, RunResult, Status, Timing)
 
 READY = "ready"
+KERNEL, LIBRARY = "kernel", "library"  # a worker's role: TVM builds and kernels, or library baselines only
+FLUSH_BYTES = 64 << 20  # evicted before each call when Timing.cache_flush: larger than any LLC here
 
 
 @dataclass
@@ -32,15 +37,55 @@ def _short(exc: BaseException, limit: int = 1500) -> str:
     return text if len(text) <= limit else text[:300] + " ... " + text[-(limit - 305):]
 
 
+class _Inputs:
+    """A workload's input arrays and its reference output, made once per worker."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[list[Any], Any]] = {}
+
+    def __call__(self, spec: str) -> tuple[list[Any], Any]:
+        if spec not in self._cache:
+            from opbench.workloads import parse_workload
+
+            workload = parse_workload(spec)
+            arrays = workload.make_inputs()
+            self._cache[spec] = (arrays, workload.reference(arrays))
+        return self._cache[spec]
+
+
+def _timed(timing: Timing, attempt: Callable[[], list[float]]) -> tuple[list[float], int, dict[str, float]]:
+    """Run ``attempt`` (one timed series: per-call seconds, one per repeat) again while its CV exceeds
+    ``timing.max_cv``, at most ``timing.max_remeasures`` more times; the steadiest series, the extra
+    attempts taken and the host's load during the series kept."""
+    best: tuple[float, list[float], dict[str, float]] | None = None
+    load = HostLoad()
+    for extra in range(timing.max_remeasures + 1):
+        load.start()
+        latencies = attempt()
+        cv = _cv(latencies)
+        if best is None or cv < best[0]:
+            best = (cv, latencies, load.stop())
+        if cv <= timing.max_cv:
+            break
+    assert best is not None
+    return best[1], extra, best[2]
+
+
+def _cv(latencies: list[float]) -> float:
+    mean = statistics.fmean(latencies)
+    return statistics.pstdev(latencies) / mean if mean > 0 else 0.0
+
+
 class _Worker:
+    """A kernel worker: builds, runs and co-runs TVM kernels, locally or on a remote session."""
+
     def __init__(self, cores: tuple[int, ...] | None, threads: int) -> None:
         import tvm  # noqa: F401  (the expensive import, once per worker)
 
         if cores:
             os.sched_setaffinity(0, cores)
             tvm.get_global_func("runtime.config_threadpool")(-3, threads, [str(c) for c in cores])
-        self._inputs: dict[str, tuple[list[Any], Any]] = {}
-        self._threads = threads
+        self._inputs_for = _Inputs()
         self._corun: list[_Kernel] = []
         self._session: Any = None  # an RPC session: kernels are uploaded to and run on its device
         self._addr = ""  # its server's HOST:PORT
@@ -73,15 +118,6 @@ class _Worker:
         build_s = time.perf_counter() - start
         features = schedule_features(mod, target) if req.extract_features and target.kind.name == "llvm" else {}
         return BuildResult(Status.OK, artifact=artifact, build_s=build_s, target=str(target), features=features)
-
-    def _inputs_for(self, spec: str) -> tuple[list[Any], Any]:
-        if spec not in self._inputs:
-            from opbench.workloads import parse_workload
-
-            workload = parse_workload(spec)
-            arrays = workload.make_inputs()
-            self._inputs[spec] = (arrays, workload.reference(arrays))
-        return self._inputs[spec]
 
     def connect(self, req: RemoteConnect) -> RemoteSession:
         """Hold a session on a free device of the key (dropping any earlier one)."""
@@ -175,20 +211,25 @@ class _Worker:
         if isinstance(kernel, RunResult):
             kernel.run_s = time.perf_counter() - start
             return kernel
-        number = _number(req.min_repeat_ms, kernel.first_s)
+        timing = req.timing
+        number = 1 if timing.cache_flush else _number(timing.min_repeat_ms, kernel.first_s)
         # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.
         evaluator = kernel.module.time_evaluator("main", self._device(req.target), number=number,
-                                                 repeat=req.repeat + 1)
+                                                 repeat=timing.repeat + 1,
+                                                 cache_flush_bytes=FLUSH_BYTES if timing.cache_flush else 0)
         meter = self._meter(req.target)
         if meter is not None:
             meter.start()
         tick = time.perf_counter()
-        latencies = list(evaluator(*kernel.args).results)[1:]
+        latencies, remeasures, load = _timed(timing, lambda: list(evaluator(*kernel.args).results)[1:])
         joules = meter.stop() if meter is not None else None
-        result = RunResult(Status.OK, latencies_s=latencies, number=number,
-                           run_s=time.perf_counter() - start, max_abs_err=kernel.max_abs_err)
+        if self._session is None:
+            wait_until_idle()  # our pool stops spinning before the timing lock is released
+        result = RunResult(Status.OK, latencies_s=latencies, number=number, run_s=time.perf_counter() - start,
+                           max_abs_err=kernel.max_abs_err, remeasures=remeasures, load=load, pid=os.getpid())
         if joules is not None:
-            result.energy_j = joules / (number * (req.repeat + 1))
+            calls = number * (timing.repeat + 1) * (remeasures + 1)
+            result.energy_j = joules / calls
             result.power_w = joules / (time.perf_counter() - tick)
         return result
 
@@ -226,7 +267,20 @@ class _Worker:
         return CoRunResult(Status.OK, latencies_s=latencies, numbers=[k.number for k in kernels], rounds_s=rounds,
                            started_late_s=late, max_abs_err=[k.max_abs_err for k in kernels])
 
+class _LibraryWorker:
+    """Times library baselines (torch, numpy) with the worker's threads and cores. It never imports
+    TVM, so no TVM kernel or thread pool ever runs in its process."""
+
+    def __init__(self, cores: tuple[int, ...] | None, threads: int) -> None:
+        if cores:
+            os.sched_setaffinity(0, cores)
+        self._threads = threads
+        self._inputs_for = _Inputs()
+        self._flush: Any = None
+
     def library(self, req: LibraryInput) -> RunResult:
+        import numpy as np
+
         from opbench.workloads import parse_workload
 
         start = time.perf_counter()
@@ -246,16 +300,27 @@ class _Worker:
                 workload.op.reference(arrays, workload.params)
         else:
             return RunResult(Status.RUN_ERROR, f"no {req.library} implementation of {workload.op.name}")
+        timing = req.timing
+        if timing.cache_flush and self._flush is None:
+            self._flush = np.zeros(FLUSH_BYTES // 8)
         first = time.perf_counter()
         call()
-        number = _number(req.min_repeat_ms, time.perf_counter() - first)
-        latencies = []
-        for _ in range(req.repeat + 1):
-            tick = time.perf_counter()
-            for _ in range(number):
-                call()
-            latencies.append((time.perf_counter() - tick) / number)
-        return RunResult(Status.OK, latencies_s=latencies[1:], number=number, run_s=time.perf_counter() - start)
+        number = 1 if timing.cache_flush else _number(timing.min_repeat_ms, time.perf_counter() - first)
+
+        def series() -> list[float]:
+            latencies = []
+            for _ in range(timing.repeat + 1):
+                if self._flush is not None:
+                    self._flush += 1.0  # writes every line: the inputs are evicted
+                tick = time.perf_counter()
+                for _ in range(number):
+                    call()
+                latencies.append((time.perf_counter() - tick) / number)
+            return latencies[1:]
+
+        latencies, remeasures, load = _timed(timing, series)
+        return RunResult(Status.OK, latencies_s=latencies, number=number, run_s=time.perf_counter() - start,
+                         remeasures=remeasures, load=load, pid=os.getpid())
 
 
 def _number(min_repeat_ms: float, one_call_s: float) -> int:
@@ -263,10 +328,16 @@ def _number(min_repeat_ms: float, one_call_s: float) -> int:
     return max(1, math.ceil(min_repeat_ms / 1e3 / max(one_call_s, 1e-7)))
 
 
-def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int) -> None:
+def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int, role: str = KERNEL) -> None:
     """Answer requests until the connection closes (the environment is already set)."""
     try:
-        worker = _Worker(cores, threads)
+        if role == LIBRARY:
+            library = _LibraryWorker(cores, threads)
+            handlers: dict[type, Callable[[Any], Any]] = {LibraryInput: library.library}
+        else:
+            worker = _Worker(cores, threads)
+            handlers = {BuildInput: worker.build, RunInput: worker.run, CoRunPrepare: worker.corun_prepare,
+                        CoRunGo: worker.corun_go, RemoteConnect: worker.connect}
     except BaseException as exc:  # noqa: BLE001 - report any start-up failure to the parent
         conn.send(("error", _short(exc)))
         return
@@ -276,15 +347,16 @@ def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int) -> None
             request = conn.recv()
         except EOFError:
             return
-        handler = {BuildInput: worker.build, RunInput: worker.run, LibraryInput: worker.library,
-                   CoRunPrepare: worker.corun_prepare, CoRunGo: worker.corun_go,
-                   RemoteConnect: worker.connect}[type(request)]
+        kind = {BuildInput: BuildResult, CoRunPrepare: CoRunResult, CoRunGo: CoRunResult,
+                RemoteConnect: RemoteSession}.get(type(request), RunResult)
+        handler = handlers.get(type(request))
+        if handler is None:
+            conn.send(kind(Status.RUN_ERROR, f"a {role} worker does not take {type(request).__name__}"))
+            continue
         try:
             result = handler(request)
         except Exception as exc:  # noqa: BLE001 - an unexpected error fails this request only
             status = Status.BUILD_ERROR if isinstance(request, BuildInput) else Status.RUN_ERROR
-            kind = {BuildInput: BuildResult, CoRunPrepare: CoRunResult, CoRunGo: CoRunResult,
-                    RemoteConnect: RemoteSession}.get(type(request), RunResult)
             result = kind(status, _short(exc) + "\n" + traceback.format_exc(limit=3))
         conn.send(result)
 

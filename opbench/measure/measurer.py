@@ -17,13 +17,14 @@ from opbench.measure.corun import CoRunner, CoRunSpec, corun_records
 from opbench.measure.lock import HostLock
 from opbench.measure.rpc import RPCRunner, check_device, parse_device
 from opbench.measure.runner import LocalRunner
-from opbench.measure.types import BuildInput, BuildResult, LibraryInput, RunInput, RunResult, Status
+from opbench.measure.types import BuildInput, BuildResult, LibraryInput, RunInput, RunResult, Status, Timing
 from opbench.resources import HostFacts, Resources, host_facts
 from opbench.space import Config, get_template
 from opbench.tracking.schema import SCHEMA_VERSION, Record, latency_stats, new_trial_id
 from opbench.workloads import PRESETS, Workload
 
 DEFAULT_LOCK = Path(tempfile.gettempdir()) / "opbench-timing.lock"
+LIBRARIES = ("torch", "numpy")  # baselines: a TrialSpec whose template is one of these times the library
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class TrialSpec:
 class MeasureOptions:
     repeat: int = 5
     min_repeat_ms: float = 50.0
+    max_cv: float = 0.05  # repeats varying more than this are measured again, at most max_remeasures times
+    max_remeasures: int = 2
+    cache_flush: bool = False  # evict CPU caches before every timed call (AutoTVM's enable_cpu_cache_flush)
     build_timeout_s: float = 60.0
     run_timeout_s: float = 120.0
     build_workers: int = 1
@@ -62,6 +66,11 @@ class Measurer:
         self._remote: dict[str, RPCRunner] = {}  # device spec -> its runner
         self._dir = tempfile.mkdtemp(prefix="opbench-build-")
         self.host = host_facts()
+
+    @property
+    def timing(self) -> Timing:
+        o = self.options
+        return Timing(o.repeat, o.min_repeat_ms, o.max_cv, o.max_remeasures, o.cache_flush)
 
     def __enter__(self) -> Measurer:
         return self
@@ -181,18 +190,48 @@ class Measurer:
         return corun_records(spec, members, solo, together, failed)
 
     def measure_library(self, workload: Workload, library: str, resources: Resources) -> Record:
-        """Time ``torch`` or ``numpy`` on the workload with the same threads; a record with template=library."""
+        """Time ``torch`` or ``numpy`` on the workload with the same threads and cores, in a process that
+        never runs a TVM kernel; a record with template=library."""
         if resources.remote:
             raise ResourceError(f"{library} baselines run on this host only, not on {resources.device}")
         started = time.perf_counter()
-        run = self._runner.run(LibraryInput(workload.spec, library, self.options.repeat, self.options.min_repeat_ms),
-                               resources)
-        return self._record(TrialSpec(workload, {}, resources), library, {}, started, run.status, run.error, run=run)
+        run = self._runner.run(LibraryInput(workload.spec, library, self.timing), resources)
+        return self._record(TrialSpec(workload, {}, resources, library), library, {}, started, run.status, run.error,
+                            run=run)
+
+    def measure_fresh(self, specs: list[TrialSpec]) -> list[Record]:
+        """Each spec timed in a new process that has run nothing else (a library baseline when its
+        template is in :data:`LIBRARIES`): the processes start together, then take turns."""
+        started = time.perf_counter()
+        kernels = [i for i, s in enumerate(specs) if s.template not in LIBRARIES]
+        built = dict(zip(kernels, self._build([specs[i] for i in kernels])))
+        jobs: dict[int, tuple[RunInput | LibraryInput, Resources]] = {}
+        for i, spec in enumerate(specs):
+            if spec.resources.remote:
+                raise ResourceError(f"fresh-process measurements run on this host only, not on {spec.resources.device}")
+            if i not in built:
+                jobs[i] = (LibraryInput(spec.workload.spec, str(spec.template), self.timing), spec.resources)
+            elif built[i][2].status is Status.OK:
+                jobs[i] = (self._run_input(built[i][2], spec), spec.resources)
+        try:
+            runs = dict(zip(jobs, self._runner.run_fresh(list(jobs.values()))))
+        finally:
+            _discard(*(build for _, _, build in built.values()))
+        records = []
+        for i, spec in enumerate(specs):
+            template, config, build = built.get(i) or (str(spec.template), {}, None)
+            run = runs.get(i)
+            status, error = (run.status, run.error) if run else (build.status, build.error) if build else \
+                (Status.RUN_ERROR, "not run")
+            records.append(self._record(spec, template, config, started, status, error, build, run))
+        return records
+
+    def _run_input(self, build: BuildResult, spec: TrialSpec) -> RunInput:
+        return RunInput(build.artifact or "", spec.workload.spec, self.timing, spec.resources.target)
 
     def _run(self, build: BuildResult, spec: TrialSpec) -> RunResult:
         res = spec.resources
-        inp = RunInput(build.artifact or "", spec.workload.spec, self.options.repeat, self.options.min_repeat_ms,
-                       res.target)
+        inp = self._run_input(build, spec)
         try:
             return self._rpc(res.device).run(inp) if res.remote else self._runner.run(inp, res)
         finally:
@@ -237,6 +276,9 @@ class Measurer:
                 record["max_abs_err"] = run.max_abs_err
             if run.status is Status.OK and run.energy_j is not None:
                 record.update(energy_j=run.energy_j, power_w=run.power_w)
+            if run.status is Status.OK:
+                record.update(run.load, remeasures=run.remeasures, cache_flush=int(self.options.cache_flush),
+                              worker_pid=run.pid)
         record["trial_s"] = time.perf_counter() - started
         record["finished_at"] = time.time()  # unix seconds: tuning curves against wall time
         try:

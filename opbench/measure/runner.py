@@ -1,37 +1,86 @@
-"""Runs built kernels one at a time under the host lock, in a worker per resource setting."""
+"""Runs built kernels and library baselines one at a time under the host lock, in worker processes."""
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+
+from opbench.measure._worker import KERNEL, LIBRARY
 from opbench.measure.lock import HostLock
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status
 from opbench.measure.worker import Worker, WorkerError
 from opbench.resources import Resources
 
+Job = RunInput | LibraryInput
+
+
+def _role(inp: Job) -> str:
+    return LIBRARY if isinstance(inp, LibraryInput) else KERNEL
+
 
 class LocalRunner:
-    """TVM's thread pool cannot grow once started, so each (threads, cores) gets its own worker."""
+    """TVM's thread pool cannot grow once started, so each (threads, cores) gets its own kernel worker.
+
+    Library baselines run in workers of their own that never import TVM: a process that ran a TVM
+    kernel slows PyTorch down 10-150x. Workers start under the lock's shared side, so a start-up
+    (importing TVM and torch) never overlaps a timed run, whichever process times it.
+    """
 
     def __init__(self, timeout_s: float = 120.0, lock: HostLock | None = None) -> None:
         self.timeout_s = timeout_s
         self._lock = lock
-        self._workers: dict[tuple[int, tuple[int, ...] | None], Worker] = {}
+        self._workers: dict[tuple[str, int, tuple[int, ...] | None], Worker] = {}
 
-    def _worker(self, resources: Resources) -> Worker:
-        key = (resources.threads, resources.cores)
+    @staticmethod
+    def _new_worker(resources: Resources, role: str) -> Worker:
+        return Worker(resources.worker_env(), resources.cores, resources.threads, role)
+
+    def _worker(self, resources: Resources, role: str) -> Worker:
+        key = (role, resources.threads, resources.cores)
         if key not in self._workers:
-            self._workers[key] = Worker(resources.worker_env(), resources.cores, resources.threads)
+            self._workers[key] = self._new_worker(resources, role)
         return self._workers[key]
 
-    def warm_up(self, resources: Resources) -> None:
-        """Start the worker for ``resources`` now, so its start-up is not charged to a trial."""
-        self._worker(resources).start()
+    def _shared(self) -> contextlib.AbstractContextManager[None]:
+        return self._lock.shared() if self._lock else contextlib.nullcontext()
 
-    def run(self, inp: RunInput | LibraryInput, resources: Resources) -> RunResult:
-        worker = self._worker(resources)
-        worker.start()
+    def _exclusive(self) -> contextlib.AbstractContextManager[None]:
+        return self._lock.exclusive() if self._lock else contextlib.nullcontext()
+
+    def _start(self, *workers: Worker) -> None:
+        """Start the workers not running yet, together, outside any timed run."""
+        todo = [w for w in workers if not w.alive]
+        if not todo:
+            return
+        with self._shared():
+            if len(todo) == 1:
+                todo[0].start()
+                return
+            with ThreadPoolExecutor(len(todo)) as pool:
+                for future in [pool.submit(w.start) for w in todo]:
+                    with contextlib.suppress(WorkerError):  # reported by the run that needs it
+                        future.result()
+
+    def warm_up(self, resources: Resources) -> None:
+        """Start the kernel worker for ``resources`` now, so its start-up is not charged to a trial."""
+        self._start(self._worker(resources, KERNEL))
+
+    def run(self, inp: Job, resources: Resources) -> RunResult:
+        return self._call(self._worker(resources, _role(inp)), inp)
+
+    def run_fresh(self, jobs: list[tuple[Job, Resources]]) -> list[RunResult]:
+        """Each job in a new process that has run nothing else; all start together, then run one by one."""
+        workers = [self._new_worker(resources, _role(inp)) for inp, resources in jobs]
         try:
-            if self._lock is None:
-                return worker.call(inp, self.timeout_s)
-            with self._lock.exclusive():
+            self._start(*workers)
+            return [self._call(worker, inp) for worker, (inp, _) in zip(workers, jobs)]
+        finally:
+            for worker in workers:
+                worker.close()
+
+    def _call(self, worker: Worker, inp: Job) -> RunResult:
+        try:
+            self._start(worker)
+            with self._exclusive():
                 return worker.call(inp, self.timeout_s)
         except WorkerError as exc:
             return RunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"run: {exc}")

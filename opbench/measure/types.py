@@ -40,11 +40,21 @@ class BuildResult:
 
 
 @dataclass(frozen=True)
+class Timing:
+    """How a kernel or a library call is timed: repeats, their length, and what makes a result trusted."""
+
+    repeat: int = 5
+    min_repeat_ms: float = 50.0
+    max_cv: float = 0.05  # a result whose repeats vary more than this is measured again ...
+    max_remeasures: int = 2  # ... at most this many times; the steadiest attempt is kept
+    cache_flush: bool = False  # evict the CPU caches before every call (each repeat is then one call)
+
+
+@dataclass(frozen=True)
 class RunInput:
     artifact: str
     workload: str
-    repeat: int = 5
-    min_repeat_ms: float = 50.0
+    timing: Timing = Timing()
     target: str = "llvm"  # picks the device the kernel runs on (CPU or GPU)
 
 
@@ -54,8 +64,7 @@ class LibraryInput:
 
     workload: str
     library: str
-    repeat: int = 5
-    min_repeat_ms: float = 50.0
+    timing: Timing = Timing()
 
 
 @dataclass
@@ -70,6 +79,9 @@ class RunResult:
     power_w: float | None = None
     device_addr: str = ""  # the remote server (HOST:PORT) the kernel ran on; empty when local
     device_facts: dict[str, Any] = field(default_factory=dict)  # that server's HostFacts, when it reports them
+    remeasures: int = 0  # extra attempts taken because the repeats varied more than Timing.max_cv
+    load: dict[str, float] = field(default_factory=dict)  # the host's load while timing (HostLoad.stop)
+    pid: int = 0  # the process that timed it
 
 
 @dataclass(frozen=True)

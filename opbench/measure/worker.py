@@ -31,10 +31,12 @@ class Worker:
     a fresh one starts on the next call.
     """
 
-    def __init__(self, env: dict[str, str] | None = None, cores: tuple[int, ...] | None = None, threads: int = 1) -> None:
+    def __init__(self, env: dict[str, str] | None = None, cores: tuple[int, ...] | None = None, threads: int = 1,
+                 role: str = _worker.KERNEL) -> None:
         self._env = dict(env or {})
         self._cores = cores
         self._threads = threads
+        self.role = role
         self._proc: Any = None
         self._conn: Any = None
         # The worker's stderr (TVM's C++ warnings, crash messages) goes here, not to the terminal.
@@ -44,12 +46,16 @@ class Worker:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     def start(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
+        if self.alive:
             return
         parent, child = socket.socketpair()
         env = {**os.environ, **self._env, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        setup = pickle.dumps((self._cores, self._threads)).hex()
+        setup = pickle.dumps((self._cores, self._threads, self.role)).hex()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "opbench.measure._worker", str(child.fileno()), setup],
             pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL, stderr=self._log,

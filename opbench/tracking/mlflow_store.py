@@ -148,15 +148,17 @@ class MlflowWriter:
         self.trial_runs[str(record.get("trial_id"))] = run_id
         return run_id
 
-    def log_parent(self, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None) -> None:
-        """Study-level params/metrics (references, best result) on the parent run."""
-        from mlflow.entities import Metric, Param
+    def log_parent(self, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
+                   tags: dict[str, str] | None = None) -> None:
+        """Study-level params/metrics/tags (references, best result, verification) on the parent run."""
+        from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
         self.client.log_batch(
             self.parent_run_id,
             metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v == v],
             params=[Param(k, str(v)) for k, v in (params or {}).items()],
+            tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
 
     def log_artifact(self, path: Path | str, artifact_path: str | None = None, trial_id: str | None = None) -> None:
@@ -208,3 +210,17 @@ def read_mlflow_records(experiments: list[str], tracking_uri: str | None = None,
         if not token:
             break
     return rows
+
+
+def latest_parent_run(study: str, tracking_uri: str | None = None) -> str:
+    """The run id of the study's most recent parent run (``opbench tune`` makes one per invocation)."""
+    from opbench.exceptions import OpBenchError
+
+    uri = tracking_uri or default_tracking_uri()
+    client = _client(uri)
+    exp = client.get_experiment_by_name(study)
+    runs = [] if exp is None else client.search_runs([exp.experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'study'",
+                                                     max_results=1, order_by=["attributes.start_time DESC"])
+    if not runs:
+        raise OpBenchError(f"no study run in MLflow experiment '{study}' of {uri}")
+    return runs[0].info.run_id

@@ -15,9 +15,11 @@ SCHEMA_VERSION = 1
 Record = dict[str, Any]
 
 PARAMS = ("workload", "op", "shape", "dtype", "template", "threads", "cores", "target", "host",
-          "tvm_version", "source_model", "device", "device_addr")
+          "tvm_version", "source_model", "device", "device_addr", "cache_flush")
 METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gflops", "peak_frac",
            "build_s", "run_s", "trial_s", "finished_at", "number", "repeat", "max_abs_err",
+           # measurement quality: attempts repeated for a high CV, the host's load while timing
+           "remeasures", "load_1m", "other_busy_frac",
            # energy, where a meter could be read (opbench.energy)
            "energy_j", "power_w",
            # co-runs (opbench.measure.corun)
@@ -26,7 +28,9 @@ METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gfl
            # a model's fused operators (opbench model-ops)
            "calls", "share", "flops")
 TAGS = ("status", "error", "schema_version", "trial_id", "latencies_ms", "study", "engine",
-        "record_kind", "corun_id", "corun_mode", "corun_with", "key_op")
+        "record_kind", "corun_id", "corun_mode", "corun_with", "key_op",
+        # fresh-process verification (opbench verify): which schedule a record re-measures, in which round
+        "verified_as", "verify_round", "worker_pid")
 KNOB_PREFIX = "knob."
 FEATURE_PREFIX = "feat."
 JSON_TAGS = ("latencies_ms",)  # tags whose value is a list, JSON-encoded in MLflow
@@ -80,7 +84,7 @@ def from_mlflow_value(key: str, value: Any) -> Any:
         return json.loads(value) if isinstance(value, str) else value
     if kind_of(key) == "metric":
         return float(value)
-    if key == "schema_version" or key == "threads":
+    if key in ("schema_version", "threads", "cache_flush", "worker_pid", "verify_round"):
         return int(value)
     if key.startswith(KNOB_PREFIX):
         try:

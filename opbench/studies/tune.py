@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from opbench.engines.driver import CORES_KNOB, ENGINE_TRIAL_TAG, measure_referen
 from opbench.exceptions import OpBenchError
 from opbench.progress import TrialPrinter, changed_knobs, table
 from opbench.resources import Resources, parse_cores, parse_thread_counts
+from opbench.studies.verify import Verification, speedup_table, verify
 from opbench.tracking.schema import KNOB_PREFIX, Record
 from opbench.workloads import Workload
 
@@ -131,7 +131,8 @@ def run_study(args: argparse.Namespace, argv: list[str], workload: Workload, res
         else:
             records = run_tuning(engine, workload, todo, measurer, sink, resources, args.template, args.batch)
         study_records = sorted([*earlier.values(), *records], key=lambda r: r.get("finished_at", 0.0))
-        best = summarize(study_records, refs, engine, f"{workload.name}: {label}", recorder)
+        verification = _verify(args, measurer, [*refs.values(), *study_records], resources, recorder)
+        best = summarize(study_records, refs, engine, f"{workload.name}: {label}", recorder, verification)
     if engine:
         engine.close()
     print(f"MLflow experiment '{study}' in {recorder.mlflow.uri}")
@@ -161,6 +162,19 @@ def join_study(args: argparse.Namespace, workload: Workload, resources: Resource
     return 0
 
 
+def _verify(args: argparse.Namespace, measurer: Any, records: list[Record], resources: Resources,
+            recorder: Any) -> Verification | None:
+    """The best schedule and the references re-measured in fresh processes, stored on the parent run;
+    None (the summary then says "not verified") when skipped, remote, or nothing succeeded."""
+    if args.verify_rounds < 1 or resources.remote or not any(r["status"] == "ok" for r in records):
+        return None
+    print(f"verifying: best and references in fresh processes, {args.verify_rounds} alternating rounds",
+          file=sys.stderr)
+    verification = verify(measurer, records, recorder.study, args.verify_rounds, recorder)
+    recorder.mlflow.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
+    return verification
+
+
 def _metaschedule(args: argparse.Namespace, workload: Workload, trials: int, measurer: Any, sink: Any,
                   resources: Resources, recorder: Any) -> list[Record]:
     from opbench.engines.metaschedule import MetaScheduleTuner
@@ -177,8 +191,9 @@ def _metaschedule(args: argparse.Namespace, workload: Workload, trials: int, mea
 
 
 def summarize(records: list[Record], refs: dict[str, Record], engine: Engine | None, title: str,
-              recorder: Any) -> Record | None:
-    """Plot(s) as artifacts, best result on the parent run, and the tables on stdout."""
+              recorder: Any, verification: Verification | None = None) -> Record | None:
+    """Plot(s) as artifacts, best result on the parent run, and the tables on stdout (speed-ups from
+    ``verification``, or marked "not verified")."""
     from opbench.plots import latency_vs_threads, tuning_curve
     from opbench.tracking.mlflow_store import study_dir
 
@@ -191,11 +206,8 @@ def summarize(records: list[Record], refs: dict[str, Record], engine: Engine | N
         recorder.mlflow.log_parent(
             params={"best." + k: v for k, v in best.items() if k.startswith(KNOB_PREFIX)},
             metrics={"best_latency_ms": best["latency_ms"], "best_gflops": best["gflops"],
-                     **{f"speedup_vs_{n}": speedup(r, best) for n, r in refs.items()}})
-    rows = [("best tuned", best["latency_ms"], best["gflops"], 1.0)] if best else []
-    rows += [(name, r.get("latency_ms", math.nan), r.get("gflops", math.nan), speedup(r, best))
-             for name, r in refs.items()]
-    print(table(rows, ["schedule", "latency_ms", "GFLOP/s", "best is x faster"]))
+                     **{f"tuned_speedup_vs_{n}": speedup(r, best) for n, r in refs.items()}})
+    print(speedup_table(best, refs, verification))
     if best:
         print(f"\nbest config: {changed_knobs(best) or '(no knobs)'} threads={best['threads']}")
     print(f"tuning curve: {curve} (also an artifact of the study's parent run)")

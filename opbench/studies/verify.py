@@ -1,0 +1,179 @@
+"""Claims verified in fresh processes: a study's best schedule and its references timed again.
+
+Every schedule is re-measured in a process of its own that has run nothing else (the library
+baselines in one that never imports TVM), in ``rounds`` rounds whose order alternates, so a slow
+start, a warm cache or a drifting clock favours no one. A speed-up is the median of the per-round
+ratios (each round's two measurements were taken minutes apart at most) with their min-max; it
+*holds* when it is within :data:`CLAIM_TOLERANCE` of the ratio the study itself measured.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from opbench.exceptions import OpBenchError
+from opbench.measure.measurer import Measurer, TrialSpec
+from opbench.progress import table
+from opbench.resources import LOCAL, Resources, parse_cores
+from opbench.tracking.schema import KNOB_PREFIX, Record
+from opbench.workloads import parse_workload
+
+BEST = "best"
+VERIFY_KIND = "verify"  # record_kind of the fresh-process records (not trials of the study)
+CLAIM_TOLERANCE = 0.10
+DEFAULT_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A median with the min and max it was taken from."""
+
+    median: float
+    lo: float
+    hi: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread | None:
+        finite = [v for v in values if math.isfinite(v)]
+        return cls(statistics.median(finite), min(finite), max(finite)) if finite else None
+
+
+@dataclass
+class Verified:
+    """One schedule: what the study measured and what each fresh-process round measured (NaN: failed)."""
+
+    name: str
+    tuned_ms: float
+    rounds_ms: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def latency(self) -> Spread | None:
+        return Spread.of(self.rounds_ms)
+
+
+@dataclass
+class Verification:
+    """The best schedule and the references of a study, each re-measured in ``rounds`` fresh rounds."""
+
+    study: str
+    rounds: int
+    schedules: dict[str, Verified]  # BEST first, then the references
+
+    @property
+    def best(self) -> Verified:
+        return self.schedules[BEST]
+
+    def speedup(self, name: str) -> Spread | None:
+        """How many times faster the best schedule is than ``name``: per-round ratios, median and range."""
+        pairs = zip(self.schedules[name].rounds_ms, self.best.rounds_ms)
+        return Spread.of([ref / best for ref, best in pairs if best > 0])
+
+    def tuned_speedup(self, name: str) -> float:
+        best = self.best.tuned_ms
+        return self.schedules[name].tuned_ms / best if best > 0 else math.nan
+
+    def holds(self, name: str) -> bool | None:
+        """Whether the study's claimed speed-up over ``name`` survived re-measurement (None: unverified)."""
+        verified, tuned = self.speedup(name), self.tuned_speedup(name)
+        if verified is None or not math.isfinite(tuned):
+            return None
+        return abs(verified.median / tuned - 1) <= CLAIM_TOLERANCE
+
+    def parent_metrics(self) -> dict[str, float]:
+        """What the study's parent run records: verified latencies and speed-ups, each with its range."""
+        out: dict[str, float] = {"verify_rounds": float(self.rounds)}
+        for name, schedule in self.schedules.items():
+            if (lat := schedule.latency) is not None:
+                out.update({f"verified_{name}_ms": lat.median, f"verified_{name}_min_ms": lat.lo,
+                            f"verified_{name}_max_ms": lat.hi})
+            if name != BEST and (up := self.speedup(name)) is not None:
+                out.update({f"verified_speedup_vs_{name}": up.median, f"verified_speedup_vs_{name}_min": up.lo,
+                            f"verified_speedup_vs_{name}_max": up.hi})
+        return out
+
+    def parent_tags(self) -> dict[str, str]:
+        verdicts = {name: self.holds(name) for name in self.schedules if name != BEST}
+        return {f"claim_vs_{name}": "not verified" if v is None else "holds" if v else "does not hold"
+                for name, v in verdicts.items()}
+
+
+def candidates(records: list[Record]) -> dict[str, Record]:
+    """The study's best ok trial and its latest reference of each kind (te_default, template_default, torch, ...)."""
+    ok = [r for r in records if r.get("status") == "ok" and r.get("record_kind", "trial") == "trial"]
+    trials = [r for r in ok if not r.get("reference")]
+    if not trials:
+        raise OpBenchError("the study has no successful trial to verify")
+    out = {BEST: min(trials, key=lambda r: r["latency_ms"])}
+    for record in sorted((r for r in ok if r.get("reference")), key=lambda r: r.get("finished_at", 0.0)):
+        out[str(record["reference"])] = record
+    return out
+
+
+def spec_of(record: Record) -> TrialSpec:
+    """The trial a record describes, to measure again on this host."""
+    if record.get("device", LOCAL) != LOCAL:
+        raise OpBenchError(f"records measured on {record['device']} are verified on this host only; "
+                           f"re-run the study locally to verify it")
+    target = "cuda" if "cuda" in str(record.get("target", "")) else "llvm"
+    resources = Resources(int(record["threads"]), parse_cores(str(record.get("cores", "any"))), target)
+    config = {k[len(KNOB_PREFIX):]: v for k, v in record.items() if k.startswith(KNOB_PREFIX)}
+    template = str(record["template"])
+    return TrialSpec(parse_workload(str(record["workload"])), config, resources, template)
+
+
+def verify(measurer: Measurer, records: list[Record], study: str, rounds: int = DEFAULT_ROUNDS,
+           on_record: Callable[[Record], None] | None = None) -> Verification:
+    """Re-measure the study's best schedule and references (see :func:`candidates`) in fresh processes.
+
+    ``on_record`` sees every fresh-process record (``record_kind`` verify, tagged with the schedule it
+    re-measures and its round), so the evidence is stored beside the claim.
+    """
+    if rounds < 1:
+        raise OpBenchError(f"verification needs at least one round, got {rounds}")
+    chosen = candidates(records)
+    specs = {name: spec_of(record) for name, record in chosen.items()}
+    schedules = {name: Verified(name, float(chosen[name]["latency_ms"])) for name in chosen}
+    for round_ in range(rounds):
+        order = list(specs) if round_ % 2 == 0 else list(reversed(specs))
+        for name, record in zip(order, measurer.measure_fresh([specs[n] for n in order])):
+            record.update(record_kind=VERIFY_KIND, verified_as=name, verify_round=round_)
+            ok = record["status"] == "ok"
+            schedules[name].rounds_ms.append(record["latency_ms"] if ok else math.nan)
+            if not ok:
+                schedules[name].errors.append(f"{record['status']}: {record.get('error', '')}"[:300])
+            if on_record:
+                on_record(record)
+    return Verification(study, rounds, schedules)
+
+
+HEADERS = ["schedule", "tuned ms", "verified ms", "min-max", "best is x faster (tuned)",
+           "verified x faster (min-max)", "claim"]
+
+
+def _range(spread: Spread | None, digits: int = 4) -> str:
+    return "-" if spread is None else f"{spread.lo:.{digits}g}-{spread.hi:.{digits}g}"
+
+
+def speedup_table(best: Record | None, references: dict[str, Record], verification: Verification | None) -> str:
+    """The study's speed-ups as a table: verified ones with their range, or "not verified"."""
+    tuned = {BEST: best, **references} if best else dict(references)
+    rows = []
+    for name, record in tuned.items():
+        tuned_ms = record.get("latency_ms", math.nan) if record.get("status") == "ok" else math.nan
+        ratio = tuned_ms / best["latency_ms"] if best and name != BEST else math.nan
+        schedule = verification.schedules.get(name) if verification else None
+        lat = schedule.latency if schedule else None
+        if name == BEST:
+            verified, claim = ("1.0" if lat else "not verified"), ""
+        elif verification is None or lat is None or verification.best.latency is None:
+            verified, claim = "not verified", ""
+        else:
+            up = verification.speedup(name)
+            verified = "not verified" if up is None else f"{up.median:.3g} ({_range(up, 3)})"
+            holds = verification.holds(name)
+            claim = "" if holds is None else "holds" if holds else "DOES NOT HOLD"
+        rows.append((name, tuned_ms, lat.median if lat else "not verified", _range(lat), ratio, verified, claim))
+    return table(rows, HEADERS)
