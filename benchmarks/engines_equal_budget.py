@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from opbench.progress import TrialPrinter, table
 from opbench.report import summarize_engine
 from opbench.resources import Resources, host_facts
 from opbench.space import get_template, load_search_space, search_space_path
+from opbench.studies.verify import Spread, Verification, remeasure, spec_of
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
 
@@ -49,6 +49,24 @@ def tune(engine: str, name: str, trials: int, measurer: Measurer, sink, resource
     else:
         proposer = RandomEngine(space, resources.threads, seed)
     return run_tuning(proposer, workload, trials, measurer, sink, resources, batch=2)
+
+
+def verify_bests(measurer: Measurer, series: dict, refs: dict, recorder) -> Verification:
+    """Each engine's best and torch, re-measured in fresh processes in 3 alternating rounds."""
+    bests = {e: min((r for r in rs if r["status"] == "ok"), key=lambda r: r["latency_ms"])
+             for e, rs in series.items() if any(r["status"] == "ok" for r in rs)}
+    if refs["torch"]["status"] == "ok":
+        bests["torch"] = refs["torch"]
+    specs = {name: spec_of(record) for name, record in bests.items()}
+    tuned = {name: record["latency_ms"] for name, record in bests.items()}
+    return Verification(recorder.study, 3, remeasure(measurer, specs, tuned, 3, recorder))
+
+
+def _ratio(verified: Verification, name: str, other: str) -> str:
+    if name not in verified.schedules or other not in verified.schedules:
+        return "not verified"
+    spread: Spread | None = verified.ratio(name, other)
+    return "not verified" if spread is None else f"{spread.median:.3g} ({spread.lo:.3g}-{spread.hi:.3g})"
 
 
 def main() -> None:
@@ -81,15 +99,16 @@ def main() -> None:
                     summaries.append(dataclasses.replace(summarize_engine(engine, series[engine], refs), wall_s=wall))
                 plot = engine_curves(series, refs, f"{name}: {args.trials} trials per engine", out / f"{name}.png")
                 recorder.mlflow.log_artifact(plot, "plots")
-            ms_best = summaries[ENGINES.index("metaschedule")].best_ms
-            torch_ms = refs["torch"]["latency_ms"] if refs["torch"]["status"] == "ok" else math.nan
+            verified = verify_bests(measurer, series, refs, recorder)
             rows += [(name, s.engine, s.ok, s.best_ms, s.best_gflops, s.trials_to_10pct, s.wall_s,
-                      s.best_ms / torch_ms, s.best_ms / ms_best) for s in summaries]
-            rows.append((name, "torch", "-", torch_ms, refs["torch"].get("gflops", math.nan), "-", "-", 1.0,
-                         torch_ms / ms_best))
+                      _ratio(verified, s.engine, "torch"), _ratio(verified, s.engine, "metaschedule"))
+                     for s in summaries]
+            torch = verified.schedules["torch"].latency
+            rows.append((name, "torch", "-", torch.median if torch else "not verified", "-", "-", "-", "1.0",
+                         _ratio(verified, "torch", "metaschedule")))
     host = host_facts()
     print(f"\nhost: {host.cpu_model}, {args.threads} threads, {args.trials} trials per engine; "
-          f"ratios are latency ratios (< 1: faster)")
+          f"ratios are verified latency ratios (< 1: faster), median of 3 fresh-process rounds (min-max)")
     print(table(rows, ["workload", "engine", "ok", "best_ms", "GFLOP/s", "trials_to_10%", "wall_s",
                        "x torch", "x metaschedule"]))
     print(f"\nplots: {out}/*.png; records: MLflow {tracking}")

@@ -3,6 +3,8 @@
 For each model (bert-base batch 1 seq 128, resnet-50 and mobilenet-v2 batch 1): extract and time
 the fused operators, tune the key ones (>= 90% of the time) with a fixed per-operator budget, build
 the model with the tuned schedules (a MetaSchedule database) and time it: the Ansor-style table.
+Every latency and speed-up printed is verified: the tuned and untuned builds and PyTorch eager are
+timed again in fresh processes, 3 alternating rounds (median, with the per-round range).
 
     .venv/bin/python benchmarks/models_vs_pytorch.py [--trials-per-op 16] [--threads 2] [--max-ops 12]
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 from opbench.cli import build_parser
 from opbench.cli_models import tune_model
 from opbench.progress import table
+from opbench.studies.verify import BEST
 
 MODELS = (("bert-base", ["--seq-len", "128"]), ("resnet-50", []), ("mobilenet-v2", []))
 
@@ -29,23 +32,29 @@ def main() -> None:
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="opbench-models-"))
     extra = dict(MODELS)
-    rows = []
+    rows, ratios = [], []
     for model in args.models:
         print(f"=== {model}", flush=True)
         cli_args = build_parser().parse_args([
             "tune-model", model, "--batch", "1", *extra.get(model, []), "--threads", str(args.threads),
             "--trials-per-op", str(args.trials_per_op), "--max-ops", str(args.max_ops), "--repeat", "3",
             "--tracking-uri", f"sqlite:///{scratch / 'mlflow.db'}", "--storage", f"sqlite:///{scratch / 'optuna.db'}"])
-        m = tune_model(cli_args)["metrics"]
-        rows.append((model, 1, m["torch_ms"], m["untuned_ms"], m["tuned_ms"], m["speedup_vs_untuned"],
-                     m["speedup_vs_torch"], int(m["tuned_ops"])))
-    print(f"\n{args.threads} threads, {args.trials_per_op} trials per key operator (at most {args.max_ops} per model)")
-    print(table(rows, ["network", "batch", "PyTorch ms", "TVM untuned ms", "TVM tuned ms", "x untuned", "x PyTorch",
-                       "ops tuned"]))
-    ratios = [r[6] for r in rows if r[6] == r[6]]
+        verified = tune_model(cli_args)["verification"]
+        lat = {name: schedule.latency for name, schedule in verified.schedules.items()}
+        ups = {name: verified.speedup(name) for name in ("untuned", "torch") if name in verified.schedules}
+        rows.append((model, 1, *(_show(lat.get(n)) for n in ("torch", "untuned", BEST)),
+                     *(_show(ups.get(n)) for n in ("untuned", "torch"))))
+        if ups.get("torch"):
+            ratios.append(ups["torch"].median)
+    print(f"\n{args.threads} threads, {args.trials_per_op} trials per key operator (at most {args.max_ops} per model); "
+          "verified: median of 3 fresh-process rounds (min-max)")
+    print(table(rows, ["network", "batch", "PyTorch ms", "TVM untuned ms", "TVM tuned ms", "x untuned", "x PyTorch"]))
     if ratios:
-        print(f"geomean speed-up over PyTorch: x{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}")
+        print(f"geomean verified speed-up over PyTorch: x{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}")
 
+
+def _show(spread) -> str:
+    return "not verified" if spread is None else f"{spread.median:.4g} ({spread.lo:.4g}-{spread.hi:.4g})"
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,10 @@
 """OpBench kernels against PyTorch and numpy, measured in one run with the same threads.
 
 For matmul-512, resnet50-c2 and bert-base-ffn1: TVM's TE default schedule, the template default,
-the best of a small Optuna sweep, numpy and torch; latency (median), GFLOP/s, ratio to torch,
-share of the CPU's peak FLOP/s (ISA x nominal clock; turbo can push measured shares past 100%),
+the best of a small Optuna sweep, numpy and torch, each verified: re-measured in fresh processes in
+3 alternating rounds (torch and numpy in processes that never load TVM). Latency (median of the
+rounds, with their range), GFLOP/s, ratio to torch (per round, with its range), share of the CPU's
+peak FLOP/s (ISA x nominal clock; turbo can push measured shares past 100%),
 and the framework's overhead: study wall time minus every trial's build and run, as a fraction,
 with every record logged to a real (temporary) MLflow sqlite store, plus trials per minute.
 
@@ -20,6 +22,7 @@ from opbench.measure.measurer import Measurer, MeasureOptions
 from opbench.progress import table
 from opbench.resources import Resources, host_facts
 from opbench.space import get_template, load_search_space, search_space_path
+from opbench.studies.verify import BEST, verify
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
 
@@ -49,21 +52,21 @@ def main() -> None:
                 started = time.perf_counter()
                 records = run_tuning(engine, workload, args.trials, measurer, recorder, resources, batch=2)
                 wall = time.perf_counter() - started
-            ok = [r for r in records if r["status"] == "ok"]
-            best = min(ok, key=lambda r: r["latency_ms"])
             work = sum(r.get("build_s", 0.0) + r.get("run_s", 0.0) for r in records)
             overhead_rows.append((name, len(records), wall, 60 * len(records) / wall, 100 * (wall - work) / wall))
-            torch_ms = refs["torch"]["latency_ms"]
-            entries = [("te_default", refs["te_default"]), ("template_default", refs["template_default"]),
-                       (f"optuna best of {args.trials}", best), ("torch", refs["torch"])]
-            if "numpy" in refs:
-                entries.append(("numpy", refs["numpy"]))
-            for label, r in entries:
-                rows.append((name, label, r["latency_ms"], r["gflops"], r["latency_ms"] / torch_ms,
-                             100 * r["gflops"] / peak))
+            verified = verify(measurer, [*refs.values(), *records], name)
+            for label, schedule in verified.schedules.items():
+                lat, vs_torch = schedule.latency, verified.ratio(label, "torch")
+                if lat is None or vs_torch is None:
+                    rows.append((name, label, "not verified", "-", "-", "not verified", "-"))
+                    continue
+                gflops = workload.flops / (lat.median * 1e-3) / 1e9
+                shown = f"optuna best of {args.trials}" if label == BEST else label
+                rows.append((name, shown, lat.median, f"{lat.lo:.4g}-{lat.hi:.4g}", gflops,
+                             f"{vs_torch.median:.3g} ({vs_torch.lo:.3g}-{vs_torch.hi:.3g})", 100 * gflops / peak))
     print(f"host: {host.cpu_model}, {args.threads} threads, peak {peak:.0f} GFLOP/s "
           f"({host.flops_per_cycle} FLOP/cycle x {host.mhz:.0f} MHz x {args.threads})")
-    print(table(rows, ["workload", "schedule", "latency_ms", "GFLOP/s", "x torch", "% peak"]))
+    print(table(rows, ["workload", "schedule", "verified ms", "min-max", "GFLOP/s", "x torch (min-max)", "% peak"]))
     print()
     print(table(overhead_rows, ["workload", "trials", "wall_s", "trials/min", "overhead %"]))
 

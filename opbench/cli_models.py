@@ -132,32 +132,59 @@ def tune_model(args: argparse.Namespace) -> dict:
         tuned_mod = apply_database(profile.mod, database, target)
         tuned_ms, outputs = time_model(tuned_mod, target, profile.source.numpy_inputs(), args.repeat)
         err = check_outputs(profile.source, outputs, "the tuned model")
-        runs = [(profile.model_ms, tuned_ms)]
-        if args.compare:  # the same two builds timed again, alternating: is the speed-up larger than the noise?
-            inputs = profile.source.numpy_inputs()
-            runs.append((time_model(profile.mod, target, inputs, args.repeat)[0],
-                         time_model(tuned_mod, target, inputs, args.repeat)[0]))
+        verification = _verify_model(args, profile, tuned_mod, tuned_ms, target, folder, study)
         metrics = {"torch_ms": profile.torch_ms, "untuned_ms": profile.model_ms, "tuned_ms": tuned_ms,
                    "speedup_vs_untuned": profile.model_ms / tuned_ms, "speedup_vs_torch": profile.torch_ms / tuned_ms,
                    "max_abs_err": err, "tuned_ops": len(tuned)}
         recorder.mlflow.log_parent({"model": args.model, "batch": args.batch, "seq_len": args.seq_len,
-                                    "threads": args.threads, "trials_per_op": args.trials_per_op}, metrics)
+                                    "threads": args.threads, "trials_per_op": args.trials_per_op},
+                                   {**metrics, **(verification.parent_metrics() if verification else {})},
+                                   verification.parent_tags() if verification else {})
         for name in ("database_workload.json", "database_tuning_record.json"):
             recorder.mlflow.log_artifact(folder / name, "database")
-    return {"rows": rows, "metrics": metrics, "database": folder, "runs": runs}
+    return {"rows": rows, "metrics": metrics, "database": folder, "verification": verification}
+
+
+def _verify_model(args: argparse.Namespace, profile, tuned_mod, tuned_ms: float, target, folder, study: str):
+    """The tuned and untuned builds and PyTorch eager, each timed in fresh processes in alternating rounds
+    (None with --verify-rounds 0)."""
+    from functools import partial
+
+    from opbench.models.fresh import export_model, in_fresh_process, torch_ms_here, vm_ms_here
+    from opbench.studies.verify import BEST, verify_timers
+
+    if args.verify_rounds < 1:
+        return None
+    print(f"verifying: tuned, untuned and PyTorch in fresh processes, {args.verify_rounds} alternating rounds",
+          flush=True)
+    inputs = profile.source.numpy_inputs()
+    builds = {BEST: (tuned_mod, folder / "tuned.so"), "untuned": (profile.mod, folder / "untuned.so")}
+    timers = {name: partial(in_fresh_process, vm_ms_here, str(export_model(mod, target, path)), inputs, args.threads,
+                            args.repeat) for name, (mod, path) in builds.items()}
+    if profile.source.module is not None:
+        timers["torch"] = partial(in_fresh_process, torch_ms_here, args.model, args.batch, args.seq_len,
+                                  args.threads, args.repeat)
+    measured = {BEST: tuned_ms, "untuned": profile.model_ms, "torch": profile.torch_ms}
+    return verify_timers(timers, measured, study, args.verify_rounds)
+
+
+def model_table(result: dict) -> str:
+    """The tuned model against the untuned one and PyTorch: verified speed-ups, or "not verified"."""
+    from opbench.studies.verify import speedup_table
+
+    m = result["metrics"]
+    refs = {"untuned": {"status": "ok", "latency_ms": m["untuned_ms"]}}
+    if m["torch_ms"] == m["torch_ms"]:
+        refs["torch"] = {"status": "ok", "latency_ms": m["torch_ms"]}
+    return speedup_table({"status": "ok", "latency_ms": m["tuned_ms"]}, refs, result["verification"], "tuned")
 
 
 def cmd_tune_model(args: argparse.Namespace) -> int:
     result = tune_model(args)
     m = result["metrics"]
     print("\n" + table(result["rows"], ["operator", "kind", "share", "untuned ms", "tuned ms", "speed-up", "how"]))
-    print("\n" + table([(args.model, args.batch, m["torch_ms"], m["untuned_ms"], m["tuned_ms"],
-                         m["speedup_vs_untuned"], m["speedup_vs_torch"])],
-                       ["network", "batch", "PyTorch ms", "TVM untuned ms", "TVM tuned ms", "x untuned",
-                        "x PyTorch"]))
-    if len(result["runs"]) > 1:
-        print("\n" + table([(i, u, t, u / t) for i, (u, t) in enumerate(result["runs"], start=1)],
-                           ["run", "untuned ms", "tuned ms", "speed-up"]))
+    print(f"\n{args.model}, batch {args.batch}, {args.threads} thread(s):")
+    print(model_table(result))
     print(f"tuned model output matches the reference (max |err| {m['max_abs_err']:.2g}); "
           f"database: {result['database']}")
     return 0
@@ -186,8 +213,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trials-per-op", type=int, default=32)
     p.add_argument("--max-ops", type=int, help="tune at most this many key operators (the largest shares first); "
                                                 "every other operator gets the template's default schedule")
-    p.add_argument("--compare", action="store_true",
-                   help="time the untuned and tuned models a second time, alternating, and print both runs")
+    p.add_argument("--verify-rounds", type=int, default=3, metavar="N",
+                   help="time the tuned and untuned models and PyTorch again, each in fresh processes, N "
+                        "alternating rounds (0: skip; speed-ups are then printed as not verified)")
     p.add_argument("--engine", default="optuna", choices=("optuna", "nni", "random", "model"))
     p.add_argument("--sampler", default="tpe", help="Optuna sampler for --engine optuna")
     p.add_argument("--tuner", default="TPE", choices=TUNERS, help="NNI tuner for --engine nni")

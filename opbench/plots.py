@@ -94,8 +94,10 @@ def latency_vs_threads(records: list[Record], front: set[str], title: str, path:
     return _save(fig, ax, title, path)
 
 
-def predicted_vs_measured(measured: Any, predicted: Any, title: str, path: Path) -> Path:
-    """Predicted against measured latency (log-log), with the ±10% band around the diagonal."""
+def predicted_vs_measured(measured: Any, predicted: Any, title: str, path: Path,
+                          labels: tuple[str, str] = ("measured", "predicted")) -> Path:
+    """Predicted against measured latency (log-log), with the ±10% band around the diagonal (or any
+    two latencies of the same trials, named by ``labels``)."""
     fig, ax = _pyplot().subplots(figsize=(5, 5))
     ax.scatter(measured, predicted, s=8, alpha=0.6, label="trial")
     lo, hi = min(min(measured), min(predicted)), max(max(measured), max(predicted))
@@ -103,8 +105,8 @@ def predicted_vs_measured(measured: Any, predicted: Any, title: str, path: Path)
     ax.fill_between([lo, hi], [0.9 * lo, 0.9 * hi], [1.1 * lo, 1.1 * hi], color="C3", alpha=0.15, label="±10%")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("measured latency (ms)")
-    ax.set_ylabel("predicted latency (ms)")
+    ax.set_xlabel(f"{labels[0]} latency (ms)")
+    ax.set_ylabel(f"{labels[1]} latency (ms)")
     return _save(fig, ax, title, path)
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+DEFAULT_LOCK = Path(tempfile.gettempdir()) / "opbench-timing.lock"
 
 
 class HostLock:

@@ -14,7 +14,7 @@ from opbench.exceptions import ConfigError, ResourceError
 from opbench.features import static_features
 from opbench.measure.builder import LocalBuilder
 from opbench.measure.corun import CoRunner, CoRunSpec, corun_records
-from opbench.measure.lock import HostLock
+from opbench.measure.lock import DEFAULT_LOCK, HostLock
 from opbench.measure.rpc import RPCRunner, check_device, parse_device
 from opbench.measure.runner import LocalRunner
 from opbench.measure.types import BuildInput, BuildResult, LibraryInput, RunInput, RunResult, Status, Timing
@@ -23,7 +23,6 @@ from opbench.space import Config, get_template
 from opbench.tracking.schema import SCHEMA_VERSION, Record, latency_stats, new_trial_id
 from opbench.workloads import PRESETS, Workload
 
-DEFAULT_LOCK = Path(tempfile.gettempdir()) / "opbench-timing.lock"
 LIBRARIES = ("torch", "numpy")  # baselines: a TrialSpec whose template is one of these times the library
 
 

@@ -3,7 +3,6 @@ eager, and the output checked against the model's reference."""
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +11,7 @@ import numpy as np
 
 from opbench.exceptions import OpBenchError
 from opbench.models.extract import FusedOp, fuse, fused_ops, import_model, mark_shares, time_model, time_primfunc
+from opbench.models.fresh import in_fresh_process, torch_ms_here
 from opbench.models.sources import ModelSource
 
 
@@ -27,30 +27,10 @@ class ModelProfile:
     max_abs_err: float
 
 
-def _torch_ms_here(name: str, batch: int, seq_len: int, threads: int, repeat: int) -> float:
-    import torch
-
-    from opbench.models.sources import load_model
-
-    source = load_model(name, batch, seq_len)
-    torch.set_num_threads(threads)
-    times = []
-    with torch.no_grad():
-        for _ in range(repeat + 1):
-            start = time.perf_counter()
-            source.module(*source.inputs)
-            times.append(time.perf_counter() - start)
-    return float(np.median(times[1:])) * 1e3
-
-
 def torch_ms(name: str, batch: int, seq_len: int, threads: int, repeat: int) -> float:
-    """PyTorch eager: median ms per forward, timed in a fresh process (TVM's thread pool, once
-    started, keeps the cores busy-waiting and would slow PyTorch down many times over)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_torch_ms_here, name, batch, seq_len, threads, repeat).result()
+    """PyTorch eager: median ms per forward, timed in a fresh process under the host timing lock (TVM's
+    thread pool, once started, keeps the cores busy-waiting and would slow PyTorch down many times over)."""
+    return in_fresh_process(torch_ms_here, name, batch, seq_len, threads, repeat)
 
 
 def reference_name(source: ModelSource) -> str:

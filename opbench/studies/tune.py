@@ -166,7 +166,8 @@ def _verify(args: argparse.Namespace, measurer: Any, records: list[Record], reso
             recorder: Any) -> Verification | None:
     """The best schedule and the references re-measured in fresh processes, stored on the parent run;
     None (the summary then says "not verified") when skipped, remote, or nothing succeeded."""
-    if args.verify_rounds < 1 or resources.remote or not any(r["status"] == "ok" for r in records):
+    if args.verify_rounds < 1 or resources.remote or \
+            not any(r["status"] == "ok" and not r.get("reference") for r in records):
         return None
     print(f"verifying: best and references in fresh processes, {args.verify_rounds} alternating rounds",
           file=sys.stderr)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from opbench.exceptions import OpBenchError
@@ -66,10 +66,14 @@ class Verification:
     def best(self) -> Verified:
         return self.schedules[BEST]
 
+    def ratio(self, name: str, other: str) -> Spread | None:
+        """``name``'s latency over ``other``'s, round by round (the two were timed minutes apart at most)."""
+        pairs = zip(self.schedules[name].rounds_ms, self.schedules[other].rounds_ms)
+        return Spread.of([a / b for a, b in pairs if b > 0])
+
     def speedup(self, name: str) -> Spread | None:
         """How many times faster the best schedule is than ``name``: per-round ratios, median and range."""
-        pairs = zip(self.schedules[name].rounds_ms, self.best.rounds_ms)
-        return Spread.of([ref / best for ref, best in pairs if best > 0])
+        return self.ratio(name, BEST)
 
     def tuned_speedup(self, name: str) -> float:
         best = self.best.tuned_ms
@@ -124,30 +128,56 @@ def spec_of(record: Record) -> TrialSpec:
     return TrialSpec(parse_workload(str(record["workload"])), config, resources, template)
 
 
-def verify(measurer: Measurer, records: list[Record], study: str, rounds: int = DEFAULT_ROUNDS,
-           on_record: Callable[[Record], None] | None = None) -> Verification:
-    """Re-measure the study's best schedule and references (see :func:`candidates`) in fresh processes.
-
-    ``on_record`` sees every fresh-process record (``record_kind`` verify, tagged with the schedule it
-    re-measures and its round), so the evidence is stored beside the claim.
-    """
+def alternating(names: list[str], rounds: int) -> Iterator[tuple[int, list[str]]]:
+    """(round, order) for ``rounds`` rounds, the order reversed every other round."""
     if rounds < 1:
         raise OpBenchError(f"verification needs at least one round, got {rounds}")
-    chosen = candidates(records)
-    specs = {name: spec_of(record) for name, record in chosen.items()}
-    schedules = {name: Verified(name, float(chosen[name]["latency_ms"])) for name in chosen}
     for round_ in range(rounds):
-        order = list(specs) if round_ % 2 == 0 else list(reversed(specs))
+        yield round_, list(names) if round_ % 2 == 0 else list(reversed(names))
+
+
+def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[str, float], rounds: int,
+              on_record: Callable[[Record], None] | None = None) -> dict[str, Verified]:
+    """Each named spec timed once per round in a fresh process, in :func:`alternating` order.
+
+    ``on_record`` sees every fresh-process record (``record_kind`` verify, tagged with the name it
+    re-measures and its round), so the evidence is stored beside the claim.
+    """
+    out = {name: Verified(name, tuned_ms.get(name, math.nan)) for name in specs}
+    for round_, order in alternating(list(specs), rounds):
         for name, record in zip(order, measurer.measure_fresh([specs[n] for n in order])):
             record.update(record_kind=VERIFY_KIND, verified_as=name, verify_round=round_)
             ok = record["status"] == "ok"
-            schedules[name].rounds_ms.append(record["latency_ms"] if ok else math.nan)
+            out[name].rounds_ms.append(record["latency_ms"] if ok else math.nan)
             if not ok:
-                schedules[name].errors.append(f"{record['status']}: {record.get('error', '')}"[:300])
+                out[name].errors.append(f"{record['status']}: {record.get('error', '')}"[:300])
             if on_record:
                 on_record(record)
-    return Verification(study, rounds, schedules)
+    return out
 
+
+def verify(measurer: Measurer, records: list[Record], study: str, rounds: int = DEFAULT_ROUNDS,
+           on_record: Callable[[Record], None] | None = None) -> Verification:
+    """Re-measure the study's best schedule and references (see :func:`candidates`) in fresh processes."""
+    chosen = candidates(records)
+    specs = {name: spec_of(record) for name, record in chosen.items()}
+    tuned = {name: float(record["latency_ms"]) for name, record in chosen.items()}
+    return Verification(study, rounds, remeasure(measurer, specs, tuned, rounds, on_record))
+
+
+def verify_timers(timers: dict[str, Callable[[], float]], tuned_ms: dict[str, float], study: str,
+                  rounds: int = DEFAULT_ROUNDS) -> Verification:
+    """Like :func:`verify` for things a TrialSpec cannot describe (whole models): each timer measures
+    its schedule once (ms), in a fresh process of its own, in :func:`alternating` rounds."""
+    out = {name: Verified(name, tuned_ms.get(name, math.nan)) for name in timers}
+    for _, order in alternating(list(timers), rounds):
+        for name in order:
+            try:
+                out[name].rounds_ms.append(timers[name]())
+            except Exception as exc:  # noqa: BLE001 - a failed round is recorded, the others still count
+                out[name].rounds_ms.append(math.nan)
+                out[name].errors.append(f"{type(exc).__name__}: {exc}"[:300])
+    return Verification(study, rounds, out)
 
 HEADERS = ["schedule", "tuned ms", "verified ms", "min-max", "best is x faster (tuned)",
            "verified x faster (min-max)", "claim"]
@@ -157,7 +187,8 @@ def _range(spread: Spread | None, digits: int = 4) -> str:
     return "-" if spread is None else f"{spread.lo:.{digits}g}-{spread.hi:.{digits}g}"
 
 
-def speedup_table(best: Record | None, references: dict[str, Record], verification: Verification | None) -> str:
+def speedup_table(best: Record | None, references: dict[str, Record], verification: Verification | None,
+                  best_label: str = BEST) -> str:
     """The study's speed-ups as a table: verified ones with their range, or "not verified"."""
     tuned = {BEST: best, **references} if best else dict(references)
     rows = []
@@ -175,5 +206,6 @@ def speedup_table(best: Record | None, references: dict[str, Record], verificati
             verified = "not verified" if up is None else f"{up.median:.3g} ({_range(up, 3)})"
             holds = verification.holds(name)
             claim = "" if holds is None else "holds" if holds else "DOES NOT HOLD"
-        rows.append((name, tuned_ms, lat.median if lat else "not verified", _range(lat), ratio, verified, claim))
+        rows.append((best_label if name == BEST else name, tuned_ms, lat.median if lat else "not verified",
+                     _range(lat), ratio, verified, claim))
     return table(rows, HEADERS)

@@ -1,0 +1,135 @@
+"""How far OpBench's timings can be trusted, measured in one run.
+
+1. Repeatability: the same configs of matmul-512 and resnet50-c2 (valid, drawn at random) measured by
+   two measurers whose workers are separate processes: Spearman rank correlation and median |delta| %.
+2. Noise: the distribution of the coefficient of variation of every record's repeats.
+3. Best configs: the three fastest configs per workload re-measured in fresh processes (3 alternating
+   rounds): their median against the first measurement.
+4. The torch reference of 5 short tuning studies (TVM kernels timed before and after it) against
+   torch timed in a fresh process that never loaded TVM.
+
+Targets (issue 13): median CV <= 2%, best configs within 5% in fresh processes, Spearman >= 0.9,
+torch references within 10%. Plot: run A vs run B latencies.
+
+    .venv/bin/python benchmarks/measurement_quality.py [--configs 50] [--threads 2] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from opbench.engines.driver import measure_references, run_tuning, valid_proposals
+from opbench.engines.optuna_engine import OptunaEngine
+from opbench.engines.simple import RandomEngine
+from opbench.measure.measurer import Measurer, MeasureOptions, TrialSpec
+from opbench.plots import predicted_vs_measured
+from opbench.progress import table
+from opbench.resources import Resources, host_facts
+from opbench.space import get_template, load_search_space, search_space_path
+from opbench.workloads import parse_workload
+
+WORKLOADS = ("matmul-512", "resnet50-c2")
+ROUNDS = 3
+
+
+def sample_configs(name: str, count: int, threads: int, seed: int) -> list[dict]:
+    workload = parse_workload(name)
+    template = get_template(workload)
+    engine = RandomEngine(load_search_space(search_space_path(template)), threads, seed)
+    return [p.config for p in valid_proposals(engine, workload, template, count, max_rejects=1000)]
+
+
+def measure_all(name: str, configs: list[dict], resources: Resources) -> list[dict]:
+    """One measurer (its own build and run processes) times every config, in order."""
+    workload = parse_workload(name)
+    with Measurer(MeasureOptions(build_workers=2)) as measurer:
+        measurer.warm_up(resources)
+        return measurer.measure_batch([TrialSpec(workload, c, resources) for c in configs])
+
+
+def fresh_rounds(measurer: Measurer, specs: list[TrialSpec]) -> list[list[float]]:
+    """Each spec's latency in ``ROUNDS`` alternating rounds, each in a fresh process."""
+    out: list[list[float]] = [[] for _ in specs]
+    for round_ in range(ROUNDS):
+        order = list(range(len(specs)))[:: 1 if round_ % 2 == 0 else -1]
+        for i, record in zip(order, measurer.measure_fresh([specs[i] for i in order])):
+            out[i].append(record["latency_ms"] if record["status"] == "ok" else float("nan"))
+    return out
+
+
+def torch_references(studies: int, trials: int, resources: Resources, scratch: Path) -> list[tuple[float, float]]:
+    """(torch reference of a short study, torch in a fresh process) per study on matmul-512."""
+    workload = parse_workload("matmul-512")
+    template = get_template(workload)
+    out = []
+    for i in range(studies):
+        with Measurer(MeasureOptions(build_workers=2)) as measurer:
+            measurer.warm_up(resources)
+            refs = measure_references(measurer, workload, resources, lambda r: None)
+            engine = OptunaEngine(load_search_space(search_space_path(template)), resources.threads, f"ref{i}",
+                                  f"sqlite:///{scratch}/optuna.db", seed=i)
+            run_tuning(engine, workload, trials, measurer, lambda r: None, resources, batch=2)
+            fresh = measurer.measure_fresh([TrialSpec(workload, {}, resources, "torch")])[0]
+        out.append((refs["torch"]["latency_ms"], fresh["latency_ms"]))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--studies", type=int, default=5)
+    parser.add_argument("--trials", type=int, default=8, help="trials of each short study")
+    parser.add_argument("--out", default=None, help="folder for the plot (default: a temporary folder)")
+    args = parser.parse_args()
+    resources = Resources(args.threads)
+    scratch = Path(tempfile.mkdtemp(prefix="opbench-quality-"))
+    out = Path(args.out) if args.out else scratch
+    repeat_rows, best_rows, cvs = [], [], []
+    for name in WORKLOADS:
+        configs = sample_configs(name, args.configs, args.threads, seed=7)
+        first, second = measure_all(name, configs, resources), measure_all(name, configs, resources)
+        pairs = [(a, b) for a, b in zip(first, second) if a["status"] == b["status"] == "ok"]
+        a_ms, b_ms = np.array([a["latency_ms"] for a, _ in pairs]), np.array([b["latency_ms"] for _, b in pairs])
+        cvs += [r["latency_cv"] for r in first + second if r["status"] == "ok"]
+        delta = 100 * np.abs(b_ms - a_ms) / a_ms
+        repeat_rows.append((name, len(pairs), spearmanr(a_ms, b_ms).statistic, float(np.median(delta)),
+                            float(np.percentile(delta, 90))))
+        predicted_vs_measured(a_ms, b_ms, f"{name}: the same configs measured twice", out / f"repeatability-{name}.png",
+                              labels=("run A", "run B"))
+        top = sorted(pairs, key=lambda p: p[0]["latency_ms"])[:3]
+        specs = [TrialSpec(parse_workload(name), configs[first.index(a)], resources) for a, _ in top]
+        with Measurer() as measurer:
+            for (a, _), rounds in zip(top, fresh_rounds(measurer, specs)):
+                fresh = statistics.median(rounds)
+                best_rows.append((name, a["latency_ms"], fresh, min(rounds), max(rounds),
+                                  100 * (fresh / a["latency_ms"] - 1)))
+    refs = torch_references(args.studies, args.trials, resources, scratch)
+
+    host = host_facts()
+    print(f"host: {host.cpu_model}, {args.threads} threads; plots in {out}")
+    print("\nRepeatability (same configs, two measurers in separate processes)")
+    print(table(repeat_rows, ["workload", "configs", "Spearman", "median |delta| %", "p90 |delta| %"]))
+    print(f"\nCV of repeats over {len(cvs)} records: median {100 * statistics.median(cvs):.2f}%, "
+          f"p90 {100 * float(np.percentile(cvs, 90)):.2f}%, max {100 * max(cvs):.2f}%")
+    print("\nBest configs re-measured in fresh processes (3 alternating rounds)")
+    print(table(best_rows, ["workload", "tuned ms", "fresh ms (median)", "min", "max", "delta %"]))
+    print("\ntorch reference of short studies vs torch in a fresh process (matmul-512)")
+    print(table([(i + 1, s, f, 100 * (s / f - 1)) for i, (s, f) in enumerate(refs)],
+                ["study", "study's torch ms", "fresh torch ms", "delta %"]))
+    worst_best = max(abs(r[-1]) for r in best_rows)
+    worst_ref = max(abs(100 * (s / f - 1)) for s, f in refs)
+    verdicts = [("median CV <= 2%", 100 * statistics.median(cvs) <= 2),
+                ("best configs within 5% in fresh processes", worst_best <= 5),
+                ("Spearman >= 0.9", min(r[2] for r in repeat_rows) >= 0.9),
+                ("torch references within 10%", worst_ref <= 10)]
+    print("\n" + "\n".join(f"{'met' if ok else 'NOT MET'}: {what}" for what, ok in verdicts))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""Trustworthy numbers: isolated baselines, a quiet TVM pool, measurement quality, fresh-process verification."""
+import math
+import time
+
+import mlflow
+import pytest
+
+from opbench.cli import main
+from opbench.measure._worker import LIBRARY
+from opbench.measure.measurer import TrialSpec
+from opbench.measure.types import LibraryInput, RunInput, Status
+from opbench.measure.worker import Worker
+from opbench.resources import Resources
+from opbench.studies.verify import BEST, Verification, Verified, candidates, speedup_table
+from opbench.tracking import read_mlflow
+
+MATMUL = "matmul:m=128,n=128,k=128"
+
+
+def _maps(pid: int) -> str:
+    with open(f"/proc/{pid}/maps", encoding="utf-8") as f:
+        return f.read()
+
+
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def test_library_baselines_run_in_a_process_that_never_loads_tvm(measurer):
+    from opbench.workloads import parse_workload
+
+    workload = parse_workload(MATMUL)
+    kernel = measurer.measure(TrialSpec(workload, {}, Resources(2)))
+    torch = measurer.measure_library(workload, "torch", Resources(2))
+    numpy = measurer.measure_library(workload, "numpy", Resources(2))
+    assert kernel["status"] == torch["status"] == numpy["status"] == "ok", (kernel["error"], torch["error"])
+    assert torch["worker_pid"] == numpy["worker_pid"] != kernel["worker_pid"]
+    assert "libtvm" in _maps(kernel["worker_pid"]) and "libtvm" not in _maps(torch["worker_pid"])
+    assert torch["template"] == "torch" and torch["threads"] == 2
+
+
+@pytest.mark.full
+def test_workers_refuse_work_of_the_other_role():
+    library = Worker(threads=1, role=LIBRARY)
+    try:
+        result = library.call(RunInput("/nonexistent.so", "matmul:m=8,n=8,k=8"), timeout=120)
+        assert result.status is Status.RUN_ERROR and "library worker does not take RunInput" in result.error
+        ok = library.call(LibraryInput("matmul:m=8,n=8,k=8", "numpy"), timeout=120)
+        assert ok.status is Status.OK and ok.pid == library.pid
+        assert "libtvm" not in _maps(library.pid)
+    finally:
+        library.close()
+
+
+def test_the_tvm_pool_is_idle_once_a_timed_run_returns(measurer):
+    """Before the timing lock is released the kernel worker's pool has stopped spinning: the next timed
+    run, in whichever process, starts on quiet cores (TVM's default pool spun ~235 ms after a kernel)."""
+    from opbench.workloads import parse_workload
+
+    record = measurer.measure(TrialSpec(parse_workload(MATMUL), {}, Resources(2)))
+    assert record["status"] == "ok", record["error"]
+    pid = record["worker_pid"]
+    before = _cpu_ticks(pid)
+    time.sleep(0.3)
+    assert _cpu_ticks(pid) == before  # an idle process accrues no CPU time
+
+
+def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(measurer):
+    from opbench.workloads import parse_workload
+
+    workload = parse_workload("matmul:m=32,n=32,k=32")
+    options = measurer.options
+    saved = (options.max_cv, options.max_remeasures, options.cache_flush)
+    try:
+        options.max_cv, options.max_remeasures = 1e-12, 2  # no series is that steady: both extra attempts
+        noisy = measurer.measure(TrialSpec(workload, {}, Resources(1)))
+        baseline = measurer.measure_library(workload, "numpy", Resources(1))
+        options.max_cv, options.cache_flush = 10.0, True  # every series passes; one call per repeat, caches flushed
+        flushed = measurer.measure(TrialSpec(workload, {}, Resources(1)))
+    finally:
+        options.max_cv, options.max_remeasures, options.cache_flush = saved
+    assert noisy["remeasures"] == baseline["remeasures"] == 2 and flushed["remeasures"] == 0
+    assert noisy["cache_flush"] == 0 and flushed["cache_flush"] == 1 and flushed["number"] == 1
+    for record in (noisy, baseline, flushed):
+        assert record["status"] == "ok", record["error"]
+        assert 0.0 <= record["other_busy_frac"] <= 1.0 and record["load_1m"] >= 0.0
+
+
+@pytest.mark.full
+def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tmp_path, tracking_uri, capsys):
+    study = "v"
+    common = ["--tracking-uri", tracking_uri, "--storage", f"sqlite:///{tmp_path / 'o.db'}", "--repeat", "3"]
+    assert main(["tune", MATMUL, "--engine", "random", "--trials", "3", "--threads", "2", "--seed", "0",
+                 "--study", study, *common]) == 0  # the default: 3 verification rounds
+    out = capsys.readouterr().out
+    assert "verified x faster (min-max)" in out and "not verified" not in out
+
+    client = mlflow.tracking.MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(study)
+    parent = client.search_runs([exp.experiment_id], filter_string="tags.`opbench.kind` = 'study'")[0]
+    metrics, tags = parent.data.metrics, parent.data.tags
+    assert metrics["verify_rounds"] == 3
+    for name in ("best", "te_default", "template_default", "torch", "numpy"):
+        assert metrics[f"verified_{name}_min_ms"] <= metrics[f"verified_{name}_ms"] <= metrics[f"verified_{name}_max_ms"]
+    for ref in ("te_default", "template_default", "torch", "numpy"):
+        low, mid, high = (metrics[f"verified_speedup_vs_{ref}{s}"] for s in ("_min", "", "_max"))
+        assert 0 < low <= mid <= high
+        assert tags[f"claim_vs_{ref}"] in ("holds", "does not hold")
+
+    trials = read_mlflow([study], tracking_uri)
+    fresh = read_mlflow([study], tracking_uri, kind="verify")
+    assert len(fresh) == 3 * 5 and set(fresh["status"]) == {"ok"}
+    assert fresh["worker_pid"].is_unique  # one new process per schedule and round ...
+    assert not set(fresh["worker_pid"]) & set(trials["worker_pid"])  # ... none of the study's workers
+    order = [list(fresh[fresh["verify_round"] == r].sort_values("finished_at")["verified_as"]) for r in (0, 1)]
+    assert order[1] == order[0][::-1]  # rounds alternate their order
+
+    assert main(["verify", study, "--rounds", "1", "--repeat", "3", "--tracking-uri", tracking_uri]) == 0
+    assert "verified x faster (min-max)" in capsys.readouterr().out
+    assert len(read_mlflow([study], tracking_uri, kind="verify")) == 3 * 5 + 5
+    assert client.get_run(parent.info.run_id).data.metrics["verify_rounds"] == 1  # the latest verification
+
+
+def test_verify_needs_a_study_with_a_successful_trial(tracking_uri, capsys):
+    assert main(["verify", "nope", "--tracking-uri", tracking_uri]) == 2
+    assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
+    assert main(["verify", "nope", "--rounds", "0", "--tracking-uri", tracking_uri]) == 2
+    assert "--rounds must be >= 1" in capsys.readouterr().err
+    with pytest.raises(Exception, match="no successful trial"):
+        candidates([{"status": "invalid_config", "latency_ms": 1.0}])
+
+
+def _verification(best_rounds, torch_rounds, tuned_best=1.0, tuned_torch=2.0):
+    return Verification("s", len(best_rounds), {BEST: Verified(BEST, tuned_best, best_rounds),
+                                                "torch": Verified("torch", tuned_torch, torch_rounds)})
+
+
+def test_speedups_are_per_round_ratios_with_their_range():
+    v = _verification([1.0, 1.1, 0.9], [2.0, 2.4, 1.8])
+    up = v.speedup("torch")
+    assert (up.lo, up.median, up.hi) == pytest.approx((2.0, 2.0, 2.1818), rel=1e-4)
+    assert v.holds("torch")  # claimed 2.0 from the study, verified 2.0
+    assert v.parent_tags() == {"claim_vs_torch": "holds"}
+    assert v.parent_metrics()["verified_torch_min_ms"] == 1.8
+
+
+def test_a_claim_that_does_not_survive_re_measurement_is_reported():
+    v = _verification([1.0, 1.0, 1.0], [1.2, 1.25, 1.3], tuned_torch=12.0)  # the study claimed 12x, it is 1.25x
+    assert v.holds("torch") is False
+    table = speedup_table({"status": "ok", "latency_ms": 1.0}, {"torch": {"status": "ok", "latency_ms": 12.0}}, v)
+    assert "DOES NOT HOLD" in table and "1.25 (1.2-1.3)" in table
+
+
+def test_failed_rounds_leave_a_speedup_not_verified():
+    v = _verification([math.nan, math.nan], [2.0, 2.0])
+    assert v.speedup("torch") is None and v.holds("torch") is None
+    assert v.parent_tags() == {"claim_vs_torch": "not verified"}
+    table = speedup_table({"status": "ok", "latency_ms": 1.0}, {"torch": {"status": "ok", "latency_ms": 2.0}}, v)
+    assert "not verified" in table and "holds" not in table
+    assert "not verified" in speedup_table({"status": "ok", "latency_ms": 1.0},
+                                           {"torch": {"status": "ok", "latency_ms": 2.0}}, None)
+
+
+def test_candidates_are_the_best_trial_and_the_latest_reference_of_each_kind():
+    records = [
+        {"status": "ok", "latency_ms": 3.0, "reference": "torch", "finished_at": 1.0},
+        {"status": "ok", "latency_ms": 2.0, "finished_at": 2.0},
+        {"status": "ok", "latency_ms": 0.5, "record_kind": "verify", "finished_at": 3.0},  # not a trial
+        {"status": "wrong_result", "latency_ms": 0.1, "finished_at": 4.0},
+        {"status": "ok", "latency_ms": 1.5, "finished_at": 5.0},
+        {"status": "ok", "latency_ms": 2.5, "reference": "torch", "finished_at": 6.0},
+    ]
+    chosen = candidates(records)
+    assert chosen[BEST]["latency_ms"] == 1.5 and chosen["torch"]["latency_ms"] == 2.5 and list(chosen) == [BEST, "torch"]
+
+
+def test_run_workers_get_a_short_pool_spin_unless_the_user_sets_one(monkeypatch):
+    monkeypatch.delenv("TVM_THREAD_POOL_SPIN_COUNT", raising=False)
+    assert Resources(2).worker_env()["TVM_THREAD_POOL_SPIN_COUNT"] == "10000"
+    monkeypatch.setenv("TVM_THREAD_POOL_SPIN_COUNT", "0")
+    assert Resources(2).worker_env()["TVM_THREAD_POOL_SPIN_COUNT"] == "0"
