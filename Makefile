@@ -27,7 +27,7 @@ cross:
 
 # The cross-builds are part of the suite: OPBENCH_REQUIRE_CROSS turns their skip into a failure.
 test: $(STAMP) cross
-	OPBENCH_REQUIRE_CROSS=1 $(BIN)/python -m pytest -q tests
+	OPBENCH_REQUIRE_CROSS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 
 # Unit, schema, contract and CLI-error tests: no worker, CLI process, tracker or nnictl (<= 3 min).
 test-fast: $(STAMP)

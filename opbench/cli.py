@@ -112,6 +112,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     workload = parse_workload(args.workload)
     spec = TrialSpec(workload, _config(args), _resources(args, args.threads), args.template)
     with Measurer(_measure_options(args)) as measurer, _recorder(args, "measure") as recorder:
+        if spec.resources.remote:  # an unreachable tracker or an unknown key is bad input, not a trial
+            measurer.warm_up(spec.resources)
         record = measurer.measure(spec)  # an invalid config is recorded without starting any worker
         recorder(record)
     if args.json:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -15,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # writes here, and the session fails (see the last fixture).
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 REAL_STACK_FIXTURES = {"measurer", "farm", "logged", "builder"}
-STARTS_PROCESSES = ("subprocess.", "Popen(", "CLI +", "_run(", "_tune(", "_model_ops(", "Measurer(", "Farm(")
+# Calls in a test's source that start processes: subprocesses, the test files' CLI helpers, measurers, farms.
+STARTS_PROCESSES = re.compile(r"subprocess\.|Popen\(|CLI \+|(?<![\w.])(_run|_tune|_model_ops|Measurer|Farm)\(")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -24,7 +27,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         function = getattr(item, "function", None)
         source = inspect.getsource(function) if function else ""
-        if REAL_STACK_FIXTURES & set(getattr(item, "fixturenames", ())) or any(s in source for s in STARTS_PROCESSES):
+        if REAL_STACK_FIXTURES & set(getattr(item, "fixturenames", ())) or STARTS_PROCESSES.search(source):
             item.add_marker(pytest.mark.full)
 # Extracted model operators go to a private cache, not the repository's mlflow/models.
 os.environ["OPBENCH_MODEL_CACHE"] = tempfile.mkdtemp(prefix="opbench-models-")
@@ -40,8 +43,20 @@ def measurer(tmp_path_factory):
         yield m
 
 
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory) -> Path:
+    """An MLflow sqlite store with its tables made once (3.4 s of migrations here, per new store)."""
+    from opbench.tracking.mlflow_store import ensure_store
+
+    path = tmp_path_factory.mktemp("store") / "mlflow.db"
+    ensure_store(f"sqlite:///{path}")
+    return path
+
+
 @pytest.fixture
-def tracking_uri(tmp_path) -> str:
+def tracking_uri(tmp_path, empty_store) -> str:
+    """A private MLflow store for one test: a copy of the empty one."""
+    shutil.copyfile(empty_store, tmp_path / "mlflow.db")
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 

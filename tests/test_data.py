@@ -1,6 +1,7 @@
 """Tuning logs as data: export round trips, MetaSchedule import, the predictor, the model engine."""
 import json
 import math
+import shutil
 import subprocess
 import sys
 
@@ -23,9 +24,10 @@ def _run(*args):
 
 
 @pytest.fixture(scope="module")
-def logged(tmp_path_factory):
+def logged(tmp_path_factory, empty_store):
     """Two small studies (two ops, 1 and 2 threads) in a private MLflow store and a JSON-lines log."""
     tmp = tmp_path_factory.mktemp("data")
+    shutil.copyfile(empty_store, tmp / "mlflow.db")
     uri, log = f"sqlite:///{tmp / 'mlflow.db'}", tmp / "log.jsonl"
     for study, workload in (("a", "matmul:m=64,n=64,k=64"), ("b", "dense:m=32,n=64,k=64")):
         _run("tune", workload, "--verify-rounds", "0", "--engine", "random", "--trials", "10", "--search-threads", "1,2", "--seed", "1",
@@ -61,8 +63,8 @@ def test_export_command_and_its_errors(logged, tmp_path):
 
 
 @pytest.mark.slow
-def test_metaschedule_database_imports_as_records(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_metaschedule_database_imports_as_records(tmp_path, tracking_uri):
+    uri = tracking_uri
     _run("tune", "matmul:m=64,n=64,k=64", "--verify-rounds", "0", "--engine", "metaschedule", "--trials", "5", "--seed", "0",
          "--tracking-uri", uri, "--study", "ms", "--repeat", "2", "--no-references")
     measured = read_mlflow(["ms"], uri)

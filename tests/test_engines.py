@@ -78,8 +78,9 @@ def _unshare() -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, engine", [("matmul-512-tpe", "nni-tpe"), ("matmul-512-model", "nni-model")])
-def test_shipped_nni_experiment_runs_under_nnictl_and_matches_mlflow(tmp_path, name, engine):
+def test_shipped_nni_experiment_runs_under_nnictl_and_matches_mlflow(tmp_path, empty_store, name, engine):
     unshare = _unshare()
+    shutil.copyfile(empty_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     config = yaml.safe_load((ROOT / "experiments" / name / "config.yml").read_text())
     config.update(maxTrialNumber=3, trialCodeDirectory=str(ROOT), experimentWorkingDirectory=str(tmp_path / "nni"),

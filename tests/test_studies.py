@@ -41,8 +41,8 @@ def test_best_config_ignores_references_and_failures():
 
 
 @pytest.mark.slow
-def test_threads_study_command(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_threads_study_command(tmp_path, tracking_uri):
+    uri = tracking_uri
     subprocess.run(CLI + ["tune", "add_relu:n=1,c=32,h=28,w=28", "--verify-rounds", "0", "--engine", "random", "--trials", "3", "--seed", "0",
                           "--tracking-uri", uri, "--study", "t", "--repeat", "2", "--no-references"], check=True,
                    capture_output=True)

@@ -45,3 +45,15 @@ def test_torn_last_line_is_skipped(tmp_path):
     log.write_text('{"status": "ok", "latency_ms": 1.0}\n{"status": "o')
     frame = read_jsonl(log)
     assert len(frame) == 1 and frame.loc[0, "latency_ms"] == 1.0
+
+
+def test_a_run_torn_by_a_killed_writer_is_not_read_back(tracking_uri):
+    """A writer killed between creating a trial's run and terminating it leaves a RUNNING run with its
+    tags but no metrics: readers skip it (a resumed study takes that record from its JSON-lines log)."""
+    with Recorder("torn", tracking_uri) as recorder:
+        recorder({"workload": "w", "status": "ok", "latency_ms": 1.0, "trial_id": "whole"})
+        client = recorder.mlflow.client
+        client.create_run(recorder.mlflow.experiment_id, tags={KIND_TAG: "trial", "status": "ok", "trial_id": "torn",
+                                                               "mlflow.parentRunId": recorder.mlflow.parent_run_id})
+    frame = read_mlflow(["torn"], tracking_uri)
+    assert list(frame["trial_id"]) == ["whole"]

@@ -66,18 +66,22 @@ class OptunaEngine(Engine):
         if initial is not None and not self.study.trials:  # start a fresh study from the template default
             self.study.enqueue_trial({k: v for k, v in initial.items() if k in space})
 
-    def recover(self, recorded: dict[str, Record]) -> None:
+    def recover(self, recorded: dict[str, Record]) -> list[Record]:
         """Settle trials a killed process left RUNNING: tell those whose record was written (keyed by
-        ``engine_trial``), fail the rest and queue their params again, so nothing is lost or run twice."""
+        ``engine_trial``), fail the rest and queue their params again, so nothing is lost or run twice.
+        Returns the records it told."""
         import optuna
 
+        told = []
         for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             record = recorded.get(str(trial.number))
             if record is not None:
                 self.tell(Proposal({}, 0, optuna.trial.Trial(self.study, trial._trial_id)), record)
+                told.append(record)
             else:
                 self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
                 self.study.enqueue_trial(trial.params)
+        return told
 
     @property
     def done(self) -> int:

@@ -201,13 +201,14 @@ class Measurer:
     def measure_fresh(self, specs: list[TrialSpec]) -> list[Record]:
         """Each spec timed in a new process that has run nothing else (a library baseline when its
         template is in :data:`LIBRARIES`): the processes start together, then take turns."""
+        remote = next((s.resources.device for s in specs if s.resources.remote), None)
+        if remote:
+            raise ResourceError(f"fresh-process measurements run on this host only, not on {remote}")
         started = time.perf_counter()
         kernels = [i for i, s in enumerate(specs) if s.template not in LIBRARIES]
         built = dict(zip(kernels, self._build([specs[i] for i in kernels])))
         jobs: dict[int, tuple[RunInput | LibraryInput, Resources]] = {}
         for i, spec in enumerate(specs):
-            if spec.resources.remote:
-                raise ResourceError(f"fresh-process measurements run on this host only, not on {spec.resources.device}")
             if i not in built:
                 jobs[i] = (LibraryInput(spec.workload.spec, str(spec.template), self.timing), spec.resources)
             elif built[i][2].status is Status.OK:
@@ -220,9 +221,9 @@ class Measurer:
         for i, spec in enumerate(specs):
             template, config, build = built.get(i) or (str(spec.template), {}, None)
             run = runs.get(i)
-            status, error = (run.status, run.error) if run else (build.status, build.error) if build else \
-                (Status.RUN_ERROR, "not run")
-            records.append(self._record(spec, template, config, started, status, error, build, run))
+            outcome = run or build  # a library baseline always ran; a kernel that did not build has its build's
+            assert outcome is not None
+            records.append(self._record(spec, template, config, started, outcome.status, outcome.error, build, run))
         return records
 
     def _run_input(self, build: BuildResult, spec: TrialSpec) -> RunInput:

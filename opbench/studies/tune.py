@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import shutil
 import subprocess
 import sys
@@ -86,6 +87,16 @@ def recorded_engine_trials(study: str, uri: str | None, parent_run_id: str | Non
     return {str(r[ENGINE_TRIAL_TAG]): r for r in rows if r.get(ENGINE_TRIAL_TAG) is not None}
 
 
+def logged_engine_trials(study: str, log: str | None) -> dict[str, Record]:
+    """Records of the study's engine trials in its JSON-lines log, keyed by ``engine_trial``."""
+    from opbench.tracking import read_jsonl_records
+
+    if not log or not Path(log).exists():
+        return {}
+    return {str(r[ENGINE_TRIAL_TAG]): r for r in read_jsonl_records(log)
+            if r.get("study") == study and r.get(ENGINE_TRIAL_TAG) is not None}
+
+
 def spawn_workers(argv: list[str], workers: int, todo: int, parent_run_id: str, seed: int | None) -> None:
     """Run ``todo`` trials of an already-created Optuna study in ``workers`` processes on its storage."""
     shares = [todo // workers + (i < todo % workers) for i in range(workers)]
@@ -110,8 +121,12 @@ def run_study(args: argparse.Namespace, argv: list[str], workload: Workload, res
     study = args.study
     engine = None if args.engine == "metaschedule" else make_engine(args, workload, study, args.resume, args.seed)
     earlier = recorded_engine_trials(study, args.tracking_uri) if args.resume else {}
-    if hasattr(engine, "recover"):
-        engine.recover(earlier)
+    # A kill between the JSON-lines log and MLflow leaves a trial's record in the log only.
+    logged = {k: r for k, r in logged_engine_trials(study, args.log).items() if k not in earlier} \
+        if args.resume else {}
+    backfill = engine.recover({**logged, **earlier}) if hasattr(engine, "recover") else []
+    backfill = [r for r in backfill if str(r[ENGINE_TRIAL_TAG]) in logged]
+    earlier.update({str(r[ENGINE_TRIAL_TAG]): r for r in backfill})
     done = engine.done if engine else 0
     print(f"tuning {workload.name} with {label}: {args.trials} trials ({done} already done), "
           f"{args.threads} thread(s), {args.workers} worker(s); study '{study}'", file=sys.stderr)
@@ -119,6 +134,8 @@ def run_study(args: argparse.Namespace, argv: list[str], workload: Workload, res
     printer.count = done
     with Measurer(args.measure_options) as measurer, \
             Recorder(study, args.tracking_uri, args.log, extra={"engine": label}) as recorder:
+        for record in backfill:
+            recorder.mlflow.write(record)
         measurer.warm_up(resources)
         refs = {} if args.no_references else measure_references(measurer, workload, resources, recorder)
         sink = lambda r: (recorder(r), printer(r))  # noqa: E731

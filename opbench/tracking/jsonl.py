@@ -24,8 +24,8 @@ class JsonlWriter:
             os.fsync(f.fileno())
 
 
-def read_jsonl(*paths: Path | str) -> pd.DataFrame:
-    """Records from JSON-lines logs as a DataFrame (a torn last line from a killed writer is skipped)."""
+def read_jsonl_records(*paths: Path | str) -> list[Record]:
+    """Records from JSON-lines logs, oldest first (a torn last line from a killed writer is skipped)."""
     rows = []
     for path in paths:
         for line in Path(path).read_text(encoding="utf-8").splitlines():
@@ -33,7 +33,12 @@ def read_jsonl(*paths: Path | str) -> pd.DataFrame:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
                 continue
-    return records_frame(rows)
+    return rows
+
+
+def read_jsonl(*paths: Path | str) -> pd.DataFrame:
+    """Records from JSON-lines logs as a DataFrame."""
+    return records_frame(read_jsonl_records(*paths))
 
 
 def records_frame(rows: list[Record]) -> pd.DataFrame:

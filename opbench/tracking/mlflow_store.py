@@ -203,6 +203,8 @@ def read_mlflow_records(experiments: list[str], tracking_uri: str | None = None,
         page = client.search_runs(ids, filter_string=query, max_results=5000,
                                   order_by=["attributes.start_time ASC"], page_token=token)
         for run in page:
+            if run.info.status == "RUNNING":  # a writer killed between creating the run and terminating it
+                continue
             data = {**run.data.params, **run.data.metrics,
                     **{k: v for k, v in run.data.tags.items() if not k.startswith(("mlflow.", "opbench."))}}
             rows.append({k: from_mlflow_value(k, v) for k, v in data.items()})
