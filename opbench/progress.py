@@ -34,8 +34,8 @@ def changed_knobs(record: Record, base: dict[str, Any] | None = None) -> str:
 class TrialPrinter:
     """Prints ``[i/n] status latency GFLOP/s (best so far) knobs`` as each record arrives."""
 
-    def __init__(self, total: int | None, stream: TextIO = sys.stderr, base: dict[str, Any] | None = None) -> None:
-        self.total, self.stream, self.base = total, stream, base
+    def __init__(self, total: int | None, stream: TextIO | None = None, base: dict[str, Any] | None = None) -> None:
+        self.total, self._stream, self.base = total, stream, base
         self.count = 0
         self.best: float = math.inf
 
@@ -51,7 +51,7 @@ class TrialPrinter:
         detail = changed_knobs(record, self.base)
         error = f"  [{record['error'].splitlines()[0][:120]}]" if record.get("error") else ""
         print(f"[{self.count}{of}] {record['status']:<14s} {result}  {best:<16s} threads={record.get('threads')} "
-              f"{detail}{error}", file=self.stream, flush=True)
+              f"{detail}{error}", file=self._stream or sys.stderr, flush=True)  # sys.stderr as it is now
 
 
 def corun_line(record: Record) -> str:

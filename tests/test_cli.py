@@ -9,6 +9,8 @@ import pytest
 
 from opbench.cli import main
 
+from .cli import run_cli
+
 CLI = [sys.executable, "-m", "opbench.cli"]
 
 
@@ -39,8 +41,8 @@ def test_unknown_knob_is_a_usage_error_not_a_trial(capsys, tracking_uri):
 
 
 def test_measure_matmul_512_json(tracking_uri, tmp_path):
-    out = subprocess.run(CLI + ["measure", "matmul-512", "--threads", "2", "--json", "--tracking-uri", tracking_uri,
-                                "--log", str(tmp_path / "m.jsonl")], capture_output=True, text=True, check=True)
+    out = run_cli(*["measure", "matmul-512", "--threads", "2", "--json", "--tracking-uri", tracking_uri,
+                                "--log", str(tmp_path / "m.jsonl")], check=True)
     record = json.loads(out.stdout)
     assert record["status"] == "ok" and record["latency_ms"] > 0 and record["workload"] == "matmul-512"
     assert json.loads((tmp_path / "m.jsonl").read_text())["trial_id"] == record["trial_id"]

@@ -1,7 +1,5 @@
 """Inter-operator studies: co-run trials, the interference study, collaborative tuning and placement."""
 import math
-import subprocess
-import sys
 
 import mlflow
 import optuna
@@ -17,7 +15,8 @@ from opbench.studies.corun import layouts_for, parse_layout
 from opbench.tracking import Recorder, read_mlflow
 from opbench.workloads import parse_workload
 
-CLI = [sys.executable, "-m", "opbench.cli"]
+from .cli import run_cli
+
 MATMUL, SOFTMAX = parse_workload("matmul:m=96,n=96,k=96"), parse_workload("softmax:m=128,n=512")
 
 
@@ -88,9 +87,8 @@ def test_layouts():
 
 
 def test_study_corun_prints_a_slowdown_matrix_and_logs_a_heatmap(tmp_path, tracking_uri):
-    out = subprocess.run(CLI + ["study", "corun", MATMUL.name, SOFTMAX.name, "--layouts", "0|1", "0,1",
-                                "--window", "0.1", "--tracking-uri", tracking_uri, "--study", "inter"],
-                         capture_output=True, text=True, timeout=600)
+    out = run_cli(*["study", "corun", MATMUL.name, SOFTMAX.name, "--layouts", "0|1", "0,1",
+                                "--window", "0.1", "--tracking-uri", tracking_uri, "--study", "inter"])
     assert out.returncode == 0, out.stderr[-2000:]
     assert "slowdown, full 0|1" in out.stdout and "slowdown, full 0,1|0,1" in out.stdout
     coruns = read_mlflow(["inter"], tracking_uri, kind="corun")
@@ -102,9 +100,8 @@ def test_study_corun_prints_a_slowdown_matrix_and_logs_a_heatmap(tmp_path, track
 
 
 def test_tune_together_compares_collaborative_with_independent_tuning(tmp_path, tracking_uri):
-    out = subprocess.run(CLI + ["tune-together", MATMUL.name, SOFTMAX.name, "--trials", "3", "--window", "0.1",
-                                "--tracking-uri", tracking_uri, "--study", "tog"],
-                         capture_output=True, text=True, timeout=900)
+    out = run_cli(*["tune-together", MATMUL.name, SOFTMAX.name, "--trials", "3", "--window", "0.1",
+                                "--tracking-uri", tracking_uri, "--study", "tog"])
     assert out.returncode == 0, out.stderr[-2000:]
     assert "independent + co-run" in out.stdout and "collaborative gain: x" in out.stdout
     coruns = read_mlflow(["tog"], tracking_uri, kind="corun")
@@ -145,9 +142,8 @@ def test_best_response_dynamics_reaches_an_equilibrium_that_exhaustive_search_bo
 
 
 def test_place_measures_every_placement_and_finds_an_equilibrium(tracking_uri):
-    out = subprocess.run(CLI + ["place", MATMUL.name, SOFTMAX.name, "--devices", "0;0,1", "--window", "0.1",
-                                "--tracking-uri", tracking_uri, "--study", "pl"],
-                         capture_output=True, text=True, timeout=600)
+    out = run_cli(*["place", MATMUL.name, SOFTMAX.name, "--devices", "0;0,1", "--window", "0.1",
+                                "--tracking-uri", tracking_uri, "--study", "pl"])
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "converged" in out.stdout and "an eps-equilibrium" in out.stdout, out.stdout[-3000:]
     coruns = read_mlflow(["pl"], tracking_uri, kind="corun")

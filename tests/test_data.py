@@ -2,8 +2,6 @@
 import json
 import math
 import shutil
-import subprocess
-import sys
 
 import mlflow
 import numpy as np
@@ -16,11 +14,12 @@ from opbench.exceptions import OpBenchError
 from opbench.predictor import LatencyModel, evaluate, split, top_k_score, trainable
 from opbench.tracking import read_mlflow
 
-CLI = [sys.executable, "-m", "opbench.cli"]
+from .cli import run_cli
+
 
 
 def _run(*args):
-    return subprocess.run(CLI + list(args), capture_output=True, text=True, check=True, timeout=600)
+    return run_cli(*args, check=True)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +54,8 @@ def test_export_command_and_its_errors(logged, tmp_path):
     uri, _, _ = logged
     out = _run("dataset", "export", "--experiment", "a", "--tracking-uri", uri, "--out", str(tmp_path / "a.parquet"))
     assert "rows: 10" in out.stdout and len(pd.read_parquet(tmp_path / "a.parquet")) == 10
-    bad = subprocess.run(CLI + ["dataset", "export", "--experiment", "nope", "--tracking-uri", uri, "--out",
-                                str(tmp_path / "x.csv")], capture_output=True, text=True)
+    bad = run_cli(*["dataset", "export", "--experiment", "nope", "--tracking-uri", uri, "--out",
+                                str(tmp_path / "x.csv")])
     assert bad.returncode == 2 and "no MLflow experiment named 'nope'" in bad.stderr
     with pytest.raises(OpBenchError, match="dataset files are .parquet or .csv"):
         write_dataset(pd.DataFrame({"a": [1]}), tmp_path / "x.txt")

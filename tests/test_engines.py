@@ -18,8 +18,8 @@ from opbench.exceptions import SearchSpaceError
 from opbench.tracking import read_mlflow
 
 from .conftest import ROOT
+from .cli import run_cli
 
-CLI = [sys.executable, "-m", "opbench.cli"]
 SMALL = "matmul:m=64,n=64,k=64"
 SHIPPED = {  # experiment folder -> the `opbench nni new` arguments that write it
     "matmul-512-tpe": ExperimentSpec("matmul-512", "TPE", 64, threads=2),
@@ -32,8 +32,8 @@ SHIPPED = {  # experiment folder -> the `opbench nni new` arguments that write i
 
 
 def _tune(tracking_uri, study, *extra):
-    cmd = CLI + ["tune", SMALL, "--verify-rounds", "0", "--tracking-uri", tracking_uri, "--study", study, "--repeat", "2", *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+    return run_cli("tune", SMALL, "--verify-rounds", "0", "--tracking-uri", tracking_uri, "--study", study, "--repeat", "2",
+                   *extra, check=True)
 
 
 def _parent_run(tracking_uri, study, kind="study"):
@@ -172,8 +172,7 @@ def test_objectives_need_a_thread_search(tracking_uri, capsys):
 def test_report_draws_curves_per_engine_and_the_best_tir(tmp_path, tracking_uri):
     _tune(tracking_uri, "rep", "--engine", "random", "--trials", "3", "--seed", "1", "--search-threads", "1,2")
     _tune(tracking_uri, "rep", "--engine", "grid", "--trials", "2", "--no-references")
-    out = subprocess.run(CLI + ["report", "rep", "--tracking-uri", tracking_uri, "--out", str(tmp_path / "r")],
-                         capture_output=True, text=True, check=True)
+    out = run_cli(*["report", "rep", "--tracking-uri", tracking_uri, "--out", str(tmp_path / "r")], check=True)
     lines = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line[:1].isalpha()}
     assert lines["random"][1] == "3" and lines["grid"][1] == "2"
     pngs = sorted(p.name for p in (tmp_path / "r").glob("*.png"))

@@ -16,6 +16,8 @@ from opbench.cli import main
 from opbench.measure.rpc import RemoteDevice, list_devices, request_session
 from opbench.tracking import read_jsonl, read_mlflow
 
+from .cli import run_cli
+
 CLI = [sys.executable, "-m", "opbench.cli"]
 KEY = "cpu-farm"
 SMALL = "matmul:m=64,n=64,k=64"
@@ -97,7 +99,7 @@ def farm(tmp_path_factory):
 
 
 def test_devices_lists_the_key_with_both_servers_free(farm):
-    out = subprocess.run(CLI + ["devices", "--tracker", farm.address], capture_output=True, text=True, timeout=60)
+    out = run_cli(*["devices", "--tracker", farm.address])
     assert out.returncode == 0, out.stderr
     row = next(line for line in out.stdout.splitlines() if line.startswith(KEY))
     assert row.split()[1:4] == ["2", "2", "0"]  # devices, free, used
@@ -106,10 +108,9 @@ def test_devices_lists_the_key_with_both_servers_free(farm):
 
 def test_tuning_through_the_tracker_spreads_trials_over_both_devices(farm, tmp_path, tracking_uri):
     log = tmp_path / "log.jsonl"
-    out = subprocess.run(CLI + ["tune", SMALL, "--engine", "random", "--trials", "6", "--seed", "2",
+    out = run_cli(*["tune", SMALL, "--engine", "random", "--trials", "6", "--seed", "2",
                                 "--device", farm.device, "--remote-workers", "2", "--repeat", "2",
-                                "--tracking-uri", tracking_uri, "--study", "remote", "--log", str(log)],
-                         capture_output=True, text=True, timeout=300)
+                                "--tracking-uri", tracking_uri, "--study", "remote", "--log", str(log)])
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     frame = read_jsonl(log)
     trials = frame[frame["engine_trial"].notna()]
@@ -126,9 +127,8 @@ def test_tuning_through_the_tracker_spreads_trials_over_both_devices(farm, tmp_p
 def test_a_busy_key_gives_no_free_device_not_a_hang(farm, tmp_path):
     held = [request_session(farm.remote)[0] for _ in farm.servers]  # every device of the key is now busy
     started = time.time()
-    out = subprocess.run(CLI + ["measure", SMALL, "--device", farm.device, "--connect-timeout", "3", "--json",
-                                "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"],
-                         capture_output=True, text=True, timeout=120)
+    out = run_cli(*["measure", SMALL, "--device", farm.device, "--connect-timeout", "3", "--json",
+                                "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])
     del held  # the sessions end: the module's farm is free again
     assert out.returncode == 1, out.stderr[-2000:]
     record = json.loads(out.stdout)
@@ -174,7 +174,7 @@ def test_a_stopped_tracker_is_a_clear_error(tmp_path):
     try:
         for cmd in (["devices", "--tracker", farm.address],
                     ["measure", SMALL, "--device", farm.device, "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]):
-            out = subprocess.run(CLI + cmd, capture_output=True, text=True, timeout=120)
+            out = run_cli(*cmd)
             assert out.returncode == 2 and f"tracker {farm.address} unreachable" in out.stderr, out.stderr
     finally:
         farm.close()
@@ -195,12 +195,10 @@ def test_bad_device_input_is_a_clear_error(args, message, capsys):
 def test_nni_experiments_can_run_their_trials_on_remote_devices(tmp_path):
     import yaml
 
-    out = subprocess.run(CLI + ["nni", "new", SMALL, "--target", "zcu104", "--device", "rpc://10.0.0.5:9190/zcu104",
-                                "--concurrency", "2", "--out", str(tmp_path / "exp")],
-                         capture_output=True, text=True, timeout=120)
+    out = run_cli(*["nni", "new", SMALL, "--target", "zcu104", "--device", "rpc://10.0.0.5:9190/zcu104",
+                                "--concurrency", "2", "--out", str(tmp_path / "exp")])
     assert out.returncode == 0, out.stderr
     config = yaml.safe_load((tmp_path / "exp" / "config.yml").read_text())
     assert "--target zcu104 --device rpc://10.0.0.5:9190/zcu104" in config["trialCommand"]
-    bad = subprocess.run(CLI + ["nni", "new", SMALL, "--device", "tcp://x", "--out", str(tmp_path / "bad")],
-                         capture_output=True, text=True, timeout=120)
+    bad = run_cli(*["nni", "new", SMALL, "--device", "tcp://x", "--out", str(tmp_path / "bad")])
     assert bad.returncode == 2 and "malformed device 'tcp://x'" in bad.stderr

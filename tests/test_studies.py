@@ -1,7 +1,5 @@
 """Thread-scaling study: speed-up, efficiency, turning point, the fit across workloads, and the command."""
 import math
-import subprocess
-import sys
 
 import mlflow
 import pytest
@@ -9,7 +7,8 @@ import pytest
 from opbench.threads_study import Scaling, best_config, fit_turning_points
 from opbench.tracking import read_mlflow
 
-CLI = [sys.executable, "-m", "opbench.cli"]
+from .cli import run_cli
+
 
 
 def test_speedup_efficiency_and_turning_point():
@@ -43,12 +42,10 @@ def test_best_config_ignores_references_and_failures():
 @pytest.mark.slow
 def test_threads_study_command(tmp_path, tracking_uri):
     uri = tracking_uri
-    subprocess.run(CLI + ["tune", "add_relu:n=1,c=32,h=28,w=28", "--verify-rounds", "0", "--engine", "random", "--trials", "3", "--seed", "0",
-                          "--tracking-uri", uri, "--study", "t", "--repeat", "2", "--no-references"], check=True,
-                   capture_output=True)
-    out = subprocess.run(CLI + ["study", "threads", "add_relu:n=1,c=32,h=28,w=28", "--threads", "1,2", "--best-from",
-                                "t", "--tracking-uri", uri, "--repeat", "2", "--study", "s"],
-                         capture_output=True, text=True, check=True)
+    run_cli(*["tune", "add_relu:n=1,c=32,h=28,w=28", "--verify-rounds", "0", "--engine", "random", "--trials", "3", "--seed", "0",
+                          "--tracking-uri", uri, "--study", "t", "--repeat", "2", "--no-references"], check=True)
+    out = run_cli(*["study", "threads", "add_relu:n=1,c=32,h=28,w=28", "--threads", "1,2", "--best-from",
+                                "t", "--tracking-uri", uri, "--repeat", "2", "--study", "s"], check=True)
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("add_relu")]
     assert [r[1] for r in rows] == ["default", "best"]
     for row in rows:

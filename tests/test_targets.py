@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -19,7 +18,8 @@ from opbench.space.gpu import GPU_TEMPLATES
 from opbench.targets import BOARDS, elf_machine, export_compiler, make_target
 from opbench.workloads import parse_workload
 
-CLI = [sys.executable, "-m", "opbench.cli"]
+from .cli import run_cli
+
 SMALL = "matmul:m=64,n=64,k=64"
 # NEON float multiplies in the disassembly: 4-lane q registers on ARMv7 (the A9 has no FMA), v.4s on AArch64.
 NEON = {"ARM": re.compile(r"\bv(?:mla|fma|mul)\.f32\s+q\d"), "AArch64": re.compile(r"\bf(?:mla|mul)\s+v\d+\.4s")}
@@ -63,7 +63,7 @@ def test_a_missing_cross_compiler_says_what_to_install(monkeypatch):
 
 
 def test_targets_lists_presets_and_unknown_targets_are_named():
-    out = subprocess.run(CLI + ["targets"], capture_output=True, text=True, check=True, timeout=60).stdout
+    out = run_cli(*["targets"], check=True).stdout
     assert all(name in out for name in BOARDS)
     with pytest.raises(ResourceError, match="unknown target 'armv9'; targets: llvm, cuda"):
         make_target("armv9", 1)
@@ -158,9 +158,8 @@ def test_energy_is_absent_not_zero_without_a_meter_and_an_energy_objective_needs
     assert record["status"] == "ok"
     if local_meter(gpu=False) is None:
         assert "energy_j" not in record and "power_w" not in record
-        out = subprocess.run(CLI + ["tune", SMALL, "--verify-rounds", "0", "--objectives", "latency,energy", "--trials", "2",
-                                    "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"],
-                             capture_output=True, text=True, timeout=120)
+        out = run_cli(*["tune", SMALL, "--verify-rounds", "0", "--objectives", "latency,energy", "--trials", "2",
+                                    "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])
         assert out.returncode == 2 and "energy needs a meter, and this host has none readable" in out.stderr
     else:
         assert record["energy_j"] > 0 and record["power_w"] > 0

@@ -12,6 +12,8 @@ import pytest
 
 from opbench.tracking import read_jsonl, read_mlflow
 
+from .cli import run_cli
+
 CLI = [sys.executable, "-m", "opbench.cli"]
 SMALL = "matmul:m=64,n=64,k=64"
 
@@ -53,9 +55,8 @@ def test_optuna_study_resumes_after_kill_without_lost_or_repeated_trials(tmp_pat
 
 
 def test_random_engine_with_thread_search_and_references(tmp_path, tracking_uri):
-    out = subprocess.run(CLI + ["tune", SMALL, "--verify-rounds", "0", "--engine", "random", "--trials", "4", "--search-threads", "1,2",
-                                "--seed", "3", "--tracking-uri", tracking_uri, "--study", "r", "--repeat", "2"],
-                         capture_output=True, text=True, check=True)
+    out = run_cli(*["tune", SMALL, "--verify-rounds", "0", "--engine", "random", "--trials", "4", "--search-threads", "1,2",
+                                "--seed", "3", "--tracking-uri", tracking_uri, "--study", "r", "--repeat", "2"], check=True)
     assert "torch" in out.stdout and "te_default" in out.stdout and "best " in out.stdout
     client = mlflow.tracking.MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name("r")
@@ -72,9 +73,8 @@ def test_random_engine_with_thread_search_and_references(tmp_path, tracking_uri)
 
 
 def test_grid_engine_walks_the_space_in_order(tmp_path, tracking_uri):
-    subprocess.run(CLI + ["tune", SMALL, "--verify-rounds", "0", "--engine", "grid", "--trials", "3", "--no-references",
-                          "--tracking-uri", tracking_uri, "--study", "g", "--repeat", "2"], check=True,
-                   capture_output=True)
+    run_cli(*["tune", SMALL, "--verify-rounds", "0", "--engine", "grid", "--trials", "3", "--no-references",
+                          "--tracking-uri", tracking_uri, "--study", "g", "--repeat", "2"], check=True)
     frame = read_mlflow(["g"], tracking_uri)
     assert len(frame) == 3
     assert list(frame["knob.unroll_explicit"]) == [0, 1, 0]  # the last knob varies fastest
@@ -119,11 +119,10 @@ def test_invalid_configs_are_rejected_before_they_cost_a_trial(tmp_path):
 
 
 def test_core_sets_searched_with_the_schedule(tracking_uri):
-    subprocess.run(CLI + ["tune", SMALL, "--verify-rounds", "0", "--engine", "random", "--trials", "4", "--search-cores", "0;0,1", "--seed", "4",
+    run_cli(*["tune", SMALL, "--verify-rounds", "0", "--engine", "random", "--trials", "4", "--search-cores", "0;0,1", "--seed", "4",
                           "--tracking-uri", tracking_uri, "--study", "c", "--repeat", "2", "--no-references"],
-                   check=True, capture_output=True)
+                   check=True)
     frame = read_mlflow(["c"], tracking_uri)
     assert len(frame) == 4 and set(frame["cores"]) <= {"0", "0,1"} and "knob.cores" not in frame
-    bad = subprocess.run(CLI + ["tune", SMALL, "--search-cores", "0;x", "--tracking-uri", tracking_uri],
-                         capture_output=True, text=True)
+    bad = run_cli(*["tune", SMALL, "--search-cores", "0;x", "--tracking-uri", tracking_uri])
     assert bad.returncode == 2 and "malformed core set 'x'" in bad.stderr
