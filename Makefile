@@ -6,9 +6,10 @@ STAMP   := $(VENV)/.installed
 
 .PHONY: demo test test-fast install cross clean
 
+# --no-compile: Python compiles what is imported on first use; byte-compiling all 2.9 GB up front costs more.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --no-compile -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)

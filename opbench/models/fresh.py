@@ -27,6 +27,9 @@ def in_fresh_process(fn: Callable[..., float], *args: Any, lock: HostLock | None
 
 def torch_ms_here(name: str, batch: int, seq_len: int, threads: int, repeat: int) -> float:
     """PyTorch eager on ``name``: median ms per forward (one discarded warm-up run)."""
+    from opbench.resources import Resources
+
+    os.environ.update(Resources(threads).worker_env())  # before OpenMP starts its threads
     import torch
 
     from opbench.models.sources import load_model
