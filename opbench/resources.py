@@ -67,9 +67,10 @@ class Resources:
         """Environment a runner worker needs before TVM's (or OpenMP's) thread pool first starts; a
         user's own ``TVM_THREAD_POOL_SPIN_COUNT``, ``OMP_PROC_BIND`` and ``OMP_PLACES`` win over ours.
 
-        OpenMP threads are bound one per core: unbound, torch's two threads on this 2-vCPU host sometimes
-        shared one core for a whole process (matmul-512 at 3.05 ms instead of ~1.9 in 3 of 8 fresh
-        processes; none of 16 with binding)."""
+        OpenMP threads (torch, OpenBLAS) are bound one per core, as TVM binds its own pool's threads,
+        so they do not migrate during a measurement. (On this 2-vCPU host torch's matmul-512 still
+        lands in a ~3 ms mode instead of ~1.9 ms in some fresh processes, bound or not: host noise
+        that only fresh-process rounds expose, see benchmarks/measurement_quality.py.)"""
         n = str(self.threads)
         return {"TVM_NUM_THREADS": n, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n,
                 "TVM_THREAD_POOL_SPIN_COUNT": os.environ.get("TVM_THREAD_POOL_SPIN_COUNT", POOL_SPIN_COUNT),
