@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
+import sys
 from dataclasses import dataclass
 
 from opbench.cli import main
@@ -33,3 +35,13 @@ def run_cli(*args: str, check: bool = False) -> Result:
     if check and code != 0:
         raise AssertionError(f"opbench {' '.join(map(str, args))} exited {code}:\n{result.stderr[-3000:]}")
     return result
+
+
+def run_cli_process(*args: str) -> Result:
+    """The command in a process of its own: for MetaSchedule, whose ``logging.config.dictConfig`` of the
+    whole process breaks on its second run inside pytest (a handler without a name)."""
+    out = subprocess.run([sys.executable, "-m", "opbench.cli", *map(str, args)], capture_output=True, text=True,
+                         timeout=600)
+    if out.returncode:
+        raise AssertionError(f"opbench {' '.join(map(str, args))} exited {out.returncode}:\n{out.stderr[-3000:]}")
+    return Result(out.returncode, out.stdout, out.stderr)

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 REAL_STACK_FIXTURES = {"measurer", "farm", "logged", "builder"}
 # Calls in a test's source that start processes: subprocesses, the test files' CLI helpers, measurers, farms.
-STARTS_PROCESSES = re.compile(r"subprocess\.|Popen\(|CLI \+|(?<![\w.])(run_cli|_run|_tune|_model_ops|Measurer|Farm)\(")
+STARTS_PROCESSES = re.compile(r"subprocess\.|Popen\(|CLI \+|(?<![\w.])(run_cli|run_cli_process|_run|_tune|_model_ops|Measurer|Farm)\(")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,7 +14,7 @@ from opbench.exceptions import OpBenchError
 from opbench.predictor import LatencyModel, evaluate, split, top_k_score, trainable
 from opbench.tracking import read_mlflow
 
-from .cli import run_cli
+from .cli import run_cli, run_cli_process
 
 
 
@@ -64,7 +64,7 @@ def test_export_command_and_its_errors(logged, tmp_path):
 @pytest.mark.slow
 def test_metaschedule_database_imports_as_records(tmp_path, tracking_uri):
     uri = tracking_uri
-    _run("tune", "matmul:m=64,n=64,k=64", "--verify-rounds", "0", "--engine", "metaschedule", "--trials", "5", "--seed", "0",
+    run_cli_process("tune", "matmul:m=64,n=64,k=64", "--verify-rounds", "0", "--engine", "metaschedule", "--trials", "5", "--seed", "0",
          "--tracking-uri", uri, "--study", "ms", "--repeat", "2", "--no-references")
     measured = read_mlflow(["ms"], uri)
     folder = tmp_path / "metaschedule" / "ms"

@@ -18,7 +18,7 @@ from opbench.exceptions import SearchSpaceError
 from opbench.tracking import read_mlflow
 
 from .conftest import ROOT
-from .cli import run_cli
+from .cli import run_cli, run_cli_process
 
 SMALL = "matmul:m=64,n=64,k=64"
 SHIPPED = {  # experiment folder -> the `opbench nni new` arguments that write it
@@ -118,7 +118,8 @@ def test_nni_tuner_in_process(tracking_uri):
 
 @pytest.mark.slow
 def test_metaschedule_candidates_are_measured_checked_and_recorded_with_traces(tmp_path, tracking_uri):
-    _tune(tracking_uri, "ms", "--engine", "metaschedule", "--trials", "6", "--seed", "0", "--no-references")
+    run_cli_process("tune", SMALL, "--verify-rounds", "0", "--tracking-uri", tracking_uri, "--study", "ms", "--repeat", "2",
+                    "--engine", "metaschedule", "--trials", "6", "--seed", "0", "--no-references")
     frame = read_mlflow(["ms"], tracking_uri)
     assert len(frame) == 6 and set(frame["template"]) == {"metaschedule"} and set(frame["engine"]) == {"metaschedule"}
     ok = frame[frame["status"] == "ok"]
