@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from opbench.measure.measurer import MeasureOptions, Measurer
-from opbench.progress import TrialPrinter, corun_line, table
+from opbench.report.progress import TrialPrinter, corun_line, table
 from opbench.space import get_template
 from opbench.studies.collaborative import CoTuning, compare, objective_value
 from opbench.studies.corun import layouts_for

@@ -21,11 +21,12 @@ from opbench.engines.metaschedule import MetaScheduleTuner
 from opbench.engines.nni_engine import NniEngine
 from opbench.engines.optuna_engine import OptunaEngine
 from opbench.engines.simple import RandomEngine
+from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.measurer import MeasureOptions, Measurer
-from opbench.plots import engine_curves
-from opbench.progress import TrialPrinter, table
-from opbench.report import summarize_engine
-from opbench.resources import Resources, host_facts
+from opbench.record import is_ok
+from opbench.report.plots import engine_curves
+from opbench.report.progress import TrialPrinter, table
+from opbench.report.summary import summarize_engine
 from opbench.space import get_template, load_search_space, search_space_path
 from opbench.studies.verify import Spread, Verification, remeasure, spec_of
 from opbench.tracking import Recorder
@@ -53,9 +54,9 @@ def tune(engine: str, name: str, trials: int, measurer: Measurer, sink, resource
 
 def verify_bests(measurer: Measurer, series: dict, refs: dict, recorder) -> Verification:
     """Each engine's best and torch, re-measured in fresh processes in 3 alternating rounds."""
-    bests = {e: min((r for r in rs if r["status"] == "ok"), key=lambda r: r["latency_ms"])
-             for e, rs in series.items() if any(r["status"] == "ok" for r in rs)}
-    if refs["torch"]["status"] == "ok":
+    bests = {e: min((r for r in rs if is_ok(r)), key=lambda r: r["latency_ms"])
+             for e, rs in series.items() if any(is_ok(r) for r in rs)}
+    if is_ok(refs["torch"]):
         bests["torch"] = refs["torch"]
     specs = {name: spec_of(record) for name, record in bests.items()}
     tuned = {name: record["latency_ms"] for name, record in bests.items()}
@@ -93,7 +94,7 @@ def main() -> None:
                     printer = TrialPrinter(args.trials)
                     print(f"--- {name}: {engine}, {args.trials} trials", flush=True)
                     started = time.perf_counter()
-                    sink = lambda r, e=engine: (r.update(engine=e), recorder(r), printer(r))  # noqa: E731
+                    sink = lambda r, e=engine, p=printer: (r.update(engine=e), recorder(r), p(r))
                     series[engine] = tune(engine, name, args.trials, measurer, sink, resources, scratch, args.seed)
                     wall = time.perf_counter() - started
                     summaries.append(dataclasses.replace(summarize_engine(engine, series[engine], refs), wall_s=wall))

@@ -27,10 +27,11 @@ from scipy.stats import spearmanr
 from opbench.engines.driver import measure_references, run_tuning, valid_proposals
 from opbench.engines.optuna_engine import OptunaEngine
 from opbench.engines.simple import RandomEngine
-from opbench.measure.measurer import Measurer, MeasureOptions, TrialSpec
-from opbench.plots import predicted_vs_measured
-from opbench.progress import table
-from opbench.resources import Resources, host_facts
+from opbench.hardware.resources import Resources, host_facts
+from opbench.measure.measurer import MeasureOptions, Measurer, TrialSpec
+from opbench.record import is_ok
+from opbench.report.plots import predicted_vs_measured
+from opbench.report.progress import table
 from opbench.space import get_template, load_search_space, search_space_path
 from opbench.workloads import parse_workload
 
@@ -59,7 +60,7 @@ def fresh_rounds(measurer: Measurer, specs: list[TrialSpec]) -> list[list[float]
     for round_ in range(ROUNDS):
         order = list(range(len(specs)))[:: 1 if round_ % 2 == 0 else -1]
         for i, record in zip(order, measurer.measure_fresh([specs[i] for i in order])):
-            out[i].append(record["latency_ms"] if record["status"] == "ok" else float("nan"))
+            out[i].append(record["latency_ms"] if is_ok(record) else float("nan"))
     return out
 
 
@@ -95,9 +96,9 @@ def main() -> None:
     for name in WORKLOADS:
         configs = sample_configs(name, args.configs, args.threads, seed=7)
         first, second = measure_all(name, configs, resources), measure_all(name, configs, resources)
-        pairs = [(a, b) for a, b in zip(first, second) if a["status"] == b["status"] == "ok"]
+        pairs = [(a, b) for a, b in zip(first, second) if is_ok(a) and is_ok(b)]
         a_ms, b_ms = np.array([a["latency_ms"] for a, _ in pairs]), np.array([b["latency_ms"] for _, b in pairs])
-        cvs += [r["latency_cv"] for r in first + second if r["status"] == "ok"]
+        cvs += [r["latency_cv"] for r in first + second if is_ok(r)]
         delta = 100 * np.abs(b_ms - a_ms) / a_ms
         repeat_rows.append((name, len(pairs), spearmanr(a_ms, b_ms).statistic, float(np.median(delta)),
                             float(np.percentile(delta, 90))))

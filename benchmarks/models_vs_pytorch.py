@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from opbench.cli import build_parser
-from opbench.cli_models import tune_model
-from opbench.progress import table
+from opbench.cli.models import tune_model
+from opbench.report.progress import table
 from opbench.studies.verify import BEST
 
 MODELS = (("bert-base", ["--seq-len", "128"]), ("resnet-50", []), ("mobilenet-v2", []))

@@ -18,9 +18,9 @@ import time
 
 from opbench.engines.driver import measure_references, run_tuning
 from opbench.engines.optuna_engine import OptunaEngine
-from opbench.measure.measurer import Measurer, MeasureOptions
-from opbench.progress import table
-from opbench.resources import Resources, host_facts
+from opbench.hardware.resources import Resources, host_facts
+from opbench.measure.measurer import MeasureOptions, Measurer
+from opbench.report.progress import table
 from opbench.space import get_template, load_search_space, search_space_path
 from opbench.studies.verify import BEST, verify
 from opbench.tracking import Recorder

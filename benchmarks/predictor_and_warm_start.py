@@ -21,12 +21,13 @@ import pandas as pd
 from opbench.engines.driver import run_tuning
 from opbench.engines.model_engine import ModelEngine
 from opbench.engines.optuna_engine import OptunaEngine
+from opbench.engines.predictor import LatencyModel, evaluate, split
 from opbench.engines.simple import RandomEngine
+from opbench.hardware.resources import Resources
 from opbench.measure.measurer import MeasureOptions, Measurer
-from opbench.plots import engine_curves
-from opbench.predictor import LatencyModel, evaluate, split
-from opbench.progress import TrialPrinter, table
-from opbench.resources import Resources
+from opbench.record import is_ok
+from opbench.report.plots import engine_curves
+from opbench.report.progress import TrialPrinter, table
 from opbench.space import get_template, load_search_space, search_space_path
 from opbench.tracking.jsonl import records_frame
 from opbench.workloads import parse_workload
@@ -51,7 +52,7 @@ def space_of(name: str):
 
 def trials_to_reach(records: list[dict], bar: float) -> float:
     for i, r in enumerate(records, start=1):
-        if r["status"] == "ok" and r["latency_ms"] <= bar:
+        if is_ok(r) and r["latency_ms"] <= bar:
             return i
     return math.nan
 
@@ -91,10 +92,10 @@ def main() -> None:
           f"tested on {len(test)} of {sorted(set(test['op']))}")
     print(table([list(metrics.values())], list(metrics)))
 
-    bar = min(r["latency_ms"] for r in runs["optuna-tpe (cold)"] if r["status"] == "ok")
+    bar = min(r["latency_ms"] for r in runs["optuna-tpe (cold)"] if is_ok(r))
     rows = []
     for label, records in runs.items():
-        best = min((r["latency_ms"] for r in records if r["status"] == "ok"), default=math.nan)
+        best = min((r["latency_ms"] for r in records if is_ok(r)), default=math.nan)
         rows.append((label, len(records), best, trials_to_reach(records, bar), trials_to_reach(records, 1.05 * bar)))
     print(f"\n(b) {TARGET}: bar = cold TPE's best of {args.cold_trials} trials = {bar:.4f} ms "
           f"(warm start: {len(others)} trials of {', '.join(OTHERS)})")

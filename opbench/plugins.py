@@ -25,7 +25,7 @@ def load_plugins() -> None:
     _load(os.environ.get(PLUGIN_ENV, ""))
 
 
-def register(operator, template, presets=None) -> None:  # noqa: ANN001 - avoids import cycles
+def register(operator, template, presets=None) -> None:
     """Add an operator (with its template and optional presets) to the catalogue."""
     from opbench.space import TEMPLATES
     from opbench.workloads import OPERATORS, PRESETS

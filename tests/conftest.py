@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from opbench.plugins import load_plugins
+
 # Workers inherit the environment: the faulty-kernel plugin must be named before any starts.
 os.environ["OPBENCH_PLUGINS"] = "tests.plugins.faulty"
+load_plugins()  # as the entry points do: tests parse the plugin's workloads in-process
 ROOT = Path(__file__).resolve().parents[1]
 # Nothing may fall back to MLflow's own default store (./mlflow.db): a code path that forgets our URI
 # writes here, and the session fails (see the last fixture).

@@ -4,9 +4,9 @@ import os
 import subprocess
 import sys
 
-import mlflow
 import pytest
 
+import mlflow
 from opbench.cli import main
 
 from .cli import run_cli

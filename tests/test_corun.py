@@ -1,15 +1,15 @@
 """Inter-operator studies: co-run trials, the interference study, collaborative tuning and placement."""
 import math
 
-import mlflow
 import optuna
 import pytest
 
+import mlflow
 from opbench.cli import main
 from opbench.exceptions import OpBenchError
+from opbench.hardware.resources import Resources
 from opbench.measure.corun import CoRunSpec
 from opbench.measure.measurer import TrialSpec
-from opbench.resources import Resources
 from opbench.studies import placement as game
 from opbench.studies.corun import layouts_for, parse_layout
 from opbench.tracking import Recorder, read_mlflow

@@ -3,19 +3,18 @@ import json
 import math
 import shutil
 
-import mlflow
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
-from opbench.dataset import card, load_records, read_dataset, write_dataset
+import mlflow
+from opbench.engines.predictor import LatencyModel, evaluate, split, top_k_score, trainable
 from opbench.exceptions import OpBenchError
-from opbench.predictor import LatencyModel, evaluate, split, top_k_score, trainable
 from opbench.tracking import read_mlflow
+from opbench.tracking.dataset import card, load_records, read_dataset, write_dataset
 
 from .cli import run_cli, run_cli_process
-
 
 
 def _run(*args):
@@ -78,7 +77,7 @@ def test_metaschedule_database_imports_as_records(tmp_path, tracking_uri):
     assert sorted(imported["latency_ms"].dropna().round(9)) == sorted(ok["latency_ms"].round(9))
     assert imported["feat.flops"].eq(2 * 64 ** 3).all() and imported["feat.ms000"].notna().all()
     with pytest.raises(OpBenchError, match="not a MetaSchedule JSON database"):
-        from opbench.dataset.metaschedule_import import import_metaschedule
+        from opbench.tracking.dataset.metaschedule_import import import_metaschedule
         import_metaschedule(tmp_path, "x")
 
 
@@ -159,8 +158,8 @@ def test_model_engine_runs_as_a_custom_nni_tuner(logged, measurer, tmp_path):
 
     from opbench.engines._base import split_threads
     from opbench.engines.nni_experiment import ExperimentSpec, write_experiment
+    from opbench.hardware.resources import Resources
     from opbench.measure.measurer import TrialSpec
-    from opbench.resources import Resources
     from opbench.workloads import parse_workload
 
     uri, _, _ = logged

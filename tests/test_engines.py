@@ -6,19 +6,19 @@ import shutil
 import subprocess
 import sys
 
-import mlflow
 import optuna
 import pandas as pd
 import pytest
 import yaml
 
+import mlflow
 from opbench.cli import main
 from opbench.engines.nni_experiment import MODEL_TUNER, ExperimentSpec, write_experiment
 from opbench.exceptions import SearchSpaceError
 from opbench.tracking import read_mlflow
 
-from .conftest import ROOT
 from .cli import run_cli, run_cli_process
+from .conftest import ROOT
 
 SMALL = "matmul:m=64,n=64,k=64"
 SHIPPED = {  # experiment folder -> the `opbench nni new` arguments that write it

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
+from opbench.hardware.resources import Resources
 from opbench.measure.measurer import TrialSpec
-from opbench.resources import Resources
 from opbench.workloads import parse_workload
 
 SMALL = {

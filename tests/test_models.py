@@ -3,14 +3,14 @@ import re
 import subprocess
 import sys
 
-import mlflow
 import numpy as np
 import pytest
 
+import mlflow
 from opbench.exceptions import OpBenchError
-from opbench.models.extract import anchor_kind
-from opbench.models.sources import load_model, model_names
 from opbench.tracking import read_mlflow
+from opbench.workloads.models.extract import anchor_kind
+from opbench.workloads.models.sources import load_model, model_names
 
 CLI = [sys.executable, "-m", "opbench.cli"]
 

@@ -2,15 +2,15 @@
 import math
 import time
 
-import mlflow
 import pytest
 
+import mlflow
 from opbench.cli import main
+from opbench.hardware.resources import Resources
 from opbench.measure._worker import LIBRARY
 from opbench.measure.measurer import TrialSpec
 from opbench.measure.types import LibraryInput, RunInput, Status
 from opbench.measure.worker import Worker
-from opbench.resources import Resources
 from opbench.studies.verify import BEST, Verification, Verified, candidates, speedup_table
 from opbench.tracking import read_mlflow
 

@@ -1,6 +1,7 @@
 """Remote devices: a real TVM RPC tracker and `opbench board serve` servers on 127.0.0.1."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from opbench.cli import main
-from opbench.measure.rpc import RemoteDevice, list_devices, request_session
+from opbench.hardware.devices import RemoteDevice
+from opbench.measure.rpc import list_devices, request_session
 from opbench.tracking import read_jsonl, read_mlflow
 
 from .cli import run_cli
@@ -68,7 +70,7 @@ class Farm:
             try:
                 if ready():
                     return
-            except Exception:  # noqa: BLE001 - not up yet
+            except Exception:
                 if time.time() > deadline:
                     raise
             if time.time() > deadline:
@@ -80,10 +82,8 @@ class Farm:
 
     @staticmethod
     def kill(proc: subprocess.Popen) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
 
     def close(self) -> None:

@@ -1,14 +1,13 @@
 """Thread-scaling study: speed-up, efficiency, turning point, the fit across workloads, and the command."""
 import math
 
-import mlflow
 import pytest
 
-from opbench.threads_study import Scaling, best_config, fit_turning_points
+import mlflow
+from opbench.studies.threads import Scaling, best_config, fit_turning_points
 from opbench.tracking import read_mlflow
 
 from .cli import run_cli
-
 
 
 def test_speedup_efficiency_and_turning_point():

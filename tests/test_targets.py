@@ -9,13 +9,13 @@ import subprocess
 
 import pytest
 
-from opbench.energy import RaplMeter, local_meter
 from opbench.exceptions import ConfigError, ResourceError, WorkloadError
+from opbench.hardware.energy import RaplMeter, local_meter
+from opbench.hardware.targets import BOARDS, elf_machine, export_compiler, make_target
 from opbench.measure.builder import LocalBuilder
 from opbench.measure.types import BuildInput, Status
 from opbench.space import get_template
 from opbench.space.gpu import GPU_TEMPLATES
-from opbench.targets import BOARDS, elf_machine, export_compiler, make_target
 from opbench.workloads import parse_workload
 
 from .cli import run_cli
@@ -120,8 +120,8 @@ def test_cuda_configs_and_ops_are_checked():
 @pytest.mark.skipif("not __import__('tvm').runtime.enabled('cuda') or not __import__('tvm').cuda(0).exist",
                     reason="no CUDA GPU on this machine")
 def test_cuda_kernels_run_checked_on_the_gpu(measurer):
+    from opbench.hardware.resources import Resources
     from opbench.measure.measurer import TrialSpec
-    from opbench.resources import Resources
 
     for preset in ("matmul-512", "bert-base-attn", "bert-base-ffn1", "resnet50-c2"):
         record = measurer.measure(TrialSpec(parse_workload(preset), {}, Resources(1, target="cuda")))
@@ -151,8 +151,8 @@ def test_rapl_meter_sums_packages_and_survives_a_counter_wrap(tmp_path):
 
 
 def test_energy_is_absent_not_zero_without_a_meter_and_an_energy_objective_needs_one(measurer, tmp_path):
+    from opbench.hardware.resources import Resources
     from opbench.measure.measurer import TrialSpec
-    from opbench.resources import Resources
 
     record = measurer.measure(TrialSpec(parse_workload(SMALL), {}, Resources(1)))
     assert record["status"] == "ok"

@@ -1,9 +1,9 @@
 """Records survive both stores identically, and MLflow runs are plain MLflow."""
-import mlflow
 import pandas as pd
 
+import mlflow
+from opbench.hardware.resources import Resources
 from opbench.measure.measurer import TrialSpec
-from opbench.resources import Resources
 from opbench.tracking import Recorder, read_jsonl, read_mlflow
 from opbench.tracking.mlflow_store import KIND_TAG
 from opbench.workloads import parse_workload

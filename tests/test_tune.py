@@ -6,10 +6,10 @@ import subprocess
 import sys
 import time
 
-import mlflow
 import optuna
 import pytest
 
+import mlflow
 from opbench.tracking import read_jsonl, read_mlflow
 
 from .cli import run_cli

@@ -5,7 +5,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from opbench.tracking.schema import Record
+from opbench.record import Record
 
 Space = dict[str, dict[str, Any]]  # NNI search-space format
 

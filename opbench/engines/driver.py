@@ -2,34 +2,20 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from opbench.engines._base import Engine, Proposal
 from opbench.exceptions import ConfigError
+from opbench.hardware.resources import Resources, parse_cores
+from opbench.hardware.targets import is_gpu
 from opbench.measure.measurer import Measurer, TrialSpec
-from opbench.resources import Resources, parse_cores
+from opbench.record import Record
 from opbench.space import Template, get_template
-from opbench.targets import is_gpu
-from opbench.tracking.schema import Record
 from opbench.workloads import Workload
 
 ENGINE_TRIAL_TAG = "engine_trial"
 REJECTS_PER_PROPOSAL = 50
 CORES_KNOB = "cores"  # pseudo-knob of a space that searches core sets
-REFERENCES = ("te_default", "template_default", "torch", "numpy")
-
-
-@dataclass
-class TuneResult:
-    records: list[Record] = field(default_factory=list)
-    references: dict[str, Record] = field(default_factory=dict)
-
-    @property
-    def best(self) -> Record | None:
-        ok = [r for r in self.records if r["status"] == "ok"]
-        return min(ok, key=lambda r: r["latency_ms"]) if ok else None
 
 
 def measure_references(measurer: Measurer, workload: Workload, resources: Resources,
@@ -67,7 +53,7 @@ def run_tuning(engine: Engine, workload: Workload, count: int, measurer: Measure
         specs = [_spec(workload, p, i, resources, template) for i, p in enumerate(proposals)]
         by_index: dict[str, Proposal] = {s.tags[ENGINE_TRIAL_TAG]: p for s, p in zip(specs, proposals)}
 
-        def settle(record: Record) -> None:
+        def settle(record: Record, by_index: dict[str, Proposal] = by_index) -> None:
             on_record(record)
             engine.tell(by_index[record[ENGINE_TRIAL_TAG]], record)
             records.append(record)
@@ -119,9 +105,3 @@ def split_resources(proposal: Proposal, resources: Resources) -> tuple[dict, Res
     cores = config.pop(CORES_KNOB, None)
     return config, dataclasses.replace(resources, threads=proposal.threads,
                                        cores=parse_cores(cores) if cores else resources.cores)
-
-
-def speedup(reference: Record | None, best: Record | None) -> float:
-    if not reference or not best or reference.get("status") != "ok":
-        return math.nan
-    return reference["latency_ms"] / best["latency_ms"]

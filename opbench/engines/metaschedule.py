@@ -25,11 +25,11 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback  # noqa: 
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult  # noqa: E402
 
 from opbench.engines.driver import ENGINE_TRIAL_TAG  # noqa: E402
+from opbench.hardware.resources import Resources  # noqa: E402
+from opbench.hardware.targets import make_target  # noqa: E402
 from opbench.measure.measurer import Measurer, TrialSpec  # noqa: E402
-from opbench.resources import Resources  # noqa: E402
-from opbench.targets import make_target  # noqa: E402
+from opbench.record import Record, is_ok  # noqa: E402
 from opbench.space.prescheduled import IR_FILE  # noqa: E402
-from opbench.tracking.schema import Record  # noqa: E402
 from opbench.workloads import Workload  # noqa: E402
 
 TraceSink = Callable[[Record, Path], None]
@@ -75,7 +75,7 @@ class _MeasurerRunner(PyRunner):
 
     def run(self, runner_inputs: list) -> list:
         records = self.measure([inp.artifact_path for inp in runner_inputs])
-        return [_Done(RunnerResult([r["latency_ms"] * 1e-3], None) if r["status"] == "ok"
+        return [_Done(RunnerResult([r["latency_ms"] * 1e-3], None) if is_ok(r)
                       else RunnerResult(None, f"{r['status']}: {r.get('error', '')}")) for r in records]
 
 

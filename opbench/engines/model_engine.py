@@ -17,12 +17,12 @@ import numpy as np
 import pandas as pd
 
 from opbench.engines._base import Engine, Proposal, Space, split_threads
+from opbench.engines.predictor import LatencyModel, feature_columns, trainable
 from opbench.exceptions import ConfigError
-from opbench.features import static_features
-from opbench.predictor import LatencyModel, feature_columns, trainable
-from opbench.resources import Resources, host_facts
+from opbench.hardware.resources import Resources, host_facts
+from opbench.measure.features import static_features
+from opbench.record import Record, is_ok
 from opbench.space import Template
-from opbench.tracking.schema import Record
 from opbench.workloads import Workload
 
 
@@ -97,7 +97,7 @@ class ModelEngine(Engine):
         return out
 
     def tell(self, proposal: Proposal, record: Record) -> None:
-        if record["status"] == "ok":
+        if is_ok(record):
             self.observe(proposal.config, proposal.threads, record["latency_ms"])
 
     def observe(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:

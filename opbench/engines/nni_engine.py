@@ -7,7 +7,7 @@ from typing import Any
 
 from opbench.engines._base import Engine, Proposal, Space, split_threads
 from opbench.exceptions import OpBenchError
-from opbench.tracking.schema import Record
+from opbench.record import Record, is_ok
 
 TUNERS = ("TPE", "Anneal", "Evolution", "GridSearch", "Random")
 EVOLUTION_POPULATION = 16
@@ -64,7 +64,7 @@ class NniEngine(Engine):
 
     def tell(self, proposal: Proposal, record: Record) -> None:
         parameter_id, params = proposal.handle
-        ok = record["status"] == "ok"
+        ok = is_ok(record)
         if ok:
             self._tuner.receive_trial_result(parameter_id, params, record["latency_ms"])
         self._tuner.trial_end(parameter_id, ok)

@@ -10,11 +10,11 @@ from typing import Any
 
 from opbench.engines.nni_engine import EVOLUTION_POPULATION, TUNERS
 from opbench.exceptions import OpBenchError, SearchSpaceError
-from opbench.resources import Resources
+from opbench.hardware.resources import Resources
+from opbench.paths import PROJECT_ROOT
 from opbench.space import get_template, load_search_space, search_space_path
 from opbench.workloads import parse_workload
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The project's virtual environment when there is one (trials run from the project root), else python3.
 PYTHON = "$(test -x .venv/bin/python && echo .venv/bin/python || echo python3)"
 MODEL_TUNER = "opbench.engines.nni_model_tuner.ModelTuner"  # OpBench's model engine as a custom NNI tuner

@@ -20,7 +20,8 @@ from nni.tuner import Tuner
 
 from opbench.engines._base import Proposal
 from opbench.engines.model_engine import ModelEngine
-from opbench.resources import Resources
+from opbench.hardware.resources import Resources
+from opbench.plugins import load_plugins
 from opbench.space import get_template
 from opbench.workloads import parse_workload
 
@@ -30,6 +31,7 @@ class ModelTuner(Tuner):
 
     def __init__(self, workload: str, threads: int = 1, template: str | None = None, seed: int | None = 0,
                  warm_start: str | None = None, batch: int = 8) -> None:
+        load_plugins()  # NNI's dispatcher process is an entry point of its own
         self._workload = parse_workload(workload)
         self._template = get_template(self._workload, template)
         self._resources = Resources(threads)
@@ -43,7 +45,7 @@ class ModelTuner(Tuner):
         return self._engine
 
     def update_search_space(self, search_space: dict[str, Any]) -> None:
-        from opbench.dataset import read_dataset
+        from opbench.tracking.dataset import read_dataset
 
         warm = read_dataset(self._warm_start) if self._warm_start else None
         self._engine = ModelEngine(search_space, self._resources, self._workload, self._template, self._seed, warm)

@@ -14,7 +14,8 @@ import sys
 
 from opbench.engines._base import split_threads
 from opbench.exceptions import OpBenchError
-from opbench.progress import TrialPrinter
+from opbench.record import is_ok
+from opbench.report.progress import TrialPrinter
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,12 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     import nni
 
     from opbench.engines.driver import measure_references
+    from opbench.hardware.resources import Resources, parse_cores
     from opbench.measure.measurer import MeasureOptions, Measurer, TrialSpec
-    from opbench.resources import Resources, parse_cores
+    from opbench.plugins import load_plugins
     from opbench.tracking import Recorder
     from opbench.tracking.mlflow_store import nni_parent_run
     from opbench.workloads import parse_workload
 
+    load_plugins()
     args = build_parser().parse_args(argv)
     try:
         workload = parse_workload(args.workload)
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"opbench nni trial: error: {exc}", file=sys.stderr)
         return 2
     TrialPrinter(None, sys.stdout)(record)
-    if record["status"] != "ok":
+    if not is_ok(record):
         return 1
     nni.report_final_result({"default": record["latency_ms"], "latency_ms": record["latency_ms"],
                              "gflops": record["gflops"]})

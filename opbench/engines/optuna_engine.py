@@ -1,11 +1,12 @@
 """Optuna as an engine: RDB storage, batch ask/tell, failed trials told as failed, resumable."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from opbench.engines._base import Engine, Proposal, Space, split_threads
 from opbench.exceptions import OpBenchError
-from opbench.tracking.schema import Record
+from opbench.record import Record, is_ok
 
 SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2", "grid")
 
@@ -57,10 +58,8 @@ class OptunaEngine(Engine):
         self._distributions = {k: optuna.distributions.CategoricalDistribution(v["_value"]) for k, v in space.items()}
         storage = _storage(storage)
         if not resume:
-            try:
+            with contextlib.suppress(KeyError):
                 optuna.delete_study(study_name=study, storage=storage)
-            except KeyError:
-                pass
         self.study = optuna.create_study(study_name=study, storage=storage, sampler=_sampler(sampler, space, seed),
                                          directions=["minimize"] * len(objectives), load_if_exists=True)
         if initial is not None and not self.study.trials:  # start a fresh study from the template default
@@ -114,10 +113,10 @@ class OptunaEngine(Engine):
         trial.set_user_attr("trial_id", record["trial_id"])
         values = {"latency": record.get("latency_ms"), "threads": record["threads"], "energy": record.get("energy_j")}
         missing = [o for o in self.objectives if values[o] is None]
-        if record["status"] == "ok" and not missing:
+        if is_ok(record) and not missing:
             self.study.tell(trial, [values[o] for o in self.objectives])
         else:
-            error = record.get("error", "") if record["status"] != "ok" else f"objective(s) not measured: {missing}"
+            error = record.get("error", "") if not is_ok(record) else f"objective(s) not measured: {missing}"
             trial.set_user_attr("error", error[:500])
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from opbench.engines._base import Engine, Proposal, Space, split_threads
-from opbench.tracking.schema import Record
+from opbench.record import Record
 
 
 class RandomEngine(Engine):

@@ -14,8 +14,20 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from opbench.measure.quiet import HostLoad, wait_until_idle
-from opbench.measure.types import (BuildInput, BuildResult, CoRunGo, CoRunPrepare, CoRunResult, LibraryInput,
-                                   RemoteConnect, RemoteSession, RunInput, RunResult, Status, Timing)
+from opbench.measure.types import (
+    BuildInput,
+    BuildResult,
+    CoRunGo,
+    CoRunPrepare,
+    CoRunResult,
+    LibraryInput,
+    RemoteConnect,
+    RemoteSession,
+    RunInput,
+    RunResult,
+    Status,
+    Timing,
+)
 
 READY = "ready"
 KERNEL, LIBRARY = "kernel", "library"  # a worker's role: TVM builds and kernels, or library baselines only
@@ -60,7 +72,7 @@ def _timed(timing: Timing, attempt: Callable[[], list[float]]) -> tuple[list[flo
     attempts taken and the host's load during the series kept."""
     best: tuple[float, list[float], dict[str, float]] | None = None
     load = HostLoad()
-    for extra in range(timing.max_remeasures + 1):
+    for extra in range(timing.max_remeasures + 1):  # noqa: B007 - the last value is returned
         load.start()
         latencies = attempt()
         cv = _cv(latencies)
@@ -111,8 +123,8 @@ class _Worker:
         from tvm import s_tir
 
         from opbench.exceptions import ConfigError
-        from opbench.features import schedule_features
-        from opbench.targets import export_compiler, make_target
+        from opbench.hardware.targets import export_compiler, make_target
+        from opbench.measure.features import schedule_features
         from opbench.space import get_template
         from opbench.workloads import parse_workload
 
@@ -136,8 +148,8 @@ class _Worker:
 
     def connect(self, req: RemoteConnect) -> RemoteSession:
         """Hold a session on a free device of the key (dropping any earlier one)."""
-        from opbench.board import BOARD_INFO
         from opbench.exceptions import ResourceError
+        from opbench.hardware.board import BOARD_INFO
         from opbench.measure.rpc import RemoteDevice, request_session
 
         self._session, self._meters = None, {}
@@ -157,14 +169,14 @@ class _Worker:
     def _device(self, target: str) -> Any:
         import tvm
 
-        from opbench.targets import is_gpu
+        from opbench.hardware.targets import is_gpu
 
         owner = self._session or tvm
         return owner.cuda(0) if is_gpu(target) else owner.cpu(0)
 
     def _meter(self, target: str) -> Any:
-        from opbench.energy import BoardMeter, local_meter
-        from opbench.targets import is_gpu
+        from opbench.hardware.energy import BoardMeter, local_meter
+        from opbench.hardware.targets import is_gpu
 
         gpu = is_gpu(target)
         if gpu not in self._meters:
@@ -206,7 +218,7 @@ class _Worker:
             return self._run(req)
         try:
             return self._run(req)
-        except Exception as exc:  # noqa: BLE001 - tell a lost device from a failing kernel
+        except Exception as exc:
             if self._session_alive():
                 raise
             self._session = None
@@ -379,4 +391,7 @@ def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int, role: s
 if __name__ == "__main__":
     import pickle
 
+    from opbench.plugins import load_plugins
+
+    load_plugins()  # the parent's OPBENCH_PLUGINS: operators it names can be built and run here
     serve(Connection(int(sys.argv[1])), *pickle.loads(bytes.fromhex(sys.argv[2])))

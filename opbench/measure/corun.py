@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opbench.exceptions import OpBenchError
+from opbench.hardware.resources import Resources
 from opbench.measure.lock import HostLock
 from opbench.measure.types import BuildResult, CoRunGo, CoRunPrepare, CoRunResult, Status
 from opbench.measure.worker import Worker, WorkerError
-from opbench.resources import Resources
-from opbench.tracking.schema import SCHEMA_VERSION, Record, latency_stats, new_trial_id
+from opbench.record import SCHEMA_VERSION, Record, latency_stats, new_trial_id
 
 if TYPE_CHECKING:
     from opbench.measure.measurer import TrialSpec

@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opbench.exceptions import ConfigError, ResourceError
-from opbench.features import static_features
+from opbench.hardware.devices import parse_device
+from opbench.hardware.resources import HostFacts, Resources, host_facts
 from opbench.measure.builder import LocalBuilder
 from opbench.measure.corun import CoRunner, CoRunSpec, corun_records
+from opbench.measure.features import static_features
 from opbench.measure.lock import DEFAULT_LOCK, HostLock
-from opbench.measure.rpc import RPCRunner, check_device, parse_device
+from opbench.measure.rpc import RPCRunner, check_device
 from opbench.measure.runner import LocalRunner
 from opbench.measure.types import BuildInput, BuildResult, LibraryInput, RunInput, RunResult, Status, Timing
-from opbench.resources import HostFacts, Resources, host_facts
+from opbench.record import SCHEMA_VERSION, Record, latency_stats, new_trial_id
 from opbench.space import Config, get_template
-from opbench.tracking.schema import SCHEMA_VERSION, Record, latency_stats, new_trial_id
 from opbench.workloads import PRESETS, Workload
 
 LIBRARIES = ("torch", "numpy")  # baselines: a TrialSpec whose template is one of these times the library

@@ -1,7 +1,7 @@
 """How quiet the host is around a timed run: the load others put on our cores, and our own TVM pool.
 
 TVM's thread pool keeps its workers spinning after a parallel kernel returns (see
-:data:`opbench.resources.POOL_SPIN_COUNT`, which shortens it). Run workers, before they answer (so
+:data:`opbench.hardware.resources.POOL_SPIN_COUNT`, which shortens it). Run workers, before they answer (so
 before the host timing lock is released), wait for their own pool to go idle with
 :func:`wait_until_idle`: the next timed run, in whichever process, starts on quiet cores.
 """

@@ -8,7 +8,6 @@ trials run at once on as many devices of the key.
 from __future__ import annotations
 
 import queue
-import re
 import socket
 import struct
 import threading
@@ -16,42 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbench.exceptions import ResourceError
+from opbench.hardware.devices import RemoteDevice
 from opbench.measure.types import RemoteConnect, RemoteSession, RunInput, RunResult, Status
 from opbench.measure.worker import Worker, WorkerError
 
-_SPEC = re.compile(r"^rpc://(?P<host>[^:/]+):(?P<port>\d+)/(?P<key>[\w.\-]+)$")
 TRACKER_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True)
-class RemoteDevice:
-    host: str
-    port: int
-    key: str
-
-    @property
-    def spec(self) -> str:
-        return f"rpc://{self.host}:{self.port}/{self.key}"
-
-    @property
-    def tracker(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-def parse_device(text: str) -> RemoteDevice:
-    """``rpc://HOST:PORT/KEY`` into a :class:`RemoteDevice`; anything else is a clear error."""
-    match = _SPEC.match(text)
-    if not match:
-        raise ResourceError(f"malformed device '{text}': use local or rpc://HOST:PORT/KEY")
-    return RemoteDevice(match["host"], int(match["port"]), match["key"])
-
-
-def parse_tracker(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
-        raise ResourceError(f"malformed tracker address '{text}': use HOST:PORT")
-    return host, int(port)
-
 
 def _tracker_call(host: str, port: int, request: list[Any]) -> Any:
     """One request to the tracker over TVM's tracker protocol, bounded by :data:`TRACKER_TIMEOUT_S`."""

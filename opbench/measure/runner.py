@@ -4,11 +4,11 @@ from __future__ import annotations
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
 
+from opbench.hardware.resources import Resources
 from opbench.measure._worker import KERNEL, LIBRARY
 from opbench.measure.lock import HostLock
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status
 from opbench.measure.worker import Worker, WorkerError
-from opbench.resources import Resources
 
 Job = RunInput | LibraryInput
 

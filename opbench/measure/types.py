@@ -2,20 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
-
-class Status(str, Enum):
-    """Outcome of a trial; stored as the record's ``status`` tag."""
-
-    OK = "ok"
-    INVALID_CONFIG = "invalid_config"
-    BUILD_ERROR = "build_error"
-    RUN_ERROR = "run_error"
-    TIMEOUT = "timeout"
-    WRONG_RESULT = "wrong_result"
-    DEVICE_ERROR = "device_error"  # a remote device: tracker down, no free device, device lost
+from opbench.record import Status
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from multiprocessing.connection import Connection
 from typing import Any
 

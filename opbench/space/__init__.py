@@ -18,7 +18,7 @@ __all__ = ["Config", "Knob", "Template", "TEMPLATES", "get_template", "load_sear
 
 SEARCH_SPACE_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 
-_WINDOW = dict(untiled_spatial=1, has_pad=True)  # n stays whole; a padding stage may exist
+_WINDOW = {"untiled_spatial": 1, "has_pad": True}  # n stays whole; a padding stage may exist
 TEMPLATES: dict[str, Template] = {
     t.name: t
     for t in (
@@ -43,7 +43,7 @@ GENERIC_TEMPLATES = ("te_default", "metaschedule")
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:
     """The template for ``workload``: its op's own for ``target`` (``cuda_<op>`` on GPUs) unless
     ``name`` picks another that applies."""
-    from opbench.targets import is_gpu
+    from opbench.hardware.targets import is_gpu
 
     if name is None and is_gpu(target):
         name = f"cuda_{workload.op.name}"

@@ -8,24 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from opbench.exceptions import ConfigError
 from opbench.space._base import Config, Knob, Template
-from opbench.workloads import Axis, Workload
+from opbench.workloads import Workload
+from opbench.workloads.fused import REDUCE, anchor_block, child_blocks
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
-
-REDUCE = 2  # tirx.IterVar.CommReduce
-
-
-def _blocks(sch: Schedule) -> list[Any]:
-    return list(sch.get_child_blocks(sch.get_sblock("root")))
-
-
-def _anchor(sch: Schedule) -> Any:
-    """The last block with a reduction axis, else the last block."""
-    blocks = _blocks(sch)
-    reducing = [b for b in blocks if any(int(iv.iter_type) == REDUCE for iv in sch.get(b).iter_vars)]
-    return (reducing or blocks)[-1]
-
 
 def _try(primitive: Any, block: Any) -> bool:
     """Apply a schedule primitive that may not apply here (a ScheduleError leaves the schedule as it was)."""
@@ -38,17 +25,6 @@ def _try(primitive: Any, block: Any) -> bool:
         return False
 
 
-def anchor_axes(func: Any) -> list[Axis]:
-    """The anchor block's axes of a PrimFunc: spatial first, then reduction, as the template sees them."""
-    import tvm
-    from tvm import s_tir
-
-    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-    ivs = sch.get(_anchor(sch)).iter_vars
-    axes = [Axis(str(iv.var), int(iv.dom.extent), int(iv.iter_type) == REDUCE) for iv in ivs]
-    return [a for a in axes if not a.reduce] + [a for a in axes if a.reduce]
-
-
 def tile(extent: int, bound: int) -> int:
     """The largest divisor of ``extent`` not above ``bound``: every tile knob fits every shape."""
     return max(d for d in range(1, min(extent, bound) + 1) if extent % d == 0)
@@ -58,7 +34,7 @@ def roles(spatial: list[int], reduce: list[int]) -> tuple[int | None, int | None
     """Indices of the loops to tile: j the innermost spatial (vectorised), i the largest other
     spatial one (a matmul's rows, a convolution's output channels), k the largest reduction."""
     j = len(spatial) - 1 if spatial else None
-    others = [n for n in range(len(spatial) - 1)]
+    others = list(range(len(spatial) - 1))
     i = max(others, key=lambda n: (spatial[n], n)) if others else None
     k = max(range(len(reduce)), key=lambda n: (reduce[n], n)) if reduce else None
     return i, j, k
@@ -91,16 +67,16 @@ class FusedTemplate(Template):
             raise ConfigError("parallel", f"{config['parallel']} loops asked, the anchor has {len(spatial)}")
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
-        anchor = _anchor(sch)
+        anchor = anchor_block(sch)
         name = sch.get(anchor).name_hint
         epilogues = []  # consumers of the anchor that cannot be inlined: computed per outer tile instead
         if config["inline"]:
-            for block in _blocks(sch):
+            for block in child_blocks(sch):
                 if sch.get(block).name_hint == name:
                     continue
-                if not any(_try(inline, block) for inline in (sch.compute_inline, sch.reverse_compute_inline)):
-                    if any(sch.get(c).name_hint == sch.get(block).name_hint for c in sch.get_consumers(anchor)):
-                        epilogues.append(block)
+                inlined = any(_try(inline, block) for inline in (sch.compute_inline, sch.reverse_compute_inline))
+                if not inlined and any(sch.get(c).name_hint == sch.get(block).name_hint for c in sch.get_consumers(anchor)):
+                    epilogues.append(block)
         loops, ivs = sch.get_loops(anchor), sch.get(anchor).iter_vars
         spatial = [(l, int(iv.dom.extent)) for l, iv in zip(loops, ivs) if int(iv.iter_type) != REDUCE]
         reduce = [(l, int(iv.dom.extent)) for l, iv in zip(loops, ivs) if int(iv.iter_type) == REDUCE]

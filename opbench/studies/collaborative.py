@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from opbench.engines._base import Engine, Space
 from opbench.engines.driver import run_tuning
 from opbench.exceptions import ConfigError, OpBenchError
+from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
-from opbench.resources import Resources
+from opbench.record import Record, is_ok
 from opbench.space import Config, Template
 from opbench.studies.corun import Layout, corun_spec
-from opbench.threads_study import best_config
-from opbench.tracking.schema import Record
+from opbench.studies.threads import best_config
 from opbench.workloads import Workload
 
 OBJECTIVES = ("makespan", "throughput")
@@ -78,7 +78,7 @@ class CoTuning:
         return records[0]
 
     def better(self, best: Best | None, corun: Record, configs: list[Config], layout: Layout) -> Best | None:
-        if corun["status"] != "ok":
+        if not is_ok(corun):
             return best
         if best is None or objective_value(corun, self.objective) < objective_value(best.corun, self.objective):
             return Best(corun, configs, layout)
@@ -103,11 +103,11 @@ class CoTuning:
                 engine.reject(proposal, str(exc))
                 rejects += 1
                 if rejects > MAX_REJECTS:
-                    raise OpBenchError(f"{MAX_REJECTS} invalid joint configs in a row: is the space satisfiable?")
+                    raise OpBenchError(f"{MAX_REJECTS} invalid joint configs in a row: is the space satisfiable?") from exc
                 continue
             rejects = 0
             corun = self.corun(configs, by_label[label], {"approach": "collaborative"})
-            ok = corun["status"] == "ok"
+            ok = is_ok(corun)
             engine.tell(proposal, {**corun, "latency_ms": objective_value(corun, self.objective) if ok else None})
             history.append(corun)
             best = self.better(best, corun, configs, by_label[label])

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from opbench.exceptions import OpBenchError
+from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.corun import CoRunSpec
 from opbench.measure.measurer import Measurer, TrialSpec
-from opbench.resources import Resources, parse_cores
+from opbench.record import Record, is_ok
 from opbench.space import Config
-from opbench.tracking.schema import Record
 from opbench.workloads import Workload
 
 
@@ -86,7 +86,7 @@ def interference(measurer: Measurer, workloads: list[Workload], configs: list[Co
             parent, first, second = measurer.corun(spec)
             for record in (parent, first, second):
                 on_record(record)
-            if parent["status"] == "ok":  # a workload next to itself: the two copies' mean
+            if is_ok(parent):  # a workload next to itself: the two copies' mean
                 matrix.iloc[i, j] = first["slowdown"] if i != j else (first["slowdown"] + second["slowdown"]) / 2
                 matrix.iloc[j, i] = second["slowdown"] if i != j else matrix.iloc[i, j]
         out[f"{mode} {layout.label}"] = matrix

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from opbench.exceptions import OpBenchError
+from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.corun import CoRunSpec
 from opbench.measure.measurer import Measurer, TrialSpec
-from opbench.resources import Resources, parse_cores
+from opbench.record import Record, is_ok
 from opbench.space import Config
-from opbench.tracking.schema import Record
 from opbench.workloads import Workload
 
 SOCIAL = ("makespan", "sum")
@@ -153,7 +153,7 @@ def profile_measurer(measurer: Measurer, workloads: list[Workload], configs: lis
         for record in records:
             on_record(record)
         costs = [math.inf] * len(profile)
-        if records[0]["status"] == "ok":
+        if is_ok(records[0]):
             for p, record in zip(placed, records[1:]):
                 costs[p] = record["latency_ms"]
         return costs

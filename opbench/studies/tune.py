@@ -2,19 +2,19 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from opbench.engines._base import Engine
-from opbench.engines.driver import CORES_KNOB, ENGINE_TRIAL_TAG, measure_references, run_tuning, speedup
+from opbench.engines.driver import CORES_KNOB, ENGINE_TRIAL_TAG, measure_references, run_tuning
 from opbench.exceptions import OpBenchError
-from opbench.progress import TrialPrinter, changed_knobs, table
-from opbench.resources import Resources, parse_cores, parse_thread_counts
+from opbench.hardware.resources import Resources, parse_cores, parse_thread_counts
+from opbench.record import KNOB_PREFIX, Record, best_ok, is_ok, ok_records, speedup
+from opbench.report.progress import TrialPrinter, changed_knobs, table
 from opbench.studies.verify import Verification, speedup_table, verify
-from opbench.tracking.schema import KNOB_PREFIX, Record
 from opbench.workloads import Workload
 
 ENGINES = ("optuna", "nni", "random", "grid", "model", "metaschedule")
@@ -42,8 +42,8 @@ def make_engine(args: argparse.Namespace, workload: Workload, study: str, resume
     from opbench.engines.nni_engine import NniEngine
     from opbench.engines.optuna_engine import OptunaEngine
     from opbench.engines.simple import GridEngine, RandomEngine
+    from opbench.paths import store_dir
     from opbench.space import get_template, load_search_space, search_space_path
-    from opbench.tracking.mlflow_store import store_dir
 
     template = get_template(workload, args.template, args.target)
     space = load_search_space(search_space_path(template))
@@ -65,8 +65,8 @@ def make_engine(args: argparse.Namespace, workload: Workload, study: str, resume
     if args.engine == "random":
         return RandomEngine(space, args.threads, seed)
     if args.engine == "model":
-        from opbench.dataset import read_dataset
         from opbench.engines.model_engine import ModelEngine
+        from opbench.tracking.dataset import read_dataset
 
         warm = read_dataset(args.warm_start) if args.warm_start else None
         return ModelEngine(space, Resources(args.threads, parse_cores(args.cores), args.target), workload, template,
@@ -138,7 +138,7 @@ def run_study(args: argparse.Namespace, argv: list[str], workload: Workload, res
             recorder.mlflow.write(record)
         measurer.warm_up(resources)
         refs = {} if args.no_references else measure_references(measurer, workload, resources, recorder)
-        sink = lambda r: (recorder(r), printer(r))  # noqa: E731
+        sink = lambda r: (recorder(r), printer(r))
         todo = args.trials - done
         if args.engine == "metaschedule":
             records = _metaschedule(args, workload, todo, measurer, sink, resources, recorder)
@@ -184,7 +184,7 @@ def _verify(args: argparse.Namespace, measurer: Any, records: list[Record], reso
     """The best schedule and the references re-measured in fresh processes, stored on the parent run;
     None (the summary then says "not verified") when skipped, remote, or nothing succeeded."""
     if args.verify_rounds < 1 or resources.remote or \
-            not any(r["status"] == "ok" and not r.get("reference") for r in records):
+            not any(is_ok(r) and not r.get("reference") for r in records):
         return None
     print(f"verifying: best and references in fresh processes, {args.verify_rounds} alternating rounds",
           file=sys.stderr)
@@ -212,14 +212,14 @@ def summarize(records: list[Record], refs: dict[str, Record], engine: Engine | N
               recorder: Any, verification: Verification | None = None) -> Record | None:
     """Plot(s) as artifacts, best result on the parent run, and the tables on stdout (speed-ups from
     ``verification``, or marked "not verified")."""
-    from opbench.plots import latency_vs_threads, tuning_curve
+    from opbench.report.plots import latency_vs_threads, tuning_curve
     from opbench.tracking.mlflow_store import study_dir
 
     plots = study_dir("plots", recorder.study, recorder.mlflow.uri)
     curve = tuning_curve(records, refs, title, plots / "tuning_curve.png")
     recorder.mlflow.log_artifact(curve, "plots")
-    ok = [r for r in records if r["status"] == "ok"]
-    best = min(ok, key=lambda r: r["latency_ms"]) if ok else None
+    ok = ok_records(records)
+    best = best_ok(ok)
     if best:
         recorder.mlflow.log_parent(
             params={"best." + k: v for k, v in best.items() if k.startswith(KNOB_PREFIX)},

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from opbench.exceptions import OpBenchError
+from opbench.hardware.resources import LOCAL, Resources, parse_cores
 from opbench.measure.measurer import Measurer, TrialSpec
-from opbench.progress import table
-from opbench.resources import LOCAL, Resources, parse_cores
-from opbench.tracking.schema import KNOB_PREFIX, Record
+from opbench.record import KNOB_PREFIX, Record, is_ok
+from opbench.report.progress import table
 from opbench.workloads import parse_workload
 
 BEST = "best"
@@ -106,7 +106,7 @@ class Verification:
 
 def candidates(records: list[Record]) -> dict[str, Record]:
     """The study's best ok trial and its latest reference of each kind (te_default, template_default, torch, ...)."""
-    ok = [r for r in records if r.get("status") == "ok" and r.get("record_kind", "trial") == "trial"]
+    ok = [r for r in records if is_ok(r) and r.get("record_kind", "trial") == "trial"]
     trials = [r for r in ok if not r.get("reference")]
     if not trials:
         raise OpBenchError("the study has no successful trial to verify")
@@ -147,7 +147,7 @@ def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[st
     for round_, order in alternating(list(specs), rounds):
         for name, record in zip(order, measurer.measure_fresh([specs[n] for n in order])):
             record.update(record_kind=VERIFY_KIND, verified_as=name, verify_round=round_)
-            ok = record["status"] == "ok"
+            ok = is_ok(record)
             out[name].rounds_ms.append(record["latency_ms"] if ok else math.nan)
             if not ok:
                 out[name].errors.append(f"{record['status']}: {record.get('error', '')}"[:300])
@@ -193,7 +193,7 @@ def speedup_table(best: Record | None, references: dict[str, Record], verificati
     tuned = {BEST: best, **references} if best else dict(references)
     rows = []
     for name, record in tuned.items():
-        tuned_ms = record.get("latency_ms", math.nan) if record.get("status") == "ok" else math.nan
+        tuned_ms = record.get("latency_ms", math.nan) if is_ok(record) else math.nan
         ratio = tuned_ms / best["latency_ms"] if best and name != BEST else math.nan
         schedule = verification.schedules.get(name) if verification else None
         lat = schedule.latency if schedule else None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from opbench.tracking.schema import Record, column_order, kind_of, to_json_value
+from opbench.record import Record, column_order, kind_of, to_json_value
 
 
 class JsonlWriter:

@@ -5,23 +5,16 @@ import contextlib
 import fcntl
 import math
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from opbench.tracking.schema import JSON_TAGS, Record, from_mlflow_value, kind_of
+from opbench.paths import safe_name, store_dir
+from opbench.record import JSON_TAGS, Record, from_mlflow_value, is_ok, kind_of
 
 KIND_TAG = "opbench.kind"  # "study" for parent runs, "trial" for trial runs, "corun" for co-runs
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
-def store_dir() -> Path:
-    """The repository's ``mlflow/`` folder (or ``./mlflow`` when installed elsewhere)."""
-    root = PROJECT_ROOT if (PROJECT_ROOT / "pyproject.toml").exists() else Path.cwd()
-    return root / "mlflow"
 
 
 def study_dir(kind: str, study: str, tracking_uri: str | None = None) -> Path:
@@ -30,11 +23,6 @@ def study_dir(kind: str, study: str, tracking_uri: str | None = None) -> Path:
     uri = tracking_uri or default_tracking_uri()
     base = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else store_dir()
     return base / kind / safe_name(study)
-
-
-def safe_name(text: str) -> str:
-    """``text`` usable as a file name (workload specs hold ':' and ',')."""
-    return re.sub(r"[^\w.-]+", "_", text)
 
 
 def default_tracking_uri() -> str:
@@ -75,7 +63,7 @@ def experiment_id(client: Any, name: str, uri: str) -> str:
         location = (Path(uri.removeprefix("sqlite:///")).parent / "artifacts" / name).as_uri()
     try:
         return client.create_experiment(name, artifact_location=location)
-    except Exception:  # noqa: BLE001 - another worker created it first
+    except Exception:
         exp = client.get_experiment_by_name(name)
         if exp is None:
             raise
@@ -144,7 +132,7 @@ class MlflowWriter:
                      "mlflow.runName": run_name})
         run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
         self.client.log_batch(run_id, metrics=metrics, params=params)
-        self.client.set_terminated(run_id, "FINISHED" if record.get("status") == "ok" else "FAILED")
+        self.client.set_terminated(run_id, "FINISHED" if is_ok(record) else "FAILED")
         self.trial_runs[str(record.get("trial_id"))] = run_id
         return run_id
 

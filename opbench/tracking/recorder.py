@@ -4,9 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from opbench.record import Record
 from opbench.tracking.jsonl import JsonlWriter
 from opbench.tracking.mlflow_store import MlflowWriter
-from opbench.tracking.schema import Record
 
 
 class Recorder:

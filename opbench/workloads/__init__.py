@@ -15,9 +15,6 @@ def parse_workload(text: str) -> Workload:
 
     Raises :class:`WorkloadError` naming the unknown operator/preset or the bad key.
     """
-    from opbench.plugins import load_plugins
-
-    load_plugins()
     text = text.strip()
     if text.startswith(MODEL_PREFIX):  # a model's operator, named model:NAME/FUNC
         workload = parse_workload(model_spec(text))

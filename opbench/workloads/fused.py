@@ -5,19 +5,46 @@ unscheduled, so a tuned schedule is checked against the model's own computation.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from opbench.exceptions import WorkloadError
 from opbench.workloads._base import Axis, Operator, Params
 
+if TYPE_CHECKING:
+    from tvm.s_tir import Schedule
+
 MODEL_PREFIX = "model:"
+
+REDUCE = 2  # tirx.IterVar.CommReduce
+
+
+def child_blocks(sch: Schedule) -> list[Any]:
+    return list(sch.get_child_blocks(sch.get_sblock("root")))
+
+
+def anchor_block(sch: Schedule) -> Any:
+    """The last block with a reduction axis, else the last block."""
+    blocks = child_blocks(sch)
+    reducing = [b for b in blocks if any(int(iv.iter_type) == REDUCE for iv in sch.get(b).iter_vars)]
+    return (reducing or blocks)[-1]
+
+
+def anchor_axes(func: Any) -> list[Axis]:
+    """The anchor block's axes of a PrimFunc: spatial first, then reduction, as the template sees them."""
+    import tvm
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    ivs = sch.get(anchor_block(sch)).iter_vars
+    axes = [Axis(str(iv.var), int(iv.dom.extent), int(iv.iter_type) == REDUCE) for iv in ivs]
+    return [a for a in axes if not a.reduce] + [a for a in axes if a.reduce]
 
 
 @functools.cache
 def _load(model: str, func: str, batch: int, seq_len: int) -> tuple[Any, Any]:
-    from opbench.models.cache import load_op
+    from opbench.workloads.models.cache import load_op
 
     return load_op(model, func, batch, seq_len)
 
@@ -26,7 +53,7 @@ def _load(model: str, func: str, batch: int, seq_len: int) -> tuple[Any, Any]:
 def _reference_executable(model: str, func: str, batch: int, seq_len: int) -> Any:
     import tvm
 
-    from opbench.targets import make_target
+    from opbench.hardware.targets import make_target
 
     return tvm.compile(tvm.IRModule({"main": _load(model, func, batch, seq_len)[1]}), make_target("llvm", 1))
 
@@ -34,8 +61,6 @@ def _reference_executable(model: str, func: str, batch: int, seq_len: int) -> An
 @functools.cache
 def _axes(model: str, func: str, batch: int, seq_len: int) -> tuple[Axis, ...]:
     """The anchor block's loops (found on a fresh Schedule: once per operator, not per record)."""
-    from opbench.space.fused import anchor_axes
-
     return tuple(anchor_axes(_load(model, func, batch, seq_len)[1]))
 
 

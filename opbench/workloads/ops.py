@@ -11,8 +11,8 @@ from opbench.workloads._base import Axis, Operator, Params, conv_out, positive
 from opbench.workloads.fused import Fused
 
 
-def _F():  # noqa: N802 - torch.nn.functional, imported lazily
-    import torch.nn.functional as F  # noqa: N812
+def _F():
+    import torch.nn.functional as F
 
     return F
 
@@ -225,7 +225,7 @@ class Conv2d(Operator):
         return [data, weight, out]
 
     def torch_impl(self, p):
-        F = _F()  # noqa: N806
+        F = _F()
         return lambda x, w: F.conv2d(x, w, stride=p["stride"], padding=p["pad"], dilation=p["dilation"])
 
 
@@ -269,7 +269,7 @@ class DepthwiseConv2d(Conv2d):
         return [data, weight, out]
 
     def torch_impl(self, p):
-        F = _F()  # noqa: N806
+        F = _F()
         return lambda x, w: F.conv2d(x, w.unsqueeze(1), stride=p["stride"], padding=p["pad"],
                                      dilation=p["dilation"], groups=p["c"])
 
@@ -312,7 +312,7 @@ class Pool2d(DepthwiseConv2d):
         return [data, out]
 
     def torch_impl(self, p):
-        F = _F()  # noqa: N806
+        F = _F()
         window = (p["r"], p["s"])
         if p["kind"] == "max":
             return lambda x: F.max_pool2d(x, window, stride=p["stride"], padding=p["pad"], dilation=p["dilation"])
@@ -415,7 +415,7 @@ class LayerNorm(_RowOp):
         return (x - mean) / np.sqrt(var + self.eps) * gamma + beta
 
     def torch_impl(self, p):
-        F = _F()  # noqa: N806
+        F = _F()
         return lambda x, g, b: F.layer_norm(x, (p["n"],), g, b, self.eps)
 
 

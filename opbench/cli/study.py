@@ -6,18 +6,20 @@ import argparse
 import math
 
 from opbench.exceptions import OpBenchError
-from opbench.progress import TrialPrinter, corun_line, table
+from opbench.record import is_ok
+from opbench.report.progress import TrialPrinter, corun_line, table
 
 
 def cmd_study_threads(args: argparse.Namespace) -> int:
-    from opbench.features import op_features
+    from opbench.hardware.resources import Resources, parse_thread_counts
+    from opbench.measure.features import op_features
     from opbench.measure.measurer import MeasureOptions, Measurer, TrialSpec
-    from opbench.plots import thread_scaling
-    from opbench.resources import Resources, parse_thread_counts
+    from opbench.paths import safe_name
+    from opbench.report.plots import thread_scaling
     from opbench.space import get_template
-    from opbench.threads_study import Scaling, best_config, fit_turning_points
+    from opbench.studies.threads import Scaling, best_config, fit_turning_points
     from opbench.tracking import Recorder, read_mlflow_records
-    from opbench.tracking.mlflow_store import safe_name, study_dir
+    from opbench.tracking.mlflow_store import study_dir
     from opbench.workloads import parse_workload
 
     threads = sorted(set(parse_thread_counts(args.threads)))
@@ -40,7 +42,7 @@ def cmd_study_threads(args: argparse.Namespace) -> int:
                     record = measurer.measure(TrialSpec(workload, config, Resources(t), tags={"scaling_config": label}))
                     recorder(record)
                     printer(record)
-                    latencies.append(record["latency_ms"] if record["status"] == "ok" else math.nan)
+                    latencies.append(record["latency_ms"] if is_ok(record) else math.nan)
                 scalings.append(Scaling(workload.name, label, threads, latencies, op_features(workload)))
             mine = [s for s in scalings if s.workload == workload.name]
             plot = thread_scaling({s.config_name: (s.threads, s.latency_ms, s.efficiency) for s in mine},
@@ -63,7 +65,7 @@ def cmd_study_threads(args: argparse.Namespace) -> int:
 def study_configs(names: list[str], best_from: list[str] | None, tracking_uri: str | None) -> tuple[list, list]:
     """Workloads and their configs: each one's best from the ``best_from`` studies, else its template default."""
     from opbench.space import get_template
-    from opbench.threads_study import best_config
+    from opbench.studies.threads import best_config
     from opbench.tracking import read_mlflow_records
     from opbench.workloads import parse_workload
 
@@ -87,7 +89,7 @@ def corun_layouts(texts: list[str] | None, members: int) -> list:
 def cmd_study_corun(args: argparse.Namespace) -> int:
     from opbench.measure.corun import MODES
     from opbench.measure.measurer import MeasureOptions, Measurer
-    from opbench.plots import slowdown_heatmaps
+    from opbench.report.plots import slowdown_heatmaps
     from opbench.studies.corun import interference
     from opbench.tracking import Recorder
     from opbench.tracking.mlflow_store import study_dir

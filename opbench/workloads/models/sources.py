@@ -52,7 +52,7 @@ def _onnx_inputs(path: Path) -> tuple[np.ndarray, ...]:
         raise OpBenchError("ONNX models need the 'onnx' package: pip install onnx") from exc
     try:
         graph = onnx.load(str(path)).graph
-    except Exception as exc:  # noqa: BLE001 - a truncated or foreign file
+    except Exception as exc:
         raise OpBenchError(f"{path}: not a readable ONNX model: {exc}") from exc
     weights = {i.name for i in graph.initializer}
     rng, out = np.random.default_rng(0), []
@@ -141,7 +141,7 @@ def _simple(spec: str) -> tuple[Any, tuple[Any, ...]]:
 
 def model_names() -> list[str]:
     """Every named model, each with its tiny variant (and ``simple:WORKLOAD`` for any catalogue workload)."""
-    from opbench.models.hf import HF_MODELS
+    from opbench.workloads.models.hf import HF_MODELS
 
     return [n + variant for n in (*TORCH_MODELS, *HF_MODELS) for variant in ("", TINY)]
 
@@ -162,7 +162,7 @@ def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
     if base in TORCH_MODELS:
         module, inputs = TORCH_MODELS[base](tiny, batch, min(seq_len, 8) if tiny else min(seq_len, 32))
         return ModelSource(name, "torch", module.eval(), inputs)
-    from opbench.models.hf import HF_MODELS, build_hf
+    from opbench.workloads.models.hf import HF_MODELS, build_hf
 
     if base in HF_MODELS:
         module, inputs = build_hf(base, tiny, batch, seq_len)

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from opbench.exceptions import WorkloadError
-from opbench.models.extract import FusedOp, fuse, fused_ops, import_model
-from opbench.models.sources import load_model
-from opbench.tracking.mlflow_store import safe_name, store_dir
+from opbench.paths import safe_name, store_dir
+from opbench.workloads.models.extract import FusedOp, fuse, fused_ops, import_model
+from opbench.workloads.models.sources import load_model
 
 INDEX = "ops.json"
 

@@ -5,10 +5,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from opbench.engines.driver import speedup
-from opbench.plots import best_so_far, engine_curves, latency_vs_threads
-from opbench.progress import changed_knobs, table
-from opbench.tracking.schema import KNOB_PREFIX, Record
+from opbench.record import KNOB_PREFIX, Record, best_ok, is_ok, ok_records, speedup
+from opbench.report.plots import best_so_far, engine_curves, latency_vs_threads
+from opbench.report.progress import changed_knobs, table
 
 
 @dataclass
@@ -38,8 +37,8 @@ def split_records(records: list[Record]) -> tuple[dict[str, list[Record]], dict[
 def summarize_engine(engine: str, records: list[Record], refs: dict[str, Record]) -> EngineSummary:
     curve = best_so_far(records)
     best = curve[-1] if curve else math.inf
-    ok = [r for r in records if r.get("status") == "ok"]
-    best_record = min(ok, key=lambda r: r["latency_ms"]) if ok else None
+    ok = ok_records(records)
+    best_record = best_ok(ok)
     reach = next((i for i, b in enumerate(curve, start=1) if b <= 1.1 * best), 0) if best < math.inf else 0
     times = [r["finished_at"] for r in records if r.get("finished_at")]
     wall = (max(times) - min(times) + records[0].get("trial_s", 0.0)) if times else math.nan
@@ -57,7 +56,7 @@ def summary_table(summaries: list[EngineSummary]) -> str:
 def pareto_ids(records: list[Record]) -> set[str]:
     """Trials no other trial beats on both latency and threads (fewer threads, lower latency)."""
     front, best = set(), math.inf
-    for record in sorted((r for r in records if r.get("status") == "ok"), key=lambda r: (r["threads"], r["latency_ms"])):
+    for record in sorted((r for r in records if is_ok(r)), key=lambda r: (r["threads"], r["latency_ms"])):
         if record["latency_ms"] < best:
             best = record["latency_ms"]
             front.add(record["trial_id"])
@@ -88,9 +87,8 @@ def write_report(records: list[Record], title: str, out: Path) -> tuple[list[Eng
     paths = [engine_curves(series, refs, f"{title}: best so far vs trial", out / "curve_vs_trial.png"),
              engine_curves(series, refs, f"{title}: best so far vs wall time", out / "curve_vs_time.png", "time"),
              latency_vs_threads(trials, pareto_ids(trials), f"{title}: latency vs threads", out / "latency_vs_threads.png")]
-    ok = [r for r in trials if r.get("status") == "ok"]
-    if ok:
-        best = min(ok, key=lambda r: r["latency_ms"])
+    best = best_ok(trials)
+    if best:
         tir = out / "best_schedule.py"
         tir.write_text(f"# {best['workload']} best: {best['latency_ms']:.4f} ms, {best.get('engine')}, "
                        f"threads={best['threads']} {changed_knobs(best)}\n" + best_tir(best))

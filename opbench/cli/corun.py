@@ -7,8 +7,8 @@ import itertools
 import os
 
 from opbench.exceptions import OpBenchError
-from opbench.progress import TrialPrinter, corun_line, table
-from opbench.tracking.schema import Record
+from opbench.record import Record, is_ok
+from opbench.report.progress import TrialPrinter, corun_line, table
 
 
 def _logger(recorder, total: int | None):  # -> Callable[[Record], None]
@@ -25,9 +25,9 @@ def _logger(recorder, total: int | None):  # -> Callable[[Record], None]
 
 
 def cmd_tune_together(args: argparse.Namespace) -> int:
-    from opbench.cli_study import corun_layouts
+    from opbench.cli.study import corun_layouts
     from opbench.measure.measurer import MeasureOptions, Measurer
-    from opbench.plots import engine_curves
+    from opbench.report.plots import engine_curves
     from opbench.space import get_template
     from opbench.studies.collaborative import CoTuning, compare, objective_value
     from opbench.tracking import Recorder
@@ -57,7 +57,7 @@ def cmd_tune_together(args: argparse.Namespace) -> int:
                 metrics[f"{label.split()[0]}_objective"] = value
         metrics["gain"] = result.gain(args.objective)
         recorder.mlflow.log_parent({"objective": args.objective, "mode": args.mode}, metrics)
-        curve = [{"status": r["status"], "latency_ms": objective_value(r, args.objective) if r["status"] == "ok"
+        curve = [{"status": r["status"], "latency_ms": objective_value(r, args.objective) if is_ok(r)
                   else None} for r in result.history]
         refs = {"independent + co-run": {"status": "ok", "latency_ms": metrics["independent_objective"]}} \
             if result.alone is not None else {}
@@ -73,9 +73,9 @@ def cmd_tune_together(args: argparse.Namespace) -> int:
 
 
 def cmd_place(args: argparse.Namespace) -> int:
-    from opbench.cli_study import study_configs
+    from opbench.cli.study import study_configs
     from opbench.measure.measurer import MeasureOptions, Measurer
-    from opbench.plots import placement_costs
+    from opbench.report.plots import placement_costs
     from opbench.studies import placement as game
     from opbench.tracking import Recorder
     from opbench.tracking.mlflow_store import study_dir
@@ -128,7 +128,7 @@ def cmd_place(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from opbench.cli_study import corun_options
+    from opbench.cli.study import corun_options
     from opbench.measure.corun import MODES
     from opbench.studies.collaborative import OBJECTIVES
     from opbench.studies.placement import SOCIAL

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from opbench.exceptions import OpBenchError
-from opbench.tracking.schema import SCHEMA_VERSION, Record, latency_stats, new_trial_id
+from opbench.record import SCHEMA_VERSION, Record, latency_stats, new_trial_id
 
 FAILED_RUN_S = 1e9  # MetaSchedule stores 1e10 s for a failed run
 
@@ -33,14 +33,14 @@ def import_metaschedule(folder: Path | str, study: str) -> list[Record]:
     from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
 
-    from opbench.features import schedule_features
+    from opbench.measure.features import schedule_features
 
     folder = Path(folder)
     workload_path, record_path = database_files(folder)
     try:
         database = ms.database.JSONDatabase(path_workload=str(workload_path), path_tuning_record=str(record_path))
         tuning_records = database.get_all_tuning_records()
-    except Exception as exc:  # noqa: BLE001 - TVM raises several types for a corrupt file
+    except Exception as exc:
         raise OpBenchError(f"{folder}: cannot read the MetaSchedule database: {exc}") from exc
     out = []
     for tuning in tuning_records:

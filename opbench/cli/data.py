@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 from opbench.exceptions import OpBenchError
-from opbench.progress import table
+from opbench.report.progress import table
 
 
 def cmd_dataset_export(args: argparse.Namespace) -> int:
-    from opbench.dataset import card, load_records, write_dataset
+    from opbench.tracking.dataset import card, load_records, write_dataset
 
     frame = load_records(args.source, args.experiment or (), args.log or (), args.tracking_uri,
                          args.status or (), args.op or (), args.host or (), args.kind)
@@ -23,9 +23,9 @@ def cmd_dataset_export(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset_import_ms(args: argparse.Namespace) -> int:
-    from opbench.dataset import card, write_dataset
-    from opbench.dataset.metaschedule_import import import_metaschedule
     from opbench.tracking import Recorder
+    from opbench.tracking.dataset import card, write_dataset
+    from opbench.tracking.dataset.metaschedule_import import import_metaschedule
     from opbench.tracking.jsonl import records_frame
 
     study = args.study or f"ms-import-{Path(args.folder).resolve().name}"
@@ -42,9 +42,9 @@ def cmd_dataset_import_ms(args: argparse.Namespace) -> int:
 
 
 def _log_predictor_run(args: argparse.Namespace, model, metrics: dict[str, float], plot: Path, n_train: int) -> None:
-    import mlflow
     import mlflow.xgboost
 
+    import mlflow
     from opbench.tracking.mlflow_store import default_tracking_uri, ensure_store, experiment_id
 
     uri = args.tracking_uri or default_tracking_uri()
@@ -63,9 +63,9 @@ def _metrics_table(metrics: dict[str, float]) -> str:
 
 
 def cmd_predictor_train(args: argparse.Namespace) -> int:
-    from opbench.dataset import read_dataset
-    from opbench.plots import predicted_vs_measured
-    from opbench.predictor import LatencyModel, evaluate, split
+    from opbench.engines.predictor import LatencyModel, evaluate, split
+    from opbench.report.plots import predicted_vs_measured
+    from opbench.tracking.dataset import read_dataset
 
     train, test = split(read_dataset(args.data), args.split, args.seed)
     model = LatencyModel(seed=args.seed).fit(train)
@@ -83,8 +83,8 @@ def cmd_predictor_train(args: argparse.Namespace) -> int:
 
 
 def cmd_predictor_eval(args: argparse.Namespace) -> int:
-    from opbench.dataset import read_dataset
-    from opbench.predictor import LatencyModel, evaluate
+    from opbench.engines.predictor import LatencyModel, evaluate
+    from opbench.tracking.dataset import read_dataset
 
     print(_metrics_table(evaluate(LatencyModel.load(args.model), read_dataset(args.data))))
     return 0
@@ -93,10 +93,10 @@ def cmd_predictor_eval(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from opbench.features import schedule_features, static_features
-    from opbench.predictor import LatencyModel
-    from opbench.resources import Resources, host_facts
-    from opbench.targets import make_target
+    from opbench.engines.predictor import LatencyModel
+    from opbench.hardware.resources import Resources, host_facts
+    from opbench.hardware.targets import make_target
+    from opbench.measure.features import schedule_features, static_features
     from opbench.space import get_template
     from opbench.workloads import parse_workload
 

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from opbench.exceptions import ResourceError
-from opbench.progress import table
-from opbench.resources import LOCAL
+from opbench.hardware.resources import LOCAL
+from opbench.report.progress import table
 
 
 def add_device_flags(p: argparse.ArgumentParser) -> None:
@@ -33,7 +33,8 @@ def device_of(args: argparse.Namespace) -> str:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from opbench.measure.rpc import list_devices, parse_tracker
+    from opbench.hardware.devices import parse_tracker
+    from opbench.measure.rpc import list_devices
 
     host, port = parse_tracker(args.tracker)
     keys = list_devices(host, port)
@@ -48,7 +49,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 def cmd_targets(args: argparse.Namespace) -> int:
     import shutil
 
-    from opbench.targets import BOARDS
+    from opbench.hardware.targets import BOARDS
 
     rows: list[tuple[Any, ...]] = [("llvm", "this host's CPU (AVX2/FMA as detected)", "-", "-"),
                                    ("cuda [-arch=sm_XX]", "NVIDIA GPU (local, or through a tracker)", "-", "-")]
@@ -59,8 +60,8 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 
 def cmd_board_serve(args: argparse.Namespace) -> int:
-    from opbench.board import serve
-    from opbench.measure.rpc import parse_tracker
+    from opbench.hardware.board import serve
+    from opbench.hardware.devices import parse_tracker
 
     serve(parse_tracker(args.tracker), args.key, args.host, args.port)
     return 0

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from opbench.exceptions import OpBenchError
-from opbench.tracking.schema import FEATURE_PREFIX, KNOB_PREFIX
+from opbench.record import FEATURE_PREFIX, KNOB_PREFIX
 
 
 def _all_experiments(tracking_uri: str | None) -> list[str]:

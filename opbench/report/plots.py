@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from opbench.tracking.schema import Record
+from opbench.record import Record, is_ok
 
 
 def _pyplot() -> Any:
@@ -32,7 +32,7 @@ def best_so_far(records: Iterable[Record]) -> list[float]:
     """Running minimum of ok latencies, one value per trial (inf until the first ok trial)."""
     best, out = math.inf, []
     for record in records:
-        if record.get("status") == "ok":
+        if is_ok(record):
             best = min(best, record["latency_ms"])
         out.append(best)
     return out
@@ -40,14 +40,14 @@ def best_so_far(records: Iterable[Record]) -> list[float]:
 
 def _references(ax: Any, references: dict[str, Record], first_color: int) -> None:
     for n, (name, ref) in enumerate(references.items(), start=first_color):
-        if ref.get("status") == "ok":
+        if is_ok(ref):
             ax.axhline(ref["latency_ms"], linestyle="--", linewidth=1, color=f"C{n % 10}", label=name)
 
 
 def tuning_curve(records: list[Record], references: dict[str, Record], title: str, path: Path) -> Path:
     """Best-so-far latency against trial number, each trial's latency as a dot, references as lines."""
     fig, ax = _pyplot().subplots(figsize=(7, 4))
-    dots = [(i, r["latency_ms"]) for i, r in enumerate(records, start=1) if r.get("status") == "ok"]
+    dots = [(i, r["latency_ms"]) for i, r in enumerate(records, start=1) if is_ok(r)]
     if dots:
         ax.scatter(*zip(*dots), s=8, color="0.6", label="trial")
     curve = [(i, b) for i, b in enumerate(best_so_far(records), start=1) if b < math.inf]
@@ -83,7 +83,7 @@ def engine_curves(series: dict[str, list[Record]], references: dict[str, Record]
 def latency_vs_threads(records: list[Record], front: set[str], title: str, path: Path) -> Path:
     """Every ok trial's latency against its thread count, Pareto-optimal trials (by trial_id) marked."""
     fig, ax = _pyplot().subplots(figsize=(6, 4))
-    ok = [r for r in records if r.get("status") == "ok"]
+    ok = [r for r in records if is_ok(r)]
     ax.scatter([r["threads"] for r in ok], [r["latency_ms"] for r in ok], s=10, color="0.6", label="trial")
     best = sorted((r["threads"], r["latency_ms"]) for r in ok if r.get("trial_id") in front)
     if best:

@@ -6,12 +6,13 @@ import argparse
 import math
 
 from opbench.exceptions import OpBenchError
-from opbench.progress import TrialPrinter, table
+from opbench.record import is_ok
+from opbench.report.progress import TrialPrinter, table
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from opbench.models.hf import HF_MODELS
-    from opbench.models.sources import TINY, TORCH_MODELS
+    from opbench.workloads.models.hf import HF_MODELS
+    from opbench.workloads.models.sources import TINY, TORCH_MODELS
 
     rows = [(name, "torch", f"{name}{TINY}") for name in TORCH_MODELS]
     rows += [(name, "transformers", f"{name}{TINY}") for name in HF_MODELS]
@@ -25,10 +26,10 @@ def _profile(args: argparse.Namespace):  # -> ModelProfile
     """Profile ``args.model`` with ``args.threads`` threads, a line per operator, and cache its operators."""
     import tvm
 
+    from opbench.hardware.targets import make_target
     from opbench.models import cache
-    from opbench.models.profile import profile_model
-    from opbench.models.sources import load_model
-    from opbench.targets import make_target
+    from opbench.studies.models.profile import profile_model
+    from opbench.workloads.models.sources import load_model
 
     source = load_model(args.model, args.batch, args.seq_len)
     tvm.get_global_func("runtime.config_threadpool")(-3, args.threads, [])
@@ -41,10 +42,10 @@ def _profile(args: argparse.Namespace):  # -> ModelProfile
 
 
 def cmd_model_ops(args: argparse.Namespace) -> int:
-    from opbench.models.profile import reference_name
-    from opbench.models.sources import SIMPLE_PREFIX
+    from opbench.studies.models.profile import reference_name
     from opbench.tracking import Recorder
     from opbench.workloads.fused import model_name
+    from opbench.workloads.models.sources import SIMPLE_PREFIX
 
     profile = _profile(args)
     ops = sorted(profile.ops, key=lambda o: -o.share)
@@ -80,19 +81,19 @@ def tune_model(args: argparse.Namespace) -> dict:
     """Profile the model, tune its key operators, build it with them: per-op rows and model metrics."""
     from opbench.engines.driver import run_tuning
     from opbench.engines.simple import GridEngine
-    from opbench.studies.tune import make_engine
+    from opbench.hardware.resources import Resources
+    from opbench.hardware.targets import make_target
     from opbench.measure.measurer import MeasureOptions, Measurer
-    from opbench.models.extract import time_model
-    from opbench.models.profile import check_outputs
-    from opbench.models.tuned import TunedOp, apply_database, write_database
-    from opbench.resources import Resources
-    from opbench.targets import make_target
     from opbench.space import get_template
-    from opbench.threads_study import best_config
+    from opbench.studies.models.profile import check_outputs
+    from opbench.studies.models.tuned import TunedOp, apply_database, write_database
+    from opbench.studies.threads import best_config
+    from opbench.studies.tune import make_engine
     from opbench.tracking import Recorder
     from opbench.tracking.mlflow_store import study_dir
     from opbench.workloads import parse_workload
     from opbench.workloads.fused import model_name
+    from opbench.workloads.models.extract import time_model
 
     if args.trials_per_op < 1:
         raise OpBenchError(f"--trials-per-op must be >= 1, got {args.trials_per_op}")
@@ -115,11 +116,11 @@ def tune_model(args: argparse.Namespace) -> dict:
             engine = make_engine(args, workload, f"{study}-{op.name}", False, args.seed) if op.name in key \
                 else GridEngine({k: {"_type": "choice", "_value": [v]} for k, v in default.items()}, args.threads)
             printer = TrialPrinter(trials)
-            records = run_tuning(engine, workload, trials, measurer, lambda r: (recorder(r), printer(r)),
+            records = run_tuning(engine, workload, trials, measurer, lambda r, p=printer: (recorder(r), p(r)),
                                  Resources(args.threads))
             engine.close()
             config = best_config(records, workload.name)
-            best = min((r["latency_ms"] for r in records if r["status"] == "ok"), default=math.inf)
+            best = min((r["latency_ms"] for r in records if is_ok(r)), default=math.inf)
             if config is None or best >= op.latency_ms:
                 print(f"    nothing faster than TVM's default lowering for {op.name}: it keeps that", flush=True)
                 continue
@@ -150,7 +151,7 @@ def _verify_model(args: argparse.Namespace, profile, tuned_mod, tuned_ms: float,
     (None with --verify-rounds 0)."""
     from functools import partial
 
-    from opbench.models.fresh import export_model, in_fresh_process, torch_ms_here, vm_ms_here
+    from opbench.studies.models.fresh import export_model, in_fresh_process, torch_ms_here, vm_ms_here
     from opbench.studies.verify import BEST, verify_timers
 
     if args.verify_rounds < 1:

@@ -10,9 +10,17 @@ from typing import Any
 import numpy as np
 
 from opbench.exceptions import OpBenchError
-from opbench.models.extract import FusedOp, fuse, fused_ops, import_model, mark_shares, time_model, time_primfunc
-from opbench.models.fresh import in_fresh_process, torch_ms_here
-from opbench.models.sources import ModelSource
+from opbench.studies.models.fresh import in_fresh_process, torch_ms_here
+from opbench.workloads.models.extract import (
+    FusedOp,
+    fuse,
+    fused_ops,
+    import_model,
+    mark_shares,
+    time_model,
+    time_primfunc,
+)
+from opbench.workloads.models.sources import ModelSource
 
 
 @dataclass

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from opbench.exceptions import OpBenchError
-from opbench.tracking.schema import FEATURE_PREFIX
+from opbench.record import FEATURE_PREFIX, Status
 
 SPLITS = {"random": None, "by-op": "op", "by-threads": "threads", "by-model": "source_model"}
 MS_FEATURE_PREFIX = "feat.ms"
@@ -30,7 +30,7 @@ def trainable(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows with a measured latency."""
     if "status" not in frame or "latency_ms" not in frame:
         raise OpBenchError("the dataset has no 'status'/'latency_ms' columns: is it an OpBench record table?")
-    return frame[(frame["status"] == "ok") & frame["latency_ms"].gt(0)].reset_index(drop=True)
+    return frame[(frame["status"] == Status.OK.value) & frame["latency_ms"].gt(0)].reset_index(drop=True)
 
 
 def feature_columns(frame: pd.DataFrame, static_only: bool = False) -> list[str]:

@@ -27,12 +27,12 @@ def in_fresh_process(fn: Callable[..., float], *args: Any, lock: HostLock | None
 
 def torch_ms_here(name: str, batch: int, seq_len: int, threads: int, repeat: int) -> float:
     """PyTorch eager on ``name``: median ms per forward (one discarded warm-up run)."""
-    from opbench.resources import Resources
+    from opbench.hardware.resources import Resources
 
     os.environ.update(Resources(threads).worker_env())  # before OpenMP starts its threads
     import torch
 
-    from opbench.models.sources import load_model
+    from opbench.workloads.models.sources import load_model
 
     source = load_model(name, batch, seq_len)
     torch.set_num_threads(threads)
@@ -56,7 +56,7 @@ def export_model(mod: Any, target: Any, path: Path) -> Path:
 
 def vm_ms_here(library: str, inputs: list[np.ndarray], threads: int, repeat: int) -> float:
     """A model exported by :func:`export_model`, on the Relax VM with ``threads`` threads: median ms per run."""
-    from opbench.resources import Resources
+    from opbench.hardware.resources import Resources
 
     os.environ.update(Resources(threads).worker_env())  # before TVM's thread pool first starts
     import tvm

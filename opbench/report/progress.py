@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from opbench.tracking.schema import KNOB_PREFIX, Record
+from opbench.record import KNOB_PREFIX, Record, is_ok
 
 
 def _fmt(value: Any) -> str:
@@ -42,7 +42,7 @@ class TrialPrinter:
     def __call__(self, record: Record) -> None:
         self.count += 1
         latency = record.get("latency_ms")
-        if latency is not None and record.get("status") == "ok":
+        if latency is not None and is_ok(record):
             self.best = min(self.best, latency)
         of = f"/{self.total}" if self.total else ""
         result = (f"{latency:9.4f} ms {record.get('gflops', 0):7.1f} GFLOP/s" if latency is not None
@@ -57,7 +57,7 @@ class TrialPrinter:
 def corun_line(record: Record) -> str:
     """One line for a co-run's own record: mode, layout, members, makespan and slowdown (or the error)."""
     head = f"co-run {record['corun_mode']} {record['cores']}: {record['workload']}: {record['status']}"
-    if record["status"] != "ok":
+    if not is_ok(record):
         return f"{head} ({record['error'][:200]})"
     slowdown = f" (x{record['slowdown']:.2f} solo)" if "slowdown" in record else ""
     return f"{head}, makespan {record['makespan_ms']:.4f} ms{slowdown}, {record['gflops_total']:.1f} GFLOP/s"

@@ -11,7 +11,8 @@ from importlib import metadata
 from pathlib import Path
 
 from opbench.exceptions import ResourceError
-from opbench.targets import BOARDS, check_target
+from opbench.hardware.devices import parse_device
+from opbench.hardware.targets import BOARDS, check_target
 
 LOCAL = "local"
 # TVM's pool workers spin (sched_yield in a loop) this many times before they sleep. TVM 0.27's default,
@@ -39,8 +40,6 @@ class Resources:
             raise ResourceError(f"threads must be >= 1, got {self.threads}")
         check_target(self.target)
         if self.device != LOCAL:
-            from opbench.measure.rpc import parse_device
-
             parse_device(self.device)
             if self.cores is not None:
                 raise ResourceError("core sets apply to local runs only; a board's RPC server sets its own")

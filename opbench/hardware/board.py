@@ -13,16 +13,14 @@ import signal
 import threading
 
 BOARD_INFO = "opbench.board.info"
-ENERGY_START = "opbench.energy.start"
-ENERGY_STOP = "opbench.energy.stop"
 
 
 def register_functions() -> None:
     """Register the board functions in this process; TVM's server forks its sessions from it."""
     import tvm_ffi
 
-    from opbench.energy import local_meter
-    from opbench.resources import host_facts
+    from opbench.hardware.energy import ENERGY_START, ENERGY_STOP, local_meter
+    from opbench.hardware.resources import host_facts
 
     meter = local_meter(gpu=False)
 

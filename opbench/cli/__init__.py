@@ -8,14 +8,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from opbench import cli_corun, cli_data, cli_models, cli_remote, cli_study
+from opbench.cli import corun as cli_corun
+from opbench.cli import data as cli_data
+from opbench.cli import models as cli_models
+from opbench.cli import remote as cli_remote
+from opbench.cli import study as cli_study
 from opbench.engines.nni_engine import TUNERS
 from opbench.engines.nni_experiment import EXPERIMENT_TUNERS
-from opbench.studies.tune import ENGINES
 from opbench.exceptions import OpBenchError
-from opbench.progress import TrialPrinter, table
-from opbench.resources import Resources, parse_cores, parse_thread_counts
-from opbench.tracking.schema import Record
+from opbench.hardware.resources import Resources, parse_cores, parse_thread_counts
+from opbench.plugins import load_plugins
+from opbench.record import Record, is_ok
+from opbench.report.progress import TrialPrinter, table
+from opbench.studies.tune import ENGINES
 from opbench.workloads import OPERATORS, PRESETS, Workload, parse_workload
 from opbench.workloads.ops import parse_value
 
@@ -120,7 +125,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         _print_records([record], True)
     else:
         TrialPrinter(None, sys.stdout)(record)
-    return 0 if record["status"] == "ok" else 1
+    return 0 if is_ok(record) else 1
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -141,7 +146,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.json:
         _print_records(records, True)
         return 0
-    ok = sorted((r for r in records if r["status"] == "ok"), key=lambda r: r["latency_ms"])
+    ok = sorted((r for r in records if is_ok(r)), key=lambda r: r["latency_ms"])
     print(table([(r["latency_ms"], r["gflops"], r["threads"], " ".join(f"{k[5:]}={v}" for k, v in r.items()
                   if k.startswith("knob.") and k[5:] in {g.partition('=')[0] for g in args.grid or []}))
                  for r in ok[: args.top]], ["latency_ms", "GFLOP/s", "threads", "grid point"]))
@@ -157,8 +162,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     args.study = args.study or f"tune-{workload.name}-{engine_label(args)}"
     resources = _resources(args, args.threads)
     if "energy" in args.objectives and not resources.remote:  # a board's meter shows itself per trial
-        from opbench.energy import require_local_meter
-        from opbench.targets import is_gpu
+        from opbench.hardware.energy import require_local_meter
+        from opbench.hardware.targets import is_gpu
 
         require_local_meter(is_gpu(resources.target))
     if resources.remote:  # a batch as large as the devices held, so each step keeps them all busy
@@ -200,7 +205,7 @@ def cmd_nni_new(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from opbench.report import summary_table, write_report
+    from opbench.report.summary import summary_table, write_report
     from opbench.tracking import Recorder, read_mlflow_records
     from opbench.tracking.mlflow_store import KIND_TAG, study_dir
 
@@ -381,11 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        load_plugins()
         return args.func(args)
     except OpBenchError as exc:
         print(f"opbench {args.command}: error: {exc}", file=sys.stderr)
         return 2
 
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,7 +9,7 @@ import functools
 import math
 from typing import Any
 
-from opbench.resources import HostFacts, Resources
+from opbench.hardware.resources import HostFacts, Resources
 from opbench.space import TEMPLATES, Config
 from opbench.workloads import OPERATORS, Workload
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from opbench.exceptions import OpBenchError
-from opbench.models.sources import ModelSource
+from opbench.workloads.models.sources import ModelSource
 
 KEY_SHARE = 0.9  # key operators: the fewest that cover this share of the model's time
 KINDS = ("depthwise_conv2d", "conv2d", "batch_matmul", "matmul", "dense", "softmax", "layer_norm", "pool",
@@ -47,7 +47,7 @@ def import_model(source: ModelSource) -> Any:
             raise OpBenchError("ONNX models need the 'onnx' package: pip install onnx") from exc
         try:
             return from_onnx(onnx.load(str(source.onnx_path)))
-        except Exception as exc:  # noqa: BLE001 - the frontend raises many kinds; name the model
+        except Exception as exc:
             raise OpBenchError(f"{source.onnx_path}: Relax's ONNX frontend cannot import it: {exc}") from exc
     import torch
     from tvm.relax.frontend.torch import from_exported_program
@@ -55,11 +55,11 @@ def import_model(source: ModelSource) -> Any:
     try:
         with torch.no_grad():
             exported = torch.export.export(source.module, source.inputs)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise OpBenchError(f"model '{source.name}': torch.export failed: {str(exc).splitlines()[0]}") from exc
     try:
         return from_exported_program(exported, unwrap_unit_return_tuple=True)
-    except Exception as exc:  # noqa: BLE001 - an operator the frontend cannot convert
+    except Exception as exc:
         raise OpBenchError(f"model '{source.name}': Relax cannot convert it: {str(exc).splitlines()[0]}") from exc
 
 

@@ -1,5 +1,8 @@
 """The record: one flat dict per trial, identical in MLflow and in the JSON-lines log.
 
+Every layer touches it (measure builds it, tracking stores it, engines hear it, studies read it), so
+it lives at the bottom beside the exceptions.
+
 Keys are sorted into MLflow's three kinds by name: ``PARAMS`` and ``knob.*`` are params,
 ``METRICS`` and ``feat.*`` are metrics, everything else is a tag.
 """
@@ -9,10 +12,25 @@ import json
 import math
 import statistics
 import uuid
+from collections.abc import Iterable
+from enum import StrEnum
 from typing import Any
 
 SCHEMA_VERSION = 1
 Record = dict[str, Any]
+
+
+class Status(StrEnum):
+    """Outcome of a trial; stored as the record's ``status`` tag."""
+
+    OK = "ok"
+    INVALID_CONFIG = "invalid_config"
+    BUILD_ERROR = "build_error"
+    RUN_ERROR = "run_error"
+    TIMEOUT = "timeout"
+    WRONG_RESULT = "wrong_result"
+    DEVICE_ERROR = "device_error"  # a remote device: tracker down, no free device, device lost
+
 
 PARAMS = ("workload", "op", "shape", "dtype", "template", "threads", "cores", "target", "host",
           "tvm_version", "source_model", "device", "device_addr", "cache_flush")
@@ -20,7 +38,7 @@ METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gfl
            "build_s", "run_s", "trial_s", "finished_at", "number", "repeat", "max_abs_err",
            # measurement quality: attempts repeated for a high CV, the host's load while timing
            "remeasures", "load_1m", "other_busy_frac",
-           # energy, where a meter could be read (opbench.energy)
+           # energy, where a meter could be read (opbench.hardware.energy)
            "energy_j", "power_w",
            # co-runs (opbench.measure.corun)
            "solo_latency_ms", "slowdown", "makespan_ms", "solo_makespan_ms", "gflops_total", "started_late_ms",
@@ -92,3 +110,25 @@ def from_mlflow_value(key: str, value: Any) -> Any:
         except ValueError:
             return value
     return value
+
+
+def is_ok(record: Record) -> bool:
+    """Whether a trial built, ran and matched its reference (``status`` ok)."""
+    return record.get("status") == Status.OK
+
+
+def ok_records(records: Iterable[Record], workload: str | None = None) -> list[Record]:
+    """The ok records, of ``workload`` only when it is given."""
+    return [r for r in records if is_ok(r) and (workload is None or r.get("workload") == workload)]
+
+
+def best_ok(records: Iterable[Record]) -> Record | None:
+    """The fastest ok record (lowest median latency), or None when none succeeded."""
+    return min(ok_records(records), key=lambda r: r["latency_ms"], default=None)
+
+
+def speedup(reference: Record | None, best: Record | None) -> float:
+    """How many times faster ``best`` is than ``reference`` (NaN when either is missing or failed)."""
+    if not reference or not best or not is_ok(reference):
+        return math.nan
+    return reference["latency_ms"] / best["latency_ms"]

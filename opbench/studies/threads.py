@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from opbench.tracking.schema import KNOB_PREFIX, Record
+from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records
 
 
 @dataclass
@@ -36,11 +36,10 @@ class Scaling:
 
 def best_config(records: list[Record], workload: str) -> dict | None:
     """Knob values of the fastest ok tuning record of ``workload`` (references excluded)."""
-    ok = [r for r in records if r.get("workload") == workload and r.get("status") == "ok"
-          and not r.get("reference") and r.get("template") not in ("te_default", "metaschedule", "torch", "numpy")]
-    if not ok:
+    best = best_ok(r for r in ok_records(records, workload)
+                   if not r.get("reference") and r.get("template") not in ("te_default", "metaschedule", "torch", "numpy"))
+    if best is None:
         return None
-    best = min(ok, key=lambda r: r["latency_ms"])
     return {k[len(KNOB_PREFIX):]: v for k, v in best.items() if k.startswith(KNOB_PREFIX)}
 
 

@@ -11,6 +11,10 @@ from typing import Any, Protocol
 
 from opbench.exceptions import ResourceError
 
+# Names of the board-side functions (registered by hardware.board) that read a board's energy counters.
+ENERGY_START = "opbench.energy.start"
+ENERGY_STOP = "opbench.energy.stop"
+
 RAPL_ROOT = Path("/sys/class/powercap")
 
 
@@ -133,8 +137,6 @@ class BoardMeter:
 
     @classmethod
     def of(cls, session: Any) -> BoardMeter | None:
-        from opbench.board import ENERGY_START, ENERGY_STOP
-
         try:
             start, stop = session.get_function(ENERGY_START), session.get_function(ENERGY_STOP)
             return cls(start, stop) if start() else None  # the board says whether it has a meter

@@ -1,0 +1,1 @@
+"""Whole-model studies: tuned Relax models, fresh-process timings, per-operator profiles."""
