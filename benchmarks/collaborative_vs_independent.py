@@ -14,7 +14,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from opbench.measure.measurer import MeasureOptions, Measurer
+from opbench.measure.measurer import Measurer
+from opbench.measure.types import MeasureOptions
 from opbench.report.progress import TrialPrinter, corun_line, table
 from opbench.space import get_template
 from opbench.studies.collaborative import CoTuning, compare, objective_value

@@ -22,7 +22,8 @@ from opbench.engines.nni_engine import NniEngine
 from opbench.engines.optuna_engine import OptunaEngine
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources, host_facts
-from opbench.measure.measurer import MeasureOptions, Measurer
+from opbench.measure.measurer import Measurer
+from opbench.measure.types import MeasureOptions
 from opbench.record import is_ok
 from opbench.report.plots import engine_curves
 from opbench.report.progress import TrialPrinter, table

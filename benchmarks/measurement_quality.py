@@ -28,7 +28,8 @@ from opbench.engines.driver import measure_references, run_tuning, valid_proposa
 from opbench.engines.optuna_engine import OptunaEngine
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources, host_facts
-from opbench.measure.measurer import MeasureOptions, Measurer, TrialSpec
+from opbench.measure.measurer import Measurer
+from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.record import is_ok
 from opbench.report.plots import predicted_vs_measured
 from opbench.report.progress import table

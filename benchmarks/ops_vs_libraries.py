@@ -19,7 +19,8 @@ import time
 from opbench.engines.driver import measure_references, run_tuning
 from opbench.engines.optuna_engine import OptunaEngine
 from opbench.hardware.resources import Resources, host_facts
-from opbench.measure.measurer import MeasureOptions, Measurer
+from opbench.measure.measurer import Measurer
+from opbench.measure.types import MeasureOptions
 from opbench.report.progress import table
 from opbench.space import get_template, load_search_space, search_space_path
 from opbench.studies.verify import BEST, verify

@@ -24,7 +24,8 @@ from opbench.engines.optuna_engine import OptunaEngine
 from opbench.engines.predictor import LatencyModel, evaluate, split
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources
-from opbench.measure.measurer import MeasureOptions, Measurer
+from opbench.measure.measurer import Measurer
+from opbench.measure.types import MeasureOptions
 from opbench.record import is_ok
 from opbench.report.plots import engine_curves
 from opbench.report.progress import TrialPrinter, table

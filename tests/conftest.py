@@ -38,7 +38,8 @@ os.environ["OPBENCH_MODEL_CACHE"] = tempfile.mkdtemp(prefix="opbench-models-")
 
 @pytest.fixture(scope="session")
 def measurer(tmp_path_factory):
-    from opbench.measure.measurer import MeasureOptions, Measurer
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.types import MeasureOptions
 
     options = MeasureOptions(repeat=3, min_repeat_ms=5.0, run_timeout_s=10.0,
                              lock_path=tmp_path_factory.mktemp("lock") / "timing.lock")

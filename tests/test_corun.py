@@ -9,7 +9,7 @@ from opbench.cli import main
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.corun import CoRunSpec
-from opbench.measure.measurer import TrialSpec
+from opbench.measure.types import TrialSpec
 from opbench.studies import placement as game
 from opbench.studies.corun import layouts_for, parse_layout
 from opbench.tracking import Recorder, read_mlflow

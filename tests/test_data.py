@@ -159,7 +159,7 @@ def test_model_engine_runs_as_a_custom_nni_tuner(logged, measurer, tmp_path):
     from opbench.engines._base import split_threads
     from opbench.engines.nni_experiment import ExperimentSpec, write_experiment
     from opbench.hardware.resources import Resources
-    from opbench.measure.measurer import TrialSpec
+    from opbench.measure.types import TrialSpec
     from opbench.workloads import parse_workload
 
     uri, _, _ = logged

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from opbench.hardware.resources import Resources
-from opbench.measure.measurer import TrialSpec
+from opbench.measure.types import TrialSpec
 from opbench.workloads import parse_workload
 
 SMALL = {

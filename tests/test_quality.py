@@ -8,8 +8,7 @@ import mlflow
 from opbench.cli import main
 from opbench.hardware.resources import Resources
 from opbench.measure._worker import LIBRARY
-from opbench.measure.measurer import TrialSpec
-from opbench.measure.types import LibraryInput, RunInput, Status
+from opbench.measure.types import LibraryInput, RunInput, Status, TrialSpec
 from opbench.measure.worker import Worker
 from opbench.studies.verify import BEST, Verification, Verified, candidates, speedup_table
 from opbench.tracking import read_mlflow

@@ -121,7 +121,7 @@ def test_cuda_configs_and_ops_are_checked():
                     reason="no CUDA GPU on this machine")
 def test_cuda_kernels_run_checked_on_the_gpu(measurer):
     from opbench.hardware.resources import Resources
-    from opbench.measure.measurer import TrialSpec
+    from opbench.measure.types import TrialSpec
 
     for preset in ("matmul-512", "bert-base-attn", "bert-base-ffn1", "resnet50-c2"):
         record = measurer.measure(TrialSpec(parse_workload(preset), {}, Resources(1, target="cuda")))
@@ -152,7 +152,7 @@ def test_rapl_meter_sums_packages_and_survives_a_counter_wrap(tmp_path):
 
 def test_energy_is_absent_not_zero_without_a_meter_and_an_energy_objective_needs_one(measurer, tmp_path):
     from opbench.hardware.resources import Resources
-    from opbench.measure.measurer import TrialSpec
+    from opbench.measure.types import TrialSpec
 
     record = measurer.measure(TrialSpec(parse_workload(SMALL), {}, Resources(1)))
     assert record["status"] == "ok"

@@ -3,7 +3,7 @@ import pandas as pd
 
 import mlflow
 from opbench.hardware.resources import Resources
-from opbench.measure.measurer import TrialSpec
+from opbench.measure.types import TrialSpec
 from opbench.tracking import Recorder, read_jsonl, read_mlflow
 from opbench.tracking.mlflow_store import KIND_TAG
 from opbench.workloads import parse_workload

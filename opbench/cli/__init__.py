@@ -58,7 +58,7 @@ def _grid(items: list[str]) -> list[dict[str, Any]]:
 
 
 def _measure_options(args: argparse.Namespace, build_workers: int = 1):
-    from opbench.measure.measurer import MeasureOptions
+    from opbench.measure.types import MeasureOptions
 
     if args.max_cv <= 0:
         raise UsageError(f"--max-cv must be > 0, got {args.max_cv}")
@@ -112,7 +112,8 @@ def _resources(args: argparse.Namespace, threads: int) -> Resources:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from opbench.measure.measurer import Measurer, TrialSpec
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.types import TrialSpec
 
     workload = parse_workload(args.workload)
     spec = TrialSpec(workload, _config(args), _resources(args, args.threads), args.template)
@@ -129,7 +130,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from opbench.measure.measurer import Measurer, TrialSpec
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.types import TrialSpec
 
     workload: Workload = parse_workload(args.workload)
     base = _config(args)

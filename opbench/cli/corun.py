@@ -26,7 +26,8 @@ def _logger(recorder, total: int | None):  # -> Callable[[Record], None]
 
 def cmd_tune_together(args: argparse.Namespace) -> int:
     from opbench.cli.study import corun_layouts
-    from opbench.measure.measurer import MeasureOptions, Measurer
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.types import MeasureOptions
     from opbench.report.plots import engine_curves
     from opbench.space import get_template
     from opbench.studies.collaborative import CoTuning, compare, objective_value
@@ -74,7 +75,8 @@ def cmd_tune_together(args: argparse.Namespace) -> int:
 
 def cmd_place(args: argparse.Namespace) -> int:
     from opbench.cli.study import study_configs
-    from opbench.measure.measurer import MeasureOptions, Measurer
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.types import MeasureOptions
     from opbench.report.plots import placement_costs
     from opbench.studies import placement as game
     from opbench.tracking import Recorder

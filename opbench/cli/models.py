@@ -83,7 +83,8 @@ def tune_model(args: argparse.Namespace) -> dict:
     from opbench.engines.simple import GridEngine
     from opbench.hardware.resources import Resources
     from opbench.hardware.targets import make_target
-    from opbench.measure.measurer import MeasureOptions, Measurer
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.types import MeasureOptions
     from opbench.space import get_template
     from opbench.studies.models.profile import check_outputs
     from opbench.studies.models.tuned import TunedOp, apply_database, write_database

@@ -13,7 +13,8 @@ from opbench.report.progress import TrialPrinter, corun_line, table
 def cmd_study_threads(args: argparse.Namespace) -> int:
     from opbench.hardware.resources import Resources, parse_thread_counts
     from opbench.measure.features import op_features
-    from opbench.measure.measurer import MeasureOptions, Measurer, TrialSpec
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.types import MeasureOptions, TrialSpec
     from opbench.paths import safe_name
     from opbench.report.plots import thread_scaling
     from opbench.space import get_template
@@ -88,7 +89,8 @@ def corun_layouts(texts: list[str] | None, members: int) -> list:
 
 def cmd_study_corun(args: argparse.Namespace) -> int:
     from opbench.measure.corun import MODES
-    from opbench.measure.measurer import MeasureOptions, Measurer
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.types import MeasureOptions
     from opbench.report.plots import slowdown_heatmaps
     from opbench.studies.corun import interference
     from opbench.tracking import Recorder

@@ -8,7 +8,8 @@ from opbench.engines._base import Engine, Proposal
 from opbench.exceptions import ConfigError
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.hardware.targets import is_gpu
-from opbench.measure.measurer import Measurer, TrialSpec
+from opbench.measure.measurer import Measurer
+from opbench.measure.types import TrialSpec
 from opbench.record import Record
 from opbench.space import Template, get_template
 from opbench.workloads import Workload

@@ -27,7 +27,8 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResul
 from opbench.engines.driver import ENGINE_TRIAL_TAG  # noqa: E402
 from opbench.hardware.resources import Resources  # noqa: E402
 from opbench.hardware.targets import make_target  # noqa: E402
-from opbench.measure.measurer import Measurer, TrialSpec  # noqa: E402
+from opbench.measure.measurer import Measurer  # noqa: E402
+from opbench.measure.types import TrialSpec  # noqa: E402
 from opbench.record import Record, is_ok  # noqa: E402
 from opbench.space.prescheduled import IR_FILE  # noqa: E402
 from opbench.workloads import Workload  # noqa: E402

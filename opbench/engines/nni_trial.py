@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from opbench.engines.driver import measure_references
     from opbench.hardware.resources import Resources, parse_cores
-    from opbench.measure.measurer import MeasureOptions, Measurer, TrialSpec
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.types import MeasureOptions, TrialSpec
     from opbench.plugins import load_plugins
     from opbench.tracking import Recorder
     from opbench.tracking.mlflow_store import nni_parent_run

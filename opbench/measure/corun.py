@@ -18,18 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opbench.exceptions import OpBenchError
-from opbench.hardware.resources import Resources
-from opbench.measure.lock import HostLock
-from opbench.measure.types import BuildResult, CoRunGo, CoRunPrepare, CoRunResult, Status
-from opbench.measure.worker import Worker, WorkerError
+from opbench.measure.types import BuildResult, CoRunResult, Status
 from opbench.record import SCHEMA_VERSION, Record, latency_stats, new_trial_id
 
 if TYPE_CHECKING:
-    from opbench.measure.measurer import TrialSpec
+    from opbench.measure.types import TrialSpec
 
 MODES = ("stream", "full")
-BARRIER_LEAD_S = 0.05  # from releasing the members to their common start
-SAMPLE_MS = 2.0  # full: one timed sample repeats a kernel until it lasts this long; stream: one call each
 
 
 @dataclass(frozen=True)
@@ -53,78 +48,6 @@ class CoRunSpec:
         if self.mode == "stream" and len({(m.resources.threads, m.resources.cores) for m in self.members}) > 1:
             raise OpBenchError("a stream co-run runs its members back to back in one process: "
                                "give them all the same threads and cores")
-
-
-Group = tuple[Resources, list[tuple[str, str]]]  # one worker's resources and its (artifact, workload spec)s
-
-
-class CoRunner:
-    """Worker processes for co-run members, one per member slot (two members never share a process)."""
-
-    def __init__(self, timeout_s: float = 120.0, lock: HostLock | None = None) -> None:
-        self.timeout_s = timeout_s
-        self._lock = lock
-        self._workers: dict[tuple[int, tuple[int, ...] | None, int], Worker] = {}
-
-    def _worker(self, resources: Resources, slot: int) -> Worker:
-        key = (resources.threads, resources.cores, slot)
-        if key not in self._workers:
-            self._workers[key] = Worker(resources.worker_env(), resources.cores, resources.threads)
-        return self._workers[key]
-
-    def _all(self, workers: list[Worker], requests: list[object], timeout: float) -> list[CoRunResult]:
-        """Send every request first, then collect: the workers work at the same time."""
-        results: list[CoRunResult | None] = [None] * len(workers)
-        for i, (worker, request) in enumerate(zip(workers, requests)):
-            try:
-                worker.submit(request)
-            except WorkerError as exc:
-                results[i] = CoRunResult(Status.RUN_ERROR, f"co-run: {exc}")
-        for i, worker in enumerate(workers):
-            if results[i] is None:
-                try:
-                    results[i] = worker.result(timeout)
-                except WorkerError as exc:
-                    results[i] = CoRunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"co-run: {exc}")
-        return results
-
-    def _session(self, groups: list[Group], window_s: float, sample_ms: float) -> list[CoRunResult]:
-        workers = [self._worker(res, slot) for slot, (res, _) in enumerate(groups)]
-        prepares = [CoRunPrepare(tuple(a for a, _ in kernels), tuple(w for _, w in kernels), sample_ms)
-                    for _, kernels in groups]
-        ready = self._all(workers, prepares, self.timeout_s)
-        if any(r.status is not Status.OK for r in ready):
-            return ready
-        start = time.monotonic() + BARRIER_LEAD_S
-        return self._all(workers, [CoRunGo(start, start + window_s)] * len(workers), window_s + self.timeout_s)
-
-    def measure(self, kernels: list[tuple[TrialSpec, str]], mode: str, window_s: float,
-                solo: bool = True) -> tuple[list[CoRunResult] | None, list[CoRunResult]]:
-        """Each member alone (one result per member; None unless ``solo``), then together (one result
-        per worker: per member when ``full``, a single one holding every member when ``stream``)."""
-        def together_groups() -> list[Group]:
-            if mode == "full":
-                return [(m.resources, [(artifact, m.workload.spec)]) for m, artifact in kernels]
-            return [(kernels[0][0].resources, [(artifact, m.workload.spec) for m, artifact in kernels])]
-
-        sample_ms = SAMPLE_MS if mode == "full" else 0.0  # stream: calls interleave one by one, A B A B ...
-
-        def run() -> tuple[list[CoRunResult], list[CoRunResult]]:
-            alone = [self._session([(m.resources, [(artifact, m.workload.spec)])], window_s, sample_ms)[0]
-                     for m, artifact in kernels] if solo else None
-            if alone and any(r.status is not Status.OK for r in alone):
-                return alone, []  # a member that fails alone would fail (or hang) together too
-            return alone, self._session(together_groups(), window_s, sample_ms)
-
-        if self._lock is None:
-            return run()
-        with self._lock.exclusive():
-            return run()
-
-    def close(self) -> None:
-        for worker in self._workers.values():
-            worker.close()
-        self._workers.clear()
 
 
 def _median_ms(latencies_s: list[float]) -> float:

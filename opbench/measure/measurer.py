@@ -7,51 +7,23 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from opbench.exceptions import ConfigError, ResourceError
 from opbench.hardware.devices import parse_device
-from opbench.hardware.resources import HostFacts, Resources, host_facts
+from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
 from opbench.measure.builder import LocalBuilder
-from opbench.measure.corun import CoRunner, CoRunSpec, corun_records
+from opbench.measure.corun import CoRunSpec, corun_records
 from opbench.measure.features import static_features
-from opbench.measure.lock import DEFAULT_LOCK, HostLock
-from opbench.measure.rpc import RPCRunner, check_device
-from opbench.measure.runner import LocalRunner
-from opbench.measure.types import BuildInput, BuildResult, LibraryInput, RunInput, RunResult, Status, Timing
+from opbench.measure.lock import HostLock
+from opbench.measure.rpc import check_device
+from opbench.measure.runner import LocalRunner, Runner, create_runner
+from opbench.measure.runner.corun import CoRunInput, CoRunner
+from opbench.measure.types import BuildInput, BuildResult, LibraryInput, MeasureOptions, RunInput, RunResult, Status, Timing, TrialSpec
 from opbench.record import SCHEMA_VERSION, Record, latency_stats, new_trial_id
 from opbench.space import Config, get_template
 from opbench.workloads import PRESETS, Workload
 
 LIBRARIES = ("torch", "numpy")  # baselines: a TrialSpec whose template is one of these times the library
-
-
-@dataclass(frozen=True)
-class TrialSpec:
-    """What to measure: a workload under a config (knob values) with some resources."""
-
-    workload: Workload
-    config: Config = field(default_factory=dict, hash=False)
-    resources: Resources = Resources()
-    template: str | None = None  # None: the op's own template
-    tags: dict[str, str] = field(default_factory=dict, hash=False)  # stamped on the record (engine ids)
-
-
-@dataclass
-class MeasureOptions:
-    repeat: int = 5
-    min_repeat_ms: float = 50.0
-    max_cv: float = 0.05  # repeats varying more than this are measured again, at most max_remeasures times
-    max_remeasures: int = 2
-    cache_flush: bool = False  # evict CPU caches before every timed call (AutoTVM's enable_cpu_cache_flush)
-    build_timeout_s: float = 60.0
-    run_timeout_s: float = 120.0
-    build_workers: int = 1
-    features: bool = True
-    lock_path: Path = DEFAULT_LOCK
-    remote_workers: int = 1  # sessions held on a remote device's key: trials at once on as many devices
-    connect_timeout_s: float = 60.0  # waiting for a free remote device
 
 
 class Measurer:
@@ -61,9 +33,10 @@ class Measurer:
         self.options = options or MeasureOptions()
         lock = HostLock(self.options.lock_path)
         self._builder = LocalBuilder(self.options.build_workers, self.options.build_timeout_s, lock)
-        self._runner = LocalRunner(self.options.run_timeout_s, lock)
+        self._lock = lock
+        self._local = LocalRunner(self.options.run_timeout_s, lock)
         self._corunner = CoRunner(self.options.run_timeout_s, lock)
-        self._remote: dict[str, RPCRunner] = {}  # device spec -> its runner
+        self._runners: dict[str, Runner[RunInput, RunResult]] = {LOCAL: self._local}  # device spec -> its runner
         self._dir = tempfile.mkdtemp(prefix="opbench-build-")
         self.host = host_facts()
 
@@ -80,9 +53,8 @@ class Measurer:
 
     def close(self) -> None:
         self._builder.close()
-        self._runner.close()
         self._corunner.close()
-        for runner in self._remote.values():
+        for runner in self._runners.values():
             runner.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -90,9 +62,7 @@ class Measurer:
         """Start the worker (or get the remote sessions) for ``resources`` now, not in a trial."""
         if resources.remote:
             check_device(parse_device(resources.device))
-            self._rpc(resources.device).warm_up()
-        else:
-            self._runner.warm_up(resources)
+        self._runner(resources.device).warm_up(resources)
 
     def measure(self, spec: TrialSpec) -> Record:
         return self.measure_batch([spec])[0]
@@ -126,7 +96,7 @@ class Measurer:
             return self._record(specs[i], checked[i][0], checked[i][1], run_started - build.build_s, status,
                                 error or "", build, run)
 
-        parallel = max((self._rpc(s.resources.device).slots for s in specs if s.resources.remote), default=1)
+        parallel = max((self._runner(s.resources.device).slots for s in specs), default=1)
         if parallel == 1:
             for i, build in builds.items():
                 emit(i, finish(i, build))
@@ -161,11 +131,12 @@ class Measurer:
         return [(template, config, builds.get(i) or BuildResult(Status.INVALID_CONFIG, error or ""))
                 for i, (template, config, error) in enumerate(checked)]
 
-    def _rpc(self, device: str) -> RPCRunner:
-        if device not in self._remote:
-            self._remote[device] = RPCRunner(parse_device(device), self.options.remote_workers,
-                                             self.options.run_timeout_s, self.options.connect_timeout_s)
-        return self._remote[device]
+    def _runner(self, device: str) -> Runner[RunInput, RunResult]:
+        if device not in self._runners:
+            o = self.options
+            self._runners[device] = create_runner(device, o.run_timeout_s, self._lock, o.remote_workers,
+                                                  o.connect_timeout_s)
+        return self._runners[device]
 
     def corun(self, spec: CoRunSpec) -> list[Record]:
         """Time the members of a co-run alone and then together; returns [co-run record, *member records].
@@ -179,8 +150,9 @@ class Measurer:
         try:
             failed = next(((m, b) for m, (_, _, b) in zip(spec.members, built) if b.status is not Status.OK), None)
             if failed is None:
-                kernels = [(m, b.artifact or "") for m, (_, _, b) in zip(spec.members, built)]
-                solo, together = self._corunner.measure(kernels, spec.mode, spec.window_s, spec.solo)
+                kernels = tuple((m.resources, b.artifact or "", m.workload.spec) for m, (_, _, b) in zip(spec.members, built))
+                outcome = self._corunner.run(CoRunInput(kernels, spec.mode, spec.window_s, spec.solo))
+                solo, together = outcome.solo, outcome.together
             else:
                 solo, together = None, None
         finally:
@@ -195,7 +167,7 @@ class Measurer:
         if resources.remote:
             raise ResourceError(f"{library} baselines run on this host only, not on {resources.device}")
         started = time.perf_counter()
-        run = self._runner.run(LibraryInput(workload.spec, library, self.timing), resources)
+        run = self._local.run(LibraryInput(workload.spec, library, self.timing, resources))
         return self._record(TrialSpec(workload, {}, resources, library), library, {}, started, run.status, run.error,
                             run=run)
 
@@ -208,14 +180,14 @@ class Measurer:
         started = time.perf_counter()
         kernels = [i for i, s in enumerate(specs) if s.template not in LIBRARIES]
         built = dict(zip(kernels, self._build([specs[i] for i in kernels])))
-        jobs: dict[int, tuple[RunInput | LibraryInput, Resources]] = {}
+        jobs: dict[int, RunInput | LibraryInput] = {}
         for i, spec in enumerate(specs):
             if i not in built:
-                jobs[i] = (LibraryInput(spec.workload.spec, str(spec.template), self.timing), spec.resources)
+                jobs[i] = LibraryInput(spec.workload.spec, str(spec.template), self.timing, spec.resources)
             elif built[i][2].status is Status.OK:
-                jobs[i] = (self._run_input(built[i][2], spec), spec.resources)
+                jobs[i] = self._run_input(built[i][2], spec)
         try:
-            runs = dict(zip(jobs, self._runner.run_fresh(list(jobs.values()))))
+            runs = dict(zip(jobs, self._local.run_fresh(list(jobs.values()))))
         finally:
             _discard(*(build for _, _, build in built.values()))
         records = []
@@ -228,13 +200,11 @@ class Measurer:
         return records
 
     def _run_input(self, build: BuildResult, spec: TrialSpec) -> RunInput:
-        return RunInput(build.artifact or "", spec.workload.spec, self.timing, spec.resources.target)
+        return RunInput(build.artifact or "", spec.workload.spec, self.timing, spec.resources)
 
     def _run(self, build: BuildResult, spec: TrialSpec) -> RunResult:
-        res = spec.resources
-        inp = self._run_input(build, spec)
         try:
-            return self._rpc(res.device).run(inp) if res.remote else self._runner.run(inp, res)
+            return self._runner(spec.resources.device).run(self._run_input(build, spec))
         finally:
             _discard(build)
 

@@ -1,10 +1,16 @@
-"""Explicit inputs and results of the builder and the runner (as MetaSchedule does)."""
+"""What a trial is asked to measure (:class:`TrialSpec`, :class:`MeasureOptions`) and the explicit inputs
+and results of the builder and the runner (as MetaSchedule does)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from opbench.hardware.resources import Resources
+from opbench.measure.lock import DEFAULT_LOCK
 from opbench.record import Status
+from opbench.space import Config
+from opbench.workloads import Workload
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,11 @@ class RunInput:
     artifact: str
     workload: str
     timing: Timing = Timing()
-    target: str = "llvm"  # picks the device the kernel runs on (CPU or GPU)
+    resources: Resources = Resources()  # threads and cores of the worker it runs in; target picks CPU or GPU
+
+    @property
+    def target(self) -> str:
+        return self.resources.target
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,7 @@ class LibraryInput:
     workload: str
     library: str
     timing: Timing = Timing()
+    resources: Resources = Resources()
 
 
 @dataclass
@@ -118,3 +129,30 @@ class CoRunResult:
     rounds_s: list[float] = field(default_factory=list)  # per round: the sum of its kernels' per-call latencies
     started_late_s: float = 0.0  # how long after start_at the first round began
     max_abs_err: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What to measure: a workload under a config (knob values) with some resources."""
+
+    workload: Workload
+    config: Config = field(default_factory=dict, hash=False)
+    resources: Resources = Resources()
+    template: str | None = None  # None: the op's own template
+    tags: dict[str, str] = field(default_factory=dict, hash=False)  # stamped on the record (engine ids)
+
+
+@dataclass
+class MeasureOptions:
+    repeat: int = 5
+    min_repeat_ms: float = 50.0
+    max_cv: float = 0.05  # repeats varying more than this are measured again, at most max_remeasures times
+    max_remeasures: int = 2
+    cache_flush: bool = False  # evict CPU caches before every timed call (AutoTVM's enable_cpu_cache_flush)
+    build_timeout_s: float = 60.0
+    run_timeout_s: float = 120.0
+    build_workers: int = 1
+    features: bool = True
+    lock_path: Path = DEFAULT_LOCK
+    remote_workers: int = 1  # sessions held on a remote device's key: trials at once on as many devices
+    connect_timeout_s: float = 60.0  # waiting for a free remote device

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.corun import CoRunSpec
-from opbench.measure.measurer import Measurer, TrialSpec
+from opbench.measure.measurer import Measurer
+from opbench.measure.types import TrialSpec
 from opbench.record import Record, is_ok
 from opbench.space import Config
 from opbench.workloads import Workload

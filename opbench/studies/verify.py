@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import LOCAL, Resources, parse_cores
-from opbench.measure.measurer import Measurer, TrialSpec
+from opbench.measure.measurer import Measurer
+from opbench.measure.types import TrialSpec
 from opbench.record import KNOB_PREFIX, Record, is_ok
 from opbench.report.progress import table
 from opbench.workloads import parse_workload

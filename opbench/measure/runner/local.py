@@ -1,4 +1,4 @@
-"""Runs built kernels and library baselines one at a time under the host lock, in worker processes."""
+"""The local runner: built kernels and library baselines, one at a time under the host lock, in worker processes."""
 from __future__ import annotations
 
 import contextlib
@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from opbench.hardware.resources import Resources
 from opbench.measure._worker import KERNEL, LIBRARY
 from opbench.measure.lock import HostLock
+from opbench.measure.runner._base import Runner
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status
 from opbench.measure.worker import Worker, WorkerError
 
@@ -17,7 +18,7 @@ def _role(inp: Job) -> str:
     return LIBRARY if isinstance(inp, LibraryInput) else KERNEL
 
 
-class LocalRunner:
+class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
     """TVM's thread pool cannot grow once started, so each (threads, cores) gets its own kernel worker.
 
     Library baselines run in workers of their own that never import TVM: a process that ran a TVM
@@ -60,19 +61,19 @@ class LocalRunner:
                     with contextlib.suppress(WorkerError):  # reported by the run that needs it
                         future.result()
 
-    def warm_up(self, resources: Resources) -> None:
+    def warm_up(self, resources: Resources | None = None) -> None:
         """Start the kernel worker for ``resources`` now, so its start-up is not charged to a trial."""
-        self._start(self._worker(resources, KERNEL))
+        self._start(self._worker(resources or Resources(), KERNEL))
 
-    def run(self, inp: Job, resources: Resources) -> RunResult:
-        return self._call(self._worker(resources, _role(inp)), inp)
+    def run(self, inp: Job) -> RunResult:
+        return self._call(self._worker(inp.resources, _role(inp)), inp)
 
-    def run_fresh(self, jobs: list[tuple[Job, Resources]]) -> list[RunResult]:
+    def run_fresh(self, jobs: list[Job]) -> list[RunResult]:
         """Each job in a new process that has run nothing else; all start together, then run one by one."""
-        workers = [self._new_worker(resources, _role(inp)) for inp, resources in jobs]
+        workers = [self._new_worker(inp.resources, _role(inp)) for inp in jobs]
         try:
             self._start(*workers)
-            return [self._call(worker, inp) for worker, (inp, _) in zip(workers, jobs)]
+            return [self._call(worker, inp) for worker, inp in zip(workers, jobs)]
         finally:
             for worker in workers:
                 worker.close()
