@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-fast install cross clean
+.PHONY: demo test test-fast lint install cross clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,8 +28,13 @@ cross:
 # The cross-builds are part of the suite: OPBENCH_REQUIRE_CROSS turns their skip into a failure.
 # Two files at a time; the longest files go first so that neither worker is left with a long one at the end.
 SLOWEST_FIRST := tests/test_models.py tests/test_engines.py tests/test_remote.py tests/test_data.py
-test: $(STAMP) cross
+test: lint cross
 	OPBENCH_REQUIRE_CROSS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile $(SLOWEST_FIRST) tests
+
+# ruff (pyflakes, pycodestyle, import order, bugbear, ...) and mypy, as configured in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/ruff check opbench tests benchmarks
+	$(BIN)/mypy
 
 # Unit, schema, contract and CLI-error tests: no worker, CLI process, tracker or nnictl (<= 3 min).
 test-fast: $(STAMP)

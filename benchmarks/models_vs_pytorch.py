@@ -15,12 +15,12 @@ import math
 import tempfile
 from pathlib import Path
 
-from opbench.cli import build_parser
-from opbench.cli.models import tune_model
+from opbench.engines.registry import EngineSpec
 from opbench.report.progress import table
+from opbench.studies.models.tune import ModelSpec, ModelTuneSpec, tune_model
 from opbench.studies.verify import BEST
 
-MODELS = (("bert-base", ["--seq-len", "128"]), ("resnet-50", []), ("mobilenet-v2", []))
+MODELS = ("bert-base", "resnet-50", "mobilenet-v2")  # batch 1; bert-base with 128 tokens
 
 
 def main() -> None:
@@ -28,18 +28,17 @@ def main() -> None:
     parser.add_argument("--trials-per-op", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-ops", type=int, default=12, help="key operators tuned per model, largest first")
-    parser.add_argument("--models", nargs="+", default=[m for m, _ in MODELS])
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="opbench-models-"))
-    extra = dict(MODELS)
     rows, ratios = [], []
     for model in args.models:
         print(f"=== {model}", flush=True)
-        cli_args = build_parser().parse_args([
-            "tune-model", model, "--batch", "1", *extra.get(model, []), "--threads", str(args.threads),
-            "--trials-per-op", str(args.trials_per_op), "--max-ops", str(args.max_ops), "--repeat", "3",
-            "--tracking-uri", f"sqlite:///{scratch / 'mlflow.db'}", "--storage", f"sqlite:///{scratch / 'optuna.db'}"])
-        verified = tune_model(cli_args)["verification"]
+        spec = ModelTuneSpec(ModelSpec(model, batch=1, seq_len=128, threads=args.threads, repeat=3), args.trials_per_op,
+                             args.max_ops, EngineSpec(seed=0, storage=f"sqlite:///{scratch / 'optuna.db'}"),
+                             tracking_uri=f"sqlite:///{scratch / 'mlflow.db'}")
+        verified = tune_model(spec).verification
+        assert verified is not None  # three rounds were asked for
         lat = {name: schedule.latency for name, schedule in verified.schedules.items()}
         ups = {name: verified.speedup(name) for name in ("untuned", "torch") if name in verified.schedules}
         rows.append((model, 1, *(_show(lat.get(n)) for n in ("torch", "untuned", BEST)),

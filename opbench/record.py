@@ -12,7 +12,7 @@ import json
 import math
 import statistics
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import Any
 
@@ -132,3 +132,11 @@ def speedup(reference: Record | None, best: Record | None) -> float:
     if not reference or not best or not is_ok(reference):
         return math.nan
     return reference["latency_ms"] / best["latency_ms"]
+
+
+def tee(*sinks: Callable[[Record], object]) -> Callable[[Record], None]:
+    """One record sink that hands each record to every one of ``sinks`` in turn."""
+    def sink(record: Record) -> None:
+        for each in sinks:
+            each(record)
+    return sink

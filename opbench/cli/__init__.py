@@ -6,23 +6,27 @@ import itertools
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opbench.cli import corun as cli_corun
 from opbench.cli import data as cli_data
 from opbench.cli import models as cli_models
 from opbench.cli import remote as cli_remote
 from opbench.cli import study as cli_study
+from opbench.cli._logging import log_to_stderr
 from opbench.engines.nni_engine import TUNERS
 from opbench.engines.nni_experiment import EXPERIMENT_TUNERS
+from opbench.engines.registry import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores, parse_thread_counts
 from opbench.plugins import load_plugins
-from opbench.record import Record, is_ok
+from opbench.record import Record, is_ok, ok_records, tee
 from opbench.report.progress import TrialPrinter, table
-from opbench.studies.tune import ENGINES
 from opbench.workloads import OPERATORS, PRESETS, Workload, parse_workload
 from opbench.workloads.ops import parse_value
+
+if TYPE_CHECKING:
+    from opbench.studies.tune import StudyResult, TuneSpec
 
 
 class UsageError(OpBenchError):
@@ -143,7 +147,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for t in threads:
             measurer.warm_up(_resources(args, t))
         for spec in specs:
-            measurer.measure_batch([spec], on_record=lambda r: (recorder(r), printer(r)))
+            measurer.measure_batch([spec], on_record=tee(recorder, printer))
         records = recorder.records
     if args.json:
         _print_records(records, True)
@@ -157,29 +161,69 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_tune(args: argparse.Namespace) -> int:
-    from opbench.studies.tune import engine_label, join_study, run_study
+def tune_spec(args: argparse.Namespace, workload: Workload) -> TuneSpec:
+    """The study ``opbench tune`` asks for, with each flag checked and named when it is wrong."""
+    from opbench.engines.registry import EngineSpec
+    from opbench.studies.tune import TuneSpec
 
-    workload = parse_workload(args.workload)
-    args.study = args.study or f"tune-{workload.name}-{engine_label(args)}"
     resources = _resources(args, args.threads)
-    if "energy" in args.objectives and not resources.remote:  # a board's meter shows itself per trial
+    objectives = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
+    if len(objectives) > 1 and args.engine != "optuna":
+        raise UsageError(f"--objectives {args.objectives} needs --engine optuna (sampler nsga2, gp or tpe)")
+    if "threads" in objectives and not args.search_threads:
+        raise UsageError("--objectives with threads needs --search-threads (a thread count to trade off)")
+    if "energy" in objectives and not resources.remote:  # a board's meter shows itself per trial
         from opbench.hardware.energy import require_local_meter
         from opbench.hardware.targets import is_gpu
 
         require_local_meter(is_gpu(resources.target))
-    if resources.remote:  # a batch as large as the devices held, so each step keeps them all busy
-        args.batch = max(args.batch, args.remote_workers)
-    args.measure_options = _measure_options(args, build_workers=min(args.batch, 2))
     if args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     if args.workers > 1 and args.engine != "optuna":
         raise UsageError("--workers K shares one Optuna storage between processes: it needs --engine optuna")
-    if args.resume and args.engine not in ("optuna",):
+    if args.resume and args.engine != "optuna":
         raise UsageError(f"--resume continues an Optuna study; engine '{args.engine}' keeps no resumable state")
-    if args.join:
-        return join_study(args, workload, resources)
-    return run_study(args, [*args.argv, "--study", args.study], workload, resources)
+    if args.search_cores and args.engine == "model":
+        raise UsageError("--search-cores is not supported by --engine model (its features have no core set)")
+    engine = EngineSpec(args.engine, args.sampler, args.tuner, args.seed, args.storage, objectives, args.warm_start)
+    batch = max(args.batch, args.remote_workers) if resources.remote else args.batch
+    return TuneSpec(
+        args.workload, args.trials, engine, resources, args.template,
+        args.study or f"tune-{workload.name}-{engine.label}",
+        tuple(parse_thread_counts(args.search_threads, "--search-threads")) if args.search_threads else (),
+        tuple(c.strip() for c in args.search_cores.split(";") if c.strip()) if args.search_cores else (),
+        args.batch, args.workers, args.resume, not args.no_references, args.verify_rounds,
+        _measure_options(args, build_workers=min(batch, 2)), args.tracking_uri, args.log)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from opbench.studies.tune import run_study
+
+    spec = tune_spec(args, parse_workload(args.workload))
+    result = run_study(spec, on_record=TrialPrinter(spec.trials))
+    print_study(result)
+    print(f"MLflow experiment '{result.study}' in {result.tracking_uri}")
+    print("open the UI: .venv/bin/opbench ui   (MLflow on 127.0.0.1:5000)")
+    return 0 if result.best else 1
+
+
+def print_study(result: StudyResult) -> None:
+    """The speed-up table (verified, or "not verified"), the best config, the plots and the Pareto front."""
+    from opbench.report.progress import changed_knobs
+    from opbench.studies.verify import speedup_table
+
+    best = result.best
+    print(speedup_table(best, result.references, result.verification))
+    if best:
+        print(f"\nbest config: {changed_knobs(best) or '(no knobs)'} threads={best['threads']}")
+    print(f"tuning curve: {result.plots['tuning_curve']} (also an artifact of the study's parent run)")
+    if "pareto_front" in result.plots:
+        print("\nPareto front (latency vs threads):")
+        print(table([(r["threads"], r["latency_ms"], r["gflops"], changed_knobs(r)) for r in result.pareto],
+                    ["threads", "latency_ms", "GFLOP/s", "config"]))
+        print(f"Pareto plot: {result.plots['pareto_front']}")
+    rejected = f"; {result.rejected} invalid configs rejected before measuring (no trial spent)" if result.rejected else ""
+    print(f"{len(ok_records(result.records))}/{len(result.records)} trials ok{rejected}.")
 
 
 def _knobs(items: list[str] | None) -> dict[str, list[Any] | None] | None:
@@ -321,8 +365,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--objectives", default="latency",
                    help="Optuna objectives to minimise: latency, or latency,threads or latency,energy (joules per call) for a Pareto front")
     p.add_argument("--workers", type=int, default=1, help="Optuna worker processes sharing the study's storage")
-    p.add_argument("--join", help=argparse.SUPPRESS)  # parent run id: this process is a worker of a study
-    p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--search-threads", metavar="LIST", help="also search the thread count among these, e.g. 1,2")
@@ -386,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    log_to_stderr()
     try:
         load_plugins()
         return args.func(args)

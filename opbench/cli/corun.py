@@ -110,7 +110,7 @@ def cmd_place(args: argparse.Namespace) -> int:
                                                    ("greedy", greedy))]
         recorder.mlflow.log_parent({"social": args.social, "devices": args.devices, "equilibrium": describe(
             dynamics.profile), "optimum": describe(optimum), "greedy": describe(greedy)},
-            {"price_of_anarchy": poa, "greedy_ratio": rows[2][3], "equilibrium_cost_ms": equilibrium_cost,
+            {"price_of_anarchy": poa, "greedy_ratio": oracle.social(greedy, args.social) / optimum_cost, "equilibrium_cost_ms": equilibrium_cost,
              "optimum_cost_ms": optimum_cost, "profiles_measured": oracle.measured})
         every = {describe(p): oracle.social(p, args.social)
                  for p in itertools.product(range(count), repeat=players)}

@@ -20,8 +20,11 @@ class Proposal:
 
 
 class Engine(ABC):
+    """The contract every engine keeps (``tests/test_engine_contract.py`` checks it for each one)."""
+
     name: str
     rejected: int = 0  # invalid configs handed back by :meth:`reject` (counted by the tuning loop)
+    objectives: tuple[str, ...] = ("latency",)  # what :meth:`tell` minimises; more than one: a Pareto front
 
     @abstractmethod
     def ask(self, n: int) -> list[Proposal]:
@@ -38,6 +41,15 @@ class Engine(ABC):
     def done(self) -> int:
         """Trials already finished in earlier sessions of a resumed study."""
         return 0
+
+    def recover(self, recorded: dict[str, Record]) -> list[Record]:
+        """Resume: hear the records of trials of an earlier session (keyed by engine trial) that the
+        engine never heard; returns those it took. Engines without resumable state take none."""
+        return []
+
+    def pareto_trial_ids(self) -> set[str]:
+        """Trial ids on the Pareto front of a multi-objective study (empty for one objective)."""
+        return set()
 
     def close(self) -> None:
         """Release the engine's resources."""

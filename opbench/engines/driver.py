@@ -51,7 +51,7 @@ def run_tuning(engine: Engine, workload: Workload, count: int, measurer: Measure
         proposals = valid_proposals(engine, workload, tmpl, min(batch, remaining))
         if not proposals:
             break
-        specs = [_spec(workload, p, i, resources, template) for i, p in enumerate(proposals)]
+        specs = [_spec(workload, p, count - remaining + i, resources, template) for i, p in enumerate(proposals)]
         by_index: dict[str, Proposal] = {s.tags[ENGINE_TRIAL_TAG]: p for s, p in zip(specs, proposals)}
 
         def settle(record: Record, by_index: dict[str, Proposal] = by_index) -> None:
@@ -93,6 +93,7 @@ def valid_proposals(engine: Engine, workload: Workload, template: Template, n: i
 
 
 def _spec(workload: Workload, proposal: Proposal, index: int, resources: Resources, template: str | None) -> TrialSpec:
+    """``index`` counts this session's proposals; an engine's own trial number (Optuna's) is kept instead."""
     number = getattr(proposal.handle, "number", None)
     tag = str(number) if number is not None else f"b{index}"
     config, res = split_resources(proposal, resources)

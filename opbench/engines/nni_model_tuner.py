@@ -67,6 +67,7 @@ class ModelTuner(Tuner):
     def receive_trial_result(self, parameter_id: int, parameters: dict[str, Any], value: Any, **kwargs: Any) -> None:
         proposal = self._issued.pop(parameter_id)
         latency = value["default"] if isinstance(value, dict) else value
+        assert self._engine is not None, "NNI reports results only of parameters this tuner generated"
         self._engine.observe(proposal.config, proposal.threads, float(latency))
 
     def trial_end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:

@@ -55,7 +55,8 @@ class OptunaEngine(Engine):
         self.name = f"optuna-{sampler}"
         self.objectives = objectives
         self._space, self._threads = space, threads
-        self._distributions = {k: optuna.distributions.CategoricalDistribution(v["_value"]) for k, v in space.items()}
+        self._distributions: dict[str, optuna.distributions.BaseDistribution] = {
+            k: optuna.distributions.CategoricalDistribution(v["_value"]) for k, v in space.items()}
         storage = _storage(storage)
         if not resume:
             with contextlib.suppress(KeyError):

@@ -15,6 +15,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,9 +52,9 @@ class LatencyModel:
     """XGBoost regression of log(latency_ms / FLOPs) on feature columns; predicts latency in ms."""
 
     def __init__(self, columns: Sequence[str] | None = None, seed: int = 0, n_estimators: int = 300) -> None:
-        self.columns = list(columns) if columns is not None else None
+        self.columns: list[str] = list(columns) if columns is not None else []
         self.seed, self.n_estimators = seed, n_estimators
-        self.booster = None
+        self.booster: Any = None  # an xgboost.XGBRegressor once fitted or loaded
 
     def _matrix(self, frame: pd.DataFrame) -> np.ndarray:
         return frame.reindex(columns=self.columns).astype("float64").to_numpy()

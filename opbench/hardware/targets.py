@@ -104,6 +104,5 @@ def elf_machine(path: str) -> str:
         header = f.read(20)
     if header[:4] != b"\x7fELF":
         raise ValueError(f"{path} is not an ELF file")
-    order = "little" if header[5] == 1 else "big"
-    machine = int.from_bytes(header[18:20], order)
+    machine = int.from_bytes(header[18:20], "little" if header[5] == 1 else "big")
     return ELF_MACHINES.get(machine, f"machine {machine}")

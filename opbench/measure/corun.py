@@ -72,11 +72,11 @@ def corun_records(spec: CoRunSpec, members: list[Record], solo: list[CoRunResult
     if error:
         status, text = error
         for record, member in zip(members, spec.members):
-            own = failed is not None and failed[0] is member
-            record.update(status=(failed[1].status if own else status).value,
-                          error=(failed[1].error if own else text)[:4000])
+            own = failed[1] if failed is not None and failed[0] is member else None
+            record.update(status=(own.status if own else status).value, error=(own.error if own else text)[:4000])
         parent.update(status=status.value, error=text[:4000])
         return [_finish(parent, members)] + members
+    assert together is not None  # no error: every member ran together
     # per member: (latencies, calls per sample, max |err| of its check), from its own worker or the shared one
     timed = [(r.latencies_s[0], r.numbers[0], r.max_abs_err[0]) for r in together] if spec.mode == "full" \
         else list(zip(together[0].latencies_s, together[0].numbers, together[0].max_abs_err))

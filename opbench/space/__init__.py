@@ -18,7 +18,7 @@ __all__ = ["Config", "Knob", "Template", "TEMPLATES", "get_template", "load_sear
 
 SEARCH_SPACE_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 
-_WINDOW = {"untiled_spatial": 1, "has_pad": True}  # n stays whole; a padding stage may exist
+_WINDOW: dict[str, Any] = {"untiled_spatial": 1, "has_pad": True}  # n stays whole; a padding stage may exist
 TEMPLATES: dict[str, Template] = {
     t.name: t
     for t in (

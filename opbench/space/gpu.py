@@ -91,10 +91,12 @@ class GpuTiledTemplate(Template):
         for axis, loop in zip(workload.axes, sch.get_loops(block)):
             if axis.name in self.tiled:
                 b, t, i = sch.split(loop, [None, config[f"{axis.name}_thread"], config[f"{axis.name}_inner"]])
-                groups["block"].append(b), groups["thread"].append(t), groups["inner"].append(i)
+                for group, part in zip(("block", "thread", "inner"), (b, t, i)):
+                    groups[group].append(part)
             elif axis.name in self.reduce_tiled:
                 r0, r1 = sch.split(loop, [None, config[f"{axis.name}_inner"]])
-                groups["R0"].append(r0), groups["R1"].append(r1)
+                groups["R0"].append(r0)
+                groups["R1"].append(r1)
             else:
                 groups["R1" if axis.reduce else "block"].append(loop)
         sch.reorder(*[loop for g in groups.values() for loop in g])

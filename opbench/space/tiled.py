@@ -133,10 +133,12 @@ class TiledTemplate(Template):
             name = axis.name
             if name in self.tiled:
                 s0, s1, s2 = sch.split(loop, [None, config[f"{name}_mid"], config[f"{name}_inner"]])
-                groups["S0"].append(s0), groups["S1"].append(s1), groups["S2"].append(s2)
+                for group, loop_part in zip(("S0", "S1", "S2"), (s0, s1, s2)):
+                    groups[group].append(loop_part)
             elif name in self.reduce_tiled:
                 r0, r1 = sch.split(loop, [None, config[f"{name}_inner"]])
-                groups["R0"].append(r0), groups["R1"].append(r1)
+                groups["R0"].append(r0)
+                groups["R1"].append(r1)
             else:
                 groups["R1" if axis.reduce else "S0"].append(loop)
         order = ORDERS[config["order"]]

@@ -4,7 +4,7 @@ user tuning it in isolation would), then co-runs the winners in every layout and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from opbench.engines._base import Engine, Space
@@ -12,7 +12,7 @@ from opbench.engines.driver import run_tuning
 from opbench.exceptions import ConfigError, OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
-from opbench.record import Record, is_ok
+from opbench.record import Record, is_ok, tee
 from opbench.space import Config, Template
 from opbench.studies.corun import Layout, corun_spec
 from opbench.studies.threads import best_config
@@ -90,7 +90,9 @@ class CoTuning:
     def jointly(self, engine: Engine, trials: int) -> tuple[Best | None, list[Record]]:
         """``trials`` co-run trials proposed by ``engine`` over :func:`joint_space`."""
         by_label = {layout.label: layout for layout in self.layouts}
-        best, history, rejects = None, [], 0
+        best: Best | None = None
+        history: list[Record] = []
+        rejects = 0
         while len(history) < trials:
             proposals = engine.ask(1)
             if not proposals:
@@ -113,13 +115,13 @@ class CoTuning:
             best = self.better(best, corun, configs, by_label[label])
         return best, history
 
-    def independently(self, engines: list[Engine], trials: int, cores: tuple[int, ...]) -> tuple[Best | None, list]:
+    def independently(self, engines: Sequence[Engine], trials: int, cores: tuple[int, ...]) -> tuple[Best | None, list]:
         """Tune each member alone for ``trials`` trials on all ``cores``, then co-run the winners in every layout."""
         resources = Resources(len(cores), cores)
-        winners = []
+        winners: list[Config] = []
         for engine, workload in zip(engines, self.workloads):
             records = run_tuning(engine, workload, trials, self.measurer,
-                                 lambda r: (r.update(approach="independent"), self.on_record(r)), resources)
+                                 tee(lambda r: r.update(approach="independent"), self.on_record), resources)
             winner = best_config(records, workload.name)
             if winner is None:
                 return None, winners

@@ -83,12 +83,14 @@ def _moved(profile: Profile, player: int, device: int) -> Profile:
 def best_response(oracle: CostOracle, profile: Profile, player: int, devices: int, eps: float) -> int:
     """The device that cuts ``player``'s latency by more than ``eps`` the most (its own when none does)."""
     current = oracle.costs(profile)[player]
-    best, best_cost = profile[player], current
+    best: int | None = profile[player]
+    best_cost = current
     for device in range(devices):
         if device != profile[player]:
             cost = oracle.costs(_moved(profile, player, device))[player]
             if cost < best_cost and cost < current * (1 - eps):
                 best, best_cost = device, cost
+    assert best is not None, f"player {player} is not placed"
     return best
 
 
@@ -145,17 +147,16 @@ def profile_measurer(measurer: Measurer, workloads: list[Workload], configs: lis
                      window_s: float, on_record: Callable[[Record], None]) -> Callable[[Profile], list[float]]:
     """Measures a profile by co-running its placed players, each on its device's cores."""
     def measure(profile: Profile) -> list[float]:
-        placed = [p for p, d in enumerate(profile) if d is not None]
-        label = " ".join(f"{workloads[p].name}@{devices[profile[p]].label}" for p in placed)
-        members = tuple(TrialSpec(workloads[p], configs[p], Resources(len(devices[profile[p]].cores),
-                                                                      devices[profile[p]].cores),
-                                  tags={"placement": label}) for p in placed)
+        placed = [(p, devices[d]) for p, d in enumerate(profile) if d is not None]
+        label = " ".join(f"{workloads[p].name}@{device.label}" for p, device in placed)
+        members = tuple(TrialSpec(workloads[p], configs[p], Resources(len(device.cores), device.cores),
+                                  tags={"placement": label}) for p, device in placed)
         records = measurer.corun(CoRunSpec(members, "full", window_s, solo=False))
         for record in records:
             on_record(record)
         costs = [math.inf] * len(profile)
         if is_ok(records[0]):
-            for p, record in zip(placed, records[1:]):
+            for (p, _), record in zip(placed, records[1:]):
                 costs[p] = record["latency_ms"]
         return costs
     return measure

@@ -1,85 +1,133 @@
-"""A tuning study as ``opbench tune`` runs it: the engine, the references, K workers, the summary."""
+"""A tuning study: ``run_study(TuneSpec(...)) -> StudyResult``, what ``opbench tune`` runs.
+
+The references, the engine's trials (in this process, in K worker processes sharing an Optuna
+storage, or MetaSchedule's own loop), a fresh-process verification of the best, plots and the parent
+run's summary. Progress goes to ``on_record`` (each record as it is stored) and to the ``opbench``
+logger; nothing is printed.
+"""
 from __future__ import annotations
 
-import argparse
+import dataclasses
+import json
+import logging
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from opbench.engines._base import Engine
+from opbench.engines._base import Engine, Space
 from opbench.engines.driver import CORES_KNOB, ENGINE_TRIAL_TAG, measure_references, run_tuning
+from opbench.engines.registry import EngineSpec, create_engine
 from opbench.exceptions import OpBenchError
-from opbench.hardware.resources import Resources, parse_cores, parse_thread_counts
-from opbench.record import KNOB_PREFIX, Record, best_ok, is_ok, ok_records, speedup
-from opbench.report.progress import TrialPrinter, changed_knobs, table
-from opbench.studies.verify import Verification, speedup_table, verify
-from opbench.workloads import Workload
+from opbench.hardware.resources import Resources, parse_cores
+from opbench.measure.measurer import Measurer
+from opbench.measure.types import MeasureOptions
+from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, speedup
+from opbench.report.plots import latency_vs_threads, tuning_curve
+from opbench.space import get_template
+from opbench.studies.verify import Verification, verify
+from opbench.tracking import Recorder, read_jsonl_records, read_mlflow_records
+from opbench.tracking.mlflow_store import study_dir
+from opbench.workloads import Workload, parse_workload
 
-ENGINES = ("optuna", "nni", "random", "grid", "model", "metaschedule")
-
-
-def engine_label(args: argparse.Namespace) -> str:
-    """The name a study's records carry as ``engine``: optuna-tpe, nni-anneal, random, ..."""
-    if args.engine == "optuna":
-        return f"optuna-{args.sampler}"
-    if args.engine == "nni":
-        return f"nni-{args.tuner.lower()}"
-    return args.engine
+log = logging.getLogger("opbench")
+OnRecord = Callable[[Record], None]
 
 
-def objectives(args: argparse.Namespace) -> tuple[str, ...]:
-    names = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
-    if len(names) > 1 and args.engine != "optuna":
-        raise OpBenchError(f"--objectives {args.objectives} needs --engine optuna (sampler nsga2, gp or tpe)")
-    if "threads" in names and not args.search_threads:
-        raise OpBenchError("--objectives with threads needs --search-threads (a thread count to trade off)")
-    return names
+@dataclass(frozen=True)
+class TuneSpec:
+    """Everything a study needs; ``TuneSpec("matmul-512", trials=32)`` is a complete one."""
 
+    workload: str  # OP:key=value,... or a preset
+    trials: int = 64
+    engine: EngineSpec = EngineSpec()
+    resources: Resources = Resources()
+    template: str | None = None  # None: the op's own
+    study: str | None = None  # MLflow experiment (default tune-<workload>-<engine>)
+    search_threads: tuple[int, ...] = ()  # also search the thread count among these
+    search_cores: tuple[str, ...] = ()  # also search the core set among these ("0", "0,1", ...)
+    batch: int = 1  # configs proposed, built in parallel, then timed, per step
+    workers: int = 1  # Optuna worker processes sharing the study's storage
+    resume: bool = False  # continue an Optuna study instead of starting it afresh
+    references: bool = True  # TE default, template default, torch and numpy timed first
+    verify_rounds: int = 3  # fresh-process rounds re-measuring the best and the references (0: not verified)
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
+    tracking_uri: str | None = None  # MLflow (default: sqlite store in mlflow/)
+    log: str | None = None  # also append records to this JSON-lines file
 
-def make_engine(args: argparse.Namespace, workload: Workload, study: str, resume: bool, seed: int | None) -> Engine:
-    from opbench.engines.nni_engine import NniEngine
-    from opbench.engines.optuna_engine import OptunaEngine
-    from opbench.engines.simple import GridEngine, RandomEngine
-    from opbench.paths import store_dir
-    from opbench.space import get_template, load_search_space, search_space_path
-
-    template = get_template(workload, args.template, args.target)
-    space = load_search_space(search_space_path(template))
-    if args.search_threads:
-        space["threads"] = {"_type": "choice", "_value": parse_thread_counts(args.search_threads, "--search-threads")}
-    if args.search_cores:
-        if args.engine == "model":
-            raise OpBenchError("--search-cores is not supported by --engine model (its features have no core set)")
-        sets = [c.strip() for c in args.search_cores.split(";") if c.strip()]
-        for core_set in sets:
+    def __post_init__(self) -> None:
+        if self.trials < 0:
+            raise OpBenchError(f"trials must be >= 0, got {self.trials}")
+        if self.workers < 1:
+            raise OpBenchError(f"workers must be >= 1, got {self.workers}")
+        if self.workers > 1 and self.engine.name != "optuna":
+            raise OpBenchError("several workers share one Optuna storage: they need the optuna engine")
+        if self.resume and self.engine.name != "optuna":
+            raise OpBenchError(f"resume continues an Optuna study; engine '{self.engine.name}' keeps no resumable state")
+        if "threads" in self.engine.objectives and not self.search_threads:
+            raise OpBenchError("a threads objective needs search_threads (a thread count to trade off)")
+        if self.search_cores and self.engine.name == "model":
+            raise OpBenchError("searching core sets is not supported by the model engine (its features have no core set)")
+        for core_set in self.search_cores:
             parse_cores(core_set)  # a malformed set fails here, naming it
-        space[CORES_KNOB] = {"_type": "choice", "_value": sets}
-    if args.engine == "optuna":
-        storage = args.storage or f"sqlite:///{store_dir() / 'optuna.db'}"
-        return OptunaEngine(space, args.threads, study, storage, args.sampler, seed, resume,
-                            initial=template.default_config(workload), objectives=objectives(args))
-    if args.engine == "nni":
-        return NniEngine(args.tuner, space, args.threads, seed)
-    if args.engine == "random":
-        return RandomEngine(space, args.threads, seed)
-    if args.engine == "model":
-        from opbench.engines.model_engine import ModelEngine
-        from opbench.tracking.dataset import read_dataset
 
-        warm = read_dataset(args.warm_start) if args.warm_start else None
-        return ModelEngine(space, Resources(args.threads, parse_cores(args.cores), args.target), workload, template,
-                           seed, warm)
-    if args.engine == "grid":
-        return GridEngine(space, args.threads)
-    raise OpBenchError(f"engine '{args.engine}' does not propose configs one by one; engines: {', '.join(ENGINES)}")
+    @property
+    def study_name(self) -> str:
+        return self.study or f"tune-{parse_workload(self.workload).name}-{self.engine.label}"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> TuneSpec:
+        raw = json.loads(text)
+        res = raw.pop("resources")
+        res["cores"] = tuple(res["cores"]) if res["cores"] is not None else None
+        engine = raw.pop("engine")
+        engine["objectives"] = tuple(engine["objectives"])
+        measure = raw.pop("measure")
+        measure["lock_path"] = Path(measure["lock_path"])
+        return cls(**{**raw, "search_threads": tuple(raw["search_threads"]), "search_cores": tuple(raw["search_cores"])},
+                   engine=EngineSpec(**engine), resources=Resources(**res), measure=MeasureOptions(**measure))
+
+
+@dataclass
+class StudyResult:
+    """What a study found: its trials, references, best and (when verified) the fresh-process spreads."""
+
+    study: str
+    tracking_uri: str
+    records: list[Record] = field(default_factory=list)  # the engine's trials, this session's and earlier ones
+    references: dict[str, Record] = field(default_factory=dict)
+    verification: Verification | None = None
+    pareto: list[Record] = field(default_factory=list)  # multi-objective studies: the front, by threads
+    rejected: int = 0  # invalid configs turned away before measuring
+    plots: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def best(self) -> Record | None:
+        return best_ok(self.records)
+
+
+def search_space(spec: TuneSpec, workload: Workload) -> Space:
+    """The template's per-workload space, with thread counts and core sets when those are searched."""
+    space = get_template(workload, spec.template, spec.resources.target).search_space()
+    if spec.search_threads:
+        space["threads"] = {"_type": "choice", "_value": list(spec.search_threads)}
+    if spec.search_cores:
+        space[CORES_KNOB] = {"_type": "choice", "_value": list(spec.search_cores)}
+    return space
+
+
+def make_engine(spec: TuneSpec, workload: Workload, study: str, resume: bool) -> Engine:
+    template = get_template(workload, spec.template, spec.resources.target)
+    return create_engine(spec.engine, search_space(spec, workload), workload, template, spec.resources, study, resume)
 
 
 def recorded_engine_trials(study: str, uri: str | None, parent_run_id: str | None = None) -> dict[str, Record]:
     """Records of the study's engine trials already in MLflow, keyed by ``engine_trial``."""
-    from opbench.tracking import read_mlflow_records
-
     try:
         rows = read_mlflow_records([study], uri, parent_run_id)
     except OpBenchError:
@@ -87,158 +135,140 @@ def recorded_engine_trials(study: str, uri: str | None, parent_run_id: str | Non
     return {str(r[ENGINE_TRIAL_TAG]): r for r in rows if r.get(ENGINE_TRIAL_TAG) is not None}
 
 
-def logged_engine_trials(study: str, log: str | None) -> dict[str, Record]:
+def logged_engine_trials(study: str, log_path: str | None) -> dict[str, Record]:
     """Records of the study's engine trials in its JSON-lines log, keyed by ``engine_trial``."""
-    from opbench.tracking import read_jsonl_records
-
-    if not log or not Path(log).exists():
+    if not log_path or not Path(log_path).exists():
         return {}
-    return {str(r[ENGINE_TRIAL_TAG]): r for r in read_jsonl_records(log)
+    return {str(r[ENGINE_TRIAL_TAG]): r for r in read_jsonl_records(log_path)
             if r.get("study") == study and r.get(ENGINE_TRIAL_TAG) is not None}
 
 
-def spawn_workers(argv: list[str], workers: int, todo: int, parent_run_id: str, seed: int | None) -> None:
-    """Run ``todo`` trials of an already-created Optuna study in ``workers`` processes on its storage."""
-    shares = [todo // workers + (i < todo % workers) for i in range(workers)]
+def spawn_workers(spec: TuneSpec, todo: int, parent_run_id: str) -> None:
+    """Run ``todo`` trials of an already-created Optuna study in ``spec.workers`` processes on its storage."""
+    shares = [todo // spec.workers + (i < todo % spec.workers) for i in range(spec.workers)]
     procs = []
     for i, share in enumerate(s for s in shares if s):
-        cmd = [sys.executable, "-m", "opbench.cli", *argv, "--trials", str(share), "--workers", "1",
-               "--join", parent_run_id, "--worker-index", str(i)]
-        if seed is not None:
-            cmd += ["--seed", str(seed + 1 + i)]  # same-seeded workers would propose the same configs
-        procs.append(subprocess.Popen(cmd))
+        seed = None if spec.engine.seed is None else spec.engine.seed + 1 + i  # same seeds: same proposals
+        worker = dataclasses.replace(spec, trials=share, workers=1, engine=dataclasses.replace(spec.engine, seed=seed))
+        procs.append(subprocess.Popen([sys.executable, "-m", "opbench.studies.tune", worker.to_json(), parent_run_id,
+                                       str(i)]))
     failed = [p.args for p in procs if p.wait() != 0]
     if failed:
-        raise OpBenchError(f"{len(failed)} of {len(procs)} workers failed; resume the study with --resume")
+        raise OpBenchError(f"{len(failed)} of {len(procs)} workers failed; resume the study")
 
 
-def run_study(args: argparse.Namespace, argv: list[str], workload: Workload, resources: Resources) -> int:
-    """The whole study: references, tuning (in-process, K workers or MetaSchedule), plot and summary."""
-    from opbench.measure.measurer import Measurer
-    from opbench.tracking import Recorder
-
-    label = engine_label(args)
-    study = args.study
-    engine = None if args.engine == "metaschedule" else make_engine(args, workload, study, args.resume, args.seed)
-    earlier = recorded_engine_trials(study, args.tracking_uri) if args.resume else {}
+def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
+    """The whole study: references, tuning, verification, plots and the parent run's summary."""
+    workload = parse_workload(spec.workload)
+    study = spec.study_name
+    measure = spec.measure
+    if spec.resources.remote:  # a batch as large as the devices held, so each step keeps them all busy
+        spec = dataclasses.replace(spec, batch=max(spec.batch, measure.remote_workers))
+    loop_engine = spec.engine.name == "metaschedule"
+    engine = None if loop_engine else make_engine(spec, workload, study, spec.resume)
+    earlier = recorded_engine_trials(study, spec.tracking_uri) if spec.resume else {}
     # A kill between the JSON-lines log and MLflow leaves a trial's record in the log only.
-    logged = {k: r for k, r in logged_engine_trials(study, args.log).items() if k not in earlier} \
-        if args.resume else {}
-    backfill = engine.recover({**logged, **earlier}) if hasattr(engine, "recover") else []
-    backfill = [r for r in backfill if str(r[ENGINE_TRIAL_TAG]) in logged]
+    logged = {k: r for k, r in logged_engine_trials(study, spec.log).items() if k not in earlier} if spec.resume else {}
+    backfill = [r for r in engine.recover({**logged, **earlier}) if str(r[ENGINE_TRIAL_TAG]) in logged] if engine else []
     earlier.update({str(r[ENGINE_TRIAL_TAG]): r for r in backfill})
     done = engine.done if engine else 0
-    print(f"tuning {workload.name} with {label}: {args.trials} trials ({done} already done), "
-          f"{args.threads} thread(s), {args.workers} worker(s); study '{study}'", file=sys.stderr)
-    printer = TrialPrinter(args.trials)
-    printer.count = done
-    with Measurer(args.measure_options) as measurer, \
-            Recorder(study, args.tracking_uri, args.log, extra={"engine": label}) as recorder:
+    log.info("tuning %s with %s: %d trials (%d already done), %d thread(s), %d worker(s); study '%s'",
+             workload.name, spec.engine.label, spec.trials, done, spec.resources.threads, spec.workers, study)
+    with Measurer(measure) as measurer, \
+            Recorder(study, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label}) as recorder:
         for record in backfill:
             recorder.mlflow.write(record)
-        measurer.warm_up(resources)
-        refs = {} if args.no_references else measure_references(measurer, workload, resources, recorder)
-        sink = lambda r: (recorder(r), printer(r))
-        todo = args.trials - done
-        if args.engine == "metaschedule":
-            records = _metaschedule(args, workload, todo, measurer, sink, resources, recorder)
-        elif args.workers > 1:
-            spawn_workers(argv, args.workers, todo, recorder.mlflow.parent_run_id, args.seed)
-            records = list(recorded_engine_trials(study, args.tracking_uri, recorder.mlflow.parent_run_id).values())
-        else:
-            records = run_tuning(engine, workload, todo, measurer, sink, resources, args.template, args.batch)
-        study_records = sorted([*earlier.values(), *records], key=lambda r: r.get("finished_at", 0.0))
-        verification = _verify(args, measurer, [*refs.values(), *study_records], resources, recorder)
-        best = summarize(study_records, refs, engine, f"{workload.name}: {label}", recorder, verification)
-    if engine:
-        engine.close()
-    print(f"MLflow experiment '{study}' in {recorder.mlflow.uri}")
-    print("open the UI: .venv/bin/opbench ui   (MLflow on 127.0.0.1:5000)")
-    return 0 if best else 1
-
-
-def join_study(args: argparse.Namespace, workload: Workload, resources: Resources) -> int:
-    """A worker of a multi-process study: ``args.trials`` more trials of the existing Optuna study."""
-    from opbench.measure.measurer import Measurer
-    from opbench.tracking import Recorder
-
-    engine = make_engine(args, workload, args.study, True, args.seed)
-    printer = TrialPrinter(args.trials)
-    with Measurer(args.measure_options) as measurer, \
-            Recorder(args.study, args.tracking_uri, args.log, extra={"engine": engine_label(args)},
-                     parent_run_id=args.join) as recorder:
-        measurer.warm_up(resources)
+        measurer.warm_up(spec.resources)
 
         def sink(record: Record) -> None:
             recorder(record)
-            print(f"[worker {args.worker_index}] ", end="", file=sys.stderr)
-            printer(record)
+            if on_record:
+                on_record(record)
 
-        run_tuning(engine, workload, args.trials, measurer, sink, resources, args.template, args.batch)
+        refs = measure_references(measurer, workload, spec.resources, recorder) if spec.references else {}
+        todo = spec.trials - done
+        if loop_engine:
+            records = _metaschedule(spec, study, workload, todo, measurer, sink, recorder)
+        elif spec.workers > 1:
+            spawn_workers(spec, todo, recorder.mlflow.parent_run_id)
+            records = list(recorded_engine_trials(study, spec.tracking_uri, recorder.mlflow.parent_run_id).values())
+        else:
+            assert engine is not None
+            records = run_tuning(engine, workload, todo, measurer, sink, spec.resources, spec.template, spec.batch)
+        result = StudyResult(study, recorder.mlflow.uri,
+                             sorted([*earlier.values(), *records], key=lambda r: r.get("finished_at", 0.0)), refs,
+                             rejected=engine.rejected if engine else 0)
+        result.verification = _verify(spec, measurer, [*refs.values(), *result.records], recorder)
+        _summarize(result, engine, f"{workload.name}: {spec.engine.label}", recorder)
+    if engine:
+        engine.close()
+    return result
+
+
+def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0) -> None:
+    """A worker of a multi-process study: ``spec.trials`` more trials of the existing Optuna study."""
+    workload = parse_workload(spec.workload)
+    engine = make_engine(spec, workload, spec.study_name, True)
+    with Measurer(spec.measure) as measurer, \
+            Recorder(spec.study_name, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label},
+                     parent_run_id=parent_run_id) as recorder:
+        measurer.warm_up(spec.resources)
+
+        def sink(record: Record) -> None:
+            recorder(record)
+            log.info("[worker %d] %s %s ms", worker_index, record["status"], record.get("latency_ms"))
+
+        run_tuning(engine, workload, spec.trials, measurer, sink, spec.resources, spec.template, spec.batch)
     engine.close()
-    return 0
 
 
-def _verify(args: argparse.Namespace, measurer: Any, records: list[Record], resources: Resources,
-            recorder: Any) -> Verification | None:
+def _verify(spec: TuneSpec, measurer: Measurer, records: list[Record], recorder: Recorder) -> Verification | None:
     """The best schedule and the references re-measured in fresh processes, stored on the parent run;
-    None (the summary then says "not verified") when skipped, remote, or nothing succeeded."""
-    if args.verify_rounds < 1 or resources.remote or \
-            not any(is_ok(r) and not r.get("reference") for r in records):
+    None (speed-ups are then "not verified") when skipped, remote, or nothing succeeded."""
+    if spec.verify_rounds < 1 or spec.resources.remote or not any(not r.get("reference") for r in ok_records(records)):
         return None
-    print(f"verifying: best and references in fresh processes, {args.verify_rounds} alternating rounds",
-          file=sys.stderr)
-    verification = verify(measurer, records, recorder.study, args.verify_rounds, recorder)
+    log.info("verifying: best and references in fresh processes, %d alternating rounds", spec.verify_rounds)
+    verification = verify(measurer, records, recorder.study, spec.verify_rounds, recorder)
     recorder.mlflow.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
     return verification
 
 
-def _metaschedule(args: argparse.Namespace, workload: Workload, trials: int, measurer: Any, sink: Any,
-                  resources: Resources, recorder: Any) -> list[Record]:
+def _metaschedule(spec: TuneSpec, study: str, workload: Workload, trials: int, measurer: Measurer, sink: OnRecord,
+                  recorder: Recorder) -> list[Record]:
     from opbench.engines.metaschedule import MetaScheduleTuner
-    from opbench.tracking.mlflow_store import study_dir
 
-    work_dir = study_dir("metaschedule", args.study, args.tracking_uri)
+    work_dir = study_dir("metaschedule", study, spec.tracking_uri)
     shutil.rmtree(work_dir, ignore_errors=True)  # a fresh search, not warm-started from an old database
-    tuner = MetaScheduleTuner(work_dir, args.seed)
-    records = tuner.run(workload, trials, measurer, sink, resources,
+    tuner = MetaScheduleTuner(work_dir, spec.engine.seed)
+    records = tuner.run(workload, trials, measurer, sink, spec.resources,
                         on_trace=lambda r, path: recorder.mlflow.log_artifact(path, "metaschedule", r["trial_id"]))
     for path in tuner.database_files():
         recorder.mlflow.log_artifact(path, "metaschedule")
     return records
 
 
-def summarize(records: list[Record], refs: dict[str, Record], engine: Engine | None, title: str,
-              recorder: Any, verification: Verification | None = None) -> Record | None:
-    """Plot(s) as artifacts, best result on the parent run, and the tables on stdout (speed-ups from
-    ``verification``, or marked "not verified")."""
-    from opbench.report.plots import latency_vs_threads, tuning_curve
-    from opbench.tracking.mlflow_store import study_dir
-
+def _summarize(result: StudyResult, engine: Engine | None, title: str, recorder: Recorder) -> None:
+    """Plots as files and artifacts, the best result and the Pareto front on the parent run."""
     plots = study_dir("plots", recorder.study, recorder.mlflow.uri)
-    curve = tuning_curve(records, refs, title, plots / "tuning_curve.png")
-    recorder.mlflow.log_artifact(curve, "plots")
-    ok = ok_records(records)
-    best = best_ok(ok)
+    result.plots["tuning_curve"] = tuning_curve(result.records, result.references, title, plots / "tuning_curve.png")
+    recorder.mlflow.log_artifact(result.plots["tuning_curve"], "plots")
+    best = result.best
     if best:
         recorder.mlflow.log_parent(
             params={"best." + k: v for k, v in best.items() if k.startswith(KNOB_PREFIX)},
             metrics={"best_latency_ms": best["latency_ms"], "best_gflops": best["gflops"],
-                     **{f"tuned_speedup_vs_{n}": speedup(r, best) for n, r in refs.items()}})
-    print(speedup_table(best, refs, verification))
-    if best:
-        print(f"\nbest config: {changed_knobs(best) or '(no knobs)'} threads={best['threads']}")
-    print(f"tuning curve: {curve} (also an artifact of the study's parent run)")
-    if engine is not None and len(getattr(engine, "objectives", ())) > 1:
-        front_ids = engine.pareto_trial_ids()
-        front = sorted((r for r in ok if r["trial_id"] in front_ids), key=lambda r: r["threads"])
-        print("\nPareto front (latency vs threads):")
-        print(table([(r["threads"], r["latency_ms"], r["gflops"], changed_knobs(r)) for r in front],
-                    ["threads", "latency_ms", "GFLOP/s", "config"]))
-        pareto = latency_vs_threads(records, front_ids, f"{title}: Pareto front", plots / "pareto_front.png")
-        recorder.mlflow.log_artifact(pareto, "plots")
-        print(f"Pareto plot: {pareto}")
-    rejected = f"; {engine.rejected} invalid configs rejected before measuring (no trial spent)" \
-        if engine is not None and engine.rejected else ""
-    print(f"{len(ok)}/{len(records)} trials ok{rejected}.")
-    return best
+                     **{f"tuned_speedup_vs_{n}": speedup(r, best) for n, r in result.references.items()}})
+    if engine is not None and len(engine.objectives) > 1:
+        front = engine.pareto_trial_ids()
+        result.pareto = sorted((r for r in ok_records(result.records) if r["trial_id"] in front), key=lambda r: r["threads"])
+        result.plots["pareto_front"] = latency_vs_threads(result.records, front, f"{title}: Pareto front",
+                                                          plots / "pareto_front.png")
+        recorder.mlflow.log_artifact(result.plots["pareto_front"], "plots")
+
+
+if __name__ == "__main__":  # a worker process of spawn_workers: SPEC_JSON PARENT_RUN_ID INDEX
+    from opbench.plugins import load_plugins
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    load_plugins()
+    join_study(TuneSpec.from_json(sys.argv[1]), sys.argv[2], int(sys.argv[3]))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -171,7 +171,7 @@ class Dense(Operator):
 
 class Conv2d(Operator):
     name = "conv2d"
-    keys = ("n", "c", "h", "w", "k", "r", "s")
+    keys: ClassVar[tuple[str, ...]] = ("n", "c", "h", "w", "k", "r", "s")
     options = {"stride": 1, "pad": 0, "dilation": 1}
     anchor = "conv"
     description = "NCHW convolution, weight KCRS"

@@ -1,0 +1,79 @@
+"""The engine registry: which engines exist and how one is made for a workload's space.
+
+Used alike by ``opbench tune``, the studies and the benchmarks. ``metaschedule`` is listed too but
+owns its search loop (:class:`opbench.engines.metaschedule.MetaScheduleTuner`), so it is not made here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from opbench.engines._base import Engine, Space
+from opbench.exceptions import OpBenchError
+from opbench.hardware.resources import Resources
+from opbench.paths import store_dir
+from opbench.space import Template
+from opbench.workloads import Workload
+
+ENGINES = ("optuna", "nni", "random", "grid", "model", "metaschedule")
+LOOP_ENGINES = ("metaschedule",)  # engines that run their own search loop rather than ask/tell
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Which engine proposes configs, and its own settings."""
+
+    name: str = "optuna"
+    sampler: str = "tpe"  # optuna: tpe, random, cmaes, gp, nsga2, grid
+    tuner: str = "TPE"  # nni: an NNI built-in tuner
+    seed: int | None = None
+    storage: str | None = None  # optuna: storage URL (default sqlite in mlflow/optuna.db)
+    objectives: tuple[str, ...] = ("latency",)  # optuna: more than one gives a Pareto front
+    warm_start: str | Path | None = None  # model: a dataset of earlier logs to train its first predictor on
+
+    def __post_init__(self) -> None:
+        if self.name not in ENGINES:
+            raise OpBenchError(f"unknown engine '{self.name}'; engines: {', '.join(ENGINES)}")
+        if len(self.objectives) > 1 and self.name != "optuna":
+            raise OpBenchError(f"objectives {','.join(self.objectives)} need the optuna engine (sampler nsga2, gp or tpe)")
+
+    @property
+    def label(self) -> str:
+        """The name a study's records carry as ``engine``: optuna-tpe, nni-anneal, random, ..."""
+        if self.name == "optuna":
+            return f"optuna-{self.sampler}"
+        if self.name == "nni":
+            return f"nni-{self.tuner.lower()}"
+        return self.name
+
+
+def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: Template, resources: Resources,
+                  study: str, resume: bool = False) -> Engine:
+    """An ask/tell engine over ``space`` (a thread count in the space overrides ``resources.threads``)."""
+    threads = resources.threads
+    if spec.name == "optuna":
+        from opbench.engines.optuna_engine import OptunaEngine
+
+        storage = spec.storage or f"sqlite:///{store_dir() / 'optuna.db'}"
+        return OptunaEngine(space, threads, study, storage, spec.sampler, spec.seed, resume,
+                            initial=template.default_config(workload), objectives=spec.objectives)
+    if spec.name == "nni":
+        from opbench.engines.nni_engine import NniEngine
+
+        return NniEngine(spec.tuner, space, threads, spec.seed)
+    if spec.name == "random":
+        from opbench.engines.simple import RandomEngine
+
+        return RandomEngine(space, threads, spec.seed)
+    if spec.name == "grid":
+        from opbench.engines.simple import GridEngine
+
+        return GridEngine(space, threads)
+    if spec.name == "model":
+        from opbench.engines.model_engine import ModelEngine
+        from opbench.tracking.dataset import read_dataset
+
+        warm = read_dataset(spec.warm_start) if spec.warm_start else None
+        return ModelEngine(space, resources, workload, template, spec.seed, warm)
+    raise OpBenchError(f"engine '{spec.name}' runs its own search loop; engines proposing configs one by one: "
+                       f"{', '.join(e for e in ENGINES if e not in LOOP_ENGINES)}")

@@ -1,0 +1,167 @@
+"""Tune a whole model: profile its fused operators, tune the key ones, build the model with their best
+schedules (a MetaSchedule database) and compare it, verified in fresh processes, with the untuned
+build and PyTorch eager. ``tune_model(ModelTuneSpec(ModelSpec("bert-base@tiny"))) -> ModelTuneResult``."""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from opbench.engines.driver import run_tuning
+from opbench.engines.registry import EngineSpec, create_engine
+from opbench.engines.simple import GridEngine
+from opbench.exceptions import OpBenchError
+from opbench.hardware.resources import Resources
+from opbench.hardware.targets import make_target
+from opbench.measure.measurer import Measurer
+from opbench.measure.types import MeasureOptions
+from opbench.record import Record, best_ok, tee
+from opbench.space import get_template
+from opbench.studies.models.fresh import export_model, in_fresh_process, torch_ms_here, vm_ms_here
+from opbench.studies.models.profile import ModelProfile, check_outputs, profile_model
+from opbench.studies.models.tuned import TunedOp, apply_database, write_database
+from opbench.studies.threads import best_config
+from opbench.studies.verify import BEST, Verification, verify_timers
+from opbench.tracking import Recorder
+from opbench.tracking.mlflow_store import study_dir
+from opbench.workloads import parse_workload
+from opbench.workloads.fused import model_name
+from opbench.workloads.models import cache
+from opbench.workloads.models.extract import FusedOp, time_model
+from opbench.workloads.models.sources import load_model
+
+log = logging.getLogger("opbench")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as a source of operators: a name from ``opbench models`` (``@tiny`` for the small variant)
+    or an ``.onnx`` file, with its input sizes, and how it is timed."""
+
+    model: str
+    batch: int = 1
+    seq_len: int = 128  # token models
+    threads: int = 1
+    repeat: int = 5
+
+
+@dataclass(frozen=True)
+class ModelTuneSpec:
+    model: ModelSpec
+    trials_per_op: int = 32
+    max_ops: int | None = None  # tune at most this many key operators (largest shares first)
+    engine: EngineSpec = EngineSpec(seed=0)
+    verify_rounds: int = 3  # fresh-process rounds for tuned, untuned and PyTorch (0: not verified)
+    study: str | None = None  # MLflow experiment (default tune-model-<model>)
+    tracking_uri: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.trials_per_op < 1:
+            raise OpBenchError(f"trials per operator must be >= 1, got {self.trials_per_op}")
+
+
+@dataclass
+class ModelTuneResult:
+    rows: list[tuple[Any, ...]]  # per operator: name, kind, share, untuned ms, tuned ms, speed-up, tuned/default
+    metrics: dict[str, float]  # torch_ms, untuned_ms, tuned_ms, speed-ups, max_abs_err, tuned_ops
+    database: Path  # the MetaSchedule database folder the tuned model was built with
+    verification: Verification | None = None
+    study: str = ""
+
+
+def profile(spec: ModelSpec, on_op: Callable[[int, FusedOp], None] | None = None) -> ModelProfile:
+    """Import, fuse and time each fused operator of the model (``on_op`` hears each), and cache them."""
+    import tvm
+
+    source = load_model(spec.model, spec.batch, spec.seq_len)
+    tvm.get_global_func("runtime.config_threadpool")(-3, spec.threads, [])
+    log.info("%s: importing, fusing and timing each fused operator (%d threads)", source.name, spec.threads)
+    result = profile_model(source, make_target("llvm", spec.threads), spec.threads, spec.repeat, spec.batch,
+                           spec.seq_len, on_op or (lambda n, op: None))
+    cache.save(spec.model, spec.batch, spec.seq_len, result.ops, result.funcs)
+    return result
+
+
+def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None = None) -> ModelTuneResult:
+    """Profile the model, tune its key operators, build it with them: per-op rows and model metrics."""
+    m = spec.model
+    prof = profile(m)
+    tunable = [o for o in sorted(prof.ops, key=lambda o: -o.share) if o.outputs == 1]
+    key = {o.name for o in [o for o in tunable if o.key][:spec.max_ops]}
+    study = spec.study or f"tune-model-{m.model}"
+    target = make_target("llvm", m.threads)
+    resources = Resources(m.threads)
+    tuned: list[TunedOp] = []
+    rows = []
+    with Measurer(MeasureOptions(repeat=m.repeat)) as measurer, \
+            Recorder(study, spec.tracking_uri, extra={"engine": spec.engine.name}, parent_tags={"model": m.model}) \
+            as recorder:
+        sink = tee(recorder, on_record) if on_record else tee(recorder)
+        for op in tunable:  # key operators are tuned; the others get the template's default schedule (1 trial)
+            workload = parse_workload(model_name(m.model, op.name, m.batch, m.seq_len))
+            template = get_template(workload)
+            trials = spec.trials_per_op if op.name in key else 1
+            log.info("--- %s: %.1f%% of the model, %s", workload.name, 100 * op.share,
+                     f"{trials} trials" if op.name in key else "default schedule")
+            default = template.default_config(workload)
+            engine = create_engine(spec.engine, template.search_space(), workload, template, resources,
+                                   f"{study}-{op.name}") if op.name in key \
+                else GridEngine({k: {"_type": "choice", "_value": [v]} for k, v in default.items()}, m.threads)
+            records = run_tuning(engine, workload, trials, measurer, sink, resources)
+            engine.close()
+            config, best = best_config(records, workload.name), best_ok(records)
+            if config is None or best is None or best["latency_ms"] >= op.latency_ms:
+                log.info("    nothing faster than TVM's default lowering for %s: it keeps that", op.name)
+                continue
+            tuned.append(TunedOp(workload, template, template.validate(config, workload), best["latency_ms"]))
+            rows.append((op.name, op.kind, op.share, op.latency_ms, best["latency_ms"], op.latency_ms / best["latency_ms"],
+                         "tuned" if op.name in key else "default"))
+        folder = study_dir("tune-model", study, recorder.mlflow.uri)
+        database = write_database(folder, tuned, target)
+        tuned_mod = apply_database(prof.mod, database, target)
+        tuned_ms, outputs = time_model(tuned_mod, target, prof.source.numpy_inputs(), m.repeat)
+        err = check_outputs(prof.source, outputs, "the tuned model")
+        verification = _verify_model(spec, prof, tuned_mod, tuned_ms, target, folder, study)
+        metrics = {"torch_ms": prof.torch_ms, "untuned_ms": prof.model_ms, "tuned_ms": tuned_ms,
+                   "speedup_vs_untuned": prof.model_ms / tuned_ms, "speedup_vs_torch": prof.torch_ms / tuned_ms,
+                   "max_abs_err": err, "tuned_ops": len(tuned)}
+        recorder.mlflow.log_parent({"model": m.model, "batch": m.batch, "seq_len": m.seq_len, "threads": m.threads,
+                                    "trials_per_op": spec.trials_per_op},
+                                   {**metrics, **(verification.parent_metrics() if verification else {})},
+                                   verification.parent_tags() if verification else {})
+        for name in ("database_workload.json", "database_tuning_record.json"):
+            recorder.mlflow.log_artifact(folder / name, "database")
+    return ModelTuneResult(rows, metrics, folder, verification, study)
+
+
+def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, tuned_mod: Any, tuned_ms: float, target: Any,
+                  folder: Path, study: str) -> Verification | None:
+    """The tuned and untuned builds and PyTorch eager, each timed in fresh processes in alternating rounds
+    (None with no rounds)."""
+    if spec.verify_rounds < 1:
+        return None
+    m = spec.model
+    log.info("verifying: tuned, untuned and PyTorch in fresh processes, %d alternating rounds", spec.verify_rounds)
+    inputs = prof.source.numpy_inputs()
+    builds = {BEST: (tuned_mod, folder / "tuned.so"), "untuned": (prof.mod, folder / "untuned.so")}
+    timers: dict[str, Callable[[], float]] = {
+        name: partial(in_fresh_process, vm_ms_here, str(export_model(mod, target, path)), inputs, m.threads, m.repeat)
+        for name, (mod, path) in builds.items()}
+    if prof.source.module is not None:
+        timers["torch"] = partial(in_fresh_process, torch_ms_here, m.model, m.batch, m.seq_len, m.threads, m.repeat)
+    measured = {BEST: tuned_ms, "untuned": prof.model_ms, "torch": prof.torch_ms}
+    return verify_timers(timers, measured, study, spec.verify_rounds)
+
+
+def model_speedups(result: ModelTuneResult) -> tuple[Record, dict[str, Record]]:
+    """The tuned model and its references (untuned, and PyTorch when it ran) as records for a speed-up table."""
+    m = result.metrics
+    refs = {"untuned": {"status": "ok", "latency_ms": m["untuned_ms"]}}
+    if not math.isnan(m["torch_ms"]):
+        refs["torch"] = {"status": "ok", "latency_ms": m["torch_ms"]}
+    return {"status": "ok", "latency_ms": m["tuned_ms"]}, refs
+

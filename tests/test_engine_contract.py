@@ -1,0 +1,125 @@
+"""The contract every ask/tell engine of the registry keeps, checked with a fake measurer in seconds
+(as ``optuna/testing/pytest_samplers.py`` checks every sampler): the tuning loop ends at its budget,
+every measured config is valid and inside the space, each record reaches the engine once, failed
+trials are heard without ending the study, and seeded engines repeat themselves."""
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable
+
+import pytest
+
+from opbench.engines.driver import ENGINE_TRIAL_TAG, run_tuning
+from opbench.engines.registry import ENGINES, LOOP_ENGINES, EngineSpec, create_engine
+from opbench.hardware.resources import Resources
+from opbench.measure.types import TrialSpec
+from opbench.record import KNOB_PREFIX, Record, Status, new_trial_id
+from opbench.space import get_template
+from opbench.workloads import parse_workload
+
+WORKLOAD = parse_workload("matmul:m=64,n=64,k=64")
+TEMPLATE = get_template(WORKLOAD)
+SPECS = {
+    "optuna-tpe": EngineSpec("optuna", "tpe", seed=1),
+    "optuna-random": EngineSpec("optuna", "random", seed=1),
+    "nni-tpe": EngineSpec("nni", tuner="TPE", seed=1),
+    "nni-evolution": EngineSpec("nni", tuner="Evolution", seed=1),
+    "random": EngineSpec("random", seed=1),
+    "grid": EngineSpec("grid"),
+    "model": EngineSpec("model", seed=1),
+}
+SEEDED = ("optuna-tpe", "optuna-random", "random", "grid")
+
+
+class FakeMeasurer:
+    """Measures nothing: a config's latency is a fixed function of its knobs; some configs fail."""
+
+    def __init__(self, fail: Callable[[dict], bool] = lambda config: False) -> None:
+        self.fail = fail
+        self.configs: list[dict] = []
+
+    @staticmethod
+    def latency(config: dict) -> float:
+        return 1.0 + zlib.crc32(repr(sorted(config.items())).encode()) % 1000 / 1000
+
+    def measure_batch(self, specs: list[TrialSpec], on_record: Callable[[Record], None]) -> list[Record]:
+        out = []
+        for spec in specs:
+            self.configs.append(spec.config)
+            failed = self.fail(spec.config)
+            record: Record = {"trial_id": new_trial_id(), "workload": WORKLOAD.name, "threads": spec.resources.threads,
+                              "status": (Status.RUN_ERROR if failed else Status.OK).value,
+                              "error": "fake crash" if failed else "", **spec.tags,
+                              **{KNOB_PREFIX + k: v for k, v in spec.config.items()}}
+            if not failed:
+                record["latency_ms"] = self.latency(spec.config)
+            on_record(record)
+            out.append(record)
+        return out
+
+
+def _engine(name: str, tmp_path, study: str = "contract", resume: bool = False):
+    spec = SPECS[name]
+    if spec.name == "optuna":
+        spec = EngineSpec(spec.name, spec.sampler, seed=spec.seed, storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    return create_engine(spec, TEMPLATE.search_space(), WORKLOAD, TEMPLATE, Resources(), study, resume)
+
+
+def _tune(engine, measurer: FakeMeasurer, count: int, batch: int = 3) -> list[Record]:
+    heard: list[Record] = []
+    records = run_tuning(engine, WORKLOAD, count, measurer, heard.append, Resources(), batch=batch)  # type: ignore[arg-type]
+    assert heard == records  # every record is stored (on_record) before the loop returns it
+    return records
+
+
+def test_the_registry_covers_every_engine():
+    assert {s.name for s in SPECS.values()} | set(LOOP_ENGINES) == set(ENGINES)
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_the_loop_ends_at_its_budget_with_valid_configs_inside_the_space(name, tmp_path):
+    engine = _engine(name, tmp_path)
+    measurer = FakeMeasurer()
+    records = _tune(engine, measurer, 10)
+    engine.close()
+    assert len(records) == 10
+    assert len({r[ENGINE_TRIAL_TAG] for r in records}) == 10  # each proposal reaches the engine once
+    space = TEMPLATE.search_space()
+    for config in measurer.configs:
+        TEMPLATE.validate(config, WORKLOAD)  # invalid proposals were rejected before measuring
+        assert set(config) == set(space) and all(v in space[k]["_value"] for k, v in config.items())
+    assert engine.objectives == ("latency",)  # one objective: the Pareto summary is skipped
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_failed_trials_are_heard_and_the_study_goes_on(name, tmp_path):
+    engine = _engine(name, tmp_path)
+    failing = FakeMeasurer(fail=lambda config: config.get("vectorize") == 1)
+    records = _tune(engine, failing, 8, batch=2)
+    engine.close()
+    assert len(records) == 8
+    assert all(r["status"] == Status.RUN_ERROR for r in records if r["knob.vectorize"] == 1)
+    assert all(math.isfinite(r["latency_ms"]) for r in records if r["status"] == Status.OK)
+
+
+@pytest.mark.parametrize("name", SEEDED)
+def test_a_seeded_engine_proposes_the_same_configs_again(name, tmp_path):
+    first, second = FakeMeasurer(), FakeMeasurer()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _tune(_engine(name, tmp_path / "a"), first, 6)
+    _tune(_engine(name, tmp_path / "b"), second, 6)
+    assert first.configs == second.configs
+
+
+@pytest.mark.parametrize("name", [n for n in SPECS if SPECS[n].name == "optuna"])
+def test_a_resumed_engine_knows_what_is_done_and_goes_on(name, tmp_path):
+    engine = _engine(name, tmp_path)
+    records = _tune(engine, FakeMeasurer(), 5)
+    engine.close()
+    resumed = _engine(name, tmp_path, resume=True)
+    assert resumed.done == 5
+    assert resumed.recover({str(r[ENGINE_TRIAL_TAG]): r for r in records}) == []  # it heard them all already
+    more = _tune(resumed, FakeMeasurer(), 3)
+    assert len(more) == 3 and resumed.done == 8

@@ -1,0 +1,95 @@
+"""Imports point down the layers only (DESIGN.md), function-level and TYPE_CHECKING imports included."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "opbench"
+# Bottom to top. Intra-layer imports are free; a module may import any layer below its own.
+LAYERS = [
+    ("opbench.exceptions", "opbench.paths", "opbench.record", "opbench._tvm_compat"),
+    ("opbench.hardware",),
+    ("opbench.workloads",),
+    ("opbench.space",),
+    ("opbench.plugins",),
+    ("opbench.measure",),
+    ("opbench.tracking",),
+    ("opbench.report",),
+    ("opbench.engines",),
+    ("opbench.studies",),
+    ("opbench.cli",),
+]
+FACADE = "opbench"  # opbench/__init__.py re-exports the public API from every layer
+
+
+def layer_of(module: str) -> int:
+    for rank, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return rank
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to DESIGN.md)")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def imported(path: Path) -> list[tuple[int, str]]:
+    """Every opbench module ``path`` imports, wherever the import statement is."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("opbench"):
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("opbench")]
+    return found
+
+
+def upward_edges() -> list[str]:
+    edges = []
+    for name, path in sorted(modules().items()):
+        if name == FACADE:
+            continue
+        for line, target in imported(path):
+            if layer_of(target) > layer_of(name):
+                edges.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {name} imports {target}")
+    return edges
+
+
+def test_every_module_has_a_layer():
+    for name in modules():
+        if name != FACADE:
+            layer_of(name)
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    assert upward_edges() == []
+
+
+def test_the_check_sees_function_level_imports(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("def f():\n    from opbench.cli import main\n")
+    assert imported(path) == [(2, "opbench.cli")]
+    with pytest.raises(AssertionError, match="in no layer"):
+        layer_of("opbench.nowhere")
+
+
+def test_the_public_api_is_listed_and_importable():
+    import opbench
+
+    assert {"TuneSpec", "run_study", "StudyResult", "EngineSpec", "Measurer", "parse_workload"} <= set(opbench.__all__)
+    for name in opbench.__all__:
+        assert getattr(opbench, name) is not None
+    with pytest.raises(AttributeError):
+        opbench.not_an_api  # noqa: B018
+
+
+def test_benchmarks_call_the_library_not_the_cli():
+    for path in (PACKAGE.parent / "benchmarks").glob("*.py"):
+        assert not [t for _, t in imported(path) if t == "opbench.cli" or t.startswith("opbench.cli.")], path
