@@ -66,7 +66,7 @@ def _engine(name: str, tmp_path, study: str = "contract", resume: bool = False):
     return create_engine(spec, TEMPLATE.search_space(), WORKLOAD, TEMPLATE, Resources(), study, resume)
 
 
-def _tune(engine, measurer: FakeMeasurer, count: int, batch: int = 3) -> list[Record]:
+def _tune_fake(engine, measurer: FakeMeasurer, count: int, batch: int = 3) -> list[Record]:
     heard: list[Record] = []
     records = run_tuning(engine, WORKLOAD, count, measurer, heard.append, Resources(), batch=batch)  # type: ignore[arg-type]
     assert heard == records  # every record is stored (on_record) before the loop returns it
@@ -81,7 +81,7 @@ def test_the_registry_covers_every_engine():
 def test_the_loop_ends_at_its_budget_with_valid_configs_inside_the_space(name, tmp_path):
     engine = _engine(name, tmp_path)
     measurer = FakeMeasurer()
-    records = _tune(engine, measurer, 10)
+    records = _tune_fake(engine, measurer, 10)
     engine.close()
     assert len(records) == 10
     assert len({r[ENGINE_TRIAL_TAG] for r in records}) == 10  # each proposal reaches the engine once
@@ -96,7 +96,7 @@ def test_the_loop_ends_at_its_budget_with_valid_configs_inside_the_space(name, t
 def test_failed_trials_are_heard_and_the_study_goes_on(name, tmp_path):
     engine = _engine(name, tmp_path)
     failing = FakeMeasurer(fail=lambda config: config.get("vectorize") == 1)
-    records = _tune(engine, failing, 8, batch=2)
+    records = _tune_fake(engine, failing, 8, batch=2)
     engine.close()
     assert len(records) == 8
     assert all(r["status"] == Status.RUN_ERROR for r in records if r["knob.vectorize"] == 1)
@@ -108,18 +108,18 @@ def test_a_seeded_engine_proposes_the_same_configs_again(name, tmp_path):
     first, second = FakeMeasurer(), FakeMeasurer()
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    _tune(_engine(name, tmp_path / "a"), first, 6)
-    _tune(_engine(name, tmp_path / "b"), second, 6)
+    _tune_fake(_engine(name, tmp_path / "a"), first, 6)
+    _tune_fake(_engine(name, tmp_path / "b"), second, 6)
     assert first.configs == second.configs
 
 
 @pytest.mark.parametrize("name", [n for n in SPECS if SPECS[n].name == "optuna"])
 def test_a_resumed_engine_knows_what_is_done_and_goes_on(name, tmp_path):
     engine = _engine(name, tmp_path)
-    records = _tune(engine, FakeMeasurer(), 5)
+    records = _tune_fake(engine, FakeMeasurer(), 5)
     engine.close()
     resumed = _engine(name, tmp_path, resume=True)
     assert resumed.done == 5
     assert resumed.recover({str(r[ENGINE_TRIAL_TAG]): r for r in records}) == []  # it heard them all already
-    more = _tune(resumed, FakeMeasurer(), 3)
+    more = _tune_fake(resumed, FakeMeasurer(), 3)
     assert len(more) == 3 and resumed.done == 8

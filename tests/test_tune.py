@@ -1,10 +1,12 @@
 """Tuning studies: Optuna on sqlite storage, killed and resumed; random and grid engines."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -126,3 +128,17 @@ def test_core_sets_searched_with_the_schedule(tracking_uri):
     assert len(frame) == 4 and set(frame["cores"]) <= {"0", "0,1"} and "knob.cores" not in frame
     bad = run_cli(*["tune", SMALL, "--search-cores", "0;x", "--tracking-uri", tracking_uri])
     assert bad.returncode == 2 and "malformed core set 'x'" in bad.stderr
+
+
+def test_the_readme_python_api_script_runs_a_verified_study(tmp_path, tracking_uri):
+    """The README's Python API example, as written (only its stores moved to this test's folder)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    script = readme.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(script.splitlines()) <= 16
+    script = script.replace('seed=0)', f'seed=0, storage="sqlite:///{tmp_path / "optuna.db"}")')
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"^best [0-9.]+ ms with \{'knob\.", out.stdout, re.M)
+    assert re.search(r"^vs torch: ([0-9.]+x \([0-9.]+-[0-9.]+\)|not verified)$", out.stdout, re.M)
+    assert out.stdout.count("\nok ") + out.stdout.startswith("ok ") >= 1  # on_record saw the trials

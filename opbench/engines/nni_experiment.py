@@ -12,7 +12,7 @@ from opbench.engines.nni_engine import EVOLUTION_POPULATION, TUNERS
 from opbench.exceptions import OpBenchError, SearchSpaceError
 from opbench.hardware.resources import Resources
 from opbench.paths import PROJECT_ROOT
-from opbench.space import get_template, load_search_space, search_space_path
+from opbench.space import get_template
 from opbench.workloads import parse_workload
 
 # The project's virtual environment when there is one (trials run from the project root), else python3.
@@ -103,7 +103,7 @@ def write_experiment(spec: ExperimentSpec, out: Path) -> Path:
     if spec.trials < 1 or spec.concurrency < 1:
         raise OpBenchError(f"--trials and --concurrency must be >= 1, got {spec.trials} and {spec.concurrency}")
     Resources(spec.threads, target=spec.target, device=spec.device)  # a bad target or device fails here
-    space = load_search_space(search_space_path(get_template(workload, spec.template, spec.target)))
+    space = get_template(workload, spec.template, spec.target).search_space()
     if spec.knobs:
         space = restrict_space(space, spec.knobs)
     if spec.search_threads:

@@ -152,9 +152,8 @@ def compare(tuning: CoTuning, trials: int, storage: str, study: str, sampler: st
     (``trials`` solo trials per operator on ``cores``) plus co-runs of its winners. Optuna studies
     ``<study>-joint`` and ``<study>-alone-<i>`` in ``storage``."""
     from opbench.engines.optuna_engine import OptunaEngine
-    from opbench.space import load_search_space, search_space_path
 
-    spaces = [load_search_space(search_space_path(t)) for t in tuning.templates]
+    spaces = [t.search_space() for t in tuning.templates]
     defaults = [t.default_config(w) for t, w in zip(tuning.templates, tuning.workloads)]
     initial = {f"{i}.{k}": v for i, d in enumerate(defaults) for k, v in d.items()}
     initial[LAYOUT_KNOB] = tuning.layouts[0].label

@@ -133,9 +133,6 @@ class Workload:
         """(rtol, atol) for the correctness check."""
         return (1e-3, 1e-3) if self.dtype == "float32" else (2e-2, 2e-2)
 
-    def te_tensors(self) -> list[te.Tensor]:
-        return self.op.define(self.params, self.dtype)
-
     def prim_func(self) -> Any:
         """The unscheduled PrimFunc every template starts from."""
         return self.op.prim_func(self.params, self.dtype)
