@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import signal
 import threading
@@ -48,8 +49,8 @@ def serve(tracker: tuple[str, int], key: str, host: str, port: int) -> None:
 
     server = rpc.Server(host=host, port=port, port_end=port + 100, tracker_addr=tracker, key=key,
                         server_init_callback=register_functions)
-    print(f"serving key '{key}' on {host}:{server.port}, registered at tracker {tracker[0]}:{tracker[1]} "
-          f"(pid {os.getpid()})", flush=True)
+    logging.getLogger("opbench").info("serving key '%s' on %s:%d, registered at tracker %s:%d (pid %d)", key, host,
+                                      server.port, tracker[0], tracker[1], os.getpid())
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

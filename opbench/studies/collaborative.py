@@ -3,6 +3,7 @@ jointly and is scored on the co-run; the baseline tunes each operator alone (on 
 user tuning it in isolation would), then co-runs the winners in every layout and keeps the best."""
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from opbench.space import Config, Template
 from opbench.studies.corun import Layout, corun_spec
 from opbench.studies.threads import best_config
 from opbench.workloads import Workload
+
+log = logging.getLogger("opbench")
 
 OBJECTIVES = ("makespan", "throughput")
 LAYOUT_KNOB = "layout"
@@ -159,13 +162,12 @@ def compare(tuning: CoTuning, trials: int, storage: str, study: str, sampler: st
     initial[LAYOUT_KNOB] = tuning.layouts[0].label
     joint = OptunaEngine(joint_space(spaces, tuning.layouts), len(cores), f"{study}-joint", storage, sampler, seed,
                          initial=initial)
-    print(f"--- collaborative: {trials} co-run trials (layouts {', '.join(l.label for l in tuning.layouts)})",
-          flush=True)
+    log.info("--- collaborative: %d co-run trials (layouts %s)", trials, ", ".join(l.label for l in tuning.layouts))
     together, history = tuning.jointly(joint, trials)
     alone = None
     if baseline:
-        print(f"--- independent: each operator tuned alone ({trials} trials, {len(cores)} threads), "
-              "then the winners co-run in every layout", flush=True)
+        log.info("--- independent: each operator tuned alone (%d trials, %d threads), then the winners co-run in "
+                 "every layout", trials, len(cores))
         engines = [OptunaEngine(space, len(cores), f"{study}-alone-{i}", storage, sampler, seed, initial=d)
                    for i, (space, d) in enumerate(zip(spaces, defaults))]
         alone, _ = tuning.independently(engines, trials, cores)
