@@ -26,6 +26,7 @@ from opbench.workloads import OPERATORS, PRESETS, Workload, parse_workload
 from opbench.workloads.ops import parse_value
 
 if TYPE_CHECKING:
+    from opbench.measure.types import MeasureOptions
     from opbench.studies.tune import StudyResult, TuneSpec
 
 
@@ -61,14 +62,14 @@ def _grid(items: list[str]) -> list[dict[str, Any]]:
     return [dict(combo) for combo in itertools.product(*axes)] if axes else [{}]
 
 
-def _measure_options(args: argparse.Namespace, build_workers: int = 1):
+def _measure_options(args: argparse.Namespace) -> MeasureOptions:
     from opbench.measure.types import MeasureOptions
 
     if args.max_cv <= 0:
         raise UsageError(f"--max-cv must be > 0, got {args.max_cv}")
     remote = {"remote_workers": args.remote_workers, "connect_timeout_s": args.connect_timeout} \
         if hasattr(args, "remote_workers") else {}
-    return MeasureOptions(repeat=args.repeat, build_workers=build_workers, build_timeout_s=args.build_timeout,
+    return MeasureOptions(repeat=args.repeat, build_timeout_s=args.build_timeout,
                           run_timeout_s=args.run_timeout, max_cv=args.max_cv, max_remeasures=args.max_remeasures,
                           cache_flush=args.cache_flush, **remote)
 
@@ -161,45 +162,31 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def tune_spec(args: argparse.Namespace, workload: Workload) -> TuneSpec:
-    """The study ``opbench tune`` asks for, with each flag checked and named when it is wrong."""
+def tune_spec(args: argparse.Namespace) -> TuneSpec:
+    """The study ``opbench tune`` asks for; the specs check the combination (their errors name the flag)."""
     from opbench.engines.registry import EngineSpec
     from opbench.studies.tune import TuneSpec
 
     resources = _resources(args, args.threads)
     objectives = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
-    if len(objectives) > 1 and args.engine != "optuna":
-        raise UsageError(f"--objectives {args.objectives} needs --engine optuna (sampler nsga2, gp or tpe)")
-    if "threads" in objectives and not args.search_threads:
-        raise UsageError("--objectives with threads needs --search-threads (a thread count to trade off)")
     if "energy" in objectives and not resources.remote:  # a board's meter shows itself per trial
         from opbench.hardware.energy import require_local_meter
         from opbench.hardware.targets import is_gpu
 
         require_local_meter(is_gpu(resources.target))
-    if args.workers < 1:
-        raise UsageError(f"--workers must be >= 1, got {args.workers}")
-    if args.workers > 1 and args.engine != "optuna":
-        raise UsageError("--workers K shares one Optuna storage between processes: it needs --engine optuna")
-    if args.resume and args.engine != "optuna":
-        raise UsageError(f"--resume continues an Optuna study; engine '{args.engine}' keeps no resumable state")
-    if args.search_cores and args.engine == "model":
-        raise UsageError("--search-cores is not supported by --engine model (its features have no core set)")
     engine = EngineSpec(args.engine, args.sampler, args.tuner, args.seed, args.storage, objectives, args.warm_start)
-    batch = max(args.batch, args.remote_workers) if resources.remote else args.batch
     return TuneSpec(
-        args.workload, args.trials, engine, resources, args.template,
-        args.study or f"tune-{workload.name}-{engine.label}",
+        args.workload, args.trials, engine, resources, args.template, args.study,
         tuple(parse_thread_counts(args.search_threads, "--search-threads")) if args.search_threads else (),
         tuple(c.strip() for c in args.search_cores.split(";") if c.strip()) if args.search_cores else (),
-        args.batch, args.workers, args.resume, not args.no_references, args.verify_rounds,
-        _measure_options(args, build_workers=min(batch, 2)), args.tracking_uri, args.log)
+        args.batch, args.workers, args.resume, not args.no_references, args.verify_rounds, _measure_options(args),
+        args.tracking_uri, args.log)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from opbench.studies.tune import run_study
 
-    spec = tune_spec(args, parse_workload(args.workload))
+    spec = tune_spec(args)
     result = run_study(spec, on_record=TrialPrinter(spec.trials))
     print_study(result)
     print(f"MLflow experiment '{result.study}' in {result.tracking_uri}")

@@ -35,7 +35,8 @@ class EngineSpec:
         if self.name not in ENGINES:
             raise OpBenchError(f"unknown engine '{self.name}'; engines: {', '.join(ENGINES)}")
         if len(self.objectives) > 1 and self.name != "optuna":
-            raise OpBenchError(f"objectives {','.join(self.objectives)} need the optuna engine (sampler nsga2, gp or tpe)")
+            raise OpBenchError(f"objectives (--objectives) {','.join(self.objectives)} need the optuna engine "
+                               "(sampler nsga2, gp or tpe)")
 
     @property
     def label(self) -> str:

@@ -24,7 +24,7 @@ from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
-from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, speedup
+from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, speedup, tee
 from opbench.report.plots import latency_vs_threads, tuning_curve
 from opbench.space import get_template
 from opbench.studies.verify import Verification, verify
@@ -59,17 +59,19 @@ class TuneSpec:
 
     def __post_init__(self) -> None:
         if self.trials < 0:
-            raise OpBenchError(f"trials must be >= 0, got {self.trials}")
+            raise OpBenchError(f"trials (--trials) must be >= 0, got {self.trials}")
         if self.workers < 1:
-            raise OpBenchError(f"workers must be >= 1, got {self.workers}")
+            raise OpBenchError(f"workers (--workers) must be >= 1, got {self.workers}")
         if self.workers > 1 and self.engine.name != "optuna":
-            raise OpBenchError("several workers share one Optuna storage: they need the optuna engine")
+            raise OpBenchError("several workers (--workers) share one Optuna storage: they need the optuna engine")
         if self.resume and self.engine.name != "optuna":
-            raise OpBenchError(f"resume continues an Optuna study; engine '{self.engine.name}' keeps no resumable state")
+            raise OpBenchError(f"resume (--resume) continues an Optuna study; engine '{self.engine.name}' keeps no "
+                               "resumable state")
         if "threads" in self.engine.objectives and not self.search_threads:
-            raise OpBenchError("a threads objective needs search_threads (a thread count to trade off)")
+            raise OpBenchError("a threads objective needs --search-threads (search_threads): a thread count to trade off")
         if self.search_cores and self.engine.name == "model":
-            raise OpBenchError("searching core sets is not supported by the model engine (its features have no core set)")
+            raise OpBenchError("searching core sets (--search-cores) is not supported by the model engine "
+                               "(its features have no core set)")
         for core_set in self.search_cores:
             parse_cores(core_set)  # a malformed set fails here, naming it
 
@@ -161,9 +163,10 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
     """The whole study: references, tuning, verification, plots and the parent run's summary."""
     workload = parse_workload(spec.workload)
     study = spec.study_name
-    measure = spec.measure
     if spec.resources.remote:  # a batch as large as the devices held, so each step keeps them all busy
-        spec = dataclasses.replace(spec, batch=max(spec.batch, measure.remote_workers))
+        spec = dataclasses.replace(spec, batch=max(spec.batch, spec.measure.remote_workers))
+    # builds of one batch run in parallel, two at most (this host has few cores for compiling beside timing)
+    measure = dataclasses.replace(spec.measure, build_workers=max(spec.measure.build_workers, min(spec.batch, 2)))
     loop_engine = spec.engine.name == "metaschedule"
     engine = None if loop_engine else make_engine(spec, workload, study, spec.resume)
     earlier = recorded_engine_trials(study, spec.tracking_uri) if spec.resume else {}
@@ -179,12 +182,7 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
         for record in backfill:
             recorder.mlflow.write(record)
         measurer.warm_up(spec.resources)
-
-        def sink(record: Record) -> None:
-            recorder(record)
-            if on_record:
-                on_record(record)
-
+        sink = tee(recorder, *filter(None, [on_record]))
         refs = measure_references(measurer, workload, spec.resources, recorder) if spec.references else {}
         todo = spec.trials - done
         if loop_engine:

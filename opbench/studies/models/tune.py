@@ -100,7 +100,7 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
     with Measurer(MeasureOptions(repeat=m.repeat)) as measurer, \
             Recorder(study, spec.tracking_uri, extra={"engine": spec.engine.name}, parent_tags={"model": m.model}) \
             as recorder:
-        sink = tee(recorder, on_record) if on_record else tee(recorder)
+        sink = tee(recorder, *filter(None, [on_record]))
         for op in tunable:  # key operators are tuned; the others get the template's default schedule (1 trial)
             workload = parse_workload(model_name(m.model, op.name, m.batch, m.seq_len))
             template = get_template(workload)
