@@ -63,7 +63,10 @@ def test_the_tvm_pool_is_idle_once_a_timed_run_returns(measurer):
     pid = record["worker_pid"]
     before = _cpu_ticks(pid)
     time.sleep(0.3)
-    assert _cpu_ticks(pid) == before  # an idle process accrues no CPU time
+    # A pool still spinning after the answer would accrue tens of ticks (TVM's default spun ~235 ms on
+    # each of 2 threads); an idle worker gets at most a stray tick or two. A busy host only lowers our
+    # process's ticks. (A fresh worker took 7 ticks here until wait_until_idle wanted 5 quiet windows.)
+    assert _cpu_ticks(pid) - before <= 2
 
 
 def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(measurer):

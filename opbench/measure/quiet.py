@@ -14,16 +14,17 @@ from collections.abc import Iterable
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
-def wait_until_idle(limit_s: float = 1.0, window_s: float = 0.002, busy_frac: float = 0.2) -> float:
-    """Block until this process uses less than ``busy_frac`` of a core over ``window_s`` (its TVM
-    pool stopped spinning), at most ``limit_s``; returns the seconds waited."""
+def wait_until_idle(limit_s: float = 1.0, window_s: float = 0.002, busy_frac: float = 0.2, quiet_windows: int = 5) -> float:
+    """Block until this process uses less than ``busy_frac`` of a core over ``quiet_windows`` windows of
+    ``window_s`` in a row (its TVM pool stopped spinning: one quiet window can fall in a pause of a
+    pool that is still starting), at most ``limit_s``; returns the seconds waited."""
     start = time.perf_counter()
-    while time.perf_counter() - start < limit_s:
+    quiet = 0
+    while quiet < quiet_windows and time.perf_counter() - start < limit_s:
         cpu = time.process_time()
         tick = time.perf_counter()
         time.sleep(window_s)
-        if time.process_time() - cpu < busy_frac * (time.perf_counter() - tick):
-            break
+        quiet = quiet + 1 if time.process_time() - cpu < busy_frac * (time.perf_counter() - tick) else 0
     return time.perf_counter() - start
 
 
