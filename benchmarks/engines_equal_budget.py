@@ -28,7 +28,7 @@ from opbench.record import is_ok
 from opbench.report.plots import engine_curves
 from opbench.report.progress import TrialPrinter, table
 from opbench.report.summary import summarize_engine
-from opbench.space import get_template, load_search_space, search_space_path
+from opbench.space import get_template
 from opbench.studies.verify import Spread, Verification, remeasure, spec_of
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
@@ -42,7 +42,7 @@ def tune(engine: str, name: str, trials: int, measurer: Measurer, sink, resource
     if engine == "metaschedule":
         return MetaScheduleTuner(scratch / f"ms-{name}", seed).run(workload, trials, measurer, sink, resources)
     template = get_template(workload)
-    space = load_search_space(search_space_path(template))
+    space = template.search_space(workload)
     if engine == "optuna-tpe":
         proposer = OptunaEngine(space, resources.threads, f"{name}-{engine}", f"sqlite:///{scratch}/optuna.db",
                                 seed=seed, initial=template.default_config(workload))

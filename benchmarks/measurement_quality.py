@@ -33,7 +33,7 @@ from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.record import is_ok
 from opbench.report.plots import predicted_vs_measured
 from opbench.report.progress import table
-from opbench.space import get_template, load_search_space, search_space_path
+from opbench.space import get_template
 from opbench.workloads import parse_workload
 
 WORKLOADS = ("matmul-512", "resnet50-c2")
@@ -43,7 +43,7 @@ ROUNDS = 3
 def sample_configs(name: str, count: int, threads: int, seed: int) -> list[dict]:
     workload = parse_workload(name)
     template = get_template(workload)
-    engine = RandomEngine(load_search_space(search_space_path(template)), threads, seed)
+    engine = RandomEngine(template.search_space(workload), threads, seed)
     return [p.config for p in valid_proposals(engine, workload, template, count, max_rejects=1000)]
 
 
@@ -74,7 +74,7 @@ def torch_references(studies: int, trials: int, resources: Resources, scratch: P
         with Measurer(MeasureOptions(build_workers=2)) as measurer:
             measurer.warm_up(resources)
             refs = measure_references(measurer, workload, resources, lambda r: None)
-            engine = OptunaEngine(load_search_space(search_space_path(template)), resources.threads, f"ref{i}",
+            engine = OptunaEngine(template.search_space(workload), resources.threads, f"ref{i}",
                                   f"sqlite:///{scratch}/optuna.db", seed=i)
             run_tuning(engine, workload, trials, measurer, lambda r: None, resources, batch=2)
             fresh = measurer.measure_fresh([TrialSpec(workload, {}, resources, "torch")] * ROUNDS)

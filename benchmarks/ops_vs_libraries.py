@@ -22,7 +22,7 @@ from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
 from opbench.report.progress import table
-from opbench.space import get_template, load_search_space, search_space_path
+from opbench.space import get_template
 from opbench.studies.verify import BEST, verify
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
@@ -47,7 +47,7 @@ def main() -> None:
             workload = parse_workload(name)
             refs = measure_references(measurer, workload, resources, lambda r: None)
             template = get_template(workload)
-            engine = OptunaEngine(load_search_space(search_space_path(template)), args.threads, name, storage,
+            engine = OptunaEngine(template.search_space(workload), args.threads, name, storage,
                                   seed=0, initial=template.default_config(workload))
             with Recorder(f"bench-{name}", tracking) as recorder:
                 started = time.perf_counter()

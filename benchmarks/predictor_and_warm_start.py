@@ -29,7 +29,7 @@ from opbench.measure.types import MeasureOptions
 from opbench.record import is_ok
 from opbench.report.plots import engine_curves
 from opbench.report.progress import TrialPrinter, table
-from opbench.space import get_template, load_search_space, search_space_path
+from opbench.space import get_template
 from opbench.tracking.jsonl import records_frame
 from opbench.workloads import parse_workload
 
@@ -48,7 +48,7 @@ def tune(engine, name: str, trials: int, measurer: Measurer, resources: Resource
 def space_of(name: str):
     workload = parse_workload(name)
     template = get_template(workload)
-    return workload, template, load_search_space(search_space_path(template))
+    return workload, template, template.search_space(workload)
 
 
 def trials_to_reach(records: list[dict], bar: float) -> float:

@@ -49,8 +49,9 @@ def test_measure_matmul_512_json(tracking_uri, tmp_path):
 
 
 def test_sweep_leaves_one_mlflow_run_per_trial(tracking_uri):
-    argv = CLI + ["sweep", "conv2d:n=1,c=8,h=14,w=14,k=8,r=3,s=3,pad=1", "--grid", "x_inner=2,4", "pad_at=inline,outer",
-                  "order=SSRRS,SRSRS", "--config", "{\"write_at\": \"outer\"}", "--threads", "1,2", "--tracking-uri", tracking_uri, "--study", "sw",
+    argv = CLI + ["sweep", "conv2d:n=1,c=8,h=14,w=14,k=8,r=3,s=3,pad=1", "--grid", "x_split=7x1x2,7x2x1", "pad_at=inline,outer",
+                  "order=SSRRS:outer,SRSRS:outer", "--config", "{\"cache_write\": \"global\"}", "--threads", "1,2",
+                  "--tracking-uri", tracking_uri, "--study", "sw",
                   "--repeat", "2"]
     out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ}, check=True)
     assert "[16/16]" in out.stderr and "MLflow experiment 'sw'" in out.stdout

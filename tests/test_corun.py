@@ -113,7 +113,7 @@ def test_tune_together_compares_collaborative_with_independent_tuning(tmp_path, 
     storage = f"sqlite:///{tmp_path / 'optuna' / 'tog' / 'optuna.db'}"
     joint = optuna.load_study(study_name="tog-joint", storage=storage)
     done = [t for t in joint.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len(done) == 3 and {"0.i_inner", "1.inner_split", "layout"} <= set(done[0].params)
+    assert len(done) == 3 and {"0.i_split", "1.inner_split", "layout"} <= set(done[0].params)
     best = min(done, key=lambda t: t.value)  # the study's objective is the co-run's makespan
     assert best.value == pytest.approx(collaborative["makespan_ms"].min())
 

@@ -64,7 +64,7 @@ def _engine(name: str, tmp_path, study: str = "contract", resume: bool = False, 
     if spec.name == "optuna":  # a sqlite file only where a second engine must find the study again
         url = f"sqlite:///{tmp_path / 'optuna.db'}" if on_disk else "sqlite:///:memory:"
         spec = EngineSpec(spec.name, spec.sampler, seed=spec.seed, storage=url)
-    return create_engine(spec, TEMPLATE.search_space(), WORKLOAD, TEMPLATE, Resources(), study, resume)
+    return create_engine(spec, TEMPLATE.search_space(WORKLOAD), WORKLOAD, TEMPLATE, Resources(), study, resume)
 
 
 def _tune_fake(engine, measurer: FakeMeasurer, count: int, batch: int = 3) -> list[Record]:
@@ -86,7 +86,7 @@ def test_the_loop_ends_at_its_budget_with_valid_configs_inside_the_space(name, t
     engine.close()
     assert len(records) == 10
     assert len({r[ENGINE_TRIAL_TAG] for r in records}) == 10  # each proposal reaches the engine once
-    space = TEMPLATE.search_space()
+    space = TEMPLATE.search_space(WORKLOAD)
     for config in measurer.configs:
         TEMPLATE.validate(config, WORKLOAD)  # invalid proposals were rejected before measuring
         assert set(config) == set(space) and all(v in space[k]["_value"] for k, v in config.items())

@@ -27,7 +27,8 @@ SHIPPED = {  # experiment folder -> the `opbench nni new` arguments that write i
     "bert-base-ffn1-anneal": ExperimentSpec("bert-base-ffn1", "Anneal", 64, threads=2),
     "matmul-512-model": ExperimentSpec("matmul-512", "Model", 64, threads=2),
     "matmul-512-threads-tile-grid": ExperimentSpec("matmul-512", "GridSearch", 40, search_threads=[1, 2],
-                                                   knobs={"i_inner": [1, 2, 4, 8, 16], "j_inner": [8, 16, 32, 64]}),
+                                                   knobs={"i_split": ["512x1x1", "256x1x2", "128x1x4", "64x1x8", "32x1x16"],
+                                                          "j_split": ["64x1x8", "32x1x16", "16x1x32", "8x1x64"]}),
 }
 
 
@@ -62,8 +63,8 @@ def test_shipped_experiments_are_what_nni_new_writes(tmp_path, name):
 def test_nni_new_rejects_unknown_knobs_and_values(tmp_path, capsys):
     with pytest.raises(SearchSpaceError, match="knob 'bogus'"):
         write_experiment(ExperimentSpec("matmul-512", knobs={"bogus": None}), tmp_path / "x")
-    with pytest.raises(SearchSpaceError, match=r"values \[3\]"):
-        write_experiment(ExperimentSpec("matmul-512", knobs={"i_inner": [3]}), tmp_path / "x")
+    with pytest.raises(SearchSpaceError, match=r"values \['3x1x1'\]"):
+        write_experiment(ExperimentSpec("matmul-512", knobs={"i_split": ["3x1x1"]}), tmp_path / "x")
     with pytest.raises(SystemExit) as exit_:
         main(["nni", "new", "matmul-512", "--tuner", "Nope", "--out", str(tmp_path / "y")])
     assert exit_.value.code == 2 and "invalid choice: 'Nope'" in capsys.readouterr().err
@@ -103,7 +104,7 @@ def test_shipped_nni_experiment_runs_under_nnictl_and_matches_mlflow(tmp_path, e
     assert set(exported["trialJobId"]) == set(ok.index)
     for _, row in exported.iterrows():
         assert math.isclose(row["default"], ok.loc[row["trialJobId"], "latency_ms"], rel_tol=1e-9)
-        assert row["i_inner"] == ok.loc[row["trialJobId"], "knob.i_inner"]
+        assert row["i_split"] == ok.loc[row["trialJobId"], "knob.i_split"]
     refs = frame[frame["reference"].notna()]
     assert set(refs["reference"]) == {"te_default", "template_default", "torch", "numpy"}
     assert set(refs["nni.trial_id"]) <= set(trials["nni.trial_id"])  # measured by the first trial

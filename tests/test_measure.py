@@ -20,13 +20,13 @@ SMALL = {
 }
 # A non-default point of each template's space (other orders, scopes, stage placements).
 TUNED = {
-    "matmul": {"i_inner": 8, "j_inner": 16, "j_mid": 2, "k_inner": 4, "order": "SRSRS", "write_at": "outer",
-               "cache_write": "global", "unroll_explicit": 1},
-    "batch_matmul": {"i_inner": 4, "j_inner": 8, "order": "SSRSR", "parallel": 2, "unroll_max_step": 512},
-    "dense": {"i_inner": 2, "j_inner": 32, "cache_write": "none", "write_at": "inner", "order": "SSRRS"},
-    "conv2d": {"f_inner": 4, "x_inner": 2, "order": "SRSSR", "write_at": "root", "pad_at": "inline", "parallel": 2},
-    "depthwise_conv2d": {"c_inner": 8, "x_inner": 1, "pad_at": "root", "cache_write": "none", "vectorize": 0},
-    "pool2d": {"c_inner": 4, "x_inner": 4, "pad_at": "outer", "order": "SSRSR", "parallel": 1},
+    "matmul": {"i_split": "8x1x8", "j_split": "1x3x16", "k_inner": 4, "order": "SRSRS:outer", "cache_write": "global",
+               "unroll_explicit": 1},
+    "batch_matmul": {"i_split": "8x1x4", "j_split": "4x1x8", "order": "SSRSR:inner", "parallel": 2, "unroll_max_step": 512},
+    "dense": {"i_split": "8x1x2", "j_split": "2x1x32", "cache_write": "none", "order": "SSRRS:inner"},
+    "conv2d": {"f_split": "4x1x4", "x_split": "7x1x2", "order": "SRSSR:root", "pad_at": "inline", "parallel": 2},
+    "depthwise_conv2d": {"c_split": "2x1x8", "x_split": "7x1x1", "pad_at": "root", "cache_write": "none", "vectorize": 0},
+    "pool2d": {"c_split": "2x1x4", "x_split": "2x1x4", "pad_at": "outer", "order": "SSRSR:inner", "parallel": 1},
     "softmax": {"inline": 0, "compute_at": "root", "inner_split": 32, "parallel": 0},
     "layer_norm": {"compute_at": "root", "inner_split": 8, "unroll_max_step": 0},
     "add_relu": {"inline": 0, "compute_at": "root", "inner_split": 64, "vectorize": 1},

@@ -78,7 +78,7 @@ def test_cuda_templates_generate_kernels_with_shared_memory_and_thread_binding(t
     workload = parse_workload(preset)
     assert get_template(workload, None, "cuda") is template
     config = template.validate({}, workload)
-    threads = math.prod(config[f"{a}_thread"] for a in template.tiled)
+    threads = math.prod(template.parameters(config, workload)[f"{a}_thread"] for a in template.tiled)
     target = make_target("cuda -arch=sm_80", 1)
     source = tvm.compile(template.schedule(workload, config), target).mod.imports[0].inspect_source()
     assert f"__launch_bounds__({threads})" in source and "__shared__" in source and "threadIdx.x" in source
@@ -97,22 +97,22 @@ def test_cuda_vectorised_shared_loads_reach_the_kernel():
 
     workload = parse_workload("matmul-512")
     template = get_template(workload, None, "cuda")
-    config = template.validate({"vector": 4, "k_inner": 16}, workload)
-    source = tvm.compile(template.schedule(workload, config), make_target("cuda -arch=sm_80", 1)).mod.imports[0]
-    assert "float4" in source.inspect_source()
-    with pytest.raises(ConfigError, match="knob 'vector': a shared tile of 256 elements does not split into 128"):
-        template.schedule(workload, template.validate({"vector": 4, "k_inner": 8}, workload))
+    for k_inner in (4, 8, 16):  # every reduction tile is a multiple of the widest load: every tile splits into loads
+        config = template.validate({"vector": 4, "k_inner": k_inner}, workload)
+        source = tvm.compile(template.schedule(workload, config), make_target("cuda -arch=sm_80", 1)).mod.imports[0]
+        assert "float4" in source.inspect_source()
+    assert template.search_space(workload)["k_inner"]["_value"] == [4, 8, 16, 32]
 
 
 def test_cuda_configs_and_ops_are_checked():
     workload = parse_workload("matmul-512")
     template = get_template(workload, None, "cuda")
     conv = parse_workload("conv2d:n=1,c=16,h=32,w=32,k=64,r=3,s=3,stride=1,pad=1")
-    with pytest.raises(ConfigError, match="knob 'x_thread': 2048 threads per block exceed 1024"):
-        get_template(conv, None, "cuda").validate({"f_thread": 2, "y_thread": 32, "x_thread": 32, "f_inner": 1,
-                                                   "y_inner": 1, "x_inner": 1}, conv)
-    with pytest.raises(ConfigError, match="knob 'i_inner': i_thread x i_inner = 256 does not divide"):
-        template.validate({"i_thread": 32, "i_inner": 8}, parse_workload("matmul:m=384,n=64,k=64"))
+    splits = {k.name: k.choices for k in get_template(conv, None, "cuda").knobs(conv) if k.name.endswith("_split")}
+    threads = [max(int(v.split("x")[1]) for v in splits[f"{a}_split"]) for a in "fyx"]
+    assert math.prod(threads) <= 1024  # every point fits a block
+    with pytest.raises(ConfigError, match="knob 'i_split'"):
+        template.validate({"i_split": "3x32x8"}, parse_workload("matmul:m=384,n=64,k=64"))  # 32 x 8 does not divide 384
     with pytest.raises(WorkloadError, match="no CUDA template for operator 'softmax'"):
         get_template(parse_workload("bert-base-softmax"), None, "cuda")
 

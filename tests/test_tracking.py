@@ -12,15 +12,15 @@ from opbench.workloads import parse_workload
 def test_jsonl_and_mlflow_round_trip_identically(measurer, tracking_uri, tmp_path):
     log = tmp_path / "trials.jsonl"
     w = parse_workload("matmul:m=32,n=32,k=32")
-    specs = [TrialSpec(w, {}, Resources(1)), TrialSpec(w, {"j_inner": 8, "order": "SSRSR"}, Resources(2)),
-             TrialSpec(w, {"i_inner": 64}, Resources(1))]
+    specs = [TrialSpec(w, {}, Resources(1)), TrialSpec(w, {"j_split": "4x1x8", "order": "SSRSR:inner"}, Resources(2)),
+             TrialSpec(w, {"i_split": "1x1x64"}, Resources(1))]
     with Recorder("roundtrip", tracking_uri, log, extra={"engine": "test"}) as recorder:
         measurer.measure_batch(specs, on_record=recorder)
     from_jsonl, from_mlflow = read_jsonl(log), read_mlflow(["roundtrip"], tracking_uri)
     pd.testing.assert_frame_equal(from_jsonl, from_mlflow)
     assert list(from_jsonl["status"]) == ["invalid_config", "ok", "ok"]
-    tuned = from_jsonl[from_jsonl["knob.order"] == "SSRSR"].iloc[0]  # records arrive as trials end
-    assert tuned["knob.j_inner"] == 8 and tuned["threads"] == 2
+    tuned = from_jsonl[from_jsonl["knob.order"] == "SSRSR:inner"].iloc[0]  # records arrive as trials end
+    assert tuned["knob.j_split"] == "4x1x8" and tuned["threads"] == 2
     assert isinstance(from_mlflow.loc[2, "latencies_ms"], list)
     assert {"op", "shape", "dtype", "template", "threads", "cores", "target", "host", "tvm_version",
             "source_model", "latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gflops",

@@ -83,37 +83,32 @@ def test_grid_engine_walks_the_space_in_order(tmp_path, tracking_uri):
     assert json.loads(frame.to_json())  # serialisable dataset
 
 
-def test_invalid_configs_are_rejected_before_they_cost_a_trial(tmp_path):
+def test_built_in_spaces_never_reject_and_the_guard_still_catches_foreign_points(tmp_path):
     from opbench.engines.driver import valid_proposals
     from opbench.engines.optuna_engine import OptunaEngine
     from opbench.engines.simple import RandomEngine
-    from opbench.exceptions import ConfigError
-    from opbench.space import get_template, load_search_space, search_space_path
+    from opbench.space import get_template
     from opbench.workloads import parse_workload
 
-    workload = parse_workload(SMALL)
+    workload = parse_workload("conv2d:n=1,c=16,h=15,w=15,k=24,r=3,s=3,stride=2,pad=1")  # 8x8 out, odd extents
     template = get_template(workload)
-    space = load_search_space(search_space_path(template))
+    engine = RandomEngine(template.search_space(workload), 1, seed=0)
+    assert len(valid_proposals(engine, workload, template, 200)) == 200 and engine.rejected == 0
 
-    def valid(config):
-        try:
-            template.validate(config, workload)
-            return True
-        except ConfigError:
-            return False
-
-    engine = RandomEngine(space, 1, seed=0)
+    # a space not derived from the workload (a plugin's, an edited file): its foreign points are rejected
+    foreign = {**template.search_space(workload), "x_split": {"_type": "choice", "_value": ["1x1x16", "2x1x4"]}}
+    engine = RandomEngine(foreign, 1, seed=0)
     reasons = []
     engine.reject = lambda proposal, reason: reasons.append(reason)
     out = valid_proposals(engine, workload, template, 8)
-    assert len(out) == 8 and all(valid(p.config) for p in out)
-    assert reasons and engine.rejected == len(reasons) and "exceeds loop" in " ".join(reasons)
+    assert len(out) == 8 and all(p.config["x_split"] == "2x1x4" for p in out)
+    assert reasons and engine.rejected == len(reasons) and "knob 'x_split'" in reasons[0]
 
-    hopeless = RandomEngine({"i_inner": {"_type": "choice", "_value": [128]}}, 1)
+    hopeless = RandomEngine({"x_split": {"_type": "choice", "_value": ["1x1x16"]}}, 1)
     out = valid_proposals(hopeless, workload, template, 1, max_rejects=3)
     assert len(out) == 1 and hopeless.rejected == 3  # then one passes, to be recorded as invalid_config
 
-    study = OptunaEngine(space, 1, "rej", f"sqlite:///{tmp_path / 'o.db'}", seed=0)
+    study = OptunaEngine(foreign, 1, "rej", f"sqlite:///{tmp_path / 'o.db'}", seed=0)
     out = valid_proposals(study, workload, template, 4)
     rejected = [t for t in study.study.trials if "rejected" in t.user_attrs]
     assert len(out) == 4 and study.rejected == len(rejected) > 0

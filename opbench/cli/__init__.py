@@ -102,11 +102,11 @@ def cmd_space(args: argparse.Namespace) -> int:
     template = get_template(workload, args.template, args.target)
     default = template.default_config(workload)
     if args.json:
-        print(json.dumps(template.search_space(), indent=2))
+        print(json.dumps(template.search_space(workload), indent=2))
         return 0
     print(f"{workload.name}: template '{template.name}', axes "
           + " ".join(f"{a.name}={a.extent}{'(r)' if a.reduce else ''}" for a in workload.axes))
-    print(table([(k.name, ",".join(map(str, k.choices)), default.get(k.name), k.help) for k in template.knobs()],
+    print(table([(k.name, ",".join(map(str, k.choices)), default.get(k.name), k.help) for k in template.knobs(workload)],
                 ["knob", "choices", "default", "meaning"]))
     return 0
 

@@ -103,7 +103,7 @@ def write_experiment(spec: ExperimentSpec, out: Path) -> Path:
     if spec.trials < 1 or spec.concurrency < 1:
         raise OpBenchError(f"--trials and --concurrency must be >= 1, got {spec.trials} and {spec.concurrency}")
     Resources(spec.threads, target=spec.target, device=spec.device)  # a bad target or device fails here
-    space = get_template(workload, spec.template, spec.target).search_space()
+    space = get_template(workload, spec.template, spec.target).search_space(workload)
     if spec.knobs:
         space = restrict_space(space, spec.knobs)
     if spec.search_threads:

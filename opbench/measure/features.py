@@ -18,9 +18,13 @@ MS_FEATURES = 164  # floats per buffer store from MetaSchedule's PerStoreFeature
 
 
 @functools.cache
-def knob_columns() -> tuple[str, ...]:
-    """Union of every template's knobs: the config columns shared by all records."""
-    return tuple(sorted({k.name for t in TEMPLATES.values() for k in t.knobs()}))
+def parameter_columns() -> dict[str, tuple[Any, ...] | None]:
+    """Union of every template's schedule parameters (with their vocabularies): the config columns
+    shared by all records."""
+    columns: dict[str, tuple[Any, ...] | None] = {}
+    for template in TEMPLATES.values():
+        columns.update(template.parameter_vocabulary())
+    return dict(sorted(columns.items()))
 
 
 def op_features(workload: Workload) -> dict[str, float]:
@@ -41,16 +45,20 @@ def op_features(workload: Workload) -> dict[str, float]:
     return feats
 
 
-def config_features(config: Config, template_name: str | None) -> dict[str, float]:
-    """Knob values as numbers: numeric as is, categorical as the index of the choice."""
-    knobs = {k.name: k for k in TEMPLATES[template_name].knobs()} if template_name in TEMPLATES else {}
+def config_features(config: Config, workload: Workload, template_name: str | None) -> dict[str, float]:
+    """The schedule parameters of a config as numbers: tile sizes as they are, choices as their index
+    in the parameter's fixed vocabulary, so one column means the same for every workload."""
+    params: Config = {}
+    if template_name in TEMPLATES:
+        template = TEMPLATES[template_name]
+        params = template.parameters({**template.default_config(workload), **config}, workload)
     feats: dict[str, float] = {}
-    for name in knob_columns():
-        value: Any = config.get(name)
-        if value is None or name not in knobs:
+    for name, vocabulary in parameter_columns().items():
+        value: Any = params.get(name)
+        if value is None:
             feats[f"feat.cfg_{name}"] = float("nan")
         else:
-            feats[f"feat.cfg_{name}"] = float(value) if isinstance(value, (int, float)) else float(knobs[name].choices.index(value))
+            feats[f"feat.cfg_{name}"] = float(vocabulary.index(value)) if vocabulary else float(value)
     return feats
 
 
@@ -61,7 +69,7 @@ def resource_features(resources: Resources) -> dict[str, float]:
 
 def static_features(workload: Workload, config: Config, template_name: str | None, resources: Resources, host: HostFacts) -> dict[str, float]:
     """Everything known before building: op, config, resources, host."""
-    return {**op_features(workload), **config_features(config, template_name), **resource_features(resources), **host.features()}
+    return {**op_features(workload), **config_features(config, workload, template_name), **resource_features(resources), **host.features()}
 
 
 def schedule_features(mod: Any, target: Any) -> dict[str, float]:

@@ -1,4 +1,10 @@
-"""Knobs, configs and the :class:`Template` base class shared by every schedule template."""
+"""Knobs, configs and the :class:`Template` base class shared by every schedule template.
+
+A template's space is derived from the workload (:meth:`Template.knobs`): every point of it is a
+schedule that applies, as AutoTVM's ``define_split`` offers only factorizations of a loop's extent
+and MetaSchedule's ``sample_perfect_tile`` samples only perfect tiles. A tuner, NNI's included,
+samples it by its own rules and never meets an invalid point.
+"""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -13,16 +19,46 @@ if TYPE_CHECKING:
     from tvm.s_tir import Schedule
 
 Config = dict[str, Any]
+SPLIT_SEP = "x"
 
 
 def axis_extents(workload: Workload) -> dict[str, int]:
-    """Each anchor loop's extent by name: what tile knobs are checked against."""
+    """Each anchor loop's extent by name: what tile knobs are derived from."""
     return {a.name: a.extent for a in workload.axes}
+
+
+def divisors(extent: int, cap: int | None = None) -> tuple[int, ...]:
+    """The divisors of ``extent`` not above ``cap``, ascending."""
+    return tuple(d for d in range(1, min(extent, cap or extent) + 1) if extent % d == 0)
+
+
+def split_choices(extent: int, caps: tuple[int, ...]) -> tuple[str, ...]:
+    """Perfect factorizations ``outer x f1 x f2 ...`` of ``extent``, inner factor ``f_i`` at most
+    ``caps[i]``, as knob values such as ``"16x8x4"`` (outer 16, middle 8, inner 4 for 512)."""
+    def inner(rest: int, level: int) -> list[tuple[int, ...]]:
+        if level == len(caps):
+            return [()]
+        return [(f, *more) for f in divisors(rest, caps[level]) for more in inner(rest // f, level + 1)]
+
+    factors = sorted(inner(extent, 0), key=lambda fs: fs[::-1])
+    return tuple(SPLIT_SEP.join(map(str, (extent // _prod(fs), *fs))) for fs in factors)
+
+
+def split_factors(value: str) -> tuple[int, ...]:
+    """The factors of a split knob's value, outermost first (``"16x8x4"`` -> ``(16, 8, 4)``)."""
+    return tuple(int(f) for f in value.split(SPLIT_SEP))
+
+
+def _prod(values: tuple[int, ...]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
 
 
 @dataclass(frozen=True)
 class Knob:
-    """One schedule decision: a name, the values it may take, and what it controls."""
+    """One decision of a workload's space: a name, the values it may take, and what it controls."""
 
     name: str
     choices: tuple[Any, ...]
@@ -35,26 +71,36 @@ class Knob:
 class Template(ABC):
     """Applies a config (a dict of knob values) to a ``tvm.s_tir.Schedule`` of one op kind.
 
-    The space (``knobs``) is the same for every workload of the template, so it can live in one
-    ``search_spaces/<name>.json``; which values fit a given shape is checked by :meth:`validate`.
+    Knob values are what a tuner samples; :meth:`parameters` is what the schedule is made of (tile
+    sizes as numbers, choices as names), the same columns for every workload so that features
+    compare configs across workloads.
     """
 
     name: str
 
     @abstractmethod
-    def knobs(self) -> list[Knob]: ...
+    def knobs(self, workload: Workload) -> list[Knob]:
+        """The space for ``workload``: every combination of these values applies."""
 
     @abstractmethod
     def default_config(self, workload: Workload) -> Config:
-        """A valid, reasonable config for ``workload`` (the template's own default schedule)."""
-
-    @abstractmethod
-    def check(self, config: Config, workload: Workload) -> None:
-        """Shape-dependent checks of a complete config; raise ConfigError naming the knob."""
+        """The template's own default schedule for ``workload``: a point of its space."""
 
     @abstractmethod
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         """Schedule ``sch`` (a fresh schedule of ``workload``'s PrimFunc) with a validated config."""
+
+    def parameters(self, config: Config, workload: Workload) -> Config:
+        """The schedule parameters a complete config stands for (by default its knob values)."""
+        return dict(config)
+
+    def parameter_vocabulary(self) -> dict[str, tuple[Any, ...] | None]:
+        """Every schedule parameter's name: its fixed vocabulary when categorical, else None."""
+        return {}
+
+    def check(self, config: Config, workload: Workload) -> None:
+        """Checks of a complete config beyond its knobs' choices (plugin templates; built-in ones
+        have none: their spaces hold only schedules that apply)."""
 
     def schedule(self, workload: Workload, config: Config) -> IRModule:
         """The scheduled IRModule of ``workload`` under a validated ``config`` (in a worker: imports TVM)."""
@@ -65,19 +111,19 @@ class Template(ABC):
         self.apply(sch, config, workload)
         return sch.mod
 
-    def search_space(self) -> dict[str, dict[str, Any]]:
-        """This template's space in NNI's search-space format."""
-        return {k.name: k.to_nni() for k in self.knobs()}
+    def search_space(self, workload: Workload) -> dict[str, dict[str, Any]]:
+        """The space for ``workload`` in NNI's search-space format."""
+        return {k.name: k.to_nni() for k in self.knobs(workload)}
 
     def validate(self, config: Config, workload: Workload) -> Config:
         """Return the complete config (missing knobs take the default) or raise ConfigError."""
-        knobs = {k.name: k for k in self.knobs()}
+        knobs = {k.name: k for k in self.knobs(workload)}
         for name, value in config.items():
             if name not in knobs:
                 known = ", ".join(knobs) or "none"
-                raise ConfigError(name, f"unknown knob for template '{self.name}' (knobs: {known})")
+                raise ConfigError(name, f"unknown knob for template '{self.name}' on {workload.name} (knobs: {known})")
             if value not in knobs[name].choices:
-                raise ConfigError(name, f"value {value!r} is not one of {list(knobs[name].choices)}")
+                raise ConfigError(name, f"value {value!r} is not one of {list(knobs[name].choices)} on {workload.name}")
         full = {**self.default_config(workload), **config}
         self.check(full, workload)
         return full

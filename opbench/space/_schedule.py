@@ -12,16 +12,19 @@ def is_reduction(sch: Any, block: Any) -> bool:
 
 
 def vectorize_inner(sch: Any, block: Any, split_long: bool = True) -> None:
-    """Vectorise the innermost loop of ``block`` when longer than one.
+    """Vectorise the innermost loop of ``block`` when it is the block's own and longer than one.
 
     Call it on blocks whose innermost loop is spatial: non-reduction stages, or a reduction block
-    whose loop order puts a spatial loop innermost (its caller knows). Loops longer than
-    :data:`VECTOR_LANES` are split first when ``split_long`` (whole-tensor loops of root stages);
-    register tiles chosen by a knob are vectorised as they are.
+    whose loop order puts a spatial loop innermost (its caller knows). A loop that also holds other
+    blocks (a stage computed at a loop of its producer, with no loop of its own left) is never
+    vectorised: that is not this stage's loop, and TVM 0.27 miscompiles a vectorised loop around a
+    reduction and its cache copy (``tests/test_space.py::test_tvm_vectorised_reduction_with_cache_copy_is_miscompiled``).
+    Loops longer than :data:`VECTOR_LANES` are split first when ``split_long`` (whole-tensor loops
+    of root stages); register tiles chosen by a knob are vectorised as they are.
     """
     loop = sch.get_loops(block)[-1]
     extent = int(sch.get(loop).extent)
-    if extent <= 1:
+    if extent <= 1 or len(sch.get_child_blocks(loop)) > 1:
         return
     if split_long and extent > VECTOR_LANES:
         loop = sch.split(loop, [None, VECTOR_LANES])[-1]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opbench.exceptions import ConfigError
-from opbench.space._base import Config, Knob, Template
+from opbench.space._base import Config, Knob, Template, divisors
 from opbench.workloads import Workload
 from opbench.workloads.fused import REDUCE, anchor_block, child_blocks
 
@@ -25,9 +25,11 @@ def _try(primitive: Any, block: Any) -> bool:
         return False
 
 
-def tile(extent: int, bound: int) -> int:
-    """The largest divisor of ``extent`` not above ``bound``: every tile knob fits every shape."""
-    return max(d for d in range(1, min(extent, bound) + 1) if extent % d == 0)
+def perfect(factor: int, extent: int, knob: str) -> int:
+    """``factor``, checked to divide the loop it tiles (the space is derived from the same loops)."""
+    if extent % factor:
+        raise ConfigError(knob, f"{factor} does not divide the anchor's loop of extent {extent}")
+    return factor
 
 
 def roles(spatial: list[int], reduce: list[int]) -> tuple[int | None, int | None, int | None]:
@@ -44,27 +46,36 @@ def roles(spatial: list[int], reduce: list[int]) -> tuple[int | None, int | None
 class FusedTemplate(Template):
     name: str = "fused"
 
-    def knobs(self) -> list[Knob]:
-        bound = "(at most: the largest divisor of the loop's extent not above it)"
-        return [
-            Knob("inline", (0, 1), "inline the elementwise blocks before and after the anchor into it"),
-            Knob("i_inner", (1, 2, 4, 8, 16, 32), f"inner tile of the largest other spatial loop {bound}"),
-            Knob("j_inner", (1, 4, 8, 16, 32, 64), f"inner tile of the innermost spatial loop, vectorised {bound}"),
-            Knob("k_inner", (1, 4, 8, 16, 32), f"inner tile of the largest reduction loop {bound}"),
-            Knob("parallel", (0, 1, 2), "outer loops fused and run in parallel (0: serial)"),
+    def knobs(self, workload: Workload) -> list[Knob]:
+        spatial = [a.extent for a in workload.axes if not a.reduce]
+        reduce = [a.extent for a in workload.axes if a.reduce]
+        i, j, k = roles(spatial, reduce)
+        knobs = [Knob("inline", (0, 1), "inline the elementwise blocks before and after the anchor into it")]
+        for index, extents, name, cap, what in ((i, spatial, "i_inner", 32, "the largest other spatial loop"),
+                                                (j, spatial, "j_inner", 64, "the innermost spatial loop, vectorised"),
+                                                (k, reduce, "k_inner", 32, "the largest reduction loop")):
+            if index is not None:
+                knobs.append(Knob(name, divisors(extents[index], cap), f"inner tile of {what} ({extents[index]})"))
+        knobs += [
+            Knob("parallel", tuple(range(min(len(spatial), 2) + 1)), "outer loops fused and run in parallel (0: serial)"),
             Knob("vectorize", (0, 1), "vectorise the innermost spatial tile"),
             Knob("unroll_max_step", (0, 16, 64, 512), "pragma_auto_unroll_max_step on the outermost loop"),
         ]
+        return knobs
 
     def default_config(self, workload: Workload) -> Config:
-        spatial = [a for a in workload.axes if not a.reduce]
-        return {"inline": 1, "i_inner": 1, "j_inner": 16, "k_inner": 1, "parallel": min(len(spatial), 2),
-                "vectorize": 1, "unroll_max_step": 16}
+        knobs = {k.name: k.choices for k in self.knobs(workload)}
+        config: Config = {"inline": 1, "parallel": knobs["parallel"][-1], "vectorize": 1, "unroll_max_step": 16}
+        if "i_inner" in knobs:
+            config["i_inner"] = 1
+        if "j_inner" in knobs:
+            config["j_inner"] = max(d for d in knobs["j_inner"] if d <= 16)
+        if "k_inner" in knobs:
+            config["k_inner"] = 1
+        return config
 
-    def check(self, config: Config, workload: Workload) -> None:
-        spatial = [a for a in workload.axes if not a.reduce]
-        if config["parallel"] > len(spatial):
-            raise ConfigError("parallel", f"{config['parallel']} loops asked, the anchor has {len(spatial)}")
+    def parameter_vocabulary(self) -> dict[str, tuple | None]:
+        return dict.fromkeys(("inline", "i_inner", "j_inner", "k_inner", "parallel", "vectorize", "unroll_max_step"))
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         anchor = anchor_block(sch)
@@ -85,18 +96,18 @@ class FusedTemplate(Template):
         for index, knob in ((i, "i_inner"), (j, "j_inner")):
             if index is not None:
                 loop, extent = spatial[index]
-                outer[index], tile_loop = sch.split(loop, [None, tile(extent, config[knob])])
+                outer[index], tile_loop = sch.split(loop, [None, perfect(config[knob], extent, knob)])
                 inner.append(tile_loop)
         reduce_order = [l for l, _ in reduce]
         if k is not None:
-            reduce_order[k], k_inner = sch.split(reduce[k][0], [None, tile(reduce[k][1], config["k_inner"])])
+            reduce_order[k], k_inner = sch.split(reduce[k][0], [None, perfect(config["k_inner"], reduce[k][1], "k_inner")])
             reduce_order.append(k_inner)
         sch.reorder(*outer, *reduce_order, *inner)
         for epilogue in epilogues:  # where it reads only its own tile of the anchor's output
             _try(lambda block: sch.reverse_compute_at(block, outer[-1]), epilogue)
         if config["parallel"]:
             sch.parallel(sch.fuse(*outer[:config["parallel"]]) if config["parallel"] > 1 else outer[0])
-        if config["vectorize"] and j is not None and tile(spatial[j][1], config["j_inner"]) > 1:
+        if config["vectorize"] and j is not None and config["j_inner"] > 1:
             sch.vectorize(inner[-1])
         if reduce:  # last: TVM wants parallel and vectorize before decompose_reduction
             sch.decompose_reduction(anchor, reduce_order[0])

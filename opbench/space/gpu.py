@@ -11,23 +11,26 @@ by all threads of the block in ``vector``-wide loads. ``unroll_max_step`` unroll
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from opbench.exceptions import ConfigError
-from opbench.space._base import Config, Knob, Template, axis_extents
-from opbench.space.tiled import PAD_STAGE, UNROLL_STEPS, epilogue_name, largest_dividing
+from opbench.space._base import SPLIT_SEP, Config, Knob, Template, axis_extents, divisors, split_choices, split_factors
+from opbench.space.tiled import PAD_STAGE, UNROLL_STEPS, epilogue_name
 from opbench.workloads import Workload
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
 
-THREAD_TILES = (1, 2, 4, 8, 16, 32)
-REGISTER_TILES = (1, 2, 4, 8)
-REDUCE_TILES = (1, 2, 4, 8, 16, 32)
+THREAD_CAPS = {1: (1024,), 2: (32, 32), 3: (16, 8, 8)}  # threads per tiled axis: their product fits a block
+REGISTER_TILE_CAP = 8
+REDUCE_TILE_CAP = 32
 VECTOR_WIDTHS = (1, 2, 4)
 MAX_THREADS = 1024  # per block, on every CUDA GPU
+
+
+def vector_width(extent: int) -> int:
+    """The widest load that divides every shared tile: the reduction tile is a multiple of it."""
+    return max(v for v in VECTOR_WIDTHS if extent % v == 0)
 
 
 @dataclass(frozen=True)
@@ -38,47 +41,54 @@ class GpuTiledTemplate(Template):
     reduce_tiled: tuple[str, ...]
     has_pad: bool = False
 
-    def knobs(self) -> list[Knob]:
-        knobs = []
-        for a in self.tiled:
-            knobs.append(Knob(f"{a}_thread", THREAD_TILES, f"threads along loop {a} (threadIdx.x is their product)"))
-            knobs.append(Knob(f"{a}_inner", REGISTER_TILES, f"register tile of loop {a}, per thread"))
-        knobs += [Knob(f"{r}_inner", REDUCE_TILES, f"inner tile of reduction loop {r} (the shared-memory step)")
+    def knobs(self, workload: Workload) -> list[Knob]:
+        ext = axis_extents(workload)
+        caps = THREAD_CAPS[len(self.tiled)]
+        knobs = [Knob(f"{a}_split", split_choices(ext[a], (cap, REGISTER_TILE_CAP)),
+                      f"loop {a} ({ext[a]}) as blocks x threads x register tile (threadIdx.x: the threads' product)")
+                 for a, cap in zip(self.tiled, caps)]
+        knobs += [Knob(f"{r}_inner", self._reduce_tiles(ext[r]), f"inner tile of reduction loop {r} (the shared-memory step)")
                   for r in self.reduce_tiled]
+        vector = min(vector_width(ext[r]) for r in self.reduce_tiled)
         knobs += [
             Knob("shared", (0, 1), "stage input tiles in shared memory, fetched by all threads of the block"),
-            Knob("vector", VECTOR_WIDTHS, "width of the vectorised loads of the shared-memory fetch"),
+            Knob("vector", tuple(v for v in VECTOR_WIDTHS if v <= vector), "width of the vectorised loads of the shared-memory fetch"),
             Knob("unroll_max_step", UNROLL_STEPS, "pragma_auto_unroll_max_step on the thread's loop"),
         ]
         return knobs
 
+    @staticmethod
+    def _reduce_tiles(extent: int) -> tuple[int, ...]:
+        """Divisors of the loop that are multiples of its vector width (every shared tile splits into loads)."""
+        return tuple(d for d in divisors(extent, REDUCE_TILE_CAP) if d % vector_width(extent) == 0)
+
     def default_config(self, workload: Workload) -> Config:
         ext = axis_extents(workload)
+        caps = THREAD_CAPS[len(self.tiled)]
         config: Config = {}
-        for idx, a in enumerate(reversed(self.tiled)):  # innermost axis: 16 threads, the next: 8
-            thread = largest_dividing(THREAD_TILES, ext[a], (16, 8)[idx] if idx < 2 else 1)
-            config[f"{a}_thread"] = thread
-            config[f"{a}_inner"] = largest_dividing(REGISTER_TILES, ext[a] // thread, 4 if idx < 2 else 1)
+        for idx, (a, cap) in enumerate(zip(reversed(self.tiled), reversed(caps))):  # innermost: 16 threads, the next: 8
+            thread = divisors(ext[a], min(cap, (16, 8)[idx] if idx < 2 else 1))[-1]
+            inner = divisors(ext[a] // thread, 4 if idx < 2 else 1)[-1]
+            config[f"{a}_split"] = SPLIT_SEP.join(map(str, (ext[a] // (thread * inner), thread, inner)))
         for r in self.reduce_tiled:
-            config[f"{r}_inner"] = largest_dividing(REDUCE_TILES, ext[r], 8)
+            config[f"{r}_inner"] = max(t for t in self._reduce_tiles(ext[r]) if t <= max(8, vector_width(ext[r])))
         config.update(shared=1, vector=1, unroll_max_step=64)
         return config
 
-    def check(self, config: Config, workload: Workload) -> None:
-        ext = axis_extents(workload)
+    def parameters(self, config: Config, workload: Workload) -> Config:
+        params = {k: v for k, v in config.items() if not k.endswith("_split")}
         for a in self.tiled:
-            tile = config[f"{a}_thread"] * config[f"{a}_inner"]
-            if ext[a] % tile:
-                raise ConfigError(f"{a}_inner", f"{a}_thread x {a}_inner = {tile} does not divide loop {a} "
-                                                f"of extent {ext[a]}")
-        for r in self.reduce_tiled:
-            if ext[r] % config[f"{r}_inner"]:
-                raise ConfigError(f"{r}_inner", f"{config[f'{r}_inner']} does not divide loop {r} of extent {ext[r]}")
-        threads = math.prod(config[f"{a}_thread"] for a in self.tiled)
-        if threads > MAX_THREADS:
-            raise ConfigError(f"{self.tiled[-1]}_thread", f"{threads} threads per block exceed {MAX_THREADS}")
+            _, params[f"{a}_thread"], params[f"{a}_inner"] = split_factors(config[f"{a}_split"])
+        return params
+
+    def parameter_vocabulary(self) -> dict[str, tuple | None]:
+        vocab: dict[str, tuple | None] = {f"{a}_{level}": None for a in self.tiled for level in ("thread", "inner")}
+        vocab.update({f"{r}_inner": None for r in self.reduce_tiled})
+        vocab.update(shared=None, vector=None, unroll_max_step=None)
+        return vocab
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
+        config = self.parameters(config, workload)
         block = sch.get_sblock(workload.op.anchor)
         if self.has_pad and workload.params.get("pad"):
             sch.compute_inline(sch.get_sblock(PAD_STAGE))
@@ -121,17 +131,12 @@ class GpuTiledTemplate(Template):
         sch.compute_at(stage, at)
         loops = sch.get_loops(stage)
         depth = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(at))) + 1
-        fused = sch.fuse(*loops[depth:])
-        if vector == 1:  # the last round of the fetch may leave threads idle (a predicate)
-            sch.bind(sch.split(fused, [None, threads])[1], "threadIdx.x")
-            return
-        size = int(sch.get(fused).extent)
-        if size % (threads * vector):
-            raise ConfigError("vector", f"a shared tile of {size} elements does not split into {threads} threads x "
-                                        f"{vector}-wide loads")
-        _, t, v = sch.split(fused, [None, threads, vector])
-        sch.bind(t, "threadIdx.x")
-        sch.vectorize(v)
+        own = loops[depth:]
+        fused = sch.fuse(*own) if own else sch.add_unit_loop(stage)  # a one-element tile has no loop left
+        if vector > 1:  # the reduction tile is a multiple of ``vector``: the tile splits into whole loads
+            fused, lanes = sch.split(fused, [None, vector])
+            sch.vectorize(lanes)
+        sch.bind(sch.split(fused, [None, threads])[1], "threadIdx.x")  # the last round may leave threads idle
 
 
 GPU_TEMPLATES = (

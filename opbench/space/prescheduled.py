@@ -25,7 +25,7 @@ class IRFileTemplate(Template):
 
     name: str = "metaschedule"
 
-    def knobs(self) -> list[Knob]:
+    def knobs(self, workload: Workload) -> list[Knob]:
         return []
 
     def default_config(self, workload: Workload) -> Config:

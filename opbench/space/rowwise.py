@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from opbench.exceptions import ConfigError
-from opbench.space._base import Config, Knob, Template
+from opbench.space._base import Config, Knob, Template, divisors
 from opbench.space._schedule import is_reduction, parallel_outer, vectorize_inner
 from opbench.space.tiled import UNROLL_STEPS
 from opbench.workloads import Workload
@@ -19,7 +18,8 @@ from opbench.workloads import Workload
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
 
-INNER_SPLITS = (1, 2, 4, 8, 16, 32, 64)
+INNER_SPLIT_CAP = 64
+COMPUTE_AT = ("root", "row")
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,13 @@ class RowwiseTemplate(Template):
     name: str
     fuse_all: bool = False  # elementwise: fuse every axis into one loop before splitting
 
-    def knobs(self) -> list[Knob]:
+    def knobs(self, workload: Workload) -> list[Knob]:
         return [
             Knob("inline", (0, 1), "inline elementwise producer stages into their consumers"),
-            Knob("compute_at", ("root", "row"), "remaining producers: own loop nests, or per row of the output"),
+            Knob("compute_at", COMPUTE_AT, "remaining producers: own loop nests, or per row of the output"),
             Knob("parallel", (0, 1), "parallelise the row loop (and root stages' outer loops)"),
-            Knob("inner_split", INNER_SPLITS, "factor of the innermost split (the vector length when vectorised)"),
+            Knob("inner_split", divisors(self._inner_extent(workload), INNER_SPLIT_CAP),
+                 "factor of the innermost split, dividing the loop (the vector length when vectorised)"),
             Knob("vectorize", (0, 1), "vectorise the innermost split loop"),
             Knob("unroll_max_step", UNROLL_STEPS, "pragma_auto_unroll_max_step on the row loop"),
             Knob("unroll_explicit", (0, 1), "pragma_unroll_explicit: unroll in TIR rather than by LLVM"),
@@ -49,14 +50,13 @@ class RowwiseTemplate(Template):
 
     def default_config(self, workload: Workload) -> Config:
         extent = self._inner_extent(workload)
-        split = max(s for s in INNER_SPLITS if s <= 16 and extent % s == 0)
+        split = divisors(extent, 16)[-1]
         return {"inline": 1, "compute_at": "row", "parallel": 1, "inner_split": split, "vectorize": 1,
                 "unroll_max_step": 16, "unroll_explicit": 0}
 
-    def check(self, config: Config, workload: Workload) -> None:
-        extent = self._inner_extent(workload)
-        if config["inner_split"] > extent:
-            raise ConfigError("inner_split", f"factor {config['inner_split']} exceeds the innermost loop's extent {extent}")
+    def parameter_vocabulary(self) -> dict[str, tuple | None]:
+        return {"inline": None, "compute_at": COMPUTE_AT, "parallel": None, "inner_split": None, "vectorize": None,
+                "unroll_max_step": None, "unroll_explicit": None}
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         out = sch.get_sblock(workload.op.anchor)
@@ -100,14 +100,11 @@ class NoScheduleTemplate(Template):
 
     name: str = "te_default"
 
-    def knobs(self) -> list[Knob]:
+    def knobs(self, workload: Workload) -> list[Knob]:
         return []
 
     def default_config(self, workload: Workload) -> Config:
         return {}
-
-    def check(self, config: Config, workload: Workload) -> None:
-        return None
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         return None

@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from opbench.exceptions import ConfigError
-from opbench.space._base import Config, Knob, Template, axis_extents
+from opbench.space._base import SPLIT_SEP, Config, Knob, Template, axis_extents, divisors, split_choices, split_factors
 from opbench.space._schedule import parallel_outer, vectorize_inner
 from opbench.workloads import Workload
 
@@ -31,11 +30,15 @@ ORDERS = {
     "SRSRS": ("S0", "R0", "S1", "R1", "S2"),
     "SRSSR": ("S0", "R0", "S1", "S2", "R1"),
 }
-INNER_TILES = (1, 2, 4, 8, 16, 32, 64)
-MID_TILES = (1, 2, 4, 8, 16, 32)
-REDUCE_TILES = (1, 2, 4, 8, 16, 32, 64, 128)
+WRITE_AT = ("root", "outer", "inner")
+CACHE_WRITE = ("none", "local", "global")
+PAD_AT = ("inline", "root", "outer")
+INNER_TILE_CAP = 64  # register tile (S2)
+MID_TILE_CAP = 32  # middle tile (S1)
+REDUCE_TILE_CAP = 128  # inner reduction tile (R1)
 UNROLL_STEPS = (0, 16, 64, 512)
 PAD_STAGE = "pad"
+NEST_SEP = ":"
 
 
 def epilogue_name(workload: Workload) -> str | None:
@@ -44,8 +47,12 @@ def epilogue_name(workload: Workload) -> str | None:
             "pool2d": "pool_avg" if workload.params.get("kind") == "avg" else None}.get(workload.op.name)
 
 
-def largest_dividing(choices: tuple[int, ...], extent: int, cap: int) -> int:
-    return max(c for c in choices if c <= cap and extent % c == 0)
+
+def nest_choices() -> tuple[str, ...]:
+    """``order:write_at`` pairs whose consumer sees a finished sum: ``inner`` (after S1) only where
+    the S1 loops are outside the reduction."""
+    return tuple(f"{order}{NEST_SEP}{at}" for order, levels in ORDERS.items() for at in WRITE_AT
+                 if at != "inner" or levels.index("S1") < levels.index("R0"))
 
 
 @dataclass(frozen=True)
@@ -56,20 +63,20 @@ class TiledTemplate(Template):
     untiled_spatial: int = 0  # leading spatial axes left whole (batch), joining S0
     has_pad: bool = False
 
-    def knobs(self) -> list[Knob]:
-        knobs = []
-        for a in self.tiled:
-            knobs.append(Knob(f"{a}_inner", INNER_TILES, f"register tile of loop {a} (S2)"))
-            knobs.append(Knob(f"{a}_mid", MID_TILES, f"middle tile of loop {a} (S1)"))
-        knobs += [Knob(f"{r}_inner", REDUCE_TILES, f"inner tile of reduction loop {r} (R1)") for r in self.reduce_tiled]
+    def knobs(self, workload: Workload) -> list[Knob]:
+        ext = axis_extents(workload)
+        knobs = [Knob(f"{a}_split", split_choices(ext[a], (MID_TILE_CAP, INNER_TILE_CAP)),
+                      f"loop {a} ({ext[a]}) as S0 x S1 (middle tile) x S2 (register tile)") for a in self.tiled]
+        knobs += [Knob(f"{r}_inner", divisors(ext[r], REDUCE_TILE_CAP), f"inner tile of reduction loop {r} (R1)")
+                  for r in self.reduce_tiled]
         knobs += [
-            Knob("order", tuple(ORDERS), "loop order of the tile levels (see opbench.space.tiled)"),
+            Knob("order", nest_choices(), "loop order of the tile levels : where the cache copy / epilogue runs "
+                                          "(root: own loop nest, outer: after S0, inner: after S1)"),
             Knob("parallel", tuple(range(self.untiled_spatial + len(self.tiled) + 1)), "how many outer (S0) loops are fused and parallelised"),
-            Knob("cache_write", ("none", "local", "global"), "accumulate into a cache buffer of this scope"),
-            Knob("write_at", ("root", "outer", "inner"), "where cache copy / epilogue run: own loop nest, after S0, after S1"),
+            Knob("cache_write", CACHE_WRITE, "accumulate into a cache buffer of this scope"),
         ]
-        if self.has_pad:
-            knobs.append(Knob("pad_at", ("inline", "root", "outer"), "padding stage: inlined, own loop nest, or per S0 tile"))
+        if self.has_pad and workload.params.get("pad"):
+            knobs.append(Knob("pad_at", PAD_AT, "padding stage: inlined, own loop nest, or per S0 tile"))
         knobs += [
             Knob("vectorize", (0, 1), "vectorise the innermost spatial loops"),
             Knob("unroll_max_step", UNROLL_STEPS, "pragma_auto_unroll_max_step on the outer loop"),
@@ -82,37 +89,35 @@ class TiledTemplate(Template):
         config: Config = {}
         for idx, a in enumerate(self.tiled):
             cap = 16 if idx == len(self.tiled) - 1 else (4 if idx == len(self.tiled) - 2 else 1)
-            config[f"{a}_inner"] = largest_dividing(INNER_TILES, ext[a], cap)
-            config[f"{a}_mid"] = 1
+            inner = divisors(ext[a], cap)[-1]
+            config[f"{a}_split"] = SPLIT_SEP.join(map(str, (ext[a] // inner, 1, inner)))
         for r in self.reduce_tiled:
-            config[f"{r}_inner"] = largest_dividing(REDUCE_TILES, ext[r], 8)
-        config.update(order="SSRRS", parallel=self.untiled_spatial + len(self.tiled), cache_write="local", write_at="inner")
-        if self.has_pad:
+            config[f"{r}_inner"] = divisors(ext[r], 8)[-1]
+        config.update(order=f"SSRRS{NEST_SEP}inner", parallel=self.untiled_spatial + len(self.tiled), cache_write="local")
+        if self.has_pad and workload.params.get("pad"):
             config["pad_at"] = "outer"
         config.update(vectorize=1, unroll_max_step=64, unroll_explicit=0)
         return config
 
-    def check(self, config: Config, workload: Workload) -> None:
-        ext = axis_extents(workload)
+    def parameters(self, config: Config, workload: Workload) -> Config:
+        params = {k: v for k, v in config.items() if not k.endswith("_split") and k != "order"}
         for a in self.tiled:
-            inner, mid = config[f"{a}_inner"], config[f"{a}_mid"]
-            if inner > ext[a]:
-                raise ConfigError(f"{a}_inner", f"tile {inner} exceeds loop {a} of extent {ext[a]}")
-            if inner * mid > ext[a]:
-                raise ConfigError(f"{a}_mid", f"{a}_inner x {a}_mid = {inner * mid} exceeds loop {a} of extent {ext[a]}")
-        for r in self.reduce_tiled:
-            if config[f"{r}_inner"] > ext[r]:
-                raise ConfigError(f"{r}_inner", f"tile {config[f'{r}_inner']} exceeds loop {r} of extent {ext[r]}")
-        has_consumer = config["cache_write"] != "none" or epilogue_name(workload) is not None
-        order = ORDERS[config["order"]]
-        if has_consumer and config["write_at"] == "inner" and order.index("R0") < order.index("S1"):
-            raise ConfigError(
-                "write_at",
-                f"'inner' needs the S1 loops outside the reduction, but order {config['order']} puts R0 "
-                "outside S1 (the consumer would read a partial sum)",
-            )
+            _, params[f"{a}_mid"], params[f"{a}_inner"] = split_factors(config[f"{a}_split"])
+        params["order"], params["write_at"] = config["order"].split(NEST_SEP)
+        params.setdefault("pad_at", "inline")  # no padding stage: nothing to place
+        return params
+
+    def parameter_vocabulary(self) -> dict[str, tuple | None]:
+        vocab: dict[str, tuple | None] = {f"{a}_{level}": None for a in self.tiled for level in ("mid", "inner")}
+        vocab.update({f"{r}_inner": None for r in self.reduce_tiled})
+        vocab.update(order=tuple(ORDERS), write_at=WRITE_AT, parallel=None, cache_write=CACHE_WRITE, vectorize=None,
+                     unroll_max_step=None, unroll_explicit=None)
+        if self.has_pad:
+            vocab["pad_at"] = PAD_AT
+        return vocab
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
+        config = self.parameters(config, workload)
         block = sch.get_sblock(workload.op.anchor)
         pad = sch.get_sblock(PAD_STAGE) if self.has_pad and workload.params.get("pad") else None
         epilogue = epilogue_name(workload)

@@ -156,7 +156,7 @@ def compare(tuning: CoTuning, trials: int, storage: str, study: str, sampler: st
     ``<study>-joint`` and ``<study>-alone-<i>`` in ``storage``."""
     from opbench.engines.optuna_engine import OptunaEngine
 
-    spaces = [t.search_space() for t in tuning.templates]
+    spaces = [t.search_space(w) for t, w in zip(tuning.templates, tuning.workloads)]
     defaults = [t.default_config(w) for t, w in zip(tuning.templates, tuning.workloads)]
     initial = {f"{i}.{k}": v for i, d in enumerate(defaults) for k, v in d.items()}
     initial[LAYOUT_KNOB] = tuning.layouts[0].label

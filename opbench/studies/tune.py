@@ -115,7 +115,7 @@ class StudyResult:
 
 def search_space(spec: TuneSpec, workload: Workload) -> Space:
     """The template's per-workload space, with thread counts and core sets when those are searched."""
-    space = get_template(workload, spec.template, spec.resources.target).search_space()
+    space = get_template(workload, spec.template, spec.resources.target).search_space(workload)
     if spec.search_threads:
         space["threads"] = {"_type": "choice", "_value": list(spec.search_threads)}
     if spec.search_cores:

@@ -108,7 +108,7 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
             log.info("--- %s: %.1f%% of the model, %s", workload.name, 100 * op.share,
                      f"{trials} trials" if op.name in key else "default schedule")
             default = template.default_config(workload)
-            engine = create_engine(spec.engine, template.search_space(), workload, template, resources,
+            engine = create_engine(spec.engine, template.search_space(workload), workload, template, resources,
                                    f"{study}-{op.name}") if op.name in key \
                 else GridEngine({k: {"_type": "choice", "_value": [v]} for k, v in default.items()}, m.threads)
             records = run_tuning(engine, workload, trials, measurer, sink, resources)
