@@ -17,10 +17,7 @@ import time
 from pathlib import Path
 
 from opbench.engines.driver import measure_references, run_tuning
-from opbench.engines.metaschedule import MetaScheduleTuner
-from opbench.engines.nni_engine import NniEngine
-from opbench.engines.optuna_engine import OptunaEngine
-from opbench.engines.simple import RandomEngine
+from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine
 from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
@@ -34,22 +31,20 @@ from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
 
 WORKLOADS = ("matmul-512", "resnet50-c2", "bert-base-ffn1")
-ENGINES = ("optuna-tpe", "nni-tpe", "random", "metaschedule")
+
+
+SPECS = {"optuna-tpe": EngineSpec("optuna", "tpe"), "nni-tpe": EngineSpec("nni", tuner="TPE"), "random": EngineSpec("random"),
+         "metaschedule": EngineSpec("metaschedule")}
 
 
 def tune(engine: str, name: str, trials: int, measurer: Measurer, sink, resources: Resources, scratch: Path, seed: int):
+    """``trials`` trials of one engine from the registry (every engine but MetaSchedule starts from the template default)."""
     workload = parse_workload(name)
-    if engine == "metaschedule":
-        return MetaScheduleTuner(scratch / f"ms-{name}", seed).run(workload, trials, measurer, sink, resources)
+    spec = dataclasses.replace(SPECS[engine], seed=seed, storage=f"sqlite:///{scratch}/optuna.db")
+    if engine in LOOP_ENGINES:
+        return create_loop_engine(spec, scratch / f"ms-{name}").run(workload, trials, measurer, sink, resources)
     template = get_template(workload)
-    space = template.search_space(workload)
-    if engine == "optuna-tpe":
-        proposer = OptunaEngine(space, resources.threads, f"{name}-{engine}", f"sqlite:///{scratch}/optuna.db",
-                                seed=seed, initial=template.default_config(workload))
-    elif engine == "nni-tpe":
-        proposer = NniEngine("TPE", space, resources.threads, seed)
-    else:
-        proposer = RandomEngine(space, resources.threads, seed)
+    proposer = create_engine(spec, template.search_space(workload), workload, template, resources, f"{name}-{engine}")
     return run_tuning(proposer, workload, trials, measurer, sink, resources, batch=2)
 
 
@@ -91,7 +86,7 @@ def main() -> None:
             with Recorder(f"engines-{name}", tracking) as recorder:
                 refs = measure_references(measurer, workload, resources, recorder)
                 series, summaries = {}, []
-                for engine in ENGINES:
+                for engine in SPECS:
                     printer = TrialPrinter(args.trials)
                     print(f"--- {name}: {engine}, {args.trials} trials", flush=True)
                     started = time.perf_counter()

@@ -11,7 +11,8 @@ from collections.abc import Callable
 import pytest
 
 from opbench.engines.driver import ENGINE_TRIAL_TAG, run_tuning
-from opbench.engines.registry import ENGINES, LOOP_ENGINES, EngineSpec, create_engine
+from opbench.engines.registry import ENGINES, LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine
+from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.types import TrialSpec
 from opbench.record import KNOB_PREFIX, Record, Status, new_trial_id
@@ -74,8 +75,22 @@ def _tune_fake(engine, measurer: FakeMeasurer, count: int, batch: int = 3) -> li
     return records
 
 
-def test_the_registry_covers_every_engine():
+def test_the_registry_covers_every_engine(tmp_path):
     assert {s.name for s in SPECS.values()} | set(LOOP_ENGINES) == set(ENGINES)
+    with pytest.raises(OpBenchError, match="runs its own search loop"):
+        create_engine(EngineSpec("metaschedule"), {}, WORKLOAD, TEMPLATE, Resources(), "x")
+    with pytest.raises(OpBenchError, match="proposes configs one by one"):
+        create_loop_engine(EngineSpec("random"), tmp_path)
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_the_first_trial_of_a_fresh_study_is_the_template_default(name, tmp_path):
+    engine = _engine(name, tmp_path)
+    measurer = FakeMeasurer()
+    _tune_fake(engine, measurer, 4, batch=2)
+    engine.close()
+    assert measurer.configs[0] == TEMPLATE.default_config(WORKLOAD)
+    assert measurer.configs.count(measurer.configs[0]) == 1 or name == "model"  # heard, not proposed again
 
 
 @pytest.mark.parametrize("name", SPECS)

@@ -78,7 +78,7 @@ def _unshare() -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, engine", [("matmul-512-tpe", "nni-tpe"), ("matmul-512-model", "nni-model")])
+@pytest.mark.parametrize("name, engine", [("resnet50-c2-evolution", "nni-evolution"), ("matmul-512-model", "nni-model")])
 def test_shipped_nni_experiment_runs_under_nnictl_and_matches_mlflow(tmp_path, empty_store, name, engine):
     unshare = _unshare()
     shutil.copyfile(empty_store, tmp_path / "mlflow.db")
@@ -99,14 +99,16 @@ def test_shipped_nni_experiment_runs_under_nnictl_and_matches_mlflow(tmp_path, e
     frame = read_mlflow([f"nni-{name}"], uri)
     trials = frame[frame["reference"].isna()]
     assert len(trials) == 2 and trials["nni.trial_id"].is_unique
+    assert set(trials["status"]) == {"ok"}  # NNI samples the per-workload space: no invalid_config
     assert set(trials["engine"]) == {engine} and trials["nni.experiment_id"].nunique() == 1
     ok = trials[trials["status"] == "ok"].set_index("nni.trial_id")
     assert set(exported["trialJobId"]) == set(ok.index)
     for _, row in exported.iterrows():
         assert math.isclose(row["default"], ok.loc[row["trialJobId"], "latency_ms"], rel_tol=1e-9)
-        assert row["i_split"] == ok.loc[row["trialJobId"], "knob.i_split"]
+        knobs = [c for c in exported.columns if f"knob.{c}" in ok.columns]
+        assert knobs and all(row[k] == ok.loc[row["trialJobId"], f"knob.{k}"] for k in knobs)
     refs = frame[frame["reference"].notna()]
-    assert set(refs["reference"]) == {"te_default", "template_default", "torch", "numpy"}
+    assert {"te_default", "template_default", "torch"} <= set(refs["reference"])
     assert set(refs["nni.trial_id"]) <= set(trials["nni.trial_id"])  # measured by the first trial
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -175,7 +176,8 @@ def test_a_stopped_tracker_is_a_clear_error(tmp_path):
         for cmd in (["devices", "--tracker", farm.address],
                     ["measure", SMALL, "--device", farm.device, "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]):
             out = run_cli(*cmd)
-            assert out.returncode == 2 and f"tracker {farm.address} unreachable" in out.stderr, out.stderr
+            # refused, or reset while the killed tracker's socket goes away: both name the tracker, exit 2
+            assert out.returncode == 2 and re.search(f"tracker {farm.address} (unreachable|did not answer)", out.stderr), out.stderr
     finally:
         farm.close()
 

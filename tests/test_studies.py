@@ -4,7 +4,8 @@ import math
 import pytest
 
 import mlflow
-from opbench.studies.threads import Scaling, best_config, fit_turning_points
+from opbench.studies.configs import best_config
+from opbench.studies.threads import Scaling, fit_turning_points
 from opbench.tracking import read_mlflow
 
 from .cli import run_cli

@@ -23,7 +23,7 @@ SMALL = "matmul:m=64,n=64,k=64"
 def _tune(tmp_path, tracking_uri, *extra):
     return CLI + ["tune", SMALL, "--verify-rounds", "0", "--trials", "8", "--tracking-uri", tracking_uri, "--storage",
                   f"sqlite:///{tmp_path / 'optuna.db'}", "--study", "s", "--log", str(tmp_path / "log.jsonl"),
-                  "--repeat", "2", "--seed", "1", *extra]
+                  "--repeat", "2", "--seed", "1", "--no-references", *extra]
 
 
 @pytest.mark.slow
@@ -60,6 +60,7 @@ def test_random_engine_with_thread_search_and_references(tmp_path, tracking_uri)
     out = run_cli(*["tune", SMALL, "--verify-rounds", "0", "--engine", "random", "--trials", "4", "--search-threads", "1,2",
                                 "--seed", "3", "--tracking-uri", tracking_uri, "--study", "r", "--repeat", "2"], check=True)
     assert "torch" in out.stdout and "te_default" in out.stdout and "best " in out.stdout
+    assert "4/4 trials ok; 0 invalid configs rejected" in out.stdout  # the space holds only valid points
     client = mlflow.tracking.MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name("r")
     parent = client.search_runs([exp.experiment_id], filter_string="tags.`opbench.kind` = 'study'")[0]
@@ -75,11 +76,16 @@ def test_random_engine_with_thread_search_and_references(tmp_path, tracking_uri)
 
 
 def test_grid_engine_walks_the_space_in_order(tmp_path, tracking_uri):
-    run_cli(*["tune", SMALL, "--verify-rounds", "0", "--engine", "grid", "--trials", "3", "--no-references",
+    from opbench.space import get_template
+    from opbench.workloads import parse_workload
+
+    run_cli(*["tune", SMALL, "--verify-rounds", "0", "--engine", "grid", "--trials", "4", "--no-references",
                           "--tracking-uri", tracking_uri, "--study", "g", "--repeat", "2"], check=True)
-    frame = read_mlflow(["g"], tracking_uri)
-    assert len(frame) == 3
-    assert list(frame["knob.unroll_explicit"]) == [0, 1, 0]  # the last knob varies fastest
+    frame = read_mlflow(["g"], tracking_uri)  # in the order the trials started
+    assert len(frame) == 4
+    workload = parse_workload(SMALL)
+    assert all(frame.loc[0, f"knob.{k}"] == v for k, v in get_template(workload).default_config(workload).items())
+    assert list(frame["knob.unroll_explicit"])[1:] == [0, 1, 0]  # the default first, then the grid: the last knob fastest
     assert json.loads(frame.to_json())  # serialisable dataset
 
 

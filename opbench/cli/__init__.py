@@ -106,9 +106,16 @@ def cmd_space(args: argparse.Namespace) -> int:
         return 0
     print(f"{workload.name}: template '{template.name}', axes "
           + " ".join(f"{a.name}={a.extent}{'(r)' if a.reduce else ''}" for a in workload.axes))
-    print(table([(k.name, ",".join(map(str, k.choices)), default.get(k.name), k.help) for k in template.knobs(workload)],
+    print(table([(k.name, _choices(k.choices), default.get(k.name), k.help) for k in template.knobs(workload)],
                 ["knob", "choices", "default", "meaning"]))
     return 0
+
+
+def _choices(values: tuple, shown: int = 10) -> str:
+    """A knob's choices, the long lists of splits cut to their first and last few (``--json`` has all)."""
+    if len(values) <= shown:
+        return ",".join(map(str, values))
+    return f"{len(values)}: " + ",".join(map(str, values[:shown - 3])) + ",...," + ",".join(map(str, values[-2:]))
 
 
 def _resources(args: argparse.Namespace, threads: int) -> Resources:
@@ -209,8 +216,8 @@ def print_study(result: StudyResult) -> None:
         print(table([(r["threads"], r["latency_ms"], r["gflops"], changed_knobs(r)) for r in result.pareto],
                     ["threads", "latency_ms", "GFLOP/s", "config"]))
         print(f"Pareto plot: {result.plots['pareto_front']}")
-    rejected = f"; {result.rejected} invalid configs rejected before measuring (no trial spent)" if result.rejected else ""
-    print(f"{len(ok_records(result.records))}/{len(result.records)} trials ok{rejected}.")
+    print(f"{len(ok_records(result.records))}/{len(result.records)} trials ok; "
+          f"{result.rejected} invalid configs rejected before measuring (built-in spaces: always 0).")
 
 
 def _knobs(items: list[str] | None) -> dict[str, list[Any] | None] | None:

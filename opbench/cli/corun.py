@@ -3,130 +3,42 @@
 from __future__ import annotations
 
 import argparse
-import itertools
-import os
 
-from opbench.exceptions import OpBenchError
-from opbench.record import Record, is_ok
-from opbench.report.progress import TrialPrinter, corun_line, table
-
-
-def _logger(recorder, total: int | None):  # -> Callable[[Record], None]
-    """Store every record; print a line per co-run and per solo tuning trial."""
-    printer = TrialPrinter(total)
-
-    def log(record: Record) -> None:
-        recorder(record)
-        if record.get("record_kind") == "corun":
-            print(corun_line(record), flush=True)
-        elif not record.get("corun_id"):
-            printer(record)
-    return log
+from opbench.report.progress import table
 
 
 def cmd_tune_together(args: argparse.Namespace) -> int:
-    from opbench.cli.study import corun_layouts
-    from opbench.measure.measurer import Measurer
-    from opbench.measure.types import MeasureOptions
-    from opbench.report.plots import engine_curves
-    from opbench.space import get_template
-    from opbench.studies.collaborative import CoTuning, compare, objective_value
-    from opbench.tracking import Recorder
-    from opbench.tracking.mlflow_store import study_dir
-    from opbench.workloads import parse_workload
+    from opbench.cli.study import corun_printer
+    from opbench.studies.collaborative import TogetherSpec, tune_together
 
-    if len(args.workloads) < 2:
-        raise OpBenchError("tune-together needs at least 2 workloads")
-    workloads = [parse_workload(w) for w in args.workloads]
-    layouts = [l for l in corun_layouts(args.layouts, len(workloads)) if args.mode == "full" or l.shared]
-    if not layouts:
-        raise OpBenchError("a stream co-run needs a shared layout (every member on the same cores, e.g. '0,1')")
-    study = args.study or "together-" + "-".join(w.name for w in workloads)
-    with Measurer(MeasureOptions(build_workers=2, run_timeout_s=args.run_timeout)) as measurer, \
-            Recorder(study, args.tracking_uri, extra={"engine": "tune-together"}) as recorder:
-        state = study_dir("optuna", study, recorder.mlflow.uri)
-        state.mkdir(parents=True, exist_ok=True)
-        tuning = CoTuning(measurer, workloads, [get_template(w) for w in workloads], layouts, args.mode, args.window,
-                          args.objective, _logger(recorder, args.trials))
-        result = compare(tuning, args.trials, args.storage or f"sqlite:///{state / 'optuna.db'}", study,
-                         args.sampler, args.seed, not args.no_baseline, tuple(sorted(os.sched_getaffinity(0))))
-        rows, metrics = [], {}
-        for label, best in (("independent + co-run", result.alone), ("collaborative", result.together)):
-            if best is not None:
-                value = objective_value(best.corun, args.objective)
-                rows.append((label, best.layout.label, best.corun["makespan_ms"], best.corun["gflops_total"], value))
-                metrics[f"{label.split()[0]}_objective"] = value
-        metrics["gain"] = result.gain(args.objective)
-        recorder.mlflow.log_parent({"objective": args.objective, "mode": args.mode}, metrics)
-        curve = [{"status": r["status"], "latency_ms": objective_value(r, args.objective) if is_ok(r)
-                  else None} for r in result.history]
-        refs = {"independent + co-run": {"status": "ok", "latency_ms": metrics["independent_objective"]}} \
-            if result.alone is not None else {}
-        plot = engine_curves({"collaborative": curve}, refs, f"{args.objective}: collaborative vs independent",
-                             study_dir("plots", study, recorder.mlflow.uri) / "together.png")
-        recorder.mlflow.log_artifact(plot, "plots")
+    spec = TogetherSpec(tuple(args.workloads), args.trials, tuple(args.layouts or ()), args.mode, args.window,
+                        args.objective, args.study, args.storage, args.sampler, args.seed, not args.no_baseline,
+                        args.tracking_uri, args.run_timeout)
+    result = tune_together(spec, corun_printer(args.trials))
     unit = "ms" if args.objective == "makespan" else "ms/GFLOP"
-    print("\n" + table(rows, ["approach", "layout", "makespan ms", "GFLOP/s", f"{args.objective} ({unit})"]))
-    if metrics["gain"] == metrics["gain"]:
-        print(f"collaborative gain: x{metrics['gain']:.3f} (independent / collaborative {args.objective})")
-    print(f"plot: {plot}")
-    return 0 if result.together is not None else 1
+    print("\n" + table(result.rows, ["approach", "layout", "makespan ms", "GFLOP/s", f"{args.objective} ({unit})"]))
+    if result.metrics["gain"] == result.metrics["gain"]:
+        print(f"collaborative gain: x{result.metrics['gain']:.3f} (independent / collaborative {args.objective})")
+    print(f"plot: {result.plot}")
+    return 0 if result.comparison.together is not None else 1
 
 
 def cmd_place(args: argparse.Namespace) -> int:
-    from opbench.cli.study import study_configs
-    from opbench.measure.measurer import Measurer
-    from opbench.measure.types import MeasureOptions
-    from opbench.report.plots import placement_costs
-    from opbench.studies import placement as game
-    from opbench.tracking import Recorder
-    from opbench.tracking.mlflow_store import study_dir
+    from opbench.cli.study import corun_printer
+    from opbench.studies.placement import PlacementSpec, place
 
-    if len(args.workloads) < 2:
-        raise OpBenchError("place needs at least 2 workloads")
-    workloads, configs = study_configs(args.workloads, args.best_from, args.tracking_uri)
-    devices = game.parse_devices(args.devices)
-    players, count = len(workloads), len(devices)
-    if count ** players > args.max_profiles:
-        raise OpBenchError(f"{count}^{players} = {count ** players} placements exceed --max-profiles "
-                           f"{args.max_profiles}: the optimum is found by measuring them all")
-
-    def describe(profile: tuple) -> str:
-        return " ".join(f"{w.name}@{devices[d].label.removeprefix('cores ')}" for w, d in zip(workloads, profile))
-
-    with Measurer(MeasureOptions(build_workers=2, run_timeout_s=args.run_timeout)) as measurer, \
-            Recorder(args.study, args.tracking_uri, extra={"engine": "placement"}) as recorder:
-        oracle = game.CostOracle(game.profile_measurer(measurer, workloads, configs, devices, args.window,
-                                                       _logger(recorder, None)))
-        greedy = game.greedy(oracle, players, count)
-        start = greedy if args.start == "greedy" else (0,) * players
-        dynamics = game.best_response_dynamics(oracle, start, count, args.eps)
-        optimum, optimum_cost = game.exhaustive(oracle, players, count, args.social)
-        equilibrium_cost = oracle.social(dynamics.profile, args.social)
-        stable = game.is_equilibrium(oracle, dynamics.profile, count, args.eps)
-        poa = game.price_of_anarchy(equilibrium_cost, optimum_cost)
-        rows = [(name, describe(p), oracle.social(p, args.social), oracle.social(p, args.social) / optimum_cost,
-                 *oracle.costs(p)) for name, p in (("equilibrium", dynamics.profile), ("optimum", optimum),
-                                                   ("greedy", greedy))]
-        recorder.mlflow.log_parent({"social": args.social, "devices": args.devices, "equilibrium": describe(
-            dynamics.profile), "optimum": describe(optimum), "greedy": describe(greedy)},
-            {"price_of_anarchy": poa, "greedy_ratio": oracle.social(greedy, args.social) / optimum_cost, "equilibrium_cost_ms": equilibrium_cost,
-             "optimum_cost_ms": optimum_cost, "profiles_measured": oracle.measured})
-        every = {describe(p): oracle.social(p, args.social)
-                 for p in itertools.product(range(count), repeat=players)}
-        plot = placement_costs(every, {"equilibrium": describe(dynamics.profile), "optimum": describe(optimum),
-                                       "greedy": describe(greedy)},
-                               f"placements by {args.social} (price of anarchy {poa:.3f})",
-                               study_dir("plots", args.study, recorder.mlflow.uri) / "placement.png")
-        recorder.mlflow.log_artifact(plot, "plots")
-    print("\n" + table(rows, ["strategy", "placement", f"{args.social} ms", "x optimum",
-                              *(f"{w.name} ms" for w in workloads)]))
-    print(f"best-response dynamics from {args.start}: {len(dynamics.moves)} moves, "
-          f"{'converged' if dynamics.converged else 'did NOT converge'}; "
-          f"{'an' if stable else 'not an'} eps-equilibrium (eps {args.eps:.0%}); "
-          f"price of anarchy {poa:.3f}; {oracle.measured} placements measured")
-    print(f"plot: {plot}")
-    return 0 if dynamics.converged and stable else 1
+    spec = PlacementSpec(tuple(args.workloads), args.devices, args.social, args.start, args.eps, args.max_profiles,
+                         args.window, args.study, args.tracking_uri, tuple(args.best_from or ()), args.run_timeout)
+    result = place(spec, corun_printer(None))
+    print("\n" + table(result.rows, ["strategy", "placement", f"{args.social} ms", "x optimum",
+                                     *(f"{name} ms" for name in result.names)]))
+    converged = result.dynamics.converged
+    print(f"best-response dynamics from {args.start}: {len(result.dynamics.moves)} moves, "
+          f"{'converged' if converged else 'did NOT converge'}; "
+          f"{'an' if result.stable else 'not an'} eps-equilibrium (eps {args.eps:.0%}); "
+          f"price of anarchy {result.price_of_anarchy:.3f}; {result.measured} placements measured")
+    print(f"plot: {result.plot}")
+    return 0 if converged and result.stable else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -2,10 +2,17 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from opbench.record import Record
+
+if TYPE_CHECKING:
+    from opbench.hardware.resources import Resources
+    from opbench.measure.measurer import Measurer
+    from opbench.workloads import Workload
 
 Space = dict[str, dict[str, Any]]  # NNI search-space format
 
@@ -37,6 +44,9 @@ class Engine(ABC):
     def reject(self, proposal: Proposal, reason: str) -> None:
         """Hear that a proposal is an invalid config, found before measuring (it is not a trial)."""
 
+    def observe(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
+        """Learn a measured config the engine did not propose (the template default, measured first)."""
+
     @property
     def done(self) -> int:
         """Trials already finished in earlier sessions of a resumed study."""
@@ -53,6 +63,61 @@ class Engine(ABC):
 
     def close(self) -> None:
         """Release the engine's resources."""
+
+
+ArtifactSink = Callable[[Record | None, Path], None]  # a file for a trial's run (or, with None, the study's)
+
+
+class LoopEngine(ABC):
+    """An engine that owns its search loop (MetaSchedule's task scheduler): it is handed the measurer
+    and the record sink, measures ``trials`` candidates through them and returns their records."""
+
+    name: str
+
+    @abstractmethod
+    def run(self, workload: Workload, trials: int, measurer: Measurer, on_record: Callable[[Record], None],
+            resources: Resources, on_artifact: ArtifactSink | None = None) -> list[Record]:
+        """Tune; files worth keeping (a candidate's trace, the engine's database) go to ``on_artifact``."""
+
+
+DEFAULT = "default"  # the handle of the proposal :class:`DefaultFirst` adds
+
+
+class DefaultFirst(Engine):
+    """Proposes the template default as the first trial of a fresh study, then the wrapped engine's
+    configs; the wrapped engine learns the default's latency (:meth:`Engine.observe`). A study's best
+    is then never worse than the default it reports against."""
+
+    def __init__(self, engine: Engine, default: dict[str, Any], threads: int) -> None:
+        self.engine, self.name, self.objectives = engine, engine.name, engine.objectives
+        self._pending = None if engine.done else Proposal(default, threads, DEFAULT)
+
+    def ask(self, n: int) -> list[Proposal]:
+        first, self._pending = ([self._pending], None) if self._pending is not None and n > 0 else ([], self._pending)
+        return first + self.engine.ask(n - len(first))
+
+    def tell(self, proposal: Proposal, record: Record) -> None:
+        if proposal.handle is not DEFAULT:
+            self.engine.tell(proposal, record)
+        elif record.get("status") == "ok":
+            self.engine.observe(proposal.config, proposal.threads, record["latency_ms"])
+
+    def reject(self, proposal: Proposal, reason: str) -> None:
+        if proposal.handle is not DEFAULT:
+            self.engine.reject(proposal, reason)
+
+    @property
+    def done(self) -> int:
+        return self.engine.done
+
+    def recover(self, recorded: dict[str, Record]) -> list[Record]:
+        return self.engine.recover(recorded)
+
+    def pareto_trial_ids(self) -> set[str]:
+        return self.engine.pareto_trial_ids()
+
+    def close(self) -> None:
+        self.engine.close()
 
 
 def split_threads(config: dict[str, Any], default: int) -> tuple[dict[str, Any], int]:

@@ -24,6 +24,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder  # noqa: E4
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback  # noqa: E402
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult  # noqa: E402
 
+from opbench.engines._base import ArtifactSink, LoopEngine  # noqa: E402
 from opbench.engines.driver import ENGINE_TRIAL_TAG  # noqa: E402
 from opbench.hardware.resources import Resources  # noqa: E402
 from opbench.hardware.targets import make_target  # noqa: E402
@@ -32,8 +33,6 @@ from opbench.measure.types import TrialSpec  # noqa: E402
 from opbench.record import Record, is_ok  # noqa: E402
 from opbench.space.prescheduled import IR_FILE  # noqa: E402
 from opbench.workloads import Workload  # noqa: E402
-
-TraceSink = Callable[[Record, Path], None]
 
 
 @derived_object
@@ -84,7 +83,7 @@ class _MeasurerRunner(PyRunner):
 class _TraceCallback(PyMeasureCallback):
     """Hands each measured candidate's trace to ``sink`` next to its record."""
 
-    def __init__(self, by_file: dict[str, Record], sink: TraceSink) -> None:
+    def __init__(self, by_file: dict[str, Record], sink: ArtifactSink) -> None:
         super().__init__()
         self.by_file, self.sink = by_file, sink
 
@@ -97,8 +96,9 @@ class _TraceCallback(PyMeasureCallback):
                 self.sink(record, trace)
 
 
-class MetaScheduleTuner:
-    """``tvm.s_tir.meta_schedule.tune_tir`` on one workload, measured and recorded by OpBench."""
+class MetaScheduleTuner(LoopEngine):
+    """``tvm.s_tir.meta_schedule.tune_tir`` on one workload, measured and recorded by OpBench; every
+    candidate's trace and, at the end, MetaSchedule's database go to ``on_artifact``."""
 
     name = "metaschedule"
 
@@ -107,7 +107,7 @@ class MetaScheduleTuner:
         self.seed, self.trials_per_iter = seed, trials_per_iter
 
     def run(self, workload: Workload, trials: int, measurer: Measurer, on_record: Callable[[Record], None],
-            resources: Resources, on_trace: TraceSink | None = None) -> list[Record]:
+            resources: Resources, on_artifact: ArtifactSink | None = None) -> list[Record]:
         candidates = self.work_dir / "candidates"
         candidates.mkdir(parents=True, exist_ok=True)
         records: list[Record] = []
@@ -122,14 +122,13 @@ class MetaScheduleTuner:
             return batch
 
         callbacks = [ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel()]
-        if on_trace:
-            callbacks.append(_TraceCallback(by_file, on_trace))
+        if on_artifact:
+            callbacks.append(_TraceCallback(by_file, on_artifact))
         mod = tvm.IRModule({"main": workload.prim_func()})
         ms.tune_tir(mod, make_target(resources.target, resources.threads), str(self.work_dir), trials,
                     num_trials_per_iter=min(self.trials_per_iter, trials), builder=_SaveModuleBuilder(candidates),
                     runner=_MeasurerRunner(measure), measure_callbacks=callbacks, seed=self.seed)
+        for path in sorted(self.work_dir.glob("database_*.json")):  # workloads and tuning records with traces
+            if on_artifact:
+                on_artifact(None, path)
         return records
-
-    def database_files(self) -> list[Path]:
-        """MetaSchedule's JSON database (workloads and tuning records with traces), for artifacts."""
-        return sorted(self.work_dir.glob("database_*.json"))

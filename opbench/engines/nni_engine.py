@@ -42,7 +42,7 @@ class NniEngine(Engine):
         self.name = f"nni-{tuner.lower()}"
         self._tuner = make_tuner(tuner, seed)
         self._tuner.update_search_space(space)
-        self._threads = threads
+        self._space, self._threads = space, threads
         self._ids = itertools.count()
 
     def ask(self, n: int) -> list[Proposal]:
@@ -61,6 +61,11 @@ class NniEngine(Engine):
 
     def reject(self, proposal: Proposal, reason: str) -> None:
         self._tuner.trial_end(proposal.handle[0], False)
+
+    def observe(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
+        params = {**config, "threads": threads}
+        if all(k in params and params[k] in spec["_value"] for k, spec in self._space.items()):  # a point of the space
+            self._tuner.import_data([{"parameter": {k: params[k] for k in self._space}, "value": latency_ms}])
 
     def tell(self, proposal: Proposal, record: Record) -> None:
         parameter_id, params = proposal.handle

@@ -1,14 +1,14 @@
 """The engine registry: which engines exist and how one is made for a workload's space.
 
-Used alike by ``opbench tune``, the studies and the benchmarks. ``metaschedule`` is listed too but
-owns its search loop (:class:`opbench.engines.metaschedule.MetaScheduleTuner`), so it is not made here.
+Used alike by ``opbench tune``, the studies and the benchmarks. Most engines propose configs one by
+one (:func:`create_engine`); ``metaschedule`` owns its search loop (:func:`create_loop_engine`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from opbench.engines._base import Engine, Space
+from opbench.engines._base import DefaultFirst, Engine, LoopEngine, Space
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.paths import store_dir
@@ -61,20 +61,35 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
     if spec.name == "nni":
         from opbench.engines.nni_engine import NniEngine
 
-        return NniEngine(spec.tuner, space, threads, spec.seed)
-    if spec.name == "random":
+        engine: Engine = NniEngine(spec.tuner, space, threads, spec.seed)
+    elif spec.name == "random":
         from opbench.engines.simple import RandomEngine
 
-        return RandomEngine(space, threads, spec.seed)
-    if spec.name == "grid":
+        engine = RandomEngine(space, threads, spec.seed)
+    elif spec.name == "grid":
         from opbench.engines.simple import GridEngine
 
-        return GridEngine(space, threads)
-    if spec.name == "model":
+        engine = GridEngine(space, threads)
+    elif spec.name == "model":
         from opbench.engines.model_engine import ModelEngine
         from opbench.tracking.dataset import read_dataset
 
         warm = read_dataset(spec.warm_start) if spec.warm_start else None
-        return ModelEngine(space, resources, workload, template, spec.seed, warm)
-    raise OpBenchError(f"engine '{spec.name}' runs its own search loop; engines proposing configs one by one: "
-                       f"{', '.join(e for e in ENGINES if e not in LOOP_ENGINES)}")
+        engine = ModelEngine(space, resources, workload, template, spec.seed, warm)
+    else:
+        raise OpBenchError(f"engine '{spec.name}' runs its own search loop; engines proposing configs one by one: "
+                           f"{', '.join(e for e in ENGINES if e not in LOOP_ENGINES)}")
+    return DefaultFirst(engine, template.default_config(workload), threads)  # Optuna enqueues it instead
+
+
+def create_loop_engine(spec: EngineSpec, work_dir: Path) -> LoopEngine:
+    """An engine that runs its own search loop, keeping its state in ``work_dir`` (started afresh)."""
+    if spec.name != "metaschedule":
+        raise OpBenchError(f"engine '{spec.name}' proposes configs one by one; engines with their own loop: "
+                           f"{', '.join(LOOP_ENGINES)}")
+    import shutil
+
+    from opbench.engines.metaschedule import MetaScheduleTuner
+
+    shutil.rmtree(work_dir, ignore_errors=True)  # a fresh search, not warm-started from an old database
+    return MetaScheduleTuner(work_dir, spec.seed)

@@ -7,6 +7,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from opbench.engines._base import Engine, Space
 from opbench.engines.driver import run_tuning
@@ -15,8 +16,8 @@ from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
 from opbench.record import Record, is_ok, tee
 from opbench.space import Config, Template
+from opbench.studies.configs import best_config
 from opbench.studies.corun import Layout, corun_spec
-from opbench.studies.threads import best_config
 from opbench.workloads import Workload
 
 log = logging.getLogger("opbench")
@@ -172,3 +173,77 @@ def compare(tuning: CoTuning, trials: int, storage: str, study: str, sampler: st
                    for i, (space, d) in enumerate(zip(spaces, defaults))]
         alone, _ = tuning.independently(engines, trials, cores)
     return Comparison(together, alone, history)
+
+
+@dataclass(frozen=True)
+class TogetherSpec:
+    """Collaborative tuning of co-running ``workloads`` against tuning each alone (``baseline``)."""
+
+    workloads: tuple[str, ...]
+    trials: int = 32
+    layouts: tuple[str, ...] = ()
+    mode: str = "full"
+    window_s: float = 0.3
+    objective: str = "makespan"
+    study: str | None = None  # default: from the workloads
+    storage: str | None = None  # Optuna storage; default: sqlite next to the MLflow store
+    sampler: str = "tpe"
+    seed: int | None = 0
+    baseline: bool = True
+    tracking_uri: str | None = None
+    run_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if len(self.workloads) < 2:
+            raise OpBenchError("tune-together needs at least 2 workloads")
+
+
+@dataclass
+class TogetherResult:
+    comparison: Comparison
+    rows: list[tuple]  # approach, layout, makespan ms, GFLOP/s, objective
+    metrics: dict[str, float]  # <approach>_objective and gain
+    plot: Path
+
+
+def tune_together(spec: TogetherSpec, on_record: Callable[[Record], None] | None = None) -> TogetherResult:
+    """Run both approaches, log the comparison on the parent run and plot the collaborative curve."""
+    import os
+
+    from opbench.measure.types import MeasureOptions
+    from opbench.report.plots import engine_curves
+    from opbench.space import get_template
+    from opbench.studies.corun import layouts_or_all
+    from opbench.tracking import Recorder
+    from opbench.tracking.mlflow_store import study_dir
+    from opbench.workloads import parse_workload
+
+    workloads = [parse_workload(w) for w in spec.workloads]
+    layouts = [l for l in layouts_or_all(spec.layouts, len(workloads)) if spec.mode == "full" or l.shared]
+    if not layouts:
+        raise OpBenchError("a stream co-run needs a shared layout (every member on the same cores, e.g. '0,1')")
+    study = spec.study or "together-" + "-".join(w.name for w in workloads)
+    with Measurer(MeasureOptions(build_workers=2, run_timeout_s=spec.run_timeout_s)) as measurer, \
+            Recorder(study, spec.tracking_uri, extra={"engine": "tune-together"}) as recorder:
+        state = study_dir("optuna", study, recorder.mlflow.uri)
+        state.mkdir(parents=True, exist_ok=True)
+        tuning = CoTuning(measurer, workloads, [get_template(w) for w in workloads], layouts, spec.mode, spec.window_s,
+                          spec.objective, tee(recorder, *filter(None, [on_record])))
+        result = compare(tuning, spec.trials, spec.storage or f"sqlite:///{state / 'optuna.db'}", study,
+                         spec.sampler, spec.seed, spec.baseline, tuple(sorted(os.sched_getaffinity(0))))
+        rows, metrics = [], {}
+        for label, best in (("independent + co-run", result.alone), ("collaborative", result.together)):
+            if best is not None:
+                value = objective_value(best.corun, spec.objective)
+                rows.append((label, best.layout.label, best.corun["makespan_ms"], best.corun["gflops_total"], value))
+                metrics[f"{label.split()[0]}_objective"] = value
+        metrics["gain"] = result.gain(spec.objective)
+        recorder.mlflow.log_parent({"objective": spec.objective, "mode": spec.mode}, metrics)
+        curve = [{"status": r["status"], "latency_ms": objective_value(r, spec.objective) if is_ok(r) else None}
+                 for r in result.history]
+        refs = {"independent + co-run": {"status": "ok", "latency_ms": metrics["independent_objective"]}} \
+            if result.alone is not None else {}
+        plot = engine_curves({"collaborative": curve}, refs, f"{spec.objective}: collaborative vs independent",
+                             study_dir("plots", study, recorder.mlflow.uri) / "together.png")
+        recorder.mlflow.log_artifact(plot, "plots")
+    return TogetherResult(result, rows, metrics, plot)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
@@ -14,7 +16,7 @@ from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.corun import CoRunSpec
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
-from opbench.record import Record, is_ok
+from opbench.record import Record, is_ok, tee
 from opbench.space import Config
 from opbench.workloads import Workload
 
@@ -63,6 +65,13 @@ def layouts_for(members: int, cores: tuple[int, ...]) -> list[Layout]:
     return out + [Layout((cores,) * members)]
 
 
+def layouts_or_all(texts: tuple[str, ...], members: int) -> list[Layout]:
+    """Parsed layouts, or (none given) every split of this process's cores among ``members`` plus all sharing."""
+    if texts:
+        return [parse_layout(t, members) for t in texts]
+    return layouts_for(members, tuple(sorted(os.sched_getaffinity(0))))
+
+
 def corun_spec(workloads: list[Workload], configs: list[Config], layout: Layout, mode: str,
                window_s: float, tags: dict[str, str] | None = None, solo: bool = True) -> CoRunSpec:
     if mode == "stream" and not layout.shared:
@@ -94,3 +103,51 @@ def interference(measurer: Measurer, workloads: list[Workload], configs: list[Co
     if not out:
         raise OpBenchError("no layout fits the modes: stream co-runs need a shared layout such as '0,1'")
     return out
+
+
+@dataclass(frozen=True)
+class InterferenceSpec:
+    """Pairs of ``workloads`` co-running in ``layouts`` (default: every split) and ``modes``."""
+
+    workloads: tuple[str, ...]
+    layouts: tuple[str, ...] = ()
+    modes: tuple[str, ...] = ("full",)
+    window_s: float = 0.5
+    study: str = "corun-study"
+    tracking_uri: str | None = None
+    best_from: tuple[str, ...] = ()
+    run_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        from opbench.measure.corun import MODES
+
+        if len(self.workloads) < 2:
+            raise OpBenchError("study corun needs at least 2 workloads")
+        if bad := [m for m in self.modes if m not in MODES]:
+            raise OpBenchError(f"unknown co-run mode(s) {bad}; modes: {', '.join(MODES)}")
+
+
+@dataclass
+class InterferenceResult:
+    matrices: dict[str, pd.DataFrame]  # per "mode layout": row slowed down by column
+    plot: Path
+
+
+def run_interference_study(spec: InterferenceSpec, on_record: Callable[[Record], None] | None = None) -> InterferenceResult:
+    """The slowdown matrices, recorded to MLflow with a heatmap (a file and an artifact)."""
+    from opbench.measure.types import MeasureOptions
+    from opbench.report.plots import slowdown_heatmaps
+    from opbench.studies.configs import study_configs
+    from opbench.tracking import Recorder
+    from opbench.tracking.mlflow_store import study_dir
+
+    workloads, configs = study_configs(spec.workloads, spec.best_from, spec.tracking_uri)
+    layouts = layouts_or_all(spec.layouts, 2)
+    with Measurer(MeasureOptions(run_timeout_s=spec.run_timeout_s)) as measurer, \
+            Recorder(spec.study, spec.tracking_uri, extra={"engine": "corun-study"}) as recorder:
+        matrices = interference(measurer, workloads, configs, layouts, list(spec.modes), spec.window_s,
+                                tee(recorder, *filter(None, [on_record])))
+        plot = slowdown_heatmaps(matrices, "co-run slowdown (x solo latency)",
+                                 study_dir("plots", spec.study, recorder.mlflow.uri) / "slowdown.png")
+        recorder.mlflow.log_artifact(plot, "plots")
+    return InterferenceResult(matrices, plot)

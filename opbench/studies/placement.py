@@ -13,13 +13,14 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.corun import CoRunSpec
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
-from opbench.record import Record, is_ok
+from opbench.record import Record, is_ok, tee
 from opbench.space import Config
 from opbench.workloads import Workload
 
@@ -160,3 +161,82 @@ def profile_measurer(measurer: Measurer, workloads: list[Workload], configs: lis
                 costs[p] = record["latency_ms"]
         return costs
     return measure
+
+
+@dataclass(frozen=True)
+class PlacementSpec:
+    """Place ``workloads`` on ``devices`` (core sets): equilibrium of best-response dynamics vs the
+    optimum (every placement measured) vs greedy."""
+
+    workloads: tuple[str, ...]
+    devices: str = "0;1;0,1"
+    social: str = "makespan"
+    start: str = "first"  # or "greedy"
+    eps: float = 0.03
+    max_profiles: int = 81
+    window_s: float = 0.2
+    study: str = "placement"
+    tracking_uri: str | None = None
+    best_from: tuple[str, ...] = ()
+    run_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if len(self.workloads) < 2:
+            raise OpBenchError("place needs at least 2 workloads")
+        count, players = len(parse_devices(self.devices)), len(self.workloads)
+        if count ** players > self.max_profiles:
+            raise OpBenchError(f"{count}^{players} = {count ** players} placements exceed --max-profiles "
+                               f"{self.max_profiles}: the optimum is found by measuring them all")
+
+
+@dataclass
+class PlacementResult:
+    names: list[str]  # the workloads, in order
+    strategies: dict[str, str]  # equilibrium / optimum / greedy -> placement
+    rows: list[tuple]  # strategy, placement, social cost, x optimum, each player's cost
+    dynamics: Dynamics
+    stable: bool  # the dynamics' end is an eps-equilibrium
+    price_of_anarchy: float
+    measured: int  # placements measured
+    plot: Path
+
+
+def place(spec: PlacementSpec, on_record: Callable[[Record], None] | None = None) -> PlacementResult:
+    """Measure what the strategies need, log them on the parent run, plot every placement's cost."""
+    from opbench.measure.types import MeasureOptions
+    from opbench.report.plots import placement_costs
+    from opbench.studies.configs import study_configs
+    from opbench.tracking import Recorder
+    from opbench.tracking.mlflow_store import study_dir
+
+    workloads, configs = study_configs(spec.workloads, spec.best_from, spec.tracking_uri)
+    devices = parse_devices(spec.devices)
+    players, count = len(workloads), len(devices)
+
+    def describe(profile: Profile) -> str:
+        return " ".join(f"{w.name}@{devices[d].label.removeprefix('cores ')}" for w, d in zip(workloads, profile)
+                        if d is not None)
+
+    with Measurer(MeasureOptions(build_workers=2, run_timeout_s=spec.run_timeout_s)) as measurer, \
+            Recorder(spec.study, spec.tracking_uri, extra={"engine": "placement"}) as recorder:
+        oracle = CostOracle(profile_measurer(measurer, workloads, configs, devices, spec.window_s,
+                                             tee(recorder, *filter(None, [on_record]))))
+        start = greedy(oracle, players, count)
+        dynamics = best_response_dynamics(oracle, start if spec.start == "greedy" else (0,) * players, count, spec.eps)
+        optimum, optimum_cost = exhaustive(oracle, players, count, spec.social)
+        equilibrium_cost = oracle.social(dynamics.profile, spec.social)
+        poa = price_of_anarchy(equilibrium_cost, optimum_cost)
+        profiles = {"equilibrium": dynamics.profile, "optimum": optimum, "greedy": start}
+        rows = [(name, describe(p), oracle.social(p, spec.social), oracle.social(p, spec.social) / optimum_cost,
+                 *oracle.costs(p)) for name, p in profiles.items()]
+        strategies = {name: describe(p) for name, p in profiles.items()}
+        recorder.mlflow.log_parent({"social": spec.social, "devices": spec.devices, **strategies},
+                                   {"price_of_anarchy": poa, "greedy_ratio": oracle.social(start, spec.social) / optimum_cost,
+                                    "equilibrium_cost_ms": equilibrium_cost, "optimum_cost_ms": optimum_cost,
+                                    "profiles_measured": oracle.measured})
+        every = {describe(p): oracle.social(p, spec.social) for p in itertools.product(range(count), repeat=players)}
+        plot = placement_costs(every, strategies, f"placements by {spec.social} (price of anarchy {poa:.3f})",
+                               study_dir("plots", spec.study, recorder.mlflow.uri) / "placement.png")
+        recorder.mlflow.log_artifact(plot, "plots")
+    return PlacementResult([w.name for w in workloads], strategies, rows, dynamics,
+                           is_equilibrium(oracle, dynamics.profile, count, spec.eps), poa, oracle.measured, plot)

@@ -4,9 +4,12 @@ fit predicting the turning point from op features across workloads."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records
+from opbench.exceptions import OpBenchError
+from opbench.record import Record, is_ok, tee
 
 
 @dataclass
@@ -34,15 +37,6 @@ class Scaling:
         return self.threads[-1]
 
 
-def best_config(records: list[Record], workload: str) -> dict | None:
-    """Knob values of the fastest ok tuning record of ``workload`` (references excluded)."""
-    best = best_ok(r for r in ok_records(records, workload)
-                   if not r.get("reference") and r.get("template") not in ("te_default", "metaschedule", "torch", "numpy"))
-    if best is None:
-        return None
-    return {k[len(KNOB_PREFIX):]: v for k, v in best.items() if k.startswith(KNOB_PREFIX)}
-
-
 def fit_turning_points(scalings: list[Scaling], threshold: float) -> tuple[dict[str, float], float] | None:
     """Linear fit of the turning point on log FLOPs and arithmetic intensity: coefficients and R²."""
     if len(scalings) < 3:
@@ -56,3 +50,67 @@ def fit_turning_points(scalings: list[Scaling], threshold: float) -> tuple[dict[
     r2 = float(model.score(x, y)) if y.std() > 0 else math.nan
     return {"intercept": float(model.intercept_), "log_flops": float(model.coef_[0]),
             "log_arith_intensity": float(model.coef_[1])}, r2
+
+
+@dataclass(frozen=True)
+class ThreadStudySpec:
+    """Thread scaling of ``workloads``' default configs (and best ones from ``best_from`` studies)."""
+
+    workloads: tuple[str, ...]
+    threads: tuple[int, ...]
+    study: str = "threads-study"
+    tracking_uri: str | None = None
+    best_from: tuple[str, ...] = ()
+    repeat: int = 5
+
+    def __post_init__(self) -> None:
+        if len(set(self.threads)) < 2:
+            raise OpBenchError(f"--threads needs at least two thread counts to show scaling, got {list(self.threads)}")
+
+
+@dataclass
+class ThreadStudyResult:
+    scalings: list[Scaling]
+    plots: list[Path]
+
+
+def run_thread_study(spec: ThreadStudySpec, on_record: Callable[[Record], None] | None = None) -> ThreadStudyResult:
+    """Measure every config at every thread count; one plot per workload (a file and an MLflow artifact)."""
+    from opbench.hardware.resources import Resources
+    from opbench.measure.features import op_features
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.types import MeasureOptions, TrialSpec
+    from opbench.paths import safe_name
+    from opbench.report.plots import thread_scaling
+    from opbench.space import get_template
+    from opbench.studies.configs import best_config
+    from opbench.tracking import Recorder, read_mlflow_records
+    from opbench.tracking.mlflow_store import study_dir
+    from opbench.workloads import parse_workload
+
+    threads = sorted(set(spec.threads))
+    earlier = read_mlflow_records(list(spec.best_from), spec.tracking_uri) if spec.best_from else []
+    result = ThreadStudyResult([], [])
+    with Measurer(MeasureOptions(repeat=spec.repeat)) as measurer, \
+            Recorder(spec.study, spec.tracking_uri, extra={"engine": "threads-study"}) as recorder:
+        sink = tee(recorder, *filter(None, [on_record]))
+        for name in spec.workloads:
+            workload = parse_workload(name)
+            configs = {"default": get_template(workload).default_config(workload)}
+            if (best := best_config(earlier, workload.name)) is not None:
+                configs["best"] = best
+            mine = []
+            for label, config in configs.items():
+                latencies = []
+                for t in threads:
+                    record = measurer.measure(TrialSpec(workload, config, Resources(t), tags={"scaling_config": label}))
+                    sink(record)
+                    latencies.append(record["latency_ms"] if is_ok(record) else math.nan)
+                mine.append(Scaling(workload.name, label, threads, latencies, op_features(workload)))
+            plot = thread_scaling({s.config_name: (s.threads, s.latency_ms, s.efficiency) for s in mine},
+                                  f"{workload.name}: thread scaling",
+                                  study_dir("plots", spec.study, recorder.mlflow.uri) / f"{safe_name(workload.name)}.png")
+            recorder.mlflow.log_artifact(plot, "plots")
+            result.scalings += mine
+            result.plots.append(plot)
+    return result

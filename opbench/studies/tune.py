@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from opbench.engines._base import Engine, Space
 from opbench.engines.driver import CORES_KNOB, ENGINE_TRIAL_TAG, measure_references, run_tuning
-from opbench.engines.registry import EngineSpec, create_engine
+from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.measurer import Measurer
@@ -167,7 +166,7 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
         spec = dataclasses.replace(spec, batch=max(spec.batch, spec.measure.remote_workers))
     # builds of one batch run in parallel, two at most (this host has few cores for compiling beside timing)
     measure = dataclasses.replace(spec.measure, build_workers=max(spec.measure.build_workers, min(spec.batch, 2)))
-    loop_engine = spec.engine.name == "metaschedule"
+    loop_engine = spec.engine.name in LOOP_ENGINES
     engine = None if loop_engine else make_engine(spec, workload, study, spec.resume)
     earlier = recorded_engine_trials(study, spec.tracking_uri) if spec.resume else {}
     # A kill between the JSON-lines log and MLflow leaves a trial's record in the log only.
@@ -186,7 +185,9 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
         refs = measure_references(measurer, workload, spec.resources, recorder) if spec.references else {}
         todo = spec.trials - done
         if loop_engine:
-            records = _metaschedule(spec, study, workload, todo, measurer, sink, recorder)
+            owner = create_loop_engine(spec.engine, study_dir(spec.engine.name, study, spec.tracking_uri))
+            records = owner.run(workload, todo, measurer, sink, spec.resources, on_artifact=lambda record, path:
+                                recorder.mlflow.log_artifact(path, owner.name, record["trial_id"] if record else None))
         elif spec.workers > 1:
             spawn_workers(spec, todo, recorder.mlflow.parent_run_id)
             records = list(recorded_engine_trials(study, spec.tracking_uri, recorder.mlflow.parent_run_id).values())
@@ -229,20 +230,6 @@ def _verify(spec: TuneSpec, measurer: Measurer, records: list[Record], recorder:
     verification = verify(measurer, records, recorder.study, spec.verify_rounds, recorder)
     recorder.mlflow.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
     return verification
-
-
-def _metaschedule(spec: TuneSpec, study: str, workload: Workload, trials: int, measurer: Measurer, sink: OnRecord,
-                  recorder: Recorder) -> list[Record]:
-    from opbench.engines.metaschedule import MetaScheduleTuner
-
-    work_dir = study_dir("metaschedule", study, spec.tracking_uri)
-    shutil.rmtree(work_dir, ignore_errors=True)  # a fresh search, not warm-started from an old database
-    tuner = MetaScheduleTuner(work_dir, spec.engine.seed)
-    records = tuner.run(workload, trials, measurer, sink, spec.resources,
-                        on_trace=lambda r, path: recorder.mlflow.log_artifact(path, "metaschedule", r["trial_id"]))
-    for path in tuner.database_files():
-        recorder.mlflow.log_artifact(path, "metaschedule")
-    return records
 
 
 def _summarize(result: StudyResult, engine: Engine | None, title: str, recorder: Recorder) -> None:

@@ -21,10 +21,10 @@ from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
 from opbench.record import Record, best_ok, tee
 from opbench.space import get_template
+from opbench.studies.configs import best_config
 from opbench.studies.models.fresh import export_model, in_fresh_process, torch_ms_here, vm_ms_here
 from opbench.studies.models.profile import ModelProfile, check_outputs, profile_model
 from opbench.studies.models.tuned import TunedOp, apply_database, write_database
-from opbench.studies.threads import best_config
 from opbench.studies.verify import BEST, Verification, verify_timers
 from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import study_dir
