@@ -108,3 +108,23 @@ def test_a_catalogue_workload_is_a_model_too(tracking_uri):
     out = _model_ops("simple:matmul:m=64,n=64,k=64", tracking_uri, "mo")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "output matches torch" in out.stdout and "tune it: opbench tune 'matmul:m=64,n=64,k=64'" in out.stdout
+
+
+@pytest.mark.slow
+def test_every_fused_point_builds_a_correct_kernel(measurer):
+    """The fused template's space over a model's operators: a weighted sample, each checked against
+    the operator's unscheduled build."""
+    from opbench.hardware.resources import Resources
+    from opbench.measure.types import TrialSpec
+    from opbench.workloads import parse_workload
+    from opbench.workloads.fused import model_name
+    from opbench.workloads.models.cache import extract
+
+    from .test_space import BUILT_PER_KIND, weighted_configs
+
+    ops = extract("small-cnn", 1, 128)[0]
+    workloads = [parse_workload(model_name("small-cnn", op.name, 1, 128)) for op in ops]
+    specs = [TrialSpec(w, config, Resources(1 + i % 2)) for w in workloads
+             for i, config in enumerate(weighted_configs(w, BUILT_PER_KIND // len(workloads), ("inline", "vectorize", "parallel")))]
+    records = measurer.measure_batch(specs)
+    assert {r["status"] for r in records} == {"ok"}, [(r["workload"], r["error"]) for r in records if r["status"] != "ok"][:3]

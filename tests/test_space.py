@@ -148,11 +148,11 @@ KINDS = {  # a small workload per template kind, with an epilogue or a producer 
 }
 
 
-def weighted_configs(workload, n, seed=0):
+def weighted_configs(workload, n, critical_knobs=CRITICAL, seed=0):
     """``n`` configs: every combination of the critical knobs in turn, the other knobs at random."""
     template = get_template(workload)
     knobs = {k.name: k.choices for k in template.knobs(workload)}
-    critical = [name for name in CRITICAL if name in knobs] or [next(iter(knobs))]
+    critical = [name for name in critical_knobs if name in knobs] or [next(iter(knobs))]
     combos = [dict(zip(critical, values)) for values in np.array(np.meshgrid(*[range(len(knobs[c])) for c in critical]))
               .reshape(len(critical), -1).T.tolist()]
     rng = random.Random(seed)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from opbench.engines._base import DefaultFirst, Engine, LoopEngine, Space
 from opbench.exceptions import OpBenchError
@@ -79,7 +80,15 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
     else:
         raise OpBenchError(f"engine '{spec.name}' runs its own search loop; engines proposing configs one by one: "
                            f"{', '.join(e for e in ENGINES if e not in LOOP_ENGINES)}")
-    return DefaultFirst(engine, template.default_config(workload), threads)  # Optuna enqueues it instead
+    return DefaultFirst(engine, *default_point(space, template.default_config(workload), threads))  # Optuna enqueues it
+
+
+def default_point(space: Space, default: dict[str, Any], threads: int) -> tuple[dict[str, Any], int]:
+    """The template default as a point of ``space``: searched resources (thread counts, core sets) take
+    the study's value where the space offers it, else the space's first."""
+    extra = {k: spec["_value"][0] for k, spec in space.items() if k not in default and k != "threads"}
+    offered = space.get("threads", {}).get("_value", [threads])
+    return {**default, **extra}, threads if threads in offered else offered[0]
 
 
 def create_loop_engine(spec: EngineSpec, work_dir: Path) -> LoopEngine:
