@@ -16,7 +16,7 @@ from pathlib import Path
 
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
-from opbench.report.progress import TrialPrinter, corun_line, table
+from opbench.report.progress import corun_printer, table
 from opbench.space import get_template
 from opbench.studies.collaborative import CoTuning, compare, objective_value
 from opbench.studies.corun import layouts_for
@@ -37,14 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     cores = tuple(sorted(os.sched_getaffinity(0)))
     scratch = Path(tempfile.mkdtemp(prefix="opbench-collab-"))
-    printer = TrialPrinter(None)
-
-    def log(record: dict) -> None:
-        if record.get("record_kind") == "corun":
-            print(corun_line(record), flush=True)
-        elif not record.get("corun_id"):
-            printer(record)
-
+    log = corun_printer(None)
     rows, gains = [], []
     with Measurer(MeasureOptions(build_workers=2, repeat=3)) as measurer:
         for pair in PAIRS:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from opbench.report.progress import table
+from opbench.report.progress import corun_printer, table
 
 
 def cmd_tune_together(args: argparse.Namespace) -> int:
-    from opbench.cli.study import corun_printer
     from opbench.studies.collaborative import TogetherSpec, tune_together
 
     spec = TogetherSpec(tuple(args.workloads), args.trials, tuple(args.layouts or ()), args.mode, args.window,
@@ -24,7 +23,6 @@ def cmd_tune_together(args: argparse.Namespace) -> int:
 
 
 def cmd_place(args: argparse.Namespace) -> int:
-    from opbench.cli.study import corun_printer
     from opbench.studies.placement import PlacementSpec, place
 
     spec = PlacementSpec(tuple(args.workloads), args.devices, args.social, args.start, args.eps, args.max_profiles,

@@ -3,10 +3,8 @@ slowdown of workloads co-running in pairs."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
-from opbench.record import Record
-from opbench.report.progress import TrialPrinter, corun_line, table
+from opbench.report.progress import TrialPrinter, corun_printer, table
 
 
 def cmd_study_threads(args: argparse.Namespace) -> int:
@@ -29,18 +27,6 @@ def cmd_study_threads(args: argparse.Namespace) -> int:
         print("turning point ~ " + " + ".join(f"{v:.3g}*{k}" if k != "intercept" else f"{v:.3g}"
                                               for k, v in coefs.items()) + f"   (R² {r2:.3g})")
     return 0
-
-
-def corun_printer(total: int | None) -> Callable[[Record], None]:
-    """A line per co-run and per solo trial (members of a co-run are summed up in its line)."""
-    printer = TrialPrinter(total)
-
-    def show(record: Record) -> None:
-        if record.get("record_kind") == "corun":
-            print(corun_line(record), flush=True)
-        elif not record.get("corun_id"):
-            printer(record)
-    return show
 
 
 def cmd_study_corun(args: argparse.Namespace) -> int:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from opbench.record import KNOB_PREFIX, Record, is_ok
@@ -61,3 +61,15 @@ def corun_line(record: Record) -> str:
         return f"{head} ({record['error'][:200]})"
     slowdown = f" (x{record['slowdown']:.2f} solo)" if "slowdown" in record else ""
     return f"{head}, makespan {record['makespan_ms']:.4f} ms{slowdown}, {record['gflops_total']:.1f} GFLOP/s"
+
+
+def corun_printer(total: int | None) -> Callable[[Record], None]:
+    """A line per co-run and per solo trial (the members of a co-run are summed up in its line)."""
+    printer = TrialPrinter(total)
+
+    def show(record: Record) -> None:
+        if record.get("record_kind") == "corun":
+            print(corun_line(record), flush=True)
+        elif not record.get("corun_id"):
+            printer(record)
+    return show
