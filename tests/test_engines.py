@@ -88,7 +88,7 @@ def test_shipped_nni_experiment_runs_under_nnictl_and_matches_mlflow(tmp_path, e
                   searchSpaceFile=str(ROOT / "experiments" / name / "search_space.json"))
     if "codeDirectory" in config["tuner"]:
         config["tuner"]["codeDirectory"] = str(ROOT)
-    config["trialCommand"] += f" --tracking-uri {uri} --repeat 2"
+    config["trialCommand"] += f" --tracking-uri {uri} --repeat 2 --service-idle-timeout 10"
     (tmp_path / "config.yml").write_text(yaml.safe_dump(config))
     export = tmp_path / "export.csv"
     run = subprocess.run(unshare + [sys.executable, str(ROOT / "tests" / "nni_session.py"), str(tmp_path / "config.yml"),

@@ -1,11 +1,14 @@
 """An NNI trial: ``python -m opbench.engines.nni_trial WORKLOAD [options]`` (the ``trialCommand``).
 
-Reads the config from ``nni.get_next_parameter()``, measures it with the core loop, records it to
-MLflow (tagged with NNI's experiment and trial ids, under one parent run per NNI experiment) and
-reports latency (``default``, minimised) and GFLOP/s with ``nni.report_final_result``. A trial that
-fails to build, crashes, hangs or computes a wrong result is recorded and exits non-zero, so NNI
-marks it FAILED: no fake latency reaches the tuner. The experiment's first trial (sequence 0) also
-records the references (TE default, template default, torch, numpy).
+A thin client (it imports NNI, never TVM, torch or MLflow): it reads the config from
+``nni.get_next_parameter()`` and has the user's measurement service for this MLflow store
+(:mod:`opbench.service`, started by the first trial that needs it, warm for the ones after) measure it
+and record it to MLflow, tagged with NNI's experiment and trial ids under one parent run per NNI
+experiment. It reports latency (``default``, minimised) and GFLOP/s with ``nni.report_final_result``.
+A trial that fails to build, crashes, hangs or computes a wrong result is recorded and exits non-zero,
+so NNI marks it FAILED: no fake latency reaches the tuner; so does a trial whose service died. The
+experiment's first trial (sequence 0) also records the references (TE default, template default,
+torch, numpy).
 """
 from __future__ import annotations
 
@@ -13,7 +16,6 @@ import argparse
 import sys
 
 from opbench.engines._base import split_threads
-from opbench.exceptions import OpBenchError
 from opbench.record import is_ok
 from opbench.report.progress import TrialPrinter
 
@@ -34,42 +36,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", help="also append records to this JSON-lines file")
     p.add_argument("--tuner", default="", help="the experiment's NNI tuner, recorded as engine nni-<tuner>")
     p.add_argument("--no-references", action="store_true", help="the first trial skips the reference timings")
+    p.add_argument("--service-idle-timeout", type=float, default=600.0,
+                   help="seconds a measurement service started by this trial waits for the next one")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     import nni
 
-    from opbench.engines.driver import measure_references
-    from opbench.hardware.resources import Resources, parse_cores
-    from opbench.measure.measurer import Measurer
-    from opbench.measure.types import MeasureOptions, TrialSpec
-    from opbench.plugins import load_plugins
-    from opbench.tracking import Recorder
-    from opbench.tracking.mlflow_store import nni_parent_run
-    from opbench.workloads import parse_workload
+    from opbench.service.client import ServiceError, measure
+    from opbench.service.protocol import TrialRequest
 
-    load_plugins()
     args = build_parser().parse_args(argv)
+    config, threads = split_threads(nni.get_next_parameter() or {}, args.threads)
+    request = TrialRequest(args.workload, config, threads, args.cores, args.target, args.device, args.template, args.repeat,
+                           args.build_timeout, args.run_timeout, args.study, args.tracking_uri, args.log,
+                           f"nni-{args.tuner.lower()}" if args.tuner else "nni", nni.get_experiment_id(), nni.get_trial_id(),
+                           references=nni.get_sequence_id() == 0 and not args.no_references)
     try:
-        workload = parse_workload(args.workload)
-        config, threads = split_threads(nni.get_next_parameter() or {}, args.threads)
-        resources = Resources(threads, parse_cores(args.cores), args.target, args.device)
-        study = args.study or f"nni-{workload.name}"
-        experiment, trial = nni.get_experiment_id(), nni.get_trial_id()
-        ids = {"nni.experiment_id": experiment, "nni.trial_id": trial}
-        options = MeasureOptions(repeat=args.repeat, build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout)
-        engine = f"nni-{args.tuner.lower()}" if args.tuner else "nni"
-        parent = nni_parent_run(study, args.tracking_uri, experiment)
-        with Measurer(options) as measurer, \
-                Recorder(study, args.tracking_uri, args.log, extra={"engine": engine}, parent_run_id=parent) as recorder:
-            if nni.get_sequence_id() == 0 and not args.no_references:
-                measure_references(measurer, workload, resources, lambda r: recorder({**r, **ids}))
-            record = measurer.measure(TrialSpec(workload, config, resources, args.template, tags=ids))
-            recorder(record)
-    except OpBenchError as exc:
-        print(f"opbench nni trial: error: {exc}", file=sys.stderr)
+        reply = measure(request, args.service_idle_timeout)
+    except ServiceError as exc:
+        print(f"opbench nni trial: {exc}", file=sys.stderr)
+        return 1
+    if reply.record is None:
+        print(f"opbench nni trial: error: {reply.error}", file=sys.stderr)
         return 2
+    record = reply.record
     TrialPrinter(None, sys.stdout)(record)
     if not is_ok(record):
         return 1

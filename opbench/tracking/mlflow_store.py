@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from opbench.paths import safe_name, store_dir
+from opbench.paths import default_tracking_uri, safe_name, store_dir
 from opbench.record import JSON_TAGS, Record, from_mlflow_value, is_ok, kind_of
 
 KIND_TAG = "opbench.kind"  # "study" for parent runs, "trial" for trial runs, "corun" for co-runs
@@ -23,10 +23,6 @@ def study_dir(kind: str, study: str, tracking_uri: str | None = None) -> Path:
     uri = tracking_uri or default_tracking_uri()
     base = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else store_dir()
     return base / kind / safe_name(study)
-
-
-def default_tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{store_dir() / 'mlflow.db'}"
 
 
 def _client(uri: str) -> Any:

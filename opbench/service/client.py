@@ -1,0 +1,78 @@
+"""A trial's side of the service: find the service of this user and store (starting it when there is
+none, or only a stale socket), send the trial, get its record. Imports no TVM, torch or MLflow."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from opbench.service.address import authkey, socket_path
+from opbench.service.protocol import ServiceManager, TrialReply, TrialRequest
+
+START_TIMEOUT_S = 180.0  # the service imports TVM and starts its workers before it listens
+LOST = (EOFError, ConnectionError, BrokenPipeError, OSError)  # what a dead service looks like to a proxy
+
+
+class ServiceError(RuntimeError):
+    """The measurement service could not be started, or died while it held a trial."""
+
+
+ServiceManager.register("service")
+
+
+@contextlib.contextmanager
+def _starting(socket: Path) -> Iterator[None]:
+    """One client at a time may (re)start the service of ``socket``."""
+    with open(socket.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _connect(socket: Path) -> Any:
+    manager = ServiceManager(address=str(socket), authkey=authkey(socket))
+    manager.connect()
+    return manager.service()  # type: ignore[attr-defined]  # registered above
+
+
+def _start(socket: Path, idle_timeout_s: float) -> Any:
+    log = socket.with_suffix(".log")
+    with open(log, "ab") as out:
+        process = subprocess.Popen([sys.executable, "-m", "opbench.service", str(socket), "--idle-timeout", str(idle_timeout_s)],
+                                   stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ServiceError(f"the measurement service exited at start ({process.returncode}); see {log}")
+        with contextlib.suppress(*LOST):
+            return _connect(socket)
+        time.sleep(0.1)
+    process.kill()
+    raise ServiceError(f"the measurement service did not listen on {socket} within {START_TIMEOUT_S:.0f} s; see {log}")
+
+
+def service(tracking_uri: str | None, idle_timeout_s: float) -> Any:
+    """A proxy of the running service for ``tracking_uri``, started afresh when there is none."""
+    socket = socket_path(tracking_uri)
+    with contextlib.suppress(*LOST):
+        return _connect(socket)
+    with _starting(socket):
+        with contextlib.suppress(*LOST):  # another client started it meanwhile
+            return _connect(socket)
+        socket.unlink(missing_ok=True)  # a stale socket: its service is gone
+        return _start(socket, idle_timeout_s)
+
+
+def measure(request: TrialRequest, idle_timeout_s: float) -> TrialReply:
+    """Measure and record one trial in the service; ServiceError names it if it dies meanwhile."""
+    proxy = service(request.tracking_uri, idle_timeout_s)
+    pid = proxy.ping()
+    try:
+        return proxy.measure(request)
+    except LOST as exc:
+        raise ServiceError(f"the measurement service (pid {pid}, {socket_path(request.tracking_uri)}) died during "
+                           f"the trial ({type(exc).__name__}); the next trial starts a fresh one") from exc

@@ -1,0 +1,40 @@
+"""What a client asks the service for: one trial (and, for an experiment's first, the references)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from multiprocessing.managers import BaseManager
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """Everything the service needs to measure and record one trial; plain values only."""
+
+    workload: str
+    config: dict[str, Any]
+    threads: int = 1
+    cores: str | None = None
+    target: str = "llvm"
+    device: str = "local"
+    template: str | None = None
+    repeat: int = 5
+    build_timeout_s: float = 60.0
+    run_timeout_s: float = 120.0
+    study: str | None = None  # MLflow experiment (default nni-<workload>)
+    tracking_uri: str | None = None
+    log: str | None = None  # JSON-lines log, beside MLflow
+    engine: str = "nni"
+    nni_experiment: str = ""
+    nni_trial: str = ""
+    references: bool = False  # also measure the references (an experiment's first trial)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrialReply:
+    record: dict[str, Any] | None  # None when the request itself was bad
+    error: str = ""  # a bad request (unknown workload, knob, ...): the trial is a usage error
+
+
+class ServiceManager(BaseManager):
+    """The manager both sides use: the server registers the service object, the client its proxy."""

@@ -1,0 +1,133 @@
+"""The service process: measures trials with warm workers and hands records to a writer that never
+runs while a kernel is being timed (``python -m opbench.service SOCKET``)."""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+
+from opbench.engines.driver import measure_references
+from opbench.exceptions import OpBenchError
+from opbench.hardware.resources import Resources, parse_cores
+from opbench.measure.lock import HostLock
+from opbench.measure.measurer import Measurer
+from opbench.measure.types import MeasureOptions, TrialSpec
+from opbench.record import Record
+from opbench.service.address import authkey
+from opbench.service.protocol import ServiceManager, TrialReply, TrialRequest
+from opbench.tracking import Recorder
+from opbench.tracking.mlflow_store import nni_parent_run
+from opbench.workloads import parse_workload
+
+log = logging.getLogger("opbench")
+IDLE_TIMEOUT_S = 600.0
+
+
+class RecordWriter:
+    """Writes records to their recorders (JSON lines, MLflow) in a thread of its own. It holds the
+    host timing lock shared, as a build does: never while a kernel is timed, never blocking a build."""
+
+    def __init__(self, lock: HostLock) -> None:
+        self._lock = lock
+        self._queue: queue.Queue[tuple[Recorder, Record] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._drain, name="record-writer", daemon=True)
+        self._thread.start()
+
+    def __call__(self, recorder: Recorder, record: Record) -> None:
+        self._queue.put((recorder, record))
+
+    def _drain(self) -> None:
+        while (item := self._queue.get()) is not None:
+            recorder, record = item
+            try:
+                with self._lock.shared():
+                    recorder(record)
+            except Exception:  # a store that fails must not stop the service; the record stays in the reply
+                log.exception("could not record trial %s", record.get("trial_id"))
+
+    def close(self) -> None:
+        """Write what is queued, then stop."""
+        self._queue.put(None)
+        self._thread.join()
+
+
+class MeasurementService:
+    """Warm measurers per measure options and recorders per study; one trial at a time."""
+
+    def __init__(self) -> None:
+        self._measurers: dict[tuple, Measurer] = {}
+        self._recorders: dict[tuple, Recorder] = {}
+        self._trial = threading.Lock()  # timed runs are exclusive; a trial's builds share its workers
+        self._writer = RecordWriter(HostLock(MeasureOptions().lock_path))
+        self.last_active = time.monotonic()
+        self.busy = 0
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def measure(self, request: TrialRequest) -> TrialReply:
+        self.busy += 1
+        try:
+            with self._trial:
+                return self._measure(request)
+        finally:
+            self.busy -= 1
+            self.last_active = time.monotonic()
+
+    def _measure(self, request: TrialRequest) -> TrialReply:
+        try:
+            workload = parse_workload(request.workload)
+            resources = Resources(request.threads, parse_cores(request.cores), request.target, request.device)
+        except OpBenchError as exc:
+            return TrialReply(None, str(exc))
+        options = MeasureOptions(repeat=request.repeat, build_timeout_s=request.build_timeout_s,
+                                 run_timeout_s=request.run_timeout_s)
+        key = (options.repeat, options.build_timeout_s, options.run_timeout_s)
+        measurer = self._measurers.get(key) or self._measurers.setdefault(key, Measurer(options))
+        recorder = self._recorder(request, request.study or f"nni-{workload.name}")
+        tags = {"nni.experiment_id": request.nni_experiment, "nni.trial_id": request.nni_trial, **request.tags}
+        if request.references:
+            measure_references(measurer, workload, resources, lambda r: self._writer(recorder, {**r, **tags}))
+        record = measurer.measure(TrialSpec(workload, request.config, resources, request.template, tags=tags))
+        self._writer(recorder, record)
+        return TrialReply(record)
+
+    def _recorder(self, request: TrialRequest, study: str) -> Recorder:
+        key = (study, request.tracking_uri, request.log, request.engine, request.nni_experiment)
+        if key not in self._recorders:
+            parent = nni_parent_run(study, request.tracking_uri, request.nni_experiment) if request.nni_experiment else None
+            self._recorders[key] = Recorder(study, request.tracking_uri, request.log, extra={"engine": request.engine},
+                                            parent_run_id=parent)
+        return self._recorders[key]
+
+    def close(self) -> None:
+        self._writer.close()
+        for recorder in self._recorders.values():
+            recorder.__exit__(None)
+        for measurer in self._measurers.values():
+            measurer.__exit__(None, None, None)
+
+
+def serve(socket: Path, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+    """Listen on ``socket`` until no trial came for ``idle_timeout_s``; then record what is queued and exit."""
+    service = MeasurementService()
+    ServiceManager.register("service", callable=lambda: service)
+    socket.unlink(missing_ok=True)
+    server = ServiceManager(address=str(socket), authkey=authkey(socket, create=True)).get_server()
+    socket.with_suffix(".pid").write_text(str(os.getpid()))
+
+    def stop_when_idle() -> None:
+        while service.busy or time.monotonic() - service.last_active < idle_timeout_s:
+            time.sleep(min(1.0, idle_timeout_s / 4))
+        log.info("measurement service %s idle for %.0f s: exiting", socket, idle_timeout_s)
+        service.close()
+        socket.unlink(missing_ok=True)
+        socket.with_suffix(".pid").unlink(missing_ok=True)
+        os._exit(0)  # the manager's server has no clean stop from another thread
+
+    threading.Thread(target=stop_when_idle, name="idle-timeout", daemon=True).start()
+    log.info("measurement service pid %d on %s", os.getpid(), socket)
+    server.serve_forever()
