@@ -16,6 +16,8 @@ from opbench.tracking.dataset import card, load_records, read_dataset, write_dat
 
 from .cli import run_cli, run_cli_process
 
+pytestmark = pytest.mark.xdist_group("data")  # one worker sets up the module's expensive fixture once
+
 
 def _run(*args):
     return run_cli(*args, check=True)

@@ -78,6 +78,7 @@ def _unshare() -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("nnictl")  # nni_session.py stops every experiment of this user when it ends
 @pytest.mark.parametrize("name, engine, references", [("resnet50-c2-evolution", "nni-evolution", False),
                                                       ("matmul-512-model", "nni-model", True)])
 def test_shipped_nni_experiment_runs_under_nnictl_and_matches_mlflow(tmp_path, empty_store, name, engine, references):

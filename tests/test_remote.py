@@ -21,6 +21,8 @@ from opbench.tracking import read_jsonl, read_mlflow
 
 from .cli import run_cli
 
+pytestmark = pytest.mark.xdist_group("remote")  # one worker sets up the module's expensive fixture once
+
 CLI = [sys.executable, "-m", "opbench.cli"]
 KEY = "cpu-farm"
 SMALL = "matmul:m=64,n=64,k=64"
