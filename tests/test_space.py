@@ -89,6 +89,8 @@ def test_config_features_are_tile_sizes_comparable_across_workloads():
     assert a.keys() == b.keys() and all(a[k] == b[k] or math.isnan(a[k]) and math.isnan(b[k]) for k in a)  # same tiles, same numbers
     assert (a["feat.cfg_i_inner"], a["feat.cfg_j_mid"], a["feat.cfg_j_inner"]) == (4.0, 2.0, 8.0)
     assert a["feat.cfg_write_at"] == 1.0 and math.isnan(a["feat.cfg_inner_split"])
+    unpadded = parse_workload("conv2d:n=1,c=8,h=8,w=8,k=8,r=1,s=1,pad=0")
+    assert math.isnan(config_features({}, unpadded, "conv2d")["feat.cfg_pad_at"])  # no padding stage: no placement
 
 
 def test_unknown_knob_and_value_are_named():

@@ -104,7 +104,6 @@ class TiledTemplate(Template):
         for a in self.tiled:
             _, params[f"{a}_mid"], params[f"{a}_inner"] = split_factors(config[f"{a}_split"])
         params["order"], params["write_at"] = config["order"].split(NEST_SEP)
-        params.setdefault("pad_at", "inline")  # no padding stage: nothing to place
         return params
 
     def parameter_vocabulary(self) -> dict[str, tuple | None]:
