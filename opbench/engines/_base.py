@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbench.record import Record
+from opbench.record import Record, is_ok
 
 if TYPE_CHECKING:
     from opbench.hardware.resources import Resources
@@ -93,13 +93,15 @@ class DefaultFirst(Engine):
         self._pending = None if engine.done else Proposal(default, threads, DEFAULT)
 
     def ask(self, n: int) -> list[Proposal]:
-        first, self._pending = ([self._pending], None) if self._pending is not None and n > 0 else ([], self._pending)
-        return first + self.engine.ask(n - len(first))
+        if self._pending is None or n < 1:
+            return self.engine.ask(n)
+        first, self._pending = self._pending, None
+        return [first, *self.engine.ask(n - 1)]
 
     def tell(self, proposal: Proposal, record: Record) -> None:
         if proposal.handle is not DEFAULT:
             self.engine.tell(proposal, record)
-        elif record.get("status") == "ok":
+        elif is_ok(record):
             self.engine.observe(proposal.config, proposal.threads, record["latency_ms"])
 
     def reject(self, proposal: Proposal, reason: str) -> None:

@@ -63,18 +63,23 @@ class MeasurementService:
         self._trial = threading.Lock()  # timed runs are exclusive; a trial's builds share its workers
         self._writer = RecordWriter(HostLock(MeasureOptions().lock_path))
         self.last_active = time.monotonic()
-        self.busy = 0
+        self.busy = 0  # trials being measured or waiting for their turn
+        self._busy_lock = threading.Lock()
 
     def ping(self) -> int:
         return os.getpid()
 
     def measure(self, request: TrialRequest) -> TrialReply:
-        self.busy += 1
+        self._count(+1)
         try:
             with self._trial:
                 return self._measure(request)
         finally:
-            self.busy -= 1
+            self._count(-1)
+
+    def _count(self, change: int) -> None:
+        with self._busy_lock:  # the connections' threads and the idle watchdog all read it
+            self.busy += change
             self.last_active = time.monotonic()
 
     def _measure(self, request: TrialRequest) -> TrialReply:
