@@ -2,6 +2,8 @@
 no TVM, torch or MLflow, private per user and store, and its faults (killed mid-trial, a stale socket,
 idle exit) cost at most the trial it held."""
 import contextlib
+import http.server
+import json
 import os
 import signal
 import subprocess
@@ -84,11 +86,54 @@ def _error_of(request):
     return ""
 
 
-def test_the_nni_trial_process_imports_no_tvm_torch_or_mlflow(service_dir, tracking_uri):
+class _TrialChannelStandIn(http.server.BaseHTTPRequestHandler):
+    """NNI 3.0's HTTP trial channel (``nni_node/common/command_channel/http.js``): GET pops the next
+    command for the trial (408 when there is none yet), PUT delivers one from it."""
+
+    queued: list[dict] = []
+    received: list[dict] = []
+
+    def do_GET(self):
+        if not self.queued:
+            self.send_response(408)
+            self.end_headers()
+            self.queued.append({"type": "parameter", "parameter": json.dumps(
+                {"parameter_id": 7, "parameter_source": "algorithm", "parameters": {"vectorize": 0}, "parameter_index": 0})})
+            return
+        body = json.dumps(self.queued.pop(0)).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_PUT(self):
+        self.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_nni_trial_speaks_nnis_channel_without_importing_nni_tvm_torch_or_mlflow(service_dir, tracking_uri):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TrialChannelStandIn)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     script = ("import sys; from opbench.engines import nni_trial; code = nni_trial.main(sys.argv[1:]); "
-              "print('heavy', sorted(m for m in ('tvm', 'torch', 'mlflow') if m in sys.modules)); sys.exit(code)")
-    out = subprocess.run([sys.executable, "-c", script, SMALL, "--repeat", "2", "--tracking-uri", tracking_uri,
-                          "--no-references", "--service-idle-timeout", "5"],
-                         capture_output=True, text=True, timeout=300)  # NNI in standalone mode: no manager
+              "print('heavy', sorted(m for m in ('tvm', 'torch', 'mlflow', 'nni') if m in sys.modules)); sys.exit(code)")
+    env = {**os.environ, "NNI_TRIAL_COMMAND_CHANNEL": f"http://127.0.0.1:{server.server_port}/trial/abc",
+           "NNI_EXP_ID": "exp9", "NNI_TRIAL_JOB_ID": "abc", "NNI_TRIAL_SEQ_ID": "3", "NNI_PLATFORM": "local"}
+    try:
+        out = subprocess.run([sys.executable, "-c", script, SMALL, "--repeat", "2", "--tracking-uri", tracking_uri,
+                              "--service-idle-timeout", "5"], capture_output=True, text=True, timeout=300, env=env)
+    finally:
+        server.shutdown()
     assert out.returncode == 0, out.stderr[-2000:]
     assert "heavy []" in out.stdout and " ok " in out.stdout
+    request, report = _TrialChannelStandIn.received
+    assert request == {"type": "request_parameter"}
+    metric = json.loads(report["metric"])
+    assert (report["type"], metric["parameter_id"], metric["trial_job_id"], metric["type"]) == ("metric", 7, "abc", "FINAL")
+    assert json.loads(metric["value"])["default"] > 0
+    assert _wait_for(lambda: len(read_mlflow(["nni-" + SMALL], tracking_uri)) == 1)  # sequence 3: no references
+    record = read_mlflow(["nni-" + SMALL], tracking_uri).iloc[0]
+    assert (record["nni.experiment_id"], record["nni.trial_id"], record["knob.vectorize"]) == ("exp9", "abc", 0)

@@ -1,10 +1,11 @@
 """An NNI trial: ``python -m opbench.engines.nni_trial WORKLOAD [options]`` (the ``trialCommand``).
 
-A thin client (it imports NNI, never TVM, torch or MLflow): it reads the config from
-``nni.get_next_parameter()`` and has the user's measurement service for this MLflow store
+A thin client (it imports neither TVM, torch, MLflow nor, under NNI's local training service, NNI
+itself: :mod:`opbench.engines.nni_channel` speaks NNI's trial channel): it gets its config from NNI
+and has the user's measurement service for this MLflow store
 (:mod:`opbench.service`, started by the first trial that needs it, warm for the ones after) measure it
 and record it to MLflow, tagged with NNI's experiment and trial ids under one parent run per NNI
-experiment. It reports latency (``default``, minimised) and GFLOP/s with ``nni.report_final_result``.
+experiment. It reports latency (``default``, minimised) and GFLOP/s as its final result.
 A trial that fails to build, crashes, hangs or computes a wrong result is recorded and exits non-zero,
 so NNI marks it FAILED: no fake latency reaches the tuner; so does a trial whose service died. The
 experiment's first trial (sequence 0) also records the references (TE default, template default,
@@ -42,17 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import nni
-
+    from opbench.engines.nni_channel import TrialChannel, identity
     from opbench.service.client import ServiceError, measure
     from opbench.service.protocol import TrialRequest
 
     args = build_parser().parse_args(argv)
-    config, threads = split_threads(nni.get_next_parameter() or {}, args.threads)
+    channel, trial = TrialChannel(), identity()
+    config, threads = split_threads(channel.next_parameter(), args.threads)
     request = TrialRequest(args.workload, config, threads, args.cores, args.target, args.device, args.template, args.repeat,
                            args.build_timeout, args.run_timeout, args.study, args.tracking_uri, args.log,
-                           f"nni-{args.tuner.lower()}" if args.tuner else "nni", nni.get_experiment_id(), nni.get_trial_id(),
-                           references=nni.get_sequence_id() == 0 and not args.no_references)
+                           f"nni-{args.tuner.lower()}" if args.tuner else "nni", trial.experiment, trial.trial,
+                           references=trial.sequence == 0 and not args.no_references)
     try:
         reply = measure(request, args.service_idle_timeout)
     except ServiceError as exc:
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     TrialPrinter(None, sys.stdout)(record)
     if not is_ok(record):
         return 1
-    nni.report_final_result({"default": record["latency_ms"], "latency_ms": record["latency_ms"],
+    channel.report_final({"default": record["latency_ms"], "latency_ms": record["latency_ms"],
                              "gflops": record["gflops"]})
     return 0
 
