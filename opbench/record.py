@@ -3,8 +3,9 @@
 Every layer touches it (measure builds it, tracking stores it, engines hear it, studies read it), so
 it lives at the bottom beside the exceptions.
 
-Keys are sorted into MLflow's three kinds by name: ``PARAMS`` and ``knob.*`` are params,
-``METRICS`` and ``feat.*`` are metrics, everything else is a tag.
+Keys are sorted by name into where they live in MLflow: ``PARAMS`` and ``knob.*`` are params,
+``METRICS`` are metrics, ``feat.*`` (the ~200 predictor features) go together into one JSON artifact
+per run (so the UI's metric columns stay the handful people compare), everything else is a tag.
 """
 from __future__ import annotations
 
@@ -55,12 +56,19 @@ JSON_TAGS = ("latencies_ms",)  # tags whose value is a list, JSON-encoded in MLf
 
 
 def kind_of(key: str) -> str:
-    """'param', 'metric' or 'tag': where ``key`` lives in MLflow."""
+    """'param', 'metric', 'feature' or 'tag': where ``key`` lives in MLflow."""
     if key in PARAMS or key.startswith(KNOB_PREFIX):
         return "param"
-    if key in METRICS or key.startswith(FEATURE_PREFIX):
+    if key in METRICS:
         return "metric"
+    if key.startswith(FEATURE_PREFIX):
+        return "feature"
     return "tag"
+
+
+def is_numeric(key: str) -> bool:
+    """Metrics and features: float columns of a dataset."""
+    return kind_of(key) in ("metric", "feature")
 
 
 def latency_stats(latencies_s: list[float]) -> dict[str, float]:
@@ -100,7 +108,7 @@ def from_mlflow_value(key: str, value: Any) -> Any:
         return None
     if key in JSON_TAGS:
         return json.loads(value) if isinstance(value, str) else value
-    if kind_of(key) == "metric":
+    if is_numeric(key):
         return float(value)
     if key in ("schema_version", "threads", "cache_flush", "worker_pid", "verify_round"):
         return int(value)

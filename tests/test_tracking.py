@@ -1,11 +1,15 @@
 """Records survive both stores identically, and MLflow runs are plain MLflow."""
+import time
+
 import pandas as pd
 
 import mlflow
 from opbench.hardware.resources import Resources
+from opbench.measure.lock import HostLock
 from opbench.measure.types import TrialSpec
 from opbench.tracking import Recorder, read_jsonl, read_mlflow
-from opbench.tracking.mlflow_store import KIND_TAG
+from opbench.tracking.mlflow_store import FEATURES_FILE, KIND_TAG
+from opbench.tracking.writer import BackgroundWriter
 from opbench.workloads import parse_workload
 
 
@@ -38,6 +42,12 @@ def test_runs_are_nested_under_a_parent_and_readable_with_plain_mlflow(measurer,
     assert len(trials) == 2 and len(parents) == 1
     assert set(trials["tags.mlflow.parentRunId"]) == set(parents["run_id"])
     assert (trials["params.op"] == "add_relu").all() and (trials["metrics.latency_ms"] > 0).all()
+    metric_columns = [c for c in runs.columns if c.startswith("metrics.")]  # what the UI offers to compare
+    assert "metrics.gflops" in metric_columns and len(metric_columns) < 30
+    assert not any(c.startswith("metrics.feat.") for c in runs.columns)
+    features = mlflow.artifacts.load_dict(f"runs:/{trials['run_id'].iloc[0]}/{FEATURES_FILE}")
+    assert features["feat.flops"] > 0 and len(features) > 20
+    assert read_mlflow(["plain"], tracking_uri)["feat.flops"].eq(features["feat.flops"]).all()
 
 
 def test_torn_last_line_is_skipped(tmp_path):
@@ -57,3 +67,23 @@ def test_a_run_torn_by_a_killed_writer_is_not_read_back(tracking_uri):
                                                                "mlflow.parentRunId": recorder.mlflow.parent_run_id})
     frame = read_mlflow(["torn"], tracking_uri)
     assert list(frame["trial_id"]) == ["whole"]
+
+
+def test_the_background_writer_waits_for_timed_runs_and_survives_a_failing_store(tmp_path):
+    lock, written = HostLock(tmp_path / "timing.lock"), []
+
+    def write(record):
+        if record["trial_id"] == "bad":
+            raise ConnectionError("store down")
+        written.append(record["trial_id"])
+
+    writer = BackgroundWriter(write, lock)
+    with lock.exclusive():  # a kernel being timed
+        writer.put({"trial_id": "a"})
+        time.sleep(0.3)
+        assert written == []  # held back for the whole timed run
+    writer.put({"trial_id": "bad"})
+    writer.put({"trial_id": "b"})
+    writer.flush()
+    assert written == ["a", "b"]
+    writer.close()

@@ -1,10 +1,9 @@
-"""The service process: measures trials with warm workers and hands records to a writer that never
-runs while a kernel is being timed (``python -m opbench.service SOCKET``)."""
+"""The service process: measures trials with warm workers and hands records to MLflow writers that
+never run while a kernel is being timed (``python -m opbench.service SOCKET``)."""
 from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
 from pathlib import Path
@@ -15,7 +14,6 @@ from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions, TrialSpec
-from opbench.record import Record
 from opbench.service.address import authkey
 from opbench.service.protocol import ServiceManager, TrialReply, TrialRequest
 from opbench.tracking import Recorder
@@ -26,34 +24,6 @@ log = logging.getLogger("opbench")
 IDLE_TIMEOUT_S = 600.0
 
 
-class RecordWriter:
-    """Writes records to their recorders (JSON lines, MLflow) in a thread of its own. It holds the
-    host timing lock shared, as a build does: never while a kernel is timed, never blocking a build."""
-
-    def __init__(self, lock: HostLock) -> None:
-        self._lock = lock
-        self._queue: queue.Queue[tuple[Recorder, Record] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._drain, name="record-writer", daemon=True)
-        self._thread.start()
-
-    def __call__(self, recorder: Recorder, record: Record) -> None:
-        self._queue.put((recorder, record))
-
-    def _drain(self) -> None:
-        while (item := self._queue.get()) is not None:
-            recorder, record = item
-            try:
-                with self._lock.shared():
-                    recorder(record)
-            except Exception:  # a store that fails must not stop the service; the record stays in the reply
-                log.exception("could not record trial %s", record.get("trial_id"))
-
-    def close(self) -> None:
-        """Write what is queued, then stop."""
-        self._queue.put(None)
-        self._thread.join()
-
-
 class MeasurementService:
     """Warm measurers per measure options and recorders per study; one trial at a time."""
 
@@ -61,7 +31,7 @@ class MeasurementService:
         self._measurers: dict[tuple, Measurer] = {}
         self._recorders: dict[tuple, Recorder] = {}
         self._trial = threading.Lock()  # timed runs are exclusive; a trial's builds share its workers
-        self._writer = RecordWriter(HostLock(MeasureOptions().lock_path))
+        self._lock = HostLock(MeasureOptions().lock_path)
         self.last_active = time.monotonic()
         self.busy = 0  # trials being measured or waiting for their turn
         self._busy_lock = threading.Lock()
@@ -95,9 +65,9 @@ class MeasurementService:
         recorder = self._recorder(request, request.study or f"nni-{workload.name}")
         tags = {"nni.experiment_id": request.nni_experiment, "nni.trial_id": request.nni_trial, **request.tags}
         if request.references:
-            measure_references(measurer, workload, resources, lambda r: self._writer(recorder, {**r, **tags}))
+            measure_references(measurer, workload, resources, lambda r: recorder({**r, **tags}))
         record = measurer.measure(TrialSpec(workload, request.config, resources, request.template, tags=tags))
-        self._writer(recorder, record)
+        recorder(record)
         return TrialReply(record)
 
     def _recorder(self, request: TrialRequest, study: str) -> Recorder:
@@ -105,11 +75,10 @@ class MeasurementService:
         if key not in self._recorders:
             parent = nni_parent_run(study, request.tracking_uri, request.nni_experiment) if request.nni_experiment else None
             self._recorders[key] = Recorder(study, request.tracking_uri, request.log, extra={"engine": request.engine},
-                                            parent_run_id=parent)
+                                            parent_run_id=parent, background_lock=self._lock)
         return self._recorders[key]
 
     def close(self) -> None:
-        self._writer.close()
         for recorder in self._recorders.values():
             recorder.__exit__(None)
         for measurer in self._measurers.values():

@@ -21,6 +21,7 @@ from opbench.engines.driver import CORES_KNOB, ENGINE_TRIAL_TAG, measure_referen
 from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
+from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
 from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, speedup, tee
@@ -169,16 +170,18 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
     loop_engine = spec.engine.name in LOOP_ENGINES
     engine = None if loop_engine else make_engine(spec, workload, study, spec.resume)
     earlier = recorded_engine_trials(study, spec.tracking_uri) if spec.resume else {}
-    # A kill between the JSON-lines log and MLflow leaves a trial's record in the log only.
-    logged = {k: r for k, r in logged_engine_trials(study, spec.log).items() if k not in earlier} if spec.resume else {}
-    backfill = [r for r in engine.recover({**logged, **earlier}) if str(r[ENGINE_TRIAL_TAG]) in logged] if engine else []
-    earlier.update({str(r[ENGINE_TRIAL_TAG]): r for r in backfill})
+    # A kill between the JSON-lines log and MLflow (written in the background) leaves records in the log only.
+    backfill = {k: r for k, r in logged_engine_trials(study, spec.log).items() if k not in earlier} if spec.resume else {}
+    if engine:
+        engine.recover({**backfill, **earlier})
+    earlier.update(backfill)
     done = engine.done if engine else 0
     log.info("tuning %s with %s: %d trials (%d already done), %d thread(s), %d worker(s); study '%s'",
              workload.name, spec.engine.label, spec.trials, done, spec.resources.threads, spec.workers, study)
     with Measurer(measure) as measurer, \
-            Recorder(study, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label}) as recorder:
-        for record in backfill:
+            Recorder(study, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label},
+                     background_lock=HostLock(measure.lock_path)) as recorder:
+        for record in backfill.values():
             recorder.mlflow.write(record)
         measurer.warm_up(spec.resources)
         sink = tee(recorder, *filter(None, [on_record]))
@@ -210,7 +213,7 @@ def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0) -> Non
     engine = make_engine(spec, workload, spec.study_name, True)
     with Measurer(spec.measure) as measurer, \
             Recorder(spec.study_name, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label},
-                     parent_run_id=parent_run_id) as recorder:
+                     parent_run_id=parent_run_id, background_lock=HostLock(spec.measure.lock_path)) as recorder:
         measurer.warm_up(spec.resources)
 
         def sink(record: Record) -> None:

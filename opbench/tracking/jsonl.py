@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from opbench.record import Record, column_order, kind_of, to_json_value
+from opbench.record import Record, column_order, is_numeric, to_json_value
 
 
 class JsonlWriter:
@@ -47,6 +47,6 @@ def records_frame(rows: list[Record]) -> pd.DataFrame:
     if not rows:
         return frame
     for column in frame.columns:
-        if kind_of(column) == "metric":
+        if is_numeric(column):
             frame[column] = frame[column].astype("float64")
     return frame[column_order(list(frame.columns))].reset_index(drop=True)

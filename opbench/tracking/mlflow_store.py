@@ -3,18 +3,24 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import math
 import os
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from opbench.measure.lock import HostLock
 from opbench.paths import default_tracking_uri, safe_name, store_dir
 from opbench.record import JSON_TAGS, Record, from_mlflow_value, is_ok, kind_of
+from opbench.tracking.writer import BackgroundWriter
 
 KIND_TAG = "opbench.kind"  # "study" for parent runs, "trial" for trial runs, "corun" for co-runs
+FEATURES_TAG = "opbench.features"  # on a run whose feat.* columns are in its artifact FEATURES_FILE
+FEATURES_FILE = "features.json"
 
 
 def study_dir(kind: str, study: str, tracking_uri: str | None = None) -> Path:
@@ -66,11 +72,12 @@ def experiment_id(client: Any, name: str, uri: str) -> str:
         return exp.experiment_id
 
 
-def _split(record: Record) -> tuple[list[Any], list[Any], dict[str, str]]:
+def _split(record: Record) -> tuple[list[Any], list[Any], dict[str, str], dict[str, float]]:
+    """A record as MLflow params, metrics and tags, and the features that go to the run's artifact."""
     from mlflow.entities import Metric, Param
 
     now = int(time.time() * 1000)
-    params, metrics, tags = [], [], {}
+    params, metrics, tags, features = [], [], {}, {}
     for key, value in record.items():
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
@@ -79,11 +86,23 @@ def _split(record: Record) -> tuple[list[Any], list[Any], dict[str, str]]:
             params.append(Param(key, str(value)))
         elif kind == "metric":
             metrics.append(Metric(key, float(value), now, 0))
+        elif kind == "feature":
+            features[key] = float(value)
         else:
-            import json
-
             tags[key] = json.dumps(value) if key in JSON_TAGS else str(value)
-    return params, metrics, tags
+    return params, metrics, tags, features
+
+
+def _read_features(artifact_uri: str) -> dict[str, float]:
+    """The feat.* columns a run keeps in its artifact (read in place when the artifact store is local)."""
+    local = urllib.parse.urlparse(artifact_uri)
+    if local.scheme in ("", "file"):
+        text = (Path(urllib.parse.unquote(local.path)) / FEATURES_FILE).read_text()
+    else:
+        import mlflow.artifacts
+
+        text = mlflow.artifacts.load_text(f"{artifact_uri.rstrip('/')}/{FEATURES_FILE}")
+    return json.loads(text)
 
 
 def nni_parent_run(study: str, tracking_uri: str | None, nni_experiment: str) -> str:
@@ -103,10 +122,13 @@ def nni_parent_run(study: str, tracking_uri: str | None, nni_experiment: str) ->
 
 
 class MlflowWriter:
-    """Logs each record as a nested run in three calls (create with tags, log_batch, terminate)."""
+    """Logs each record as a nested run in three calls (create with tags, log_batch, terminate), in the
+    calling thread or, given the host timing lock, in a background thread (:class:`BackgroundWriter`);
+    the parent run's logging then waits for the trials written before it."""
 
     def __init__(self, study: str, tracking_uri: str | None = None, parent_name: str | None = None,
-                 parent_tags: dict[str, str] | None = None, parent_run_id: str | None = None) -> None:
+                 parent_tags: dict[str, str] | None = None, parent_run_id: str | None = None,
+                 background_lock: HostLock | None = None) -> None:
         """A new parent run for the study, or ``parent_run_id``'s (a worker joining a running study)."""
         self.uri = tracking_uri or default_tracking_uri()
         self.study = study
@@ -117,26 +139,46 @@ class MlflowWriter:
             tags = {KIND_TAG: "study", "mlflow.runName": parent_name or study, **(parent_tags or {})}
             parent_run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
         self.parent_run_id = parent_run_id
-        self.trial_runs: dict[str, str] = {}  # trial_id -> run_id of the trials written here
+        self._trial_runs: dict[str, str] = {}  # trial_id -> run_id of the trials written here
+        self._background = BackgroundWriter(self._write, background_lock) if background_lock else None
 
-    def write(self, record: Record) -> str:
+    def write(self, record: Record) -> None:
         """A run nested under the study's parent run, or under its co-run's run (written before it)."""
-        params, metrics, tags = _split(record)
+        if self._background:
+            self._background.put(record)
+        else:
+            self._write(record)
+
+    def flush(self) -> None:
+        """Return when every record given to :meth:`write` is in MLflow."""
+        if self._background:
+            self._background.flush()
+
+    @property
+    def trial_runs(self) -> dict[str, str]:
+        """trial_id -> run_id of the trials written here."""
+        self.flush()
+        return self._trial_runs
+
+    def _write(self, record: Record) -> None:
+        params, metrics, tags, features = _split(record)
         run_name = f"{record.get('workload', 'trial')}-{record.get('trial_id', '')[:8]}"
-        parent = self.trial_runs.get(str(record.get("corun_id")), self.parent_run_id)
+        parent = self._trial_runs.get(str(record.get("corun_id")), self.parent_run_id)
         tags.update({KIND_TAG: record.get("record_kind", "trial"), "mlflow.parentRunId": parent,
-                     "mlflow.runName": run_name})
+                     "mlflow.runName": run_name, **({FEATURES_TAG: FEATURES_FILE} if features else {})})
         run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
         self.client.log_batch(run_id, metrics=metrics, params=params)
+        if features:
+            self.client.log_text(run_id, json.dumps(features), FEATURES_FILE)
         self.client.set_terminated(run_id, "FINISHED" if is_ok(record) else "FAILED")
-        self.trial_runs[str(record.get("trial_id"))] = run_id
-        return run_id
+        self._trial_runs[str(record.get("trial_id"))] = run_id
 
     def log_parent(self, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
                    tags: dict[str, str] | None = None) -> None:
         """Study-level params/metrics/tags (references, best result, verification) on the parent run."""
         from mlflow.entities import Metric, Param, RunTag
 
+        self.flush()
         now = int(time.time() * 1000)
         self.client.log_batch(
             self.parent_run_id,
@@ -151,6 +193,8 @@ class MlflowWriter:
         self.client.log_artifact(run_id, str(path), artifact_path)
 
     def close(self, status: str = "FINISHED") -> None:
+        if self._background:
+            self._background.close()
         if self.owns_parent:
             self.client.set_terminated(self.parent_run_id, status)
 
@@ -191,6 +235,8 @@ def read_mlflow_records(experiments: list[str], tracking_uri: str | None = None,
                 continue
             data = {**run.data.params, **run.data.metrics,
                     **{k: v for k, v in run.data.tags.items() if not k.startswith(("mlflow.", "opbench."))}}
+            if FEATURES_TAG in run.data.tags:
+                data.update(_read_features(run.info.artifact_uri))
             rows.append({k: from_mlflow_value(k, v) for k, v in data.items()})
         token = page.token
         if not token:
