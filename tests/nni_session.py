@@ -2,7 +2,8 @@
 
 Usage: python tests/nni_session.py CONFIG PORT EXPORT_CSV [TIMEOUT_S]
 Brings loopback up (a fresh network namespace has it down), ``nnictl create``s the experiment,
-waits until NNI reports it DONE, ``nnictl experiment export``s the trials as CSV and stops it.
+waits until NNI reports it DONE, ``nnictl experiment export``s the trials as CSV and stops it (only
+it: other experiments may be running beside it).
 """
 import json
 import subprocess
@@ -21,18 +22,18 @@ def main(config: str, port: str, export: str, timeout_s: float = 400.0) -> int:
     if out.returncode:
         return out.returncode
     base = f"http://127.0.0.1:{port}/api/v1/nni"
+    experiment = json.load(urllib.request.urlopen(f"{base}/experiment"))["id"]
     deadline, status = time.time() + timeout_s, {}
     try:
         while time.time() < deadline:
             status = json.load(urllib.request.urlopen(f"{base}/check-status"))
             if status["status"] in ("DONE", "ERROR", "STOPPED"):
                 break
-            time.sleep(2)
-        experiment = json.load(urllib.request.urlopen(f"{base}/experiment"))["id"]
+            time.sleep(1)
         print("status", status, "experiment", experiment, flush=True)
         subprocess.run([NNICTL, "experiment", "export", experiment, "--filename", export, "--type", "csv"], check=True)
     finally:
-        subprocess.run([NNICTL, "stop", "--all"], capture_output=True)
+        subprocess.run([NNICTL, "stop", experiment], capture_output=True)
     return 0 if status.get("status") == "DONE" else 1
 
 

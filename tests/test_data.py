@@ -14,7 +14,7 @@ from opbench.exceptions import OpBenchError
 from opbench.tracking import read_mlflow
 from opbench.tracking.dataset import card, load_records, read_dataset, write_dataset
 
-from .cli import run_cli, run_cli_process
+from .cli import run_cli
 
 pytestmark = pytest.mark.xdist_group("data")  # one worker sets up the module's expensive fixture once
 
@@ -60,27 +60,6 @@ def test_export_command_and_its_errors(logged, tmp_path):
     assert bad.returncode == 2 and "no MLflow experiment named 'nope'" in bad.stderr
     with pytest.raises(OpBenchError, match="dataset files are .parquet or .csv"):
         write_dataset(pd.DataFrame({"a": [1]}), tmp_path / "x.txt")
-
-
-@pytest.mark.slow
-def test_metaschedule_database_imports_as_records(tmp_path, tracking_uri):
-    uri = tracking_uri
-    run_cli_process("tune", "matmul:m=64,n=64,k=64", "--verify-rounds", "0", "--engine", "metaschedule", "--trials", "5", "--seed", "0",
-         "--tracking-uri", uri, "--study", "ms", "--repeat", "2", "--no-references")
-    measured = read_mlflow(["ms"], uri)
-    folder = tmp_path / "metaschedule" / "ms"
-    out = _run("dataset", "import-metaschedule", str(folder), "--tracking-uri", uri, "--study", "imp",
-               "--out", str(tmp_path / "imp.parquet"))
-    assert "records in MLflow experiment 'imp'" in out.stdout
-    imported = read_mlflow(["imp"], uri)
-    ok = measured[measured["status"] == "ok"]
-    assert len(imported) == len(measured) and set(imported["op"]) == {"tir"}
-    # MetaSchedule's run_secs are the core loop's medians: the same latencies come back.
-    assert sorted(imported["latency_ms"].dropna().round(9)) == sorted(ok["latency_ms"].round(9))
-    assert imported["feat.flops"].eq(2 * 64 ** 3).all() and imported["feat.ms000"].notna().all()
-    with pytest.raises(OpBenchError, match="not a MetaSchedule JSON database"):
-        from opbench.tracking.dataset.metaschedule_import import import_metaschedule
-        import_metaschedule(tmp_path, "x")
 
 
 def _synthetic(n=400, seed=0):

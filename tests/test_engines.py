@@ -1,21 +1,17 @@
-"""Engines beyond one Optuna process: NNI (in-process and a real nnictl experiment), MetaSchedule,
+"""Engines beyond one Optuna process: NNI (in-process; nnictl in test_nnictl.py), MetaSchedule,
 Optuna workers sharing a storage, multi-objective studies, and `opbench report`."""
 import json
-import math
-import shutil
-import subprocess
-import sys
 
 import optuna
-import pandas as pd
 import pytest
 import yaml
 
 import mlflow
 from opbench.cli import main
 from opbench.engines.nni_experiment import MODEL_TUNER, ExperimentSpec, write_experiment
-from opbench.exceptions import SearchSpaceError
+from opbench.exceptions import OpBenchError, SearchSpaceError
 from opbench.tracking import read_mlflow
+from opbench.tracking.dataset.metaschedule_import import import_metaschedule
 
 from .cli import run_cli, run_cli_process
 from .conftest import ROOT
@@ -70,52 +66,6 @@ def test_nni_new_rejects_unknown_knobs_and_values(tmp_path, capsys):
     assert exit_.value.code == 2 and "invalid choice: 'Nope'" in capsys.readouterr().err
 
 
-def _unshare() -> list[str]:
-    for cmd in (["unshare", "-n"], ["unshare", "-rn"]):
-        if shutil.which("unshare") and subprocess.run(cmd + ["true"], capture_output=True).returncode == 0:
-            return cmd
-    pytest.skip("no private network namespace (unshare -n) for NNI's manager, which binds all interfaces")
-
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("nnictl")  # nni_session.py stops every experiment of this user when it ends
-@pytest.mark.parametrize("name, engine, references", [("resnet50-c2-evolution", "nni-evolution", False),
-                                                      ("matmul-512-model", "nni-model", True)])
-def test_shipped_nni_experiment_runs_under_nnictl_and_matches_mlflow(tmp_path, empty_store, name, engine, references):
-    unshare = _unshare()
-    shutil.copyfile(empty_store, tmp_path / "mlflow.db")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    config = yaml.safe_load((ROOT / "experiments" / name / "config.yml").read_text())
-    config.update(maxTrialNumber=2, trialCodeDirectory=str(ROOT), experimentWorkingDirectory=str(tmp_path / "nni"),
-                  searchSpaceFile=str(ROOT / "experiments" / name / "search_space.json"))
-    if "codeDirectory" in config["tuner"]:
-        config["tuner"]["codeDirectory"] = str(ROOT)
-    config["trialCommand"] += f" --tracking-uri {uri} --repeat 2 --service-idle-timeout 10" + ("" if references else " --no-references")
-    (tmp_path / "config.yml").write_text(yaml.safe_dump(config))
-    export = tmp_path / "export.csv"
-    run = subprocess.run(unshare + [sys.executable, str(ROOT / "tests" / "nni_session.py"), str(tmp_path / "config.yml"),
-                                    "18123", str(export), "420"], capture_output=True, text=True, timeout=540)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-
-    exported = pd.read_csv(export)  # NNI's view: the trials that reported a final result
-    frame = read_mlflow([f"nni-{name}"], uri)
-    if "reference" not in frame:  # no reference was measured: no record has the column
-        frame["reference"] = None
-    trials = frame[frame["reference"].isna()]
-    assert len(trials) == 2 and trials["nni.trial_id"].is_unique
-    assert set(trials["status"]) == {"ok"}  # NNI samples the per-workload space: no invalid_config
-    assert set(trials["engine"]) == {engine} and trials["nni.experiment_id"].nunique() == 1
-    ok = trials[trials["status"] == "ok"].set_index("nni.trial_id")
-    assert set(exported["trialJobId"]) == set(ok.index)
-    for _, row in exported.iterrows():
-        assert math.isclose(row["default"], ok.loc[row["trialJobId"], "latency_ms"], rel_tol=1e-9)
-        knobs = [c for c in exported.columns if f"knob.{c}" in ok.columns]
-        assert knobs and all(row[k] == ok.loc[row["trialJobId"], f"knob.{k}"] for k in knobs)
-    refs = frame[frame["reference"].notna()]
-    assert (set(refs["reference"]) == {"te_default", "template_default", "torch", "numpy"}) if references else refs.empty
-    assert set(refs["nni.trial_id"]) <= set(trials["nni.trial_id"])  # measured by the first trial
-
-
 def test_nni_tuner_in_process(tracking_uri):
     out = _tune(tracking_uri, "n", "--engine", "nni", "--tuner", "Anneal", "--trials", "4", "--no-references")
     frame = read_mlflow(["n"], tracking_uri)
@@ -124,7 +74,7 @@ def test_nni_tuner_in_process(tracking_uri):
 
 
 @pytest.mark.slow
-def test_metaschedule_candidates_are_measured_checked_and_recorded_with_traces(tmp_path, tracking_uri):
+def test_metaschedule_candidates_are_measured_checked_recorded_with_traces_and_import_back(tmp_path, tracking_uri):
     run_cli_process("tune", SMALL, "--verify-rounds", "0", "--tracking-uri", tracking_uri, "--study", "ms", "--repeat", "2",
                     "--engine", "metaschedule", "--trials", "6", "--seed", "0", "--no-references")
     frame = read_mlflow(["ms"], tracking_uri)
@@ -141,6 +91,17 @@ def test_metaschedule_candidates_are_measured_checked_and_recorded_with_traces(t
     _, parent = _parent_run(tracking_uri, "ms")
     names = {a.path for a in client.list_artifacts(parent.info.run_id, "metaschedule")}
     assert "metaschedule/database_tuning_record.json" in names
+
+    # Its database imports as records: MetaSchedule's run_secs are the core loop's medians.
+    out = run_cli("dataset", "import-metaschedule", str(tmp_path / "metaschedule" / "ms"), "--tracking-uri", tracking_uri,
+                  "--study", "imp", "--out", str(tmp_path / "imp.parquet"), check=True)
+    assert "records in MLflow experiment 'imp'" in out.stdout
+    imported = read_mlflow(["imp"], tracking_uri)
+    assert len(imported) == len(frame) and set(imported["op"]) == {"tir"}
+    assert sorted(imported["latency_ms"].dropna().round(9)) == sorted(ok["latency_ms"].round(9))
+    assert imported["feat.flops"].eq(2 * 64 ** 3).all() and imported["feat.ms000"].notna().all()
+    with pytest.raises(OpBenchError, match="not a MetaSchedule JSON database"):
+        import_metaschedule(tmp_path, "x")
 
 
 @pytest.mark.slow

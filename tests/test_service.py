@@ -88,19 +88,31 @@ def _error_of(request):
 
 class _TrialChannelStandIn(http.server.BaseHTTPRequestHandler):
     """NNI 3.0's HTTP trial channel (``nni_node/common/command_channel/http.js``): GET pops the next
-    command for the trial (408 when there is none yet), PUT delivers one from it."""
+    command for the trial (408 when there is none yet), PUT delivers one from it; beside it, the
+    manager's REST API lists the results it stored."""
 
     queued: list[dict] = []
     received: list[dict] = []
+    asked_for_results: list[int] = []  # results stored at each ask
 
     def do_GET(self):
+        if self.path.endswith("/api/v1/nni/experiment"):
+            return self._reply({"id": "exp9", "params": {"trialConcurrency": 1}})
+        if "/api/v1/nni/metric-data/" in self.path:  # the manager's REST API: the results it stored
+            stored = [{"trialJobId": "abc", "type": json.loads(c["metric"])["type"]} for c in self.received
+                      if c["type"] == "metric"]
+            self.asked_for_results.append(len(stored))
+            return self._reply(stored)
         if not self.queued:
             self.send_response(408)
             self.end_headers()
             self.queued.append({"type": "parameter", "parameter": json.dumps(
                 {"parameter_id": 7, "parameter_source": "algorithm", "parameters": {"vectorize": 0}, "parameter_index": 0})})
             return
-        body = json.dumps(self.queued.pop(0)).encode()
+        self._reply(self.queued.pop(0))
+
+    def _reply(self, content):
+        body = json.dumps(content).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -120,7 +132,7 @@ def test_the_nni_trial_speaks_nnis_channel_without_importing_nni_tvm_torch_or_ml
     threading.Thread(target=server.serve_forever, daemon=True).start()
     script = ("import sys; from opbench.engines import nni_trial; code = nni_trial.main(sys.argv[1:]); "
               "print('heavy', sorted(m for m in ('tvm', 'torch', 'mlflow', 'nni') if m in sys.modules)); sys.exit(code)")
-    env = {**os.environ, "NNI_TRIAL_COMMAND_CHANNEL": f"http://127.0.0.1:{server.server_port}/trial/abc",
+    env = {**os.environ, "NNI_TRIAL_COMMAND_CHANNEL": f"http://127.0.0.1:{server.server_port}/env/e1/abc",
            "NNI_EXP_ID": "exp9", "NNI_TRIAL_JOB_ID": "abc", "NNI_TRIAL_SEQ_ID": "3", "NNI_PLATFORM": "local"}
     try:
         out = subprocess.run([sys.executable, "-c", script, SMALL, "--repeat", "2", "--tracking-uri", tracking_uri,
@@ -134,6 +146,7 @@ def test_the_nni_trial_speaks_nnis_channel_without_importing_nni_tvm_torch_or_ml
     metric = json.loads(report["metric"])
     assert (report["type"], metric["parameter_id"], metric["trial_job_id"], metric["type"]) == ("metric", 7, "abc", "FINAL")
     assert json.loads(metric["value"])["default"] > 0
+    assert _TrialChannelStandIn.asked_for_results[-1] == 1  # it exited once the manager had its result
     assert _wait_for(lambda: len(read_mlflow(["nni-" + SMALL], tracking_uri)) == 1)  # sequence 3: no references
     record = read_mlflow(["nni-" + SMALL], tracking_uri).iloc[0]
     assert (record["nni.experiment_id"], record["nni.trial_id"], record["knob.vectorize"]) == ("exp9", "abc", 0)

@@ -7,14 +7,17 @@ and has the user's measurement service for this MLflow store
 and record it to MLflow, tagged with NNI's experiment and trial ids under one parent run per NNI
 experiment. It reports latency (``default``, minimised) and GFLOP/s as its final result.
 A trial that fails to build, crashes, hangs or computes a wrong result is recorded and exits non-zero,
-so NNI marks it FAILED: no fake latency reaches the tuner; so does a trial whose service died. The
+so NNI marks it FAILED: no fake latency reaches the tuner; so does a trial whose service died. It
+prints when it started, connected and got its reply to stderr (``opbench nni trial timing: {...}``). The
 experiment's first trial (sequence 0) also records the references (TE default, template default,
 torch, numpy).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 
 from opbench.engines._base import split_threads
 from opbench.record import is_ok
@@ -47,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from opbench.service.client import ServiceError, measure
     from opbench.service.protocol import TrialRequest
 
+    timings = {"main": time.time()}  # when this process got to work (NNI spawned it at the trial's start)
     args = build_parser().parse_args(argv)
     channel, trial = TrialChannel(), identity()
     config, threads = split_threads(channel.next_parameter(), args.threads)
@@ -55,10 +59,12 @@ def main(argv: list[str] | None = None) -> int:
                            f"nni-{args.tuner.lower()}" if args.tuner else "nni", trial.experiment, trial.trial,
                            references=trial.sequence == 0 and not args.no_references)
     try:
-        reply = measure(request, args.service_idle_timeout)
+        reply = measure(request, args.service_idle_timeout, timings)
     except ServiceError as exc:
         print(f"opbench nni trial: {exc}", file=sys.stderr)
         return 1
+    timings["replied"] = time.time()
+    print(f"opbench nni trial timing: {json.dumps(timings)}", file=sys.stderr)
     if reply.record is None:
         print(f"opbench nni trial: error: {reply.error}", file=sys.stderr)
         return 2

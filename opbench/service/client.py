@@ -67,10 +67,13 @@ def service(tracking_uri: str | None, idle_timeout_s: float) -> Any:
         return _start(socket, idle_timeout_s)
 
 
-def measure(request: TrialRequest, idle_timeout_s: float) -> TrialReply:
-    """Measure and record one trial in the service; ServiceError names it if it dies meanwhile."""
+def measure(request: TrialRequest, idle_timeout_s: float, timings: dict[str, float] | None = None) -> TrialReply:
+    """Measure and record one trial in the service; ServiceError names it if it dies meanwhile.
+    ``timings`` gets the time (epoch s) at which the service answered first (``connected``)."""
     proxy = service(request.tracking_uri, idle_timeout_s)
     pid = proxy.ping()
+    if timings is not None:
+        timings["connected"] = time.time()
     try:
         return proxy.measure(request)
     except LOST as exc:
