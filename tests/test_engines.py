@@ -8,7 +8,7 @@ import yaml
 
 import mlflow
 from opbench.cli import main
-from opbench.engines.nni_experiment import MODEL_TUNER, ExperimentSpec, write_experiment
+from opbench.engines.nni_experiment import MODEL_TUNER, ORDER_SAFE_TPE, ExperimentSpec, write_experiment
 from opbench.exceptions import OpBenchError, SearchSpaceError
 from opbench.tracking import read_mlflow
 from opbench.tracking.dataset.metaschedule_import import import_metaschedule
@@ -47,7 +47,7 @@ def test_shipped_experiments_are_what_nni_new_writes(tmp_path, name):
     assert theirs.pop("trialCodeDirectory") == "../.." and ours.pop("trialCodeDirectory")
     if "className" in theirs["tuner"]:  # a custom tuner, imported from the project root too
         assert theirs["tuner"].pop("codeDirectory") == "../.." and ours["tuner"].pop("codeDirectory")
-        assert theirs["tuner"]["className"] == MODEL_TUNER
+        assert theirs["tuner"]["className"] == {"Model": MODEL_TUNER, "TPE": ORDER_SAFE_TPE}[SHIPPED[name].tuner]
     else:
         assert theirs["tuner"]["name"] == SHIPPED[name].tuner
     assert ours == theirs
@@ -151,3 +151,24 @@ def test_report_draws_curves_per_engine_and_the_best_tir(tmp_path, tracking_uri)
     client, report = _parent_run(tracking_uri, "rep", kind="report")
     assert {a.path for a in client.list_artifacts(report.info.run_id, "report")} == \
         {f"report/{n}" for n in [*pngs, "best_schedule.py"]}
+
+
+def test_tpe_takes_a_result_that_comes_after_the_trials_end():
+    """NNI's dispatcher can hand TPE a trial's end before its result (two threads); NNI's own TPE then
+    raises KeyError and the dispatcher dies (microsoft/nni#5689). OpBench's TPE takes the result."""
+    from nni.algorithms.hpo.tpe_tuner import TpeTuner
+
+    from opbench.engines.nni_tuners import OrderSafeTpe
+
+    space = {"x": {"_type": "choice", "_value": [1, 2, 3]}}
+    for tuner_class, survives in ((TpeTuner, False), (OrderSafeTpe, True)):
+        tuner = tuner_class("minimize", seed=0)
+        tuner.update_search_space(space)
+        params = tuner.generate_parameters(0)
+        tuner.trial_end(0, True)
+        if survives:
+            tuner.receive_trial_result(0, params, 1.5)
+            assert tuner.generate_parameters(1)["x"] in (1, 2, 3)
+        else:
+            with pytest.raises(KeyError):
+                tuner.receive_trial_result(0, params, 1.5)

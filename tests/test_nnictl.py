@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
+import mlflow
 from opbench.tracking import read_jsonl, read_mlflow
 
 from .conftest import ROOT
@@ -73,7 +74,19 @@ class Experiment:
                 assert math.isclose(row["default"], rows.loc[row["trialJobId"], "latency_ms"], rel_tol=1e-9)
             knobs = [c for c in exported.columns if f"knob.{c}" in mlflow_rows.columns]
             assert knobs and all(row[k] == mlflow_rows.loc[row["trialJobId"], f"knob.{k}"] for k in knobs)
+        self._check_best_so_far(mlflow_rows)
         return mlflow_rows
+
+    def _check_best_so_far(self, trials: pd.DataFrame) -> None:
+        """The experiment's parent run follows the best trial as the experiment goes (a chart in MLflow)."""
+        client = mlflow.tracking.MlflowClient(self.uri)
+        [parent] = client.search_runs([client.get_experiment_by_name(self.study).experiment_id],
+                                      filter_string="tags.`opbench.kind` = 'study'")
+        history = [m.value for m in sorted(client.get_metric_history(parent.info.run_id, "best_latency_ms"),
+                                           key=lambda m: (m.timestamp, m.value))]  # steps are trial numbers:
+        # at concurrency 2 a later trial can finish first
+        assert history == sorted(history, reverse=True) and history[-1] == trials["latency_ms"].min()
+        assert parent.data.tags["best_trial_id"] == trials.loc[trials["latency_ms"].idxmin(), "trial_id"]
 
 
 def _wait_for_exit(service_dir: Path, timeout_s: float = 60) -> None:

@@ -96,8 +96,6 @@ class _TrialChannelStandIn(http.server.BaseHTTPRequestHandler):
     asked_for_results: list[int] = []  # results stored at each ask
 
     def do_GET(self):
-        if self.path.endswith("/api/v1/nni/experiment"):
-            return self._reply({"id": "exp9", "params": {"trialConcurrency": 1}})
         if "/api/v1/nni/metric-data/" in self.path:  # the manager's REST API: the results it stored
             stored = [{"trialJobId": "abc", "type": json.loads(c["metric"])["type"]} for c in self.received
                       if c["type"] == "metric"]

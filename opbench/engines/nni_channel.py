@@ -19,7 +19,6 @@ from typing import Any
 
 _TIMEOUT_STATUS = 408  # the manager had nothing to send within its poll window: ask again
 _GONE_STATUS = 410  # the manager is shutting down
-SETTLE_S = 0.2  # after NNI stored a concurrent trial's result, before it exits (see TrialChannel._wait_until_stored)
 
 
 @dataclass(frozen=True)
@@ -81,21 +80,13 @@ class TrialChannel:
         self._wait_until_stored(trial)
 
     def _wait_until_stored(self, trial: str, limit_s: float = 10.0) -> None:
-        """Return once NNI's manager has stored the final result and handed it to the tuner.
-
-        NNI's dispatcher handles a trial's end and its final result in two threads of its own; when the
-        end wins, NNI's TPE forgets the trial's parameters and the dispatcher dies on the result
-        (microsoft/nni#5689), ending the experiment. A trial that exits the instant it reports makes
-        that likely when the tuner is busy proposing for a concurrent trial. So the trial waits until
-        the manager's REST API (beside the channel: ``<prefix>/env/<env>/<trial>``) lists the result
-        (stored, then at once sent to the dispatcher) and, when trials run concurrently, ``SETTLE_S``
-        more, in which the tuner takes it before NNI can see the trial end."""
-        api = f"{self._url.split('/env/')[0]}/api/v1/nni"
+        """Return once NNI's manager has stored the final result, which it then hands to the tuner:
+        the trial's end, which NNI sees when this process exits, comes after its result. The manager's
+        REST API sits beside the channel (``<prefix>/env/<env>/<trial>``)."""
+        api = f"{self._url.split('/env/')[0]}/api/v1/nni/metric-data/{trial}"
         deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline and not any(m.get("type") == "FINAL" for m in _get(f"{api}/metric-data/{trial}", [])):
+        while time.monotonic() < deadline and not any(m.get("type") == "FINAL" for m in _get(api, [])):
             time.sleep(0.02)
-        if _get(f"{api}/experiment", {}).get("params", {}).get("trialConcurrency", 2) > 1:
-            time.sleep(SETTLE_S)
 
     def _put(self, command: dict[str, Any]) -> None:
         request = urllib.request.Request(self._url, data=json.dumps(command).encode(), method="PUT",

@@ -14,15 +14,17 @@ EVOLUTION_POPULATION = 16
 
 
 def make_tuner(name: str, seed: int | None = None) -> Any:
-    """An NNI built-in tuner minimising latency (what ``tuner: {name: ...}`` gives in an NNI config)."""
+    """An NNI built-in tuner minimising latency (what an NNI config's ``tuner`` section gives; TPE is
+    :class:`~opbench.engines.nni_tuners.OrderSafeTpe`, NNI's own with a fix)."""
     from nni.algorithms.hpo.evolution_tuner import EvolutionTuner
     from nni.algorithms.hpo.gridsearch_tuner import GridSearchTuner
     from nni.algorithms.hpo.hyperopt_tuner import HyperoptTuner
     from nni.algorithms.hpo.random_tuner import RandomTuner
-    from nni.algorithms.hpo.tpe_tuner import TpeTuner
+
+    from opbench.engines.nni_tuners import OrderSafeTpe
 
     if name == "TPE":
-        return TpeTuner("minimize", seed=seed)
+        return OrderSafeTpe("minimize", seed=seed)
     if name == "Anneal":
         return HyperoptTuner("anneal", "minimize")
     if name == "Evolution":

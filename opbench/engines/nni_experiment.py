@@ -18,6 +18,7 @@ from opbench.workloads import parse_workload
 # The project's virtual environment when there is one (trials run from the project root), else python3.
 PYTHON = "$(test -x .venv/bin/python && echo .venv/bin/python || echo python3)"
 MODEL_TUNER = "opbench.engines.nni_model_tuner.ModelTuner"  # OpBench's model engine as a custom NNI tuner
+ORDER_SAFE_TPE = "opbench.engines.nni_tuners.OrderSafeTpe"  # NNI's TPE, safe with a result after the trial's end
 EXPERIMENT_TUNERS = (*TUNERS, "Model")
 
 
@@ -52,11 +53,15 @@ def class_args(tuner: str, seed: int | None) -> dict[str, Any]:
 
 
 def tuner_config(spec: ExperimentSpec, out: Path) -> dict[str, Any]:
-    """The config's ``tuner`` section: a built-in tuner by name, or OpBench's model tuner by class."""
+    """The config's ``tuner`` section: a built-in tuner by name, or by class where OpBench's is used
+    (its model tuner; TPE, as :class:`~opbench.engines.nni_tuners.OrderSafeTpe`)."""
+    code = os.path.relpath(PROJECT_ROOT, out.resolve())
     if spec.tuner != "Model":
         if spec.warm_start:
             raise OpBenchError("--warm-start needs --tuner Model")
         args = class_args(spec.tuner, spec.seed)
+        if spec.tuner == "TPE":
+            return {"codeDirectory": code, "className": ORDER_SAFE_TPE, "classArgs": args}
         return {"name": spec.tuner, **({"classArgs": args} if args else {})}
     args = {"workload": spec.workload, "threads": spec.threads, "seed": spec.seed}
     if spec.template:
@@ -66,7 +71,7 @@ def tuner_config(spec: ExperimentSpec, out: Path) -> dict[str, Any]:
         if not path.is_file():
             raise OpBenchError(f"warm-start dataset {spec.warm_start} does not exist")
         args["warm_start"] = str(path)
-    return {"codeDirectory": os.path.relpath(PROJECT_ROOT, out.resolve()), "className": MODEL_TUNER, "classArgs": args}
+    return {"codeDirectory": code, "className": MODEL_TUNER, "classArgs": args}
 
 
 def restrict_space(space: dict[str, Any], knobs: dict[str, list[Any] | None]) -> dict[str, Any]:
@@ -124,7 +129,8 @@ def write_experiment(spec: ExperimentSpec, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "search_space.json").write_text(json.dumps(space, indent=2) + "\n")
     path = out / "config.yml"
-    tuner = f"OpBench's model engine ({MODEL_TUNER})" if spec.tuner == "Model" else f"NNI's {spec.tuner}"
+    tuner = {"Model": f"OpBench's model engine ({MODEL_TUNER})",
+             "TPE": f"NNI's TPE ({ORDER_SAFE_TPE}: fixes microsoft/nni#5689)"}.get(spec.tuner, f"NNI's {spec.tuner}")
     header = (f"# {workload.name} tuned by {tuner}: {spec.trials} trials, {spec.concurrency} at a time.\n"
               f"# Written by `opbench nni new`. Run from anywhere: nnictl create --config {path}\n"
               f"# Trials log to the MLflow experiment '{study}' (opbench ui).\n")

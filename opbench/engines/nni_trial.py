@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     config, threads = split_threads(channel.next_parameter(), args.threads)
     request = TrialRequest(args.workload, config, threads, args.cores, args.target, args.device, args.template, args.repeat,
                            args.build_timeout, args.run_timeout, args.study, args.tracking_uri, args.log,
-                           f"nni-{args.tuner.lower()}" if args.tuner else "nni", trial.experiment, trial.trial,
+                           f"nni-{args.tuner.lower()}" if args.tuner else "nni", trial.experiment, trial.trial, trial.sequence,
                            references=trial.sequence == 0 and not args.no_references)
     try:
         reply = measure(request, args.service_idle_timeout, timings)

@@ -26,6 +26,7 @@ class TrialRequest:
     engine: str = "nni"
     nni_experiment: str = ""
     nni_trial: str = ""
+    nni_sequence: int = 0  # the trial's number in its experiment (recorded as engine_trial)
     references: bool = False  # also measure the references (an experiment's first trial)
     tags: dict[str, str] = field(default_factory=dict)
 

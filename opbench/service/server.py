@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from opbench.engines.driver import measure_references
+from opbench.engines.driver import ENGINE_TRIAL_TAG, measure_references
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.lock import HostLock
@@ -64,9 +64,10 @@ class MeasurementService:
         measurer = self._measurers.get(key) or self._measurers.setdefault(key, Measurer(options))
         recorder = self._recorder(request, request.study or f"nni-{workload.name}")
         tags = {"nni.experiment_id": request.nni_experiment, "nni.trial_id": request.nni_trial, **request.tags}
+        engine_tags = {**tags, ENGINE_TRIAL_TAG: str(request.nni_sequence)} if request.nni_experiment else tags
         if request.references:
             measure_references(measurer, workload, resources, lambda r: recorder({**r, **tags}))
-        record = measurer.measure(TrialSpec(workload, request.config, resources, request.template, tags=tags))
+        record = measurer.measure(TrialSpec(workload, request.config, resources, request.template, tags=engine_tags))
         recorder(record)
         return TrialReply(record)
 
@@ -75,7 +76,8 @@ class MeasurementService:
         if key not in self._recorders:
             parent = nni_parent_run(study, request.tracking_uri, request.nni_experiment) if request.nni_experiment else None
             self._recorders[key] = Recorder(study, request.tracking_uri, request.log, extra={"engine": request.engine},
-                                            parent_run_id=parent, background_lock=self._lock)
+                                            parent_run_id=parent, background_lock=self._lock,
+                                            best_so_far=bool(request.nni_experiment))
         return self._recorders[key]
 
     def close(self) -> None:

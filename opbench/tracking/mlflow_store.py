@@ -174,18 +174,24 @@ class MlflowWriter:
         self._trial_runs[str(record.get("trial_id"))] = run_id
 
     def log_parent(self, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
-                   tags: dict[str, str] | None = None) -> None:
-        """Study-level params/metrics/tags (references, best result, verification) on the parent run."""
+                   tags: dict[str, str] | None = None, step: int = 0) -> None:
+        """Study-level params/metrics/tags (references, best result, verification) on the parent run,
+        after the trials written before (metrics at ``step``: a history in MLflow's charts)."""
         from mlflow.entities import Metric, Param, RunTag
 
-        self.flush()
         now = int(time.time() * 1000)
-        self.client.log_batch(
-            self.parent_run_id,
-            metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v == v],
-            params=[Param(k, str(v)) for k, v in (params or {}).items()],
-            tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
-        )
+        batch = {"metrics": [Metric(k, float(v), now, step) for k, v in (metrics or {}).items() if v == v],
+                 "params": [Param(k, str(v)) for k, v in (params or {}).items()],
+                 "tags": [RunTag(k, str(v)) for k, v in (tags or {}).items()]}
+        if self._background:
+            self._background.call(lambda: self.client.log_batch(self.parent_run_id, **batch))
+        else:
+            self.client.log_batch(self.parent_run_id, **batch)
+
+    def parent_metric(self, key: str) -> float | None:
+        """The parent run's latest value of ``key`` (as written so far)."""
+        self.flush()
+        return self.client.get_run(self.parent_run_id).data.metrics.get(key)
 
     def log_artifact(self, path: Path | str, artifact_path: str | None = None, trial_id: str | None = None) -> None:
         """Attach a file to the study's parent run, or to the run of the trial ``trial_id``."""

@@ -2,25 +2,31 @@
 (always; in a background thread when given the host timing lock)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from opbench.measure.lock import HostLock
-from opbench.record import Record
+from opbench.record import Record, is_ok
 from opbench.tracking.jsonl import JsonlWriter
 from opbench.tracking.mlflow_store import MlflowWriter
 
 
 class Recorder:
+    """With ``best_so_far``, each new best ok trial also goes to the parent run: ``best_latency_ms`` and
+    ``best_gflops`` at the trial's step (a numeric ``engine_trial``, else the count of records), ``best_trial_id``."""
+
     def __init__(self, study: str, tracking_uri: str | None = None, log: Path | str | None = None,
                  extra: dict[str, Any] | None = None, parent_tags: dict[str, str] | None = None,
-                 parent_run_id: str | None = None, background_lock: HostLock | None = None) -> None:
+                 parent_run_id: str | None = None, background_lock: HostLock | None = None,
+                 best_so_far: bool = False) -> None:
         self.study = study
         self.extra = {"study": study, **(extra or {})}  # stamped on every record (engine, ...)
         self.mlflow = MlflowWriter(study, tracking_uri, parent_tags=parent_tags, parent_run_id=parent_run_id,
                                    background_lock=background_lock)
         self.jsonl = JsonlWriter(log) if log else None
         self.records: list[Record] = []
+        self._best = (self.mlflow.parent_metric("best_latency_ms") or math.inf) if best_so_far else None
 
     def __call__(self, record: Record) -> None:
         record.update(self.extra)
@@ -28,9 +34,19 @@ class Recorder:
             self.jsonl.write(record)
         self.mlflow.write(record)
         self.records.append(record)
+        if self._best is not None and is_ok(record) and not record.get("reference") and record["latency_ms"] < self._best:
+            self._best = record["latency_ms"]
+            self.mlflow.log_parent(metrics={"best_latency_ms": record["latency_ms"], "best_gflops": record["gflops"]},
+                                   tags={"best_trial_id": record["trial_id"]},
+                                   step=_step(record, len(self.records)))
 
     def __enter__(self) -> Recorder:
         return self
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         self.mlflow.close("FAILED" if exc_type else "FINISHED")
+
+
+def _step(record: Record, count: int) -> int:
+    number = str(record.get("engine_trial", ""))
+    return int(number) if number.isdigit() else count

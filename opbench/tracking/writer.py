@@ -13,19 +13,25 @@ log = logging.getLogger("opbench")
 
 
 class BackgroundWriter:
-    """Calls ``write`` on each record in a thread of its own, holding the host timing lock shared, as a
-    build does: it never runs while a kernel is being timed and never holds up the next build. A store
-    that fails is logged, not raised: the JSON-lines log has the record and the engine has heard it."""
+    """Calls ``write`` on each record, and other writes to the same store, in order, in a thread of its
+    own, holding the host timing lock shared, as a build does: it never runs while a kernel is being
+    timed and never holds up the next build. A store that fails is logged, not raised: the JSON-lines
+    log has the record and the engine has heard it."""
 
     def __init__(self, write: Callable[[Record], object], lock: HostLock, name: str = "record-writer") -> None:
         self._write = write
         self._lock = lock
-        self._queue: queue.Queue[Record | None] = queue.Queue()
+        self._queue: queue.Queue[Callable[[], object] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._drain, name=name, daemon=True)
         self._thread.start()
 
     def put(self, record: Record) -> None:
-        self._queue.put(dict(record))  # a copy: the caller goes on with its own
+        copy = dict(record)  # the caller goes on with its own
+        self.call(lambda: self._write(copy), f"trial {copy.get('trial_id')}")
+
+    def call(self, write: Callable[[], object], what: str = "a study's summary") -> None:
+        """Run ``write`` after everything queued before it."""
+        self._queue.put(lambda: _logged(write, what))
 
     def flush(self) -> None:
         """Return when every record put so far is written."""
@@ -38,13 +44,18 @@ class BackgroundWriter:
 
     def _drain(self) -> None:
         while True:
-            record = self._queue.get()
+            write = self._queue.get()
             try:
-                if record is None:
+                if write is None:
                     return
                 with self._lock.shared():
-                    self._write(record)
-            except Exception:
-                log.exception("could not record trial %s", record and record.get("trial_id"))
+                    write()
             finally:
                 self._queue.task_done()
+
+
+def _logged(write: Callable[[], object], what: str) -> None:
+    try:
+        write()
+    except Exception:
+        log.exception("could not record %s", what)
