@@ -83,7 +83,7 @@ class Experiment:
         [parent] = client.search_runs([client.get_experiment_by_name(self.study).experiment_id],
                                       filter_string="tags.`opbench.kind` = 'study'")
         history = [m.value for m in sorted(client.get_metric_history(parent.info.run_id, "best_latency_ms"),
-                                           key=lambda m: (m.timestamp, m.value))]  # steps are trial numbers:
+                                           key=lambda m: (m.timestamp, -m.value))]  # steps are trial numbers:
         # at concurrency 2 a later trial can finish first
         assert history == sorted(history, reverse=True) and history[-1] == trials["latency_ms"].min()
         assert parent.data.tags["best_trial_id"] == trials.loc[trials["latency_ms"].idxmin(), "trial_id"]
