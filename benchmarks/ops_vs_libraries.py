@@ -6,9 +6,10 @@ the best of a small Optuna sweep, numpy and torch, each verified: re-measured in
 rounds, with their range), GFLOP/s, ratio to torch (per round, with its range), share of the CPU's
 peak FLOP/s (ISA x nominal clock; turbo can push measured shares past 100%),
 and the framework's overhead: study wall time minus every trial's build and run, as a fraction,
-with every record logged to a real (temporary) MLflow sqlite store, plus trials per minute.
+with every record logged to a real (temporary) MLflow sqlite store through the background writer
+``opbench tune`` uses, plus trials per minute.
 
-    .venv/bin/python benchmarks/ops_vs_libraries.py [--trials 40] [--threads 2]
+    .venv/bin/python benchmarks/ops_vs_libraries.py [--trials 40] [--threads 2] [--workloads matmul-512 ...]
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import time
 from opbench.engines.driver import measure_references, run_tuning
 from opbench.engines.optuna_engine import OptunaEngine
 from opbench.hardware.resources import Resources, host_facts
+from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
 from opbench.report.progress import table
@@ -34,6 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), metavar="W")
     args = parser.parse_args()
     resources = Resources(args.threads)
     host = host_facts()
@@ -43,13 +46,13 @@ def main() -> None:
     rows, overhead_rows = [], []
     with Measurer(MeasureOptions(build_workers=2)) as measurer:
         measurer.warm_up(resources)
-        for name in WORKLOADS:
+        for name in args.workloads:
             workload = parse_workload(name)
             refs = measure_references(measurer, workload, resources, lambda r: None)
             template = get_template(workload)
             engine = OptunaEngine(template.search_space(workload), args.threads, name, storage,
                                   seed=0, initial=template.default_config(workload))
-            with Recorder(f"bench-{name}", tracking) as recorder:
+            with Recorder(f"bench-{name}", tracking, background_lock=HostLock(measurer.options.lock_path)) as recorder:
                 started = time.perf_counter()
                 records = run_tuning(engine, workload, args.trials, measurer, recorder, resources, batch=2)
                 wall = time.perf_counter() - started
