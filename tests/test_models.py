@@ -89,7 +89,10 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
     tuned = counts[counts == 3].index  # 3 trials for each of the two largest key operators ...
     assert len(tuned) == 2 and all(w.startswith("model:bert-base@tiny/fused_matmul") for w in tuned)
     assert len(counts) > 10 and (counts[counts != 3] == 1).all()  # ... one (the default schedule) for the rest
-    assert set(frame["source_model"]) == {"bert-base@tiny"} and (frame["status"] == "ok").mean() > 0.9
+    assert set(frame["source_model"]) == {"bert-base@tiny"}
+    # every operator builds, runs and matches, the embedding's integer take and cast among them
+    assert not frame["status"].isin(["build_error", "run_error", "wrong_result"]).any(), frame["error"].dropna().tolist()
+    assert {"model:bert-base@tiny/take", "model:bert-base@tiny/fused_cast_reshape"} <= set(frame["workload"])
     records = (tmp_path / "tune-model" / "tm" / "database_tuning_record.json").read_text().splitlines()
     assert 2 <= len(records) <= len(counts)  # one MetaSchedule record per operator made faster
     rows = {line.split()[0]: line for line in out.stdout.splitlines() if line.split()[:1] in (["tuned"], ["untuned"],

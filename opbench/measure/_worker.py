@@ -200,7 +200,7 @@ class _Worker:
         else:
             module = tvm.runtime.load_module(artifact)
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
-        args.append(tvm.runtime.tensor(np.zeros(expected.shape, workload.dtype), dev))
+        args.append(tvm.runtime.tensor(np.zeros(expected.shape, expected.dtype), dev))
         first = time.perf_counter()
         module["main"](*args)
         dev.sync()

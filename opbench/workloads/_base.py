@@ -45,6 +45,13 @@ class Operator(ABC):
     @abstractmethod
     def output_shape(self, p: Params) -> tuple[int, ...]: ...
 
+    def input_dtypes(self, p: Params, dtype: str) -> list[str]:
+        """Each input's element type: the workload's, unless the op has integer inputs (indices)."""
+        return [dtype] * len(self.input_shapes(p))
+
+    def output_dtype(self, p: Params, dtype: str) -> str:
+        return dtype
+
     @abstractmethod
     def axes(self, p: Params) -> list[Axis]:
         """The anchor block's loops, in TE order (spatial first, then reduction)."""
@@ -121,13 +128,19 @@ class Workload:
     def axes(self) -> list[Axis]:
         return self.op.axes(self.params)
 
+    @property
+    def output_dtype(self) -> str:
+        return self.op.output_dtype(self.params, self.dtype)
+
     def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Random inputs: floats in [-1, 1), integers 0 or 1 (valid indices for any gather)."""
         rng = np.random.default_rng(seed)
-        return [rng.uniform(-1.0, 1.0, s).astype(self.dtype) for s in self.op.input_shapes(self.params)]
+        return [rng.uniform(-1.0, 1.0, s).astype(d) if np.dtype(d).kind == "f" else rng.integers(0, 2, s).astype(d)
+                for s, d in zip(self.op.input_shapes(self.params), self.op.input_dtypes(self.params, self.dtype))]
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
-        as_fp32 = [a.astype("float32") for a in inputs]
-        return np.asarray(self.op.reference(as_fp32, self.params)).astype(self.dtype)
+        as_fp32 = [a.astype("float32") if a.dtype.kind == "f" else a for a in inputs]
+        return np.asarray(self.op.reference(as_fp32, self.params)).astype(self.output_dtype)
 
     def tolerance(self) -> tuple[float, float]:
         """(rtol, atol) for the correctness check."""

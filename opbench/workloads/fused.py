@@ -106,6 +106,12 @@ class Fused(Operator):
     def output_shape(self, p: Params) -> tuple[int, ...]:
         return tuple(self.op(p).shapes[-1])
 
+    def input_dtypes(self, p: Params, dtype: str) -> list[str]:
+        return [str(b.dtype) for b in self.prim_func(p, dtype).params[:-1]]  # e.g. int32 indices of a take
+
+    def output_dtype(self, p: Params, dtype: str) -> str:
+        return self.op(p).dtype
+
     def axes(self, p: Params) -> list[Axis]:
         return list(_axes(*self._key(p)))
 
