@@ -71,3 +71,14 @@ def no_stray_mlflow_store():
     before = {p for p in stray if p.exists()}
     yield
     assert not [p for p in stray if p.exists() and p not in before], "something logged to MLflow's default store"
+
+
+@pytest.fixture(autouse=True)
+def the_test_process_keeps_its_cores():
+    """Nothing run in the test process may pin it (TVM's pool can pin the calling thread): every
+    process it starts afterwards would inherit one core, and every later timing would be wrong."""
+    before = os.sched_getaffinity(0)
+    yield
+    after = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, before)  # the tests after this one run as they should
+    assert after == before, f"the test left this process pinned to cores {sorted(after)} (was {sorted(before)})"

@@ -1,5 +1,7 @@
 """The core loop against real TVM: every op kind builds, checks and times; failures are isolated."""
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -81,3 +83,11 @@ def test_crashing_hanging_and_wrong_kernels_are_isolated(measurer):
     assert "worker died" in records[0]["error"] and "SIGABRT" in records[0]["error"]
     assert "no answer within" in records[2]["error"]
     assert "max |err|" in records[3]["error"]
+
+
+def test_sizing_tvms_pool_in_process_keeps_every_core():
+    """``runtime.config_threadpool(-3, n, [])`` pins the caller to core 0; set_tvm_threads must not."""
+    script = ("import os; from opbench.hardware.resources import set_tvm_threads; before = os.sched_getaffinity(0); "
+              "set_tvm_threads(1); print(os.sched_getaffinity(0) == before)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().endswith("True"), out.stderr[-2000:]

@@ -59,6 +59,16 @@ class Experiment:
                                               str(self.folder / "config.yml"), str(port), str(self.folder / "export.csv"),
                                               "480"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
+    def wait_for_tuner(self, session: subprocess.Popen, timeout_s: float = 120) -> None:
+        """Until NNI's dispatcher (the tuner process) is up. NNI's manager gives it 10 s to connect, so
+        experiments on a loaded 2-core host start one after another, not all at once."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline and session.poll() is None:
+            logs = list((self.folder / "nni").glob("*/log/dispatcher.log"))
+            if logs and "Dispatcher started" in logs[0].read_text():
+                return
+            time.sleep(0.2)
+
     def finished_trials(self) -> pd.DataFrame:
         """NNI's export (the trials that reported a final result), checked against MLflow and the log."""
         exported = pd.read_csv(self.folder / "export.csv")
@@ -102,13 +112,16 @@ def _env(service_dir: Path) -> dict[str, str]:
 
 
 def test_every_shipped_experiment_runs_under_nnictl_at_once_on_one_service(tmp_path, empty_store):
-    """All five shipped experiments at the same time (matmul-512-tpe at concurrency 2): every trial NNI
+    """All five shipped experiments side by side (matmul-512-tpe at concurrency 2): every trial NNI
     samples from the per-workload spaces is a valid schedule, and all of them go to one service."""
     shutil.copyfile(empty_store, tmp_path / "mlflow.db")
     uri, service_dir = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "svc"
     experiments = [Experiment(name, tmp_path / name, uri, trials=6, concurrency=2 if name == "matmul-512-tpe" else 1,
                               references=name in HAS_REFERENCES) for name in SHIPPED]
-    sessions = [e.start(18130 + i, _env(service_dir)) for i, e in enumerate(experiments)]
+    sessions = []
+    for i, experiment in enumerate(experiments):
+        sessions.append(experiment.start(18130 + i, _env(service_dir)))
+        experiment.wait_for_tuner(sessions[-1])
     outputs = [s.communicate(timeout=600)[0] for s in sessions]
     assert all(s.returncode == 0 for s in sessions), "\n".join(o[-2000:] for o in outputs)
     _wait_for_exit(service_dir)

@@ -90,6 +90,16 @@ def parse_cores(text: str | None) -> tuple[int, ...] | None:
     return tuple(dict.fromkeys(cores))
 
 
+def set_tvm_threads(threads: int) -> None:
+    """Size TVM's thread pool for kernels run in this process, its threads sharing every core the
+    process may use. (``runtime.config_threadpool`` with an empty core list pins the calling thread,
+    and so every process it starts later, to core 0.)"""
+    import tvm
+
+    cores = [str(c) for c in sorted(os.sched_getaffinity(0))]
+    tvm.get_global_func("runtime.config_threadpool")(-3, threads, cores)
+
+
 def parse_thread_counts(text: str, what: str = "--threads") -> list[int]:
     """``"1,2,4"`` into thread counts (each >= 1), in the order given; the error names the flag."""
     try:

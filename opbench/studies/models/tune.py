@@ -15,7 +15,7 @@ from opbench.engines.driver import run_tuning
 from opbench.engines.registry import EngineSpec, create_engine
 from opbench.engines.simple import GridEngine
 from opbench.exceptions import OpBenchError
-from opbench.hardware.resources import Resources
+from opbench.hardware.resources import Resources, set_tvm_threads
 from opbench.hardware.targets import make_target
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
@@ -75,10 +75,8 @@ class ModelTuneResult:
 
 def profile(spec: ModelSpec, on_op: Callable[[int, FusedOp], None] | None = None) -> ModelProfile:
     """Import, fuse and time each fused operator of the model (``on_op`` hears each), and cache them."""
-    import tvm
-
     source = load_model(spec.model, spec.batch, spec.seq_len)
-    tvm.get_global_func("runtime.config_threadpool")(-3, spec.threads, [])
+    set_tvm_threads(spec.threads)
     log.info("%s: importing, fusing and timing each fused operator (%d threads)", source.name, spec.threads)
     result = profile_model(source, make_target("llvm", spec.threads), spec.threads, spec.repeat, spec.batch,
                            spec.seq_len, on_op or (lambda n, op: None))
