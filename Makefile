@@ -7,13 +7,15 @@ STAMP   := $(VENV)/.installed
 .PHONY: demo test test-fast lint install cross clean
 
 # uv installs in half a minute what pip takes four for. It reads no pip.conf, so the folder of local
-# wheels pip is configured with (this machine's CPU build of torch) is handed to it.
+# wheels pip is configured with (this machine's CPU build of torch) is handed to it. Unlike pip it
+# compiles no bytecode unless asked; where PYTHONDONTWRITEBYTECODE is set (this machine, CI) every
+# process would then compile torch, TVM and MLflow from source at each import (2x the suite's CPU).
 FIND_LINKS := $(shell $(PY) -m pip config get global.find-links 2>/dev/null)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python $(addprefix --find-links ,$(FIND_LINKS)) -e '.[test]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python $(addprefix --find-links ,$(FIND_LINKS)) -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
