@@ -96,6 +96,9 @@ class _TrialChannelStandIn(http.server.BaseHTTPRequestHandler):
     asked_for_results: list[int] = []  # results stored at each ask
 
     def do_GET(self):
+        if self.path.endswith("/api/v1/nni/trial-jobs/abc"):  # the trial's own job: what NNI made for it
+            return self._reply({"trialJobId": "abc", "hyperParameters": [json.dumps(
+                {"parameter_id": 7, "parameter_source": "algorithm", "parameters": {"vectorize": 0}, "parameter_index": 0})]})
         if "/api/v1/nni/metric-data/" in self.path:  # the manager's REST API: the results it stored
             stored = [{"trialJobId": "abc", "type": json.loads(c["metric"])["type"]} for c in self.received
                       if c["type"] == "metric"]
@@ -104,8 +107,8 @@ class _TrialChannelStandIn(http.server.BaseHTTPRequestHandler):
         if not self.queued:
             self.send_response(408)
             self.end_headers()
-            self.queued.append({"type": "parameter", "parameter": json.dumps(
-                {"parameter_id": 7, "parameter_source": "algorithm", "parameters": {"vectorize": 0}, "parameter_index": 0})})
+            self.queued.append({"type": "parameter", "parameter": json.dumps(  # another trial's, as NNI 3.0 may hand out
+                {"parameter_id": 8, "parameter_source": "algorithm", "parameters": {"vectorize": 1}, "parameter_index": 0})})
             return
         self._reply(self.queued.pop(0))
 

@@ -42,6 +42,11 @@ class TrialChannel:
         self._parameter_id: Any = None
 
     @property
+    def _api(self) -> str:
+        """NNI's REST API, beside the trial's channel (``<prefix>/env/<env>/<trial>``)."""
+        return f"{self._url.split('/env/')[0]}/api/v1/nni"
+
+    @property
     def direct(self) -> bool:
         """True when this channel talks to NNI's manager itself (no ``import nni``)."""
         return self._url.startswith("http://")
@@ -64,9 +69,20 @@ class TrialChannel:
                 raise
         if command.get("type") != "parameter":
             raise ConnectionError(f"NNI's trial channel sent {command.get('type')!r}, not a parameter")
-        record = json.loads(command["parameter"])
+        # NNI 3.0's local service hands parameters out in the order trials ask, not to the trial each
+        # was made for: with concurrent trials, NNI's trial table would show another trial's parameters
+        # beside this one's result. The trial's own job, from the manager's REST API, has the right ones.
+        record = json.loads((self._own_parameters() or [command["parameter"]])[0])
         self._parameter_id = record.get("parameter_id")
         return dict(record.get("parameters") or {})
+
+    def _own_parameters(self, limit_s: float = 2.0) -> list[str]:
+        """The parameter records of this trial's job (the manager stores them just after starting it)."""
+        deadline = time.monotonic() + limit_s
+        while not (own := _get(f"{self._api}/trial-jobs/{identity().trial}", {}).get("hyperParameters")) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return own or []
 
     def report_final(self, metric: dict[str, float]) -> None:
         if not self.direct:
@@ -81,11 +97,9 @@ class TrialChannel:
 
     def _wait_until_stored(self, trial: str, limit_s: float = 10.0) -> None:
         """Return once NNI's manager has stored the final result, which it then hands to the tuner:
-        the trial's end, which NNI sees when this process exits, comes after its result. The manager's
-        REST API sits beside the channel (``<prefix>/env/<env>/<trial>``)."""
-        api = f"{self._url.split('/env/')[0]}/api/v1/nni/metric-data/{trial}"
+        the trial's end, which NNI sees when this process exits, comes after its result."""
         deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline and not any(m.get("type") == "FINAL" for m in _get(api, [])):
+        while time.monotonic() < deadline and not any(m.get("type") == "FINAL" for m in _get(f"{self._api}/metric-data/{trial}", [])):
             time.sleep(0.02)
 
     def _put(self, command: dict[str, Any]) -> None:
