@@ -7,18 +7,23 @@ rounds, with their range), GFLOP/s, ratio to torch (per round, with its range), 
 peak FLOP/s (ISA x nominal clock; turbo can push measured shares past 100%),
 and the framework's overhead: study wall time minus every trial's build and run, as a fraction,
 with every record logged to a real (temporary) MLflow sqlite store through the background writer
-``opbench tune`` uses, plus trials per minute.
+``opbench tune`` uses, plus trials per minute. Studies run as ``opbench tune`` runs them by default:
+one config per step (so no two builds overlap and the build and run times add up to the work) and
+Optuna's storage in a journal file (``--storage URL`` for a database instead).
 
     .venv/bin/python benchmarks/ops_vs_libraries.py [--trials 40] [--threads 2] [--workloads matmul-512 ...]
+        [--storage sqlite:///optuna.db]
 """
 from __future__ import annotations
 
 import argparse
 import tempfile
 import time
+from pathlib import Path
 
 from opbench.engines.driver import measure_references, run_tuning
 from opbench.engines.optuna_engine import OptunaEngine
+from opbench.engines.optuna_storage import default_storage
 from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
@@ -37,12 +42,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), metavar="W")
+    parser.add_argument("--storage", help="Optuna storage (default: a journal file in a scratch folder)")
     args = parser.parse_args()
     resources = Resources(args.threads)
     host = host_facts()
     peak = host.peak_gflops(args.threads)
     scratch = tempfile.mkdtemp()
-    storage, tracking = f"sqlite:///{scratch}/optuna.db", f"sqlite:///{scratch}/mlflow.db"
+    storage, tracking = args.storage or default_storage(Path(scratch)), f"sqlite:///{scratch}/mlflow.db"
     rows, overhead_rows = [], []
     with Measurer(MeasureOptions(build_workers=2)) as measurer:
         measurer.warm_up(resources)
@@ -54,7 +60,7 @@ def main() -> None:
                                   seed=0, initial=template.default_config(workload))
             with Recorder(f"bench-{name}", tracking, background_lock=HostLock(measurer.options.lock_path)) as recorder:
                 started = time.perf_counter()
-                records = run_tuning(engine, workload, args.trials, measurer, recorder, resources, batch=2)
+                records = run_tuning(engine, workload, args.trials, measurer, recorder, resources)
                 wall = time.perf_counter() - started
             work = sum(r.get("build_s", 0.0) + r.get("run_s", 0.0) for r in records)
             overhead_rows.append((name, len(records), wall, 60 * len(records) / wall, 100 * (wall - work) / wall))

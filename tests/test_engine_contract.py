@@ -60,11 +60,10 @@ class FakeMeasurer:
         return out
 
 
-def _engine(name: str, tmp_path, study: str = "contract", resume: bool = False, on_disk: bool = False):
+def _engine(name: str, tmp_path, study: str = "contract", resume: bool = False, storage: str | None = None):
     spec = SPECS[name]
-    if spec.name == "optuna":  # a sqlite file only where a second engine must find the study again
-        url = f"sqlite:///{tmp_path / 'optuna.db'}" if on_disk else "sqlite:///:memory:"
-        spec = EngineSpec(spec.name, spec.sampler, seed=spec.seed, storage=url)
+    if spec.name == "optuna":  # a store on disk only where a second engine must find the study again
+        spec = EngineSpec(spec.name, spec.sampler, seed=spec.seed, storage=storage or "sqlite:///:memory:")
     return create_engine(spec, TEMPLATE.search_space(WORKLOAD), WORKLOAD, TEMPLATE, Resources(), study, resume)
 
 
@@ -129,12 +128,14 @@ def test_a_seeded_engine_proposes_the_same_configs_again(name, tmp_path):
     assert first.configs == second.configs
 
 
+@pytest.mark.parametrize("store", ["optuna-journal.log", "sqlite:///{}/optuna.db"])  # the default, and a database URL
 @pytest.mark.parametrize("name", [n for n in SPECS if SPECS[n].name == "optuna"])
-def test_a_resumed_engine_knows_what_is_done_and_goes_on(name, tmp_path):
-    engine = _engine(name, tmp_path, on_disk=True)
+def test_a_resumed_engine_knows_what_is_done_and_goes_on(name, store, tmp_path):
+    storage = store.format(tmp_path) if "://" in store else str(tmp_path / store)
+    engine = _engine(name, tmp_path, storage=storage)
     records = _tune_fake(engine, FakeMeasurer(), 5)
     engine.close()
-    resumed = _engine(name, tmp_path, resume=True, on_disk=True)
+    resumed = _engine(name, tmp_path, resume=True, storage=storage)
     assert resumed.done == 5
     assert resumed.recover({str(r[ENGINE_TRIAL_TAG]): r for r in records}) == []  # it heard them all already
     more = _tune_fake(resumed, FakeMeasurer(), 3)

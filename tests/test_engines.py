@@ -9,6 +9,7 @@ import yaml
 import mlflow
 from opbench.cli import main
 from opbench.engines.nni_experiment import MODEL_TUNER, ORDER_SAFE_TPE, ExperimentSpec, write_experiment
+from opbench.engines.optuna_storage import open_storage
 from opbench.exceptions import OpBenchError, SearchSpaceError
 from opbench.tracking import read_mlflow
 from opbench.tracking.dataset.metaschedule_import import import_metaschedule
@@ -105,11 +106,11 @@ def test_metaschedule_candidates_are_measured_checked_recorded_with_traces_and_i
 
 
 @pytest.mark.slow
-def test_two_workers_share_one_optuna_storage(tmp_path, tracking_uri):
-    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+def test_two_workers_share_one_optuna_journal(tmp_path, tracking_uri):
+    storage = str(tmp_path / "optuna-journal.log")
     _tune(tracking_uri, "w2", "--workers", "2", "--trials", "8", "--storage", storage, "--seed", "5",
           "--no-references")
-    study = optuna.load_study(study_name="w2", storage=storage)
+    study = optuna.load_study(study_name="w2", storage=open_storage(storage))
     measured = [t for t in study.trials if "status" in t.user_attrs]
     rejected = [t for t in study.trials if "rejected" in t.user_attrs]  # invalid configs, no trial spent
     assert len(measured) == 8 and len(study.trials) == 8 + len(rejected)

@@ -20,6 +20,7 @@ from opbench.measure.rpc import list_devices, request_session
 from opbench.tracking import read_jsonl, read_mlflow
 
 from .cli import run_cli
+from .ports import free_port
 
 pytestmark = pytest.mark.xdist_group("remote")  # one worker sets up the module's expensive fixture once
 
@@ -28,23 +29,17 @@ KEY = "cpu-farm"
 SMALL = "matmul:m=64,n=64,k=64"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Farm:
     """A tracker and ``n`` servers of one key, each in its own process group (killed whole)."""
 
     def __init__(self, tmp: Path, servers: int) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.log = tmp
         self.tracker = self._spawn([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
                                     "--port", str(self.port), "--port-end", str(self.port + 1)], "tracker")
         self._wait(lambda: list_devices("127.0.0.1", self.port) is not None)
         self.servers = [self._spawn(CLI + ["board", "serve", "--tracker", self.address, "--key", KEY,
-                                           "--host", "127.0.0.1", "--port", str(_free_port())], f"server{i}")
+                                           "--host", "127.0.0.1", "--port", str(free_port())], f"server{i}")
                         for i in range(servers)]
         self._wait(lambda: sum(k.free for k in list_devices("127.0.0.1", self.port) if k.key == KEY) == servers)
 

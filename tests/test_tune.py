@@ -1,4 +1,4 @@
-"""Tuning studies: Optuna on sqlite storage, killed and resumed; random and grid engines."""
+"""Tuning studies: Optuna on its journal file, killed and resumed; random and grid engines."""
 import json
 import os
 import re
@@ -12,6 +12,7 @@ import optuna
 import pytest
 
 import mlflow
+from opbench.engines.optuna_storage import JOURNAL_FILE, open_storage
 from opbench.tracking import read_jsonl, read_mlflow
 
 from .cli import run_cli
@@ -22,7 +23,7 @@ SMALL = "matmul:m=64,n=64,k=64"
 
 def _tune(tmp_path, tracking_uri, *extra):
     return CLI + ["tune", SMALL, "--verify-rounds", "0", "--trials", "8", "--tracking-uri", tracking_uri, "--storage",
-                  f"sqlite:///{tmp_path / 'optuna.db'}", "--study", "s", "--log", str(tmp_path / "log.jsonl"),
+                  str(tmp_path / JOURNAL_FILE), "--study", "s", "--log", str(tmp_path / "log.jsonl"),
                   "--repeat", "2", "--seed", "1", "--no-references", *extra]
 
 
@@ -45,7 +46,7 @@ def test_optuna_study_resumes_after_kill_without_lost_or_repeated_trials(tmp_pat
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"({done_before} already done)" in out.stderr
 
-    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    study = optuna.load_study(study_name="s", storage=open_storage(str(tmp_path / JOURNAL_FILE)))
     measured = [t for t in study.trials if "status" in t.user_attrs]
     assert len(measured) == 8
     assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)
@@ -136,7 +137,7 @@ def test_the_readme_python_api_script_runs_a_verified_study(tmp_path, tracking_u
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     script = readme.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     assert len(script.splitlines()) <= 16
-    script = script.replace('seed=0)', f'seed=0, storage="sqlite:///{tmp_path / "optuna.db"}")')
+    script = script.replace('seed=0)', f'seed=0, storage="{tmp_path / JOURNAL_FILE}")')
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                          env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri})
     assert out.returncode == 0, out.stderr[-3000:]

@@ -16,6 +16,7 @@ from opbench.cli import study as cli_study
 from opbench.cli._logging import log_to_stderr
 from opbench.engines.nni_engine import TUNERS
 from opbench.engines.nni_experiment import EXPERIMENT_TUNERS
+from opbench.engines.optuna_storage import STORAGE_HELP
 from opbench.engines.registry import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores, parse_thread_counts
@@ -365,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search-cores", metavar="SETS", help="also search the core set among these, e.g. '0;1;0,1'")
     p.add_argument("--batch", type=int, default=1, help="configs proposed, built in parallel, then timed, per step")
     p.add_argument("--seed", type=int)
-    p.add_argument("--storage", help="Optuna storage URL (default: sqlite in mlflow/optuna.db)")
+    p.add_argument("--storage", help=STORAGE_HELP)
     p.add_argument("--resume", action="store_true", help="continue the study instead of starting it afresh")
     p.add_argument("--no-references", action="store_true", help="skip TE-default/torch/numpy reference timings")
     p.add_argument("--verify-rounds", type=int, default=3, metavar="N",

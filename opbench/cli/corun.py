@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from opbench.engines.optuna_storage import STORAGE_HELP
 from opbench.report.progress import corun_printer, table
 
 
@@ -54,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sampler", default="tpe")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-baseline", action="store_true", help="skip tuning each operator alone")
-    p.add_argument("--storage", help="Optuna storage URL (default: sqlite next to the MLflow store)")
+    p.add_argument("--storage", help=STORAGE_HELP)
     corun_options(p, 0.3, None, best_from=False)
     p.set_defaults(func=cmd_tune_together)
     p = sub.add_parser("place", help="place operators on devices: Nash equilibrium vs optimum vs greedy")

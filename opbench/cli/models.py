@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from opbench.engines.optuna_storage import STORAGE_HELP
 from opbench.report.progress import TrialPrinter, table
 
 if TYPE_CHECKING:
@@ -118,6 +119,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sampler", default="tpe", help="Optuna sampler for --engine optuna")
     p.add_argument("--tuner", default="TPE", choices=TUNERS, help="NNI tuner for --engine nni")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--storage", help="Optuna storage URL (default: sqlite in mlflow/optuna.db)")
+    p.add_argument("--storage", help=STORAGE_HELP)
     p.set_defaults(func=cmd_tune_model, template=None, search_threads=None, search_cores=None, cores=None,
                    target="llvm", objectives="latency", warm_start=None)

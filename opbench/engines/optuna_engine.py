@@ -1,10 +1,11 @@
-"""Optuna as an engine: RDB storage, batch ask/tell, failed trials told as failed, resumable."""
+"""Optuna as an engine: journal or RDB storage, batch ask/tell, failed trials told as failed, resumable."""
 from __future__ import annotations
 
 import contextlib
 from typing import Any
 
 from opbench.engines._base import Engine, Proposal, Space, split_threads
+from opbench.engines.optuna_storage import open_storage
 from opbench.exceptions import OpBenchError
 from opbench.record import Record, is_ok
 
@@ -33,14 +34,6 @@ def _sampler(name: str, space: Space, seed: int | None) -> Any:
 OBJECTIVES = ("latency", "threads", "energy")
 
 
-def _storage(url: str) -> Any:
-    """An RDB storage; sqlite waits for the lock (several workers share one file) instead of failing."""
-    import optuna
-
-    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-
-
 class OptunaEngine(Engine):
     def __init__(self, space: Space, threads: int, study: str, storage: str, sampler: str = "tpe",
                  seed: int | None = None, resume: bool = False, initial: dict[str, Any] | None = None,
@@ -57,7 +50,7 @@ class OptunaEngine(Engine):
         self._space, self._threads = space, threads
         self._distributions: dict[str, optuna.distributions.BaseDistribution] = {
             k: optuna.distributions.CategoricalDistribution(v["_value"]) for k, v in space.items()}
-        storage = _storage(storage)
+        storage = open_storage(storage)
         if not resume:
             with contextlib.suppress(KeyError):
                 optuna.delete_study(study_name=study, storage=storage)

@@ -28,7 +28,7 @@ class EngineSpec:
     sampler: str = "tpe"  # optuna: tpe, random, cmaes, gp, nsga2, grid
     tuner: str = "TPE"  # nni: an NNI built-in tuner
     seed: int | None = None
-    storage: str | None = None  # optuna: storage URL (default sqlite in mlflow/optuna.db)
+    storage: str | None = None  # optuna: a journal file or a database URL (default: the store's journal)
     objectives: tuple[str, ...] = ("latency",)  # optuna: more than one gives a Pareto front
     warm_start: str | Path | None = None  # model: a dataset of earlier logs to train its first predictor on
 
@@ -55,8 +55,9 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
     threads = resources.threads
     if spec.name == "optuna":
         from opbench.engines.optuna_engine import OptunaEngine
+        from opbench.engines.optuna_storage import default_storage
 
-        storage = spec.storage or f"sqlite:///{store_dir() / 'optuna.db'}"
+        storage = spec.storage or default_storage(store_dir())
         return OptunaEngine(space, threads, study, storage, spec.sampler, spec.seed, resume,
                             initial=template.default_config(workload), objectives=spec.objectives)
     if spec.name == "nni":

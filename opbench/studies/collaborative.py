@@ -11,6 +11,7 @@ from pathlib import Path
 
 from opbench.engines._base import Engine, Space
 from opbench.engines.driver import run_tuning
+from opbench.engines.optuna_storage import default_storage
 from opbench.exceptions import ConfigError, OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
@@ -186,7 +187,7 @@ class TogetherSpec:
     window_s: float = 0.3
     objective: str = "makespan"
     study: str | None = None  # default: from the workloads
-    storage: str | None = None  # Optuna storage; default: sqlite next to the MLflow store
+    storage: str | None = None  # Optuna storage; default: a journal file next to the MLflow store
     sampler: str = "tpe"
     seed: int | None = 0
     baseline: bool = True
@@ -229,7 +230,7 @@ def tune_together(spec: TogetherSpec, on_record: Callable[[Record], None] | None
         state.mkdir(parents=True, exist_ok=True)
         tuning = CoTuning(measurer, workloads, [get_template(w) for w in workloads], layouts, spec.mode, spec.window_s,
                           spec.objective, tee(recorder, *filter(None, [on_record])))
-        result = compare(tuning, spec.trials, spec.storage or f"sqlite:///{state / 'optuna.db'}", study,
+        result = compare(tuning, spec.trials, spec.storage or default_storage(state), study,
                          spec.sampler, spec.seed, spec.baseline, tuple(sorted(os.sched_getaffinity(0))))
         rows, metrics = [], {}
         for label, best in (("independent + co-run", result.alone), ("collaborative", result.together)):

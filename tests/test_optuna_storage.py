@@ -1,0 +1,100 @@
+"""Optuna's storage: the journal file shared by processes, a killed writer, the dashboard, sqlite, bad URLs."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+
+from opbench.engines.journal_file import JournalFile
+from opbench.engines.optuna_storage import open_storage
+from opbench.exceptions import OpBenchError
+
+from .ports import free_port
+
+ASK_TELL = textwrap.dedent("""
+    import sys, optuna
+    from opbench.engines.optuna_storage import open_storage
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name="shared", storage=open_storage(sys.argv[1]))
+    for _ in range(15):
+        trial = study.ask({"x": optuna.distributions.IntDistribution(0, 1000)})
+        trial.set_user_attr("worker", sys.argv[2])
+        study.tell(trial, trial.params["x"])
+""")
+
+
+def test_processes_appending_at_once_leave_a_journal_every_reader_replays(tmp_path):
+    path = str(tmp_path / "optuna-journal.log")
+    optuna.create_study(study_name="shared", storage=open_storage(path))
+    workers = [subprocess.Popen([sys.executable, "-c", ASK_TELL, path, str(i)]) for i in range(3)]
+    assert [w.wait(timeout=120) for w in workers] == [0, 0, 0]
+    trials = optuna.load_study(study_name="shared", storage=open_storage(path)).trials
+    assert len(trials) == 45 and sorted(t.number for t in trials) == list(range(45))
+    assert all(t.state == optuna.trial.TrialState.COMPLETE and t.value == t.params["x"] for t in trials)
+    assert sorted(t.user_attrs["worker"] for t in trials) == sorted(["0", "1", "2"] * 15)
+
+
+def test_a_writer_killed_while_holding_the_journal_lock_does_not_block_the_next(tmp_path):
+    path = tmp_path / "optuna-journal.log"
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, time
+        f = open({str(path)!r}, "ab")
+        fcntl.flock(f, fcntl.LOCK_EX)
+        print("locked", flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    signal.alarm(10)  # Optuna's own lock file would stay for its 30 s grace period
+    try:
+        JournalFile(str(path)).append_logs([{"op_code": 0, "study_name": "after", "directions": [1]}])
+    finally:
+        signal.alarm(0)
+    assert optuna.get_all_study_names(open_storage(str(path))) == ["after"]
+
+
+def test_a_sqlite_url_gets_wal_and_unknown_schemes_are_refused(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path / 'o.db'}")
+    with storage.engine.connect() as connection:
+        assert connection.execute(sqlalchemy.text("PRAGMA journal_mode")).scalar() == "wal"
+        assert connection.execute(sqlalchemy.text("PRAGMA synchronous")).scalar() == 1  # NORMAL
+    with pytest.raises(OpBenchError, match="'redis' is not a database Optuna stores studies in"):
+        open_storage("redis://localhost:6379")
+
+
+def test_optuna_dashboard_opens_the_journal_file(tmp_path):
+    path = str(tmp_path / "optuna-journal.log")
+    study = optuna.create_study(study_name="seen", storage=open_storage(path))
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)
+    port = free_port()
+    dashboard = subprocess.Popen([str(Path(sys.executable).parent / "optuna-dashboard"), path, "--host", "127.0.0.1",
+                                  "--port", str(port), "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        summaries = _get_json(f"http://127.0.0.1:{port}/api/studies", dashboard)["study_summaries"]
+        assert [s["study_name"] for s in summaries] == ["seen"]
+        trials = _get_json(f"http://127.0.0.1:{port}/api/studies/{summaries[0]['study_id']}", dashboard)["trials"]
+        assert [t["state"] for t in trials] == ["Complete"] * 3
+    finally:
+        dashboard.kill()
+        dashboard.wait()
+
+
+def _get_json(url: str, server: subprocess.Popen, timeout_s: float = 60) -> dict:
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return json.load(response)
+        except OSError:
+            assert server.poll() is None, server.stderr.read().decode()[-2000:] if server.stderr else ""
+            assert time.time() < deadline, f"{url} did not answer within {timeout_s} s"
+            time.sleep(0.3)
