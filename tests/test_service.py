@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from opbench.engines import nni_channel
 from opbench.service.address import socket_path
 from opbench.service.client import ServiceError, measure, service
 from opbench.service.protocol import TrialRequest
@@ -128,11 +129,40 @@ class _TrialChannelStandIn(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _ChunkedJson(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for piece in (b'{"hyperParameters": ', b'["a", "b"]}'):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+        self.wfile.write(b"0\r\n\r\n")
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_trial_channel_reads_chunked_replies_and_survives_a_silent_manager():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ChunkedJson)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert nni_channel._get(f"http://127.0.0.1:{server.server_port}/api/v1/nni/trial-jobs/x", {}) == \
+            {"hyperParameters": ["a", "b"]}
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert nni_channel._get(f"http://127.0.0.1:{server.server_port}/gone", "default") == "default"
+
+
 def test_the_nni_trial_speaks_nnis_channel_without_importing_nni_tvm_torch_or_mlflow(service_dir, tracking_uri):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TrialChannelStandIn)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     script = ("import sys; from opbench.engines import nni_trial; code = nni_trial.main(sys.argv[1:]); "
-              "print('heavy', sorted(m for m in ('tvm', 'torch', 'mlflow', 'nni') if m in sys.modules)); sys.exit(code)")
+              "print('heavy', sorted(m for m in ('tvm', 'torch', 'mlflow', 'nni', 'urllib.request', 'ssl') if m in sys.modules)); "
+              "sys.exit(code)")
     env = {**os.environ, "NNI_TRIAL_COMMAND_CHANNEL": f"http://127.0.0.1:{server.server_port}/env/e1/abc",
            "NNI_EXP_ID": "exp9", "NNI_TRIAL_JOB_ID": "abc", "NNI_TRIAL_SEQ_ID": "3", "NNI_PLATFORM": "local"}
     try:
