@@ -202,6 +202,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0 if result.best else 1
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    from opbench.studies.shared import WorkerSpec
+    from opbench.studies.tune import run_worker
+
+    printer = TrialPrinter(None)
+    run_worker(WorkerSpec(args.study, args.storage, args.tracking_uri, args.log, args.any_cpu), on_record=printer)
+    print(f"this host measured {printer.count} trial(s) of study '{args.study}'; its budget is spent")
+    return 0
+
+
 def print_study(result: StudyResult) -> None:
     """The speed-up table (verified, or "not verified"), the best config, the plots and the Pareto front."""
     from opbench.report.progress import changed_knobs
@@ -373,6 +383,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-measure the best and the references in fresh processes, N alternating rounds "
                         "(0: skip; speed-ups are then printed as not verified)")
     p.set_defaults(func=cmd_tune)
+    p = sub.add_parser("worker", help="take trials of a running study on this host until its budget is spent")
+    p.add_argument("--study", required=True, help="the study `opbench tune --study NAME --storage URL` runs")
+    p.add_argument("--storage", required=True, help="the study's Optuna storage: a database URL every host reaches")
+    p.add_argument("--tracking-uri", help="MLflow server every host reaches (default: the study's)")
+    p.add_argument("--log", help="also append this host's records to a JSON-lines file")
+    p.add_argument("--any-cpu", action="store_true", help="join although this host's CPU model differs from the study's")
+    p.set_defaults(func=cmd_worker)
     p = sub.add_parser("verify", help="re-measure a study's best config and references in fresh processes")
     p.add_argument("study", help="MLflow experiment of the study")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (each schedule once per round)")

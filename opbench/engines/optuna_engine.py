@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
+import warnings
 from typing import Any
 
 from opbench.engines._base import Engine, Proposal, Space, split_threads
-from opbench.engines.optuna_storage import open_storage
+from opbench.engines.optuna_storage import HEARTBEAT_S, is_url, open_storage
 from opbench.exceptions import OpBenchError
 from opbench.record import Record, is_ok
 
@@ -35,12 +38,22 @@ OBJECTIVES = ("latency", "threads", "energy")
 
 
 class OptunaEngine(Engine):
+    """Optuna's ask/tell over a study in a journal file or a database.
+
+    With a ``budget``, the study's measured trials are counted across every process and host that
+    shares it: ``ask`` stops proposing once ``budget`` trials are measured or being measured, and
+    waits while another's trial may still fail (a silent host's trial is failed after
+    ``STALE_AFTER_S`` and queued again) rather than leave it to nobody. On a database this process
+    records a heartbeat for its trials in flight.
+    """
+
     def __init__(self, space: Space, threads: int, study: str, storage: str, sampler: str = "tpe",
                  seed: int | None = None, resume: bool = False, initial: dict[str, Any] | None = None,
-                 objectives: tuple[str, ...] = ("latency",)) -> None:
+                 objectives: tuple[str, ...] = ("latency",), budget: int | None = None) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # group=, heartbeats
         unknown = [o for o in objectives if o not in OBJECTIVES]
         if unknown or not objectives or objectives[0] != "latency":
             raise OpBenchError(f"objectives must start with latency and be among {', '.join(OBJECTIVES)}; "
@@ -50,7 +63,7 @@ class OptunaEngine(Engine):
         self._space, self._threads = space, threads
         self._distributions: dict[str, optuna.distributions.BaseDistribution] = {
             k: optuna.distributions.CategoricalDistribution(v["_value"]) for k, v in space.items()}
-        storage = open_storage(storage)
+        storage_url, storage = storage, open_storage(storage)
         if not resume:
             with contextlib.suppress(KeyError):
                 optuna.delete_study(study_name=study, storage=storage)
@@ -58,6 +71,9 @@ class OptunaEngine(Engine):
                                          directions=["minimize"] * len(objectives), load_if_exists=True)
         if initial is not None and not self.study.trials:  # start a fresh study from the template default
             self.study.enqueue_trial({k: v for k, v in initial.items() if k in space})
+        self.budget = budget
+        self._in_flight: set[int] = set()  # trial ids asked here and not yet told
+        self._heartbeat = Heartbeat(storage, self._in_flight) if is_url(storage_url) and budget is not None else None
 
     def recover(self, recorded: dict[str, Record]) -> list[Record]:
         """Settle trials a killed process left RUNNING: tell those whose record was written (keyed by
@@ -85,12 +101,41 @@ class OptunaEngine(Engine):
         return sum(1 for t in self.study.get_trials(deepcopy=False, states=finished) if "status" in t.user_attrs)
 
     def ask(self, n: int) -> list[Proposal]:
-        out = []
-        for _ in range(n):
+        out: list[Proposal] = []
+        while len(out) < n and self._budget_left():
             trial = self.study.ask(self._distributions)
+            self._in_flight.add(trial._trial_id)
+            if self._heartbeat:
+                self._heartbeat.beat(trial._trial_id)
             config, threads = split_threads(trial.params, self._threads)
-            out.append(Proposal(config, threads, trial))
+            proposal = Proposal(config, threads, trial)
+            if self.budget is not None and self._taken_before(trial.number) >= self.budget:
+                self.reject(proposal, "over the study's budget: another worker took the last trial")  # a race lost
+                continue
+            out.append(proposal)
         return out
+
+    def _budget_left(self, poll_s: float = 1.0) -> bool:
+        """Whether a trial may be asked: fewer than ``budget`` measured or in flight; while others'
+        trials fill the budget, wait for them to be told, or failed as stale (then asked again)."""
+        import optuna
+
+        while self.budget is not None:
+            if self._heartbeat:
+                optuna.storages.fail_stale_trials(self.study)
+            trials = self.study.get_trials(deepcopy=False)
+            running = [t for t in trials if _in_flight(t)]
+            if sum("status" in t.user_attrs for t in trials) + len(running) < self.budget:
+                return True
+            if all(t._trial_id in self._in_flight for t in running):
+                return False
+            time.sleep(poll_s)
+        return True
+
+    def _taken_before(self, number: int) -> int:
+        """Trials numbered before ``number`` that are measured or in flight (rejected ones are not)."""
+        return sum(1 for t in self.study.get_trials(deepcopy=False)
+                   if t.number < number and ("status" in t.user_attrs or _in_flight(t)))
 
     def reject(self, proposal: Proposal, reason: str) -> None:
         """Fail the trial with a ``rejected`` attribute (no ``status``: not a measured trial, not counted)."""
@@ -98,6 +143,11 @@ class OptunaEngine(Engine):
 
         proposal.handle.set_user_attr("rejected", reason[:300])
         self.study.tell(proposal.handle, state=optuna.trial.TrialState.FAIL)
+        self._in_flight.discard(proposal.handle._trial_id)
+
+    def close(self) -> None:
+        if self._heartbeat:
+            self._heartbeat.stop()
 
     def tell(self, proposal: Proposal, record: Record) -> None:
         import optuna
@@ -113,7 +163,39 @@ class OptunaEngine(Engine):
             error = record.get("error", "") if not is_ok(record) else f"objective(s) not measured: {missing}"
             trial.set_user_attr("error", error[:500])
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self._in_flight.discard(trial._trial_id)
 
     def pareto_trial_ids(self) -> set[str]:
         """OpBench trial ids of the study's Pareto-optimal trials (the best one when single-objective)."""
         return {t.user_attrs["trial_id"] for t in self.study.best_trials if "trial_id" in t.user_attrs}
+
+
+def _in_flight(trial: Any) -> bool:
+    """Asked, not yet told, and not turned away."""
+    import optuna
+
+    return trial.state == optuna.trial.TrialState.RUNNING and "rejected" not in trial.user_attrs
+
+
+class Heartbeat:
+    """Records a heartbeat for each trial in ``trial_ids`` every ``HEARTBEAT_S`` (in a thread), so the
+    study's other workers fail a trial only when its process or host is gone."""
+
+    def __init__(self, storage: Any, trial_ids: set[int]) -> None:
+        self._storage, self._trial_ids = storage, trial_ids
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="opbench-optuna-heartbeat", daemon=True)
+        self._thread.start()
+
+    def beat(self, trial_id: int) -> None:
+        with contextlib.suppress(Exception):  # a trial told meanwhile, or the database away: the next beat goes on
+            self._storage.record_heartbeat(trial_id)
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(HEARTBEAT_S):
+            for trial_id in list(self._trial_ids):
+                self.beat(trial_id)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()

@@ -19,7 +19,11 @@ JOURNAL_FILE = "optuna-journal.log"
 STORAGE_HELP = ("Optuna storage: a journal file, or a database URL (sqlite:///f.db, postgresql://...); "
                 "default: optuna-journal.log beside the MLflow store")
 DATABASES = ("sqlite", "postgresql", "mysql")  # SQLAlchemy dialects Optuna's RDB storage supports
-SQLITE_BUSY_TIMEOUT_S = 60  # several workers share one sqlite file: wait for its lock rather than fail
+SQLITE_BUSY_TIMEOUT_S = 60
+# A database study may be shared by worker hosts: each records a heartbeat for the trials it measures,
+# and a trial whose host went silent this long is failed and queued again (at most twice) by the others.
+HEARTBEAT_S = 5
+STALE_AFTER_S = 30  # several workers share one sqlite file: wait for its lock rather than fail
 
 
 def default_storage(directory: Path) -> str:
@@ -30,6 +34,11 @@ def default_storage(directory: Path) -> str:
 def is_url(storage: str) -> bool:
     """A database URL (``scheme://...``) rather than a journal file's path."""
     return "://" in storage
+
+
+def is_host_local(storage: str) -> bool:
+    """A journal file or a sqlite database: one host's processes may share it, other hosts may not."""
+    return not is_url(storage) or storage.startswith("sqlite")
 
 
 def open_storage(storage: str) -> Any:
@@ -43,7 +52,9 @@ def open_storage(storage: str) -> Any:
                                f"({', '.join(DATABASES)}); give a URL of one, or a journal file's path")
         sqlite = storage.startswith("sqlite")
         kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} if sqlite else {}
-        rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs)
+        rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S,
+                                         grace_period=STALE_AFTER_S,
+                                         failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=2))
         if sqlite and ":memory:" not in storage:  # an in-memory database lives only in its first connection
             _tune_sqlite(rdb)
         return rdb

@@ -50,8 +50,9 @@ class EngineSpec:
 
 
 def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: Template, resources: Resources,
-                  study: str, resume: bool = False) -> Engine:
-    """An ask/tell engine over ``space`` (a thread count in the space overrides ``resources.threads``)."""
+                  study: str, resume: bool = False, budget: int | None = None) -> Engine:
+    """An ask/tell engine over ``space`` (a thread count in the space overrides ``resources.threads``);
+    an Optuna study given a ``budget`` stops at that many measured trials, whoever measures them."""
     threads = resources.threads
     if spec.name == "optuna":
         from opbench.engines.optuna_engine import OptunaEngine
@@ -59,7 +60,7 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
 
         storage = spec.storage or default_storage(store_dir())
         return OptunaEngine(space, threads, study, storage, spec.sampler, spec.seed, resume,
-                            initial=template.default_config(workload), objectives=spec.objectives)
+                            initial=template.default_config(workload), objectives=spec.objectives, budget=budget)
     if spec.name == "nni":
         from opbench.engines.nni_engine import NniEngine
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from opbench.engines._base import Engine, Space
 from opbench.engines.driver import CORES_KNOB, ENGINE_TRIAL_TAG, measure_references, run_tuning
+from opbench.engines.optuna_engine import OptunaEngine
 from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
@@ -27,6 +28,7 @@ from opbench.measure.types import MeasureOptions
 from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, speedup, tee
 from opbench.report.plots import latency_vs_threads, tuning_curve
 from opbench.space import get_template
+from opbench.studies.shared import WorkerSpec, joined_spec, publish
 from opbench.studies.verify import Verification, verify
 from opbench.tracking import Recorder, read_jsonl_records, read_mlflow_records
 from opbench.tracking.mlflow_store import study_dir
@@ -123,9 +125,10 @@ def search_space(spec: TuneSpec, workload: Workload) -> Space:
     return space
 
 
-def make_engine(spec: TuneSpec, workload: Workload, study: str, resume: bool) -> Engine:
+def make_engine(spec: TuneSpec, workload: Workload, study: str, resume: bool, budget: int | None = None) -> Engine:
     template = get_template(workload, spec.template, spec.resources.target)
-    return create_engine(spec.engine, search_space(spec, workload), workload, template, spec.resources, study, resume)
+    return create_engine(spec.engine, search_space(spec, workload), workload, template, spec.resources, study, resume,
+                         budget)
 
 
 def recorded_engine_trials(study: str, uri: str | None, parent_run_id: str | None = None) -> dict[str, Record]:
@@ -168,7 +171,8 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
     # builds of one batch run in parallel, two at most (this host has few cores for compiling beside timing)
     measure = dataclasses.replace(spec.measure, build_workers=max(spec.measure.build_workers, min(spec.batch, 2)))
     loop_engine = spec.engine.name in LOOP_ENGINES
-    engine = None if loop_engine else make_engine(spec, workload, study, spec.resume)
+    # The budget is the study's, whoever measures: worker hosts (opbench worker) may take trials of it too.
+    engine = None if loop_engine else make_engine(spec, workload, study, spec.resume, budget=spec.trials)
     earlier = recorded_engine_trials(study, spec.tracking_uri) if spec.resume else {}
     # A kill between the JSON-lines log and MLflow (written in the background) leaves records in the log only.
     backfill = {k: r for k, r in logged_engine_trials(study, spec.log).items() if k not in earlier} if spec.resume else {}
@@ -183,6 +187,8 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
                      background_lock=HostLock(measure.lock_path)) as recorder:
         for record in backfill.values():
             recorder.mlflow.write(record)
+        if isinstance(engine, OptunaEngine):
+            publish(engine.study, spec.to_json(), recorder.mlflow.parent_run_id)
         measurer.warm_up(spec.resources)
         sink = tee(recorder, *filter(None, [on_record]))
         refs = measure_references(measurer, workload, spec.resources, recorder) if spec.references else {}
@@ -197,6 +203,7 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
         else:
             assert engine is not None
             records = run_tuning(engine, workload, todo, measurer, sink, spec.resources, spec.template, spec.batch)
+            records += joined_hosts_records(recorder, [*earlier.values(), *records])
         result = StudyResult(study, recorder.mlflow.uri,
                              sorted([*earlier.values(), *records], key=lambda r: r.get("finished_at", 0.0)), refs,
                              rejected=engine.rejected if engine else 0)
@@ -207,10 +214,12 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
     return result
 
 
-def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0) -> None:
-    """A worker of a multi-process study: ``spec.trials`` more trials of the existing Optuna study."""
+def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0, budget: int | None = None,
+               on_record: OnRecord | None = None) -> None:
+    """A worker of a multi-process study: ``spec.trials`` more trials of the existing Optuna study, or
+    with a ``budget``, trials until the study has that many, whoever measured them."""
     workload = parse_workload(spec.workload)
-    engine = make_engine(spec, workload, spec.study_name, True)
+    engine = make_engine(spec, workload, spec.study_name, True, budget)
     with Measurer(spec.measure) as measurer, \
             Recorder(spec.study_name, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label},
                      parent_run_id=parent_run_id, background_lock=HostLock(spec.measure.lock_path)) as recorder:
@@ -218,10 +227,27 @@ def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0) -> Non
 
         def sink(record: Record) -> None:
             recorder(record)
+            if on_record:
+                on_record(record)
             log.info("[worker %d] %s %s ms", worker_index, record["status"], record.get("latency_ms"))
 
         run_tuning(engine, workload, spec.trials, measurer, sink, spec.resources, spec.template, spec.batch)
     engine.close()
+
+
+def joined_hosts_records(recorder: Recorder, known: list[Record]) -> list[Record]:
+    """The study's records that other processes (``opbench worker`` on other hosts) logged to its parent run."""
+    recorder.mlflow.flush()
+    seen = {r["trial_id"] for r in known}
+    return [r for r in recorded_engine_trials(recorder.study, recorder.mlflow.uri, recorder.mlflow.parent_run_id).values()
+            if r["trial_id"] not in seen]
+
+
+def run_worker(worker: WorkerSpec, on_record: OnRecord | None = None) -> None:
+    """``opbench worker``: this host takes trials of a running study until its budget is spent."""
+    spec_json, parent_run_id = joined_spec(worker)
+    spec = TuneSpec.from_json(spec_json)
+    join_study(spec, parent_run_id, budget=spec.trials, on_record=on_record)
 
 
 def _verify(spec: TuneSpec, measurer: Measurer, records: list[Record], recorder: Recorder) -> Verification | None:
