@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint install cross clean
+.PHONY: demo test test-fast lint install cross postgres clean
 
 # uv installs in half a minute what pip takes four for. It reads no pip.conf, so the folder of local
 # wheels pip is configured with (this machine's CPU build of torch) is handed to it. Unlike pip it
@@ -32,11 +32,18 @@ cross:
 			gcc-arm-linux-gnueabihf gcc-aarch64-linux-gnu libc6-dev-armhf-cross libc6-dev-arm64-cross; \
 	fi
 
+# PostgreSQL (server binaries) for shared studies and their tests, from Debian; skipped when present.
+# The tests start a private cluster of their own (initdb in a temporary folder).
+postgres:
+	@if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql; \
+	fi
+
 # The cross-builds are part of the suite: OPBENCH_REQUIRE_CROSS turns their skip into a failure.
 # Two workers take tests one by one (tests sharing an expensive module fixture, or nnictl, are grouped:
 # xdist_group); the files with the longest tests go first so that neither worker is left with one at the end.
 SLOWEST_FIRST := tests/test_nnictl.py tests/test_models.py tests/test_engines.py tests/test_remote.py tests/test_data.py
-test: lint cross
+test: lint cross postgres
 	OPBENCH_REQUIRE_CROSS=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup $(SLOWEST_FIRST) tests
 
 # ruff (pyflakes, pycodestyle, import order, bugbear, ...) and mypy, as configured in pyproject.toml.

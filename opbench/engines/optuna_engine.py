@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 import warnings
@@ -12,6 +13,7 @@ from opbench.engines.optuna_storage import HEARTBEAT_S, is_url, open_storage
 from opbench.exceptions import OpBenchError
 from opbench.record import Record, is_ok
 
+_HOST = socket.gethostname()  # on each asked trial: which host measures it
 SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2", "grid")
 
 
@@ -105,6 +107,7 @@ class OptunaEngine(Engine):
         while len(out) < n and self._budget_left():
             trial = self.study.ask(self._distributions)
             self._in_flight.add(trial._trial_id)
+            trial.set_user_attr("host", _HOST)
             if self._heartbeat:
                 self._heartbeat.beat(trial._trial_id)
             config, threads = split_threads(trial.params, self._threads)

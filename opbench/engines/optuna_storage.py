@@ -10,6 +10,7 @@ such as the dashboard read while a study writes.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,8 @@ DATABASES = ("sqlite", "postgresql", "mysql")  # SQLAlchemy dialects Optuna's RD
 SQLITE_BUSY_TIMEOUT_S = 60
 # A database study may be shared by worker hosts: each records a heartbeat for the trials it measures,
 # and a trial whose host went silent this long is failed and queued again (at most twice) by the others.
-HEARTBEAT_S = 5
-STALE_AFTER_S = 30  # several workers share one sqlite file: wait for its lock rather than fail
+STALE_AFTER_S = int(os.environ.get("OPBENCH_STALE_AFTER_S", "30"))
+HEARTBEAT_S = max(1, STALE_AFTER_S // 6)  # several workers share one sqlite file: wait for its lock rather than fail
 
 
 def default_storage(directory: Path) -> str:
@@ -52,9 +53,14 @@ def open_storage(storage: str) -> Any:
                                f"({', '.join(DATABASES)}); give a URL of one, or a journal file's path")
         sqlite = storage.startswith("sqlite")
         kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} if sqlite else {}
-        rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S,
-                                         grace_period=STALE_AFTER_S,
-                                         failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=2))
+        import sqlalchemy.exc
+
+        try:
+            rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S,
+                                             grace_period=STALE_AFTER_S,
+                                             heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2))
+        except sqlalchemy.exc.OperationalError as exc:
+            raise OpBenchError(f"Optuna storage {storage} cannot be reached: {str(exc.orig).strip().splitlines()[0]}") from None
         if sqlite and ":memory:" not in storage:  # an in-memory database lives only in its first connection
             _tune_sqlite(rdb)
         return rdb

@@ -220,9 +220,12 @@ def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0, budget
     with a ``budget``, trials until the study has that many, whoever measured them."""
     workload = parse_workload(spec.workload)
     engine = make_engine(spec, workload, spec.study_name, True, budget)
+    # A host that joined a shared study writes each record to MLflow before telling Optuna: killed, it
+    # leaves no trial that Optuna counts and MLflow lacks (no other host can backfill from its log).
+    writer_lock = None if budget is not None else HostLock(spec.measure.lock_path)
     with Measurer(spec.measure) as measurer, \
             Recorder(spec.study_name, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label},
-                     parent_run_id=parent_run_id, background_lock=HostLock(spec.measure.lock_path)) as recorder:
+                     parent_run_id=parent_run_id, background_lock=writer_lock) as recorder:
         measurer.warm_up(spec.resources)
 
         def sink(record: Record) -> None:

@@ -6,6 +6,7 @@ import fcntl
 import json
 import math
 import os
+import tempfile
 import time
 import urllib.parse
 from pathlib import Path
@@ -93,16 +94,14 @@ def _split(record: Record) -> tuple[list[Any], list[Any], dict[str, str], dict[s
     return params, metrics, tags, features
 
 
-def _read_features(artifact_uri: str) -> dict[str, float]:
-    """The feat.* columns a run keeps in its artifact (read in place when the artifact store is local)."""
-    local = urllib.parse.urlparse(artifact_uri)
+def _read_features(client: Any, run: Any) -> dict[str, float]:
+    """The feat.* columns a run keeps in its artifact (read in place when the artifact store is local,
+    else through the tracking server)."""
+    local = urllib.parse.urlparse(run.info.artifact_uri)
     if local.scheme in ("", "file"):
-        text = (Path(urllib.parse.unquote(local.path)) / FEATURES_FILE).read_text()
-    else:
-        import mlflow.artifacts
-
-        text = mlflow.artifacts.load_text(f"{artifact_uri.rstrip('/')}/{FEATURES_FILE}")
-    return json.loads(text)
+        return json.loads((Path(urllib.parse.unquote(local.path)) / FEATURES_FILE).read_text())
+    with tempfile.TemporaryDirectory() as scratch:
+        return json.loads(Path(client.download_artifacts(run.info.run_id, FEATURES_FILE, scratch)).read_text())
 
 
 def nni_parent_run(study: str, tracking_uri: str | None, nni_experiment: str) -> str:
@@ -242,7 +241,7 @@ def read_mlflow_records(experiments: list[str], tracking_uri: str | None = None,
             data = {**run.data.params, **run.data.metrics,
                     **{k: v for k, v in run.data.tags.items() if not k.startswith(("mlflow.", "opbench."))}}
             if FEATURES_TAG in run.data.tags:
-                data.update(_read_features(run.info.artifact_uri))
+                data.update(_read_features(client, run))
             rows.append({k: from_mlflow_value(k, v) for k, v in data.items()})
         token = page.token
         if not token:

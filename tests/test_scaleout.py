@@ -1,0 +1,128 @@
+"""Studies shared by hosts: PostgreSQL for Optuna, an MLflow server, `opbench worker` on other hosts
+(network namespaces), one of them killed mid-trial; and the refusals that keep a study sound."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+
+from opbench.engines.optuna_storage import open_storage
+from opbench.studies.shared import HOSTS_ATTR, SPEC_ATTR, publish
+from opbench.tracking import read_jsonl, read_mlflow
+
+from .cli import run_cli
+from .ports import free_port
+from .scaleout import MlflowServer, Network, Postgres
+
+CLI = [sys.executable, "-m", "opbench.cli"]
+SMALL = "matmul:m=64,n=64,k=64"
+TRIALS = 12
+
+
+@pytest.fixture(scope="module")
+def lan(tmp_path_factory):
+    """Three hosts on a private bridge; PostgreSQL and an MLflow server (its runs in PostgreSQL) on it."""
+    network = Network(["host-a", "host-b", "host-c"])
+    cluster = server = None
+    try:
+        cluster = Postgres(network.server)
+        server = MlflowServer(cluster.url("mlflow"), network.server, tmp_path_factory.mktemp("lan") / "artifacts")
+        yield network, cluster, server
+    finally:
+        if server:
+            server.stop()
+        if cluster:
+            cluster.close()
+        network.close()
+
+
+def _wait(condition, what: str, timeout_s: float, *procs: subprocess.Popen):
+    deadline = time.time() + timeout_s
+    while not (found := condition()):
+        for proc in procs:
+            assert proc.poll() is None, f"{what}: {proc.args[-1]} exited ({proc.returncode}): {_tail(proc)}"
+        assert time.time() < deadline, f"{what}: not within {timeout_s} s"
+        time.sleep(0.3)
+    return found
+
+
+def _tail(proc: subprocess.Popen) -> str:
+    return open(proc.args[-1]).read()[-3000:]
+
+
+def _study(storage):
+    try:
+        return optuna.load_study(study_name="lan", storage=storage)
+    except KeyError:
+        return None
+
+
+def test_three_hosts_share_a_study_and_a_killed_one_loses_nothing(lan, tmp_path):
+    network, cluster, server = lan
+    url = cluster.url("optuna")
+    storage = open_storage(url)
+    env = {**os.environ, "OPBENCH_STALE_AFTER_S": "6"}  # a silent host's trial is retried after 6 s, not 30
+
+    def start(host: str, argv: list[str]) -> subprocess.Popen:
+        """The command on ``host``, its output in a file (named last in ``args``, for messages)."""
+        log = tmp_path / f"{host}.out"
+        with open(log, "w") as out:
+            proc = subprocess.Popen(network.on(host, CLI + argv + ["--log", str(tmp_path / f"{host}.jsonl")]), env=env,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc.args = [*proc.args, str(log)]
+        return proc
+
+    tune = start("host-a", ["tune", SMALL, "--study", "lan", "--storage", url, "--tracking-uri", server.uri,
+                            "--trials", str(TRIALS), "--no-references", "--verify-rounds", "0", "--repeat", "2",
+                            "--seed", "3"])
+    _wait(lambda: (s := _study(storage)) is not None and SPEC_ATTR in s.user_attrs, "study published", 180, tune)
+    workers = {host: start(host, ["worker", "--study", "lan", "--storage", url]) for host in ("host-b", "host-c")}
+    running = optuna.trial.TrialState.RUNNING
+    _wait(lambda: any(t.state == running and t.user_attrs.get("host") == "host-c" for t in _study(storage).trials),
+          "a trial in flight on host-c", 180, tune, *workers.values())
+    os.killpg(workers["host-c"].pid, signal.SIGKILL)  # the host, its kernel workers and all
+    for proc in (tune, workers["host-b"]):
+        assert proc.wait(timeout=300) == 0, _tail(proc)
+
+    study = _study(storage)
+    measured = [t for t in study.trials if "status" in t.user_attrs]
+    assert len(measured) == TRIALS and not [t for t in study.trials if t.state == running]
+    stale = [t for t in study.trials if t.user_attrs.get("host") == "host-c" and "status" not in t.user_attrs
+             and "rejected" not in t.user_attrs]
+    assert stale and all(t.state == optuna.trial.TrialState.FAIL for t in stale)  # failed, and queued again:
+    retried = [t for t in measured if t.system_attrs.get("failed_trial") in {s.number for s in stale}]
+    assert retried and {t.user_attrs["host"] for t in retried} <= {"host-a", "host-b"}
+    assert set(study.user_attrs[HOSTS_ATTR]) == {"host-a", "host-b", "host-c"}
+
+    trials = read_mlflow(["lan"], server.uri)
+    trials = trials[trials["engine_trial"].notna()]
+    assert len(trials) == TRIALS and trials["engine_trial"].astype(str).is_unique  # no trial counted twice
+    assert set(trials["trial_id"]) == {t.user_attrs["trial_id"] for t in measured}
+    assert {"host-a", "host-b"} <= set(trials["host"]) <= {"host-a", "host-b", "host-c"}  # each host's facts
+    logged = {r for host in ("host-a", "host-b", "host-c") if (tmp_path / f"{host}.jsonl").exists()
+              for r in read_jsonl(tmp_path / f"{host}.jsonl")["trial_id"]}
+    assert set(trials["trial_id"]) <= logged and len(logged - set(trials["trial_id"])) <= 1  # the killed trial's, at most
+    runs = trials.sort_values("finished_at")  # timed runs never overlap, whichever host (one timing lock here)
+    starts, ends = (runs["finished_at"] - runs["run_s"]).tolist(), runs["finished_at"].tolist()
+    assert all(start >= end - 0.05 for start, end in zip(starts[1:], ends[:-1]))
+
+
+def test_an_unreachable_database_is_named_and_refused_with_exit_2(tracking_uri):
+    url = f"postgresql+psycopg2://opbench@127.0.0.1:{free_port()}/optuna"
+    out = run_cli("tune", SMALL, "--trials", "1", "--storage", url, "--tracking-uri", tracking_uri)
+    assert out.returncode == 2 and f"Optuna storage {url} cannot be reached" in out.stderr
+
+
+def test_a_study_in_a_journal_file_is_refused_to_a_second_host(tmp_path):
+    journal = str(tmp_path / "optuna-journal.log")
+    study = optuna.create_study(study_name="lan", storage=open_storage(journal))
+    publish(study, json.dumps({"tracking_uri": None, "engine": {"seed": 0}}), "run0")
+    study.set_user_attr(HOSTS_ATTR, ["another-host"])
+    out = run_cli("worker", "--study", "lan", "--storage", journal)
+    assert out.returncode == 2 and "only one host's processes can share" in out.stderr and "PostgreSQL" in out.stderr
+    missing = run_cli("worker", "--study", "nope", "--storage", journal)
+    assert missing.returncode == 2 and "no study 'nope'" in missing.stderr
