@@ -6,6 +6,7 @@ import pytest
 
 import mlflow
 from opbench.cli import main
+from opbench.engines.optuna_storage import JOURNAL_FILE, open_storage
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.corun import CoRunSpec
@@ -110,7 +111,7 @@ def test_tune_together_compares_collaborative_with_independent_tuning(tmp_path, 
     assert len(collaborative) == 3 and len(independent) == 2  # the winners co-run in both layouts
     trials = read_mlflow(["tog"], tracking_uri)
     assert len(trials[(trials["approach"] == "independent") & trials["corun_id"].isna()]) == 6  # 3 per op alone
-    storage = f"sqlite:///{tmp_path / 'optuna' / 'tog' / 'optuna.db'}"
+    storage = open_storage(str(tmp_path / "optuna" / "tog" / JOURNAL_FILE))  # the default: a journal beside the store
     joint = optuna.load_study(study_name="tog-joint", storage=storage)
     done = [t for t in joint.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == 3 and {"0.i_split", "1.inner_split", "layout"} <= set(done[0].params)

@@ -9,7 +9,7 @@ import warnings
 from typing import Any
 
 from opbench.engines._base import Engine, Proposal, Space, split_threads
-from opbench.engines.optuna_storage import HEARTBEAT_S, is_url, open_storage
+from opbench.engines.optuna_storage import HEARTBEAT_S, open_storage
 from opbench.exceptions import OpBenchError
 from opbench.record import Record, is_ok
 
@@ -56,6 +56,7 @@ class OptunaEngine(Engine):
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # group=, heartbeats
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
         unknown = [o for o in objectives if o not in OBJECTIVES]
         if unknown or not objectives or objectives[0] != "latency":
             raise OpBenchError(f"objectives must start with latency and be among {', '.join(OBJECTIVES)}; "
@@ -65,7 +66,7 @@ class OptunaEngine(Engine):
         self._space, self._threads = space, threads
         self._distributions: dict[str, optuna.distributions.BaseDistribution] = {
             k: optuna.distributions.CategoricalDistribution(v["_value"]) for k, v in space.items()}
-        storage_url, storage = storage, open_storage(storage)
+        storage = open_storage(storage)
         if not resume:
             with contextlib.suppress(KeyError):
                 optuna.delete_study(study_name=study, storage=storage)
@@ -75,7 +76,8 @@ class OptunaEngine(Engine):
             self.study.enqueue_trial({k: v for k, v in initial.items() if k in space})
         self.budget = budget
         self._in_flight: set[int] = set()  # trial ids asked here and not yet told
-        self._heartbeat = Heartbeat(storage, self._in_flight) if is_url(storage_url) and budget is not None else None
+        beats = getattr(storage, "get_heartbeat_interval", lambda: None)()  # a database server's storage (shared by hosts)
+        self._heartbeat = Heartbeat(storage, self._in_flight) if beats and budget is not None else None
 
     def recover(self, recorded: dict[str, Record]) -> list[Record]:
         """Settle trials a killed process left RUNNING: tell those whose record was written (keyed by

@@ -55,10 +55,11 @@ def open_storage(storage: str) -> Any:
         kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} if sqlite else {}
         import sqlalchemy.exc
 
+        # A database server may be shared by hosts: heartbeats let the others retry a dead host's trials.
+        shared = {} if sqlite else {"heartbeat_interval": HEARTBEAT_S, "grace_period": STALE_AFTER_S,
+                                    "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(2)}
         try:
-            rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S,
-                                             grace_period=STALE_AFTER_S,
-                                             heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2))
+            rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs, **shared)
         except sqlalchemy.exc.OperationalError as exc:
             raise OpBenchError(f"Optuna storage {storage} cannot be reached: {str(exc.orig).strip().splitlines()[0]}") from None
         if sqlite and ":memory:" not in storage:  # an in-memory database lives only in its first connection
