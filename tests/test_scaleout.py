@@ -21,7 +21,7 @@ from .scaleout import MlflowServer, Network, Postgres
 
 CLI = [sys.executable, "-m", "opbench.cli"]
 SMALL = "matmul:m=64,n=64,k=64"
-TRIALS = 16
+TRIALS = 10
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
     network, cluster, server = lan
     url = cluster.url("optuna")
     storage = open_storage(url)
-    env = {**os.environ, "OPBENCH_STALE_AFTER_S": "6"}  # a silent host's trial is retried after 6 s, not 30
+    env = {**os.environ, "OPBENCH_STALE_AFTER_S": "3"}  # a silent host's trial is retried after 3 s, not 30
 
     def start(host: str, argv: list[str]) -> subprocess.Popen:
         """The command on ``host``, its output in a file (named last in ``args``, for messages)."""
