@@ -9,6 +9,7 @@ import sys
 import time
 
 import optuna
+import pandas as pd
 import pytest
 
 from opbench.engines.optuna_storage import open_storage
@@ -87,7 +88,7 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
           "a trial in flight on host-c", 180, tune, *workers.values())
     os.killpg(workers["host-c"].pid, signal.SIGKILL)  # the host, its kernel workers and all
     server.stop()  # the MLflow server restarts mid-study: the hosts' writes wait for it (MLflow's client retries)
-    time.sleep(2)
+    time.sleep(1)
     server.start()
     for proc in (tune, workers["host-b"]):
         assert proc.wait(timeout=300) == 0, _tail(proc)
@@ -110,6 +111,13 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
     logged = {r for host in ("host-a", "host-b", "host-c") if (tmp_path / f"{host}.jsonl").exists()
               for r in read_jsonl(tmp_path / f"{host}.jsonl")["trial_id"]}
     assert set(trials["trial_id"]) <= logged and len(logged - set(trials["trial_id"])) <= 1  # the killed trial's, at most
+    exported = tmp_path / "host-b.csv"  # a dataset of one host's records, read back from the server
+    out = run_cli("dataset", "export", "--experiment", "lan", "--tracking-uri", server.uri, "--host", "host-b",
+                  "--status", "ok", "--out", str(exported))
+    assert out.returncode == 0, out.stderr[-2000:]
+    dataset = pd.read_csv(exported)
+    assert len(dataset) == ((trials["host"] == "host-b") & (trials["status"] == "ok")).sum() > 0
+    assert dataset["feat.ms000"].notna().all()  # the features, from each run's artifact on the server
     runs = trials.sort_values("finished_at")  # timed runs never overlap, whichever host (one timing lock here)
     starts, ends = (runs["finished_at"] - runs["run_s"]).tolist(), runs["finished_at"].tolist()
     assert all(start >= end - 0.05 for start, end in zip(starts[1:], ends[:-1]))

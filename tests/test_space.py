@@ -150,8 +150,8 @@ KINDS = {  # a small workload per template kind, with an epilogue or a producer 
 }
 
 
-def weighted_configs(workload, n, critical_knobs=CRITICAL, seed=0):
-    """``n`` configs: every combination of the critical knobs in turn, the other knobs at random."""
+def weighted_configs(workload, n, critical_knobs=CRITICAL, seed=0, first=0):
+    """``n`` configs: every combination of the critical knobs in turn (from the ``first``), the other knobs at random."""
     template = get_template(workload)
     knobs = {k.name: k.choices for k in template.knobs(workload)}
     critical = [name for name in critical_knobs if name in knobs] or [next(iter(knobs))]
@@ -161,7 +161,7 @@ def weighted_configs(workload, n, critical_knobs=CRITICAL, seed=0):
     out = []
     for index in range(n):
         config = {name: rng.choice(choices) for name, choices in knobs.items()}
-        config.update({c: knobs[c][i] for c, i in combos[index % len(combos)].items()})
+        config.update({c: knobs[c][i] for c, i in combos[(first + index) % len(combos)].items()})
         out.append(config)
     return out
 
@@ -172,9 +172,10 @@ def test_every_point_builds_a_correct_kernel(measurer, kind):
     specs = []
     for i, name in enumerate(KINDS[kind]):
         w = parse_workload(name)
-        total = BUILT_PER_KIND if kind == "tiled" else BUILT_PER_KIND // 2  # tiled: every critical combination
+        total = BUILT_PER_KIND if kind == "tiled" else BUILT_PER_KIND // 2  # tiled: every critical combination ...
         count = total // len(KINDS[kind]) + (i < total % len(KINDS[kind]))
-        specs += [TrialSpec(w, config, Resources(1 + index % 2)) for index, config in enumerate(weighted_configs(w, count))]
+        configs = weighted_configs(w, count, first=len(specs))  # ... across its workloads, each taking the next ones
+        specs += [TrialSpec(w, config, Resources(1 + index % 2)) for index, config in enumerate(configs)]
     records = measurer.measure_batch(specs)
     statuses = {r["status"] for r in records}
     wrong = [(r["workload"], {k: v for k, v in r.items() if k.startswith("knob.")}) for r in records if r["status"] != "ok"]
