@@ -38,7 +38,7 @@ def _model_ops(model, tracking_uri, study):
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("model", ["resnet-50@tiny", "onnx", "lstm@tiny"])  # bert-base@tiny: the tune-model test extracts it
+@pytest.mark.parametrize("model", ["small-cnn@tiny", "onnx", "lstm@tiny"])  # bert-base@tiny: the tune-model test extracts it
 def test_model_ops_extracts_fused_operators_whose_shares_add_up(model, tmp_path, tracking_uri):
     name = str(make_onnx(tmp_path / "mlp.onnx")) if model == "onnx" else model
     out = _model_ops(name, tracking_uri, "mo")
@@ -53,7 +53,7 @@ def test_model_ops_extracts_fused_operators_whose_shares_add_up(model, tmp_path,
     key = frame[frame["key_op"] == "True"]
     assert key["share"].sum() >= 0.9 > key["share"].sum() - key["share"].min()  # the fewest covering 90%
     assert (frame.loc[frame["op"].isin(["matmul", "conv2d", "dense", "batch_matmul"]), "flops"] > 0).all()
-    anchor = {"resnet-50@tiny": "conv2d", "onnx": "matmul", "lstm@tiny": "matmul"}
+    anchor = {"small-cnn@tiny": "conv2d", "onnx": "matmul", "lstm@tiny": "matmul"}
     assert anchor[model] in set(key["op"])  # the model's heavy operator is a key one
 
 
