@@ -56,4 +56,4 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not full" tests
 
 clean:
-	rm -rf $(VENV) mlflow/mlflow.db mlflow/artifacts
+	rm -rf $(VENV) mlflow/mlflow.db mlflow/artifacts mlflow/optuna-journal.log
