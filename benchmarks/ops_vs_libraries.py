@@ -56,8 +56,8 @@ def main() -> None:
             workload = parse_workload(name)
             refs = measure_references(measurer, workload, resources, lambda r: None)
             template = get_template(workload)
-            engine = OptunaEngine(template.search_space(workload), args.threads, name, storage,
-                                  seed=0, initial=template.default_config(workload))
+            engine = OptunaEngine(template.search_space(workload), args.threads, name, storage, seed=0,
+                                  initial=template.default_config(workload), budget=args.trials)  # as tune runs it
             with Recorder(f"bench-{name}", tracking, background_lock=HostLock(measurer.options.lock_path)) as recorder:
                 started = time.perf_counter()
                 records = run_tuning(engine, workload, args.trials, measurer, recorder, resources)

@@ -203,7 +203,8 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
         else:
             assert engine is not None
             records = run_tuning(engine, workload, todo, measurer, sink, spec.resources, spec.template, spec.batch)
-            records += joined_hosts_records(recorder, [*earlier.values(), *records])
+            if engine.done > len(earlier) + len(records):  # other hosts (opbench worker) measured some of its trials
+                records += joined_hosts_records(recorder, [*earlier.values(), *records])
         result = StudyResult(study, recorder.mlflow.uri,
                              sorted([*earlier.values(), *records], key=lambda r: r.get("finished_at", 0.0)), refs,
                              rejected=engine.rejected if engine else 0)
