@@ -47,7 +47,7 @@ def test_measure_matmul_512_json(tracking_uri, tmp_path):
 
 
 def test_sweep_leaves_one_mlflow_run_per_trial(tracking_uri):
-    out = run_cli("sweep", "conv2d:n=1,c=8,h=14,w=14,k=8,r=3,s=3,pad=1", "--grid", "x_split=7x1x2,7x2x1",
+    out = run_cli("sweep", "conv2d:n=1,c=8,h=14,w=14,k=8,r=3,s=3,pad=1", "--template", "conv2d", "--grid", "x_split=7x1x2,7x2x1",
                   "pad_at=inline,outer", "--config", "{\"cache_write\": \"global\"}", "--threads", "1,2",
                   "--tracking-uri", tracking_uri, "--study", "sw", "--repeat", "2")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -64,4 +64,4 @@ def test_ops_and_space_list_the_catalogue(capsys):
     out = capsys.readouterr().out
     assert "bert-base-ffn1" in out and "depthwise_conv2d" in out
     assert main(["space", "resnet50-c2"]) == 0
-    assert "pad_at" in capsys.readouterr().out
+    assert "ic_block" in capsys.readouterr().out  # convolutions on CPUs: the packed template

@@ -27,10 +27,15 @@ ODD_SHAPES = [  # a prime extent, a 1-sized dim, 7x7 outputs, stride 2 with padd
 SAMPLES = int(os.environ.get("OPBENCH_SPACE_SAMPLES", "50"))
 
 
+PACKED = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_nchwc"}
+
+
 def spaces():
     for name in [*PRESETS, *ODD_SHAPES]:
         w = parse_workload(name)
         yield pytest.param(w, get_template(w), id=f"{name}-cpu")
+        if w.op.name in PACKED:  # the CPU default is the packed template; the tiled one is the op's own
+            yield pytest.param(w, get_template(w, w.op.name), id=f"{name}-tiled")
         if f"cuda_{w.op.name}" in TEMPLATES:
             yield pytest.param(w, get_template(w, target="cuda"), id=f"{name}-cuda")
 
@@ -65,7 +70,8 @@ def test_tiles_are_the_factorizations_of_odd_extents():
     assert knobs["k_inner"] == (1, 3, 43)  # 129 itself is above the R1 cap of 128
     assert all(math.prod(map(int, v.split("x"))) == 100 for v in knobs["i_split"])
     conv = parse_workload("resnet50-c5")  # 7x7 output: a tile of 8 is not offered
-    assert set(next(k for k in get_template(conv).knobs(conv) if k.name == "x_split").choices) == {"7x1x1", "1x7x1", "1x1x7"}
+    assert set(next(k for k in get_template(conv, "conv2d").knobs(conv) if k.name == "x_split").choices) == {"7x1x1", "1x7x1", "1x1x7"}
+    assert next(k for k in get_template(conv).knobs(conv) if k.name == "ow_block").choices == (1, 7)  # packed: the same rule
 
 
 def test_consumer_placements_inside_the_reduction_are_not_in_the_space():
@@ -78,8 +84,8 @@ def test_consumer_placements_inside_the_reduction_are_not_in_the_space():
 
 def test_padding_knob_only_where_there_is_padding():
     padded, unpadded = parse_workload("resnet50-c2"), parse_workload("conv2d:n=1,c=8,h=8,w=8,k=8,r=1,s=1,pad=0")
-    assert "pad_at" in get_template(padded).search_space(padded)
-    assert "pad_at" not in get_template(unpadded).search_space(unpadded)
+    assert "pad_at" in get_template(padded, "conv2d").search_space(padded)
+    assert "pad_at" not in get_template(unpadded, "conv2d").search_space(unpadded)
 
 
 def test_config_features_are_tile_sizes_comparable_across_workloads():
@@ -150,9 +156,10 @@ KINDS = {  # a small workload per template kind, with an epilogue or a producer 
 }
 
 
-def weighted_configs(workload, n, critical_knobs=CRITICAL, seed=0, first=0):
-    """``n`` configs: every combination of the critical knobs in turn (from the ``first``), the other knobs at random."""
-    template = get_template(workload)
+def weighted_configs(workload, n, critical_knobs=CRITICAL, seed=0, first=0, template=None):
+    """``n`` configs of ``template`` (the op's own by default): every combination of the critical knobs in turn
+    (from the ``first``), the other knobs at random."""
+    template = template or get_template(workload, workload.op.name)
     knobs = {k.name: k.choices for k in template.knobs(workload)}
     critical = [name for name in critical_knobs if name in knobs] or [next(iter(knobs))]
     combos = [dict(zip(critical, values)) for values in np.array(np.meshgrid(*[range(len(knobs[c])) for c in critical]))
@@ -175,8 +182,30 @@ def test_every_point_builds_a_correct_kernel(measurer, kind):
         total = BUILT_PER_KIND if kind == "tiled" else BUILT_PER_KIND // 2  # tiled: every critical combination ...
         count = total // len(KINDS[kind]) + (i < total % len(KINDS[kind]))
         configs = weighted_configs(w, count, first=len(specs))  # ... across its workloads, each taking the next ones
-        specs += [TrialSpec(w, config, Resources(1 + index % 2)) for index, config in enumerate(configs)]
+        specs += [TrialSpec(w, config, Resources(1 + index % 2), w.op.name) for index, config in enumerate(configs)]
     records = measurer.measure_batch(specs)
     statuses = {r["status"] for r in records}
     wrong = [(r["workload"], {k: v for k, v in r.items() if k.startswith("knob.")}) for r in records if r["status"] != "ok"]
     assert statuses == {"ok"}, wrong[:3]
+
+
+# Packed (NCHW[x]c) templates on odd shapes: stride 2 with padding, 7x7 outputs, channel counts the
+# 16-wide default block does not divide (24, 40, 3), a prime width; the default and tuned points.
+PACKED_ODD = ["conv2d:n=1,c=24,h=13,w=13,k=40,r=3,s=3,stride=2,pad=1", "conv2d:n=1,c=3,h=9,w=9,k=8,r=3,s=3",
+              "conv2d:n=1,c=16,h=7,w=7,k=24,r=3,s=3,pad=1", "depthwise_conv2d:n=1,c=40,h=7,w=7,r=3,s=3,pad=1",
+              "depthwise_conv2d:n=1,c=24,h=15,w=15,r=5,s=5,stride=2,pad=2"]
+PACKED_CRITICAL = ("packed_output", "reduce_order", "unroll_window")
+
+
+@pytest.mark.slow
+def test_packed_templates_build_correct_kernels_on_odd_shapes(measurer):
+    specs = []
+    for name in PACKED_ODD:
+        w = parse_workload(name)
+        template = get_template(w)
+        configs = [{}, *weighted_configs(w, 3, PACKED_CRITICAL, first=len(specs), template=template)]
+        specs += [TrialSpec(w, config, Resources(1 + index % 2), template.name) for index, config in enumerate(configs)]
+    records = measurer.measure_batch(specs)
+    wrong = [(r["workload"], r["error"], {k: v for k, v in r.items() if k.startswith("knob.")}) for r in records if r["status"] != "ok"]
+    assert not wrong, wrong[:3]
+    assert {r["knob.layout_transform"] for r in records} == {"in_op"}  # where the packing runs is in the record

@@ -98,7 +98,7 @@ def test_built_in_spaces_never_reject_and_the_guard_still_catches_foreign_points
     from opbench.workloads import parse_workload
 
     workload = parse_workload("conv2d:n=1,c=16,h=15,w=15,k=24,r=3,s=3,stride=2,pad=1")  # 8x8 out, odd extents
-    template = get_template(workload)
+    template = get_template(workload, "conv2d")
     engine = RandomEngine(template.search_space(workload), 1, seed=0)
     assert len(valid_proposals(engine, workload, template, 200)) == 200 and engine.rejected == 0
 

@@ -318,7 +318,8 @@ def _add_measure_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", help="OP:key=value,... or a preset (see `opbench ops`)")
     p.add_argument("--config", help="knob values as a JSON object")
     p.add_argument("--config-file", help="file holding the config JSON")
-    p.add_argument("--template", help="schedule template (default: the op's own; te_default = unscheduled)")
+    p.add_argument("--template", help="schedule template (default: the op's own; convolutions on CPUs: the packed "
+                                      "*_nchwc; te_default = unscheduled)")
     p.add_argument("--cores", help="pin to these cores, e.g. 0,1 or 0-3")
     p.add_argument("--target", default="llvm",
                    help="llvm (host CPU), cuda, 'cuda -arch=sm_XX', or a board preset (see `opbench targets`)")

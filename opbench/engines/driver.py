@@ -20,12 +20,12 @@ CORES_KNOB = "cores"  # pseudo-knob of a space that searches core sets
 
 
 def measure_references(measurer: Measurer, workload: Workload, resources: Resources,
-                       on_record: Callable[[Record], None]) -> dict[str, Record]:
-    """TVM's TE default schedule, the template's default config, PyTorch and numpy (where they
-    implement the op), with the same threads."""
+                       on_record: Callable[[Record], None], template: str | None = None) -> dict[str, Record]:
+    """TVM's TE default schedule, the default config of ``template`` (the op's default when None),
+    PyTorch and numpy (where they implement the op), with the same threads."""
     refs = {} if is_gpu(resources.target) else {  # unscheduled TE has no thread binding: it cannot run on a GPU
         "te_default": measurer.measure(TrialSpec(workload, {}, resources, "te_default"))}
-    refs["template_default"] = measurer.measure(TrialSpec(workload, {}, resources))
+    refs["template_default"] = measurer.measure(TrialSpec(workload, {}, resources, template))
     local = not resources.remote  # library baselines run on this host only
     if workload.op.torch_baseline and local:
         refs["torch"] = measurer.measure_library(workload, "torch", resources)

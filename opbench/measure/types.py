@@ -138,7 +138,7 @@ class TrialSpec:
     workload: Workload
     config: Config = field(default_factory=dict, hash=False)
     resources: Resources = Resources()
-    template: str | None = None  # None: the op's own template
+    template: str | None = None  # None: the op's default template (opbench.space.get_template)
     tags: dict[str, str] = field(default_factory=dict, hash=False)  # stamped on the record (engine ids)
 
 

@@ -66,7 +66,7 @@ class MeasurementService:
         tags = {"nni.experiment_id": request.nni_experiment, "nni.trial_id": request.nni_trial, **request.tags}
         engine_tags = {**tags, ENGINE_TRIAL_TAG: str(request.nni_sequence)} if request.nni_experiment else tags
         if request.references:
-            measure_references(measurer, workload, resources, lambda r: recorder({**r, **tags}))
+            measure_references(measurer, workload, resources, lambda r: recorder({**r, **tags}), request.template)
         record = measurer.measure(TrialSpec(workload, request.config, resources, request.template, tags=engine_tags))
         recorder(record)
         return TrialReply(record)

@@ -7,6 +7,7 @@ from opbench.exceptions import WorkloadError
 from opbench.space._base import Config, Knob, Template
 from opbench.space.fused import FusedTemplate
 from opbench.space.gpu import GPU_TEMPLATES
+from opbench.space.packed import PackedConvTemplate
 from opbench.space.prescheduled import IRFileTemplate
 from opbench.space.rowwise import NoScheduleTemplate, RowwiseTemplate
 from opbench.space.tiled import TiledTemplate
@@ -24,6 +25,8 @@ TEMPLATES: dict[str, Template] = {
         TiledTemplate("conv2d", tiled=("f", "y", "x"), reduce_tiled=("rc",), **_WINDOW),
         TiledTemplate("depthwise_conv2d", tiled=("c", "y", "x"), **_WINDOW),
         TiledTemplate("pool2d", tiled=("c", "y", "x"), **_WINDOW),
+        PackedConvTemplate("conv2d_nchwc", op="conv2d"),
+        PackedConvTemplate("depthwise_conv2d_nchwc", op="depthwise_conv2d", depthwise=True),
         RowwiseTemplate("softmax"),
         RowwiseTemplate("layer_norm"),
         RowwiseTemplate("add_relu", fuse_all=True),
@@ -34,11 +37,14 @@ TEMPLATES: dict[str, Template] = {
     )
 }
 GENERIC_TEMPLATES = ("te_default", "metaschedule")
+# An op's template on CPUs where it is not the one named after the op: packed convolutions beat the
+# tiled NCHW ones (which stay available as ``--template conv2d`` / ``depthwise_conv2d``).
+CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_nchwc"}
 
 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:
-    """The template for ``workload``: its op's own for ``target`` (``cuda_<op>`` on GPUs) unless
-    ``name`` picks another that applies."""
+    """The template for ``workload``: its op's default for ``target`` (``cuda_<op>`` on GPUs,
+    :data:`CPU_DEFAULTS` or the op's own on CPUs) unless ``name`` picks another that applies."""
     from opbench.hardware.targets import is_gpu
 
     if name is None and is_gpu(target):
@@ -46,7 +52,7 @@ def get_template(workload: Workload, name: str | None = None, target: str = "llv
         if name not in TEMPLATES:
             gpu_ops = ", ".join(t.op for t in GPU_TEMPLATES)
             raise WorkloadError(f"no CUDA template for operator '{workload.op.name}' (CUDA templates: {gpu_ops})")
-    name = name or workload.op.name
+    name = name or CPU_DEFAULTS.get(workload.op.name, workload.op.name)
     if name not in TEMPLATES:
         raise WorkloadError(f"unknown template '{name}'; templates: {', '.join(TEMPLATES)}")
     if getattr(TEMPLATES[name], "op", name) != workload.op.name and name not in GENERIC_TEMPLATES:

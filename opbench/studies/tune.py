@@ -46,7 +46,7 @@ class TuneSpec:
     trials: int = 64
     engine: EngineSpec = EngineSpec()
     resources: Resources = Resources()
-    template: str | None = None  # None: the op's own
+    template: str | None = None  # None: the op's default (opbench.space.get_template)
     study: str | None = None  # MLflow experiment (default tune-<workload>-<engine>)
     search_threads: tuple[int, ...] = ()  # also search the thread count among these
     search_cores: tuple[str, ...] = ()  # also search the core set among these ("0", "0,1", ...)
@@ -191,7 +191,8 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
             publish(engine.study, spec.to_json(), recorder.mlflow.parent_run_id)
         measurer.warm_up(spec.resources)
         sink = tee(recorder, *filter(None, [on_record]))
-        refs = measure_references(measurer, workload, spec.resources, recorder) if spec.references else {}
+        refs = (measure_references(measurer, workload, spec.resources, recorder, spec.template)
+                if spec.references else {})
         todo = spec.trials - done
         if loop_engine:
             owner = create_loop_engine(spec.engine, study_dir(spec.engine.name, study, spec.tracking_uri))

@@ -1,0 +1,177 @@
+"""Packed-layout (NCHW[x]c) convolution templates for CPUs, after TVM's x86 ``conv2d_NCHWc``.
+
+The operator keeps its NCHW signature; the template packs inside it, so a standalone operator
+counts every layout transform it needs (the record says so: ``layout_transform=in_op``)::
+
+    data   NCHW  -> (N, C/ic, H+2p, W+2p, ic)   padding done by the packing copy
+    weight OIHW  -> (O/oc, I/ic, R, S, ic, oc)   depthwise: CRS -> (C/c, R, S, c)
+    conv   n | oc_outer | y_outer | x_outer | reduction | y_inner | x_inner | oc_inner (vectorised)
+
+The accumulator is a register tile of ``oh_block x ow_block x oc_block`` values in the packed
+order, written back to NCHW once its reduction is done. Block sizes are divisors of their extents,
+so every point of the space applies; channel counts the vector width does not divide (3, 24, 40)
+take the divisors they have.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from opbench.space._base import Config, Knob, Template, divisors
+from opbench.space.tiled import PAD_STAGE, UNROLL_STEPS
+from opbench.workloads import Workload
+
+if TYPE_CHECKING:
+    from tvm.s_tir import Schedule
+
+CHANNEL_BLOCK_CAP = 64
+OW_BLOCK_CAP = 16
+OH_BLOCK_CAP = 4
+VECTOR_FLOATS = 8  # fp32 lanes of one AVX2 register: the default output-channel block
+ACCUMULATOR_REGISTERS = 8  # vector registers the default register tile may take (of 16 on AVX2)
+# where the input-channel loop sits in the reduction: outer chunk (c), window (rs), inner chunk (c)
+REDUCE_ORDERS = ("c_rs_c", "rs_c_c", "c_c_rs")
+LAYOUT_TRANSFORM = "in_op"  # activations and weights are packed inside the operator (counted)
+
+
+def _largest(extent: int, cap: int) -> int:
+    return divisors(extent, cap)[-1]
+
+
+@dataclass(frozen=True)
+class PackedConvTemplate(Template):
+    name: str
+    op: str  # conv2d or depthwise_conv2d
+    depthwise: bool = False
+
+    def _extents(self, workload: Workload) -> dict[str, int]:
+        p = workload.params
+        _, _, oh, ow = workload.op.output_shape(p)
+        return {"c": p["c"], "k": p["c"] if self.depthwise else p["k"], "oh": oh, "ow": ow}
+
+    def knobs(self, workload: Workload) -> list[Knob]:
+        ext = self._extents(workload)
+        channels = "c" if self.depthwise else "oc"
+        knobs = [Knob(f"{channels}_block", divisors(ext["k"], CHANNEL_BLOCK_CAP),
+                      f"{'channel' if self.depthwise else 'output-channel'} block of the packed layout "
+                      f"({ext['k']} channels; the vectorised loop)")]
+        knobs.append(Knob("packed_output", (0, 1), "1: the accumulator goes to a packed output that a copy "
+                                                   "unpacks; 0: it is written to NCHW directly"))
+        if not self.depthwise:
+            knobs.append(Knob("ic_block", divisors(ext["c"], CHANNEL_BLOCK_CAP),
+                              f"input-channel block of the packed layout ({ext['c']} channels)"))
+            knobs.append(Knob("reduce_order", REDUCE_ORDERS, "reduction loop order: input-channel chunks (c) "
+                                                             "outside/inside the window (rs)"))
+        knobs += [
+            Knob("ow_block", divisors(ext["ow"], OW_BLOCK_CAP), f"register tile along the output width ({ext['ow']})"),
+            Knob("oh_block", divisors(ext["oh"], OH_BLOCK_CAP), f"register tile along the output height ({ext['oh']})"),
+            Knob("unroll_window", (0, 1), "unroll the kernel window loops"),
+            Knob("parallel", (0, 1, 2, 3), "how many outer loops (batch, channel blocks, output rows) are fused "
+                                           "and parallelised"),
+            Knob("unroll_max_step", UNROLL_STEPS, "pragma_auto_unroll_max_step on the outer loop"),
+            Knob("layout_transform", (LAYOUT_TRANSFORM,), "where activations and weights are packed and the output "
+                                                          "unpacked: inside the operator, timed with it"),
+        ]
+        return knobs
+
+    def default_config(self, workload: Workload) -> Config:
+        ext = self._extents(workload)
+        tiles = []  # (register tile size, block, width tile) for the two widest channel blocks
+        for cap in (2 * VECTOR_FLOATS, VECTOR_FLOATS):
+            block = _largest(ext["k"], cap)
+            width = _largest(ext["ow"], max(1, ACCUMULATOR_REGISTERS * VECTOR_FLOATS // block))
+            tiles.append((block * width, block, width))
+        _, block, width = max(tiles)
+        config: Config = {f"{'c' if self.depthwise else 'oc'}_block": block, "packed_output": 1}
+        if not self.depthwise:
+            config.update(ic_block=_largest(ext["c"], 2 * VECTOR_FLOATS), reduce_order="c_rs_c")
+        config.update(ow_block=width, oh_block=1, unroll_window=0,
+                      parallel=3, unroll_max_step=16, layout_transform=LAYOUT_TRANSFORM)
+        return config
+
+    def parameter_vocabulary(self) -> dict[str, tuple | None]:
+        vocab: dict[str, tuple | None] = dict.fromkeys(
+            ("c_block", "oc_block", "ic_block", "ow_block", "oh_block", "unroll_window", "parallel", "unroll_max_step",
+             "packed_output"))
+        vocab.update(reduce_order=REDUCE_ORDERS, layout_transform=(LAYOUT_TRANSFORM,))
+        return vocab
+
+    def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
+        ob = config["c_block" if self.depthwise else "oc_block"]
+        ib = ob if self.depthwise else config["ic_block"]
+        conv = sch.get_sblock(workload.op.anchor)
+        data_pack = sch.cache_read(conv, 0, "global")
+        weight_pack = sch.cache_read(conv, 1, "global")
+        sch.transform_layout(conv, ("read", 0), lambda n, c, h, w: (n, c // ib, h, w, c % ib))
+        if self.depthwise:
+            sch.transform_layout(conv, ("read", 1), lambda c, r, s: (c // ob, r, s, c % ob))
+        else:
+            sch.transform_layout(conv, ("read", 1), lambda o, i, r, s: (o // ob, i // ib, r, s, i % ib, o % ob))
+        if workload.params["pad"]:
+            sch.compute_inline(sch.get_sblock(PAD_STAGE))
+
+        loops = sch.get_loops(conv)
+        n, f, y, x = loops[:4]
+        fo, fi = sch.split(f, [None, ob])
+        yo, yi = sch.split(y, [None, config["oh_block"]])
+        xo, xi = sch.split(x, [None, config["ow_block"]])
+        if self.depthwise:
+            window = list(loops[4:])
+            reduction = window
+        else:
+            rc, *window = loops[4:]
+            rco, rci = sch.split(rc, [None, ib])
+            reduction = {"c_rs_c": [rco, *window, rci], "rs_c_c": [*window, rco, rci],
+                         "c_c_rs": [rco, rci, *window]}[config["reduce_order"]]
+        sch.reorder(n, fo, yo, xo, *reduction, yi, xi, fi)
+
+        packed = lambda n, k, y, x: (n, k // ob, y, x, k % ob)
+        unpack = sch.cache_write(conv, 0, "global") if config["packed_output"] else None
+        if unpack is not None:
+            sch.transform_layout(conv, ("write", 0), packed)
+        accumulator = sch.cache_write(conv, 0, "local")  # takes the packed layout of what it writes
+        if not config["packed_output"]:
+            sch.transform_layout(conv, ("write", 0), packed)
+        sch.reverse_compute_at(accumulator, xo)
+
+        if config["parallel"]:
+            outer = [n, fo, yo][: config["parallel"]]
+            sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+        if config["unroll_max_step"]:
+            sch.annotate(sch.get_loops(conv)[0], "pragma_auto_unroll_max_step", config["unroll_max_step"])
+        if config["unroll_window"]:
+            for loop in window:
+                sch.unroll(loop)
+        sch.unroll(xi)
+        sch.unroll(yi)
+        if ob > 1:
+            sch.vectorize(fi)
+        init = sch.decompose_reduction(conv, reduction[0])
+        if ob > 1:
+            sch.vectorize(sch.get_loops(init)[-1])
+            if unpack is not None:
+                sch.vectorize(sch.get_loops(accumulator)[-1])
+        # packing copies run in the packed order: stores contiguous, the channel block vectorised
+        self._pack_schedule(sch, data_pack, {1: ib}, (0, 1, 3, 4, 2), parallel=3)
+        if self.depthwise:
+            self._pack_schedule(sch, weight_pack, {0: ob}, (0, 2, 3, 1), parallel=1)
+        else:
+            self._pack_schedule(sch, weight_pack, {0: ob, 1: ib}, (0, 2, 4, 5, 3, 1), parallel=2)
+        if unpack is not None:
+            loops = sch.get_loops(unpack)
+            sch.parallel(sch.fuse(*loops[:3]))
+            sch.vectorize(loops[-1])
+
+    @staticmethod
+    def _pack_schedule(sch: Schedule, stage: Any, blocks: dict[int, int], order: tuple[int, ...], parallel: int) -> None:
+        """Split the copy's source loops into (outer, block) at ``blocks`` (loop index: block), visit
+        the pieces in ``order`` (the packed layout's), fuse and parallelise the first ``parallel``
+        and vectorise the innermost."""
+        pieces: list = []
+        for index, loop in enumerate(sch.get_loops(stage)):
+            pieces.extend(sch.split(loop, [None, blocks[index]]) if index in blocks else [loop])
+        loops = [pieces[i] for i in order]
+        sch.reorder(*loops)
+        sch.parallel(sch.fuse(*loops[:parallel]))
+        if int(sch.get(loops[-1]).extent) > 1:
+            sch.vectorize(loops[-1])
