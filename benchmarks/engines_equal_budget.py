@@ -2,11 +2,13 @@
 
 For matmul-512, resnet50-c2 and bert-base-ffn1 (same threads, same measurer, same MLflow store):
 Optuna TPE, NNI's TPE tuner (in-process), uniform random and MetaSchedule each get the same number
-of trials. Per engine: best latency (median of repeats), GFLOP/s, trials until within 10% of its own
-best, wall time of the whole search (MetaSchedule's search and cost model included), best / torch
-and best / MetaSchedule's best. One tuning-curve PNG per workload (best so far vs trial).
+of trials; MetaSchedule also gets ``--anchor-multiple`` times as many (a stronger anchor: "our 64
+against their 512", measured in the same run). Per engine: best latency (median of repeats),
+GFLOP/s, trials until within 10% of its own best, wall time of the whole search (MetaSchedule's
+search and cost model included), best / torch and best / MetaSchedule's best at both budgets. One
+tuning-curve PNG per workload (best so far vs trial).
 
-    .venv/bin/python benchmarks/engines_equal_budget.py [--trials 64] [--threads 2] [--out DIR]
+    .venv/bin/python benchmarks/engines_equal_budget.py [--trials 64] [--anchor-multiple 8] [--threads 2] [--out DIR]
 """
 from __future__ import annotations
 
@@ -37,12 +39,17 @@ SPECS = {"optuna-tpe": EngineSpec("optuna", "tpe"), "nni-tpe": EngineSpec("nni",
          "metaschedule": EngineSpec("metaschedule")}
 
 
+def anchor_name(multiple: int, trials: int) -> str:
+    return f"metaschedule-{multiple * trials}"
+
+
 def tune(engine: str, name: str, trials: int, measurer: Measurer, sink, resources: Resources, scratch: Path, seed: int):
     """``trials`` trials of one engine from the registry (every engine but MetaSchedule starts from the template default)."""
     workload = parse_workload(name)
     spec = dataclasses.replace(SPECS[engine], seed=seed, storage=f"sqlite:///{scratch}/optuna.db")
-    if engine in LOOP_ENGINES:
-        return create_loop_engine(spec, scratch / f"ms-{name}").run(workload, trials, measurer, sink, resources)
+    if spec.name in LOOP_ENGINES:
+        work_dir = scratch / f"ms-{name}-{trials}"  # one MetaSchedule database per budget
+        return create_loop_engine(spec, work_dir).run(workload, trials, measurer, sink, resources)
     template = get_template(workload)
     proposer = create_engine(spec, template.search_space(workload), workload, template, resources, f"{name}-{engine}")
     return run_tuning(proposer, workload, trials, measurer, sink, resources, batch=2)
@@ -71,6 +78,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--anchor-multiple", type=int, default=8, help="MetaSchedule also runs this many times the "
+                                                                        "trials (0: not)")
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     parser.add_argument("--out", default=None, help="folder for the PNGs (default: a temporary folder)")
     args = parser.parse_args()
@@ -78,6 +87,11 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="opbench-engines-"))
     out = Path(args.out) if args.out else scratch
     tracking = f"sqlite:///{scratch}/mlflow.db"
+    anchor = anchor_name(args.anchor_multiple, args.trials)
+    budgets = {engine: args.trials for engine in SPECS}
+    if args.anchor_multiple:
+        SPECS[anchor] = SPECS["metaschedule"]
+        budgets[anchor] = args.anchor_multiple * args.trials
     rows = []
     with Measurer(MeasureOptions(build_workers=2)) as measurer:
         measurer.warm_up(resources)
@@ -86,28 +100,30 @@ def main() -> None:
             with Recorder(f"engines-{name}", tracking) as recorder:
                 refs = measure_references(measurer, workload, resources, recorder)
                 series, summaries = {}, []
-                for engine in SPECS:
-                    printer = TrialPrinter(args.trials)
-                    print(f"--- {name}: {engine}, {args.trials} trials", flush=True)
+                for engine, trials in budgets.items():
+                    printer = TrialPrinter(trials)
+                    print(f"--- {name}: {engine}, {trials} trials", flush=True)
                     started = time.perf_counter()
                     sink = lambda r, e=engine, p=printer: (r.update(engine=e), recorder(r), p(r))
-                    series[engine] = tune(engine, name, args.trials, measurer, sink, resources, scratch, args.seed)
+                    series[engine] = tune(engine, name, trials, measurer, sink, resources, scratch, args.seed)
                     wall = time.perf_counter() - started
                     summaries.append(dataclasses.replace(summarize_engine(engine, series[engine], refs), wall_s=wall))
                 plot = engine_curves(series, refs, f"{name}: {args.trials} trials per engine", out / f"{name}.png")
                 recorder.mlflow.log_artifact(plot, "plots")
             verified = verify_bests(measurer, series, refs, recorder)
             rows += [(name, s.engine, s.ok, s.best_ms, s.best_gflops, s.trials_to_10pct, s.wall_s,
-                      _ratio(verified, s.engine, "torch"), _ratio(verified, s.engine, "metaschedule"))
+                      _ratio(verified, s.engine, "torch"), _ratio(verified, s.engine, "metaschedule"),
+                      _ratio(verified, s.engine, anchor))
                      for s in summaries]
             torch = verified.schedules["torch"].latency
             rows.append((name, "torch", "-", torch.median if torch else "not verified", "-", "-", "-", "1.0",
-                         _ratio(verified, "torch", "metaschedule")))
+                         _ratio(verified, "torch", "metaschedule"), _ratio(verified, "torch", anchor)))
     host = host_facts()
-    print(f"\nhost: {host.cpu_model}, {args.threads} threads, {args.trials} trials per engine; "
-          f"ratios are verified latency ratios (< 1: faster), median of 3 fresh-process rounds (min-max)")
+    print(f"\nhost: {host.cpu_model}, {args.threads} threads, {args.trials} trials per engine ({anchor}: "
+          f"{budgets.get(anchor, 0)}); ratios are verified latency ratios (< 1: faster), median of 3 fresh-process "
+          f"rounds (min-max)")
     print(table(rows, ["workload", "engine", "ok", "best_ms", "GFLOP/s", "trials_to_10%", "wall_s",
-                       "x torch", "x metaschedule"]))
+                       "x torch", "x metaschedule", f"x {anchor}"]))
     print(f"\nplots: {out}/*.png; records: MLflow {tracking}")
 
 
