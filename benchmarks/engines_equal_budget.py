@@ -88,7 +88,7 @@ def main() -> None:
     out = Path(args.out) if args.out else scratch
     tracking = f"sqlite:///{scratch}/mlflow.db"
     anchor = anchor_name(args.anchor_multiple, args.trials)
-    budgets = {engine: args.trials for engine in SPECS}
+    budgets = dict.fromkeys(SPECS, args.trials)
     if args.anchor_multiple:
         SPECS[anchor] = SPECS["metaschedule"]
         budgets[anchor] = args.anchor_multiple * args.trials
