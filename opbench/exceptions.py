@@ -1,13 +1,15 @@
 """Every error OpBench raises on bad input, in one place.
 
 Each names the offending thing (operator, key, knob, file) so a user can fix the input without
-reading a traceback. The CLI turns any :class:`OpBenchError` into exit code 2.
+reading a traceback. The CLI turns any :class:`OpBenchError` into its ``exit_code``: 2 (bad input) unless it says otherwise.
 """
 from __future__ import annotations
 
 
 class OpBenchError(Exception):
     """Base class of all user-facing OpBench errors."""
+
+    exit_code = 2
 
 
 class WorkloadError(OpBenchError, ValueError):
@@ -28,3 +30,9 @@ class SearchSpaceError(OpBenchError, ValueError):
 
 class ResourceError(OpBenchError, ValueError):
     """Threads, core sets or targets that this host cannot provide."""
+
+
+class StorageUnavailable(OpBenchError):
+    """A study's database went away mid-study for longer than OpBench waits for it (not bad input)."""
+
+    exit_code = 1

@@ -87,11 +87,15 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
     _wait(lambda: any(t.state == running and t.user_attrs.get("host") == "host-c" for t in _study(storage).trials),
           "a trial in flight on host-c", 180, tune, *workers.values())
     os.killpg(workers["host-c"].pid, signal.SIGKILL)  # the host, its kernel workers and all
-    server.stop()  # the MLflow server restarts mid-study: the hosts' writes wait for it (MLflow's client retries)
+    cluster.stop()  # PostgreSQL restarts mid-study: the hosts' storage calls are retried until it is back
+    time.sleep(2)
+    cluster.start()
+    server.stop()  # and the MLflow server: the hosts' writes wait for it (MLflow's client retries)
     time.sleep(1)
     server.start()
     for proc in (tune, workers["host-b"]):
         assert proc.wait(timeout=300) == 0, _tail(proc)
+    assert any("unreachable" in open(proc.args[-1]).read() for proc in (tune, workers["host-b"]))  # met, and ridden
 
     study = _study(storage)
     measured = [t for t in study.trials if "status" in t.user_attrs]
@@ -121,6 +125,47 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
     runs = trials.sort_values("finished_at")  # timed runs never overlap, whichever host (one timing lock here)
     starts, ends = (runs["finished_at"] - runs["run_s"]).tolist(), runs["finished_at"].tolist()
     assert all(start >= end - 0.05 for start, end in zip(starts[1:], ends[:-1]))
+
+
+def test_a_database_away_longer_than_the_bound_stops_the_study_clearly_and_loses_nothing(tmp_path, tracking_uri):
+    cluster = Postgres("127.0.0.1")
+    try:
+        url, log = cluster.url("optuna"), tmp_path / "trials.jsonl"
+        argv = [*CLI, "tune", SMALL, "--trials", "500", "--storage", url, "--tracking-uri", tracking_uri, "--log", str(log),
+                "--study", "away", "--no-references", "--verify-rounds", "0", "--repeat", "2"]
+        with open(tmp_path / "out", "w") as out:
+            proc = subprocess.Popen(argv, env={**os.environ, "OPBENCH_STORAGE_OUTAGE_S": "3"}, stdout=out,
+                                    stderr=subprocess.STDOUT)
+        deadline = time.time() + 180
+        while not (log.exists() and len(log.read_text().splitlines()) >= 2):
+            assert proc.poll() is None and time.time() < deadline, (tmp_path / "out").read_text()[-3000:]
+            time.sleep(0.3)
+        cluster.stop()
+        assert proc.wait(timeout=120) == 1
+    finally:
+        cluster.close()
+    output = (tmp_path / "out").read_text()
+    assert f"Optuna storage {url} unreachable for 3 s" in output and "Traceback" not in output
+    logged = read_jsonl(log)
+    assert set(logged["trial_id"]) <= set(read_mlflow(["away"], tracking_uri)["trial_id"])  # every measured trial kept
+
+
+def test_a_trial_orphaned_before_its_first_heartbeat_is_failed_and_asked_again(monkeypatch):
+    from opbench.engines import optuna_engine
+
+    monkeypatch.setattr(optuna_engine, "STALE_AFTER_S", 0)  # orphaned as soon as it is seen
+    cluster = Postgres("127.0.0.1")
+    try:
+        space = {"tile": {"_type": "choice", "_value": [1, 2, 4, 8]}}
+        engine = optuna_engine.OptunaEngine(space, 1, "orphans", cluster.url("optuna"), "random", seed=0, budget=2)
+        orphan = engine.study.ask(engine._distributions)  # asked by a process that died before anything else
+        proposals = engine.ask(2)
+        engine.close()
+        settled = engine.study.trials[orphan.number]
+    finally:
+        cluster.close()
+    assert settled.state == optuna.trial.TrialState.FAIL and "orphaned" in settled.user_attrs["rejected"]
+    assert len(proposals) == 2 and proposals[0].config == orphan.params  # its params, asked again
 
 
 def test_an_unreachable_database_is_named_and_refused_with_exit_2(tracking_uri):

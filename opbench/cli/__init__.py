@@ -447,6 +447,6 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except OpBenchError as exc:
         print(f"opbench {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
 
 

@@ -2,18 +2,24 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
+import functools
+import logging
 import socket
 import threading
 import time
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from opbench.engines._base import Engine, Proposal, Space, split_threads
-from opbench.engines.optuna_storage import HEARTBEAT_S, open_storage
+from opbench.engines.optuna_storage import HEARTBEAT_S, STALE_AFTER_S, open_storage, riding_outages
 from opbench.exceptions import OpBenchError
 from opbench.record import Record, is_ok
 
+log = logging.getLogger(__name__)
 _HOST = socket.gethostname()  # on each asked trial: which host measures it
+T = TypeVar("T")
 SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2", "grid")
 
 
@@ -46,7 +52,8 @@ class OptunaEngine(Engine):
     shares it: ``ask`` stops proposing once ``budget`` trials are measured or being measured, and
     waits while another's trial may still fail (a silent host's trial is failed after
     ``STALE_AFTER_S`` and queued again) rather than leave it to nobody. On a database this process
-    records a heartbeat for its trials in flight.
+    records a heartbeat for its trials in flight, and rides out the database being away for a while
+    (each storage call retried for ``OPBENCH_STORAGE_OUTAGE_S``, then ``StorageUnavailable``).
     """
 
     def __init__(self, space: Space, threads: int, study: str, storage: str, sampler: str = "tpe",
@@ -63,14 +70,14 @@ class OptunaEngine(Engine):
                                f"got {','.join(objectives)}")
         self.name = f"optuna-{sampler}"
         self.objectives = objectives
-        self._space, self._threads = space, threads
+        self._space, self._threads, self._url = space, threads, storage
         self._distributions: dict[str, optuna.distributions.BaseDistribution] = {
             k: optuna.distributions.CategoricalDistribution(v["_value"]) for k, v in space.items()}
         storage = open_storage(storage)
         if not resume:
             with contextlib.suppress(KeyError):
                 optuna.delete_study(study_name=study, storage=storage)
-        self.study = optuna.create_study(study_name=study, storage=storage, sampler=_sampler(sampler, space, seed),
+        self.study: optuna.Study = optuna.create_study(study_name=study, storage=storage, sampler=_sampler(sampler, space, seed),
                                          directions=["minimize"] * len(objectives), load_if_exists=True)
         if initial is not None and not self.study.trials:  # start a fresh study from the template default
             self.study.enqueue_trial({k: v for k, v in initial.items() if k in space})
@@ -102,16 +109,21 @@ class OptunaEngine(Engine):
         import optuna
 
         finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-        return sum(1 for t in self.study.get_trials(deepcopy=False, states=finished) if "status" in t.user_attrs)
+        trials = self._db(lambda: self.study.get_trials(deepcopy=False, states=finished))
+        return sum(1 for t in trials if "status" in t.user_attrs)
+
+    def _db(self, call: Callable[[], T]) -> T:
+        """One storage operation, retried while the database is away (bounded)."""
+        return riding_outages(call, self._url)
 
     def ask(self, n: int) -> list[Proposal]:
         out: list[Proposal] = []
         while len(out) < n and self._budget_left():
-            trial = self.study.ask(self._distributions)
+            trial = self._db(lambda: self.study.ask(self._distributions))
             self._in_flight.add(trial._trial_id)
-            trial.set_user_attr("host", _HOST)
-            if self._heartbeat:
+            if self._heartbeat:  # first: a trial with a heartbeat is failed by the others if this process dies
                 self._heartbeat.beat(trial._trial_id)
+            self._db(functools.partial(trial.set_user_attr, "host", _HOST))
             config, threads = split_threads(trial.params, self._threads)
             proposal = Proposal(config, threads, trial)
             if self.budget is not None and self._taken_before(trial.number) >= self.budget:
@@ -127,8 +139,10 @@ class OptunaEngine(Engine):
 
         while self.budget is not None:
             if self._heartbeat:
-                optuna.storages.fail_stale_trials(self.study)
-            trials = self.study.get_trials(deepcopy=False)
+                self._db(lambda: optuna.storages.fail_stale_trials(self.study))
+            trials = self._db(lambda: self.study.get_trials(deepcopy=False))
+            if self._heartbeat and self._fail_orphans(trials):
+                continue
             running = [t for t in trials if _in_flight(t)]
             if sum("status" in t.user_attrs for t in trials) + len(running) < self.budget:
                 return True
@@ -137,17 +151,36 @@ class OptunaEngine(Engine):
             time.sleep(poll_s)
         return True
 
+    def _fail_orphans(self, trials: list[Any]) -> bool:
+        """Fail the trials a process asked and died before it recorded their first heartbeat (they have
+        no host yet, and Optuna never finds them stale), queueing their params again. Whether any was."""
+        now = datetime.datetime.now()
+        orphans = [t for t in trials if _in_flight(t) and "host" not in t.user_attrs and t._trial_id not in self._in_flight
+                   and t.datetime_start is not None and (now - t.datetime_start).total_seconds() > STALE_AFTER_S]
+        for trial in orphans:
+            with contextlib.suppress(ValueError, RuntimeError):  # another worker settled it first
+                self._db(functools.partial(self._settle_orphan, trial))
+        return bool(orphans)
+
+    def _settle_orphan(self, trial: Any) -> None:
+        import optuna
+
+        self.study._storage.set_trial_user_attr(trial._trial_id, "rejected", "orphaned: its process died before "
+                                                                             "its first heartbeat")
+        self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+        self.study.enqueue_trial(trial.params)
+
     def _taken_before(self, number: int) -> int:
         """Trials numbered before ``number`` that are measured or in flight (rejected ones are not)."""
-        return sum(1 for t in self.study.get_trials(deepcopy=False)
+        return sum(1 for t in self._db(lambda: self.study.get_trials(deepcopy=False))
                    if t.number < number and ("status" in t.user_attrs or _in_flight(t)))
 
     def reject(self, proposal: Proposal, reason: str) -> None:
         """Fail the trial with a ``rejected`` attribute (no ``status``: not a measured trial, not counted)."""
         import optuna
 
-        proposal.handle.set_user_attr("rejected", reason[:300])
-        self.study.tell(proposal.handle, state=optuna.trial.TrialState.FAIL)
+        self._db(lambda: proposal.handle.set_user_attr("rejected", reason[:300]))
+        self._db(lambda: self.study.tell(proposal.handle, state=optuna.trial.TrialState.FAIL))
         self._in_flight.discard(proposal.handle._trial_id)
 
     def close(self) -> None:
@@ -155,20 +188,31 @@ class OptunaEngine(Engine):
             self._heartbeat.stop()
 
     def tell(self, proposal: Proposal, record: Record) -> None:
+        try:
+            self._tell(proposal, record)
+        except (ValueError, RuntimeError):
+            if not self._db(lambda: self.study._storage.get_trial(proposal.handle._trial_id)).state.is_finished():
+                raise
+            # Its heartbeats stopped (the database away longer than STALE_AFTER_S) and another worker failed it and
+            # queued its params again: the record stays in MLflow and the log, Optuna measures the params anew.
+            log.warning("trial %d was failed as stale by another worker while this one measured it (record %s kept)",
+                        proposal.handle.number, record["trial_id"])
+        self._in_flight.discard(proposal.handle._trial_id)
+
+    def _tell(self, proposal: Proposal, record: Record) -> None:
         import optuna
 
         trial = proposal.handle
-        trial.set_user_attr("status", record["status"])
-        trial.set_user_attr("trial_id", record["trial_id"])
+        self._db(lambda: trial.set_user_attr("status", record["status"]))
+        self._db(lambda: trial.set_user_attr("trial_id", record["trial_id"]))
         values = {"latency": record.get("latency_ms"), "threads": record["threads"], "energy": record.get("energy_j")}
         missing = [o for o in self.objectives if values[o] is None]
         if is_ok(record) and not missing:
-            self.study.tell(trial, [values[o] for o in self.objectives])
+            self._db(lambda: self.study.tell(trial, [values[o] for o in self.objectives]))
         else:
             error = record.get("error", "") if not is_ok(record) else f"objective(s) not measured: {missing}"
-            trial.set_user_attr("error", error[:500])
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        self._in_flight.discard(trial._trial_id)
+            self._db(lambda: trial.set_user_attr("error", error[:500]))
+            self._db(lambda: self.study.tell(trial, state=optuna.trial.TrialState.FAIL))
 
     def pareto_trial_ids(self) -> set[str]:
         """OpBench trial ids of the study's Pareto-optimal trials (the best one when single-objective)."""

@@ -10,11 +10,17 @@ such as the dashboard read while a study writes.
 """
 from __future__ import annotations
 
+import logging
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from opbench.exceptions import OpBenchError
+from opbench.exceptions import OpBenchError, StorageUnavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 JOURNAL_FILE = "optuna-journal.log"
 STORAGE_HELP = ("Optuna storage: a journal file, or a database URL (sqlite:///f.db, postgresql://...); "
@@ -24,7 +30,10 @@ SQLITE_BUSY_TIMEOUT_S = 60
 # A database study may be shared by worker hosts: each records a heartbeat for the trials it measures,
 # and a trial whose host went silent this long is failed and queued again (at most twice) by the others.
 STALE_AFTER_S = int(os.environ.get("OPBENCH_STALE_AFTER_S", "30"))
-HEARTBEAT_S = max(1, STALE_AFTER_S // 6)  # several workers share one sqlite file: wait for its lock rather than fail
+HEARTBEAT_S = max(1, STALE_AFTER_S // 6)
+# A database server away mid-study (restarted, a network blip): each call is retried this long, then the
+# study stops with StorageUnavailable (every record measured so far is already in MLflow and the log).
+OUTAGE_S = float(os.environ.get("OPBENCH_STORAGE_OUTAGE_S", "60"))  # several workers share one sqlite file: wait for its lock rather than fail
 
 
 def default_storage(directory: Path) -> str:
@@ -52,7 +61,8 @@ def open_storage(storage: str) -> Any:
             raise OpBenchError(f"Optuna storage '{storage}': '{dialect}' is not a database Optuna stores studies in "
                                f"({', '.join(DATABASES)}); give a URL of one, or a journal file's path")
         sqlite = storage.startswith("sqlite")
-        kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} if sqlite else {}
+        # a server's connections die when it restarts: each is checked before use (one round trip)
+        kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} if sqlite else {"pool_pre_ping": True}
         import sqlalchemy.exc
 
         # A database server may be shared by hosts: heartbeats let the others retry a dead host's trials.
@@ -85,3 +95,41 @@ def _tune_sqlite(storage: Any) -> None:
 
     sqlalchemy.event.listen(storage.engine, "connect", pragmas)
     storage.engine.dispose()
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it: Optuna wraps SQLAlchemy's errors) is the database being away
+    (connection refused or dropped, a server shutting down), not a bad query."""
+    import sqlalchemy.exc
+
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+def riding_outages(call: Callable[[], T], storage: str, limit_s: float | None = None) -> T:
+    """``call()`` (one storage operation), retried with backoff while the database is away, for at
+    most ``limit_s`` (:data:`OUTAGE_S`); then :class:`StorageUnavailable` names the URL."""
+    limit_s = OUTAGE_S if limit_s is None else limit_s
+    deadline, delay = None, 0.2
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            reason = str(getattr(exc.__cause__, "orig", None) or exc.__cause__ or exc).strip().splitlines()[0]
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + limit_s
+                log.warning("Optuna storage %s unreachable (%s): retrying for up to %g s", storage, reason, limit_s)
+            if now >= deadline:
+                raise StorageUnavailable(
+                    f"Optuna storage {storage} unreachable for {limit_s:g} s ({reason}); every trial measured so far is "
+                    "in MLflow and the log: run the same command with --resume (or the worker again) once it is back"
+                ) from None
+            time.sleep(delay)
+            delay = min(2 * delay, 2.0)
