@@ -173,3 +173,19 @@ def test_tpe_takes_a_result_that_comes_after_the_trials_end():
         else:
             with pytest.raises(KeyError):
                 tuner.receive_trial_result(0, params, 1.5)
+
+
+def test_tpe_keeps_one_parameter_set_waiting_in_nni_s_queue():
+    """Beyond what the manager asks for, one set is issued through the dispatcher's callback, once: the
+    manager then always has the next trial queued when a trial ends."""
+    from opbench.engines.nni_tuners import LOOKAHEAD_IDS, OrderSafeTpe
+
+    issued: dict[int, list] = {1: [], 0: []}
+    for lookahead, sent in issued.items():
+        tuner = OrderSafeTpe("minimize", seed=0, lookahead=lookahead)
+        tuner.update_search_space({"x": {"_type": "choice", "_value": [1, 2, 3]}})
+        first = tuner.generate_multiple_parameters([0], st_callback=lambda *args, sent=sent: sent.append(args))
+        second = tuner.generate_multiple_parameters([1], st_callback=lambda *args, sent=sent: sent.append(args))
+        assert len(first) == len(second) == 1
+    assert [i for i, _ in issued[1]] == [LOOKAHEAD_IDS] and issued[0] == []
+    assert issued[1][0][1]["x"] in (1, 2, 3)

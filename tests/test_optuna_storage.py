@@ -16,8 +16,7 @@ import sqlalchemy
 from opbench.engines.journal_file import JournalFile
 from opbench.engines.optuna_storage import open_storage
 from opbench.exceptions import OpBenchError
-
-from .ports import free_port
+from opbench.testing.lan import free_port
 
 ASK_TELL = textwrap.dedent("""
     import sys, optuna

@@ -17,10 +17,10 @@ import pytest
 from opbench.cli import main
 from opbench.hardware.devices import RemoteDevice
 from opbench.measure.rpc import list_devices, request_session
+from opbench.testing.lan import free_port
 from opbench.tracking import read_jsonl, read_mlflow
 
 from .cli import run_cli
-from .ports import free_port
 
 pytestmark = pytest.mark.xdist_group("remote")  # one worker sets up the module's expensive fixture once
 

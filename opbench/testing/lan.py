@@ -1,6 +1,7 @@
-"""Several hosts in one machine, for the scale-out tests: a private PostgreSQL cluster, an MLflow
-tracking server on it, and worker "hosts" as network namespaces (each with a hostname of its own)
-joined by veth pairs to a private bridge. Servers listen on the bridge's private address only.
+"""Several hosts in one machine, for the scale-out tests and benchmark: a private PostgreSQL cluster,
+an MLflow tracking server on it, and worker "hosts" as network namespaces (each with a hostname of
+its own) joined by veth pairs to a private bridge. Servers listen on the bridge's private address
+(or loopback) only. Needs root and iproute2 for the namespaces, and PostgreSQL (``make postgres``).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import glob
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -16,9 +18,16 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 
-from .ports import free_port
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Unavailable(RuntimeError):
+    """This machine cannot provide what the helper needs (namespaces, PostgreSQL)."""
 
 
 def _run(*argv: str) -> None:
@@ -37,7 +46,7 @@ class Network:
         try:
             _run("ip", "link", "add", self._bridge, "type", "bridge")
         except (RuntimeError, FileNotFoundError) as exc:
-            pytest.skip(f"this machine does not allow network namespaces (they need root and iproute2): {exc}")
+            raise Unavailable(f"this machine does not allow network namespaces (they need root and iproute2): {exc}") from exc
         _run("ip", "addr", "add", f"{self.server}/24", "dev", self._bridge)
         _run("ip", "link", "set", self._bridge, "up")
         for i, host in enumerate(hosts):
@@ -65,7 +74,7 @@ class Network:
 def _pg_bin(name: str) -> str:
     found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))), None)
     if found is None:
-        pytest.fail(f"PostgreSQL's {name} is missing: `make postgres` installs it")
+        raise Unavailable(f"PostgreSQL's {name} is missing: `make postgres` installs it")
     return found
 
 

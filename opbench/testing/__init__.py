@@ -1,0 +1,1 @@
+"""Helpers shipped for tests and benchmarks (as MetaSchedule ships ``testing/local_rpc.py``)."""
