@@ -3,10 +3,12 @@
 Hosts are network namespaces of this machine (``opbench.testing.lan``, as in the scale-out tests):
 host-a runs ``opbench tune``, the others ``opbench worker`` on the same study. Per setup, from the
 hosts' JSON-lines logs: trials/min (first trial's start to the last one's end) and the per-trial
-framework overhead on each host (the gap between a host's consecutive records minus the second
-one's build, run and check time: Optuna's ask and tell, the budget and heartbeat checks, the MLflow
-write), and correctness: measured trials in Optuna, runs in MLflow, both equal to the budget. The
-hosts share this machine's cores, so trials/min says nothing of speed-up; overhead and correctness do.
+time between trials on each host (the gap between a host's consecutive records minus the second
+one's build, run and check time: Optuna's ask and tell with TPE's sampling, the budget and heartbeat
+checks, the MLflow write, and, with several hosts, waiting for the timing lock they share here), and
+correctness: measured trials in Optuna, runs in MLflow, both equal to the budget. The hosts share
+this machine's cores and timing lock, so trials/min says nothing of speed-up, and only the one-host
+rows' gap is storage and logging alone.
 
     sudo .venv/bin/python benchmarks/scale_out.py [--trials 24] [--workload matmul:m=64,n=64,k=64]
 """
@@ -65,7 +67,7 @@ def run_study(network: Network, hosts: int, study: str, storage: str, tracking: 
     return pd.concat([read_jsonl(log) for log in logs if log.exists()], ignore_index=True)
 
 
-def overheads_ms(records: pd.DataFrame) -> list[float]:
+def gaps_ms(records: pd.DataFrame) -> list[float]:
     """Per host, the time between consecutive records not spent building, running and checking."""
     out = []
     for _, host in records.sort_values("finished_at").groupby("host"):
@@ -100,7 +102,7 @@ def main() -> None:
             consistent = measured == len(runs) == args.trials and runs["engine_trial"].astype(str).is_unique \
                 and set(runs["trial_id"]) <= set(records["trial_id"])
             span = records["finished_at"].max() - (records["finished_at"] - records["trial_s"]).min()
-            gaps = overheads_ms(records)
+            gaps = gaps_ms(records)
             rows.append((store, hosts, args.trials, measured, len(runs), "yes" if consistent else "NO",
                          round(60 * len(records) / span, 1), round(statistics.median(gaps), 1),
                          round(statistics.quantiles(gaps, n=10)[-1], 1),
@@ -114,7 +116,7 @@ def main() -> None:
     print(f"\n{args.workload}, 1 thread per host; hosts share this machine's cores (correctness and overhead, "
           "not speed-up)")
     print(table(rows, ["optuna storage", "hosts", "budget", "measured (Optuna)", "MLflow runs", "Optuna = MLflow = log",
-                       "trials/min", "overhead ms/trial (median)", "p90", "trial ms (median)"]))
+                       "trials/min", "gap ms/trial (median)", "p90", "trial ms (median)"]))
     print(f"\nlogs: {scratch}")
 
 

@@ -100,6 +100,7 @@ def _read_features(client: Any, run: Any) -> dict[str, float]:
     local = urllib.parse.urlparse(run.info.artifact_uri)
     if local.scheme in ("", "file"):
         return json.loads((Path(urllib.parse.unquote(local.path)) / FEATURES_FILE).read_text())
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # not one bar per run read back
     with tempfile.TemporaryDirectory() as scratch:
         return json.loads(Path(client.download_artifacts(run.info.run_id, FEATURES_FILE, scratch)).read_text())
 
