@@ -28,7 +28,7 @@ import pandas as pd
 from opbench.engines.optuna_storage import open_storage
 from opbench.report.progress import table
 from opbench.studies.shared import SPEC_ATTR
-from opbench.testing.lan import MlflowServer, Network, Postgres
+from opbench.testing.lan import Network, lan
 from opbench.tracking import read_jsonl, read_mlflow
 
 HOSTS = ("host-a", "host-b", "host-c")
@@ -82,12 +82,8 @@ def main() -> None:
     parser.add_argument("--workload", default="matmul:m=64,n=64,k=64", help="small: overhead-bound trials")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="opbench-scale-out-"))
-    network = Network(list(HOSTS))
-    cluster = server = None
     rows = []
-    try:
-        cluster = Postgres(network.server)
-        server = MlflowServer(cluster.url("mlflow"), network.server, scratch / "artifacts")
+    with lan(list(HOSTS), scratch / "artifacts") as (network, cluster, server):
         optuna_url = cluster.url("optuna")
         setups = [("sqlite", 1, f"sqlite:///{scratch}/optuna.db", f"sqlite:///{scratch}/mlflow.db")]
         setups += [("postgresql", n, optuna_url, server.uri) for n in (1, 2, 3)]
@@ -107,12 +103,6 @@ def main() -> None:
                          round(60 * len(records) / span, 1), round(statistics.median(gaps), 1),
                          round(statistics.quantiles(gaps, n=10)[-1], 1),
                          round(1e3 * statistics.median(records["trial_s"]), 1)))
-    finally:
-        if server:
-            server.stop()
-        if cluster:
-            cluster.close()
-        network.close()
     print(f"\n{args.workload}, 1 thread per host; hosts share this machine's cores (correctness and overhead, "
           "not speed-up)")
     print(table(rows, ["optuna storage", "hosts", "budget", "measured (Optuna)", "MLflow runs", "Optuna = MLflow = log",

@@ -20,6 +20,7 @@ LAYERS = [
     ("opbench.engines", "opbench.service"),  # the service measures for the NNI trial, and references like the loop
     ("opbench.studies",),
     ("opbench.cli",),
+    ("opbench.testing",),  # helpers for tests and benchmarks (a private LAN of hosts): may use any layer
 ]
 FACADE = "opbench"  # opbench/__init__.py re-exports the public API from every layer
 

@@ -14,7 +14,7 @@ import pytest
 
 from opbench.engines.optuna_storage import open_storage
 from opbench.studies.shared import HOSTS_ATTR, SPEC_ATTR, publish
-from opbench.testing.lan import MlflowServer, Network, Postgres, Unavailable, free_port
+from opbench.testing.lan import Postgres, Unavailable, free_port, lan
 from opbench.tracking import read_jsonl, read_mlflow
 
 from .cli import run_cli
@@ -25,23 +25,13 @@ TRIALS = 10
 
 
 @pytest.fixture(scope="module")
-def lan(tmp_path_factory):
+def hosts(tmp_path_factory):
     """Three hosts on a private bridge; PostgreSQL and an MLflow server (its runs in PostgreSQL) on it."""
     try:
-        network = Network(["host-a", "host-b", "host-c"])
+        with lan(["host-a", "host-b", "host-c"], tmp_path_factory.mktemp("lan") / "artifacts") as parts:
+            yield parts
     except Unavailable as exc:
         pytest.skip(str(exc))
-    cluster = server = None
-    try:
-        cluster = Postgres(network.server)
-        server = MlflowServer(cluster.url("mlflow"), network.server, tmp_path_factory.mktemp("lan") / "artifacts")
-        yield network, cluster, server
-    finally:
-        if server:
-            server.stop()
-        if cluster:
-            cluster.close()
-        network.close()
 
 
 def _wait(condition, what: str, timeout_s: float, *procs: subprocess.Popen):
@@ -65,11 +55,11 @@ def _study(storage):
         return None
 
 
-def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restarted_server(lan, tmp_path):
-    network, cluster, server = lan
+def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restarted_server(hosts, tmp_path):
+    network, cluster, server = hosts
     url = cluster.url("optuna")
     storage = open_storage(url)
-    env = {**os.environ, "OPBENCH_STALE_AFTER_S": "3"}  # a silent host's trial is retried after 3 s, not 30
+    env = {**os.environ, "OPBENCH_STALE_AFTER_S": "4"}  # a silent host's trial is retried after 4 s, not 30
 
     def start(host: str, argv: list[str]) -> subprocess.Popen:
         """The command on ``host``, its output in a file (named last in ``args``, for messages)."""

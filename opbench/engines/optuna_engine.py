@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from opbench.engines._base import Engine, Proposal, Space, split_threads
-from opbench.engines.optuna_storage import HEARTBEAT_S, STALE_AFTER_S, open_storage, riding_outages
+from opbench.engines.optuna_storage import HEARTBEAT_S, STALE_AFTER_S, open_storage, recovered_within, riding_outages
 from opbench.exceptions import OpBenchError
 from opbench.record import Record, is_ok
 
@@ -138,7 +138,7 @@ class OptunaEngine(Engine):
         import optuna
 
         while self.budget is not None:
-            if self._heartbeat:
+            if self._heartbeat and not recovered_within(STALE_AFTER_S):  # after an outage, heartbeats resume first
                 self._db(lambda: optuna.storages.fail_stale_trials(self.study))
             trials = self._db(lambda: self.study.get_trials(deepcopy=False))
             if self._heartbeat and self._fail_orphans(trials):

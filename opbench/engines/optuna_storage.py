@@ -110,14 +110,28 @@ def is_outage(exc: BaseException) -> bool:
     return False
 
 
+_last_recovery = -float("inf")  # when a call of this process last succeeded after the database was away
+
+
+def recovered_within(seconds: float) -> bool:
+    """Whether this process saw the database come back less than ``seconds`` ago: every host's
+    heartbeats were stopped by the outage, so none is stale yet, whatever its timestamp says."""
+    return time.monotonic() - _last_recovery < seconds
+
+
 def riding_outages(call: Callable[[], T], storage: str, limit_s: float | None = None) -> T:
     """``call()`` (one storage operation), retried with backoff while the database is away, for at
     most ``limit_s`` (:data:`OUTAGE_S`); then :class:`StorageUnavailable` names the URL."""
+    global _last_recovery
     limit_s = OUTAGE_S if limit_s is None else limit_s
     deadline, delay = None, 0.2
     while True:
         try:
-            return call()
+            result = call()
+            if deadline is not None:
+                _last_recovery = time.monotonic()
+                log.warning("Optuna storage %s is back", storage)
+            return result
         except Exception as exc:
             if not is_outage(exc):
                 raise
@@ -132,4 +146,4 @@ def riding_outages(call: Callable[[], T], storage: str, limit_s: float | None = 
                     "in MLflow and the log: run the same command with --resume (or the worker again) once it is back"
                 ) from None
             time.sleep(delay)
-            delay = min(2 * delay, 2.0)
+            delay = min(2 * delay, 1.0)

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -27,7 +28,7 @@ def free_port() -> int:
 
 
 class Unavailable(RuntimeError):
-    """This machine cannot provide what the helper needs (namespaces, PostgreSQL)."""
+    """This machine does not allow network namespaces."""
 
 
 def _run(*argv: str) -> None:
@@ -74,7 +75,7 @@ class Network:
 def _pg_bin(name: str) -> str:
     found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))), None)
     if found is None:
-        raise Unavailable(f"PostgreSQL's {name} is missing: `make postgres` installs it")
+        raise FileNotFoundError(f"PostgreSQL's {name} is missing: `make postgres` installs it")
     return found
 
 
@@ -143,3 +144,21 @@ class MlflowServer:
         if self._proc is not None and self._proc.poll() is None:
             os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.wait()
+
+
+@contextlib.contextmanager
+def lan(hosts: list[str], artifacts: Path) -> Iterator[tuple[Network, Postgres, MlflowServer]]:
+    """``hosts`` on a private bridge; PostgreSQL and an MLflow server (its runs in PostgreSQL, its
+    artifacts in ``artifacts``) on the bridge's address. Everything is removed on exit."""
+    network = Network(hosts)
+    cluster = server = None
+    try:
+        cluster = Postgres(network.server)
+        server = MlflowServer(cluster.url("mlflow"), network.server, artifacts)
+        yield network, cluster, server
+    finally:
+        if server:
+            server.stop()
+        if cluster:
+            cluster.close()
+        network.close()
