@@ -21,7 +21,7 @@ from .cli import run_cli
 
 CLI = [sys.executable, "-m", "opbench.cli"]
 SMALL = "matmul:m=64,n=64,k=64"
-TRIALS = 10
+TRIALS = 8
 
 
 @pytest.fixture(scope="module")
@@ -79,15 +79,15 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
     _wait(lambda: any(t.state == running and t.user_attrs.get("host") == "host-c" for t in _study(storage).trials),
           "a trial in flight on host-c", 180, tune, *workers.values())
     os.killpg(workers["host-c"].pid, signal.SIGKILL)  # the host, its kernel workers and all
-    cluster.stop()  # PostgreSQL restarts mid-study: the hosts' storage calls are retried until it is back
-    time.sleep(2)
+    cluster.stop()  # PostgreSQL goes away mid-study until a host has met it: storage calls are retried until it is back
+    _wait(lambda: any("unreachable" in open(proc.args[-1]).read() for proc in (tune, workers["host-b"])),
+          "a host retrying its storage calls", 60, tune, workers["host-b"])
     cluster.start()
     server.stop()  # and the MLflow server: the hosts' writes wait for it (MLflow's client retries)
     time.sleep(1)
     server.start()
     for proc in (tune, workers["host-b"]):
         assert proc.wait(timeout=300) == 0, _tail(proc)
-    assert any("unreachable" in open(proc.args[-1]).read() for proc in (tune, workers["host-b"]))  # met, and ridden
 
     study = _study(storage)
     measured = [t for t in study.trials if "status" in t.user_attrs]
@@ -129,7 +129,7 @@ def test_a_database_away_longer_than_the_bound_stops_the_study_clearly_and_loses
             proc = subprocess.Popen(argv, env={**os.environ, "OPBENCH_STORAGE_OUTAGE_S": "3"}, stdout=out,
                                     stderr=subprocess.STDOUT)
         deadline = time.time() + 180
-        while not (log.exists() and len(log.read_text().splitlines()) >= 2):
+        while not (log.exists() and log.read_text()):  # a trial measured
             assert proc.poll() is None and time.time() < deadline, (tmp_path / "out").read_text()[-3000:]
             time.sleep(0.3)
         cluster.stop()
