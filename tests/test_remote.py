@@ -147,7 +147,7 @@ def test_a_server_killed_mid_study_costs_its_trial_and_the_study_finishes_on_the
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 180
         while time.time() < deadline:
-            if log.exists() and sum(1 for _ in log.open()) >= 4:
+            if log.exists() and sum(1 for _ in log.open()) >= 3:
                 break
             time.sleep(0.1)
         victim = farm.servers[1]
@@ -161,7 +161,7 @@ def test_a_server_killed_mid_study_costs_its_trial_and_the_study_finishes_on_the
         assert all("ended during the run" in e or "no free" in e or "remote" in e for e in failed["error"])
         # After the loss every trial ran, and passed, on the surviving device.
         later = frame.iloc[failed.index.max() + 1:]
-        assert len(later) >= 4 and set(later["status"]) == {"ok"} and later["device_addr"].nunique() == 1
+        assert len(later) >= 3 and set(later["status"]) == {"ok"} and later["device_addr"].nunique() == 1
     finally:
         farm.close()
 
