@@ -26,14 +26,14 @@ JOURNAL_FILE = "optuna-journal.log"
 STORAGE_HELP = ("Optuna storage: a journal file, or a database URL (sqlite:///f.db, postgresql://...); "
                 "default: optuna-journal.log beside the MLflow store")
 DATABASES = ("sqlite", "postgresql", "mysql")  # SQLAlchemy dialects Optuna's RDB storage supports
-SQLITE_BUSY_TIMEOUT_S = 60
+SQLITE_BUSY_TIMEOUT_S = 60  # several workers share one sqlite file: wait for its lock rather than fail
 # A database study may be shared by worker hosts: each records a heartbeat for the trials it measures,
 # and a trial whose host went silent this long is failed and queued again (at most twice) by the others.
 STALE_AFTER_S = int(os.environ.get("OPBENCH_STALE_AFTER_S", "30"))
 HEARTBEAT_S = max(1, STALE_AFTER_S // 6)
 # A database server away mid-study (restarted, a network blip): each call is retried this long, then the
 # study stops with StorageUnavailable (every record measured so far is already in MLflow and the log).
-OUTAGE_S = float(os.environ.get("OPBENCH_STORAGE_OUTAGE_S", "60"))  # several workers share one sqlite file: wait for its lock rather than fail
+OUTAGE_S = float(os.environ.get("OPBENCH_STORAGE_OUTAGE_S", "60"))
 
 
 def default_storage(directory: Path) -> str:

@@ -44,6 +44,11 @@ class PackedConvTemplate(Template):
     op: str  # conv2d or depthwise_conv2d
     depthwise: bool = False
 
+    @property
+    def _block_knob(self) -> str:
+        """The knob of the vectorised channel block: output channels (depthwise: the channels)."""
+        return "c_block" if self.depthwise else "oc_block"
+
     def _extents(self, workload: Workload) -> dict[str, int]:
         p = workload.params
         _, _, oh, ow = workload.op.output_shape(p)
@@ -51,8 +56,7 @@ class PackedConvTemplate(Template):
 
     def knobs(self, workload: Workload) -> list[Knob]:
         ext = self._extents(workload)
-        channels = "c" if self.depthwise else "oc"
-        knobs = [Knob(f"{channels}_block", divisors(ext["k"], CHANNEL_BLOCK_CAP),
+        knobs = [Knob(self._block_knob, divisors(ext["k"], CHANNEL_BLOCK_CAP),
                       f"{'channel' if self.depthwise else 'output-channel'} block of the packed layout "
                       f"({ext['k']} channels; the vectorised loop)")]
         knobs.append(Knob("packed_output", (0, 1), "1: the accumulator goes to a packed output that a copy "
@@ -82,7 +86,7 @@ class PackedConvTemplate(Template):
             width = _largest(ext["ow"], max(1, ACCUMULATOR_REGISTERS * VECTOR_FLOATS // block))
             tiles.append((block * width, block, width))
         _, block, width = max(tiles)
-        config: Config = {f"{'c' if self.depthwise else 'oc'}_block": block, "packed_output": 1}
+        config: Config = {self._block_knob: block, "packed_output": 1}
         if not self.depthwise:
             config.update(ic_block=_largest(ext["c"], 2 * VECTOR_FLOATS), reduce_order="c_rs_c")
         config.update(ow_block=width, oh_block=1, unroll_window=0,
@@ -97,7 +101,7 @@ class PackedConvTemplate(Template):
         return vocab
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
-        ob = config["c_block" if self.depthwise else "oc_block"]
+        ob = config[self._block_knob]
         ib = ob if self.depthwise else config["ic_block"]
         conv = sch.get_sblock(workload.op.anchor)
         data_pack = sch.cache_read(conv, 0, "global")
