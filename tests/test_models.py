@@ -117,10 +117,11 @@ def test_a_catalogue_workload_is_a_model_too(tracking_uri):
 
 @pytest.mark.slow
 def test_every_fused_point_builds_a_correct_kernel(measurer):
-    """The fused template's space over a model's operators: a weighted sample, each checked against
-    the operator's unscheduled build."""
+    """Each model operator's default template (the packed one on a plain convolution, the fused one
+    elsewhere): a weighted sample of its space, each checked against the operator's unscheduled build."""
     from opbench.hardware.resources import Resources
     from opbench.measure.types import TrialSpec
+    from opbench.space import get_template
     from opbench.workloads import parse_workload
     from opbench.workloads.fused import model_name
     from opbench.workloads.models.cache import extract
@@ -129,7 +130,43 @@ def test_every_fused_point_builds_a_correct_kernel(measurer):
 
     ops = extract("small-cnn", 1, 128)[0]
     workloads = [parse_workload(model_name("small-cnn", op.name, 1, 128)) for op in ops]
-    specs = [TrialSpec(w, config, Resources(1 + i % 2)) for w in workloads
-             for i, config in enumerate(weighted_configs(w, BUILT_PER_KIND // 2 // len(workloads), ("inline", "vectorize", "parallel")))]
+    templates = {w.name: get_template(w) for w in workloads}
+    assert {t.name for t in templates.values()} == {"fused", "fused_conv2d_nchwc"}
+    specs = [TrialSpec(w, config, Resources(1 + i % 2), templates[w.name].name) for w in workloads
+             for i, config in enumerate(weighted_configs(w, BUILT_PER_KIND // 2 // len(workloads),
+                                                         ("inline", "vectorize", "parallel", "packed_output"),
+                                                         template=templates[w.name]))]
     records = measurer.measure_batch(specs)
     assert {r["status"] for r in records} == {"ok"}, [(r["workload"], r["error"]) for r in records if r["status"] != "ok"][:3]
+
+
+def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(tmp_path):
+    """small-cnn@tiny (two padded convolutions with bias and ReLU, 3 and 8 input channels) built with
+    its convolutions packed, at their default and at another point of the space, against PyTorch."""
+    import tvm
+    from tvm import relax, s_tir
+
+    from opbench.hardware.targets import make_target
+    from opbench.space import get_template
+    from opbench.studies.models.profile import check_outputs
+    from opbench.studies.models.tuned import TunedOp, apply_database, write_database
+    from opbench.workloads import parse_workload
+    from opbench.workloads.fused import model_name
+    from opbench.workloads.models.extract import fuse, fused_ops, import_model
+
+    source = load_model("small-cnn@tiny")
+    mod = fuse(import_model(source))  # the weights of this instance, bound as constants
+    convs = [parse_workload(model_name("small-cnn@tiny", op.name, 1, 128)) for op in fused_ops(mod)[0]
+             if op.kind == "conv2d"]
+    assert len(convs) == 2 and {get_template(w).name for w in convs} == {"fused_conv2d_nchwc"}
+    target = make_target("llvm", 1)
+    for point in ({}, {"packed_output": 0, "ow_block": 2, "oh_block": 2, "reduce_order": "rs_c_c", "unroll_window": 1}):
+        template = get_template(convs[0])
+        tuned = [TunedOp(w, template, template.validate(point, w), 1.0) for w in convs]
+        packed = apply_database(mod, write_database(tmp_path / str(len(point)), tuned, target), target)
+        for w in convs:  # the model's own convolutions now hold the packed layout (5-D buffers)
+            sch = s_tir.Schedule(tvm.IRModule({"main": packed[w.params["func"]]}))
+            assert any(len(b.shape) == 5 for b in sch.get(sch.get_sblock("root")).alloc_buffers), sch.mod
+        vm = relax.VirtualMachine(tvm.compile(packed, target), tvm.cpu())
+        out = vm["main"](*(tvm.runtime.tensor(a) for a in source.numpy_inputs()))
+        assert check_outputs(source, [out.numpy()], "the packed model") < 1e-3

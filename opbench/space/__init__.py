@@ -27,6 +27,7 @@ TEMPLATES: dict[str, Template] = {
         TiledTemplate("pool2d", tiled=("c", "y", "x"), **_WINDOW),
         PackedConvTemplate("conv2d_nchwc", op="conv2d"),
         PackedConvTemplate("depthwise_conv2d_nchwc", op="depthwise_conv2d", depthwise=True),
+        PackedConvTemplate("fused_conv2d_nchwc", op="fused_conv2d"),
         RowwiseTemplate("softmax"),
         RowwiseTemplate("layer_norm"),
         RowwiseTemplate("add_relu", fuse_all=True),
@@ -37,9 +38,11 @@ TEMPLATES: dict[str, Template] = {
     )
 }
 GENERIC_TEMPLATES = ("te_default", "metaschedule")
-# An op's template on CPUs where it is not the one named after the op: packed convolutions beat the
-# tiled NCHW ones (which stay available as ``--template conv2d`` / ``depthwise_conv2d``).
-CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_nchwc"}
+# An op kind's template on CPUs where it is not the one named after the op: packed convolutions beat
+# the tiled NCHW ones (which stay available as ``--template conv2d`` / ``depthwise_conv2d``), and a
+# model's fused convolutions get them too (``--template fused`` for the generic fused template).
+CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_nchwc",
+                "fused_conv2d": "fused_conv2d_nchwc"}
 
 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:
@@ -52,9 +55,10 @@ def get_template(workload: Workload, name: str | None = None, target: str = "llv
         if name not in TEMPLATES:
             gpu_ops = ", ".join(t.op for t in GPU_TEMPLATES)
             raise WorkloadError(f"no CUDA template for operator '{workload.op.name}' (CUDA templates: {gpu_ops})")
-    name = name or CPU_DEFAULTS.get(workload.op.name, workload.op.name)
+    kind = workload.kind
+    name = name or CPU_DEFAULTS.get(kind, workload.op.name)
     if name not in TEMPLATES:
         raise WorkloadError(f"unknown template '{name}'; templates: {', '.join(TEMPLATES)}")
-    if getattr(TEMPLATES[name], "op", name) != workload.op.name and name not in GENERIC_TEMPLATES:
-        raise WorkloadError(f"template '{name}' does not apply to operator '{workload.op.name}'")
+    if getattr(TEMPLATES[name], "op", name) not in (workload.op.name, kind) and name not in GENERIC_TEMPLATES:
+        raise WorkloadError(f"template '{name}' does not apply to operator '{workload.name}'")
     return TEMPLATES[name]

@@ -8,7 +8,9 @@ counts every layout transform it needs (the record says so: ``layout_transform=i
     conv   n | oc_outer | y_outer | x_outer | reduction | y_inner | x_inner | oc_inner (vectorised)
 
 The accumulator is a register tile of ``oh_block x ow_block x oc_block`` values in the packed
-order, written back to NCHW once its reduction is done. Block sizes are divisors of their extents,
+order, written back to NCHW once its reduction is done. On a model's fused operator
+(``fused_conv2d_nchwc``) the epilogue after the convolution (batch norm, bias, residual add, ReLU)
+is inlined into that write-back, and the prologue (padding) into the data packing. Block sizes are divisors of their extents,
 so every point of the space applies; channel counts the vector width does not divide (3, 24, 40)
 take the divisors they have.
 """
@@ -18,8 +20,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opbench.space._base import Config, Knob, Template, divisors
-from opbench.space.tiled import PAD_STAGE, UNROLL_STEPS
+from opbench.space.tiled import UNROLL_STEPS
 from opbench.workloads import Workload
+from opbench.workloads.fused import anchor_block, child_blocks
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
@@ -41,7 +44,7 @@ def _largest(extent: int, cap: int) -> int:
 @dataclass(frozen=True)
 class PackedConvTemplate(Template):
     name: str
-    op: str  # conv2d or depthwise_conv2d
+    op: str  # the operator kind it schedules: conv2d, depthwise_conv2d or fused_conv2d
     depthwise: bool = False
 
     @property
@@ -49,10 +52,12 @@ class PackedConvTemplate(Template):
         """The knob of the vectorised channel block: output channels (depthwise: the channels)."""
         return "c_block" if self.depthwise else "oc_block"
 
-    def _extents(self, workload: Workload) -> dict[str, int]:
-        p = workload.params
-        _, _, oh, ow = workload.op.output_shape(p)
-        return {"c": p["c"], "k": p["c"] if self.depthwise else p["k"], "oh": oh, "ow": ow}
+    @staticmethod
+    def _extents(workload: Workload) -> dict[str, int]:
+        """From the anchor's loops: n, k (output channels), oh, ow | c (input channels, not depthwise), r, s."""
+        spatial = [a.extent for a in workload.axes if not a.reduce]
+        reduce = [a.extent for a in workload.axes if a.reduce]
+        return {"k": spatial[1], "oh": spatial[2], "ow": spatial[3], "c": reduce[0] if len(reduce) == 3 else spatial[1]}
 
     def knobs(self, workload: Workload) -> list[Knob]:
         ext = self._extents(workload)
@@ -103,7 +108,10 @@ class PackedConvTemplate(Template):
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         ob = config[self._block_knob]
         ib = ob if self.depthwise else config["ic_block"]
-        conv = sch.get_sblock(workload.op.anchor)
+        conv = anchor_block(sch)
+        names = [sch.get(b).name_hint for b in child_blocks(sch)]
+        epilogue = names[names.index(sch.get(conv).name_hint) + 1:]
+        prologue = sch.get_producers(conv)  # the padding stage, when there is one
         data_pack = sch.cache_read(conv, 0, "global")
         weight_pack = sch.cache_read(conv, 1, "global")
         sch.transform_layout(conv, ("read", 0), lambda n, c, h, w: (n, c // ib, h, w, c % ib))
@@ -111,8 +119,8 @@ class PackedConvTemplate(Template):
             sch.transform_layout(conv, ("read", 1), lambda c, r, s: (c // ob, r, s, c % ob))
         else:
             sch.transform_layout(conv, ("read", 1), lambda o, i, r, s: (o // ob, i // ib, r, s, i % ib, o % ob))
-        if workload.params["pad"]:
-            sch.compute_inline(sch.get_sblock(PAD_STAGE))
+        for block in prologue:
+            sch.compute_inline(block)
 
         loops = sch.get_loops(conv)
         n, f, y, x = loops[:4]
@@ -136,6 +144,8 @@ class PackedConvTemplate(Template):
         accumulator = sch.cache_write(conv, 0, "local")  # takes the packed layout of what it writes
         if not config["packed_output"]:
             sch.transform_layout(conv, ("write", 0), packed)
+        for name in epilogue:  # into the copy that writes NCHW: the unpacking, else the write-back
+            sch.reverse_compute_inline(sch.get_sblock(name))
         sch.reverse_compute_at(accumulator, xo)
 
         if config["parallel"]:

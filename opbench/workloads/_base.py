@@ -39,6 +39,11 @@ class Operator(ABC):
     def check(self, p: Params) -> None:
         """Reject shape combinations that make no sense (raise WorkloadError)."""
 
+    def kind(self, p: Params) -> str:
+        """What the operator computes, as templates know it: its name (a model's fused operator
+        names its anchor where a template knows it, e.g. ``fused_conv2d``)."""
+        return self.name
+
     @abstractmethod
     def input_shapes(self, p: Params) -> list[tuple[int, ...]]: ...
 
@@ -127,6 +132,10 @@ class Workload:
     @property
     def axes(self) -> list[Axis]:
         return self.op.axes(self.params)
+
+    @property
+    def kind(self) -> str:
+        return self.op.kind(self.params)
 
     @property
     def output_dtype(self) -> str:

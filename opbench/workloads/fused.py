@@ -42,6 +42,23 @@ def anchor_axes(func: Any) -> list[Axis]:
     return [a for a in axes if not a.reduce] + [a for a in axes if a.reduce]
 
 
+def plain_conv(func: Any) -> bool:
+    """Whether a PrimFunc's anchor is an NCHW convolution with one group (TOPI's ``conv2d_nchw``:
+    loops n, k, y, x | c, r, s, reading data ``(N, C, H, W)`` and weight ``(K, C, R, S)``)."""
+    import tvm
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    block = sch.get(anchor_block(sch))
+    extents = [int(iv.dom.extent) for iv in block.iter_vars]
+    kinds = [int(iv.iter_type) == REDUCE for iv in block.iter_vars]
+    if not block.name_hint.startswith("conv2d_nchw") or kinds != [False] * 4 + [True] * 3 or len(block.reads) != 2:
+        return False
+    data, weight = ([int(d) for d in r.source.shape] for r in block.reads)  # TVM 0.27: a region's buffer is its source
+    _, k, _, _, c, r, s = extents
+    return len(data) == 4 and data[1] == c and weight == [k, c, r, s]
+
+
 @functools.cache
 def _load(model: str, func: str, batch: int, seq_len: int) -> tuple[Any, Any]:
     from opbench.workloads.models.cache import load_op
@@ -56,6 +73,11 @@ def _reference_executable(model: str, func: str, batch: int, seq_len: int) -> An
     from opbench.hardware.targets import make_target
 
     return tvm.compile(tvm.IRModule({"main": _load(model, func, batch, seq_len)[1]}), make_target("llvm", 1))
+
+
+@functools.cache
+def _plain_conv(model: str, func: str, batch: int, seq_len: int) -> bool:
+    return plain_conv(_load(model, func, batch, seq_len)[1])
 
 
 @functools.cache
@@ -114,6 +136,10 @@ class Fused(Operator):
 
     def axes(self, p: Params) -> list[Axis]:
         return list(_axes(*self._key(p)))
+
+    def kind(self, p: Params) -> str:
+        """``fused_conv2d`` where the anchor is a plain NCHW convolution (packed templates apply)."""
+        return "fused_conv2d" if self.op(p).kind == "conv2d" and _plain_conv(*self._key(p)) else self.name
 
     def flops(self, p: Params) -> float:
         return self.op(p).flops
