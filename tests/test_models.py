@@ -117,8 +117,9 @@ def test_a_catalogue_workload_is_a_model_too(tracking_uri):
 
 @pytest.mark.slow
 def test_every_fused_point_builds_a_correct_kernel(measurer):
-    """Each model operator's default template (the packed one on a plain convolution, the fused one
-    elsewhere): a weighted sample of its space, each checked against the operator's unscheduled build."""
+    """Each model operator's default template (packed on a plain convolution, tiled on a matmul, the
+    fused one elsewhere): a weighted sample of its space, each checked against the operator's
+    unscheduled build."""
     from opbench.hardware.resources import Resources
     from opbench.measure.types import TrialSpec
     from opbench.space import get_template
@@ -131,10 +132,10 @@ def test_every_fused_point_builds_a_correct_kernel(measurer):
     ops = extract("small-cnn", 1, 128)[0]
     workloads = [parse_workload(model_name("small-cnn", op.name, 1, 128)) for op in ops]
     templates = {w.name: get_template(w) for w in workloads}
-    assert {t.name for t in templates.values()} == {"fused", "fused_conv2d_nchwc"}
+    assert {t.name for t in templates.values()} == {"fused", "fused_conv2d_nchwc", "fused_matmul"}
     specs = [TrialSpec(w, config, Resources(1 + i % 2), templates[w.name].name) for w in workloads
              for i, config in enumerate(weighted_configs(w, BUILT_PER_KIND // 2 // len(workloads),
-                                                         ("inline", "vectorize", "parallel", "packed_output"),
+                                                         ("inline", "vectorize", "parallel", "packed_output", "cache_write"),
                                                          template=templates[w.name]))]
     records = measurer.measure_batch(specs)
     assert {r["status"] for r in records} == {"ok"}, [(r["workload"], r["error"]) for r in records if r["status"] != "ok"][:3]

@@ -6,6 +6,7 @@ from typing import Any
 from opbench.exceptions import WorkloadError
 from opbench.space._base import Config, Knob, Template
 from opbench.space.fused import FusedTemplate
+from opbench.space.fused_matmul import FusedMatmulTemplate
 from opbench.space.gpu import GPU_TEMPLATES
 from opbench.space.packed import PackedConvTemplate
 from opbench.space.prescheduled import IRFileTemplate
@@ -32,6 +33,7 @@ TEMPLATES: dict[str, Template] = {
         RowwiseTemplate("layer_norm"),
         RowwiseTemplate("add_relu", fuse_all=True),
         FusedTemplate(),
+        FusedMatmulTemplate(),
         NoScheduleTemplate(),
         IRFileTemplate(),
         *GPU_TEMPLATES,
@@ -39,10 +41,11 @@ TEMPLATES: dict[str, Template] = {
 }
 GENERIC_TEMPLATES = ("te_default", "metaschedule")
 # An op kind's template on CPUs where it is not the one named after the op: packed convolutions beat
-# the tiled NCHW ones (which stay available as ``--template conv2d`` / ``depthwise_conv2d``), and a
-# model's fused convolutions get them too (``--template fused`` for the generic fused template).
+# the tiled NCHW ones (which stay available as ``--template conv2d`` / ``depthwise_conv2d``); a
+# model's fused convolutions and matmuls get the catalogue's templates (``--template fused`` for the
+# generic fused template).
 CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_nchwc",
-                "fused_conv2d": "fused_conv2d_nchwc"}
+                "fused_conv2d": "fused_conv2d_nchwc", "fused_matmul": "fused_matmul"}
 
 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:

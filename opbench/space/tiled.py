@@ -15,11 +15,12 @@ epilogues) are computed at ``write_at``; the padding producer at ``pad_at``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from opbench.space._base import SPLIT_SEP, Config, Knob, Template, axis_extents, divisors, split_choices, split_factors
+from opbench.space._base import SPLIT_SEP, Config, Knob, Template, divisors, split_choices, split_factors
 from opbench.space._schedule import parallel_outer, vectorize_inner
 from opbench.workloads import Workload
+from opbench.workloads._base import Axis
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
@@ -63,8 +64,22 @@ class TiledTemplate(Template):
     untiled_spatial: int = 0  # leading spatial axes left whole (batch), joining S0
     has_pad: bool = False
 
+    def axes(self, workload: Workload) -> list[Axis]:
+        """The anchor's loops under the names the knobs use (a catalogue op's own)."""
+        return workload.axes
+
+    def untiled(self, workload: Workload) -> int:
+        """How many leading spatial loops stay whole (batch)."""
+        return self.untiled_spatial
+
+    def stages(self, sch: Schedule, workload: Workload) -> tuple[Any, Any, Any]:
+        """The anchor block, its padding producer and its elementwise consumer (None where absent)."""
+        pad = sch.get_sblock(PAD_STAGE) if self.has_pad and workload.params.get("pad") else None
+        epilogue = epilogue_name(workload)
+        return sch.get_sblock(workload.op.anchor), pad, sch.get_sblock(epilogue) if epilogue else None
+
     def knobs(self, workload: Workload) -> list[Knob]:
-        ext = axis_extents(workload)
+        ext = {a.name: a.extent for a in self.axes(workload)}
         knobs = [Knob(f"{a}_split", split_choices(ext[a], (MID_TILE_CAP, INNER_TILE_CAP)),
                       f"loop {a} ({ext[a]}) as S0 x S1 (middle tile) x S2 (register tile)") for a in self.tiled]
         knobs += [Knob(f"{r}_inner", divisors(ext[r], REDUCE_TILE_CAP), f"inner tile of reduction loop {r} (R1)")
@@ -72,7 +87,8 @@ class TiledTemplate(Template):
         knobs += [
             Knob("order", nest_choices(), "loop order of the tile levels : where the cache copy / epilogue runs "
                                           "(root: own loop nest, outer: after S0, inner: after S1)"),
-            Knob("parallel", tuple(range(self.untiled_spatial + len(self.tiled) + 1)), "how many outer (S0) loops are fused and parallelised"),
+            Knob("parallel", tuple(range(self.untiled(workload) + len(self.tiled) + 1)),
+                 "how many outer (S0) loops are fused and parallelised"),
             Knob("cache_write", CACHE_WRITE, "accumulate into a cache buffer of this scope"),
         ]
         if self.has_pad and workload.params.get("pad"):
@@ -85,7 +101,7 @@ class TiledTemplate(Template):
         return knobs
 
     def default_config(self, workload: Workload) -> Config:
-        ext = axis_extents(workload)
+        ext = {a.name: a.extent for a in self.axes(workload)}
         config: Config = {}
         for idx, a in enumerate(self.tiled):
             cap = 16 if idx == len(self.tiled) - 1 else (4 if idx == len(self.tiled) - 2 else 1)
@@ -93,7 +109,8 @@ class TiledTemplate(Template):
             config[f"{a}_split"] = SPLIT_SEP.join(map(str, (ext[a] // inner, 1, inner)))
         for r in self.reduce_tiled:
             config[f"{r}_inner"] = divisors(ext[r], 8)[-1]
-        config.update(order=f"SSRRS{NEST_SEP}inner", parallel=self.untiled_spatial + len(self.tiled), cache_write="local")
+        config.update(order=f"SSRRS{NEST_SEP}inner", parallel=self.untiled(workload) + len(self.tiled),
+                      cache_write="local")
         if self.has_pad and workload.params.get("pad"):
             config["pad_at"] = "outer"
         config.update(vectorize=1, unroll_max_step=64, unroll_explicit=0)
@@ -117,10 +134,7 @@ class TiledTemplate(Template):
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         config = self.parameters(config, workload)
-        block = sch.get_sblock(workload.op.anchor)
-        pad = sch.get_sblock(PAD_STAGE) if self.has_pad and workload.params.get("pad") else None
-        epilogue = epilogue_name(workload)
-        consumer = sch.get_sblock(epilogue) if epilogue else None
+        block, pad, consumer = self.stages(sch, workload)
         root_stages = []
 
         if pad is not None and config["pad_at"] == "inline":
@@ -133,7 +147,7 @@ class TiledTemplate(Template):
             consumer = copy
 
         groups: dict[str, list] = {g: [] for g in ("S0", "S1", "S2", "R0", "R1")}
-        for axis, loop in zip(workload.axes, sch.get_loops(block)):
+        for axis, loop in zip(self.axes(workload), sch.get_loops(block)):
             name = axis.name
             if name in self.tiled:
                 s0, s1, s2 = sch.split(loop, [None, config[f"{name}_mid"], config[f"{name}_inner"]])

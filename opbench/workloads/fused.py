@@ -42,9 +42,12 @@ def anchor_axes(func: Any) -> list[Axis]:
     return [a for a in axes if not a.reduce] + [a for a in axes if a.reduce]
 
 
-def plain_conv(func: Any) -> bool:
-    """Whether a PrimFunc's anchor is an NCHW convolution with one group (TOPI's ``conv2d_nchw``:
-    loops n, k, y, x | c, r, s, reading data ``(N, C, H, W)`` and weight ``(K, C, R, S)``)."""
+def anchor_pattern(func: Any) -> str:
+    """What a PrimFunc's anchor block computes, where a template of its own applies, else "":
+
+    - ``conv2d``: an NCHW convolution with one group (TOPI's ``conv2d_nchw``: loops n, k, y, x |
+      c, r, s, reading data ``(N, C, H, W)`` and weight ``(K, C, R, S)``);
+    - ``matmul``: a (batched) matmul (loops ..., i, j | k, reading two buffers)."""
     import tvm
     from tvm import s_tir
 
@@ -52,11 +55,15 @@ def plain_conv(func: Any) -> bool:
     block = sch.get(anchor_block(sch))
     extents = [int(iv.dom.extent) for iv in block.iter_vars]
     kinds = [int(iv.iter_type) == REDUCE for iv in block.iter_vars]
-    if not block.name_hint.startswith("conv2d_nchw") or kinds != [False] * 4 + [True] * 3 or len(block.reads) != 2:
-        return False
-    data, weight = ([int(d) for d in r.source.shape] for r in block.reads)  # TVM 0.27: a region's buffer is its source
-    _, k, _, _, c, r, s = extents
-    return len(data) == 4 and data[1] == c and weight == [k, c, r, s]
+    if len(block.reads) != 2:
+        return ""
+    shapes = [[int(d) for d in r.source.shape] for r in block.reads]  # TVM 0.27: a region's buffer is its source
+    if block.name_hint.startswith("conv2d_nchw") and kinds == [False] * 4 + [True] * 3:
+        _, k, _, _, c, r, s = extents
+        return "conv2d" if len(shapes[0]) == 4 and shapes[0][1] == c and shapes[1] == [k, c, r, s] else ""
+    if "matmul" in block.name_hint and len(kinds) >= 3 and kinds == [False] * (len(kinds) - 1) + [True]:
+        return "matmul"
+    return ""
 
 
 @functools.cache
@@ -76,8 +83,8 @@ def _reference_executable(model: str, func: str, batch: int, seq_len: int) -> An
 
 
 @functools.cache
-def _plain_conv(model: str, func: str, batch: int, seq_len: int) -> bool:
-    return plain_conv(_load(model, func, batch, seq_len)[1])
+def _anchor_pattern(model: str, func: str, batch: int, seq_len: int) -> str:
+    return anchor_pattern(_load(model, func, batch, seq_len)[1])
 
 
 @functools.cache
@@ -138,8 +145,9 @@ class Fused(Operator):
         return list(_axes(*self._key(p)))
 
     def kind(self, p: Params) -> str:
-        """``fused_conv2d`` where the anchor is a plain NCHW convolution (packed templates apply)."""
-        return "fused_conv2d" if self.op(p).kind == "conv2d" and _plain_conv(*self._key(p)) else self.name
+        """``fused_conv2d`` or ``fused_matmul`` where the anchor is one (:func:`anchor_pattern`), else ``fused``."""
+        pattern = _anchor_pattern(*self._key(p))
+        return f"{self.name}_{pattern}" if pattern else self.name
 
     def flops(self, p: Params) -> float:
         return self.op(p).flops
