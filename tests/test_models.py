@@ -141,9 +141,15 @@ def test_every_fused_point_builds_a_correct_kernel(measurer):
     assert {r["status"] for r in records} == {"ok"}, [(r["workload"], r["error"]) for r in records if r["status"] != "ok"][:3]
 
 
-def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(tmp_path):
-    """small-cnn@tiny (two padded convolutions with bias and ReLU, 3 and 8 input channels) built with
-    its convolutions packed, at their default and at another point of the space, against PyTorch."""
+ALTERNATE = {"packed_output": 0, "ow_block": 2, "oh_block": 2, "reduce_order": "rs_c_c", "unroll_window": 1,
+             "cache_write": "global", "order": "SRSRS:outer"}  # another point of each template, where it has the value
+
+
+@pytest.mark.parametrize("model", ["small-cnn@tiny", "mobilenet-v2@tiny"])
+def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(model, tmp_path):
+    """A tiny model built with its convolutions packed (small-cnn: padded 3x3 convs with 3 and 8 input
+    channels, bias and ReLU; mobilenet-v2: pointwise and depthwise convs with batch norm, stride 2) and
+    its matmuls tiled, at each template's default (and, on small-cnn, at another point), against PyTorch."""
     import tvm
     from tvm import relax, s_tir
 
@@ -155,19 +161,26 @@ def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(tmp_path):
     from opbench.workloads.fused import model_name
     from opbench.workloads.models.extract import fuse, fused_ops, import_model
 
-    source = load_model("small-cnn@tiny")
+    source = load_model(model)
     mod = fuse(import_model(source))  # the weights of this instance, bound as constants
-    convs = [parse_workload(model_name("small-cnn@tiny", op.name, 1, 128)) for op in fused_ops(mod)[0]
-             if op.kind == "conv2d"]
-    assert len(convs) == 2 and {get_template(w).name for w in convs} == {"fused_conv2d_nchwc"}
+    workloads = [parse_workload(model_name(model, op.name, 1, 128)) for op in fused_ops(mod)[0]]
+    templates = {w.name: get_template(w) for w in workloads if get_template(w).name != "fused"}
+    packed = [w for w in workloads if templates.get(w.name, get_template(w)).name.endswith("_nchwc")]
+    expected = {"small-cnn@tiny": {"fused_conv2d_nchwc", "fused_matmul"},
+                "mobilenet-v2@tiny": {"fused_conv2d_nchwc", "fused_depthwise_conv2d_nchwc"}}[model]
+    assert {t.name for t in templates.values()} == expected
     target = make_target("llvm", 1)
-    for point in ({}, {"packed_output": 0, "ow_block": 2, "oh_block": 2, "reduce_order": "rs_c_c", "unroll_window": 1}):
-        template = get_template(convs[0])
-        tuned = [TunedOp(w, template, template.validate(point, w), 1.0) for w in convs]
-        packed = apply_database(mod, write_database(tmp_path / str(len(point)), tuned, target), target)
-        for w in convs:  # the model's own convolutions now hold the packed layout (5-D buffers)
-            sch = s_tir.Schedule(tvm.IRModule({"main": packed[w.params["func"]]}))
+    for point in ("default", "alternate") if model == "small-cnn@tiny" else ("default",):  # (suite time)
+        tuned = []
+        for w in workloads:
+            if w.name in templates:
+                knobs = {k.name: k.choices for k in templates[w.name].knobs(w)}
+                config = {k: v for k, v in ALTERNATE.items() if v in knobs.get(k, ())} if point == "alternate" else {}
+                tuned.append(TunedOp(w, templates[w.name], templates[w.name].validate(config, w), 1.0))
+        built = apply_database(mod, write_database(tmp_path / point, tuned, target), target)
+        for w in packed:  # the model's own convolutions now hold the packed layout (5-D buffers)
+            sch = s_tir.Schedule(tvm.IRModule({"main": built[w.params["func"]]}))
             assert any(len(b.shape) == 5 for b in sch.get(sch.get_sblock("root")).alloc_buffers), sch.mod
-        vm = relax.VirtualMachine(tvm.compile(packed, target), tvm.cpu())
+        vm = relax.VirtualMachine(tvm.compile(built, target), tvm.cpu())
         out = vm["main"](*(tvm.runtime.tensor(a) for a in source.numpy_inputs()))
-        assert check_outputs(source, [out.numpy()], "the packed model") < 1e-3
+        assert check_outputs(source, [out.numpy()], f"the model at each template's {point}") < 1e-3

@@ -29,6 +29,7 @@ TEMPLATES: dict[str, Template] = {
         PackedConvTemplate("conv2d_nchwc", op="conv2d"),
         PackedConvTemplate("depthwise_conv2d_nchwc", op="depthwise_conv2d", depthwise=True),
         PackedConvTemplate("fused_conv2d_nchwc", op="fused_conv2d"),
+        PackedConvTemplate("fused_depthwise_conv2d_nchwc", op="fused_depthwise_conv2d", depthwise=True),
         RowwiseTemplate("softmax"),
         RowwiseTemplate("layer_norm"),
         RowwiseTemplate("add_relu", fuse_all=True),
@@ -45,7 +46,8 @@ GENERIC_TEMPLATES = ("te_default", "metaschedule")
 # model's fused convolutions and matmuls get the catalogue's templates (``--template fused`` for the
 # generic fused template).
 CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_nchwc",
-                "fused_conv2d": "fused_conv2d_nchwc", "fused_matmul": "fused_matmul"}
+                "fused_conv2d": "fused_conv2d_nchwc", "fused_depthwise_conv2d": "fused_depthwise_conv2d_nchwc",
+                "fused_matmul": "fused_matmul"}
 
 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:

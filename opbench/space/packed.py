@@ -4,7 +4,7 @@ The operator keeps its NCHW signature; the template packs inside it, so a standa
 counts every layout transform it needs (the record says so: ``layout_transform=in_op``)::
 
     data   NCHW  -> (N, C/ic, H+2p, W+2p, ic)   padding done by the packing copy
-    weight OIHW  -> (O/oc, I/ic, R, S, ic, oc)   depthwise: CRS -> (C/c, R, S, c)
+    weight OIHW  -> (O/oc, I/ic, R, S, ic, oc)   depthwise: CRS -> (C/c, R, S, c), C1RS -> (C/c, 1, R, S, c)
     conv   n | oc_outer | y_outer | x_outer | reduction | y_inner | x_inner | oc_inner (vectorised)
 
 The accumulator is a register tile of ``oh_block x ow_block x oc_block`` values in the packed
@@ -52,12 +52,12 @@ class PackedConvTemplate(Template):
         """The knob of the vectorised channel block: output channels (depthwise: the channels)."""
         return "c_block" if self.depthwise else "oc_block"
 
-    @staticmethod
-    def _extents(workload: Workload) -> dict[str, int]:
-        """From the anchor's loops: n, k (output channels), oh, ow | c (input channels, not depthwise), r, s."""
+    def _extents(self, workload: Workload) -> dict[str, int]:
+        """From the anchor's loops: n, k (output channels), oh, ow | c (input channels), r, s; a depthwise
+        conv's channels are its output channels (its loops: n, k, oh, ow | r, s, or 1, r, s in a model)."""
         spatial = [a.extent for a in workload.axes if not a.reduce]
         reduce = [a.extent for a in workload.axes if a.reduce]
-        return {"k": spatial[1], "oh": spatial[2], "ow": spatial[3], "c": reduce[0] if len(reduce) == 3 else spatial[1]}
+        return {"k": spatial[1], "oh": spatial[2], "ow": spatial[3], "c": spatial[1] if self.depthwise else reduce[0]}
 
     def knobs(self, workload: Workload) -> list[Knob]:
         ext = self._extents(workload)
@@ -115,7 +115,10 @@ class PackedConvTemplate(Template):
         data_pack = sch.cache_read(conv, 0, "global")
         weight_pack = sch.cache_read(conv, 1, "global")
         sch.transform_layout(conv, ("read", 0), lambda n, c, h, w: (n, c // ib, h, w, c % ib))
-        if self.depthwise:
+        grouped = len(sch.get(conv).iter_vars) == 7  # a model's depthwise conv: weight (C, 1, R, S)
+        if self.depthwise and grouped:
+            sch.transform_layout(conv, ("read", 1), lambda c, i, r, s: (c // ob, i, r, s, c % ob))
+        elif self.depthwise:
             sch.transform_layout(conv, ("read", 1), lambda c, r, s: (c // ob, r, s, c % ob))
         else:
             sch.transform_layout(conv, ("read", 1), lambda o, i, r, s: (o // ob, i // ib, r, s, i % ib, o % ob))
@@ -168,7 +171,7 @@ class PackedConvTemplate(Template):
         # packing copies run in the packed order: stores contiguous, the channel block vectorised
         self._pack_schedule(sch, data_pack, {1: ib}, (0, 1, 3, 4, 2), parallel=3)
         if self.depthwise:
-            self._pack_schedule(sch, weight_pack, {0: ob}, (0, 2, 3, 1), parallel=1)
+            self._pack_schedule(sch, weight_pack, {0: ob}, (0, 2, 3, 4, 1) if grouped else (0, 2, 3, 1), parallel=1)
         else:
             self._pack_schedule(sch, weight_pack, {0: ob, 1: ib}, (0, 2, 4, 5, 3, 1), parallel=2)
         if unpack is not None:

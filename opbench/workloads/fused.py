@@ -47,6 +47,8 @@ def anchor_pattern(func: Any) -> str:
 
     - ``conv2d``: an NCHW convolution with one group (TOPI's ``conv2d_nchw``: loops n, k, y, x |
       c, r, s, reading data ``(N, C, H, W)`` and weight ``(K, C, R, S)``);
+    - ``depthwise_conv2d``: one with a group per channel (``group_conv2d_nchw``, c of extent 1,
+      data ``(N, K, H, W)``, weight ``(K, 1, R, S)``);
     - ``matmul``: a (batched) matmul (loops ..., i, j | k, reading two buffers)."""
     import tvm
     from tvm import s_tir
@@ -58,9 +60,13 @@ def anchor_pattern(func: Any) -> str:
     if len(block.reads) != 2:
         return ""
     shapes = [[int(d) for d in r.source.shape] for r in block.reads]  # TVM 0.27: a region's buffer is its source
-    if block.name_hint.startswith("conv2d_nchw") and kinds == [False] * 4 + [True] * 3:
+    if block.name_hint.startswith(("conv2d_nchw", "group_conv2d_nchw")) and kinds == [False] * 4 + [True] * 3:
         _, k, _, _, c, r, s = extents
-        return "conv2d" if len(shapes[0]) == 4 and shapes[0][1] == c and shapes[1] == [k, c, r, s] else ""
+        if len(shapes[0]) != 4 or shapes[1] != [k, c, r, s]:
+            return ""
+        if block.name_hint.startswith("conv2d_nchw") and shapes[0][1] == c:
+            return "conv2d"
+        return "depthwise_conv2d" if c == 1 and shapes[0][1] == k else ""
     if "matmul" in block.name_hint and len(kinds) >= 3 and kinds == [False] * (len(kinds) - 1) + [True]:
         return "matmul"
     return ""
@@ -145,7 +151,8 @@ class Fused(Operator):
         return list(_axes(*self._key(p)))
 
     def kind(self, p: Params) -> str:
-        """``fused_conv2d`` or ``fused_matmul`` where the anchor is one (:func:`anchor_pattern`), else ``fused``."""
+        """``fused_conv2d``, ``fused_depthwise_conv2d`` or ``fused_matmul`` where the anchor is one
+        (:func:`anchor_pattern`), else ``fused``."""
         pattern = _anchor_pattern(*self._key(p))
         return f"{self.name}_{pattern}" if pattern else self.name
 
