@@ -1,6 +1,7 @@
 """Shared fixtures: one measurer (persistent workers) per test session, private MLflow stores; the tiers."""
 from __future__ import annotations
 
+import atexit
 import inspect
 import os
 import re
@@ -32,8 +33,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         source = inspect.getsource(function) if function else ""
         if REAL_STACK_FIXTURES & set(getattr(item, "fixturenames", ())) or STARTS_PROCESSES.search(source):
             item.add_marker(pytest.mark.full)
-# Extracted model operators go to a private cache, not the repository's mlflow/models.
+# Extracted model operators go to a private cache, not the repository's mlflow/models, removed at exit.
 os.environ["OPBENCH_MODEL_CACHE"] = tempfile.mkdtemp(prefix="opbench-models-")
+atexit.register(shutil.rmtree, os.environ["OPBENCH_MODEL_CACHE"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
