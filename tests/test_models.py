@@ -102,7 +102,7 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
     client = mlflow.tracking.MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name("tm")
     parent = client.search_runs([exp.experiment_id], filter_string="tags.`opbench.kind` = 'study'")[0].data
-    assert parent.metrics["verify_rounds"] == 1
+    assert parent.metrics["verify_rounds"] == 1 and parent.metrics["prepacked_ops"] == 0  # bert has no convolution
     for name in ("untuned", "torch"):
         assert parent.metrics[f"verified_speedup_vs_{name}_min"] <= parent.metrics[f"verified_speedup_vs_{name}_max"]
         assert parent.tags[f"claim_vs_{name}"] in ("holds", "does not hold")
@@ -147,8 +147,9 @@ ALTERNATE = {"packed_output": 0, "ow_block": 2, "oh_block": 2, "reduce_order": "
 
 @pytest.mark.parametrize("model", ["small-cnn@tiny", "mobilenet-v2@tiny"])
 def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(model, tmp_path):
-    """A tiny model built with its convolutions packed (small-cnn: padded 3x3 convs with 3 and 8 input
-    channels, bias and ReLU; mobilenet-v2: pointwise and depthwise convs with batch norm, stride 2) and
+    """A tiny model built with its convolutions packed, their weights at build time (small-cnn: padded
+    3x3 convs with 3 and 8 input channels, bias and ReLU; mobilenet-v2: pointwise and depthwise convs
+    with batch norm, stride 2) and
     its matmuls tiled, at each template's default (and, on small-cnn, at another point), against PyTorch."""
     import tvm
     from tvm import relax, s_tir
@@ -156,7 +157,7 @@ def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(model, tmp_
     from opbench.hardware.targets import make_target
     from opbench.space import get_template
     from opbench.studies.models.profile import check_outputs
-    from opbench.studies.models.tuned import TunedOp, apply_database, write_database
+    from opbench.studies.models.tuned import TunedOp, apply_database, prepacked, write_database
     from opbench.workloads import parse_workload
     from opbench.workloads.fused import model_name
     from opbench.workloads.models.extract import fuse, fused_ops, import_model
@@ -178,8 +179,11 @@ def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(model, tmp_
                 config = {k: v for k, v in ALTERNATE.items() if v in knobs.get(k, ())} if point == "alternate" else {}
                 tuned.append(TunedOp(w, templates[w.name], templates[w.name].validate(config, w), 1.0))
         built = apply_database(mod, write_database(tmp_path / point, tuned, target), target)
-        for w in packed:  # the model's own convolutions now hold the packed layout (5-D buffers)
-            sch = s_tir.Schedule(tvm.IRModule({"main": built[w.params["func"]]}))
+        # the model's convolutions pack their data (5-D buffers) and take weights packed at build time
+        assert prepacked(built) == sorted(f"{w.params['func']}_prepacked" for w in packed)
+        assert not [g for g in built.functions if "weight_prepack" in g.name_hint]  # folded on the constants
+        for w in packed:
+            sch = s_tir.Schedule(tvm.IRModule({"main": built[f"{w.params['func']}_prepacked"]}))
             assert any(len(b.shape) == 5 for b in sch.get(sch.get_sblock("root")).alloc_buffers), sch.mod
         vm = relax.VirtualMachine(tvm.compile(built, target), tvm.cpu())
         out = vm["main"](*(tvm.runtime.tensor(a) for a in source.numpy_inputs()))

@@ -10,7 +10,9 @@ counts every layout transform it needs (the record says so: ``layout_transform=i
 The accumulator is a register tile of ``oh_block x ow_block x oc_block`` values in the packed
 order, written back to NCHW once its reduction is done. On a model's fused operator
 (``fused_conv2d_nchwc``) the epilogue after the convolution (batch norm, bias, residual add, ReLU)
-is inlined into that write-back, and the prologue (padding) into the data packing. Block sizes are divisors of their extents,
+is inlined into that write-back, and the prologue (padding) into the data packing; the weight
+packing is marked as a layout rewrite, which a model built with the schedule runs once at build time
+on its constant weights (:func:`opbench.studies.models.tuned.apply_database`). Block sizes are divisors of their extents,
 so every point of the space applies; channel counts the vector width does not divide (3, 24, 40)
 take the divisors they have.
 """
@@ -35,6 +37,7 @@ ACCUMULATOR_REGISTERS = 8  # vector registers the default register tile may take
 # where the input-channel loop sits in the reduction: outer chunk (c), window (rs), inner chunk (c)
 REDUCE_ORDERS = ("c_rs_c", "rs_c_c", "c_c_rs")
 LAYOUT_TRANSFORM = "in_op"  # activations and weights are packed inside the operator (counted)
+PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"  # a weight layout rewrite a model may pre-compute
 
 
 def _largest(extent: int, cap: int) -> int:
@@ -174,6 +177,9 @@ class PackedConvTemplate(Template):
             self._pack_schedule(sch, weight_pack, {0: ob}, (0, 2, 3, 4, 1) if grouped else (0, 2, 3, 1), parallel=1)
         else:
             self._pack_schedule(sch, weight_pack, {0: ob, 1: ib}, (0, 2, 4, 5, 3, 1), parallel=2)
+        # In a model, Relax's SplitLayoutRewritePreproc moves this copy into a function of its own that
+        # FoldConstant runs once at build time on the constant weights; a standalone operator keeps it.
+        sch.annotate(weight_pack, PREPACK_ANNOTATION, True)
         if unpack is not None:
             loops = sch.get_loops(unpack)
             sch.parallel(sch.fuse(*loops[:3]))

@@ -24,7 +24,7 @@ from opbench.space import get_template
 from opbench.studies.configs import best_config
 from opbench.studies.models.fresh import export_model, in_fresh_process, torch_ms_here, vm_ms_here
 from opbench.studies.models.profile import ModelProfile, check_outputs, profile_model
-from opbench.studies.models.tuned import TunedOp, apply_database, write_database
+from opbench.studies.models.tuned import TunedOp, apply_database, prepacked, write_database
 from opbench.studies.verify import BEST, Verification, verify_timers
 from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import study_dir
@@ -67,7 +67,7 @@ class ModelTuneSpec:
 @dataclass
 class ModelTuneResult:
     rows: list[tuple[Any, ...]]  # per operator: name, kind, share, untuned ms, tuned ms, speed-up, tuned/default
-    metrics: dict[str, float]  # torch_ms, untuned_ms, tuned_ms, speed-ups, max_abs_err, tuned_ops
+    metrics: dict[str, float]  # torch_ms, untuned_ms, tuned_ms, speed-ups, max_abs_err, tuned_ops, prepacked_ops
     database: Path  # the MetaSchedule database folder the tuned model was built with
     verification: Verification | None = None
     study: str = ""
@@ -126,7 +126,7 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
         verification = _verify_model(spec, prof, tuned_mod, tuned_ms, target, folder, study)
         metrics = {"torch_ms": prof.torch_ms, "untuned_ms": prof.model_ms, "tuned_ms": tuned_ms,
                    "speedup_vs_untuned": prof.model_ms / tuned_ms, "speedup_vs_torch": prof.torch_ms / tuned_ms,
-                   "max_abs_err": err, "tuned_ops": len(tuned)}
+                   "max_abs_err": err, "tuned_ops": len(tuned), "prepacked_ops": len(prepacked(tuned_mod))}
         recorder.mlflow.log_parent({"model": m.model, "batch": m.batch, "seq_len": m.seq_len, "threads": m.threads,
                                     "trials_per_op": spec.trials_per_op},
                                    {**metrics, **(verification.parent_metrics() if verification else {})},

@@ -48,9 +48,20 @@ def write_database(folder: Path, tuned: list[TunedOp], target: Any) -> Any:
 
 
 def apply_database(mod: Any, database: Any, target: Any) -> Any:
-    """The fused Relax module with every PrimFunc the database knows replaced by its tuned schedule."""
+    """The fused Relax module with every PrimFunc the database knows replaced by its tuned schedule,
+    and the weight layout rewrites those schedules mark (packed convolutions') computed at build time:
+    split into functions of their own and folded on the model's constant weights."""
     light_tensor_intrin()
+    import tvm
     from tvm import relax
 
     with target, database:
-        return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+        mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+    with target:
+        return tvm.ir.transform.Sequential([relax.transform.SplitLayoutRewritePreproc(),
+                                            relax.transform.FoldConstant(), relax.transform.DeadCodeElimination()])(mod)
+
+
+def prepacked(mod: Any) -> list[str]:
+    """The PrimFuncs of a built module that take weights packed at build time (``*_prepacked``)."""
+    return sorted(g.name_hint for g in mod.functions if g.name_hint.endswith("_prepacked"))
