@@ -11,11 +11,11 @@ timed again in fresh processes, 3 alternating rounds (median, with the per-round
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import tempfile
 from pathlib import Path
 
-from opbench.cli._logging import log_to_stderr
 from opbench.engines.registry import EngineSpec
 from opbench.report.progress import table
 from opbench.studies.models.tune import ModelSpec, ModelTuneSpec, tune_model
@@ -31,7 +31,8 @@ def main() -> None:
     parser.add_argument("--max-ops", type=int, default=12, help="key operators tuned per model, largest first")
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     args = parser.parse_args()
-    log_to_stderr()  # progress: each operator as it is tuned, then the verification rounds
+    logging.basicConfig(format="%(message)s")  # progress on stderr: each operator as it is tuned, the verification
+    logging.getLogger("opbench").setLevel(logging.INFO)
     scratch = Path(tempfile.mkdtemp(prefix="opbench-models-"))
     rows, ratios = [], []
     for model in args.models:

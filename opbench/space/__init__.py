@@ -10,7 +10,7 @@ from opbench.space.fused_matmul import FusedMatmulTemplate
 from opbench.space.gpu import GPU_TEMPLATES
 from opbench.space.packed import PackedConvTemplate
 from opbench.space.prescheduled import IRFileTemplate
-from opbench.space.rowwise import NoScheduleTemplate, RowwiseTemplate
+from opbench.space.rowwise import FusedRowwiseTemplate, NoScheduleTemplate, RowwiseTemplate
 from opbench.space.tiled import TiledTemplate
 from opbench.workloads import Workload
 
@@ -35,6 +35,7 @@ TEMPLATES: dict[str, Template] = {
         RowwiseTemplate("add_relu", fuse_all=True),
         FusedTemplate(),
         FusedMatmulTemplate(),
+        FusedRowwiseTemplate(),
         NoScheduleTemplate(),
         IRFileTemplate(),
         *GPU_TEMPLATES,
@@ -43,11 +44,11 @@ TEMPLATES: dict[str, Template] = {
 GENERIC_TEMPLATES = ("te_default", "metaschedule")
 # An op kind's template on CPUs where it is not the one named after the op: packed convolutions beat
 # the tiled NCHW ones (which stay available as ``--template conv2d`` / ``depthwise_conv2d``); a
-# model's fused convolutions and matmuls get the catalogue's templates (``--template fused`` for the
+# model's fused convolutions, matmuls, softmaxes and layer norms get the catalogue's templates (``--template fused`` for the
 # generic fused template).
 CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_nchwc",
                 "fused_conv2d": "fused_conv2d_nchwc", "fused_depthwise_conv2d": "fused_depthwise_conv2d_nchwc",
-                "fused_matmul": "fused_matmul"}
+                "fused_matmul": "fused_matmul", "fused_rowwise": "fused_rowwise"}
 
 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:

@@ -7,13 +7,15 @@ then computed per row or in their own loop nests (``compute_at``).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opbench.space._base import Config, Knob, Template, divisors
 from opbench.space._schedule import is_reduction, parallel_outer, vectorize_inner
 from opbench.space.tiled import UNROLL_STEPS
 from opbench.workloads import Workload
+from opbench.workloads.fused import child_blocks
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
@@ -40,13 +42,13 @@ class RowwiseTemplate(Template):
         ]
 
     def _inner_extent(self, workload: Workload) -> int:
-        extents = [a.extent for a in workload.axes]
-        if self.fuse_all:
-            total = 1
-            for e in extents:
-                total *= e
-            return total
-        return extents[-1]
+        """The output's last axis (``fuse_all``: all its axes fused)."""
+        extents = workload.op.output_shape(workload.params)
+        return math.prod(extents) if self.fuse_all else extents[-1]
+
+    def output_block(self, sch: Schedule, workload: Workload) -> Any:
+        """The block that writes the operator's output (its rows are the loop everything else joins)."""
+        return sch.get_sblock(workload.op.anchor)
 
     def default_config(self, workload: Workload) -> Config:
         extent = self._inner_extent(workload)
@@ -59,7 +61,7 @@ class RowwiseTemplate(Template):
                 "unroll_max_step": None, "unroll_explicit": None}
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
-        out = sch.get_sblock(workload.op.anchor)
+        out = self.output_block(sch, workload)
         producers = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if not sch.get(b).same_as(sch.get(out))]
         if config["inline"]:
             for block in list(producers):
@@ -92,6 +94,18 @@ class RowwiseTemplate(Template):
         for block in producers:
             if is_reduction(sch, block):
                 sch.decompose_reduction(block, sch.get_loops(block)[-1])
+
+
+@dataclass(frozen=True)
+class FusedRowwiseTemplate(RowwiseTemplate):
+    """The row-wise template on a model's fused softmax or layer norm (and what Relax fused after it,
+    e.g. a broadcast): the output is the function's last block."""
+
+    name: str = "fused_rowwise"
+    op: str = "fused_rowwise"  # the operator kind it schedules
+
+    def output_block(self, sch: Schedule, workload: Workload) -> Any:
+        return child_blocks(sch)[-1]
 
 
 @dataclass(frozen=True)

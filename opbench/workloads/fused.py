@@ -42,6 +42,9 @@ def anchor_axes(func: Any) -> list[Axis]:
     return [a for a in axes if not a.reduce] + [a for a in axes if a.reduce]
 
 
+ROWWISE_BLOCKS = ("T_softmax_norm", "T_layer_norm")  # TOPI's output stages of a row-wise softmax / layer norm
+
+
 def anchor_pattern(func: Any) -> str:
     """What a PrimFunc's anchor block computes, where a template of its own applies, else "":
 
@@ -49,17 +52,21 @@ def anchor_pattern(func: Any) -> str:
       c, r, s, reading data ``(N, C, H, W)`` and weight ``(K, C, R, S)``);
     - ``depthwise_conv2d``: one with a group per channel (``group_conv2d_nchw``, c of extent 1,
       data ``(N, K, H, W)``, weight ``(K, 1, R, S)``);
-    - ``matmul``: a (batched) matmul (loops ..., i, j | k, reading two buffers)."""
+    - ``matmul``: a (batched) matmul (loops ..., i, j | k, reading two buffers);
+    - ``rowwise``: a softmax or layer norm over the last axis (row reductions, then an elementwise output)."""
     import tvm
     from tvm import s_tir
 
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    names = [sch.get(b).name_hint for b in child_blocks(sch)]
     block = sch.get(anchor_block(sch))
     extents = [int(iv.dom.extent) for iv in block.iter_vars]
     kinds = [int(iv.iter_type) == REDUCE for iv in block.iter_vars]
-    if len(block.reads) != 2:
-        return ""
     shapes = [[int(d) for d in r.source.shape] for r in block.reads]  # TVM 0.27: a region's buffer is its source
+    if any(name in ROWWISE_BLOCKS for name in names) and kinds[-1] and sum(kinds) == 1:
+        return "rowwise"
+    if len(shapes) != 2:
+        return ""
     if block.name_hint.startswith(("conv2d_nchw", "group_conv2d_nchw")) and kinds == [False] * 4 + [True] * 3:
         _, k, _, _, c, r, s = extents
         if len(shapes[0]) != 4 or shapes[1] != [k, c, r, s]:
@@ -151,8 +158,8 @@ class Fused(Operator):
         return list(_axes(*self._key(p)))
 
     def kind(self, p: Params) -> str:
-        """``fused_conv2d``, ``fused_depthwise_conv2d`` or ``fused_matmul`` where the anchor is one
-        (:func:`anchor_pattern`), else ``fused``."""
+        """``fused_conv2d``, ``fused_depthwise_conv2d``, ``fused_matmul`` or ``fused_rowwise`` where the
+        anchor is one (:func:`anchor_pattern`), else ``fused``."""
         pattern = _anchor_pattern(*self._key(p))
         return f"{self.name}_{pattern}" if pattern else self.name
 
