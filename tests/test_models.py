@@ -145,6 +145,7 @@ ALTERNATE = {"packed_output": 0, "ow_block": 2, "oh_block": 2, "reduce_order": "
              "cache_write": "global", "order": "SRSRS:outer"}  # another point of each template, where it has the value
 
 
+@pytest.mark.full  # whole models imported and built
 @pytest.mark.parametrize("model", ["small-cnn@tiny", "mobilenet-v2@tiny"])
 def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(model, tmp_path):
     """A tiny model built with its convolutions packed, their weights at build time (small-cnn: padded

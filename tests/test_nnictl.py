@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -54,10 +55,12 @@ class Experiment:
         self.study = config["trialCommand"].split("--study ")[1].split()[0]
         (folder / "config.yml").write_text(yaml.safe_dump(config))
 
-    def start(self, port: int, env: dict[str, str]) -> subprocess.Popen:
-        return subprocess.Popen(_unshare() + [sys.executable, str(ROOT / "tests" / "nni_session.py"),
-                                              str(self.folder / "config.yml"), str(port), str(self.folder / "export.csv"),
-                                              "480"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    def start(self, port: int, env: dict[str, str], on: Callable[[list[str]], list[str]] | None = None) -> subprocess.Popen:
+        """nnictl in a private network namespace: a fresh one (``unshare -n``), or a host's (``on``)."""
+        session = [sys.executable, str(ROOT / "tests" / "nni_session.py"), str(self.folder / "config.yml"), str(port),
+                   str(self.folder / "export.csv"), "480"]
+        return subprocess.Popen(on(session) if on else _unshare() + session, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=env)
 
     def wait_for_tuner(self, session: subprocess.Popen, timeout_s: float = 120) -> None:
         """Until NNI's dispatcher (the tuner process) is up. NNI's manager gives it 10 s to connect, so

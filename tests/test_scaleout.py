@@ -114,9 +114,30 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
     dataset = pd.read_csv(exported)
     assert len(dataset) == ((trials["host"] == "host-b") & (trials["status"] == "ok")).sum() > 0
     assert dataset["feat.ms000"].notna().all()  # the features, from each run's artifact on the server
+    out = run_cli("report", "lan", "--tracking-uri", server.uri, "--out", str(tmp_path / "report"))  # from the server
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line[:1].isalpha()}
+    assert rows["optuna-tpe"][1] == str(TRIALS) and (tmp_path / "report" / "curve_vs_trial.png").exists()
     runs = trials.sort_values("finished_at")  # timed runs never overlap, whichever host (one timing lock here)
     starts, ends = (runs["finished_at"] - runs["run_s"]).tolist(), runs["finished_at"].tolist()
     assert all(start >= end - 0.05 for start, end in zip(starts[1:], ends[:-1]))
+
+
+@pytest.mark.slow
+@pytest.mark.full  # nnictl, a service and TVM
+def test_an_nni_experiment_on_a_host_logs_to_the_mlflow_server(hosts, tmp_path):
+    """A shipped experiment under a real nnictl on host-a (NNI's manager binds that host's addresses),
+    its trials logging to the MLflow server: NNI's export, the server's runs and the log agree."""
+    from .test_nnictl import Experiment
+
+    network, _, server = hosts
+    experiment = Experiment("matmul-512-tpe", tmp_path / "exp", server.uri, trials=3)
+    session = experiment.start(18150, {**os.environ, "OPBENCH_SERVICE_DIR": str(tmp_path / "svc")},
+                               on=lambda argv: network.on("host-a", argv))
+    output = session.communicate(timeout=600)[0]
+    assert session.returncode == 0, output[-3000:]
+    trials = experiment.finished_trials()
+    assert len(trials) == 3 and set(trials["host"]) == {"host-a"}
 
 
 def test_a_database_away_longer_than_the_bound_stops_the_study_clearly_and_loses_nothing(tmp_path, tracking_uri):
