@@ -97,3 +97,26 @@ def _get_json(url: str, server: subprocess.Popen, timeout_s: float = 60) -> dict
             assert server.poll() is None, server.stderr.read().decode()[-2000:] if server.stderr else ""
             assert time.time() < deadline, f"{url} did not answer within {timeout_s} s"
             time.sleep(0.3)
+
+
+def test_a_lost_connection_is_an_outage_however_it_is_wrapped_and_a_bad_query_is_not():
+    """psycopg2 reports some lost connections as plain DatabaseErrors; SQLAlchemy's dialect marks them
+    (connection_invalidated) and Optuna wraps them in a StorageInternalError."""
+    import sqlalchemy.exc
+
+    from opbench.engines.optuna_storage import is_outage
+
+    def wrapped(error: Exception) -> Exception:
+        try:
+            try:
+                raise error
+            except sqlalchemy.exc.SQLAlchemyError as exc:
+                raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from exc
+        except optuna.exceptions.StorageInternalError as outer:
+            return outer
+
+    lost = sqlalchemy.exc.DatabaseError("SELECT 1", {}, Exception("could not receive data from server"),
+                                        connection_invalidated=True)
+    assert is_outage(wrapped(lost))
+    assert is_outage(wrapped(sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("connection refused"))))
+    assert not is_outage(wrapped(sqlalchemy.exc.DataError("INSERT", {}, Exception("value too long"))))

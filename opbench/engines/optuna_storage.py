@@ -98,15 +98,18 @@ def _tune_sqlite(storage: Any) -> None:
 
 
 def is_outage(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it: Optuna wraps SQLAlchemy's errors) is the database being away
-    (connection refused or dropped, a server shutting down), not a bad query."""
+    """Whether ``exc`` (or what caused it: Optuna wraps SQLAlchemy's errors in a StorageInternalError)
+    is the database being away (connection refused or dropped, a server shutting down), not a bad
+    query: SQLAlchemy's operational and interface errors, and any driver error its dialect recognises
+    as a lost connection (``connection_invalidated``: psycopg2 reports some as plain DatabaseErrors)."""
     import sqlalchemy.exc
 
     cause: BaseException | None = exc
     while cause is not None:
-        if isinstance(cause, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+        if isinstance(cause, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)) or \
+                getattr(cause, "connection_invalidated", False):
             return True
-        cause = cause.__cause__
+        cause = cause.__cause__ or cause.__context__
     return False
 
 

@@ -106,9 +106,10 @@ def _small_cnn(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]:
     import torch
 
     width, size = (8, 16) if tiny else (32, 64)
-    model = torch.nn.Sequential(
+    model = torch.nn.Sequential(  # a plain conv, then a MobileNet-style block: depthwise (stride 2) and pointwise
         torch.nn.Conv2d(3, width, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(width, 2 * width, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Conv2d(width, width, 3, stride=2, padding=1, groups=width), torch.nn.BatchNorm2d(width),
+        torch.nn.ReLU(), torch.nn.Conv2d(width, 2 * width, 1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
         torch.nn.Flatten(), torch.nn.Linear(2 * width, 10))
     return model, (torch.randn(batch, 3, size, size),)
 
