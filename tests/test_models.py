@@ -38,7 +38,8 @@ def _model_ops(model, tracking_uri, study):
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("model", ["small-cnn@tiny", "onnx", "lstm@tiny"])  # bert-base@tiny: the tune-model test extracts it
+# bert-base@tiny: the tune-model test extracts it; lstm@tiny's anchors (matmul, elementwise) are the ONNX MLP's
+@pytest.mark.parametrize("model", ["small-cnn@tiny", "onnx"])
 def test_model_ops_extracts_fused_operators_whose_shares_add_up(model, tmp_path, tracking_uri):
     name = str(make_onnx(tmp_path / "mlp.onnx")) if model == "onnx" else model
     out = _model_ops(name, tracking_uri, "mo")
@@ -53,7 +54,7 @@ def test_model_ops_extracts_fused_operators_whose_shares_add_up(model, tmp_path,
     key = frame[frame["key_op"] == "True"]
     assert key["share"].sum() >= 0.9 > key["share"].sum() - key["share"].min()  # the fewest covering 90%
     assert (frame.loc[frame["op"].isin(["matmul", "conv2d", "dense", "batch_matmul"]), "flops"] > 0).all()
-    anchor = {"small-cnn@tiny": "conv2d", "onnx": "matmul", "lstm@tiny": "matmul"}
+    anchor = {"small-cnn@tiny": "conv2d", "onnx": "matmul"}
     assert anchor[model] in set(key["op"])  # the model's heavy operator is a key one
 
 
@@ -78,7 +79,7 @@ def test_a_model_the_frontend_cannot_convert_is_named(tracking_uri):
 
 
 def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path, tracking_uri):
-    out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--trials-per-op", "3", "--max-ops", "2",
+    out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--trials-per-op", "2", "--max-ops", "1",
                                 "--repeat", "3", "--verify-rounds", "1", "--tracking-uri", tracking_uri, "--study", "tm",
                                 "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"],
                          capture_output=True, text=True, timeout=900)
@@ -86,15 +87,15 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
     assert "tuned model output matches the reference" in out.stdout
     frame = read_mlflow(["tm"], tracking_uri)
     counts = frame["workload"].value_counts()
-    tuned = counts[counts == 3].index  # 3 trials for each of the two largest key operators ...
-    assert len(tuned) == 2 and all(w.startswith("model:bert-base@tiny/fused_matmul") for w in tuned)
-    assert len(counts) > 10 and (counts[counts != 3] == 1).all()  # ... one (the default schedule) for the rest
+    tuned = counts[counts == 2].index  # 2 trials for the largest key operator ...
+    assert len(tuned) == 1 and all(w.startswith("model:bert-base@tiny/fused_matmul") for w in tuned)
+    assert len(counts) > 10 and (counts[counts != 2] == 1).all()  # ... one (the default schedule) for the rest
     assert set(frame["source_model"]) == {"bert-base@tiny"}
     # every operator builds, runs and matches, the embedding's integer take and cast among them
     assert not frame["status"].isin(["build_error", "run_error", "wrong_result"]).any(), frame["error"].dropna().tolist()
     assert {"model:bert-base@tiny/take", "model:bert-base@tiny/fused_cast_reshape"} <= set(frame["workload"])
     records = (tmp_path / "tune-model" / "tm" / "database_tuning_record.json").read_text().splitlines()
-    assert 2 <= len(records) <= len(counts)  # one MetaSchedule record per operator made faster
+    assert 1 <= len(records) <= len(counts)  # one MetaSchedule record per operator made faster
     rows = {line.split()[0]: line for line in out.stdout.splitlines() if line.split()[:1] in (["tuned"], ["untuned"],
                                                                                             ["torch"])}
     assert set(rows) == {"tuned", "untuned", "torch"} and "not verified" not in out.stdout
@@ -135,7 +136,7 @@ def test_every_fused_point_builds_a_correct_kernel(measurer):
     assert {t.name for t in templates.values()} == {"fused", "fused_conv2d_nchwc", "fused_depthwise_conv2d_nchwc",
                                                     "fused_matmul"}
     specs = [TrialSpec(w, config, Resources(1 + i % 2), templates[w.name].name) for w in workloads
-             for i, config in enumerate(weighted_configs(w, BUILT_PER_KIND // 2 // len(workloads),
+             for i, config in enumerate(weighted_configs(w, BUILT_PER_KIND // 4 // len(workloads),
                                                          ("inline", "vectorize", "parallel", "packed_output", "cache_write"),
                                                          template=templates[w.name]))]
     records = measurer.measure_batch(specs)
