@@ -56,10 +56,18 @@ def _study(storage):
 
 
 def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restarted_server(hosts, tmp_path):
+    """Beside the study, a shipped NNI experiment under a real nnictl on host-a (NNI's manager binds
+    that host's addresses) logs its trials to the same server, through the same outages."""
+    from .test_nnictl import Experiment
+
     network, cluster, server = hosts
     url = cluster.url("optuna")
     storage = open_storage(url)
     env = {**os.environ, "OPBENCH_STALE_AFTER_S": "4"}  # a silent host's trial is retried after 4 s, not 30
+    experiment = Experiment("matmul-512-tpe", tmp_path / "nni", server.uri, trials=3)
+    session = experiment.start(18150, {**env, "OPBENCH_SERVICE_DIR": str(tmp_path / "svc")},
+                               on=lambda argv: network.on("host-a", argv))
+    experiment.wait_for_tuner(session)
 
     def start(host: str, argv: list[str]) -> subprocess.Popen:
         """The command on ``host``, its output in a file (named last in ``args``, for messages)."""
@@ -88,6 +96,10 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
     server.start()
     for proc in (tune, workers["host-b"]):
         assert proc.wait(timeout=300) == 0, _tail(proc)
+    output = session.communicate(timeout=300)[0]
+    assert session.returncode == 0, output[-3000:]
+    nni_trials = experiment.finished_trials()  # NNI's export, the server's runs and the log agree
+    assert len(nni_trials) == 3 and set(nni_trials["host"]) == {"host-a"}
 
     study = _study(storage)
     measured = [t for t in study.trials if "status" in t.user_attrs]
@@ -121,23 +133,6 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
     runs = trials.sort_values("finished_at")  # timed runs never overlap, whichever host (one timing lock here)
     starts, ends = (runs["finished_at"] - runs["run_s"]).tolist(), runs["finished_at"].tolist()
     assert all(start >= end - 0.05 for start, end in zip(starts[1:], ends[:-1]))
-
-
-@pytest.mark.slow
-@pytest.mark.full  # nnictl, a service and TVM
-def test_an_nni_experiment_on_a_host_logs_to_the_mlflow_server(hosts, tmp_path):
-    """A shipped experiment under a real nnictl on host-a (NNI's manager binds that host's addresses),
-    its trials logging to the MLflow server: NNI's export, the server's runs and the log agree."""
-    from .test_nnictl import Experiment
-
-    network, _, server = hosts
-    experiment = Experiment("matmul-512-tpe", tmp_path / "exp", server.uri, trials=3)
-    session = experiment.start(18150, {**os.environ, "OPBENCH_SERVICE_DIR": str(tmp_path / "svc")},
-                               on=lambda argv: network.on("host-a", argv))
-    output = session.communicate(timeout=600)[0]
-    assert session.returncode == 0, output[-3000:]
-    trials = experiment.finished_trials()
-    assert len(trials) == 3 and set(trials["host"]) == {"host-a"}
 
 
 def test_a_database_away_longer_than_the_bound_stops_the_study_clearly_and_loses_nothing(tmp_path, tracking_uri):
