@@ -23,7 +23,7 @@ def _run(*args):
     return run_cli(*args, check=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not module: set up once even when xdist interleaves other files' tests
 def logged(tmp_path_factory, empty_store):
     """Two small studies (two ops, 1 and 2 threads) in a private MLflow store and a JSON-lines log."""
     tmp = tmp_path_factory.mktemp("data")

@@ -89,8 +89,8 @@ class Farm:
             self.kill(proc)
 
 
-@pytest.fixture(scope="module")
-def farm(tmp_path_factory):
+@pytest.fixture(scope="session")  # not module: xdist may run other files' tests between this file's, and a
+def farm(tmp_path_factory):       # module fixture is set up again after each such interruption (26 s each)
     f = Farm(tmp_path_factory.mktemp("farm"), servers=2)
     yield f
     f.close()
