@@ -44,8 +44,8 @@ TEMPLATES: dict[str, Template] = {
 GENERIC_TEMPLATES = ("te_default", "metaschedule")
 # An op kind's template on CPUs where it is not the one named after the op: packed convolutions beat
 # the tiled NCHW ones (which stay available as ``--template conv2d`` / ``depthwise_conv2d``); a
-# model's fused convolutions, matmuls, softmaxes and layer norms get the catalogue's templates (``--template fused`` for the
-# generic fused template).
+# model's fused convolutions, matmuls, softmaxes and layer norms get the catalogue's templates
+# (``--template fused`` for the generic fused template).
 CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_nchwc",
                 "fused_conv2d": "fused_conv2d_nchwc", "fused_depthwise_conv2d": "fused_depthwise_conv2d_nchwc",
                 "fused_matmul": "fused_matmul", "fused_rowwise": "fused_rowwise"}

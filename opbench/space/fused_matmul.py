@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from opbench.space.tiled import TiledTemplate
 from opbench.workloads import Workload
 from opbench.workloads._base import Axis
-from opbench.workloads.fused import anchor_block, child_blocks
+from opbench.workloads.fused import anchor_block, blocks_after
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
@@ -35,8 +35,7 @@ class FusedMatmulTemplate(TiledTemplate):
 
     def stages(self, sch: Schedule, workload: Workload) -> tuple[Any, Any, Any]:
         anchor = anchor_block(sch)
-        names = [sch.get(b).name_hint for b in child_blocks(sch)]
-        after = names[names.index(sch.get(anchor).name_hint) + 1:]
+        after = blocks_after(sch, anchor)
         for producer in sch.get_producers(anchor):  # reshapes and transposes of its inputs
             sch.compute_inline(producer)
         for name in after[:-1]:  # into the last, which then reads the anchor's output alone

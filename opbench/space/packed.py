@@ -12,9 +12,9 @@ order, written back to NCHW once its reduction is done. On a model's fused opera
 (``fused_conv2d_nchwc``) the epilogue after the convolution (batch norm, bias, residual add, ReLU)
 is inlined into that write-back, and the prologue (padding) into the data packing; the weight
 packing is marked as a layout rewrite, which a model built with the schedule runs once at build time
-on its constant weights (:func:`opbench.studies.models.tuned.apply_database`). Block sizes are divisors of their extents,
-so every point of the space applies; channel counts the vector width does not divide (3, 24, 40)
-take the divisors they have.
+on its constant weights (:func:`opbench.studies.models.tuned.apply_database`). Block sizes are
+divisors of their extents, so every point of the space applies; channel counts the vector width
+does not divide (3, 24, 40) take the divisors they have.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from opbench.space._base import Config, Knob, Template, divisors
 from opbench.space.tiled import UNROLL_STEPS
 from opbench.workloads import Workload
-from opbench.workloads.fused import anchor_block, child_blocks
+from opbench.workloads.fused import anchor_block, blocks_after
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
@@ -112,8 +112,7 @@ class PackedConvTemplate(Template):
         ob = config[self._block_knob]
         ib = ob if self.depthwise else config["ic_block"]
         conv = anchor_block(sch)
-        names = [sch.get(b).name_hint for b in child_blocks(sch)]
-        epilogue = names[names.index(sch.get(conv).name_hint) + 1:]
+        epilogue = blocks_after(sch, conv)
         prologue = sch.get_producers(conv)  # the padding stage, when there is one
         data_pack = sch.cache_read(conv, 0, "global")
         weight_pack = sch.cache_read(conv, 1, "global")

@@ -24,6 +24,12 @@ def child_blocks(sch: Schedule) -> list[Any]:
     return list(sch.get_child_blocks(sch.get_sblock("root")))
 
 
+def blocks_after(sch: Schedule, block: Any) -> list[str]:
+    """The names of the root's blocks after ``block`` (a fused operator's epilogue), in order."""
+    names = [sch.get(b).name_hint for b in child_blocks(sch)]
+    return names[names.index(sch.get(block).name_hint) + 1:]
+
+
 def anchor_block(sch: Schedule) -> Any:
     """The last block with a reduction axis, else the last block."""
     blocks = child_blocks(sch)
