@@ -5,7 +5,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import optuna
@@ -13,22 +12,24 @@ import pandas as pd
 import pytest
 
 from opbench.engines.optuna_storage import open_storage
+from opbench.measure.rpc import request_session
 from opbench.studies.shared import HOSTS_ATTR, SPEC_ATTR, publish
-from opbench.testing.lan import Postgres, Unavailable, free_port, lan
+from opbench.testing.farm import CLI, KEY, Farm
+from opbench.testing.lan import Network, Postgres, Unavailable, free_port, lan
 from opbench.tracking import read_jsonl, read_mlflow
 
 from .cli import run_cli
 
-CLI = [sys.executable, "-m", "opbench.cli"]
 SMALL = "matmul:m=64,n=64,k=64"
 TRIALS = 8
 
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    """Three hosts on a private bridge; PostgreSQL and an MLflow server (its runs in PostgreSQL) on it."""
+    """Three worker hosts, a tracker's and two boards' on a private bridge; PostgreSQL and an MLflow
+    server (its runs in PostgreSQL) on it."""
     try:
-        with lan(["host-a", "host-b", "host-c"], tmp_path_factory.mktemp("lan") / "artifacts") as parts:
+        with lan(["host-a", "host-b", "host-c", "tracker", "board-0", "board-1"], tmp_path_factory.mktemp("lan") / "artifacts") as parts:
             yield parts
     except Unavailable as exc:
         pytest.skip(str(exc))
@@ -44,17 +45,36 @@ def _wait(condition, what: str, timeout_s: float, *procs: subprocess.Popen):
     return found
 
 
+def _start(network: Network, host: str, argv: list[str], tmp_path, env: dict[str, str]) -> subprocess.Popen:
+    """``opbench ARGV`` on ``host``, its records also in ``HOST.jsonl``, its output in a file (named last
+    in ``args``, for messages)."""
+    log = tmp_path / f"{host}.out"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(network.on(host, CLI + argv + ["--log", str(tmp_path / f"{host}.jsonl")]), env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc.args = [*proc.args, str(log)]
+    return proc
+
+
+def _connected(network: Network, host: str, address: str) -> bool:
+    """Whether ``host`` has a connection open to ``address`` (HOST:PORT)."""
+    out = subprocess.run(network.on(host, ["ss", "-Htn", "state", "established", "dst", address]),
+                         capture_output=True, text=True, check=True)
+    return bool(out.stdout.strip())
+
+
 def _tail(proc: subprocess.Popen) -> str:
     return open(proc.args[-1]).read()[-3000:]
 
 
-def _study(storage):
+def _study(storage, name: str = "lan"):
     try:
-        return optuna.load_study(study_name="lan", storage=storage)
+        return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         return None
 
 
+@pytest.mark.xdist_group("lan")  # the tests on the hosts share them: one worker sets them up once
 def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restarted_server(hosts, tmp_path):
     """Beside the study, a shipped NNI experiment under a real nnictl on host-a (NNI's manager binds
     that host's addresses) logs its trials to the same server, through the same outages."""
@@ -70,13 +90,7 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
     experiment.wait_for_tuner(session)
 
     def start(host: str, argv: list[str]) -> subprocess.Popen:
-        """The command on ``host``, its output in a file (named last in ``args``, for messages)."""
-        log = tmp_path / f"{host}.out"
-        with open(log, "w") as out:
-            proc = subprocess.Popen(network.on(host, CLI + argv + ["--log", str(tmp_path / f"{host}.jsonl")]), env=env,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        proc.args = [*proc.args, str(log)]
-        return proc
+        return _start(network, host, argv, tmp_path, env)
 
     tune = start("host-a", ["tune", SMALL, "--study", "lan", "--storage", url, "--tracking-uri", server.uri,
                             "--trials", str(TRIALS), "--no-references", "--verify-rounds", "0", "--repeat", "2",
@@ -133,6 +147,53 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
     runs = trials.sort_values("finished_at")  # timed runs never overlap, whichever host (one timing lock here)
     starts, ends = (runs["finished_at"] - runs["run_s"]).tolist(), runs["finished_at"].tolist()
     assert all(start >= end - 0.05 for start, end in zip(starts[1:], ends[:-1]))
+
+
+@pytest.mark.xdist_group("lan")
+def test_worker_hosts_measure_on_boards_behind_a_tracker_on_hosts_of_their_own(hosts, tmp_path):
+    """A study started on host-a on the farm's device, joined by host-b: both drive the boards. The test
+    holds both boards until host-b waits for one at the tracker, so that each host gets one; while they
+    are held, a measurement on host-c fails clearly."""
+    network, cluster, server = hosts
+    farm = Farm(tmp_path, servers=2, network=network)
+    try:
+        boards = set(farm.server_addresses())
+        assert {b.split(":")[0] for b in boards} == {network.address("board-0"), network.address("board-1")}
+        listed = subprocess.run(network.on("host-b", CLI + ["devices", "--tracker", farm.address]),
+                                capture_output=True, text=True)
+        assert listed.returncode == 0, listed.stderr[-2000:]
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(KEY))
+        assert row.split()[1:4] == ["2", "2", "0"]  # devices, free, used
+        held = [request_session(farm.remote)[0] for _ in boards]  # both boards busy from here
+        busy = subprocess.Popen(network.on("host-c", CLI + ["measure", SMALL, "--device", farm.device, "--json",
+                                                            "--connect-timeout", "3", "--tracking-uri", server.uri]),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        url = cluster.url("boards")
+        storage = open_storage(url)
+        tune = _start(network, "host-a", ["tune", SMALL, "--study", "boards", "--storage", url, "--device", farm.device,
+                                          "--tracking-uri", server.uri, "--trials", "8", "--repeat", "2",
+                                          "--seed", "5"], tmp_path, dict(os.environ))
+        _wait(lambda: (s := _study(storage, "boards")) is not None and SPEC_ATTR in s.user_attrs,
+              "study published", 180, tune)  # host-a now waits for a board for its first reference
+        worker = _start(network, "host-b", ["worker", "--study", "boards", "--storage", url], tmp_path, dict(os.environ))
+        out, err = busy.communicate(timeout=120)  # no free board within 3 s: an error, not a hang
+        assert busy.returncode == 1 and json.loads(out)["status"] == "device_error", out[-2000:] + err[-2000:]
+        assert f"no free '{KEY}' device at tracker {farm.address} within 3 s" in json.loads(out)["error"]
+        _wait(lambda: _connected(network, "host-b", farm.address), "host-b waiting for a board", 180, tune, worker)
+        del held  # the boards go free: each host takes one (it holds one at a time) and keeps it
+        for proc in (tune, worker):
+            assert proc.wait(timeout=300) == 0, _tail(proc)
+    finally:
+        farm.close()
+    records = read_mlflow(["boards"], server.uri)
+    trials = records[records["engine_trial"].notna()]
+    assert len(trials) == 8 and set(trials["status"]) == {"ok"} and (trials["max_abs_err"] < 1e-3).all()
+    assert set(records["reference"].dropna()) == {"te_default", "template_default"}  # no torch/numpy remotely
+    assert set(records["device"]) == {farm.device} and set(records["device_addr"]) == boards  # both boards
+    board_of = {network.address(b): b for b in ("board-0", "board-1")}
+    assert (records["host"] == records["device_addr"].str.split(":").str[0].map(board_of)).all()  # the boards' facts
+    drivers = {t.user_attrs["host"] for t in _study(storage, "boards").trials if "status" in t.user_attrs}
+    assert "host-b" in drivers and drivers <= {"host-a", "host-b"}
 
 
 def test_a_database_away_longer_than_the_bound_stops_the_study_clearly_and_loses_nothing(tmp_path, tracking_uri):

@@ -11,8 +11,9 @@ from opbench.hardware.devices import RemoteDevice
 
 TRACKER_TIMEOUT_S = 10.0
 
-def _tracker_call(host: str, port: int, request: list[Any]) -> Any:
-    """One request to the tracker over TVM's tracker protocol, bounded by :data:`TRACKER_TIMEOUT_S`."""
+def _tracker_call(host: str, port: int, request: list[Any], reply_timeout_s: float | None = TRACKER_TIMEOUT_S) -> Any:
+    """One request to the tracker over TVM's tracker protocol: connecting is bounded by
+    :data:`TRACKER_TIMEOUT_S`, the reply by ``reply_timeout_s`` (None: no bound)."""
     from tvm.rpc import base
 
     try:
@@ -21,6 +22,7 @@ def _tracker_call(host: str, port: int, request: list[Any]) -> Any:
         raise ResourceError(f"tracker {host}:{port} unreachable: {exc.strerror or exc}") from exc
     with sock:
         try:
+            sock.settimeout(reply_timeout_s)
             sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
             if struct.unpack("<i", base.recvall(sock, 4))[0] != base.RPC_TRACKER_MAGIC:
                 raise ResourceError(f"{host}:{port} is not a TVM RPC tracker")
@@ -75,12 +77,14 @@ def check_device(device: RemoteDevice) -> DeviceKey:
 
 
 def request_session(device: RemoteDevice) -> tuple[Any, str]:
-    """A session on a free device of the key (waits while all are busy) and that server's HOST:PORT."""
+    """A session on a free device of the key and that server's HOST:PORT. Waits as long as all are
+    busy: the tracker answers a request only when a device is free (the RPC runner bounds the wait by
+    killing its client after ``connect_timeout_s``)."""
     from tvm import rpc
     from tvm.rpc import base
 
     check_device(device)
-    code, value = _tracker_call(device.host, device.port, [base.TrackerCode.REQUEST, device.key, "", 1])
+    code, value = _tracker_call(device.host, device.port, [base.TrackerCode.REQUEST, device.key, "", 1], None)
     if code != base.TrackerCode.SUCCESS:
         raise ResourceError(f"tracker {device.tracker} refused a {device.key} device: {value}")
     url, port, matchkey = value

@@ -44,6 +44,7 @@ class Network:
         tag = f"ob{os.getpid() % 100000}"
         net = 20 + os.getpid() % 200
         self.server, self._bridge, self._namespaces = f"10.{net}.0.1", f"{tag}br", {}
+        self._addresses: dict[str, str] = {}
         try:
             _run("ip", "link", "add", self._bridge, "type", "bridge")
         except (RuntimeError, FileNotFoundError) as exc:
@@ -53,13 +54,17 @@ class Network:
         for i, host in enumerate(hosts):
             ns, outside, inside = f"{tag}-{i}", f"{tag}v{i}", f"{tag}p{i}"
             _run("ip", "netns", "add", ns)
-            self._namespaces[host] = ns
+            self._namespaces[host], self._addresses[host] = ns, f"10.{net}.0.{10 + i}"
             _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
             _run("ip", "link", "set", inside, "netns", ns)
             _run("ip", "link", "set", outside, "master", self._bridge, "up")
-            _run("ip", "netns", "exec", ns, "ip", "addr", "add", f"10.{net}.0.{10 + i}/24", "dev", inside)
+            _run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self._addresses[host]}/24", "dev", inside)
             _run("ip", "netns", "exec", ns, "ip", "link", "set", inside, "up")
             _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+
+    def address(self, host: str) -> str:
+        """``host``'s address on the bridge."""
+        return self._addresses[host]
 
     def on(self, host: str, argv: list[str]) -> list[str]:
         """``argv`` run on ``host``: in its namespace, under its own hostname."""

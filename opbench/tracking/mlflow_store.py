@@ -35,6 +35,9 @@ def study_dir(kind: str, study: str, tracking_uri: str | None = None) -> Path:
 def _client(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
+    # MLflow writes "View run ... at: URL" to stdout for each run it ends on a tracking server: that
+    # would break `--json` output and bury the tables (the study's experiment is named at the end).
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     return MlflowClient(tracking_uri=uri)
 
 
