@@ -40,11 +40,13 @@ postgres:
 	fi
 
 # The cross-builds are part of the suite: OPBENCH_REQUIRE_CROSS turns their skip into a failure.
-# Two workers take tests one by one (tests sharing an expensive module fixture, or nnictl, are grouped:
-# xdist_group); the files with the longest tests go first so that neither worker is left with one at the end.
+# Three workers on two cores take tests one by one: about a third of the suite's wall time is spent
+# waiting (servers and CLIs starting, NNI dispatching, timeouts running out), which a third worker
+# fills. Tests sharing an expensive module fixture, or nnictl, are grouped (xdist_group); the files
+# with the longest tests go first so that no worker is left with one at the end.
 SLOWEST_FIRST := tests/test_nnictl.py tests/test_scaleout.py tests/test_models.py tests/test_engines.py tests/test_remote.py tests/test_data.py
 test: lint cross postgres
-	OPBENCH_REQUIRE_CROSS=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15 $(SLOWEST_FIRST) tests
+	OPBENCH_REQUIRE_CROSS=1 $(BIN)/python -m pytest -q -n 3 --dist loadgroup --durations=15 $(SLOWEST_FIRST) tests
 
 # ruff (pyflakes, pycodestyle, import order, bugbear, ...) and mypy, as configured in pyproject.toml.
 lint: $(STAMP)
