@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 VECTOR_LANES = 16  # fp32 lanes of one AVX-512 register; long loops are split to this width
+PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"  # a weight layout rewrite a model may pre-compute
 
 
 def is_reduction(sch: Any, block: Any) -> bool:
@@ -37,3 +38,24 @@ def parallel_outer(sch: Any, block: Any) -> Any:
     outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
     sch.parallel(outer)
     return outer
+
+
+def pack_copy(sch: Any, stage: Any, blocks: dict[int, int], order: tuple[int, ...], parallel: int) -> None:
+    """Schedule a packing copy: split its source loops into (outer, block) at ``blocks`` (loop index:
+    block), visit the pieces in ``order`` (the packed layout's), fuse and parallelise the first
+    ``parallel`` and vectorise the innermost."""
+    pieces: list = []
+    for index, loop in enumerate(sch.get_loops(stage)):
+        pieces.extend(sch.split(loop, [None, blocks[index]]) if index in blocks else [loop])
+    loops = [pieces[i] for i in order]
+    sch.reorder(*loops)
+    sch.parallel(sch.fuse(*loops[:parallel]) if parallel > 1 else loops[0])
+    if int(sch.get(loops[-1]).extent) > 1:
+        sch.vectorize(loops[-1])
+
+
+def mark_prepack(sch: Any, stage: Any) -> None:
+    """Mark the copy that packs a weight: in a model, Relax's SplitLayoutRewritePreproc moves it into a
+    function of its own that FoldConstant runs once at build time on the constant weight; a
+    standalone operator keeps it (and its time)."""
+    sch.annotate(stage, PREPACK_ANNOTATION, True)

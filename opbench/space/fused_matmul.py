@@ -2,12 +2,21 @@
 are batch loops (S0), its last two ``i`` and ``j``, its reduction ``k``, so the knobs are the
 catalogue matmul's (``i_split``, ``j_split``, ``k_inner``, ``order``, ``cache_write``...). Producer
 blocks are inlined into the anchor's reads; the epilogue Relax fused after it (bias, residual add,
-scaling) becomes one elementwise consumer, placed like the catalogue dense's bias."""
+scaling) becomes one elementwise consumer, placed like the catalogue dense's bias.
+
+A weight operand (2-D, indexed by ``j`` and ``k`` alone: a Linear layer's, often read transposed as
+``W[j, k]``) is packed to ``(N / nb, K, nb)`` with ``nb`` the register tile's width, so the
+vectorised ``j`` loop reads contiguous lanes (TVM's x86 ``dense_pack``). The packing copy is marked
+as a layout rewrite: a model built with the schedule runs it once at build time; the standalone
+operator counts it (the record says ``layout_transform=in_op``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opbench.space._base import Config, Knob, split_factors
+from opbench.space._schedule import mark_prepack, pack_copy
+from opbench.space.packed import LAYOUT_TRANSFORM
 from opbench.space.tiled import TiledTemplate
 from opbench.workloads import Workload
 from opbench.workloads._base import Axis
@@ -41,3 +50,41 @@ class FusedMatmulTemplate(TiledTemplate):
         for name in after[:-1]:  # into the last, which then reads the anchor's output alone
             sch.compute_inline(sch.get_sblock(name))
         return anchor, None, sch.get_sblock(after[-1]) if after else None
+
+    def knobs(self, workload: Workload) -> list[Knob]:
+        return [*super().knobs(workload), Knob("layout_transform", (LAYOUT_TRANSFORM,),
+                                                "where a weight operand is packed (in the operator; a model does it at build time)")]
+
+    def default_config(self, workload: Workload) -> Config:
+        return {**super().default_config(workload), "layout_transform": LAYOUT_TRANSFORM}
+
+    def parameter_vocabulary(self) -> dict[str, tuple | None]:
+        return {**super().parameter_vocabulary(), "layout_transform": (LAYOUT_TRANSFORM,)}
+
+    def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
+        super().apply(sch, config, workload)
+        anchor = anchor_block(sch)
+        found = _weight_read(sch.get(anchor))
+        if found is None:  # attention's batched matmuls: both operands are activations
+            return
+        index, transposed = found
+        nb = split_factors(config["j_split"])[-1]
+        pack = sch.cache_read(anchor, index, "global")
+        if transposed:  # W[j, k]
+            sch.transform_layout(anchor, ("read", index), lambda j, k: (j // nb, k, j % nb))
+            pack_copy(sch, pack, {0: nb}, (0, 2, 1), parallel=1)
+        else:  # B[k, j]
+            sch.transform_layout(anchor, ("read", index), lambda k, j: (j // nb, k, j % nb))
+            pack_copy(sch, pack, {1: nb}, (1, 0, 2), parallel=1)
+        mark_prepack(sch, pack)
+
+
+def _weight_read(block: Any) -> tuple[int, bool] | None:
+    """The read of ``block`` (a matmul: loops ..., i, j | k) that is a 2-D weight indexed by ``j`` and
+    ``k`` alone, and whether it is read transposed (``W[j, k]``); None when there is none."""
+    j, k = (iv.var for iv in block.iter_vars[-2:])
+    for index, region in enumerate(block.reads):
+        starts = [r.min for r in region.region]
+        if len(starts) == 2 and any(starts[0].same_as(a) and starts[1].same_as(b) for a, b in ((j, k), (k, j))):
+            return index, starts[0].same_as(j)
+    return None

@@ -19,9 +19,10 @@ does not divide (3, 24, 40) take the divisors they have.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from opbench.space._base import Config, Knob, Template, divisors
+from opbench.space._schedule import mark_prepack, pack_copy
 from opbench.space.tiled import UNROLL_STEPS
 from opbench.workloads import Workload
 from opbench.workloads.fused import anchor_block, blocks_after
@@ -37,7 +38,6 @@ ACCUMULATOR_REGISTERS = 8  # vector registers the default register tile may take
 # where the input-channel loop sits in the reduction: outer chunk (c), window (rs), inner chunk (c)
 REDUCE_ORDERS = ("c_rs_c", "rs_c_c", "c_c_rs")
 LAYOUT_TRANSFORM = "in_op"  # activations and weights are packed inside the operator (counted)
-PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"  # a weight layout rewrite a model may pre-compute
 
 
 def _largest(extent: int, cap: int) -> int:
@@ -171,29 +171,13 @@ class PackedConvTemplate(Template):
             if unpack is not None:
                 sch.vectorize(sch.get_loops(accumulator)[-1])
         # packing copies run in the packed order: stores contiguous, the channel block vectorised
-        self._pack_schedule(sch, data_pack, {1: ib}, (0, 1, 3, 4, 2), parallel=3)
+        pack_copy(sch, data_pack, {1: ib}, (0, 1, 3, 4, 2), parallel=3)
         if self.depthwise:
-            self._pack_schedule(sch, weight_pack, {0: ob}, (0, 2, 3, 4, 1) if grouped else (0, 2, 3, 1), parallel=1)
+            pack_copy(sch, weight_pack, {0: ob}, (0, 2, 3, 4, 1) if grouped else (0, 2, 3, 1), parallel=1)
         else:
-            self._pack_schedule(sch, weight_pack, {0: ob, 1: ib}, (0, 2, 4, 5, 3, 1), parallel=2)
-        # In a model, Relax's SplitLayoutRewritePreproc moves this copy into a function of its own that
-        # FoldConstant runs once at build time on the constant weights; a standalone operator keeps it.
-        sch.annotate(weight_pack, PREPACK_ANNOTATION, True)
+            pack_copy(sch, weight_pack, {0: ob, 1: ib}, (0, 2, 4, 5, 3, 1), parallel=2)
+        mark_prepack(sch, weight_pack)
         if unpack is not None:
             loops = sch.get_loops(unpack)
             sch.parallel(sch.fuse(*loops[:3]))
-            sch.vectorize(loops[-1])
-
-    @staticmethod
-    def _pack_schedule(sch: Schedule, stage: Any, blocks: dict[int, int], order: tuple[int, ...], parallel: int) -> None:
-        """Split the copy's source loops into (outer, block) at ``blocks`` (loop index: block), visit
-        the pieces in ``order`` (the packed layout's), fuse and parallelise the first ``parallel``
-        and vectorise the innermost."""
-        pieces: list = []
-        for index, loop in enumerate(sch.get_loops(stage)):
-            pieces.extend(sch.split(loop, [None, blocks[index]]) if index in blocks else [loop])
-        loops = [pieces[i] for i in order]
-        sch.reorder(*loops)
-        sch.parallel(sch.fuse(*loops[:parallel]))
-        if int(sch.get(loops[-1]).extent) > 1:
             sch.vectorize(loops[-1])
