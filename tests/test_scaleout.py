@@ -219,22 +219,59 @@ def test_a_database_away_longer_than_the_bound_stops_the_study_clearly_and_loses
     assert set(logged["trial_id"]) <= set(read_mlflow(["away"], tracking_uri)["trial_id"])  # every measured trial kept
 
 
-def test_a_trial_orphaned_before_its_first_heartbeat_is_failed_and_asked_again(monkeypatch):
+@pytest.fixture(scope="module")
+def local_database():
+    cluster = Postgres("127.0.0.1")
+    yield cluster.url("optuna")
+    cluster.close()
+
+
+TILES = {"tile": {"_type": "choice", "_value": [1, 2, 4, 8]}}
+
+
+def test_a_trial_orphaned_before_its_first_heartbeat_is_failed_and_asked_again(local_database, monkeypatch):
     from opbench.engines import optuna_engine
 
     monkeypatch.setattr(optuna_engine, "STALE_AFTER_S", 0)  # orphaned as soon as it is seen
-    cluster = Postgres("127.0.0.1")
-    try:
-        space = {"tile": {"_type": "choice", "_value": [1, 2, 4, 8]}}
-        engine = optuna_engine.OptunaEngine(space, 1, "orphans", cluster.url("optuna"), "random", seed=0, budget=2)
-        orphan = engine.study.ask(engine._distributions)  # asked by a process that died before anything else
-        proposals = engine.ask(2)
-        engine.close()
-        settled = engine.study.trials[orphan.number]
-    finally:
-        cluster.close()
+    engine = optuna_engine.OptunaEngine(TILES, 1, "orphans", local_database, "random", seed=0, budget=2)
+    orphan = engine.study.ask(engine._distributions)  # asked by a process that died before anything else
+    proposals = engine.ask(2)
+    engine.close()
+    settled = engine.study.trials[orphan.number]
     assert settled.state == optuna.trial.TrialState.FAIL and "orphaned" in settled.user_attrs["rejected"]
     assert len(proposals) == 2 and proposals[0].config == orphan.params  # its params, asked again
+
+
+def test_a_resumed_study_settles_a_dead_processs_trial_and_leaves_a_live_hosts_to_it(local_database, monkeypatch):
+    from opbench.engines import optuna_engine, optuna_storage
+
+    monkeypatch.setattr(optuna_storage, "STALE_AFTER_S", 1)  # the grace period of the storages opened below
+    monkeypatch.setattr(optuna_engine, "HEARTBEAT_S", 0.2)
+
+    def engine(resume: bool) -> optuna_engine.OptunaEngine:
+        return optuna_engine.OptunaEngine(TILES, 1, "resumed", local_database, "random", seed=0, resume=resume, budget=4)
+
+    dead = engine(resume=False)
+    (killed,) = dead.ask(1)
+    dead.close()  # its heartbeats stop, as when its process is killed
+    live = engine(resume=True)
+    (measuring,) = live.ask(1)  # another host's trial, its heartbeats going on
+    storage = live.study._storage
+    deadline = time.time() + 30
+    while killed.handle._trial_id not in storage._get_stale_trial_ids(live.study._study_id):
+        assert time.time() < deadline
+        time.sleep(0.2)
+    resumed = engine(resume=True)
+    assert resumed.recover({}) == []
+    states = {t.number: t.state for t in resumed.study.trials}
+    assert states[killed.handle.number] == optuna.trial.TrialState.FAIL
+    assert states[measuring.handle.number] == optuna.trial.TrialState.RUNNING  # left to the host measuring it
+    live.tell(measuring, {"status": "ok", "trial_id": "t-live", "latency_ms": 1.0, "threads": 1})
+    live.close()
+    assert resumed.study.trials[measuring.handle.number].state == optuna.trial.TrialState.COMPLETE
+    (again,) = resumed.ask(1)
+    resumed.close()
+    assert again.config == killed.config  # the dead process's params, asked again
 
 
 def test_an_unreachable_database_is_named_and_refused_with_exit_2(tracking_uri):

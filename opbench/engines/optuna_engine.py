@@ -62,7 +62,6 @@ class OptunaEngine(Engine):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # group=, heartbeats
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
         unknown = [o for o in objectives if o not in OBJECTIVES]
         if unknown or not objectives or objectives[0] != "latency":
@@ -89,19 +88,30 @@ class OptunaEngine(Engine):
     def recover(self, recorded: dict[str, Record]) -> list[Record]:
         """Settle trials a killed process left RUNNING: tell those whose record was written (keyed by
         ``engine_trial``), fail the rest and queue their params again, so nothing is lost or run twice.
-        Returns the records it told."""
+        On a database other hosts share, a trial whose process is alive (a fresh heartbeat, or asked
+        within ``STALE_AFTER_S`` and none yet) is left to it. Returns the records it told."""
         import optuna
 
         told = []
-        for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        running = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        gone = self._gone(running)
+        for trial in running:
             record = recorded.get(str(trial.number))
             if record is not None:
                 self.tell(Proposal({}, 0, optuna.trial.Trial(self.study, trial._trial_id)), record)
                 told.append(record)
-            else:
+            elif trial._trial_id in gone:
                 self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
                 self.study.enqueue_trial(trial.params)
         return told
+
+    def _gone(self, running: list[Any]) -> set[int]:
+        """Ids of the ``running`` trials whose process is gone: all of them on a store one host's
+        processes use one at a time; on a shared database, those with a stale heartbeat or orphaned."""
+        if not self._heartbeat:
+            return {t._trial_id for t in running}
+        stale = set(self._db(lambda: self.study._storage._get_stale_trial_ids(self.study._study_id)))
+        return stale | {t._trial_id for t in self._orphans(running)}
 
     @property
     def done(self) -> int:
@@ -154,13 +164,18 @@ class OptunaEngine(Engine):
     def _fail_orphans(self, trials: list[Any]) -> bool:
         """Fail the trials a process asked and died before it recorded their first heartbeat (they have
         no host yet, and Optuna never finds them stale), queueing their params again. Whether any was."""
-        now = datetime.datetime.now()
-        orphans = [t for t in trials if _in_flight(t) and "host" not in t.user_attrs and t._trial_id not in self._in_flight
-                   and t.datetime_start is not None and (now - t.datetime_start).total_seconds() > STALE_AFTER_S]
+        orphans = self._orphans(trials)
         for trial in orphans:
             with contextlib.suppress(ValueError, RuntimeError):  # another worker settled it first
                 self._db(functools.partial(self._settle_orphan, trial))
         return bool(orphans)
+
+    def _orphans(self, trials: list[Any]) -> list[Any]:
+        """The in-flight ``trials`` of other processes asked more than ``STALE_AFTER_S`` ago with no
+        heartbeat yet (no host: the heartbeat is recorded first)."""
+        now = datetime.datetime.now()
+        return [t for t in trials if _in_flight(t) and "host" not in t.user_attrs and t._trial_id not in self._in_flight
+                and t.datetime_start is not None and (now - t.datetime_start).total_seconds() > STALE_AFTER_S]
 
     def _settle_orphan(self, trial: Any) -> None:
         import optuna

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,6 +56,7 @@ def open_storage(storage: str) -> Any:
     """Optuna's storage for ``storage``: RDB for a URL, a journal for a path (created with its folder)."""
     import optuna
 
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeats, TPE group=
     if is_url(storage):
         dialect = storage.split("://", 1)[0].split("+", 1)[0]
         if dialect not in DATABASES:
