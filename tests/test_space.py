@@ -208,3 +208,37 @@ def test_packed_templates_build_correct_kernels_on_odd_shapes(measurer):
     wrong = [(r["workload"], r["error"], {k: v for k, v in r.items() if k.startswith("knob.")}) for r in records if r["status"] != "ok"]
     assert not wrong, wrong[:3]
     assert {r["knob.layout_transform"] for r in records} == {"in_op"}  # where the packing runs is in the record
+
+
+def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activation():
+    """``B[k, j]`` (a catalogue matmul, an ONNX MatMul on a weight) and ``W[j, k]`` (a Linear layer)
+    are weights; a batched matmul's operands are activations. The plain read, packed, computes what
+    the unpacked operator does."""
+    import tvm
+    from tvm import s_tir, te
+
+    from opbench.space.fused_matmul import FusedMatmulTemplate, _weight_read
+    from opbench.workloads.fused import anchor_block
+
+    def weight_read(func):
+        sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+        return _weight_read(sch.get(anchor_block(sch)))
+
+    x, w, a = te.placeholder((8, 16), name="x"), te.placeholder((12, 16), name="w"), te.placeholder((2, 8, 16), name="a")
+    k = te.reduce_axis((0, 16), name="k")
+    linear = te.compute((8, 12), lambda i, j: te.sum(x[i, k] * w[j, k], axis=k), name="matmul")
+    batched = te.compute((2, 8, 8), lambda b, i, j: te.sum(a[b, i, k] * a[b, j, k], axis=k), name="matmul")
+    assert weight_read(te.create_prim_func([x, w, linear])) == (1, True)
+    assert weight_read(te.create_prim_func([a, batched])) is None
+
+    workload = parse_workload("matmul:m=48,n=40,k=24")
+    assert weight_read(workload.prim_func()) == (1, False)
+    template = FusedMatmulTemplate()
+    arrays = workload.make_inputs()
+    expected = workload.reference(arrays)
+    for config in ({}, {"j_split": "1x8x5", "i_split": "4x3x4"}):
+        mod = template.schedule(workload, template.validate(config, workload))
+        assert "meta_schedule.layout_rewrite_preproc" in mod.script()  # the packing copy a model runs at build time
+        args = [tvm.runtime.tensor(v) for v in (*arrays, np.zeros_like(expected))]
+        tvm.compile(mod, "llvm")["main"](*args)
+        np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-5, atol=1e-5)
