@@ -20,7 +20,7 @@ from opbench.testing.lan import Network, free_port
 
 CLI = [sys.executable, "-m", "opbench.cli"]
 KEY = "cpu-farm"
-TRACKER_PORT = 9190  # on a host of its own the tracker has its ports to itself
+TRACKER_PORT, BOARD_PORT = 9190, 9090  # TVM's defaults: on hosts of their own, each has its ports to itself
 
 
 class Farm:
@@ -37,7 +37,7 @@ class Farm:
         self._wait(lambda: list_devices(self.host, self.port) is not None)
         self.servers = [self._spawn(on(f"board-{i}", CLI + ["board", "serve", "--tracker", self.address, "--key", KEY,
                                                             "--host", host(f"board-{i}"),
-                                                            "--port", str(9090 if network else free_port())]),
+                                                            "--port", str(BOARD_PORT if network else free_port())]),
                                     f"board-{i}") for i in range(servers)]
         self._wait(lambda: sum(k.free for k in list_devices(self.host, self.port) if k.key == KEY) == servers)
 
