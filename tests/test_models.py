@@ -142,6 +142,8 @@ def test_every_fused_point_builds_a_correct_kernel(measurer):
                                                          template=templates[w.name]))]
     records = measurer.measure_batch(specs)
     assert {r["status"] for r in records} == {"ok"}, [(r["workload"], r["error"]) for r in records if r["status"] != "ok"][:3]
+    packing = {(r["template"], r.get("knob.layout_transform")) for r in records if r["template"] != "fused"}
+    assert {layout for _, layout in packing} == {"weights_prepacked"}  # timed as the model runs them: weights packed
 
 
 ALTERNATE = {"packed_output": 0, "ow_block": 2, "oh_block": 2, "reduce_order": "rs_c_c", "unroll_window": 1,

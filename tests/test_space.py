@@ -212,11 +212,13 @@ def test_packed_templates_build_correct_kernels_on_odd_shapes(measurer):
 
 def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activation():
     """``B[k, j]`` (a catalogue matmul, an ONNX MatMul on a weight) and ``W[j, k]`` (a Linear layer)
-    are weights; a batched matmul's operands are activations. The plain read, packed, computes what
-    the unpacked operator does."""
+    are weights; a batched matmul's operands are activations. The plain read, packed in the operator
+    or once before it (``weights_prepacked``: the packing split off), computes what the unpacked
+    operator does."""
     import tvm
     from tvm import s_tir, te
 
+    from opbench.measure.prepack import Prepack, prepacked_args, split_prepack
     from opbench.space.fused_matmul import FusedMatmulTemplate, _weight_read
     from opbench.workloads.fused import anchor_block
 
@@ -237,8 +239,16 @@ def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activat
     arrays = workload.make_inputs()
     expected = workload.reference(arrays)
     for config in ({}, {"j_split": "1x8x5", "i_split": "4x3x4"}):
-        mod = template.schedule(workload, template.validate(config, workload))
+        config = template.validate(config, workload)
+        nb = int(config["j_split"].split("x")[-1])  # the register tile's width: the packed block
+        assert config["layout_transform"] == "weights_prepacked"
+        mod = template.schedule(workload, config)
         assert "meta_schedule.layout_rewrite_preproc" in mod.script()  # the packing copy a model runs at build time
-        args = [tvm.runtime.tensor(v) for v in (*arrays, np.zeros_like(expected))]
-        tvm.compile(mod, "llvm")["main"](*args)
-        np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-5, atol=1e-5)
+        split, prepack = split_prepack(mod)
+        assert prepack == Prepack(1, (40 // nb, 24, nb), "float32") and "layout_rewrite_preproc" not in split["main"].script()
+        for built, packing in ((mod, None), (split, prepack)):
+            kernel = tvm.compile(built, "llvm")
+            args = [tvm.runtime.tensor(v) for v in (*arrays, np.zeros_like(expected))]
+            args = prepacked_args(kernel, args, packing, tvm.cpu())
+            kernel["main"](*args)
+            np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-5, atol=1e-5)

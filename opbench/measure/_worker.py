@@ -125,14 +125,19 @@ class _Worker:
         from opbench.exceptions import ConfigError
         from opbench.hardware.targets import export_compiler, make_target
         from opbench.measure.features import schedule_features
+        from opbench.measure.prepack import split_prepack, write_manifest
         from opbench.space import get_template
+        from opbench.space._schedule import WEIGHTS_PREPACKED
         from opbench.workloads import parse_workload
 
         start = time.perf_counter()
         workload = parse_workload(req.workload)
         template = get_template(workload, req.template)
         try:
-            mod = template.schedule(workload, req.config)
+            scheduled = template.schedule(workload, req.config)
+            mod, prepack = scheduled, None
+            if req.config.get("layout_transform") == WEIGHTS_PREPACKED:
+                mod, prepack = split_prepack(scheduled)
         except (s_tir.ScheduleError, RuntimeError, ConfigError) as exc:  # TVM's FFI errors are RuntimeErrors
             return BuildResult(Status.INVALID_CONFIG, f"schedule rejected the config: {_short(exc)}")
         target = make_target(req.target, req.threads)
@@ -140,10 +145,12 @@ class _Worker:
             executable = tvm.compile(mod, target)
             artifact = os.path.join(req.out_dir, f"kernel-{os.getpid()}-{time.monotonic_ns()}.so")
             executable.export_library(artifact, fcompile=export_compiler(req.target))
+            if prepack is not None:
+                write_manifest(artifact, prepack)
         except Exception as exc:  # noqa: BLE001 - any compiler failure is a build error of this trial
             return BuildResult(Status.BUILD_ERROR, _short(exc), build_s=time.perf_counter() - start)
         build_s = time.perf_counter() - start
-        features = schedule_features(mod, target) if req.extract_features and target.kind.name == "llvm" else {}
+        features = schedule_features(scheduled, target) if req.extract_features and target.kind.name == "llvm" else {}
         return BuildResult(Status.OK, artifact=artifact, build_s=build_s, target=str(target), features=features)
 
     def connect(self, req: RemoteConnect) -> RemoteSession:
@@ -184,11 +191,13 @@ class _Worker:
         return self._meters[gpu]
 
     def _load_checked(self, artifact: str, spec: str, target: str = "llvm") -> _Kernel | RunResult:
-        """Load a kernel (on the remote device, when in a session), call it once on the workload's
-        inputs and check the output against the reference computed here."""
+        """Load a kernel (on the remote device, when in a session), pack its weight when it takes it
+        packed, call it once on the workload's inputs and check the output against the reference
+        computed here."""
         import numpy as np
         import tvm
 
+        from opbench.measure.prepack import prepacked_args, read_manifest
         from opbench.workloads import parse_workload
 
         workload = parse_workload(spec)
@@ -201,6 +210,7 @@ class _Worker:
             module = tvm.runtime.load_module(artifact)
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         args.append(tvm.runtime.tensor(np.zeros(expected.shape, expected.dtype), dev))
+        args = prepacked_args(module, args, read_manifest(artifact), dev)
         first = time.perf_counter()
         module["main"](*args)
         dev.sync()

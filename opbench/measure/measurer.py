@@ -15,6 +15,7 @@ from opbench.measure.builder import LocalBuilder
 from opbench.measure.corun import CoRunSpec, corun_records
 from opbench.measure.features import static_features
 from opbench.measure.lock import HostLock
+from opbench.measure.prepack import manifest_path
 from opbench.measure.rpc import check_device
 from opbench.measure.runner import LocalRunner, Runner, create_runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
@@ -264,5 +265,6 @@ class Measurer:
 def _discard(*builds: BuildResult) -> None:
     """Delete built libraries once they have run: a long study would otherwise fill the disk."""
     for build in builds:
-        if build.artifact and os.path.exists(build.artifact):
-            os.remove(build.artifact)
+        for path in (build.artifact, build.artifact and manifest_path(build.artifact)):
+            if path and os.path.exists(path):
+                os.remove(path)

@@ -5,6 +5,10 @@ from typing import Any
 
 VECTOR_LANES = 16  # fp32 lanes of one AVX-512 register; long loops are split to this width
 PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"  # a weight layout rewrite a model may pre-compute
+# Where a packed template's layout transforms run (the ``layout_transform`` knob, one value per operator):
+IN_OP = "in_op"  # all inside the operator, timed with it (a catalogue operator: its weight is an input)
+WEIGHTS_PREPACKED = "weights_prepacked"  # the weight packed once, untimed, as in a model built with the schedule
+LAYOUT_TRANSFORMS = (IN_OP, WEIGHTS_PREPACKED)
 
 
 def is_reduction(sch: Any, block: Any) -> bool:
@@ -56,6 +60,7 @@ def pack_copy(sch: Any, stage: Any, blocks: dict[int, int], order: tuple[int, ..
 
 def mark_prepack(sch: Any, stage: Any) -> None:
     """Mark the copy that packs a weight: in a model, Relax's SplitLayoutRewritePreproc moves it into a
-    function of its own that FoldConstant runs once at build time on the constant weight; a
-    standalone operator keeps it (and its time)."""
+    function of its own that FoldConstant runs once at build time on the constant weight. A
+    standalone trial keeps it (and its time) unless its ``layout_transform`` is
+    :data:`WEIGHTS_PREPACKED` (:mod:`opbench.measure.prepack` then splits it off the same way)."""
     sch.annotate(stage, PREPACK_ANNOTATION, True)

@@ -1,7 +1,7 @@
 """Packed-layout (NCHW[x]c) convolution templates for CPUs, after TVM's x86 ``conv2d_NCHWc``.
 
-The operator keeps its NCHW signature; the template packs inside it, so a standalone operator
-counts every layout transform it needs (the record says so: ``layout_transform=in_op``)::
+The operator keeps its NCHW signature; the template packs inside it, so a standalone catalogue
+operator counts every layout transform it needs (the record says so: ``layout_transform=in_op``)::
 
     data   NCHW  -> (N, C/ic, H+2p, W+2p, ic)   padding done by the packing copy
     weight OIHW  -> (O/oc, I/ic, R, S, ic, oc)   depthwise: CRS -> (C/c, R, S, c), C1RS -> (C/c, 1, R, S, c)
@@ -12,7 +12,8 @@ order, written back to NCHW once its reduction is done. On a model's fused opera
 (``fused_conv2d_nchwc``) the epilogue after the convolution (batch norm, bias, residual add, ReLU)
 is inlined into that write-back, and the prologue (padding) into the data packing; the weight
 packing is marked as a layout rewrite, which a model built with the schedule runs once at build time
-on its constant weights (:func:`opbench.studies.models.tuned.apply_database`). Block sizes are
+on its constant weights (:func:`opbench.studies.models.tuned.apply_database`), and a trial of the
+operator once before timing it (``layout_transform=weights_prepacked``; activations stay in the op). Block sizes are
 divisors of their extents, so every point of the space applies; channel counts the vector width
 does not divide (3, 24, 40) take the divisors they have.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opbench.space._base import Config, Knob, Template, divisors
-from opbench.space._schedule import mark_prepack, pack_copy
+from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, WEIGHTS_PREPACKED, mark_prepack, pack_copy
 from opbench.space.tiled import UNROLL_STEPS
 from opbench.workloads import Workload
 from opbench.workloads.fused import anchor_block, blocks_after
@@ -37,7 +38,6 @@ VECTOR_FLOATS = 8  # fp32 lanes of one AVX2 register: the default output-channel
 ACCUMULATOR_REGISTERS = 8  # vector registers the default register tile may take (of 16 on AVX2)
 # where the input-channel loop sits in the reduction: outer chunk (c), window (rs), inner chunk (c)
 REDUCE_ORDERS = ("c_rs_c", "rs_c_c", "c_c_rs")
-LAYOUT_TRANSFORM = "in_op"  # activations and weights are packed inside the operator (counted)
 
 
 def _largest(extent: int, cap: int) -> int:
@@ -49,6 +49,11 @@ class PackedConvTemplate(Template):
     name: str
     op: str  # the operator kind it schedules: conv2d, depthwise_conv2d or fused_conv2d
     depthwise: bool = False
+
+    @property
+    def _layout_transform(self) -> str:
+        """A model's convolution takes its weight packed (a constant); a catalogue one packs it in the op."""
+        return WEIGHTS_PREPACKED if self.op.startswith("fused") else IN_OP
 
     @property
     def _block_knob(self) -> str:
@@ -81,8 +86,8 @@ class PackedConvTemplate(Template):
             Knob("parallel", (0, 1, 2, 3), "how many outer loops (batch, channel blocks, output rows) are fused "
                                            "and parallelised"),
             Knob("unroll_max_step", UNROLL_STEPS, "pragma_auto_unroll_max_step on the outer loop"),
-            Knob("layout_transform", (LAYOUT_TRANSFORM,), "where activations and weights are packed and the output "
-                                                          "unpacked: inside the operator, timed with it"),
+            Knob("layout_transform", (self._layout_transform,), "where the weight is packed: in the operator, timed "
+                                                               "(catalogue), or once before (a model's: its constant)"),
         ]
         return knobs
 
@@ -98,14 +103,14 @@ class PackedConvTemplate(Template):
         if not self.depthwise:
             config.update(ic_block=_largest(ext["c"], 2 * VECTOR_FLOATS), reduce_order="c_rs_c")
         config.update(ow_block=width, oh_block=1, unroll_window=0,
-                      parallel=3, unroll_max_step=16, layout_transform=LAYOUT_TRANSFORM)
+                      parallel=3, unroll_max_step=16, layout_transform=self._layout_transform)
         return config
 
     def parameter_vocabulary(self) -> dict[str, tuple | None]:
         vocab: dict[str, tuple | None] = dict.fromkeys(
             ("c_block", "oc_block", "ic_block", "ow_block", "oh_block", "unroll_window", "parallel", "unroll_max_step",
              "packed_output"))
-        vocab.update(reduce_order=REDUCE_ORDERS, layout_transform=(LAYOUT_TRANSFORM,))
+        vocab.update(reduce_order=REDUCE_ORDERS, layout_transform=LAYOUT_TRANSFORMS)
         return vocab
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
