@@ -1,5 +1,5 @@
 """Extracted operators on disk, so workers and later runs read a model's fused PrimFuncs without
-importing the model again: ``mlflow/models/<model>-b<batch>-s<seq_len>/<func>.json`` (TVM's JSON;
+importing the model again: ``mlflow/models/<model>-b<batch>-s<seq_len>-p<pipeline>/<func>.json`` (TVM's JSON;
 ``$OPBENCH_MODEL_CACHE`` instead of ``mlflow/models`` when set)
 plus ``ops.json`` (kind, calls, outputs, shapes, FLOPs and the last measured share of each)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from opbench.exceptions import WorkloadError
 from opbench.paths import safe_name, store_dir
-from opbench.workloads.models.extract import FusedOp, fuse, fused_ops, import_model
+from opbench.workloads.models.extract import PIPELINE_VERSION, FusedOp, fuse, fused_ops, import_model
 from opbench.workloads.models.sources import load_model
 
 INDEX = "ops.json"
@@ -23,7 +23,7 @@ CACHE_ENV = "OPBENCH_MODEL_CACHE"  # another folder for the cache (workers inher
 
 def cache_dir(model: str, batch: int, seq_len: int) -> Path:
     base = Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else store_dir() / "models"
-    return base / safe_name(f"{model}-b{batch}-s{seq_len}")
+    return base / safe_name(f"{model}-b{batch}-s{seq_len}-p{PIPELINE_VERSION}")  # a new pipeline extracts anew
 
 
 def save(model: str, batch: int, seq_len: int, ops: list[FusedOp], funcs: dict[str, Any]) -> Path:

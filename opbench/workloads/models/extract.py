@@ -63,6 +63,11 @@ def import_model(source: ModelSource) -> Any:
         raise OpBenchError(f"model '{source.name}': Relax cannot convert it: {str(exc).splitlines()[0]}") from exc
 
 
+# Bumped whenever fuse() makes different PrimFuncs, so that cached extractions of an older one are not read
+# (2: fast exp/erf/tanh).
+PIPELINE_VERSION = 2
+
+
 def fuse(mod: Any) -> Any:
     """Legalise to TIR and fuse (the passes the Relax build runs), leaving one PrimFunc per fused op.
     ``exp``, ``erf`` and ``tanh`` (softmax's and GELU's too) become TVM's fast float32 approximations,
