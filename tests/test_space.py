@@ -216,15 +216,12 @@ def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activat
     or once before it (``weights_prepacked``: the packing split off), computes what the unpacked
     operator does."""
     import tvm
-    from tvm import s_tir, te
+    from tvm import te
 
     from opbench.measure.prepack import Prepack, prepacked_args, split_prepack
-    from opbench.space.fused_matmul import FusedMatmulTemplate, _weight_read
-    from opbench.workloads.fused import anchor_block
-
-    def weight_read(func):
-        sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-        return _weight_read(sch.get(anchor_block(sch)))
+    from opbench.space._base import split_factors
+    from opbench.space.fused_matmul import FusedMatmulTemplate
+    from opbench.space.fused_matmul import weight_read_of as weight_read
 
     x, w, a = te.placeholder((8, 16), name="x"), te.placeholder((12, 16), name="w"), te.placeholder((2, 8, 16), name="a")
     k = te.reduce_axis((0, 16), name="k")
@@ -240,7 +237,7 @@ def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activat
     expected = workload.reference(arrays)
     for config in ({}, {"j_split": "1x8x5", "i_split": "4x3x4"}):
         config = template.validate(config, workload)
-        nb = int(config["j_split"].split("x")[-1])  # the register tile's width: the packed block
+        nb = split_factors(config["j_split"])[-1]  # the register tile's width: the packed block
         assert config["layout_transform"] == "weights_prepacked"
         mod = template.schedule(workload, config)
         assert "meta_schedule.layout_rewrite_preproc" in mod.script()  # the packing copy a model runs at build time

@@ -83,13 +83,18 @@ class FusedMatmulTemplate(TiledTemplate):
 @functools.cache
 def _layout_transform(spec: str) -> str:
     """:data:`WEIGHTS_PREPACKED` where the matmul has a weight operand, else :data:`IN_OP` (nothing to pack)."""
+    from opbench.workloads import parse_workload
+
+    return WEIGHTS_PREPACKED if weight_read_of(parse_workload(spec).prim_func()) is not None else IN_OP
+
+
+def weight_read_of(func: Any) -> tuple[int, bool] | None:
+    """:func:`_weight_read` of the anchor of a matmul PrimFunc."""
     import tvm
     from tvm import s_tir
 
-    from opbench.workloads import parse_workload
-
-    sch = s_tir.Schedule(tvm.IRModule({"main": parse_workload(spec).prim_func()}))
-    return WEIGHTS_PREPACKED if _weight_read(sch.get(anchor_block(sch))) is not None else IN_OP
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    return _weight_read(sch.get(anchor_block(sch)))
 
 
 def _weight_read(block: Any) -> tuple[int, bool] | None:
