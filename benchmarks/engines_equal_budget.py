@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -66,11 +67,24 @@ def verify_bests(measurer: Measurer, series: dict, refs: dict, recorder) -> Veri
     return Verification(recorder.study, 3, remeasure(measurer, specs, tuned, 3, recorder))
 
 
-def _ratio(verified: Verification, name: str, other: str) -> str:
+def _spread(verified: Verification, name: str, other: str) -> Spread | None:
     if name not in verified.schedules or other not in verified.schedules:
-        return "not verified"
-    spread: Spread | None = verified.ratio(name, other)
+        return None
+    return verified.ratio(name, other)
+
+
+def _ratio(spread: Spread | None) -> str:
     return "not verified" if spread is None else f"{spread.median:.3g} ({spread.lo:.3g}-{spread.hi:.3g})"
+
+
+def geomeans(spreads: dict[tuple[str, str], list[Spread | None]], engines: list[str], others: list[str]) -> list[tuple]:
+    """Per engine, the geometric mean over workloads of its verified median ratio to each of ``others``
+    ("not verified" unless every workload has one)."""
+    def mean(values: list[Spread | None]) -> str:
+        if not values or any(v is None for v in values):
+            return "not verified"
+        return f"{math.exp(sum(math.log(v.median) for v in values if v) / len(values)):.3g}"
+    return [(engine, *(mean(spreads.get((engine, other), [])) for other in others)) for engine in engines]
 
 
 def main() -> None:
@@ -92,7 +106,9 @@ def main() -> None:
     if args.anchor_multiple:
         SPECS[anchor] = SPECS["metaschedule"]
         budgets[anchor] = args.anchor_multiple * args.trials
-    rows = []
+    rows: list[tuple] = []
+    spreads: dict[tuple[str, str], list[Spread | None]] = {}
+    others = ["torch", "metaschedule", anchor]
     with Measurer(MeasureOptions(build_workers=2)) as measurer:
         measurer.warm_up(resources)
         for name in args.workloads:
@@ -111,19 +127,23 @@ def main() -> None:
                 plot = engine_curves(series, refs, f"{name}: {args.trials} trials per engine", out / f"{name}.png")
                 recorder.mlflow.log_artifact(plot, "plots")
             verified = verify_bests(measurer, series, refs, recorder)
-            rows += [(name, s.engine, s.ok, s.best_ms, s.best_gflops, s.trials_to_10pct, s.wall_s,
-                      _ratio(verified, s.engine, "torch"), _ratio(verified, s.engine, "metaschedule"),
-                      _ratio(verified, s.engine, anchor))
-                     for s in summaries]
-            torch = verified.schedules["torch"].latency
+            for s in summaries:
+                ratios = [_spread(verified, s.engine, other) for other in others]
+                for other, spread in zip(others, ratios):
+                    spreads.setdefault((s.engine, other), []).append(spread)
+                rows.append((name, s.engine, s.ok, s.best_ms, s.best_gflops, s.trials_to_10pct, s.wall_s,
+                             *map(_ratio, ratios)))
+            torch = verified.schedules["torch"].latency if "torch" in verified.schedules else None
             rows.append((name, "torch", "-", torch.median if torch else "not verified", "-", "-", "-", "1.0",
-                         _ratio(verified, "torch", "metaschedule"), _ratio(verified, "torch", anchor)))
+                         *(_ratio(_spread(verified, "torch", other)) for other in others[1:])))
     host = host_facts()
     print(f"\nhost: {host.cpu_model}, {args.threads} threads, {args.trials} trials per engine ({anchor}: "
           f"{budgets.get(anchor, 0)}); ratios are verified latency ratios (< 1: faster), median of 3 fresh-process "
           f"rounds (min-max)")
     print(table(rows, ["workload", "engine", "ok", "best_ms", "GFLOP/s", "trials_to_10%", "wall_s",
                        "x torch", "x metaschedule", f"x {anchor}"]))
+    print(f"\ngeomean over {', '.join(args.workloads)} of the verified median ratios:")
+    print(table(geomeans(spreads, list(budgets), others), ["engine", *(f"x {other}" for other in others)]))
     print(f"\nplots: {out}/*.png; records: MLflow {tracking}")
 
 
