@@ -60,11 +60,13 @@ class FakeMeasurer:
         return out
 
 
-def _engine(name: str, tmp_path, study: str = "contract", resume: bool = False, storage: str | None = None):
+def _engine(name: str, tmp_path, study: str = "contract", resume: bool = False, storage: str | None = None,
+            propose_default: bool = True):
     spec = SPECS[name]
     if spec.name == "optuna":  # a store on disk only where a second engine must find the study again
         spec = EngineSpec(spec.name, spec.sampler, seed=spec.seed, storage=storage or "sqlite:///:memory:")
-    return create_engine(spec, TEMPLATE.search_space(WORKLOAD), WORKLOAD, TEMPLATE, Resources(), study, resume)
+    return create_engine(spec, TEMPLATE.search_space(WORKLOAD), WORKLOAD, TEMPLATE, Resources(), study, resume,
+                         propose_default=propose_default)
 
 
 def _tune_fake(engine, measurer: FakeMeasurer, count: int, batch: int = 3) -> list[Record]:
@@ -90,6 +92,23 @@ def test_the_first_trial_of_a_fresh_study_is_the_template_default(name, tmp_path
     engine.close()
     assert measurer.configs[0] == TEMPLATE.default_config(WORKLOAD)
     assert measurer.configs.count(measurer.configs[0]) == 1 or name == "model"  # heard, not proposed again
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_an_engine_that_observed_the_measured_default_goes_past_it(name, tmp_path):
+    """tune-model measures every operator's default before it ranks them; the key operators' engines
+    learn that default (``observe``) rather than spend a trial on it again."""
+    default = TEMPLATE.default_config(WORKLOAD)
+    engine = _engine(name, tmp_path, propose_default=False)
+    engine.observe(default, Resources().threads, FakeMeasurer.latency(default))
+    measurer = FakeMeasurer()
+    _tune_fake(engine, measurer, 4, batch=2)
+    if name.startswith("optuna"):
+        assert engine.done == 4  # the learnt default is not one of the study's measured trials
+        learnt = [t for t in engine.study.trials if t.state.name == "COMPLETE" and "status" not in t.user_attrs]
+        assert len(learnt) == 1 and learnt[0].value == FakeMeasurer.latency(default)
+    engine.close()
+    assert measurer.configs[0] != default and len(measurer.configs) == 4
 
 
 @pytest.mark.parametrize("name", SPECS)

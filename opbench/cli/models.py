@@ -82,7 +82,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
                          args.verify_rounds, args.study, args.tracking_uri)
     result = tune_model(spec, on_record=TrialPrinter(None))
     m = result.metrics
-    print("\n" + table(result.rows, ["operator", "kind", "share", "untuned ms", "tuned ms", "speed-up", "how"]))
+    print("\n" + table(result.rows, ["operator", "kind", "share after defaults", "untuned ms", "tuned ms", "speed-up", "how"]))
     print(f"\n{args.model}, batch {args.batch}, {args.threads} thread(s):")
     print(speedup_table(*model_speedups(result), result.verification, "tuned"))
     print(f"tuned model output matches the reference (max |err| {m['max_abs_err']:.2g}); database: {result.database}")
@@ -110,7 +110,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune-model", help="tune a model's key operators, build it with them, compare with PyTorch")
     _model_options(p, None)
     p.add_argument("--trials-per-op", type=int, default=32)
-    p.add_argument("--max-ops", type=int, help="tune at most this many key operators (the largest shares first); "
+    p.add_argument("--max-ops", type=int, help="tune at most this many key operators (the largest shares after the "
+                                                "template defaults first); "
                                                 "every other operator gets the template's default schedule")
     p.add_argument("--verify-rounds", type=int, default=3, metavar="N",
                    help="time the tuned and untuned models and PyTorch again, each in fresh processes, N "

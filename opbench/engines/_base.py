@@ -122,6 +122,14 @@ class DefaultFirst(Engine):
         self.engine.close()
 
 
+def space_point(space: Space, config: dict[str, Any], threads: int) -> dict[str, Any] | None:
+    """``config`` with ``threads`` as a point of ``space`` (its knobs only), or None where it is not one."""
+    params = {**config, "threads": threads}
+    if all(k in params and params[k] in spec["_value"] for k, spec in space.items()):
+        return {k: params[k] for k in space}
+    return None
+
+
 def split_threads(config: dict[str, Any], default: int) -> tuple[dict[str, Any], int]:
     """Separate the ``threads`` pseudo-knob (searched with --search-threads) from schedule knobs."""
     config = dict(config)

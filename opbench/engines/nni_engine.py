@@ -5,7 +5,7 @@ import itertools
 import logging
 from typing import Any
 
-from opbench.engines._base import Engine, Proposal, Space, split_threads
+from opbench.engines._base import Engine, Proposal, Space, space_point, split_threads
 from opbench.exceptions import OpBenchError
 from opbench.record import Record, is_ok
 
@@ -65,9 +65,9 @@ class NniEngine(Engine):
         self._tuner.trial_end(proposal.handle[0], False)
 
     def observe(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
-        params = {**config, "threads": threads}
-        if all(k in params and params[k] in spec["_value"] for k, spec in self._space.items()):  # a point of the space
-            self._tuner.import_data([{"parameter": {k: params[k] for k in self._space}, "value": latency_ms}])
+        point = space_point(self._space, config, threads)
+        if point is not None:
+            self._tuner.import_data([{"parameter": point, "value": latency_ms}])
 
     def tell(self, proposal: Proposal, record: Record) -> None:
         parameter_id, params = proposal.handle

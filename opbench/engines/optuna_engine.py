@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from opbench.engines._base import Engine, Proposal, Space, split_threads
+from opbench.engines._base import Engine, Proposal, Space, space_point, split_threads
 from opbench.engines.optuna_storage import HEARTBEAT_S, STALE_AFTER_S, open_storage, recovered_within, riding_outages
 from opbench.exceptions import OpBenchError
 from opbench.record import Record, is_ok
@@ -84,6 +84,16 @@ class OptunaEngine(Engine):
         self._in_flight: set[int] = set()  # trial ids asked here and not yet told
         beats = getattr(storage, "get_heartbeat_interval", lambda: None)()  # a database server's storage (shared by hosts)
         self._heartbeat = Heartbeat(storage, self._in_flight) if beats and budget is not None else None
+
+    def observe(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
+        """Learn a config measured outside the study: a complete trial without a ``status``, so neither
+        :attr:`done` nor a budget counts it. Latency-only studies (the other objectives were not measured)."""
+        import optuna
+
+        point = space_point(self._space, config, threads)
+        if point is not None and self.objectives == ("latency",):
+            trial = optuna.trial.create_trial(params=point, distributions=self._distributions, value=latency_ms)
+            self._db(lambda: self.study.add_trial(trial))
 
     def recover(self, recorded: dict[str, Record]) -> list[Record]:
         """Settle trials a killed process left RUNNING: tell those whose record was written (keyed by

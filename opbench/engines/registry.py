@@ -50,9 +50,11 @@ class EngineSpec:
 
 
 def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: Template, resources: Resources,
-                  study: str, resume: bool = False, budget: int | None = None) -> Engine:
+                  study: str, resume: bool = False, budget: int | None = None, propose_default: bool = True) -> Engine:
     """An ask/tell engine over ``space`` (a thread count in the space overrides ``resources.threads``);
-    an Optuna study given a ``budget`` stops at that many measured trials, whoever measures them."""
+    an Optuna study given a ``budget`` stops at that many measured trials, whoever measures them. It
+    proposes the template default first unless ``propose_default`` is False (the caller measured it, and
+    tells the engine with :meth:`Engine.observe`)."""
     threads = resources.threads
     if spec.name == "optuna":
         from opbench.engines.optuna_engine import OptunaEngine
@@ -60,7 +62,7 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
 
         storage = spec.storage or default_storage(store_dir())
         return OptunaEngine(space, threads, study, storage, spec.sampler, spec.seed, resume,
-                            initial=template.default_config(workload), objectives=spec.objectives, budget=budget)
+                            initial=template.default_config(workload) if propose_default else None, objectives=spec.objectives, budget=budget)
     if spec.name == "nni":
         from opbench.engines.nni_engine import NniEngine
 
@@ -82,6 +84,8 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
     else:
         raise OpBenchError(f"engine '{spec.name}' runs its own search loop; engines proposing configs one by one: "
                            f"{', '.join(e for e in ENGINES if e not in LOOP_ENGINES)}")
+    if not propose_default:
+        return engine
     return DefaultFirst(engine, *default_point(space, template.default_config(workload), threads))  # Optuna enqueues it
 
 

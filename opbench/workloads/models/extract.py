@@ -3,6 +3,7 @@ PrimFuncs, each with its shapes, FLOPs, call count and measured share of the mod
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,12 +171,24 @@ def time_model(mod: Any, target: Any, inputs: list[np.ndarray], repeat: int = 5)
     return float(np.median(list(evaluator("main").results)[1:])) * 1e3, outputs
 
 
+def key_ops(ops: list[FusedOp], latency_ms: Callable[[FusedOp], float]) -> list[FusedOp]:
+    """The fewest ops, the largest calls x ``latency_ms`` first, that cover ``KEY_SHARE`` of their summed time."""
+    total = sum(op.calls * latency_ms(op) for op in ops)
+    key: list[FusedOp] = []
+    covered = 0.0
+    for op in sorted(ops, key=lambda o: -o.calls * latency_ms(o)):
+        if covered >= KEY_SHARE * total:
+            break
+        key.append(op)
+        covered += op.calls * latency_ms(op)
+    return key
+
+
 def mark_shares(ops: list[FusedOp]) -> float:
     """Fill each op's share of the summed op time and mark the key ops; returns that sum (ms)."""
     total = sum(op.calls * op.latency_ms for op in ops)
-    covered = 0.0
-    for op in sorted(ops, key=lambda o: -o.calls * o.latency_ms):
+    for op in ops:
         op.share = op.calls * op.latency_ms / total if total else math.nan
-        op.key = covered < KEY_SHARE
-        covered += op.share
+    for op in key_ops(ops, lambda o: o.latency_ms):
+        op.key = True
     return total
