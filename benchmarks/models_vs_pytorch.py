@@ -3,6 +3,7 @@
 For each model (bert-base batch 1 seq 128, resnet-50 and mobilenet-v2 batch 1): extract and time
 the fused operators, tune the key ones (>= 90% of the time) with a fixed per-operator budget, build
 the model with the tuned schedules (a MetaSchedule database) and time it: the Ansor-style table.
+The last column is the tuned latency over PyTorch's, round by round (the targets are stated so).
 Every latency and speed-up printed is verified: the tuned and untuned builds and PyTorch eager are
 timed again in fresh processes, 3 alternating rounds (median, with the per-round range).
 
@@ -44,13 +45,15 @@ def main() -> None:
         assert verified is not None  # three rounds were asked for
         lat = {name: schedule.latency for name, schedule in verified.schedules.items()}
         ups = {name: verified.speedup(name) for name in ("untuned", "torch") if name in verified.schedules}
+        latency_ratio = verified.ratio(BEST, "torch") if "torch" in verified.schedules else None
         rows.append((model, 1, *(_show(lat.get(n)) for n in ("torch", "untuned", BEST)),
-                     *(_show(ups.get(n)) for n in ("untuned", "torch"))))
+                     *(_show(ups.get(n)) for n in ("untuned", "torch")), _show(latency_ratio)))
         if ups.get("torch"):
             ratios.append(ups["torch"].median)
     print(f"\n{args.threads} threads, {args.trials_per_op} trials per key operator (at most {args.max_ops} per model); "
           "verified: median of 3 fresh-process rounds (min-max)")
-    print(table(rows, ["network", "batch", "PyTorch ms", "TVM untuned ms", "TVM tuned ms", "x untuned", "x PyTorch"]))
+    print(table(rows, ["network", "batch", "PyTorch ms", "TVM untuned ms", "TVM tuned ms", "x untuned", "x PyTorch",
+                       "latency / PyTorch"]))
     if ratios:
         print(f"geomean verified speed-up over PyTorch: x{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}")
 
