@@ -28,7 +28,8 @@ from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
-from opbench.report.progress import table
+from opbench.record import tee
+from opbench.report.progress import TrialPrinter, table
 from opbench.space import get_template
 from opbench.studies.verify import BEST, verify
 from opbench.tracking import Recorder
@@ -60,7 +61,9 @@ def main() -> None:
                                   initial=template.default_config(workload), budget=args.trials)  # as tune runs it
             with Recorder(f"bench-{name}", tracking, background_lock=HostLock(measurer.options.lock_path)) as recorder:
                 started = time.perf_counter()
-                records = run_tuning(engine, workload, args.trials, measurer, recorder, resources)
+                print(f"--- {name}: {args.trials} trials", flush=True)  # progress, as `opbench tune` prints it
+                records = run_tuning(engine, workload, args.trials, measurer, tee(recorder, TrialPrinter(args.trials)),
+                                     resources)
                 wall = time.perf_counter() - started
             work = sum(r.get("build_s", 0.0) + r.get("run_s", 0.0) for r in records)
             overhead_rows.append((name, len(records), wall, 60 * len(records) / wall, 100 * (wall - work) / wall))
