@@ -50,7 +50,8 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
     print(f"sum of operators {profile.ops_ms:.3f} ms; whole model on the Relax VM {profile.model_ms:.3f} ms "
           f"(ops / model = {profile.ops_ms / profile.model_ms:.2f}); PyTorch eager {profile.torch_ms:.3f} ms; "
           f"output matches {reference_name(profile.source)} (max |err| {profile.max_abs_err:.2g}); "
-          "key operators (*) cover >= 90% of operator time")
+          "key operators (*) cover >= 90% of the untuned operator time (tune-model ranks them again after the "
+          "template defaults)")
     key = next((o for o in ops if o.key and o.outputs == 1), None)
     if profile.source.kind == "simple":  # a catalogue workload: tune it with its own template
         print(f"tune it: opbench tune '{args.model.removeprefix(SIMPLE_PREFIX)}' --trials 32")
