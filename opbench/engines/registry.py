@@ -62,7 +62,8 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
 
         storage = spec.storage or default_storage(store_dir())
         return OptunaEngine(space, threads, study, storage, spec.sampler, spec.seed, resume,
-                            initial=template.default_config(workload) if propose_default else None, objectives=spec.objectives, budget=budget)
+                            initial=template.default_config(workload) if propose_default else None,
+                            objectives=spec.objectives, budget=budget)
     if spec.name == "nni":
         from opbench.engines.nni_engine import NniEngine
 

@@ -21,7 +21,7 @@ from opbench.hardware.targets import make_target
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
 from opbench.record import Record, best_ok, tee
-from opbench.space import get_template
+from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
 from opbench.studies.models.fresh import export_model, in_fresh_process, torch_ms_here, vm_ms_here
 from opbench.studies.models.profile import ModelProfile, check_outputs, profile_model
@@ -119,7 +119,7 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
             if op.name in key:
                 log.info("--- %s: %.1f%% of the model after the defaults, %d trials", workload.name, 100 * share,
                          spec.trials_per_op)
-                engine = _engine_past_default(spec.engine, workload, resources, f"{study}-{op.name}",
+                engine = _engine_past_default(spec.engine, workload, template, resources, f"{study}-{op.name}",
                                               best_ok(records[op.name]))
                 records[op.name] += run_tuning(engine, workload, spec.trials_per_op, measurer, sink, resources)
                 engine.close()
@@ -155,10 +155,9 @@ def _default_engine(workload: Workload, threads: int) -> GridEngine:
     return GridEngine({k: {"_type": "choice", "_value": [v]} for k, v in default.items()}, threads)
 
 
-def _engine_past_default(spec: EngineSpec, workload: Workload, resources: Resources, study: str,
+def _engine_past_default(spec: EngineSpec, workload: Workload, template: Template, resources: Resources, study: str,
                          default: Record | None) -> Engine:
     """An engine that learns the template default's measured latency (``default``) instead of measuring it again."""
-    template = get_template(workload)
     space = template.search_space(workload)
     engine = create_engine(spec, space, workload, template, resources, study, propose_default=False)
     if default is not None:
