@@ -10,7 +10,7 @@ from opbench.hardware.resources import Resources
 from opbench.measure._worker import LIBRARY
 from opbench.measure.types import LibraryInput, RunInput, Status, TrialSpec
 from opbench.measure.worker import Worker
-from opbench.studies.verify import BEST, Verification, Verified, candidates, speedup_table
+from opbench.studies.verify import BEST, SELECTION_ROUND, Verification, Verified, fastest_trials, references, select_best, speedup_table
 from opbench.tracking import read_mlflow
 
 MATMUL = "matmul:m=128,n=128,k=128"
@@ -116,7 +116,12 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
         assert tags[f"claim_vs_{ref}"] in ("holds", "does not hold")
 
     trials = read_mlflow([study], tracking_uri)
-    assert len(fresh) == 2 * 5 and set(fresh["status"]) == {"ok"}
+    selection = fresh[fresh["verify_round"] == SELECTION_ROUND]  # the 3 trials timed once more, fastest first
+    assert len(fresh) == 2 * 5 + 3 and set(fresh["status"]) == {"ok"}
+    assert sorted(selection["verified_as"]) == ["contender-1", "contender-2", "contender-3"]
+    ranked = trials[trials["reference"].isna()].sort_values("latency_ms")["trial_id"].tolist()
+    winner = int(selection.sort_values("latency_ms")["verified_as"].iloc[0].split("-")[1])
+    assert tags["verified_best_trial"] == ranked[winner - 1]  # the fastest in a fresh process is the best
     assert fresh["worker_pid"].is_unique  # one new process per schedule and round ...
     assert not set(fresh["worker_pid"]) & set(trials["worker_pid"])  # ... none of the study's workers
     order = [list(fresh[fresh["verify_round"] == r].sort_values("finished_at")["verified_as"]) for r in (0, 1)]
@@ -124,7 +129,7 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
 
     assert main(["verify", study, "--rounds", "1", "--repeat", "3", "--tracking-uri", tracking_uri]) == 0
     assert "verified x faster (min-max)" in capsys.readouterr().out
-    assert len(read_mlflow([study], tracking_uri, kind="verify")) == 2 * 5 + 5
+    assert len(read_mlflow([study], tracking_uri, kind="verify")) == 2 * 5 + 3 + 5 + 3
     assert client.get_run(parent.info.run_id).data.metrics["verify_rounds"] == 1  # the latest verification
 
 
@@ -134,7 +139,7 @@ def test_verify_needs_a_study_with_a_successful_trial(tracking_uri, capsys):
     assert main(["verify", "nope", "--rounds", "0", "--tracking-uri", tracking_uri]) == 2
     assert "--rounds must be >= 1" in capsys.readouterr().err
     with pytest.raises(Exception, match="no successful trial"):
-        candidates([{"status": "invalid_config", "latency_ms": 1.0}])
+        fastest_trials([{"status": "invalid_config", "latency_ms": 1.0}])
 
 
 def _verification(best_rounds, torch_rounds, tuned_best=1.0, tuned_torch=2.0):
@@ -168,17 +173,45 @@ def test_failed_rounds_leave_a_speedup_not_verified():
                                            {"torch": {"status": "ok", "latency_ms": 2.0}}, None)
 
 
-def test_candidates_are_the_best_trial_and_the_latest_reference_of_each_kind():
+def test_contenders_are_the_fastest_distinct_configs_and_references_the_latest_of_each_kind():
     records = [
         {"status": "ok", "latency_ms": 3.0, "reference": "torch", "finished_at": 1.0},
-        {"status": "ok", "latency_ms": 2.0, "finished_at": 2.0},
-        {"status": "ok", "latency_ms": 0.5, "record_kind": "verify", "finished_at": 3.0},  # not a trial
-        {"status": "wrong_result", "latency_ms": 0.1, "finished_at": 4.0},
-        {"status": "ok", "latency_ms": 1.5, "finished_at": 5.0},
+        {"status": "ok", "latency_ms": 2.0, "knob.t": 2, "finished_at": 2.0},
+        {"status": "ok", "latency_ms": 0.5, "knob.t": 5, "record_kind": "verify", "finished_at": 3.0},  # not a trial
+        {"status": "wrong_result", "latency_ms": 0.1, "knob.t": 6, "finished_at": 4.0},
+        {"status": "ok", "latency_ms": 1.5, "knob.t": 1, "finished_at": 5.0},
+        {"status": "ok", "latency_ms": 1.6, "knob.t": 1, "finished_at": 5.5},  # the same config again
         {"status": "ok", "latency_ms": 2.5, "reference": "torch", "finished_at": 6.0},
+        {"status": "ok", "latency_ms": 2.2, "knob.t": 3, "finished_at": 7.0},
     ]
-    chosen = candidates(records)
-    assert chosen[BEST]["latency_ms"] == 1.5 and chosen["torch"]["latency_ms"] == 2.5 and list(chosen) == [BEST, "torch"]
+    assert [r["latency_ms"] for r in fastest_trials(records, 3)] == [1.5, 2.0, 2.2]
+    assert [r["latency_ms"] for r in fastest_trials(records, 1)] == [1.5]
+    chosen = references(records)
+    assert list(chosen) == ["torch"] and chosen["torch"]["latency_ms"] == 2.5
+
+
+class _FreshTimes:
+    """A measurer whose fresh-process latencies are given (NaN: the run failed)."""
+
+    def __init__(self, latencies):
+        self.latencies = latencies
+
+    def measure_fresh(self, specs):
+        assert len(specs) == len(self.latencies)
+        return [{"status": "ok", "latency_ms": t} if t == t else {"status": "runtime_error", "latency_ms": t}
+                for t in self.latencies]
+
+
+def test_the_best_is_the_contender_fastest_in_a_fresh_process():
+    trials = [{"status": "ok", "latency_ms": ms, "trial_id": f"t{ms}", "threads": 1, "workload": MATMUL,
+               "template": "matmul", "knob.k_inner": n} for n, ms in enumerate((1.0, 1.1, 1.2))]
+    seen = []
+    assert select_best(_FreshTimes([1.3, 1.05, math.nan]), trials, seen.append)["trial_id"] == "t1.1"  # study's 1.0 was lucky
+    assert [(r["verified_as"], r["verify_round"]) for r in seen] == [
+        (f"contender-{n}", SELECTION_ROUND) for n in (1, 2, 3)]
+    assert select_best(_FreshTimes([0.9, math.nan, 1.0]), trials)["trial_id"] == "t1.0"  # a failed run never wins
+    assert select_best(_FreshTimes([math.nan] * 3), trials)["trial_id"] == "t1.0"  # none ran: the study's fastest
+    assert select_best(_FreshTimes([]), trials[:1])["trial_id"] == "t1.0"  # one contender: nothing to time
 
 
 def test_run_workers_get_a_short_pool_spin_unless_the_user_sets_one(monkeypatch):

@@ -276,22 +276,24 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from opbench.measure.measurer import Measurer
-    from opbench.studies.verify import BEST, candidates, speedup_table, verify
+    from opbench.studies.verify import fastest_trials, references, speedup_table, verify
     from opbench.tracking import Recorder, read_mlflow_records
     from opbench.tracking.mlflow_store import latest_parent_run
 
     if args.rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
     records = read_mlflow_records([args.study], args.tracking_uri)
-    chosen = candidates(records)
+    refs = references(records)
     parent = latest_parent_run(args.study, args.tracking_uri)
-    print(f"verifying '{args.study}': {', '.join(chosen)} in fresh processes, {args.rounds} alternating rounds",
-          file=sys.stderr)
+    print(f"verifying '{args.study}': the fastest of its {len(fastest_trials(records))} best configs (timed once "
+          f"more each), then it and {', '.join(refs) or 'no reference'} in fresh processes, {args.rounds} "
+          f"alternating rounds", file=sys.stderr)
     with Measurer(_measure_options(args)) as measurer, \
             Recorder(args.study, args.tracking_uri, args.log, parent_run_id=parent) as recorder:
         verification = verify(measurer, records, args.study, args.rounds, recorder)
         recorder.mlflow.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
-    print(speedup_table(chosen[BEST], {k: r for k, r in chosen.items() if k != BEST}, verification))
+    best = next(r for r in records if r["trial_id"] == verification.best_trial)
+    print(speedup_table(best, refs, verification))
     print(f"recorded on run {parent} of MLflow experiment '{args.study}' ({recorder.mlflow.uri})")
     return 0
 

@@ -112,7 +112,10 @@ class StudyResult:
 
     @property
     def best(self) -> Record | None:
-        return best_ok(self.records)
+        """The verified best (the fastest of the study's contenders in a fresh process) when verified,
+        else the fastest trial the study measured."""
+        chosen = self.verification.best_trial if self.verification else None
+        return next((r for r in self.records if r["trial_id"] == chosen), None) or best_ok(self.records)
 
 
 def search_space(spec: TuneSpec, workload: Workload) -> Space:

@@ -5,6 +5,11 @@ baselines in one that never imports TVM), in ``rounds`` rounds whose order alter
 start, a warm cache or a drifting clock favours no one. A speed-up is the median of the per-round
 ratios (each round's two measurements were taken minutes apart at most) with their min-max; it
 *holds* when it is within :data:`CLAIM_TOLERANCE` of the ratio the study itself measured.
+
+The study's fastest trial is the minimum of many noisy measurements, so it is often one that was
+lucky (the winner's curse). Before the rounds, its :data:`CONTENDERS` fastest distinct configs are
+each timed once more in a fresh process, and the fastest there is the verified best; the rounds that
+report it are measurements of their own, so the choice does not bias what they report.
 """
 from __future__ import annotations
 
@@ -25,6 +30,8 @@ BEST = "best"
 VERIFY_KIND = "verify"  # record_kind of the fresh-process records (not trials of the study)
 CLAIM_TOLERANCE = 0.10
 DEFAULT_ROUNDS = 3
+CONTENDERS = 3  # the study's fastest distinct configs timed again before one is named its best
+SELECTION_ROUND = -1  # verify_round of the records that chose among them
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class Verification:
     study: str
     rounds: int
     schedules: dict[str, Verified]  # BEST first, then the references
+    best_trial: str | None = None  # trial_id of the verified best (the fastest contender in a fresh process)
 
     @property
     def best(self) -> Verified:
@@ -101,20 +109,43 @@ class Verification:
 
     def parent_tags(self) -> dict[str, str]:
         verdicts = {name: self.holds(name) for name in self.schedules if name != BEST}
-        return {f"claim_vs_{name}": "not verified" if v is None else "holds" if v else "does not hold"
+        tags = {f"claim_vs_{name}": "not verified" if v is None else "holds" if v else "does not hold"
                 for name, v in verdicts.items()}
+        return {**tags, "verified_best_trial": self.best_trial} if self.best_trial else tags
 
 
-def candidates(records: list[Record]) -> dict[str, Record]:
-    """The study's best ok trial and its latest reference of each kind (te_default, template_default, torch, ...)."""
-    ok = [r for r in records if is_ok(r) and r.get("record_kind", "trial") == "trial"]
-    trials = [r for r in ok if not r.get("reference")]
-    if not trials:
+def fastest_trials(records: list[Record], count: int = CONTENDERS) -> list[Record]:
+    """The study's ``count`` fastest ok trials with distinct configs, fastest first."""
+    trials = sorted((r for r in records if is_ok(r) and r.get("record_kind", "trial") == "trial"
+                     and not r.get("reference")), key=lambda r: r["latency_ms"])
+    out: dict[tuple, Record] = {}
+    for record in trials:
+        out.setdefault(tuple(sorted((k, str(v)) for k, v in record.items() if k.startswith(KNOB_PREFIX))), record)
+        if len(out) == count:
+            break
+    if not out:
         raise OpBenchError("the study has no successful trial to verify")
-    out = {BEST: min(trials, key=lambda r: r["latency_ms"])}
-    for record in sorted((r for r in ok if r.get("reference")), key=lambda r: r.get("finished_at", 0.0)):
-        out[str(record["reference"])] = record
-    return out
+    return list(out.values())
+
+
+def references(records: list[Record]) -> dict[str, Record]:
+    """The study's latest ok reference of each kind (te_default, template_default, torch, ...)."""
+    ok = (r for r in records if is_ok(r) and r.get("record_kind", "trial") == "trial" and r.get("reference"))
+    return {str(r["reference"]): r for r in sorted(ok, key=lambda r: r.get("finished_at", 0.0))}
+
+
+def select_best(measurer: Measurer, trials: list[Record], on_record: Callable[[Record], None] | None = None) -> Record:
+    """The trial among ``trials`` (fastest first) that is fastest when each is timed once more in a
+    fresh process; the first where none of them ran there."""
+    if len(trials) < 2:
+        return trials[0]
+    fresh = measurer.measure_fresh([spec_of(r) for r in trials])
+    for rank, record in enumerate(fresh, 1):
+        record.update(record_kind=VERIFY_KIND, verified_as=f"contender-{rank}", verify_round=SELECTION_ROUND)
+        if on_record:
+            on_record(record)
+    timed = [(record["latency_ms"], rank) for rank, record in enumerate(fresh) if is_ok(record)]
+    return trials[min(timed)[1]] if timed else trials[0]
 
 
 def spec_of(record: Record) -> TrialSpec:
@@ -158,12 +189,14 @@ def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[st
 
 
 def verify(measurer: Measurer, records: list[Record], study: str, rounds: int = DEFAULT_ROUNDS,
-           on_record: Callable[[Record], None] | None = None) -> Verification:
-    """Re-measure the study's best schedule and references (see :func:`candidates`) in fresh processes."""
-    chosen = candidates(records)
+           on_record: Callable[[Record], None] | None = None, contenders: int = CONTENDERS) -> Verification:
+    """Name the study's best among its fastest contenders (:func:`select_best`), then re-measure it and
+    the references (see :func:`references`) in fresh processes."""
+    best = select_best(measurer, fastest_trials(records, contenders), on_record)
+    chosen = {BEST: best, **references(records)}
     specs = {name: spec_of(record) for name, record in chosen.items()}
     tuned = {name: float(record["latency_ms"]) for name, record in chosen.items()}
-    return Verification(study, rounds, remeasure(measurer, specs, tuned, rounds, on_record))
+    return Verification(study, rounds, remeasure(measurer, specs, tuned, rounds, on_record), str(best["trial_id"]))
 
 
 def verify_timers(timers: dict[str, Callable[[], float]], tuned_ms: dict[str, float], study: str,
