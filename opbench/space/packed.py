@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opbench.space._base import Config, Knob, Template, divisors
-from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, WEIGHTS_PREPACKED, mark_prepack, pack_copy
+from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, VECTOR_LANES, WEIGHTS_PREPACKED, mark_prepack, pack_copy
 from opbench.space.tiled import UNROLL_STEPS
 from opbench.workloads import Workload
 from opbench.workloads.fused import anchor_block, blocks_after
@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 CHANNEL_BLOCK_CAP = 64
 OW_BLOCK_CAP = 16
 OH_BLOCK_CAP = 4
-VECTOR_FLOATS = 8  # fp32 lanes of one AVX2 register: the default output-channel block
-ACCUMULATOR_REGISTERS = 8  # vector registers the default register tile may take (of 16 on AVX2)
+ACCUMULATOR_REGISTERS = 16  # vector registers the default register tile may take (of 32 on AVX-512)
 # where the input-channel loop sits in the reduction: outer chunk (c), window (rs), inner chunk (c)
 REDUCE_ORDERS = ("c_rs_c", "rs_c_c", "c_c_rs")
 
@@ -92,17 +91,13 @@ class PackedConvTemplate(Template):
         return knobs
 
     def default_config(self, workload: Workload) -> Config:
+        """TVM x86 ``conv2d_NCHWc``'s default: channel blocks of one vector (up to :data:`VECTOR_LANES`),
+        a register tile of up to :data:`ACCUMULATOR_REGISTERS` such vectors along the output width."""
         ext = self._extents(workload)
-        tiles = []  # (register tile size, block, width tile) for the two widest channel blocks
-        for cap in (2 * VECTOR_FLOATS, VECTOR_FLOATS):
-            block = _largest(ext["k"], cap)
-            width = _largest(ext["ow"], max(1, ACCUMULATOR_REGISTERS * VECTOR_FLOATS // block))
-            tiles.append((block * width, block, width))
-        _, block, width = max(tiles)
-        config: Config = {self._block_knob: block, "packed_output": 1}
+        config: Config = {self._block_knob: _largest(ext["k"], VECTOR_LANES), "packed_output": 1}
         if not self.depthwise:
-            config.update(ic_block=_largest(ext["c"], 2 * VECTOR_FLOATS), reduce_order="c_rs_c")
-        config.update(ow_block=width, oh_block=1, unroll_window=0,
+            config.update(ic_block=_largest(ext["c"], VECTOR_LANES), reduce_order="c_rs_c")
+        config.update(ow_block=_largest(ext["ow"], ACCUMULATOR_REGISTERS), oh_block=1, unroll_window=0,
                       parallel=3, unroll_max_step=16, layout_transform=self._layout_transform)
         return config
 
