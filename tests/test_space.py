@@ -13,7 +13,7 @@ from opbench.hardware.resources import Resources
 from opbench.measure.features import config_features
 from opbench.measure.types import TrialSpec
 from opbench.space import TEMPLATES, get_template
-from opbench.space.tiled import nest_choices
+from opbench.space.tiled import alias_free_rows, nest_choices
 from opbench.workloads import PRESETS, parse_workload
 
 ODD_SHAPES = [  # a prime extent, a 1-sized dim, 7x7 outputs, stride 2 with padding, ...
@@ -90,8 +90,8 @@ def test_padding_knob_only_where_there_is_padding():
 
 def test_config_features_are_tile_sizes_comparable_across_workloads():
     small, large = parse_workload("matmul:m=64,n=64,k=64"), parse_workload("matmul-512")
-    a = config_features({"i_split": "16x1x4", "j_split": "4x2x8", "order": "SRSRS:outer"}, small, "matmul")
-    b = config_features({"i_split": "128x1x4", "j_split": "32x2x8", "order": "SRSRS:outer"}, large, "matmul")
+    a = config_features({"i_split": "16x1x4", "j_split": "4x2x8", "order": "SRSRS:outer", "k_inner": 8}, small, "matmul")
+    b = config_features({"i_split": "128x1x4", "j_split": "32x2x8", "order": "SRSRS:outer", "k_inner": 8}, large, "matmul")
     assert a.keys() == b.keys() and all(a[k] == b[k] or math.isnan(a[k]) and math.isnan(b[k]) for k in a)  # same tiles, same numbers
     assert (a["feat.cfg_i_inner"], a["feat.cfg_j_mid"], a["feat.cfg_j_inner"]) == (4.0, 2.0, 8.0)
     assert a["feat.cfg_write_at"] == 1.0 and math.isnan(a["feat.cfg_inner_split"])
@@ -249,3 +249,11 @@ def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activat
             args = prepacked_args(kernel, args, packing, tvm.cpu())
             kernel["main"](*args)
             np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_matmul_default_register_tile_takes_fewer_rows_where_they_would_alias_in_l1():
+    assert (alias_free_rows(12288, 16), alias_free_rows(2048, 16), alias_free_rows(3072, 64)) == (8, 16, 32)
+    ffn2 = parse_workload("dense:m=128,n=768,k=3072")  # rows of X 12 KiB apart: all in one L1 set
+    ffn1 = parse_workload("bert-base-ffn1")  # 3 KiB apart
+    assert get_template(ffn2).default_config(ffn2)["i_split"] == "4x4x8"
+    assert get_template(ffn1).default_config(ffn1)["i_split"] == "2x4x16"
