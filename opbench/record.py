@@ -130,6 +130,11 @@ def ok_records(records: Iterable[Record], workload: str | None = None) -> list[R
     return [r for r in records if is_ok(r) and (workload is None or r.get("workload") == workload)]
 
 
+def config_of(record: Record) -> dict[str, Any]:
+    """The knob values a record was measured with (its ``knob.*`` fields, without the prefix)."""
+    return {k[len(KNOB_PREFIX):]: v for k, v in record.items() if k.startswith(KNOB_PREFIX)}
+
+
 def best_ok(records: Iterable[Record]) -> Record | None:
     """The fastest ok record (lowest median latency), or None when none succeeded."""
     return min(ok_records(records), key=lambda r: r["latency_ms"], default=None)

@@ -276,7 +276,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from opbench.measure.measurer import Measurer
-    from opbench.studies.verify import fastest_trials, references, speedup_table, verify
+    from opbench.studies.verify import fastest_trials, references, speedup_table, verified_best, verify
     from opbench.tracking import Recorder, read_mlflow_records
     from opbench.tracking.mlflow_store import latest_parent_run
 
@@ -292,8 +292,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             Recorder(args.study, args.tracking_uri, args.log, parent_run_id=parent) as recorder:
         verification = verify(measurer, records, args.study, args.rounds, recorder)
         recorder.mlflow.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
-    best = next(r for r in records if r["trial_id"] == verification.best_trial)
-    print(speedup_table(best, refs, verification))
+    print(speedup_table(verified_best(records, verification), refs, verification))
     print(f"recorded on run {parent} of MLflow experiment '{args.study}' ({recorder.mlflow.uri})")
     return 0
 

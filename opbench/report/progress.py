@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from opbench.record import KNOB_PREFIX, Record, is_ok
+from opbench.record import Record, config_of, is_ok
 
 
 def _fmt(value: Any) -> str:
@@ -25,7 +25,7 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
 
 def changed_knobs(record: Record, base: dict[str, Any] | None = None) -> str:
     """The knob values of a record (only those differing from ``base`` when given)."""
-    knobs = {k[len(KNOB_PREFIX):]: v for k, v in record.items() if k.startswith(KNOB_PREFIX)}
+    knobs = config_of(record)
     if base is not None:
         knobs = {k: v for k, v in knobs.items() if base.get(k) != v}
     return " ".join(f"{k}={v}" for k, v in knobs.items())

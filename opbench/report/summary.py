@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from opbench.record import KNOB_PREFIX, Record, best_ok, is_ok, ok_records, speedup
+from opbench.record import Record, best_ok, config_of, is_ok, ok_records, speedup
 from opbench.report.plots import best_so_far, engine_curves, latency_vs_threads
 from opbench.report.progress import changed_knobs, table
 
@@ -70,8 +70,7 @@ def best_tir(record: Record) -> str:
 
     workload = parse_workload(record["workload"])
     template = get_template(workload, record.get("template"))
-    config = template.validate({k[len(KNOB_PREFIX):]: v for k, v in record.items() if k.startswith(KNOB_PREFIX)},
-                               workload)
+    config = template.validate(config_of(record), workload)
     return template.schedule(workload, config).script()
 
 

@@ -91,7 +91,7 @@ class PackedConvTemplate(Template):
         return knobs
 
     def default_config(self, workload: Workload) -> Config:
-        """TVM x86 ``conv2d_NCHWc``'s default: channel blocks of one vector (up to :data:`VECTOR_LANES`),
+        """After TVM x86 ``conv2d_NCHWc``'s default: channel blocks of one vector (up to :data:`VECTOR_LANES`),
         a register tile of up to :data:`ACCUMULATOR_REGISTERS` such vectors along the output width."""
         ext = self._extents(workload)
         config: Config = {self._block_knob: _largest(ext["k"], VECTOR_LANES), "packed_output": 1}

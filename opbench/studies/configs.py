@@ -1,7 +1,7 @@
 """Which config a study measures for a workload: its best from earlier studies, else the template default."""
 from __future__ import annotations
 
-from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records
+from opbench.record import Record, best_ok, config_of, ok_records
 from opbench.space import Config, get_template
 from opbench.workloads import Workload, parse_workload
 
@@ -12,7 +12,7 @@ def best_config(records: list[Record], workload: str) -> dict | None:
                    if not r.get("reference") and r.get("template") not in ("te_default", "metaschedule", "torch", "numpy"))
     if best is None:
         return None
-    return {k[len(KNOB_PREFIX):]: v for k, v in best.items() if k.startswith(KNOB_PREFIX)}
+    return config_of(best)
 
 
 def study_configs(names: tuple[str, ...], best_from: tuple[str, ...], tracking_uri: str | None

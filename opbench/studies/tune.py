@@ -29,7 +29,7 @@ from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, speedup, te
 from opbench.report.plots import latency_vs_threads, tuning_curve
 from opbench.space import get_template
 from opbench.studies.shared import WorkerSpec, joined_spec, publish
-from opbench.studies.verify import Verification, verify
+from opbench.studies.verify import Verification, verified_best, verify
 from opbench.tracking import Recorder, read_jsonl_records, read_mlflow_records
 from opbench.tracking.mlflow_store import study_dir
 from opbench.workloads import Workload, parse_workload
@@ -114,8 +114,7 @@ class StudyResult:
     def best(self) -> Record | None:
         """The verified best (the fastest of the study's contenders in a fresh process) when verified,
         else the fastest trial the study measured."""
-        chosen = self.verification.best_trial if self.verification else None
-        return next((r for r in self.records if r["trial_id"] == chosen), None) or best_ok(self.records)
+        return verified_best(self.records, self.verification) or best_ok(self.records)
 
 
 def search_space(spec: TuneSpec, workload: Workload) -> Space:

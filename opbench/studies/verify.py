@@ -22,7 +22,7 @@ from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import LOCAL, Resources, parse_cores
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
-from opbench.record import KNOB_PREFIX, Record, is_ok
+from opbench.record import Record, config_of, is_ok
 from opbench.report.progress import table
 from opbench.workloads import parse_workload
 
@@ -114,13 +114,16 @@ class Verification:
         return {**tags, "verified_best_trial": self.best_trial} if self.best_trial else tags
 
 
+def _measured(records: list[Record]) -> list[Record]:
+    """The study's own ok records (trials and references), not fresh-process ones."""
+    return [r for r in records if is_ok(r) and r.get("record_kind", "trial") == "trial"]
+
+
 def fastest_trials(records: list[Record], count: int = CONTENDERS) -> list[Record]:
     """The study's ``count`` fastest ok trials with distinct configs, fastest first."""
-    trials = sorted((r for r in records if is_ok(r) and r.get("record_kind", "trial") == "trial"
-                     and not r.get("reference")), key=lambda r: r["latency_ms"])
     out: dict[tuple, Record] = {}
-    for record in trials:
-        out.setdefault(tuple(sorted((k, str(v)) for k, v in record.items() if k.startswith(KNOB_PREFIX))), record)
+    for record in sorted((r for r in _measured(records) if not r.get("reference")), key=lambda r: r["latency_ms"]):
+        out.setdefault(tuple(sorted(config_of(record).items())), record)
         if len(out) == count:
             break
     if not out:
@@ -130,8 +133,8 @@ def fastest_trials(records: list[Record], count: int = CONTENDERS) -> list[Recor
 
 def references(records: list[Record]) -> dict[str, Record]:
     """The study's latest ok reference of each kind (te_default, template_default, torch, ...)."""
-    ok = (r for r in records if is_ok(r) and r.get("record_kind", "trial") == "trial" and r.get("reference"))
-    return {str(r["reference"]): r for r in sorted(ok, key=lambda r: r.get("finished_at", 0.0))}
+    refs = sorted((r for r in _measured(records) if r.get("reference")), key=lambda r: r.get("finished_at", 0.0))
+    return {str(r["reference"]): r for r in refs}
 
 
 def select_best(measurer: Measurer, trials: list[Record], on_record: Callable[[Record], None] | None = None) -> Record:
@@ -148,6 +151,12 @@ def select_best(measurer: Measurer, trials: list[Record], on_record: Callable[[R
     return trials[min(timed)[1]] if timed else trials[0]
 
 
+def verified_best(records: list[Record], verification: Verification | None) -> Record | None:
+    """The record of the verified best among ``records`` (None: not verified, or not among them)."""
+    chosen = verification.best_trial if verification else None
+    return next((r for r in records if r.get("trial_id") == chosen), None) if chosen else None
+
+
 def spec_of(record: Record) -> TrialSpec:
     """The trial a record describes, to measure again on this host."""
     if record.get("device", LOCAL) != LOCAL:
@@ -155,7 +164,7 @@ def spec_of(record: Record) -> TrialSpec:
                            f"re-run the study locally to verify it")
     target = "cuda" if "cuda" in str(record.get("target", "")) else "llvm"
     resources = Resources(int(record["threads"]), parse_cores(str(record.get("cores", "any"))), target)
-    config = {k[len(KNOB_PREFIX):]: v for k, v in record.items() if k.startswith(KNOB_PREFIX)}
+    config = config_of(record)
     template = str(record["template"])
     return TrialSpec(parse_workload(str(record["workload"])), config, resources, template)
 
