@@ -1,6 +1,7 @@
 """Studies shared by hosts: PostgreSQL for Optuna, an MLflow server, `opbench worker` on other hosts
 (network namespaces), one of them killed mid-trial, the MLflow server restarted; and the refusals
 that keep a study sound."""
+import contextlib
 import json
 import os
 import signal
@@ -24,8 +25,11 @@ SMALL = "matmul:m=64,n=64,k=64"
 TRIALS = 8
 
 
+_STARTED: list[subprocess.Popen] = []  # what a test on the hosts started: stopped when it ends, failed or not
+
+
 @pytest.fixture(scope="module")
-def hosts(tmp_path_factory):
+def _lan(tmp_path_factory):
     """Three worker hosts, a tracker's and two boards' on a private bridge; PostgreSQL and an MLflow
     server (its runs in PostgreSQL) on it."""
     try:
@@ -33,6 +37,21 @@ def hosts(tmp_path_factory):
             yield parts
     except Unavailable as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture
+def hosts(_lan):
+    """The hosts, handed back as they were taken: a test that fails mid-outage leaves neither its
+    processes running (they would hold the host's timing lock) nor its servers stopped."""
+    yield _lan
+    while _STARTED:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(_STARTED.pop().pid, signal.SIGKILL)
+    _, cluster, server = _lan
+    if not cluster.running:
+        cluster.start()
+    if not server.running:
+        server.start()
 
 
 def _wait(condition, what: str, timeout_s: float, *procs: subprocess.Popen):
@@ -53,6 +72,7 @@ def _start(network: Network, host: str, argv: list[str], tmp_path, env: dict[str
         proc = subprocess.Popen(network.on(host, CLI + argv + ["--log", str(tmp_path / f"{host}.jsonl")]), env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     proc.args = [*proc.args, str(log)]
+    _STARTED.append(proc)
     return proc
 
 

@@ -1,4 +1,5 @@
 """Records survive both stores identically, and MLflow runs are plain MLflow."""
+import threading
 import time
 
 import pandas as pd
@@ -86,4 +87,21 @@ def test_the_background_writer_waits_for_timed_runs_and_survives_a_failing_store
     writer.put({"trial_id": "b"})
     writer.flush()
     assert written == ["a", "b"]
+    writer.close()
+
+
+def test_a_write_to_a_store_that_is_away_does_not_hold_up_timed_runs(tmp_path):
+    """MLflow's client retries a write to a server that is away for minutes; the writer lets go of the
+    host lock after its hold bound, so a timed run on the host starts while that write still waits."""
+    lock, store_back, timed = HostLock(tmp_path / "timing.lock"), threading.Event(), threading.Event()
+    writer = BackgroundWriter(lambda record: store_back.wait(), lock, hold_s=0.2)
+    writer.put({"trial_id": "a"})
+
+    def timed_run():
+        with lock.exclusive():
+            timed.set()
+
+    threading.Thread(target=timed_run, daemon=True).start()
+    assert timed.wait(60) and not store_back.is_set()  # the run took the lock while the write was still waiting
+    store_back.set()
     writer.close()

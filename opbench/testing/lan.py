@@ -107,6 +107,12 @@ class Postgres:
     def stop(self) -> None:
         _run(*self._as, _pg_bin("pg_ctl"), "-D", str(self._dir / "data"), "-m", "immediate", "-w", "stop")
 
+    @property
+    def running(self) -> bool:
+        status = subprocess.run([*self._as, _pg_bin("pg_ctl"), "-D", str(self._dir / "data"), "status"],
+                                capture_output=True)
+        return status.returncode == 0
+
     def url(self, db: str) -> str:
         import psycopg2
 
@@ -144,6 +150,10 @@ class MlflowServer:
             assert self._proc.poll() is None, f"mlflow server exited: {self._log.read_text()[-2000:]}"
             assert time.time() < deadline, f"mlflow server not up within {timeout_s} s"
             time.sleep(0.3)
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

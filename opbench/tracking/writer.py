@@ -10,17 +10,22 @@ from opbench.measure.lock import HostLock
 from opbench.record import Record
 
 log = logging.getLogger("opbench")
+HOLD_S = 5.0  # a write to a reachable store takes well under a second
 
 
 class BackgroundWriter:
     """Calls ``write`` on each record, and other writes to the same store, in order, in a thread of its
-    own, holding the host timing lock shared, as a build does: it never runs while a kernel is being
-    timed and never holds up the next build. A store that fails is logged, not raised: the JSON-lines
-    log has the record and the engine has heard it."""
+    own, holding the host timing lock shared, as a build does: it never starts while a kernel is being
+    timed and never holds up the next build. It holds the lock for at most ``hold_s``: a write to a
+    store that is away (MLflow's client retries it for minutes) goes on without it rather than hold
+    up every timed run on the host. A store that fails is logged, not raised: the JSON-lines log has
+    the record and the engine has heard it."""
 
-    def __init__(self, write: Callable[[Record], object], lock: HostLock, name: str = "record-writer") -> None:
+    def __init__(self, write: Callable[[Record], object], lock: HostLock, name: str = "record-writer",
+                 hold_s: float = HOLD_S) -> None:
         self._write = write
         self._lock = lock
+        self._hold_s = hold_s
         self._queue: queue.Queue[Callable[[], object] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._drain, name=name, daemon=True)
         self._thread.start()
@@ -48,7 +53,7 @@ class BackgroundWriter:
             try:
                 if write is None:
                     return
-                with self._lock.shared():
+                with self._lock.shared(at_most_s=self._hold_s):
                     write()
             finally:
                 self._queue.task_done()
