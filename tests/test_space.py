@@ -203,11 +203,15 @@ def test_packed_templates_build_correct_kernels_on_odd_shapes(measurer):
         w = parse_workload(name)
         template = get_template(w)
         configs = [{}, *weighted_configs(w, 1, PACKED_CRITICAL, first=len(specs), template=template)]
+        if w.op.name == "conv2d":  # the tuned point again, its weight packed the other way
+            other = "root" if configs[1]["weight_pack_at"] == "oc_block" else "oc_block"
+            configs.append({**configs[1], "weight_pack_at": other})
         specs += [TrialSpec(w, config, Resources(1 + index % 2), template.name) for index, config in enumerate(configs)]
     records = measurer.measure_batch(specs)
     wrong = [(r["workload"], r["error"], {k: v for k, v in r.items() if k.startswith("knob.")}) for r in records if r["status"] != "ok"]
     assert not wrong, wrong[:3]
     assert {r["knob.layout_transform"] for r in records} == {"in_op"}  # where the packing runs is in the record
+    assert {r.get("knob.weight_pack_at") for r in records if r["workload"].startswith("conv2d")} == {"root", "oc_block"}
 
 
 def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activation():
