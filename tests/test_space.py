@@ -214,6 +214,44 @@ def test_packed_templates_build_correct_kernels_on_odd_shapes(measurer):
     assert {r.get("knob.weight_pack_at") for r in records if r["workload"].startswith("conv2d")} == {"root", "oc_block"}
 
 
+# Winograd on odd shapes: a batch of 2, channel counts the vector does not divide (1 included), outputs the tiles
+# overrun (9x11, 7x7), no padding; F(2x2) and F(4x4), the GEMM tile and reduction drawn at random.
+WINOGRAD_ODD = ["conv2d:n=2,c=5,h=9,w=11,k=12,r=3,s=3,pad=1", "conv2d:n=1,c=16,h=8,w=8,k=32,r=3,s=3",
+                "conv2d:n=1,c=3,h=7,w=7,k=8,r=3,s=3,pad=1", "conv2d:n=1,c=1,h=5,w=5,k=1,r=3,s=3"]
+
+
+@pytest.mark.slow
+def test_winograd_builds_correct_kernels_on_odd_shapes(measurer):
+    specs = []
+    for index, name in enumerate(WINOGRAD_ODD):
+        w = parse_workload(name)
+        knobs = {k.name: k.choices for k in get_template(w).knobs(w)}
+        for m in (2, 4):
+            rng = random.Random(10 * index + m)
+            config = {"algorithm": "winograd", "winograd_tile": m,
+                      **{k: rng.choice(knobs[k]) for k in ("winograd_rows", "winograd_cols", "winograd_reduce")}}
+            specs.append(TrialSpec(w, config, Resources(1 + index % 2)))
+    records = measurer.measure_batch(specs)
+    wrong = [(r["workload"], r["error"], {k: v for k, v in r.items() if k.startswith("knob.winograd")})
+             for r in records if r["status"] != "ok"]
+    assert not wrong, wrong[:3]
+    assert {(r["knob.algorithm"], r["knob.winograd_tile"]) for r in records} == {("winograd", 2), ("winograd", 4)}
+
+
+def test_winograd_is_offered_to_catalogue_3x3_stride_1_convs_and_the_default_where_tiles_are_many():
+    def default(name, template=None):
+        w = parse_workload(name)
+        return get_template(w, template).default_config(w)
+
+    assert default("resnet50-c2")["algorithm"] == "winograd"  # 196 4x4 tiles
+    assert default("resnet50-c5")["algorithm"] == "direct"  # 4 tiles: the weight's transform would dominate
+    for name, template in [("conv2d:n=1,c=64,h=30,w=30,k=64,r=3,s=3,stride=2,pad=1", None),
+                           ("conv2d:n=1,c=8,h=14,w=14,k=8,r=5,s=5,pad=2", None),
+                           ("depthwise_conv2d:n=1,c=16,h=14,w=14,r=3,s=3,pad=1", None),
+                           ("conv2d:n=1,c=64,h=56,w=56,k=64,r=3,s=3,pad=1", "conv2d")]:  # the tiled NCHW template
+        assert "algorithm" not in default(name, template), name
+
+
 def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activation():
     """``B[k, j]`` (a catalogue matmul, an ONNX MatMul on a weight) and ``W[j, k]`` (a Linear layer)
     are weights; a batched matmul's operands are activations. The plain read, packed in the operator

@@ -64,3 +64,9 @@ def mark_prepack(sch: Any, stage: Any) -> None:
     standalone trial keeps it (and its time) unless its ``layout_transform`` is
     :data:`WEIGHTS_PREPACKED` (:mod:`opbench.measure.prepack` then splits it off the same way)."""
     sch.annotate(stage, PREPACK_ANNOTATION, True)
+
+
+def loops_below(sch: Any, block: Any, at: Any) -> list[Any]:
+    """``block``'s loops inside loop ``at`` (after compute_at, loops of extent 1 are not made)."""
+    loops = sch.get_loops(block)
+    return loops[[sch.get(loop).same_as(sch.get(at)) for loop in loops].index(True) + 1:]

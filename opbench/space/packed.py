@@ -24,13 +24,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from opbench.space import winograd
 from opbench.space._base import Config, Knob, Template, divisors
-from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, VECTOR_LANES, WEIGHTS_PREPACKED, mark_prepack, pack_copy
+from opbench.space._schedule import (
+    IN_OP,
+    LAYOUT_TRANSFORMS,
+    VECTOR_LANES,
+    WEIGHTS_PREPACKED,
+    loops_below,
+    mark_prepack,
+    pack_copy,
+)
 from opbench.space.tiled import UNROLL_STEPS
 from opbench.workloads import Workload
 from opbench.workloads.fused import anchor_block, blocks_after
 
 if TYPE_CHECKING:
+    from tvm import IRModule
     from tvm.s_tir import Schedule
 
 CHANNEL_BLOCK_CAP = 64
@@ -40,6 +50,7 @@ ACCUMULATOR_REGISTERS = 16  # vector registers the default register tile may tak
 # where the input-channel loop sits in the reduction: outer chunk (c), window (rs), inner chunk (c)
 REDUCE_ORDERS = ("c_rs_c", "rs_c_c", "c_c_rs")
 WEIGHT_PACK_AT = ("root", "oc_block")
+ALGORITHMS = ("direct", "winograd")  # a catalogue 3x3 stride-1 conv may also run as Winograd (space/winograd.py)
 # A catalogue conv with this many output-channel blocks packs its weight block by block by default:
 # resnet50-c5 (32 blocks, a 9.4 MB weight) 1.43-1.47 -> 1.36-1.40 ms; parallel over the blocks only.
 PACK_PER_BLOCK_MIN_BLOCKS = 8
@@ -87,6 +98,9 @@ class PackedConvTemplate(Template):
             knobs.append(Knob("weight_pack_at", WEIGHT_PACK_AT if self._layout_transform == IN_OP else ("root",),
                               "where the weight is packed: all of it before the convolution (root), or each "
                               "output-channel block's slice just before that block, while it is in cache (oc_block)"))
+        if self._offers_winograd(workload):
+            knobs += [Knob("algorithm", ALGORITHMS, "direct (packed NCHW[x]c) or Winograd; the other's knobs are "
+                                                    "ignored"), *winograd.knobs(workload)]
         knobs += [
             Knob("ow_block", divisors(ext["ow"], OW_BLOCK_CAP), f"register tile along the output width ({ext['ow']})"),
             Knob("oh_block", divisors(ext["oh"], OH_BLOCK_CAP), f"register tile along the output height ({ext['oh']})"),
@@ -111,13 +125,27 @@ class PackedConvTemplate(Template):
                           weight_pack_at="oc_block" if fused else "root", parallel=2 if fused else 3)
         config.update(ow_block=_largest(ext["ow"], ACCUMULATOR_REGISTERS), oh_block=1, unroll_window=0,
                       unroll_max_step=16, layout_transform=self._layout_transform)
+        if self._offers_winograd(workload):
+            config.update(algorithm="winograd" if winograd.preferred(workload) else "direct",
+                          **winograd.default_config(workload))
         return config
+
+    def _offers_winograd(self, workload: Workload) -> bool:
+        """A catalogue conv (its weight transformed in the operator, as it is packed) that Winograd fits."""
+        return self.op == "conv2d" and winograd.applies(workload)
+
+    def schedule(self, workload: Workload, config: Config) -> IRModule:
+        if config.get("algorithm") == "winograd":
+            return winograd.module(workload, config)
+        return super().schedule(workload, config)
 
     def parameter_vocabulary(self) -> dict[str, tuple | None]:
         vocab: dict[str, tuple | None] = dict.fromkeys(
             ("c_block", "oc_block", "ic_block", "ow_block", "oh_block", "unroll_window", "parallel", "unroll_max_step",
              "packed_output"))
-        vocab.update(reduce_order=REDUCE_ORDERS, layout_transform=LAYOUT_TRANSFORMS, weight_pack_at=WEIGHT_PACK_AT)
+        vocab.update(reduce_order=REDUCE_ORDERS, layout_transform=LAYOUT_TRANSFORMS, weight_pack_at=WEIGHT_PACK_AT,
+                     algorithm=ALGORITHMS, **dict.fromkeys(("winograd_tile", "winograd_rows", "winograd_cols",
+                                                            "winograd_reduce")))
         return vocab
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
@@ -187,11 +215,14 @@ class PackedConvTemplate(Template):
         if self.depthwise:
             pack_copy(sch, weight_pack, {0: ob}, (0, 2, 3, 4, 1) if grouped else (0, 2, 3, 1), parallel=1)
         elif config["weight_pack_at"] == "oc_block":  # the loop whose body is one output-channel block
-            sch.compute_at(weight_pack, sch.get_loops(conv)[0 if config["parallel"] >= 2 else 1])
-            o, i, r, s = sch.get_loops(weight_pack)[-4:]
-            io, ii = sch.split(i, [None, ib])
-            sch.reorder(io, r, s, ii, o)
-            sch.vectorize(o)
+            block_loop = sch.get_loops(conv)[0 if config["parallel"] >= 2 else 1]
+            sch.compute_at(weight_pack, block_loop)
+            own = loops_below(sch, weight_pack, block_loop)
+            if len(own) == 4:  # (o, i, r, s) in the block; a loop of extent 1 is not made, then it stays as made
+                o, i, r, s = own
+                io, ii = sch.split(i, [None, ib])
+                sch.reorder(io, r, s, ii, o)
+                sch.vectorize(o)
         else:
             pack_copy(sch, weight_pack, {0: ob, 1: ib}, (0, 2, 4, 5, 3, 1), parallel=2)
         if self.depthwise or config["weight_pack_at"] == "root":
