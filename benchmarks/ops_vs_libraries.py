@@ -79,7 +79,8 @@ def main() -> None:
                              f"{vs_torch.median:.3g} ({vs_torch.lo:.3g}-{vs_torch.hi:.3g})", 100 * gflops / peak))
     print(f"host: {host.cpu_model}, {args.threads} threads, nominal peak {peak:.0f} GFLOP/s "
           f"({host.flops_per_cycle} FLOP/cycle x {host.mhz:.0f} MHz nominal clock x {args.threads}; "
-          f"a clock above nominal shows as more than 100%)")
+          f"a clock above nominal shows as more than 100%); GFLOP/s count the direct algorithm's FLOPs, "
+          f"which a Winograd convolution does fewer of (its GFLOP/s are effective ones)")
     print(table(rows, ["workload", "schedule", "verified ms", "min-max", "GFLOP/s", "x torch (min-max)",
                        "% nominal peak"]))
     print()
