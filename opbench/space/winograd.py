@@ -167,14 +167,7 @@ def module(workload: Workload, config: Config) -> IRModule:
     # input: per (tile, channel block), rows then columns of the patch, all in registers
     second = sch.get_sblock("input_transform")
     e, f, t, c, r2 = sch.get_loops(second)
-    co, ci = sch.split(c, [None, cb])
-    sch.reorder(t, co, e, f, r2, ci)
-    sch.parallel(t)
-    _in_registers(sch, second, "input_rows", co)
-    for loop in (e, f, r2):
-        sch.unroll(loop)
-    sch.vectorize(ci)
-    _vectorize_init(sch, second, e, co)
+    _two_pass(sch, second, "input_rows", t, (e, f), c, r2, cb)
 
     gemm = sch.get_sblock("batch_gemm")
     e, f, t, k, rc = sch.get_loops(gemm)
@@ -196,34 +189,34 @@ def module(workload: Workload, config: Config) -> IRModule:
     # inverse: per (tile, output-channel block), columns then rows, in registers
     second = sch.get_sblock("inverse_transform")
     t, i, j, k, a1 = sch.get_loops(second)
-    ko, ki = sch.split(k, [None, kb])
-    sch.reorder(t, ko, i, j, a1, ki)
-    sch.parallel(t)
-    _in_registers(sch, second, "inverse_cols", ko)
-    for loop in (i, j, a1):
-        sch.unroll(loop)
-    sch.vectorize(ki)
-    _vectorize_init(sch, second, i, ko)
+    _two_pass(sch, second, "inverse_cols", t, (i, j), k, a1, kb)
 
     n, k, _, _ = sch.get_loops(sch.get_sblock("output"))
     sch.parallel(sch.fuse(n, k))
     return sch.mod
 
 
-def _in_registers(sch: Any, second: Any, first_name: str, at: Any) -> None:
-    """A two-pass transform: the second pass's result goes through a local buffer written back after
-    ``at``'s body, and the first pass (``first_name``) is computed at ``at`` into a local buffer, its
-    two output loops and its reduction unrolled and its channel loop vectorised."""
+def _two_pass(sch: Any, second: Any, first_name: str, tile: Any, outputs: tuple[Any, Any], channel: Any,
+              reduce: Any, lanes: int) -> None:
+    """A transform done as two 1-D passes, parallel over tiles, per block of ``lanes`` channels
+    (vectorised): the second pass (``second``: its two ``outputs`` loops and its ``reduce`` loop
+    unrolled) accumulates in a local buffer written back per block; the first (``first_name``) is
+    computed per block into a local buffer, unrolled the same way."""
+    block, inner = sch.split(channel, [None, lanes])
+    sch.reorder(tile, block, *outputs, reduce, inner)
+    sch.parallel(tile)
     written = sch.cache_write(second, 0, "local")
-    sch.reverse_compute_at(written, at)
+    sch.reverse_compute_at(written, block)
     first = sch.get_sblock(first_name)
     sch.set_scope(first, 0, "local")
-    sch.compute_at(first, at)
-    x, y, *lanes, reduce = loops_below(sch, first, at)  # loops of extent 1 (the tile, a channel block of 1) are gone
-    sch.reorder(x, y, reduce, *lanes)
-    for loop in (x, y, reduce):
+    sch.compute_at(first, block)
+    x, y, *first_lanes, first_reduce = loops_below(sch, first, block)  # loops of extent 1 are not made
+    sch.reorder(x, y, first_reduce, *first_lanes)
+    for loop in (x, y, first_reduce, *outputs, reduce):
         sch.unroll(loop)
-    if lanes:
-        sch.vectorize(lanes[0])
-    _vectorize_init(sch, first, reduce, at)
-    _vectorize_innermost(sch, written, at)
+    if first_lanes:
+        sch.vectorize(first_lanes[0])
+    sch.vectorize(inner)
+    _vectorize_init(sch, first, first_reduce, block)
+    _vectorize_init(sch, second, outputs[0], block)
+    _vectorize_innermost(sch, written, block)
