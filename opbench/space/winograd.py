@@ -64,8 +64,8 @@ def knobs(workload: Workload) -> list[Knob]:
 
 def default_config(workload: Workload) -> Config:
     """F(4x4, 3x3); a register tile of up to 4 tiles by 64 output channels (16 vectors), the reduction
-    in chunks of up to 64 (on resnet50-c2, 4 x 64 and 7 x 32 measured the same; 1 x 32 and F(2x2)
-    were 10-20% slower)."""
+    in chunks of up to 64 (on resnet50-c2, 4 x 64 and 7 x 32 measured the same; 1 x 32 was 13%
+    slower, F(2x2) 23%)."""
     p = workload.params
     return {"winograd_tile": 4, "winograd_rows": _rows(workload, 4)[-1], "winograd_cols": divisors(p["k"], COLS_CAP)[-1],
             "winograd_reduce": divisors(p["c"], REDUCE_CAP)[-1]}
