@@ -10,8 +10,10 @@ from opbench.hardware.resources import Resources
 from opbench.measure._worker import LIBRARY
 from opbench.measure.types import LibraryInput, RunInput, Status, TrialSpec
 from opbench.measure.worker import Worker
+from opbench.space import get_template
 from opbench.studies.verify import BEST, SELECTION_ROUND, Verification, Verified, fastest_trials, references, select_best, speedup_table
 from opbench.tracking import read_mlflow
+from opbench.workloads import parse_workload
 
 MATMUL = "matmul:m=128,n=128,k=128"
 
@@ -188,6 +190,26 @@ def test_contenders_are_the_fastest_distinct_configs_and_references_the_latest_o
     assert [r["latency_ms"] for r in fastest_trials(records, 1)] == [1.5]
     chosen = references(records)
     assert list(chosen) == ["torch"] and chosen["torch"]["latency_ms"] == 2.5
+
+
+def test_contenders_differ_in_their_schedules_not_in_knobs_their_algorithm_ignores():
+    w = parse_workload("resnet50-c2")
+    template = get_template(w)
+
+    def trial(latency_ms, **knobs):
+        config = template.validate(knobs, w)
+        return {"status": "ok", "latency_ms": latency_ms, "workload": w.name, "template": template.name,
+                **{f"knob.{k}": v for k, v in config.items()}}
+
+    winograd = {"algorithm": "winograd", "winograd_tile": 4}
+    records = [trial(1.0, **winograd, ow_block=14), trial(1.1, **winograd, ow_block=7),  # one Winograd schedule
+               trial(1.2, **{**winograd, "winograd_tile": 2}), trial(1.3, algorithm="direct", winograd_tile=2),
+               trial(1.4, algorithm="direct", winograd_tile=4)]  # one direct schedule
+    assert [r["latency_ms"] for r in fastest_trials(records, 3)] == [1.0, 1.2, 1.3]
+    direct = template.parameters(template.validate({"algorithm": "direct"}, w), w)
+    assert "ow_block" in direct and not any(k.startswith("winograd") for k in direct)
+    assert set(template.parameters(template.validate(winograd, w), w)) == {
+        "algorithm", "layout_transform", "winograd_tile", "winograd_rows", "winograd_cols", "winograd_reduce"}
 
 
 class _FreshTimes:

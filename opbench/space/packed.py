@@ -130,6 +130,16 @@ class PackedConvTemplate(Template):
                           **winograd.default_config(workload))
         return config
 
+    def parameters(self, config: Config, workload: Workload) -> Config:
+        """The knobs the config's algorithm uses: Winograd's, or the direct convolution's."""
+        if not self._offers_winograd(workload):
+            return dict(config)
+        own = {k.name for k in winograd.knobs(workload)}
+        if config.get("algorithm") == "winograd":  # a config from before the knob was direct
+            own |= {"algorithm", "layout_transform"}
+            return {k: v for k, v in config.items() if k in own}
+        return {k: v for k, v in config.items() if k not in own}
+
     def _offers_winograd(self, workload: Workload) -> bool:
         """A catalogue conv (its weight transformed in the operator, as it is packed) that Winograd fits."""
         return self.op == "conv2d" and winograd.applies(workload)

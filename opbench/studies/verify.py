@@ -24,6 +24,7 @@ from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
 from opbench.record import Record, config_of, is_ok
 from opbench.report.progress import table
+from opbench.space import TEMPLATES
 from opbench.workloads import parse_workload
 
 BEST = "best"
@@ -119,11 +120,20 @@ def _measured(records: list[Record]) -> list[Record]:
     return [r for r in records if is_ok(r) and r.get("record_kind", "trial") == "trial"]
 
 
+def schedule_of(record: Record) -> dict:
+    """What a trial's schedule is made of: its template's parameters for its config (knobs the config
+    ignores left out), or its knob values where the template is not known."""
+    template = TEMPLATES.get(str(record.get("template")))
+    if template is None or "workload" not in record:
+        return config_of(record)
+    return template.parameters(config_of(record), parse_workload(record["workload"]))
+
+
 def fastest_trials(records: list[Record], count: int = CONTENDERS) -> list[Record]:
-    """The study's ``count`` fastest ok trials with distinct configs, fastest first."""
+    """The study's ``count`` fastest ok trials with distinct schedules, fastest first."""
     out: dict[tuple, Record] = {}
     for record in sorted((r for r in _measured(records) if not r.get("reference")), key=lambda r: r["latency_ms"]):
-        out.setdefault(tuple(sorted(config_of(record).items())), record)
+        out.setdefault(tuple(sorted(schedule_of(record).items())), record)
         if len(out) == count:
             break
     if not out:
