@@ -11,6 +11,7 @@ from opbench.measure._worker import LIBRARY
 from opbench.measure.types import LibraryInput, RunInput, Status, TrialSpec
 from opbench.measure.worker import Worker
 from opbench.space import get_template
+from opbench.space.winograd import KNOBS
 from opbench.studies.verify import BEST, SELECTION_ROUND, Verification, Verified, fastest_trials, references, select_best, speedup_table
 from opbench.tracking import read_mlflow
 from opbench.workloads import parse_workload
@@ -208,8 +209,7 @@ def test_contenders_differ_in_their_schedules_not_in_knobs_their_algorithm_ignor
     assert [r["latency_ms"] for r in fastest_trials(records, 3)] == [1.0, 1.2, 1.3]
     direct = template.parameters(template.validate({"algorithm": "direct"}, w), w)
     assert "ow_block" in direct and not any(k.startswith("winograd") for k in direct)
-    assert set(template.parameters(template.validate(winograd, w), w)) == {
-        "algorithm", "layout_transform", "winograd_tile", "winograd_rows", "winograd_cols", "winograd_reduce"}
+    assert set(template.parameters(template.validate(winograd, w), w)) == {"algorithm", "layout_transform", *KNOBS}
 
 
 class _FreshTimes:

@@ -12,7 +12,7 @@ from opbench.exceptions import ConfigError, WorkloadError
 from opbench.hardware.resources import Resources
 from opbench.measure.features import config_features
 from opbench.measure.types import TrialSpec
-from opbench.space import TEMPLATES, get_template
+from opbench.space import TEMPLATES, get_template, winograd
 from opbench.space.tiled import alias_free_rows, nest_choices
 from opbench.workloads import PRESETS, parse_workload
 
@@ -229,7 +229,7 @@ def test_winograd_builds_correct_kernels_on_odd_shapes(measurer):
         for m in (2, 4):
             rng = random.Random(10 * index + m)
             config = {"algorithm": "winograd", "winograd_tile": m,
-                      **{k: rng.choice(knobs[k]) for k in ("winograd_rows", "winograd_cols", "winograd_reduce")}}
+                      **{k: rng.choice(knobs[k]) for k in winograd.KNOBS[1:]}}  # rows, cols, reduce
             specs.append(TrialSpec(w, config, Resources(1 + index % 2)))
     records = measurer.measure_batch(specs)
     wrong = [(r["workload"], r["error"], {k: v for k, v in r.items() if k.startswith("knob.winograd")})

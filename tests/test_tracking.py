@@ -93,9 +93,10 @@ def test_the_background_writer_waits_for_timed_runs_and_survives_a_failing_store
 def test_a_write_to_a_store_that_is_away_does_not_hold_up_timed_runs(tmp_path):
     """MLflow's client retries a write to a server that is away for minutes; the writer lets go of the
     host lock after its hold bound, so a timed run on the host starts while that write still waits."""
-    lock, store_back, timed = HostLock(tmp_path / "timing.lock"), threading.Event(), threading.Event()
-    writer = BackgroundWriter(lambda record: store_back.wait(), lock, hold_s=0.2)
+    lock, writing, store_back, timed = HostLock(tmp_path / "timing.lock"), *(threading.Event() for _ in range(3))
+    writer = BackgroundWriter(lambda record: (writing.set(), store_back.wait()), lock, hold_s=0.2)
     writer.put({"trial_id": "a"})
+    assert writing.wait(60)  # the write holds the lock from here (a timed run asked first would not test it)
 
     def timed_run():
         with lock.exclusive():

@@ -52,7 +52,8 @@ REDUCE_ORDERS = ("c_rs_c", "rs_c_c", "c_c_rs")
 WEIGHT_PACK_AT = ("root", "oc_block")
 ALGORITHMS = ("direct", "winograd")  # a catalogue 3x3 stride-1 conv may also run as Winograd (space/winograd.py)
 # A catalogue conv with this many output-channel blocks packs its weight block by block by default:
-# resnet50-c5 (32 blocks, a 9.4 MB weight) 1.43-1.47 -> 1.36-1.40 ms; parallel over the blocks only.
+# resnet50-c5 (32 blocks, a 9.4 MB weight) 1.46-1.47 -> 1.36-1.40 ms in two interleaved pairs (a third,
+# in a slow phase of the host, 3.01 -> 2.47); parallel over the blocks only.
 PACK_PER_BLOCK_MIN_BLOCKS = 8
 
 
@@ -134,11 +135,9 @@ class PackedConvTemplate(Template):
         """The knobs the config's algorithm uses: Winograd's, or the direct convolution's."""
         if not self._offers_winograd(workload):
             return dict(config)
-        own = {k.name for k in winograd.knobs(workload)}
-        if config.get("algorithm") == "winograd":  # a config from before the knob was direct
-            own |= {"algorithm", "layout_transform"}
-            return {k: v for k, v in config.items() if k in own}
-        return {k: v for k, v in config.items() if k not in own}
+        if config.get("algorithm") == "winograd":  # (a record from before the knob existed: direct)
+            return {k: v for k, v in config.items() if k in {*winograd.KNOBS, "algorithm", "layout_transform"}}
+        return {k: v for k, v in config.items() if k not in winograd.KNOBS}
 
     def _offers_winograd(self, workload: Workload) -> bool:
         """A catalogue conv (its weight transformed in the operator, as it is packed) that Winograd fits."""
@@ -154,8 +153,7 @@ class PackedConvTemplate(Template):
             ("c_block", "oc_block", "ic_block", "ow_block", "oh_block", "unroll_window", "parallel", "unroll_max_step",
              "packed_output"))
         vocab.update(reduce_order=REDUCE_ORDERS, layout_transform=LAYOUT_TRANSFORMS, weight_pack_at=WEIGHT_PACK_AT,
-                     algorithm=ALGORITHMS, **dict.fromkeys(("winograd_tile", "winograd_rows", "winograd_cols",
-                                                            "winograd_reduce")))
+                     algorithm=ALGORITHMS, **dict.fromkeys(winograd.KNOBS))
         return vocab
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:

@@ -13,6 +13,7 @@ report it are measurements of their own, so the choice does not bias what they r
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable, Iterator
@@ -120,13 +121,16 @@ def _measured(records: list[Record]) -> list[Record]:
     return [r for r in records if is_ok(r) and r.get("record_kind", "trial") == "trial"]
 
 
+_workload = functools.cache(parse_workload)  # a study's records share a few workloads
+
+
 def schedule_of(record: Record) -> dict:
     """What a trial's schedule is made of: its template's parameters for its config (knobs the config
     ignores left out), or its knob values where the template is not known."""
     template = TEMPLATES.get(str(record.get("template")))
     if template is None or "workload" not in record:
         return config_of(record)
-    return template.parameters(config_of(record), parse_workload(record["workload"]))
+    return template.parameters(config_of(record), _workload(record["workload"]))
 
 
 def fastest_trials(records: list[Record], count: int = CONTENDERS) -> list[Record]:
