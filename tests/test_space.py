@@ -217,7 +217,8 @@ def test_packed_templates_build_correct_kernels_on_odd_shapes(measurer):
 # Winograd on odd shapes: a batch of 2, channel counts the vector does not divide (1 included), outputs the tiles
 # overrun (9x11, 7x7), no padding; F(2x2) and F(4x4), the GEMM tile and reduction drawn at random.
 WINOGRAD_ODD = ["conv2d:n=2,c=5,h=9,w=11,k=12,r=3,s=3,pad=1", "conv2d:n=1,c=16,h=8,w=8,k=32,r=3,s=3",
-                "conv2d:n=1,c=3,h=7,w=7,k=8,r=3,s=3,pad=1", "conv2d:n=1,c=1,h=5,w=5,k=1,r=3,s=3"]
+                "conv2d:n=1,c=3,h=7,w=7,k=8,r=3,s=3,pad=1", "conv2d:n=1,c=1,h=5,w=5,k=1,r=3,s=3",
+                "conv2d:n=1,c=24,h=10,w=10,k=40,r=3,s=3,pad=1"]
 
 
 @pytest.mark.slow
@@ -230,6 +231,11 @@ def test_winograd_builds_correct_kernels_on_odd_shapes(measurer):
             rng = random.Random(10 * index + m)
             config = {"algorithm": "winograd", "winograd_tile": m,
                       **{k: rng.choice(knobs[k]) for k in winograd.KNOBS[1:]}}  # rows, cols, reduce
+            if m == 4:  # the widest block: several vectors of output channels per block
+                config["winograd_cols"] = knobs["winograd_cols"][-1]
+            partial = [r for r in knobs["winograd_rows"] if winograd.tiles(w, m) % r]
+            if m == 2 and partial:  # rows that divide only F(4x4)'s tile count: the last step is partial
+                config["winograd_rows"] = partial[-1]
             specs.append(TrialSpec(w, config, Resources(1 + index % 2)))
     records = measurer.measure_batch(specs)
     wrong = [(r["workload"], r["error"], {k: v for k, v in r.items() if k.startswith("knob.winograd")})
@@ -238,13 +244,15 @@ def test_winograd_builds_correct_kernels_on_odd_shapes(measurer):
     assert {(r["knob.algorithm"], r["knob.winograd_tile"]) for r in records} == {("winograd", 2), ("winograd", 4)}
 
 
-def test_winograd_is_offered_to_catalogue_3x3_stride_1_convs_and_the_default_where_tiles_are_many():
+def test_winograd_is_offered_to_catalogue_3x3_stride_1_convs_and_the_default_where_channels_fill_vectors():
     def default(name, template=None):
         w = parse_workload(name)
         return get_template(w, template).default_config(w)
 
-    assert default("resnet50-c2")["algorithm"] == "winograd"  # 196 4x4 tiles
-    assert default("resnet50-c5")["algorithm"] == "direct"  # 4 tiles: the weight's transform would dominate
+    assert (default("resnet50-c2")["algorithm"], default("resnet50-c2")["winograd_tile"]) == ("winograd", 4)
+    # 16 2x2 tiles, 4 of 4x4: F(4x4) would transform a 2.25x larger weight for few tiles
+    assert (default("resnet50-c5")["algorithm"], default("resnet50-c5")["winograd_tile"]) == ("winograd", 2)
+    assert default("conv2d:n=1,c=3,h=32,w=32,k=64,r=3,s=3,pad=1")["algorithm"] == "direct"  # 3 input channels
     for name, template in [("conv2d:n=1,c=64,h=30,w=30,k=64,r=3,s=3,stride=2,pad=1", None),
                            ("conv2d:n=1,c=8,h=14,w=14,k=8,r=5,s=5,pad=2", None),
                            ("depthwise_conv2d:n=1,c=16,h=14,w=14,r=3,s=3,pad=1", None),

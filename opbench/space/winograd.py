@@ -4,18 +4,19 @@ The output is cut into ``m x m`` tiles; each tile's ``(m+2) x (m+2)`` input patc
 (``B^T d B``), multiplied channel by channel with the transformed weight (``G g G^T``) as
 ``(m+2)^2`` independent GEMMs (tiles x input channels x output channels), and transformed back
 (``A^T M A``). For F(4x4, 3x3) that is 4x fewer multiplications than the direct convolution; the
-transforms cost memory traffic instead, and the weight's transform runs in the operator, timed,
-so it pays where there are many tiles per weight (resnet50-c2, 196 tiles: the direct default's
-1.14-1.23 ms against 0.78-1.01 ms, three interleaved runs; resnet50-c5, 4 tiles: 16.8 ms in a
-prototype with a 1 x 32 register tile, against 1.4 ms direct). Error grows with the tile and the input
-channels (F(4x4) on 512 channels: 6.5e-4 max abs, inside the float32 check of 1e-3).
+transforms cost memory traffic instead. The weight's transform runs in the operator, timed, one
+output-channel block at a time just before that block's GEMMs, so its slice stays in cache (where the
+whole weight was transformed first, resnet50-c2 took 0.71-0.75 ms against 0.52-0.59 ms, and
+resnet50-c5 6.6-7.6 ms against 1.0-1.1). Error grows with the tile and the input channels (F(4x4) on
+512 channels: 6.5e-4 max abs, inside the float32 check of 1e-3).
 
 Layouts (``P`` tiles, ``a = m + 2``), each transform's channel loop innermost and vectorised::
 
     data_pack         (N, C/cb, a-covering H, W, cb)   padding and packing in one copy
-    kernel_transform  (a, a, C, K)
     input_transform   (a, a, P, C)      rows, then columns (two 1-D passes in registers)
-    batch_gemm        (a, a, P, K)      per (a, a): a register tile of rows x cols, reduction chunks
+    kernel_transform  (C, a, a, K)      per output-channel block (parallel), per input channel: the
+                                        3x3 weights gathered into registers, rows then columns
+    batch_gemm        (a, a, P, K)      per block and (a, a): a register tile of rows x cols, reduction chunks
     inverse_transform (P, m, m, K)      columns, then rows; then copied to NCHW
 """
 from __future__ import annotations
@@ -33,8 +34,12 @@ if TYPE_CHECKING:
 TILES = (2, 4)  # m: F(2x2, 3x3) is the more accurate, F(4x4, 3x3) the fewer multiplications
 KNOBS = ("winograd_tile", "winograd_rows", "winograd_cols", "winograd_reduce")
 ROWS_CAP, COLS_CAP, REDUCE_CAP = 16, 64, 64
-# The default picks Winograd where a 4x4 tiling has at least this many tiles per image and weight.
-MIN_TILES = 64
+DEFAULT_ROWS_CAP = 8
+# The default tile m minimises (m+2)^2 * (WEIGHT_TILES + tiles(m)): the (m+2)^2 GEMMs each cost one
+# weight transform (as much as this many tiles' multiplications) plus their tiles. Measured with the
+# GEMM tile of the default, in one process: F(2x2) won on 7x7 and 14x14 outputs (512 and 256
+# channels), F(4x4) on 28x28 and 56x56 (128 and 64 channels); any value from 11 to 68 orders them so.
+WEIGHT_TILES = 27
 
 
 def applies(workload: Workload) -> bool:
@@ -44,14 +49,14 @@ def applies(workload: Workload) -> bool:
             and p["stride"] == p["dilation"] == 1)
 
 
-def _tiles(workload: Workload, m: int) -> int:
+def tiles(workload: Workload, m: int) -> int:
     _, _, oh, ow = workload.op.output_shape(workload.params)
     return workload.params["n"] * math.ceil(oh / m) * math.ceil(ow / m)
 
 
-def _rows(workload: Workload, cap: int) -> tuple[int, ...]:
-    """Register-tile rows that divide the tile count of every m."""
-    return tuple(sorted(set.intersection(*(set(divisors(_tiles(workload, m), cap)) for m in TILES))))
+def _rows(workload: Workload) -> tuple[int, ...]:
+    """Register-tile rows that divide the tile count of some m (another m's last step is partial)."""
+    return tuple(sorted(set().union(*(divisors(tiles(workload, m), ROWS_CAP) for m in TILES))))
 
 
 def knobs(workload: Workload) -> list[Knob]:
@@ -59,24 +64,30 @@ def knobs(workload: Workload) -> list[Knob]:
     tile, rows, cols, reduce = KNOBS
     return [
         Knob(tile, TILES, "Winograd output tile m (F(m x m, 3 x 3))"),
-        Knob(rows, _rows(workload, ROWS_CAP), "GEMM register tile: tiles per step"),
+        Knob(rows, _rows(workload), "GEMM register tile: tiles per step"),
         Knob(cols, divisors(p["k"], COLS_CAP), f"GEMM register tile: output channels per step ({p['k']})"),
         Knob(reduce, divisors(p["c"], REDUCE_CAP), f"GEMM reduction chunk of input channels ({p['c']})"),
     ]
 
 
 def default_config(workload: Workload) -> Config:
-    """F(4x4, 3x3); a register tile of up to 4 tiles by 64 output channels (16 vectors), the reduction
-    in chunks of up to 64 (on resnet50-c2, 4 x 64 and 7 x 32 measured the same; 1 x 32 was 13%
-    slower, F(2x2) 23%)."""
+    """The m of the cost model (:data:`WEIGHT_TILES`); a register tile of up to 8 tiles (dividing their
+    count) by one vector of output channels, the reduction in chunks of up to 64 input channels. On
+    resnet50-c5 (F(2x2)) 8 x 16 and 16 x 16 measured the same, 8 x 32 was 15% slower; on resnet50-c2
+    (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59, 7 x 32 0.57."""
     p = workload.params
-    return {"winograd_tile": 4, "winograd_rows": _rows(workload, 4)[-1], "winograd_cols": divisors(p["k"], COLS_CAP)[-1],
-            "winograd_reduce": divisors(p["c"], REDUCE_CAP)[-1]}
+    m = min(TILES, key=lambda m: (m + 2) ** 2 * (WEIGHT_TILES + tiles(workload, m)))
+    return {"winograd_tile": m, "winograd_rows": divisors(tiles(workload, m), DEFAULT_ROWS_CAP)[-1],
+            "winograd_cols": divisors(p["k"], VECTOR_LANES)[-1], "winograd_reduce": divisors(p["c"], REDUCE_CAP)[-1]}
 
 
 def preferred(workload: Workload) -> bool:
-    """Whether the default takes Winograd: enough tiles to pay for the weight's transform."""
-    return _tiles(workload, 4) >= MIN_TILES
+    """Whether the default takes Winograd: where both channel counts fill vectors. Its default beat the
+    direct default on the four resnet50 3x3 shapes, interleaved in one process: 0.55 against 1.13 ms
+    (c2, 56x56), 0.48 against 1.11 (28x28, 128 channels), 0.68 against 1.10 (14x14, 256) and 0.97
+    against 1.25 (c5, 7x7, 512)."""
+    p = workload.params
+    return p["c"] % VECTOR_LANES == 0 and p["k"] % VECTOR_LANES == 0
 
 
 def _lanes(extent: int) -> int:
@@ -102,7 +113,9 @@ def compute(workload: Workload, m: int) -> Any:
         tirx.all(y >= pad, y < h_ + pad, x >= pad, x < w_ + pad), data[n, co * cb + ci, y - pad, x - pad], zero),
         name="data_pack")
     r, s = te.reduce_axis((0, 3), "r"), te.reduce_axis((0, 3), "s")
-    u = te.compute((a, a, c_, k_), lambda e, v, c, k: te.sum(weight[k, c, r, s] * G[e, r] * G[v, s], axis=[r, s]),
+    kernel_rows = te.compute((a, 3, c_, k_), lambda e, j, c, k: te.sum(weight[k, c, r, j] * G[e, r], axis=r),
+                             name="kernel_rows")
+    u = te.compute((a, a, c_, k_), lambda e, v, c, k: te.sum(kernel_rows[e, s, c, k] * G[v, s], axis=s),
                    name="kernel_transform")
 
     def patch(t: Any, c: Any, dy: Any, dx: Any) -> Any:
@@ -157,37 +170,29 @@ def module(workload: Workload, config: Config) -> IRModule:
     sch.parallel(sch.fuse(n, co, y))
     sch.vectorize(ci)
 
-    kernel = sch.get_sblock("kernel_transform")
-    e, v, c, k, r, s = sch.get_loops(kernel)
-    ko, ki = sch.split(k, [None, kb])
-    sch.reorder(c, ko, e, v, r, s, ki)
-    sch.parallel(c)
-    for loop in (e, v, r, s):
-        sch.unroll(loop)
-    sch.vectorize(ki)
-    _vectorize_init(sch, kernel, e, ko)
-
     # input: per (tile, channel block), rows then columns of the patch, all in registers
     second = sch.get_sblock("input_transform")
     e, f, t, c, r2 = sch.get_loops(second)
     _two_pass(sch, second, "input_rows", t, (e, f), c, r2, cb)
 
+    # per output-channel block (parallel): its weights' transform, then its (a, a) GEMMs
     gemm = sch.get_sblock("batch_gemm")
     e, f, t, k, rc = sch.get_loops(gemm)
     batch = sch.fuse(e, f)
     to, ti = sch.split(t, [None, config["winograd_rows"]])
     ko, ki = sch.split(k, [None, config["winograd_cols"]])
     rco, rci = sch.split(rc, [None, config["winograd_reduce"]])
-    sch.reorder(batch, to, ko, rco, rci, ti, ki)
+    sch.reorder(ko, batch, to, rco, rci, ti, ki)
     accumulator = sch.cache_write(gemm, 0, "local")
-    sch.reverse_compute_at(accumulator, ko)
-    sch.parallel(batch)
+    sch.reverse_compute_at(accumulator, to)
+    sch.parallel(ko)
     sch.unroll(ti)
     kio, kii = sch.split(ki, [None, _lanes(config["winograd_cols"])])
     sch.unroll(kio)
     sch.vectorize(kii)
-    _vectorize_init(sch, gemm, rco, ko)
-    _vectorize_innermost(sch, accumulator, ko)
+    _vectorize_init(sch, gemm, rco, to)
+    _vectorize_innermost(sch, accumulator, to)
+    _kernel_transform(sch, ko, config["winograd_tile"] + 2, p["c"], config["winograd_cols"])
 
     # inverse: per (tile, output-channel block), columns then rows, in registers
     second = sch.get_sblock("inverse_transform")
@@ -197,6 +202,62 @@ def module(workload: Workload, config: Config) -> IRModule:
     n, k, _, _ = sch.get_loops(sch.get_sblock("output"))
     sch.parallel(sch.fuse(n, k))
     return sch.mod
+
+
+def _kernel_transform(sch: Any, block_loop: Any, a: int, channels: int, cols: int) -> None:
+    """The weight's transform for the output-channel block of ``block_loop``, input channel by input
+    channel (the block laid out channel-major, so one channel's ``a x a`` vectors are adjacent): the
+    3 x 3 weights of a vector of output channels gathered into registers, transformed by rows, then by
+    columns into registers, then stored."""
+    lanes = _lanes(cols)
+    kernel = sch.get_sblock("kernel_transform")
+    sch.compute_at(kernel, block_loop)
+    sch.transform_layout(kernel, ("write", 0), lambda e, v, c, k: (c, e, v, k))
+    e, v, c, k, s = _loops(sch, kernel, block_loop, (a, a, channels, cols, 3))
+    outer, inner = sch.split(k, [None, lanes]) if cols > lanes else (None, k)
+    at = outer or c or block_loop  # the loop whose body is one vector of one input channel
+    sch.reorder(*[loop for loop in (c, outer, e, v, s, inner) if loop is not None])
+    for loop in (e, v, s):
+        sch.unroll(loop)
+    if inner is not None:
+        sch.vectorize(inner)
+    written = sch.cache_write(kernel, 0, "local")
+    if at is not block_loop:  # (else it is there already)
+        sch.reverse_compute_at(written, at)
+    e2, v2, k2 = _loops(sch, written, at, (a, a, lanes))
+    sch.unroll(e2)
+    sch.unroll(v2)
+    if k2 is not None:
+        sch.vectorize(k2)
+    _vectorize_init(sch, kernel, e, block_loop)
+
+    rows = sch.get_sblock("kernel_rows")
+    sch.set_scope(rows, 0, "local")
+    sch.compute_at(rows, at)
+    e, j, _, k, r = _loops(sch, rows, at, (a, 3, 1, lanes, 3))
+    sch.reorder(*[loop for loop in (e, j, r, k) if loop is not None])
+    for loop in (e, j, r):
+        sch.unroll(loop)
+    if k is not None:
+        sch.vectorize(k)
+    _vectorize_init(sch, rows, r, at)
+
+    weights = sch.cache_read(rows, "weight", "local")
+    sch.compute_at(weights, at)
+    sch.transform_layout(weights, ("write", 0), lambda k, c, r, s: (c, r, s, k))
+    k, _, r, s = _loops(sch, weights, at, (lanes, 1, 3, 3))
+    sch.reorder(*[loop for loop in (r, s, k) if loop is not None])
+    sch.unroll(r)
+    sch.unroll(s)
+    if k is not None:
+        sch.vectorize(k)
+
+
+def _loops(sch: Any, block: Any, at: Any, extents: tuple[int, ...]) -> list[Any]:
+    """``block``'s loops inside ``at``, one per axis of ``extents`` in order, None for an axis of extent 1
+    (compute_at makes no loop for it; a loop of extent 1 that another primitive made is passed over)."""
+    loops = iter(loop for loop in loops_below(sch, block, at) if int(sch.get(loop).extent) > 1)
+    return [next(loops) if extent > 1 else None for extent in extents]
 
 
 def _two_pass(sch: Any, second: Any, first_name: str, tile: Any, outputs: tuple[Any, Any], channel: Any,
