@@ -50,6 +50,7 @@ def applies(workload: Workload) -> bool:
 
 
 def tiles(workload: Workload, m: int) -> int:
+    """How many ``m x m`` output tiles cover the output (over the batch)."""
     _, _, oh, ow = workload.op.output_shape(workload.params)
     return workload.params["n"] * math.ceil(oh / m) * math.ceil(ow / m)
 
@@ -78,7 +79,7 @@ def default_config(workload: Workload) -> Config:
     p = workload.params
     m = min(TILES, key=lambda m: (m + 2) ** 2 * (WEIGHT_TILES + tiles(workload, m)))
     return {"winograd_tile": m, "winograd_rows": divisors(tiles(workload, m), DEFAULT_ROWS_CAP)[-1],
-            "winograd_cols": divisors(p["k"], VECTOR_LANES)[-1], "winograd_reduce": divisors(p["c"], REDUCE_CAP)[-1]}
+            "winograd_cols": _lanes(p["k"]), "winograd_reduce": divisors(p["c"], REDUCE_CAP)[-1]}
 
 
 def preferred(workload: Workload) -> bool:
@@ -215,7 +216,7 @@ def _kernel_transform(sch: Any, block_loop: Any, a: int, channels: int, cols: in
     sch.transform_layout(kernel, ("write", 0), lambda e, v, c, k: (c, e, v, k))
     e, v, c, k, s = _loops(sch, kernel, block_loop, (a, a, channels, cols, 3))
     outer, inner = sch.split(k, [None, lanes]) if cols > lanes else (None, k)
-    at = outer or c or block_loop  # the loop whose body is one vector of one input channel
+    at = next(loop for loop in (outer, c, block_loop) if loop is not None)  # body: one vector, one input channel
     sch.reorder(*[loop for loop in (c, outer, e, v, s, inner) if loop is not None])
     for loop in (e, v, s):
         sch.unroll(loop)
