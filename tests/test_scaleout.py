@@ -14,7 +14,7 @@ import pytest
 
 from opbench.engines.optuna_storage import open_storage
 from opbench.measure.rpc import request_session
-from opbench.studies.shared import HOSTS_ATTR, SPEC_ATTR, publish
+from opbench.studies.shared import SPEC_ATTR, publish, register_host, study_hosts
 from opbench.testing.farm import CLI, KEY, Farm
 from opbench.testing.lan import Network, Postgres, Unavailable, free_port, lan
 from opbench.tracking import read_jsonl, read_mlflow
@@ -143,7 +143,7 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
     assert stale and all(t.state == optuna.trial.TrialState.FAIL for t in stale)  # failed, and queued again:
     retried = [t for t in measured if t.system_attrs.get("failed_trial") in {s.number for s in stale}]
     assert retried and {t.user_attrs["host"] for t in retried} <= {"host-a", "host-b"}
-    assert set(study.user_attrs[HOSTS_ATTR]) == {"host-a", "host-b", "host-c"}
+    assert study_hosts(study.user_attrs) == ["host-a", "host-b", "host-c"]
 
     trials = read_mlflow(["lan"], server.uri)
     trials = trials[trials["engine_trial"].notna()]
@@ -294,6 +294,19 @@ def test_a_resumed_study_settles_a_dead_processs_trial_and_leaves_a_live_hosts_t
     assert again.config == killed.config  # the dead process's params, asked again
 
 
+def test_hosts_joining_a_study_at_once_are_all_recorded(local_database):
+    """Each host writes its own key: hosts that read the list and wrote it back at the same time kept
+    only the last writer (seen in CI: host-c missing after host-b and host-c joined together)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    study = optuna.create_study(study_name="joined-at-once", storage=open_storage(local_database))
+    hosts = [f"host-{i}" for i in range(8)]
+    with ThreadPoolExecutor(len(hosts)) as pool:
+        list(pool.map(lambda host: register_host(optuna.load_study(study_name="joined-at-once",
+                                                                   storage=open_storage(local_database)), host), hosts))
+    assert study_hosts(study.user_attrs) == hosts
+
+
 def test_an_unreachable_database_is_named_and_refused_with_exit_2(tracking_uri):
     url = f"postgresql+psycopg2://opbench@127.0.0.1:{free_port()}/optuna"
     out = run_cli("tune", SMALL, "--trials", "1", "--storage", url, "--tracking-uri", tracking_uri)
@@ -304,7 +317,7 @@ def test_a_study_in_a_journal_file_is_refused_to_a_second_host(tmp_path):
     journal = str(tmp_path / "optuna-journal.log")
     study = optuna.create_study(study_name="lan", storage=open_storage(journal))
     publish(study, json.dumps({"tracking_uri": None, "engine": {"seed": 0}}), "run0")
-    study.set_user_attr(HOSTS_ATTR, ["another-host"])
+    register_host(study, "another-host")
     out = run_cli("worker", "--study", "lan", "--storage", journal)
     assert out.returncode == 2 and "only one host's processes can share" in out.stderr and "PostgreSQL" in out.stderr
     missing = run_cli("worker", "--study", "nope", "--storage", journal)

@@ -22,7 +22,18 @@ from opbench.hardware.resources import host_facts
 SPEC_ATTR = "opbench.spec"
 PARENT_RUN_ATTR = "opbench.parent_run_id"
 CPU_ATTR = "opbench.cpu_model"
-HOSTS_ATTR = "opbench.hosts"
+HOST_ATTR_PREFIX = "opbench.host:"  # one attribute per host that joined: hosts joining at once all stay
+
+
+def register_host(study: Any, host: str | None = None) -> None:
+    """Record ``host`` (default: this one) among the hosts that joined ``study``. Each host writes a
+    key of its own: a shared list rewritten by hosts joining at the same time kept only the last."""
+    study.set_user_attr(f"{HOST_ATTR_PREFIX}{host or socket.gethostname()}", True)
+
+
+def study_hosts(attrs: dict[str, Any]) -> list[str]:
+    """The hosts that joined a study, from its user attributes."""
+    return sorted(key[len(HOST_ATTR_PREFIX):] for key in attrs if key.startswith(HOST_ATTR_PREFIX))
 
 
 @dataclass(frozen=True)
@@ -41,7 +52,7 @@ def publish(study: Any, spec_json: str, parent_run_id: str) -> None:
     study.set_user_attr(SPEC_ATTR, spec_json)
     study.set_user_attr(PARENT_RUN_ATTR, parent_run_id)
     study.set_user_attr(CPU_ATTR, host_facts().cpu_model)
-    study.set_user_attr(HOSTS_ATTR, sorted({*study.user_attrs.get(HOSTS_ATTR, []), socket.gethostname()}))
+    register_host(study)
 
 
 def joined_spec(worker: WorkerSpec) -> tuple[str, str]:
@@ -59,7 +70,7 @@ def joined_spec(worker: WorkerSpec) -> tuple[str, str]:
     if SPEC_ATTR not in attrs:
         raise OpBenchError(f"study '{worker.study}' in {worker.storage} was not started by `opbench tune`: "
                            "it has no spec for workers to join")
-    host, hosts = socket.gethostname(), attrs.get(HOSTS_ATTR, [])
+    host, hosts = socket.gethostname(), study_hosts(attrs)
     spec = json.loads(attrs[SPEC_ATTR])
     tracking = worker.tracking_uri or spec["tracking_uri"]
     elsewhere = [h for h in hosts if h != host]
@@ -74,7 +85,7 @@ def joined_spec(worker: WorkerSpec) -> tuple[str, str]:
     if attrs.get(CPU_ATTR) not in (None, cpu) and not worker.any_cpu:
         raise OpBenchError(f"study '{worker.study}' measures on {attrs[CPU_ATTR]}; this host has {cpu}, whose "
                            "latencies do not compare (--any-cpu joins anyway)")
-    study.set_user_attr(HOSTS_ATTR, sorted({*hosts, host}))
+    register_host(study)
     seed = spec["engine"]["seed"]  # a seed of its own: the same seed would propose the same configs again
     seed = None if seed is None else seed + 1 + zlib.crc32(f"{host}:{os.getpid()}".encode()) % 100_000
     spec.update(tracking_uri=tracking, log=worker.log, workers=1, resume=True,
