@@ -305,6 +305,9 @@ def test_hosts_joining_a_study_at_once_are_all_recorded(local_database):
         list(pool.map(lambda host: register_host(optuna.load_study(study_name="joined-at-once",
                                                                    storage=open_storage(local_database)), host), hosts))
     assert study_hosts(study.user_attrs) == hosts
+    # a study published before: its shared list still counts
+    assert study_hosts({"opbench.hosts": ["host-a"], "opbench.host:host-b": True, "opbench.spec": "{}"}) == \
+        ["host-a", "host-b"]
 
 
 def test_an_unreachable_database_is_named_and_refused_with_exit_2(tracking_uri):

@@ -7,7 +7,7 @@ The output is cut into ``m x m`` tiles; each tile's ``(m+2) x (m+2)`` input patc
 transforms cost memory traffic instead. The weight's transform runs in the operator, timed, one
 output-channel block at a time just before that block's GEMMs, so its slice stays in cache (where the
 whole weight was transformed first, resnet50-c2 took 0.71-0.75 ms against 0.52-0.59 ms, and
-resnet50-c5 6.6-7.6 ms against 1.0-1.1). Error grows with the tile and the input channels (F(4x4) on
+resnet50-c5 6.6-7.6 ms against 0.95-1.1). Error grows with the tile and the input channels (F(4x4) on
 512 channels: 6.5e-4 max abs, inside the float32 check of 1e-3).
 
 Layouts (``P`` tiles, ``a = m + 2``), each transform's channel loop innermost and vectorised::
@@ -217,41 +217,37 @@ def _kernel_transform(sch: Any, block_loop: Any, a: int, channels: int, cols: in
     e, v, c, k, s = _loops(sch, kernel, block_loop, (a, a, channels, cols, 3))
     outer, inner = sch.split(k, [None, lanes]) if cols > lanes else (None, k)
     at = next(loop for loop in (outer, c, block_loop) if loop is not None)  # body: one vector, one input channel
-    sch.reorder(*[loop for loop in (c, outer, e, v, s, inner) if loop is not None])
-    for loop in (e, v, s):
-        sch.unroll(loop)
-    if inner is not None:
-        sch.vectorize(inner)
+    _in_registers(sch, (e, v, s), inner, outside=(c, outer))
     written = sch.cache_write(kernel, 0, "local")
     if at is not block_loop:  # (else it is there already)
         sch.reverse_compute_at(written, at)
     e2, v2, k2 = _loops(sch, written, at, (a, a, lanes))
-    sch.unroll(e2)
-    sch.unroll(v2)
-    if k2 is not None:
-        sch.vectorize(k2)
+    _in_registers(sch, (e2, v2), k2)
     _vectorize_init(sch, kernel, e, block_loop)
 
     rows = sch.get_sblock("kernel_rows")
     sch.set_scope(rows, 0, "local")
     sch.compute_at(rows, at)
     e, j, _, k, r = _loops(sch, rows, at, (a, 3, 1, lanes, 3))
-    sch.reorder(*[loop for loop in (e, j, r, k) if loop is not None])
-    for loop in (e, j, r):
-        sch.unroll(loop)
-    if k is not None:
-        sch.vectorize(k)
+    _in_registers(sch, (e, j, r), k)
     _vectorize_init(sch, rows, r, at)
 
     weights = sch.cache_read(rows, "weight", "local")
     sch.compute_at(weights, at)
     sch.transform_layout(weights, ("write", 0), lambda k, c, r, s: (c, r, s, k))
     k, _, r, s = _loops(sch, weights, at, (lanes, 1, 3, 3))
-    sch.reorder(*[loop for loop in (r, s, k) if loop is not None])
-    sch.unroll(r)
-    sch.unroll(s)
-    if k is not None:
-        sch.vectorize(k)
+    _in_registers(sch, (r, s), k)
+
+
+def _in_registers(sch: Any, unrolled: tuple[Any, ...], lane: Any, outside: tuple[Any, ...] = ()) -> None:
+    """Order the loops ``outside``, ``unrolled`` (unrolled), then ``lane`` (vectorised) innermost; None
+    stands for a loop of extent 1, which was not made."""
+    sch.reorder(*[loop for loop in (*outside, *unrolled, lane) if loop is not None])
+    for loop in unrolled:
+        if loop is not None:
+            sch.unroll(loop)
+    if lane is not None:
+        sch.vectorize(lane)
 
 
 def _loops(sch: Any, block: Any, at: Any, extents: tuple[int, ...]) -> list[Any]:

@@ -23,6 +23,7 @@ SPEC_ATTR = "opbench.spec"
 PARENT_RUN_ATTR = "opbench.parent_run_id"
 CPU_ATTR = "opbench.cpu_model"
 HOST_ATTR_PREFIX = "opbench.host:"  # one attribute per host that joined: hosts joining at once all stay
+LEGACY_HOSTS_ATTR = "opbench.hosts"  # the list studies published before that still carry
 
 
 def register_host(study: Any, host: str | None = None) -> None:
@@ -33,7 +34,8 @@ def register_host(study: Any, host: str | None = None) -> None:
 
 def study_hosts(attrs: dict[str, Any]) -> list[str]:
     """The hosts that joined a study, from its user attributes."""
-    return sorted(key[len(HOST_ATTR_PREFIX):] for key in attrs if key.startswith(HOST_ATTR_PREFIX))
+    own = {key[len(HOST_ATTR_PREFIX):] for key in attrs if key.startswith(HOST_ATTR_PREFIX)}
+    return sorted(own | set(attrs.get(LEGACY_HOSTS_ATTR, [])))
 
 
 @dataclass(frozen=True)
