@@ -72,8 +72,10 @@ class Experiment:
                 return
             time.sleep(0.2)
 
-    def finished_trials(self) -> pd.DataFrame:
-        """NNI's export (the trials that reported a final result), checked against MLflow and the log."""
+    def finished_trials(self, service_dir: Path) -> pd.DataFrame:
+        """NNI's export (the trials that reported a final result), checked against MLflow and the log once
+        the measurement service in ``service_dir`` has written what it queued and exited."""
+        _wait_for_exit(service_dir)
         exported = pd.read_csv(self.folder / "export.csv")
         stores = []
         for frame in (read_mlflow([self.study], self.uri), read_jsonl(self.log)):
@@ -102,8 +104,9 @@ class Experiment:
         assert parent.data.tags["best_trial_id"] == trials.loc[trials["latency_ms"].idxmin(), "trial_id"]
 
 
-def _wait_for_exit(service_dir: Path, timeout_s: float = 60) -> None:
-    """The service idles out and exits after writing what it queued (its .pid file goes with it)."""
+def _wait_for_exit(service_dir: Path, timeout_s: float = 120) -> None:
+    """The service idles out and exits after writing what it queued (its .pid file goes with it): its
+    writes can trail the trials NNI saw finish, by more while the tracking server is away."""
     deadline = time.time() + timeout_s
     while list(service_dir.glob("*.pid")) and time.time() < deadline:
         time.sleep(0.5)
@@ -127,9 +130,8 @@ def test_every_shipped_experiment_runs_under_nnictl_at_once_on_one_service(tmp_p
         experiment.wait_for_tuner(sessions[-1])
     outputs = [s.communicate(timeout=600)[0] for s in sessions]
     assert all(s.returncode == 0 for s in sessions), "\n".join(o[-2000:] for o in outputs)
-    _wait_for_exit(service_dir)
     for experiment in experiments:
-        trials = experiment.finished_trials()
+        trials = experiment.finished_trials(service_dir)
         assert len(trials) == 2, experiment.name  # no trial lost to an invalid config or a crash
         refs = read_mlflow([experiment.study], uri).dropna(subset=["reference"]) \
             if experiment.name in HAS_REFERENCES else pd.DataFrame({"reference": []})
@@ -156,9 +158,8 @@ def test_the_service_killed_mid_trial_fails_that_trial_and_the_next_starts_a_fre
     os.kill(killed, signal.SIGKILL)
     output = session.communicate(timeout=600)[0]
     assert session.returncode == 0, output[-3000:]
-    _wait_for_exit(service_dir)
 
-    trials = experiment.finished_trials()
+    trials = experiment.finished_trials(service_dir)
     assert len(trials) == 2  # the two after the kill, on a fresh service
     failed = {p.parent.name: p.read_text() for p in (experiment.folder / "nni").glob("*/environments/*/trials/*/trial.stderr")
               if "the measurement service (pid" in p.read_text()}

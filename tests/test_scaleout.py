@@ -132,7 +132,7 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
         assert proc.wait(timeout=300) == 0, _tail(proc)
     output = session.communicate(timeout=300)[0]
     assert session.returncode == 0, output[-3000:]
-    nni_trials = experiment.finished_trials()  # NNI's export, the server's runs and the log agree
+    nni_trials = experiment.finished_trials(tmp_path / "svc")  # NNI's export, the server's runs and the log agree
     assert len(nni_trials) == 3 and set(nni_trials["host"]) == {"host-a"}
 
     study = _study(storage)
