@@ -5,9 +5,9 @@
 2. Noise: the distribution of the coefficient of variation of every record's repeats.
 3. Best configs: the three fastest configs per workload re-measured in fresh processes (3 alternating
    rounds): their median against the first measurement.
-4. The torch reference of 5 short tuning studies (TVM kernels timed before and after it) against
-   torch timed in fresh processes that never loaded TVM (3 per study: their median and range show
-   the host's own process-to-process noise, which no measurement harness removes).
+4. The torch reference of 5 short tuning studies (the median of 3 fresh processes, taken before the
+   study's kernels) against torch timed again after them in 3 more fresh processes: their median and
+   range show the host's own process-to-process noise, which no measurement harness removes.
 
 Targets (issue 13): median CV <= 2%, best configs within 5% in fresh processes, Spearman >= 0.9,
 torch references within 10%. Plot: run A vs run B latencies.
@@ -77,8 +77,8 @@ def torch_references(studies: int, trials: int, resources: Resources, scratch: P
             engine = OptunaEngine(template.search_space(workload), resources.threads, f"ref{i}",
                                   f"sqlite:///{scratch}/optuna.db", seed=i)
             run_tuning(engine, workload, trials, measurer, lambda r: None, resources, batch=2)
-            fresh = measurer.measure_fresh([TrialSpec(workload, {}, resources, "torch")] * ROUNDS)
-        out.append((refs["torch"]["latency_ms"], [r["latency_ms"] for r in fresh]))
+            fresh = measurer.measure_library(workload, "torch", resources, processes=ROUNDS)
+        out.append((refs["torch"]["latency_ms"], fresh["process_latencies_ms"]))
     return out
 
 

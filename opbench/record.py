@@ -49,10 +49,12 @@ METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gfl
 TAGS = ("status", "error", "schema_version", "trial_id", "latencies_ms", "study", "engine",
         "record_kind", "corun_id", "corun_mode", "corun_with", "key_op",
         # fresh-process verification (opbench verify): which schedule a record re-measures, in which round
-        "verified_as", "verify_round", "worker_pid")
+        "verified_as", "verify_round", "worker_pid",
+        # a library baseline: the latency in each fresh process it was timed in (its record is the median one)
+        "process_latencies_ms")
 KNOB_PREFIX = "knob."
 FEATURE_PREFIX = "feat."
-JSON_TAGS = ("latencies_ms",)  # tags whose value is a list, JSON-encoded in MLflow
+JSON_TAGS = ("latencies_ms", "process_latencies_ms")  # tags whose value is a list, JSON-encoded in MLflow
 
 
 def kind_of(key: str) -> str:

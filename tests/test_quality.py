@@ -1,6 +1,7 @@
 """Trustworthy numbers: isolated baselines, a quiet TVM pool, measurement quality, fresh-process verification."""
 import math
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,17 +31,20 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def test_library_baselines_run_in_a_process_that_never_loads_tvm(measurer):
+def test_library_baselines_are_the_median_of_fresh_processes_that_never_load_tvm(measurer):
+    """(That a library worker never loads TVM: test_workers_refuse_work_of_the_other_role.)"""
     from opbench.workloads import parse_workload
 
     workload = parse_workload(MATMUL)
     kernel = measurer.measure(TrialSpec(workload, {}, Resources(2)))
     torch = measurer.measure_library(workload, "torch", Resources(2))
-    numpy = measurer.measure_library(workload, "numpy", Resources(2))
+    numpy = measurer.measure_library(workload, "numpy", Resources(2), processes=2)
     assert kernel["status"] == torch["status"] == numpy["status"] == "ok", (kernel["error"], torch["error"])
-    assert torch["worker_pid"] == numpy["worker_pid"] != kernel["worker_pid"]
-    assert "libtvm" in _maps(kernel["worker_pid"]) and "libtvm" not in _maps(torch["worker_pid"])
     assert torch["template"] == "torch" and torch["threads"] == 2
+    assert len(torch["process_latencies_ms"]) == 3 and torch["latency_ms"] == sorted(torch["process_latencies_ms"])[1]
+    assert len(numpy["process_latencies_ms"]) == 2 and numpy["latency_ms"] == min(numpy["process_latencies_ms"])
+    assert len({kernel["worker_pid"], torch["worker_pid"], numpy["worker_pid"]}) == 3
+    assert all(not Path(f"/proc/{r['worker_pid']}").exists() for r in (torch, numpy))  # gone: nothing else ran there
 
 
 @pytest.mark.full
