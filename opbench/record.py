@@ -50,7 +50,7 @@ TAGS = ("status", "error", "schema_version", "trial_id", "latencies_ms", "study"
         "record_kind", "corun_id", "corun_mode", "corun_with", "key_op",
         # fresh-process verification (opbench verify): which schedule a record re-measures, in which round
         "verified_as", "verify_round", "worker_pid",
-        # a library baseline: the latency in each fresh process it was timed in (its record is the fastest)
+        # a library baseline: the latency in each fresh process it was timed in (its record is the median one)
         "process_latencies_ms")
 KNOB_PREFIX = "knob."
 FEATURE_PREFIX = "feat."

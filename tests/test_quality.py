@@ -9,6 +9,7 @@ import mlflow
 from opbench.cli import main
 from opbench.hardware.resources import Resources
 from opbench.measure._worker import LIBRARY
+from opbench.measure.measurer import LIBRARY_WINDOW_MS
 from opbench.measure.types import LibraryInput, RunInput, Status, TrialSpec
 from opbench.measure.worker import Worker
 from opbench.space import get_template
@@ -31,7 +32,7 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def test_library_baselines_are_the_fastest_of_fresh_processes_that_never_load_tvm(measurer):
+def test_library_baselines_are_the_median_of_fresh_processes_that_never_load_tvm(measurer):
     """(That a library worker never loads TVM: test_workers_refuse_work_of_the_other_role.)"""
     from opbench.workloads import parse_workload
 
@@ -41,8 +42,9 @@ def test_library_baselines_are_the_fastest_of_fresh_processes_that_never_load_tv
     numpy = measurer.measure_library(workload, "numpy", Resources(2), processes=2)
     assert kernel["status"] == torch["status"] == numpy["status"] == "ok", (kernel["error"], torch["error"])
     assert torch["template"] == "torch" and torch["threads"] == 2
-    assert len(torch["process_latencies_ms"]) == 3 and torch["latency_ms"] == min(torch["process_latencies_ms"])
+    assert len(torch["process_latencies_ms"]) == 3 and torch["latency_ms"] == sorted(torch["process_latencies_ms"])[1]
     assert len(numpy["process_latencies_ms"]) == 2 and numpy["latency_ms"] == min(numpy["process_latencies_ms"])
+    assert torch["repeat"] * measurer.options.min_repeat_ms >= LIBRARY_WINDOW_MS > kernel["repeat"] * measurer.options.min_repeat_ms
     assert len({kernel["worker_pid"], torch["worker_pid"], numpy["worker_pid"]}) == 3
     assert all(not Path(f"/proc/{r['worker_pid']}").exists() for r in (torch, numpy))  # gone: nothing else ran there
 

@@ -1,6 +1,8 @@
 """A trial: (workload, config, resources, target) -> build -> check -> time -> record."""
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import shutil
 import tempfile
@@ -24,7 +26,8 @@ from opbench.record import SCHEMA_VERSION, Record, is_ok, latency_stats, new_tri
 from opbench.space import Config, get_template
 from opbench.workloads import PRESETS, Workload
 
-LIBRARY_PROCESSES = 3  # fresh processes that time a library baseline; the fastest one is its record
+LIBRARY_PROCESSES = 3  # fresh processes that time a library baseline; the median one is its record
+LIBRARY_WINDOW_MS = 1000.0  # each of them repeats its series for at least this long
 LIBRARIES = ("torch", "numpy")  # baselines: a TrialSpec whose template is one of these times the library
 
 
@@ -167,23 +170,30 @@ class Measurer:
                         processes: int = LIBRARY_PROCESSES) -> Record:
         """Time ``torch`` or ``numpy`` on the workload with the same threads and cores in ``processes`` fresh
         processes that never run a TVM kernel, one after another (each start-up, importing the library,
-        spaces them out): the record of the fastest, every process's latency in ``process_latencies_ms``.
+        spaces them out), each for at least :data:`LIBRARY_WINDOW_MS` of repeats: the record of the
+        median process (the lower of the middle two), every process's latency in ``process_latencies_ms``.
 
-        This 2-vCPU host has slow spells of 0.2-3 s in which 2-thread code runs 1.3-1.6x slower
-        (torch's matmul-512: 1.6 ms, then 2.1-2.5 ms in the same process); a reference taken in one of
-        them made a study's torch 1.7x slower than the fresh processes after it. The fastest of spaced
-        processes is the host's normal speed unless every one of them met a spell."""
-        records = [self.measure_fresh([TrialSpec(workload, {}, resources, library)])[0] for _ in range(processes)]
-        ok = [r for r in records if is_ok(r)]
+        This 2-vCPU host has spells of 0.2-3 s in which 2-thread code runs 1.3-1.6x slower (torch's
+        matmul-512: 1.6 ms, then 2.1-2.5 ms in the same process), and rarer ones 15% faster (1.35 ms). A
+        default series (5 x 50 ms) fits inside one; so did three processes started back to back, which
+        made a study's torch 1.7x slower than the processes after it. The fastest process, instead of the
+        median, met a fast spell in 2 of 5 studies."""
+        timing = self.timing
+        window = dataclasses.replace(timing, repeat=max(timing.repeat, math.ceil(LIBRARY_WINDOW_MS / timing.min_repeat_ms)))
+        spec = TrialSpec(workload, {}, resources, library)
+        records = [self.measure_fresh([spec], window)[0] for _ in range(processes)]
+        ok = sorted((r for r in records if is_ok(r)), key=lambda r: r["latency_ms"])
         if not ok:
             return records[0]
-        fastest = min(ok, key=lambda r: r["latency_ms"])
-        fastest["process_latencies_ms"] = [r["latency_ms"] for r in ok]
-        return fastest
+        median = ok[(len(ok) - 1) // 2]
+        median["process_latencies_ms"] = [r["latency_ms"] for r in ok]
+        return median
 
-    def measure_fresh(self, specs: list[TrialSpec]) -> list[Record]:
-        """Each spec timed in a new process that has run nothing else (a library baseline when its
-        template is in :data:`LIBRARIES`): the processes start together, then take turns."""
+    def measure_fresh(self, specs: list[TrialSpec], timing: Timing | None = None) -> list[Record]:
+        """Each spec timed (with ``timing``, the measurer's by default) in a new process that has run
+        nothing else (a library baseline when its template is in :data:`LIBRARIES`): the processes start
+        together, then take turns."""
+        timing = timing or self.timing
         remote = next((s.resources.device for s in specs if s.resources.remote), None)
         if remote:
             raise ResourceError(f"fresh-process measurements run on this host only, not on {remote}")
@@ -193,9 +203,9 @@ class Measurer:
         jobs: dict[int, RunInput | LibraryInput] = {}
         for i, spec in enumerate(specs):
             if i not in built:
-                jobs[i] = LibraryInput(spec.workload.spec, str(spec.template), self.timing, spec.resources)
+                jobs[i] = LibraryInput(spec.workload.spec, str(spec.template), timing, spec.resources)
             elif built[i][2].status is Status.OK:
-                jobs[i] = self._run_input(built[i][2], spec)
+                jobs[i] = self._run_input(built[i][2], spec, timing)
         try:
             runs = dict(zip(jobs, self._local.run_fresh(list(jobs.values()))))
         finally:
@@ -209,8 +219,8 @@ class Measurer:
             records.append(self._record(spec, template, config, started, outcome.status, outcome.error, build, run))
         return records
 
-    def _run_input(self, build: BuildResult, spec: TrialSpec) -> RunInput:
-        return RunInput(build.artifact or "", spec.workload.spec, self.timing, spec.resources)
+    def _run_input(self, build: BuildResult, spec: TrialSpec, timing: Timing | None = None) -> RunInput:
+        return RunInput(build.artifact or "", spec.workload.spec, timing or self.timing, spec.resources)
 
     def _run(self, build: BuildResult, spec: TrialSpec) -> RunResult:
         try:

@@ -3,6 +3,7 @@ VM loaded from its exported library. A process that ran TVM kernels slowed PyTor
 a model timed in the process that built and tuned it is timed after a long warm-up nobody else gets."""
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import statistics
@@ -25,8 +26,19 @@ def in_fresh_process(fn: Callable[..., float], *args: Any, lock: HostLock | None
         return pool.submit(fn, *args).result()
 
 
+WINDOW_S = 1.0  # a whole model is run for at least this long in each process: its median outlasts the host's slow spells
+
+
+def runs_for(first_run_s: float, repeat: int, window_s: float = WINDOW_S) -> int:
+    """Timed runs after a warm-up run that took ``first_run_s``: ``repeat``, or more to fill ``window_s``.
+
+    This 2-vCPU host has slow spells of 0.2-3 s in which 2-thread code runs 1.3-2x slower; a few runs
+    (tens of ms for MobileNetV2) fall inside one whole, a median over a second of runs does not."""
+    return max(repeat, math.ceil(window_s / max(first_run_s, 1e-6)))
+
+
 def torch_ms_here(name: str, batch: int, seq_len: int, threads: int, repeat: int) -> float:
-    """PyTorch eager on ``name``: median ms per forward (one discarded warm-up run)."""
+    """PyTorch eager on ``name``: median ms per forward over :func:`runs_for` runs after a warm-up run."""
     from opbench.hardware.resources import Resources
 
     os.environ.update(Resources(threads).worker_env())  # before OpenMP starts its threads
@@ -36,13 +48,16 @@ def torch_ms_here(name: str, batch: int, seq_len: int, threads: int, repeat: int
 
     source = load_model(name, batch, seq_len)
     torch.set_num_threads(threads)
-    times = []
+
+    def forward() -> float:
+        start = time.perf_counter()
+        source.module(*source.inputs)
+        return time.perf_counter() - start
+
     with torch.no_grad():
-        for _ in range(repeat + 1):
-            start = time.perf_counter()
-            source.module(*source.inputs)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times[1:]) * 1e3
+        first = forward()
+        times = [forward() for _ in range(runs_for(first, repeat))]
+    return statistics.median(times) * 1e3
 
 
 def export_model(mod: Any, target: Any, path: Path) -> Path:
@@ -55,7 +70,8 @@ def export_model(mod: Any, target: Any, path: Path) -> Path:
 
 
 def vm_ms_here(library: str, inputs: list[np.ndarray], threads: int, repeat: int) -> float:
-    """A model exported by :func:`export_model`, on the Relax VM with ``threads`` threads: median ms per run."""
+    """A model exported by :func:`export_model`, on the Relax VM with ``threads`` threads: median ms per run
+    over :func:`runs_for` runs after a warm-up run."""
     from opbench.hardware.resources import Resources
 
     os.environ.update(Resources(threads).worker_env())  # before TVM's thread pool first starts
@@ -65,5 +81,9 @@ def vm_ms_here(library: str, inputs: list[np.ndarray], threads: int, repeat: int
     dev = tvm.cpu()
     vm = relax.VirtualMachine(tvm.runtime.load_module(library), dev)
     vm.set_input("main", *[tvm.runtime.tensor(a, dev) for a in inputs])
-    evaluator = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=repeat + 1, min_repeat_ms=20)
-    return statistics.median(list(evaluator("main").results)[1:]) * 1e3
+
+    def timed(runs: int) -> list[float]:
+        return list(vm.time_evaluator("invoke_stateful", dev, number=1, repeat=runs)("main").results)
+
+    first = timed(1)[0]
+    return statistics.median(timed(runs_for(first, repeat))) * 1e3
