@@ -9,7 +9,7 @@ import mlflow
 from opbench.cli import main
 from opbench.hardware.resources import Resources
 from opbench.measure._worker import LIBRARY
-from opbench.measure.measurer import LIBRARY_WINDOW_MS
+from opbench.measure.measurer import FRESH_REPEATS
 from opbench.measure.types import LibraryInput, RunInput, Status, TrialSpec
 from opbench.measure.worker import Worker
 from opbench.space import get_template
@@ -44,7 +44,7 @@ def test_library_baselines_are_the_median_of_fresh_processes_that_never_load_tvm
     assert torch["template"] == "torch" and torch["threads"] == 2
     assert len(torch["process_latencies_ms"]) == 3 and torch["latency_ms"] == sorted(torch["process_latencies_ms"])[1]
     assert len(numpy["process_latencies_ms"]) == 2 and numpy["latency_ms"] == min(numpy["process_latencies_ms"])
-    assert torch["repeat"] * measurer.options.min_repeat_ms >= LIBRARY_WINDOW_MS > kernel["repeat"] * measurer.options.min_repeat_ms
+    assert torch["repeat"] == FRESH_REPEATS * kernel["repeat"] and torch["remeasures"] == 0
     assert len({kernel["worker_pid"], torch["worker_pid"], numpy["worker_pid"]}) == 3
     assert all(not Path(f"/proc/{r['worker_pid']}").exists() for r in (torch, numpy))  # gone: nothing else ran there
 
@@ -92,7 +92,8 @@ def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(mea
         flushed = measurer.measure(TrialSpec(workload, {}, Resources(1)))
     finally:
         options.max_cv, options.max_remeasures, options.cache_flush = saved
-    assert noisy["remeasures"] == baseline["remeasures"] == 2 and flushed["remeasures"] == 0
+    assert noisy["remeasures"] == 2 and flushed["remeasures"] == 0
+    assert baseline["remeasures"] == 0 and baseline["repeat"] == FRESH_REPEATS * noisy["repeat"]  # a longer series instead
     assert noisy["cache_flush"] == 0 and flushed["cache_flush"] == 1 and flushed["number"] == 1
     for record in (noisy, baseline, flushed):
         assert record["status"] == "ok", record["error"]

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import shutil
 import tempfile
@@ -27,7 +26,7 @@ from opbench.space import Config, get_template
 from opbench.workloads import PRESETS, Workload
 
 LIBRARY_PROCESSES = 3  # fresh processes that time a library baseline; the median one is its record
-LIBRARY_WINDOW_MS = 1000.0  # each of them repeats its series for at least this long
+FRESH_REPEATS = 4  # a fresh-process measurement repeats its series this many times as often as a trial does
 LIBRARIES = ("torch", "numpy")  # baselines: a TrialSpec whose template is one of these times the library
 
 
@@ -170,7 +169,8 @@ class Measurer:
                         processes: int = LIBRARY_PROCESSES) -> Record:
         """Time ``torch`` or ``numpy`` on the workload with the same threads and cores in ``processes`` fresh
         processes that never run a TVM kernel, one after another (each start-up, importing the library,
-        spaces them out), each for at least :data:`LIBRARY_WINDOW_MS` of repeats: the record of the
+        spaces them out), each repeating its series :data:`FRESH_REPEATS` times as often as a trial (1 s at
+        the default 5 x 50 ms): the record of the
         median process (the lower of the middle two), every process's latency in ``process_latencies_ms``.
 
         This 2-vCPU host has spells of 0.2-3 s in which 2-thread code runs 1.3-1.6x slower (torch's
@@ -178,10 +178,8 @@ class Measurer:
         default series (5 x 50 ms) fits inside one; so did three processes started back to back, which
         made a study's torch 1.7x slower than the processes after it. The fastest process, instead of the
         median, met a fast spell in 2 of 5 studies."""
-        timing = self.timing
-        window = dataclasses.replace(timing, repeat=max(timing.repeat, math.ceil(LIBRARY_WINDOW_MS / timing.min_repeat_ms)))
         spec = TrialSpec(workload, {}, resources, library)
-        records = [self.measure_fresh([spec], window)[0] for _ in range(processes)]
+        records = [self.measure_fresh([spec])[0] for _ in range(processes)]
         ok = sorted((r for r in records if is_ok(r)), key=lambda r: r["latency_ms"])
         if not ok:
             return records[0]
@@ -189,11 +187,13 @@ class Measurer:
         median["process_latencies_ms"] = [r["latency_ms"] for r in ok]
         return median
 
-    def measure_fresh(self, specs: list[TrialSpec], timing: Timing | None = None) -> list[Record]:
-        """Each spec timed (with ``timing``, the measurer's by default) in a new process that has run
-        nothing else (a library baseline when its template is in :data:`LIBRARIES`): the processes start
-        together, then take turns."""
-        timing = timing or self.timing
+    def measure_fresh(self, specs: list[TrialSpec]) -> list[Record]:
+        """Each spec timed in a new process that has run nothing else (a library baseline when its
+        template is in :data:`LIBRARIES`), its series repeated :data:`FRESH_REPEATS` times as often as a
+        trial's and never again for its spread (these measurements check others: a default series,
+        5 x 50 ms, fits inside one of the host's slow spells; the median of 20 outlasts most): the
+        processes start together, then take turns."""
+        timing = dataclasses.replace(self.timing, repeat=FRESH_REPEATS * self.timing.repeat, max_remeasures=0)
         remote = next((s.resources.device for s in specs if s.resources.remote), None)
         if remote:
             raise ResourceError(f"fresh-process measurements run on this host only, not on {remote}")

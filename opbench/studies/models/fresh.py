@@ -17,6 +17,8 @@ import numpy as np
 
 from opbench.measure.lock import DEFAULT_LOCK, HostLock
 
+WINDOW_S = 1.0  # a whole model runs for at least this long in each fresh process: its median outlasts most slow spells
+
 
 def in_fresh_process(fn: Callable[..., float], *args: Any, lock: HostLock | None = None) -> float:
     """``fn(*args)`` in a new (spawned) Python process that has run nothing else, holding ``lock``
@@ -24,9 +26,6 @@ def in_fresh_process(fn: Callable[..., float], *args: Any, lock: HostLock | None
     lock = lock or HostLock(DEFAULT_LOCK)
     with lock.exclusive(), ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(fn, *args).result()
-
-
-WINDOW_S = 1.0  # a whole model is run for at least this long in each process: its median outlasts the host's slow spells
 
 
 def runs_for(first_run_s: float, repeat: int, window_s: float = WINDOW_S) -> int:
