@@ -168,15 +168,14 @@ class Measurer:
     def measure_library(self, workload: Workload, library: str, resources: Resources,
                         processes: int = LIBRARY_PROCESSES) -> Record:
         """Time ``torch`` or ``numpy`` on the workload with the same threads and cores in ``processes`` fresh
-        processes that never run a TVM kernel, one after another (each start-up, importing the library,
-        spaces them out), each repeating its series :data:`FRESH_REPEATS` times as often as a trial (1 s at
-        the default 5 x 50 ms): the record of the
-        median process (the lower of the middle two), every process's latency in ``process_latencies_ms``.
+        processes that never run a TVM kernel (each with :meth:`measure_fresh`'s longer series), one after
+        another so that their start-ups space them out: the record of the median process (the lower of
+        the middle two), every process's latency in ``process_latencies_ms``.
 
-        This 2-vCPU host has spells of 0.2-3 s in which 2-thread code runs 1.3-1.6x slower (torch's
-        matmul-512: 1.6 ms, then 2.1-2.5 ms in the same process), and rarer ones 15% faster (1.35 ms). A
-        default series (5 x 50 ms) fits inside one; so did three processes started back to back, which
-        made a study's torch 1.7x slower than the processes after it. The fastest process, instead of the
+        This 2-vCPU host has spells, from a fraction of a second to tens of seconds, in which 2-thread code
+        runs 1.3-2x slower with both threads on their cores throughout (torch's matmul-512: 1.6 ms, then
+        2.1-2.5 ms in the same process), and rarer ones 15% faster. Three short processes back to back
+        all fell in one and made a study's torch 1.7x too slow; the fastest process, instead of the
         median, met a fast spell in 2 of 5 studies."""
         spec = TrialSpec(workload, {}, resources, library)
         records = [self.measure_fresh([spec])[0] for _ in range(processes)]

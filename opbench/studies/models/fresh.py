@@ -31,8 +31,9 @@ def in_fresh_process(fn: Callable[..., float], *args: Any, lock: HostLock | None
 def runs_for(first_run_s: float, repeat: int, window_s: float = WINDOW_S) -> int:
     """Timed runs after a warm-up run that took ``first_run_s``: ``repeat``, or more to fill ``window_s``.
 
-    This 2-vCPU host has slow spells of 0.2-3 s in which 2-thread code runs 1.3-2x slower; a few runs
-    (tens of ms for MobileNetV2) fall inside one whole, a median over a second of runs does not."""
+    This 2-vCPU host has slow spells in which 2-thread code runs 1.3-2x slower (MobileNetV2 tuned: 8.5 ms,
+    then 19 ms in the same process); a few runs (tens of ms in all) fall inside the shortest of them
+    whole, a median over a second of runs does not."""
     return max(repeat, math.ceil(window_s / max(first_run_s, 1e-6)))
 
 
