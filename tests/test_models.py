@@ -215,9 +215,8 @@ def test_softmax_and_gelu_use_fast_math_that_vectorises():
 
 
 def test_a_whole_model_is_timed_for_a_second_of_runs_or_its_repeat_count():
-    """So a slow spell of the host (0.2-3 s here) cannot cover every run of a fast model."""
+    """So the host's shorter slow spells cannot cover every run of a fast model."""
     from opbench.studies.models.fresh import WINDOW_S, runs_for
 
     assert runs_for(0.010, repeat=3) == math.ceil(WINDOW_S / 0.010)  # MobileNetV2: ~100 runs, not 3
     assert runs_for(26.0, repeat=3) == 3  # untuned BERT: its repeat count, not 1
-    assert runs_for(0.0, repeat=3) >= 3

@@ -175,7 +175,7 @@ class Measurer:
         This 2-vCPU host has spells, from a fraction of a second to tens of seconds, in which 2-thread code
         runs 1.3-2x slower with both threads on their cores throughout (torch's matmul-512: 1.6 ms, then
         2.1-2.5 ms in the same process), and rarer ones 15% faster. Three short processes back to back
-        all fell in one and made a study's torch 1.7x too slow; the fastest process, instead of the
+        all fell in one and made a study's torch 1.5-1.9x too slow; the fastest process, instead of the
         median, met a fast spell in 2 of 5 studies."""
         spec = TrialSpec(workload, {}, resources, library)
         records = [self.measure_fresh([spec])[0] for _ in range(processes)]
@@ -218,12 +218,13 @@ class Measurer:
             records.append(self._record(spec, template, config, started, outcome.status, outcome.error, build, run))
         return records
 
-    def _run_input(self, build: BuildResult, spec: TrialSpec, timing: Timing | None = None) -> RunInput:
-        return RunInput(build.artifact or "", spec.workload.spec, timing or self.timing, spec.resources)
+    @staticmethod
+    def _run_input(build: BuildResult, spec: TrialSpec, timing: Timing) -> RunInput:
+        return RunInput(build.artifact or "", spec.workload.spec, timing, spec.resources)
 
     def _run(self, build: BuildResult, spec: TrialSpec) -> RunResult:
         try:
-            return self._runner(spec.resources.device).run(self._run_input(build, spec))
+            return self._runner(spec.resources.device).run(self._run_input(build, spec, self.timing))
         finally:
             _discard(build)
 
