@@ -9,12 +9,23 @@ import mlflow
 from opbench.cli import main
 from opbench.hardware.resources import Resources
 from opbench.measure._worker import LIBRARY
-from opbench.measure.measurer import FRESH_REPEATS
-from opbench.measure.types import LibraryInput, RunInput, Status, TrialSpec
+from opbench.measure.measurer import FRESH_TURNS
+from opbench.measure.runner.local import LocalRunner, joined
+from opbench.measure.types import LibraryInput, RunInput, RunResult, Status, TrialSpec
 from opbench.measure.worker import Worker
 from opbench.space import get_template
 from opbench.space.winograd import KNOBS
-from opbench.studies.verify import BEST, SELECTION_ROUND, Verification, Verified, fastest_trials, references, select_best, speedup_table
+from opbench.studies.verify import (
+    BEST,
+    SELECTION_ROUND,
+    Verification,
+    Verified,
+    contenders_of,
+    fastest_trials,
+    references,
+    select_best,
+    speedup_table,
+)
 from opbench.tracking import read_mlflow
 from opbench.workloads import parse_workload
 
@@ -44,7 +55,7 @@ def test_library_baselines_are_the_median_of_fresh_processes_that_never_load_tvm
     assert torch["template"] == "torch" and torch["threads"] == 2
     assert len(torch["process_latencies_ms"]) == 3 and torch["latency_ms"] == sorted(torch["process_latencies_ms"])[1]
     assert len(numpy["process_latencies_ms"]) == 2 and numpy["latency_ms"] == min(numpy["process_latencies_ms"])
-    assert torch["repeat"] == FRESH_REPEATS * kernel["repeat"] and torch["remeasures"] == 0
+    assert torch["repeat"] == FRESH_TURNS * kernel["repeat"] and torch["remeasures"] == 0
     assert len({kernel["worker_pid"], torch["worker_pid"], numpy["worker_pid"]}) == 3
     assert all(not Path(f"/proc/{r['worker_pid']}").exists() for r in (torch, numpy))  # gone: nothing else ran there
 
@@ -93,7 +104,7 @@ def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(mea
     finally:
         options.max_cv, options.max_remeasures, options.cache_flush = saved
     assert noisy["remeasures"] == 2 and flushed["remeasures"] == 0
-    assert baseline["remeasures"] == 0 and baseline["repeat"] == FRESH_REPEATS * noisy["repeat"]  # a longer series instead
+    assert baseline["remeasures"] == 0 and baseline["repeat"] == FRESH_TURNS * noisy["repeat"]  # more turns instead
     assert noisy["cache_flush"] == 0 and flushed["cache_flush"] == 1 and flushed["number"] == 1
     for record in (noisy, baseline, flushed):
         assert record["status"] == "ok", record["error"]
@@ -200,6 +211,17 @@ def test_contenders_are_the_fastest_distinct_configs_and_references_the_latest_o
     assert list(chosen) == ["torch"] and chosen["torch"]["latency_ms"] == 2.5
 
 
+
+def test_the_template_default_always_contends_as_its_fastest_trial_or_as_its_reference():
+    default = {"status": "ok", "latency_ms": 4.0, "reference": "template_default", "knob.t": 9, "finished_at": 1.0}
+    trials = [{"status": "ok", "latency_ms": ms, "knob.t": t, "finished_at": 2.0} for t, ms in ((1, 1.0), (2, 1.1))]
+    assert contenders_of([default, *trials], 2) == [*trials, default]  # no trial has the default's config: its reference
+    assert contenders_of([default, *trials], 1) == [trials[0], default]
+    of_default = [{"status": "ok", "latency_ms": ms, "knob.t": 9, "finished_at": 3.0} for ms in (3.5, 3.0)]
+    assert contenders_of([default, *trials, *of_default], 1) == [trials[0], of_default[1]]  # the default's fastest trial
+    assert contenders_of([default, *trials, *of_default], 3) == [*trials, of_default[1]]  # among the fastest already
+    assert contenders_of(trials, 1) == trials[:1]  # no template_default reference: nothing to add
+
 def test_contenders_differ_in_their_schedules_not_in_knobs_their_algorithm_ignores():
     w = parse_workload("resnet50-c2")
     template = get_template(w)
@@ -248,3 +270,40 @@ def test_run_workers_get_a_short_pool_spin_unless_the_user_sets_one(monkeypatch)
     assert Resources(2).worker_env()["TVM_THREAD_POOL_SPIN_COUNT"] == "10000"
     monkeypatch.setenv("TVM_THREAD_POOL_SPIN_COUNT", "0")
     assert Resources(2).worker_env()["TVM_THREAD_POOL_SPIN_COUNT"] == "0"
+
+
+class _TurnTaker:
+    """Stands in for a fresh worker: answers each call with one latency, or a failure on its ``fail_on``th."""
+
+    def __init__(self, name, fail_on=None):
+        self.name, self.fail_on, self.alive, self.taken = name, fail_on, True, 0
+
+    def close(self):
+        self.alive = False
+
+
+def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_stops(monkeypatch):
+    calls = []
+    workers = iter([_TurnTaker("a"), _TurnTaker("b", fail_on=2), _TurnTaker("c")])
+
+    def call(self, worker, inp):
+        calls.append(worker.name)
+        worker.taken += 1
+        if worker.taken == worker.fail_on:
+            return RunResult(Status.TIMEOUT, "run: timed out")
+        return RunResult(Status.OK, latencies_s=[worker.taken * 1e-3], run_s=1.0,
+                         load={"load_1m": 0.5, "other_busy_frac": 0.1 * worker.taken})
+
+    monkeypatch.setattr(LocalRunner, "_new_worker", staticmethod(lambda resources, role: next(workers)))
+    monkeypatch.setattr(LocalRunner, "_call", call)
+    jobs = [LibraryInput(MATMUL, "numpy")] * 3
+    a, b, c = LocalRunner().run_fresh(jobs, turns=3)
+    assert calls == ["a", "b", "c", "c", "b", "a", "a", "c"]  # b failed on its second turn and took no third
+    assert a.status is Status.OK and a.latencies_s == [1e-3, 2e-3, 3e-3] and a.run_s == 3.0
+    assert a.load == {"load_1m": 0.5, "other_busy_frac": pytest.approx(0.3)}  # the busiest turn's share
+    assert b.status is Status.TIMEOUT and b.error == "run: timed out"
+
+
+def test_one_turn_is_its_own_result():
+    only = RunResult(Status.OK, latencies_s=[1e-3], load={"other_busy_frac": 0.2})
+    assert joined([only]) is only

@@ -276,7 +276,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from opbench.measure.measurer import Measurer
-    from opbench.studies.verify import fastest_trials, references, speedup_table, verified_best, verify
+    from opbench.studies.verify import contenders_of, references, speedup_table, verified_best, verify
     from opbench.tracking import Recorder, read_mlflow_records
     from opbench.tracking.mlflow_store import latest_parent_run
 
@@ -285,8 +285,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     records = read_mlflow_records([args.study], args.tracking_uri)
     refs = references(records)
     parent = latest_parent_run(args.study, args.tracking_uri)
-    print(f"verifying '{args.study}': the fastest of its {len(fastest_trials(records))} best configs (timed once "
-          f"more each), then it and {', '.join(refs) or 'no reference'} in fresh processes, {args.rounds} "
+    print(f"verifying '{args.study}': the fastest of its {len(contenders_of(records))} contenders (its best configs "
+          f"and its default, timed once more each), then it and {', '.join(refs) or 'no reference'} in fresh processes, {args.rounds} "
           f"alternating rounds", file=sys.stderr)
     with Measurer(_measure_options(args)) as measurer, \
             Recorder(args.study, args.tracking_uri, args.log, parent_run_id=parent) as recorder:

@@ -26,7 +26,7 @@ from opbench.space import Config, get_template
 from opbench.workloads import PRESETS, Workload
 
 LIBRARY_PROCESSES = 3  # fresh processes that time a library baseline; the median one is its record
-FRESH_REPEATS = 4  # a fresh-process measurement repeats its series this many times as often as a trial does
+FRESH_TURNS = 4  # a fresh-process measurement takes this many turns of a trial's series, interleaved
 LIBRARIES = ("torch", "numpy")  # baselines: a TrialSpec whose template is one of these times the library
 
 
@@ -168,17 +168,17 @@ class Measurer:
     def measure_library(self, workload: Workload, library: str, resources: Resources,
                         processes: int = LIBRARY_PROCESSES) -> Record:
         """Time ``torch`` or ``numpy`` on the workload with the same threads and cores in ``processes`` fresh
-        processes that never run a TVM kernel (each with :meth:`measure_fresh`'s longer series), one after
-        another so that their start-ups space them out: the record of the median process (the lower of
-        the middle two), every process's latency in ``process_latencies_ms``.
+        processes that never run a TVM kernel, taking turns (:meth:`measure_fresh`): the record of the
+        median process (the lower of the middle two), every process's latency in ``process_latencies_ms``.
 
         This 2-vCPU host has spells, from a fraction of a second to tens of seconds, in which 2-thread code
         runs 1.3-2x slower with both threads on their cores throughout (torch's matmul-512: 1.6 ms, then
-        2.1-2.5 ms in the same process), and rarer ones 15% faster. Three short processes back to back
-        all fell in one and made a study's torch 1.5-1.9x too slow; the fastest process, instead of the
-        median, met a fast spell in 2 of 5 studies."""
+        2.1-2.5 ms in the same process), and rarer ones 10-15% faster; and a process can be slower than
+        another throughout. Three short processes back to back all fell in one spell and made a study's
+        torch 1.5-1.9x too slow; the fastest process, instead of the median, met a fast spell in 2 of 5
+        studies."""
         spec = TrialSpec(workload, {}, resources, library)
-        records = [self.measure_fresh([spec])[0] for _ in range(processes)]
+        records = self.measure_fresh([spec] * processes)
         ok = sorted((r for r in records if is_ok(r)), key=lambda r: r["latency_ms"])
         if not ok:
             return records[0]
@@ -188,11 +188,12 @@ class Measurer:
 
     def measure_fresh(self, specs: list[TrialSpec]) -> list[Record]:
         """Each spec timed in a new process that has run nothing else (a library baseline when its
-        template is in :data:`LIBRARIES`), its series repeated :data:`FRESH_REPEATS` times as often as a
-        trial's and never again for its spread (these measurements check others: a default series,
-        5 x 50 ms, fits inside one of the host's slow spells; the median of 20 outlasts most): the
-        processes start together, then take turns."""
-        timing = dataclasses.replace(self.timing, repeat=FRESH_REPEATS * self.timing.repeat, max_remeasures=0)
+        template is in :data:`LIBRARIES`): the processes start together, then take :data:`FRESH_TURNS`
+        turns of one trial's series each (never re-measured for its spread), so each spec's median comes
+        from series spread over the whole measurement and interleaved with the others'. These measurements
+        check others, and the host has slow spells from a fraction of a second to tens of seconds: a
+        trial's series (5 x 50 ms) fits inside one, and so did a fresh process's 20 series back to back."""
+        timing = dataclasses.replace(self.timing, max_remeasures=0)
         remote = next((s.resources.device for s in specs if s.resources.remote), None)
         if remote:
             raise ResourceError(f"fresh-process measurements run on this host only, not on {remote}")
@@ -206,7 +207,7 @@ class Measurer:
             elif built[i][2].status is Status.OK:
                 jobs[i] = self._run_input(built[i][2], spec, timing)
         try:
-            runs = dict(zip(jobs, self._local.run_fresh(list(jobs.values()))))
+            runs = dict(zip(jobs, self._local.run_fresh(list(jobs.values()), FRESH_TURNS)))
         finally:
             _discard(*(build for _, _, build in built.values()))
         records = []

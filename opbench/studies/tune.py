@@ -112,9 +112,9 @@ class StudyResult:
 
     @property
     def best(self) -> Record | None:
-        """The verified best (the fastest of the study's contenders in a fresh process) when verified,
-        else the fastest trial the study measured."""
-        return verified_best(self.records, self.verification) or best_ok(self.records)
+        """The verified best (the fastest of the study's contenders in a fresh process: a trial, or the
+        template_default reference) when verified, else the fastest trial the study measured."""
+        return verified_best([*self.records, *self.references.values()], self.verification) or best_ok(self.records)
 
 
 def search_space(spec: TuneSpec, workload: Workload) -> Space:

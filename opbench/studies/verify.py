@@ -7,9 +7,10 @@ ratios (each round's two measurements were taken minutes apart at most) with the
 *holds* when it is within :data:`CLAIM_TOLERANCE` of the ratio the study itself measured.
 
 The study's fastest trial is the minimum of many noisy measurements, so it is often one that was
-lucky (the winner's curse). Before the rounds, its :data:`CONTENDERS` fastest distinct configs are
-each timed once more in a fresh process, and the fastest there is the verified best; the rounds that
-report it are measurements of their own, so the choice does not bias what they report.
+lucky (the winner's curse). Before the rounds, its :data:`CONTENDERS` fastest distinct configs, and
+its template default when none of them is, are each timed once more in a fresh process, and the
+fastest there is the verified best (so a study never names a best that is slower than its default);
+the rounds that report it are measurements of their own, so the choice does not bias what they report.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ BEST = "best"
 VERIFY_KIND = "verify"  # record_kind of the fresh-process records (not trials of the study)
 CLAIM_TOLERANCE = 0.10
 DEFAULT_ROUNDS = 3
-CONTENDERS = 3  # the study's fastest distinct configs timed again before one is named its best
+CONTENDERS = 3  # the study's fastest distinct configs timed again (with its default) before one is named its best
 SELECTION_ROUND = -1  # verify_round of the records that chose among them
 
 
@@ -133,16 +134,32 @@ def schedule_of(record: Record) -> dict:
     return template.parameters(config_of(record), _workload(record["workload"]))
 
 
+def _schedule_key(record: Record) -> tuple:
+    return tuple(sorted(schedule_of(record).items()))
+
+
 def fastest_trials(records: list[Record], count: int = CONTENDERS) -> list[Record]:
     """The study's ``count`` fastest ok trials with distinct schedules, fastest first."""
     out: dict[tuple, Record] = {}
     for record in sorted((r for r in _measured(records) if not r.get("reference")), key=lambda r: r["latency_ms"]):
-        out.setdefault(tuple(sorted(schedule_of(record).items())), record)
+        out.setdefault(_schedule_key(record), record)
         if len(out) == count:
             break
     if not out:
         raise OpBenchError("the study has no successful trial to verify")
     return list(out.values())
+
+
+def contenders_of(records: list[Record], count: int = CONTENDERS) -> list[Record]:
+    """:func:`fastest_trials`, then the template default when it is not among them: the study's fastest
+    trial of the default's schedule, or the template_default reference when no trial has it."""
+    fastest = fastest_trials(records, count)
+    default = references(records).get("template_default")
+    if default is None or _schedule_key(default) in {_schedule_key(r) for r in fastest}:
+        return fastest
+    key = _schedule_key(default)
+    trials = [r for r in _measured(records) if not r.get("reference") and _schedule_key(r) == key]
+    return [*fastest, min(trials, key=lambda r: r["latency_ms"]) if trials else default]
 
 
 def references(records: list[Record]) -> dict[str, Record]:
@@ -213,9 +230,9 @@ def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[st
 
 def verify(measurer: Measurer, records: list[Record], study: str, rounds: int = DEFAULT_ROUNDS,
            on_record: Callable[[Record], None] | None = None, contenders: int = CONTENDERS) -> Verification:
-    """Name the study's best among its fastest contenders (:func:`select_best`), then re-measure it and
+    """Name the study's best among its :func:`contenders_of` (:func:`select_best`), then re-measure it and
     the references (see :func:`references`) in fresh processes."""
-    best = select_best(measurer, fastest_trials(records, contenders), on_record)
+    best = select_best(measurer, contenders_of(records, contenders), on_record)
     chosen = {BEST: best, **references(records)}
     specs = {name: spec_of(record) for name, record in chosen.items()}
     tuned = {name: float(record["latency_ms"]) for name, record in chosen.items()}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 
 from opbench.hardware.resources import Resources
@@ -68,12 +69,21 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
     def run(self, inp: Job) -> RunResult:
         return self._call(self._worker(inp.resources, _role(inp)), inp)
 
-    def run_fresh(self, jobs: list[Job]) -> list[RunResult]:
-        """Each job in a new process that has run nothing else; all start together, then run one by one."""
+    def run_fresh(self, jobs: list[Job], turns: int = 1) -> list[RunResult]:
+        """Each job in a new process that has run nothing else. All start together, then they take
+        ``turns`` turns, one series of the job's timing each, in an order that reverses every turn; a
+        job's result joins its turns (:func:`joined`), so a slow spell of the host that covers a few
+        seconds falls on every job's series alike instead of on one job's whole measurement."""
         workers = [self._new_worker(inp.resources, _role(inp)) for inp in jobs]
+        results: list[list[RunResult]] = [[] for _ in jobs]
         try:
             self._start(*workers)
-            return [self._call(worker, inp) for worker, inp in zip(workers, jobs)]
+            for turn in range(turns):
+                order = range(len(jobs)) if turn % 2 == 0 else reversed(range(len(jobs)))
+                for i in order:
+                    if not results[i] or results[i][-1].status is Status.OK:  # a failed job takes no more turns
+                        results[i].append(self._call(workers[i], jobs[i]))
+            return [joined(r) for r in results]
         finally:
             for worker in workers:
                 worker.close()
@@ -90,3 +100,18 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
         for worker in self._workers.values():
             worker.close()
         self._workers.clear()
+
+
+def joined(turns: list[RunResult]) -> RunResult:
+    """One result from a job's turns: their latencies and run times together, the largest share of the
+    cores other processes kept busy in any of them; the first failure when one failed."""
+    failed = next((t for t in turns if t.status is not Status.OK), None)
+    if failed is not None or len(turns) == 1:
+        return failed or turns[0]
+    first = turns[0]
+    load = dict(first.load)
+    if "other_busy_frac" in load:
+        load["other_busy_frac"] = max(t.load.get("other_busy_frac", 0.0) for t in turns)
+    return dataclasses.replace(first, latencies_s=[s for t in turns for s in t.latencies_s],
+                               run_s=sum(t.run_s for t in turns), remeasures=sum(t.remeasures for t in turns),
+                               load=load)
