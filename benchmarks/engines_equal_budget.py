@@ -6,7 +6,7 @@ of trials; MetaSchedule also gets ``--anchor-multiple`` times as many (a stronge
 against their 512", measured in the same run). Per engine: best latency (median of repeats),
 GFLOP/s, trials until within 10% of its own best, wall time of the whole search (MetaSchedule's
 search and cost model included), verified best / torch and best / MetaSchedule's best at both budgets
-(each engine's best named as a study names it: its fastest configs timed once more in fresh processes). One
+(each engine's best named as a study names it: its fastest configs timed again in fresh processes). One
 tuning-curve PNG per workload (best so far vs trial).
 
     .venv/bin/python benchmarks/engines_equal_budget.py [--trials 64] [--anchor-multiple 8] [--threads 2] [--out DIR]
@@ -59,7 +59,7 @@ def tune(engine: str, name: str, trials: int, measurer: Measurer, sink, resource
 
 
 def verify_bests(measurer: Measurer, series: dict, refs: dict, recorder) -> Verification:
-    """Each engine's best, named as a study names it (its fastest contenders timed once more in fresh
+    """Each engine's best, named as a study names it (its fastest contenders timed again in fresh
     processes), and torch, re-measured in fresh processes in 3 alternating rounds."""
     bests = {e: select_best(measurer, fastest_trials(rs), recorder) for e, rs in series.items() if any(is_ok(r) for r in rs)}
     if is_ok(refs["torch"]):

@@ -286,7 +286,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     refs = references(records)
     parent = latest_parent_run(args.study, args.tracking_uri)
     print(f"verifying '{args.study}': the fastest of its {len(contenders_of(records))} contenders (its best configs "
-          f"and its default, timed once more each), then it and {', '.join(refs) or 'no reference'} in fresh processes, {args.rounds} "
+          f"and its default, timed in fresh processes), then it and {', '.join(refs) or 'no reference'} in fresh processes, {args.rounds} "
           f"alternating rounds", file=sys.stderr)
     with Measurer(_measure_options(args)) as measurer, \
             Recorder(args.study, args.tracking_uri, args.log, parent_run_id=parent) as recorder:

@@ -2,15 +2,16 @@
 
 Every schedule is re-measured in a process of its own that has run nothing else (the library
 baselines in one that never imports TVM), in ``rounds`` rounds whose order alternates, so a slow
-start, a warm cache or a drifting clock favours no one. A speed-up is the median of the per-round
-ratios (each round's two measurements were taken minutes apart at most) with their min-max; it
-*holds* when it is within :data:`CLAIM_TOLERANCE` of the ratio the study itself measured.
+start, a warm cache or a drifting clock favours no one; within a round the processes take turns
+(:meth:`Measurer.measure_fresh`). A speed-up is the median of the per-round ratios with their
+min-max; it *holds* when it is within :data:`CLAIM_TOLERANCE` of the ratio the study itself measured.
 
 The study's fastest trial is the minimum of many noisy measurements, so it is often one that was
 lucky (the winner's curse). Before the rounds, its :data:`CONTENDERS` fastest distinct configs, and
-its template default when none of them is, are each timed once more in a fresh process, and the
-fastest there is the verified best (so a study never names a best that is slower than its default);
-the rounds that report it are measurements of their own, so the choice does not bias what they report.
+its template default when none of them is, are timed again in :data:`SELECTION_ROUNDS` rounds of
+fresh processes, and the one with the lowest median is the verified best (so a study never names a
+best that is slower than its default there); the rounds that report it are measurements of their
+own, so the choice does not bias what they report.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ CLAIM_TOLERANCE = 0.10
 DEFAULT_ROUNDS = 3
 CONTENDERS = 3  # the study's fastest distinct configs timed again (with its default) before one is named its best
 SELECTION_ROUND = -1  # verify_round of the records that chose among them
+SELECTION_ROUNDS = 3  # rounds of fresh processes that choose among the contenders
 
 
 @dataclass(frozen=True)
@@ -168,18 +170,23 @@ def references(records: list[Record]) -> dict[str, Record]:
     return {str(r["reference"]): r for r in refs}
 
 
-def select_best(measurer: Measurer, trials: list[Record], on_record: Callable[[Record], None] | None = None) -> Record:
-    """The trial among ``trials`` (fastest first) that is fastest when each is timed once more in a
-    fresh process; the first where none of them ran there."""
+def select_best(measurer: Measurer, trials: list[Record], on_record: Callable[[Record], None] | None = None,
+                rounds: int = SELECTION_ROUNDS) -> Record:
+    """The trial among ``trials`` (fastest first) with the lowest median over ``rounds`` alternating
+    rounds of fresh processes (one process can be ~10% slower than another throughout, so one each
+    chose a default's 13%-slower rival); the first where none of them ran there."""
     if len(trials) < 2:
         return trials[0]
-    fresh = measurer.measure_fresh([spec_of(r) for r in trials])
-    for rank, record in enumerate(fresh, 1):
-        record.update(record_kind=VERIFY_KIND, verified_as=f"contender-{rank}", verify_round=SELECTION_ROUND)
+
+    def selection(record: Record) -> None:
+        record["verify_round"] = SELECTION_ROUND
         if on_record:
             on_record(record)
-    timed = [(record["latency_ms"], rank) for rank, record in enumerate(fresh) if is_ok(record)]
-    return trials[min(timed)[1]] if timed else trials[0]
+
+    specs = {f"contender-{rank}": spec_of(record) for rank, record in enumerate(trials, 1)}
+    timed = remeasure(measurer, specs, {}, rounds, selection)
+    medians = [(lat.median, i) for i, schedule in enumerate(timed.values()) if (lat := schedule.latency)]
+    return trials[min(medians)[1]] if medians else trials[0]
 
 
 def verified_best(records: list[Record], verification: Verification | None) -> Record | None:
