@@ -31,7 +31,7 @@ from opbench.report.plots import engine_curves
 from opbench.report.progress import TrialPrinter, table
 from opbench.report.summary import summarize_engine
 from opbench.space import get_template
-from opbench.studies.verify import Spread, Verification, fastest_trials, remeasure, select_best, spec_of
+from opbench.studies.verify import Spread, Verification, contenders_of, remeasure, select_best, spec_of
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
 
@@ -59,9 +59,13 @@ def tune(engine: str, name: str, trials: int, measurer: Measurer, sink, resource
 
 
 def verify_bests(measurer: Measurer, series: dict, refs: dict, recorder) -> Verification:
-    """Each engine's best, named as a study names it (its fastest contenders timed again in fresh
-    processes), and torch, re-measured in fresh processes in 3 alternating rounds."""
-    bests = {e: select_best(measurer, fastest_trials(rs), recorder) for e, rs in series.items() if any(is_ok(r) for r in rs)}
+    """Each engine's best, named as a study names it (its fastest contenders, with the template default
+    for the engines that start from it, timed again in fresh processes), and torch, re-measured in fresh
+    processes in 3 alternating rounds."""
+    def contenders(engine: str, records: list) -> list:
+        from_default = SPECS[engine].name not in LOOP_ENGINES  # MetaSchedule's schedules are not the template's
+        return contenders_of([*records, refs["template_default"]] if from_default else records)
+    bests = {e: select_best(measurer, contenders(e, rs), recorder) for e, rs in series.items() if any(is_ok(r) for r in rs)}
     if is_ok(refs["torch"]):
         bests["torch"] = refs["torch"]
     specs = {name: spec_of(record) for name, record in bests.items()}

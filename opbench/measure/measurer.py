@@ -168,17 +168,18 @@ class Measurer:
     def measure_library(self, workload: Workload, library: str, resources: Resources,
                         processes: int = LIBRARY_PROCESSES) -> Record:
         """Time ``torch`` or ``numpy`` on the workload with the same threads and cores in ``processes`` fresh
-        processes that never run a TVM kernel, taking turns (:meth:`measure_fresh`): the record of the
-        median process (the lower of the middle two), every process's latency in ``process_latencies_ms``.
+        processes that never run a TVM kernel (each as :meth:`measure_fresh` times it), one after another so
+        that their start-ups space them out: the record of the median process (the lower of the middle
+        two), every process's latency in ``process_latencies_ms``.
 
         This 2-vCPU host has spells, from a fraction of a second to tens of seconds, in which 2-thread code
-        runs 1.3-2x slower with both threads on their cores throughout (torch's matmul-512: 1.6 ms, then
-        2.1-2.5 ms in the same process), and rarer ones 10-15% faster; and a process can be slower than
-        another throughout. Three short processes back to back all fell in one spell and made a study's
-        torch 1.5-1.9x too slow; the fastest process, instead of the median, met a fast spell in 2 of 5
-        studies."""
+        runs 1.3-2x slower with both threads on their cores throughout (torch's matmul-512: 1.5 ms, then
+        2.5 ms), and rarer ones 10-15% faster. Three short processes back to back all fell in one and made
+        a study's torch 1.5-1.9x too slow, and so did three taking turns (2.49-2.54 ms against 1.53 after
+        the study, in 2 of 5 studies); the fastest process, instead of the median, met a fast spell in 2
+        of 5 studies."""
         spec = TrialSpec(workload, {}, resources, library)
-        records = self.measure_fresh([spec] * processes)
+        records = [self.measure_fresh([spec])[0] for _ in range(processes)]
         ok = sorted((r for r in records if is_ok(r)), key=lambda r: r["latency_ms"])
         if not ok:
             return records[0]
