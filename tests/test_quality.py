@@ -10,7 +10,7 @@ from opbench.cli import main
 from opbench.hardware.resources import Resources
 from opbench.measure._worker import LIBRARY
 from opbench.measure.measurer import FRESH_TURNS
-from opbench.measure.runner.local import LocalRunner, joined
+from opbench.measure.runner.local import FRESH_MAX_WAIT_S, LocalRunner, joined
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status, TrialSpec
 from opbench.measure.worker import Worker
 from opbench.space import get_template
@@ -110,6 +110,8 @@ def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(mea
     for record in (noisy, baseline, flushed):
         assert record["status"] == "ok", record["error"]
         assert 0.0 <= record["other_busy_frac"] <= 1.0 and record["load_1m"] >= 0.0
+        assert "host_slowness" in record  # NaN while the host's history has fewer than 5 probes
+    assert flushed["host_slowness"] > 0  # the baseline's 12 turns each probed the host before it
 
 
 @pytest.mark.full
@@ -311,13 +313,15 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
     calls = []
     workers = iter([_TurnTaker("a"), _TurnTaker("b", fail_on=2), _TurnTaker("c")])
 
-    def call(self, worker, inp):
+    def call(self, worker, inp, max_wait_s):
+        assert max_wait_s == FRESH_MAX_WAIT_S  # fresh processes wait for the host's usual state
         calls.append(worker.name)
         worker.taken += 1
         if worker.taken == worker.fail_on:
             return RunResult(Status.TIMEOUT, "run: timed out")
+        slowness = math.nan if worker.taken == 1 else 1.0 / worker.taken  # NaN: the host's first probes
         return RunResult(Status.OK, latencies_s=[worker.taken * 1e-3], run_s=1.0,
-                         load={"load_1m": 0.5, "other_busy_frac": 0.1 * worker.taken})
+                         load={"load_1m": 0.5, "other_busy_frac": 0.1 * worker.taken, "host_slowness": slowness})
 
     monkeypatch.setattr(LocalRunner, "_new_worker", staticmethod(lambda resources, role: next(workers)))
     monkeypatch.setattr(LocalRunner, "_call", call)
@@ -325,7 +329,7 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
     a, b, c = LocalRunner().run_fresh(jobs, turns=3)
     assert calls == ["a", "b", "c", "c", "b", "a", "a", "c"]  # b failed on its second turn and took no third
     assert a.status is Status.OK and a.latencies_s == [1e-3, 2e-3, 3e-3] and a.run_s == 3.0
-    assert a.load == {"load_1m": 0.5, "other_busy_frac": pytest.approx(0.3)}  # the busiest turn's share
+    assert a.load == {"load_1m": 0.5, "other_busy_frac": pytest.approx(0.3), "host_slowness": 0.5}  # the worst turn's
     assert b.status is Status.TIMEOUT and b.error == "run: timed out"
 
 

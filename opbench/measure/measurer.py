@@ -15,6 +15,7 @@ from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
 from opbench.measure.builder import LocalBuilder
 from opbench.measure.corun import CoRunSpec, corun_records
 from opbench.measure.features import static_features
+from opbench.measure.host_speed import HOST_SPEED_FILE, HostSpeed
 from opbench.measure.lock import HostLock
 from opbench.measure.prepack import manifest_path
 from opbench.measure.rpc import check_device
@@ -38,7 +39,8 @@ class Measurer:
         lock = HostLock(self.options.lock_path)
         self._builder = LocalBuilder(self.options.build_workers, self.options.build_timeout_s, lock)
         self._lock = lock
-        self._local = LocalRunner(self.options.run_timeout_s, lock)
+        self._local = LocalRunner(self.options.run_timeout_s, lock,
+                                  HostSpeed(self.options.lock_path.with_name(HOST_SPEED_FILE)))
         self._corunner = CoRunner(self.options.run_timeout_s, lock)
         self._runners: dict[str, Runner[RunInput, RunResult]] = {LOCAL: self._local}  # device spec -> its runner
         self._dir = tempfile.mkdtemp(prefix="opbench-build-")

@@ -3,16 +3,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 from opbench.hardware.resources import Resources
+from opbench.hardware.targets import is_gpu
 from opbench.measure._worker import KERNEL, LIBRARY
+from opbench.measure.host_speed import HostSpeed, probe_cpus
 from opbench.measure.lock import HostLock
 from opbench.measure.runner._base import Runner
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status
 from opbench.measure.worker import Worker, WorkerError
 
 Job = RunInput | LibraryInput
+FRESH_MAX_WAIT_S = 10.0  # a fresh-process turn waits this long at most for the host's usual state
 
 
 def _role(inp: Job) -> str:
@@ -24,12 +28,15 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
 
     Library baselines run in workers of their own that never import TVM: a process that ran a TVM
     kernel slows PyTorch down 10-150x. Workers start under the lock's shared side, so a start-up
-    (importing TVM and torch) never overlaps a timed run, whichever process times it.
+    (importing TVM and torch) never overlaps a timed run, whichever process times it. With ``speed``,
+    every CPU run is preceded by a probe of the host's speed (its ``host_slowness`` in the result's
+    load); fresh-process runs wait up to :data:`FRESH_MAX_WAIT_S` for the host's usual state first.
     """
 
-    def __init__(self, timeout_s: float = 120.0, lock: HostLock | None = None) -> None:
+    def __init__(self, timeout_s: float = 120.0, lock: HostLock | None = None, speed: HostSpeed | None = None) -> None:
         self.timeout_s = timeout_s
         self._lock = lock
+        self._speed = speed
         self._workers: dict[tuple[str, int, tuple[int, ...] | None], Worker] = {}
 
     @staticmethod
@@ -67,7 +74,7 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
         self._start(self._worker(resources or Resources(), KERNEL))
 
     def run(self, inp: Job) -> RunResult:
-        return self._call(self._worker(inp.resources, _role(inp)), inp)
+        return self._call(self._worker(inp.resources, _role(inp)), inp, max_wait_s=0.0)
 
     def run_fresh(self, jobs: list[Job], turns: int = 1) -> list[RunResult]:
         """Each job in a new process that has run nothing else. All start together, then they take
@@ -82,19 +89,30 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
                 order = range(len(jobs)) if turn % 2 == 0 else reversed(range(len(jobs)))
                 for i in order:
                     if not results[i] or results[i][-1].status is Status.OK:  # a failed job takes no more turns
-                        results[i].append(self._call(workers[i], jobs[i]))
+                        results[i].append(self._call(workers[i], jobs[i], FRESH_MAX_WAIT_S))
             return [joined(r) for r in results]
         finally:
             for worker in workers:
                 worker.close()
 
-    def _call(self, worker: Worker, inp: Job) -> RunResult:
+    def _call(self, worker: Worker, inp: Job, max_wait_s: float) -> RunResult:
         try:
             self._start(worker)
             with self._exclusive():
-                return worker.call(inp, self.timeout_s)
+                slowness = self._settle(inp.resources, max_wait_s)
+                result = worker.call(inp, self.timeout_s)
         except WorkerError as exc:
             return RunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"run: {exc}")
+        if slowness is not None:
+            result.load["host_slowness"] = slowness
+        return result
+
+    def _settle(self, resources: Resources, max_wait_s: float) -> float | None:
+        """The host's slowness for ``resources`` (None: not probed, a GPU run), after waiting up to
+        ``max_wait_s`` for its usual state."""
+        if self._speed is None or is_gpu(resources.target):
+            return None
+        return self._speed.settle(probe_cpus(resources.threads, resources.cores), max_wait_s)
 
     def close(self) -> None:
         for worker in self._workers.values():
@@ -104,14 +122,16 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
 
 def joined(turns: list[RunResult]) -> RunResult:
     """One result from a job's turns: their latencies and run times together, the largest share of the
-    cores other processes kept busy in any of them; the first failure when one failed."""
+    cores other processes kept busy and the host's largest slowness in any of them; the first failure
+    when one failed."""
     failed = next((t for t in turns if t.status is not Status.OK), None)
     if failed is not None or len(turns) == 1:
         return failed or turns[0]
     first = turns[0]
     load = dict(first.load)
-    if "other_busy_frac" in load:
-        load["other_busy_frac"] = max(t.load.get("other_busy_frac", 0.0) for t in turns)
+    for worst in ("other_busy_frac", "host_slowness"):
+        if worst in load:
+            load[worst] = max((v for t in turns if (v := t.load.get(worst, math.nan)) == v), default=math.nan)
     return dataclasses.replace(first, latencies_s=[s for t in turns for s in t.latencies_s],
                                run_s=sum(t.run_s for t in turns), remeasures=sum(t.remeasures for t in turns),
                                load=load)

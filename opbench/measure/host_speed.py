@@ -1,0 +1,104 @@
+"""How fast the host runs our threads right now: a probe, its normal time, and waiting out spells.
+
+This 2-vCPU host has spells of a fraction of a second to tens of seconds in which ``threads`` threads at
+once run 1.2-2x slower (and rarer ones ~15% faster), while each CPU alone runs at its usual speed. The
+probe runs a small single-threaded matrix product on each of the measurement's cores at once and takes
+the slowest thread's median: over 1050 samples its time tracked torch's 2-thread matmul-512 in every
+state (0.17/0.205/0.25/0.33 ms against 1.33/1.58/1.93/2.48 ms, Pearson 0.94). Its normal time is the
+median of the last :data:`HISTORY` probes on this host (kept in a file, as most probes find the host in
+its usual state); ``slowness`` is a probe's time over it.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import ThreadpoolController
+
+HOST_SPEED_FILE = "opbench-host-speed.json"  # beside the timing lock: one per host
+PROBE_SIZE = 128  # square float32 matrices: 4 MFLOP a call, in cache on any CPU
+PROBE_CALLS = 20
+HISTORY = 200  # probes whose median is the normal time
+MIN_HISTORY = 5  # probes taken before the first one is judged
+TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
+POLL_S = 0.5
+
+
+def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> float:
+    """The slowest of ``len(cpus)`` threads, one pinned to each CPU, all running at once: its median time
+    (ms) of one single-threaded ``PROBE_SIZE``-square matrix product."""
+    a = np.random.default_rng(0).random((PROBE_SIZE, PROBE_SIZE), dtype=np.float32)
+    medians: list[float] = [0.0] * len(cpus)
+    start = threading.Barrier(len(cpus))
+
+    def run(i: int) -> None:
+        os.sched_setaffinity(0, {cpus[i]})  # this thread only
+        times = []
+        start.wait()
+        for _ in range(calls):
+            tick = time.perf_counter()
+            a @ a
+            times.append(time.perf_counter() - tick)
+        medians[i] = statistics.median(times) * 1e3
+
+    with _blas().limit(limits=1, user_api="blas"):
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(cpus))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return max(medians)
+
+
+_blas = functools.cache(ThreadpoolController)  # finds the BLAS libraries loaded once
+
+
+def probe_cpus(threads: int, cores: tuple[int, ...] | None) -> list[int]:
+    """The CPUs a measurement with ``threads`` threads on ``cores`` (None: any) keeps busy."""
+    allowed = sorted(cores or os.sched_getaffinity(0))
+    return [allowed[i % len(allowed)] for i in range(threads)]
+
+
+class HostSpeed:
+    """Probes of one host, kept in ``path`` (a JSON map from CPU set to the latest probe times)."""
+
+    def __init__(self, path: Path, probe: Callable[[list[int]], float] = probe_ms,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path, self._probe, self._sleep, self._clock = path, probe, sleep, clock
+
+    def slowness(self, cpus: list[int]) -> float:
+        """A probe's time over the normal time (1.0: the usual state; NaN until :data:`MIN_HISTORY` probes)."""
+        key = ",".join(map(str, cpus))
+        history = self._load().get(key, [])
+        taken = self._probe(cpus)
+        self._save(key, [*history, taken][-HISTORY:])
+        return taken / statistics.median(history) if len(history) >= MIN_HISTORY else float("nan")
+
+    def settle(self, cpus: list[int], max_wait_s: float) -> float:
+        """Probe until the host is in its usual state (within :data:`TOLERANCE`) or ``max_wait_s`` has
+        passed: the last probe's slowness."""
+        deadline = self._clock() + max_wait_s
+        while True:
+            slowness = self.slowness(cpus)
+            if not abs(slowness - 1) > TOLERANCE or self._clock() >= deadline:  # NaN: nothing to judge by yet
+                return slowness
+            self._sleep(POLL_S)
+
+    def _load(self) -> dict[str, list[float]]:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self, key: str, history: list[float]) -> None:
+        data = {**self._load(), key: history}
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.path)  # atomic: processes that probe at once never read half a file
