@@ -117,7 +117,7 @@ def main() -> None:
         with Measurer() as measurer:
             for (a, _), rounds in zip(top, fresh_rounds(measurer, specs)):
                 fresh = statistics.median(rounds)
-                best_rows.append((name, a["latency_ms"], fresh, min(rounds), max(rounds),
+                best_rows.append((name, a["latency_ms"], a.get("host_slowness", "-"), fresh, min(rounds), max(rounds),
                                   100 * (fresh / a["latency_ms"] - 1)))
     refs = torch_references(args.studies, args.trials, resources, scratch)
 
@@ -128,7 +128,7 @@ def main() -> None:
     print(f"\nCV of repeats over {len(cvs)} records: median {100 * statistics.median(cvs):.2f}%, "
           f"p90 {100 * float(np.percentile(cvs, 90)):.2f}%, max {100 * max(cvs):.2f}%")
     print("\nBest configs re-measured in fresh processes (3 alternating rounds)")
-    print(table(best_rows, ["workload", "tuned ms", "fresh ms (median)", "min", "max", "delta %"]))
+    print(table(best_rows, ["workload", "tuned ms", "its host_slowness", "fresh ms (median)", "min", "max", "delta %"]))
     print(f"\ntorch reference of short studies vs torch after each study (matmul-512): the median of {ROUNDS} "
           "fresh processes")
     print(table([(i + 1, s[0], f"{min(s):.4g}-{max(s):.4g}", f[0], f"{min(f):.4g}-{max(f):.4g}", 100 * (s[0] / f[0] - 1))

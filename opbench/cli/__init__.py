@@ -20,6 +20,7 @@ from opbench.engines.optuna_storage import STORAGE_HELP
 from opbench.engines.registry import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores, parse_thread_counts
+from opbench.measure.host_speed import SETTLE_S
 from opbench.plugins import load_plugins
 from opbench.record import Record, is_ok, ok_records, tee
 from opbench.report.progress import TrialPrinter, table
@@ -68,11 +69,13 @@ def _measure_options(args: argparse.Namespace) -> MeasureOptions:
 
     if args.max_cv <= 0:
         raise UsageError(f"--max-cv must be > 0, got {args.max_cv}")
+    if args.settle_s < 0:
+        raise UsageError(f"--settle-s must be >= 0, got {args.settle_s}")
     remote = {"remote_workers": args.remote_workers, "connect_timeout_s": args.connect_timeout} \
         if hasattr(args, "remote_workers") else {}
     return MeasureOptions(repeat=args.repeat, build_timeout_s=args.build_timeout,
                           run_timeout_s=args.run_timeout, max_cv=args.max_cv, max_remeasures=args.max_remeasures,
-                          cache_flush=args.cache_flush, **remote)
+                          cache_flush=args.cache_flush, settle_s=args.settle_s, **remote)
 
 
 def _recorder(args: argparse.Namespace, study: str):
@@ -336,6 +339,9 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
                    help="repeats varying more than this (std/mean) are measured again (see --max-remeasures)")
     p.add_argument("--max-remeasures", type=int, default=2, help="extra attempts for a noisy result; the steadiest kept")
     p.add_argument("--cache-flush", action="store_true", help="evict the CPU caches before every timed call")
+    p.add_argument("--settle-s", type=float, default=SETTLE_S,
+                   help="a trial waits up to this long for the host's usual speed (its probe within 10%%; 0: only "
+                        "record host_slowness; default: $OPBENCH_SETTLE_S or 2)")
     p.add_argument("--build-timeout", type=float, default=60.0)
     p.add_argument("--run-timeout", type=float, default=120.0)
     p.add_argument("--log", help="also append records to this JSON-lines file")

@@ -18,9 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-import numpy as np
-from threadpoolctl import ThreadpoolController
+from typing import Any
 
 HOST_SPEED_FILE = "opbench-host-speed.json"  # beside the timing lock: one per host
 PROBE_SIZE = 128  # square float32 matrices: 4 MFLOP a call, in cache on any CPU
@@ -28,12 +26,16 @@ PROBE_CALLS = 20
 HISTORY = 200  # probes whose median is the normal time
 MIN_HISTORY = 5  # probes taken before the first one is judged
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
+SETTLE_S = float(os.environ.get("OPBENCH_SETTLE_S", "2"))  # the longest a trial waits for the usual state
+FRESH_SETTLE_S = float(os.environ.get("OPBENCH_FRESH_SETTLE_S", "10"))  # ... and a fresh-process turn
 POLL_S = 0.5
 
 
 def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> float:
     """The slowest of ``len(cpus)`` threads, one pinned to each CPU, all running at once: its median time
     (ms) of one single-threaded ``PROBE_SIZE``-square matrix product."""
+    import numpy as np
+
     a = np.random.default_rng(0).random((PROBE_SIZE, PROBE_SIZE), dtype=np.float32)
     medians: list[float] = [0.0] * len(cpus)
     start = threading.Barrier(len(cpus))
@@ -57,7 +59,12 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> float:
     return max(medians)
 
 
-_blas = functools.cache(ThreadpoolController)  # finds the BLAS libraries loaded once
+@functools.cache
+def _blas() -> Any:
+    """numpy's BLAS, found once (threadpoolctl inspects the loaded libraries)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 def probe_cpus(threads: int, cores: tuple[int, ...] | None) -> list[int]:

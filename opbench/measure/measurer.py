@@ -40,7 +40,7 @@ class Measurer:
         self._builder = LocalBuilder(self.options.build_workers, self.options.build_timeout_s, lock)
         self._lock = lock
         self._local = LocalRunner(self.options.run_timeout_s, lock,
-                                  HostSpeed(self.options.lock_path.with_name(HOST_SPEED_FILE)))
+                                  HostSpeed(self.options.lock_path.with_name(HOST_SPEED_FILE)), self.options.settle_s)
         self._corunner = CoRunner(self.options.run_timeout_s, lock)
         self._runners: dict[str, Runner[RunInput, RunResult]] = {LOCAL: self._local}  # device spec -> its runner
         self._dir = tempfile.mkdtemp(prefix="opbench-build-")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from opbench.hardware.resources import Resources
+from opbench.measure.host_speed import SETTLE_S
 from opbench.measure.lock import DEFAULT_LOCK
 from opbench.record import Status
 from opbench.space import Config
@@ -149,6 +150,7 @@ class MeasureOptions:
     max_cv: float = 0.05  # repeats varying more than this are measured again, at most max_remeasures times
     max_remeasures: int = 2
     cache_flush: bool = False  # evict CPU caches before every timed call (AutoTVM's enable_cpu_cache_flush)
+    settle_s: float = SETTLE_S  # a trial waits this long at most for the host's usual speed (opbench.measure.host_speed)
     build_timeout_s: float = 60.0
     run_timeout_s: float = 120.0
     build_workers: int = 1

@@ -9,14 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
 from opbench.measure._worker import KERNEL, LIBRARY
-from opbench.measure.host_speed import HostSpeed, probe_cpus
+from opbench.measure.host_speed import FRESH_SETTLE_S, HostSpeed, probe_cpus
 from opbench.measure.lock import HostLock
 from opbench.measure.runner._base import Runner
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status
 from opbench.measure.worker import Worker, WorkerError
 
 Job = RunInput | LibraryInput
-FRESH_MAX_WAIT_S = 10.0  # a fresh-process turn waits this long at most for the host's usual state
 
 
 def _role(inp: Job) -> str:
@@ -30,13 +29,16 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
     kernel slows PyTorch down 10-150x. Workers start under the lock's shared side, so a start-up
     (importing TVM and torch) never overlaps a timed run, whichever process times it. With ``speed``,
     every CPU run is preceded by a probe of the host's speed (its ``host_slowness`` in the result's
-    load); fresh-process runs wait up to :data:`FRESH_MAX_WAIT_S` for the host's usual state first.
+    load), after waiting for the host's usual state: up to ``settle_s`` for a run, up to
+    :data:`FRESH_SETTLE_S` for a fresh-process turn.
     """
 
-    def __init__(self, timeout_s: float = 120.0, lock: HostLock | None = None, speed: HostSpeed | None = None) -> None:
+    def __init__(self, timeout_s: float = 120.0, lock: HostLock | None = None, speed: HostSpeed | None = None,
+                 settle_s: float = 0.0) -> None:
         self.timeout_s = timeout_s
         self._lock = lock
         self._speed = speed
+        self.settle_s = settle_s
         self._workers: dict[tuple[str, int, tuple[int, ...] | None], Worker] = {}
 
     @staticmethod
@@ -74,7 +76,7 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
         self._start(self._worker(resources or Resources(), KERNEL))
 
     def run(self, inp: Job) -> RunResult:
-        return self._call(self._worker(inp.resources, _role(inp)), inp, max_wait_s=0.0)
+        return self._call(self._worker(inp.resources, _role(inp)), inp, self.settle_s)
 
     def run_fresh(self, jobs: list[Job], turns: int = 1) -> list[RunResult]:
         """Each job in a new process that has run nothing else. All start together, then they take
@@ -89,7 +91,7 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
                 order = range(len(jobs)) if turn % 2 == 0 else reversed(range(len(jobs)))
                 for i in order:
                     if not results[i] or results[i][-1].status is Status.OK:  # a failed job takes no more turns
-                        results[i].append(self._call(workers[i], jobs[i], FRESH_MAX_WAIT_S))
+                        results[i].append(self._call(workers[i], jobs[i], FRESH_SETTLE_S))
             return [joined(r) for r in results]
         finally:
             for worker in workers:
