@@ -3,8 +3,9 @@
 1. Repeatability: the same configs of matmul-512 and resnet50-c2 (valid, drawn at random) measured by
    two measurers whose workers are separate processes: Spearman rank correlation and median |delta| %.
 2. Noise: the distribution of the coefficient of variation of every record's repeats.
-3. Best configs: the three fastest configs per workload re-measured in fresh processes (3 alternating
-   rounds): their median against the first measurement.
+3. Best configs: the three fastest configs per workload in run A re-measured in fresh processes (3
+   alternating rounds): their median against run B's measurement, a trial's record that did not choose
+   them (against run A too, which did, and so counts its lucky draws: the winner's curse).
 4. The torch reference of 5 short tuning studies (the median of 3 fresh processes, taken before the
    study's kernels) against torch timed the same way after them: the range of each side's processes
    shows the host's own process-to-process noise, which no measurement harness removes.
@@ -112,13 +113,14 @@ def main() -> None:
                             float(np.percentile(delta, 90))))
         predicted_vs_measured(a_ms, b_ms, f"{name}: the same configs measured twice", out / f"repeatability-{name}.png",
                               labels=("run A", "run B"))
-        top = sorted(pairs, key=lambda p: p[0]["latency_ms"])[:3]
+        top = sorted(pairs, key=lambda p: p[0]["latency_ms"])[:3]  # chosen by run A: B is independent of the choice
         specs = [TrialSpec(parse_workload(name), configs[first.index(a)], resources) for a, _ in top]
         with Measurer() as measurer:
-            for (a, _), rounds in zip(top, fresh_rounds(measurer, specs)):
+            for (a, b), rounds in zip(top, fresh_rounds(measurer, specs)):
                 fresh = statistics.median(rounds)
-                best_rows.append((name, a["latency_ms"], a.get("host_slowness", "-"), fresh, min(rounds), max(rounds),
-                                  100 * (fresh / a["latency_ms"] - 1)))
+                best_rows.append((name, a["latency_ms"], b["latency_ms"], b.get("host_slowness", "-"), fresh,
+                                  min(rounds), max(rounds), 100 * (fresh / a["latency_ms"] - 1),
+                                  100 * (fresh / b["latency_ms"] - 1)))
     refs = torch_references(args.studies, args.trials, resources, scratch)
 
     host = host_facts()
@@ -127,17 +129,19 @@ def main() -> None:
     print(table(repeat_rows, ["workload", "configs", "Spearman", "median |delta| %", "p90 |delta| %"]))
     print(f"\nCV of repeats over {len(cvs)} records: median {100 * statistics.median(cvs):.2f}%, "
           f"p90 {100 * float(np.percentile(cvs, 90)):.2f}%, max {100 * max(cvs):.2f}%")
-    print("\nBest configs re-measured in fresh processes (3 alternating rounds)")
-    print(table(best_rows, ["workload", "tuned ms", "its host_slowness", "fresh ms (median)", "min", "max", "delta %"]))
+    print("\nBest configs (the 3 fastest in run A) re-measured in fresh processes (3 alternating rounds), against\n"
+          "run A, which chose them (so its lucky measurements are among them: the winner's curse), and run B")
+    print(table(best_rows, ["workload", "run A ms", "run B ms", "B's host_slowness", "fresh ms (median)", "min", "max",
+                            "delta vs A %", "delta vs B %"]))
     print(f"\ntorch reference of short studies vs torch after each study (matmul-512): the median of {ROUNDS} "
           "fresh processes")
     print(table([(i + 1, s[0], f"{min(s):.4g}-{max(s):.4g}", f[0], f"{min(f):.4g}-{max(f):.4g}", 100 * (s[0] / f[0] - 1))
                  for i, (s, f) in enumerate(refs)],
                 ["study", "study's torch ms", "its processes", "after ms", "its processes", "delta %"]))
-    worst_best = max(abs(r[-1]) for r in best_rows)
+    worst_best = max(abs(r[-1]) for r in best_rows)  # against run B: a trial's record, not the one that chose it
     worst_ref = max(abs(100 * (s[0] / f[0] - 1)) for s, f in refs)
     verdicts = [("median CV <= 2%", 100 * statistics.median(cvs) <= 2),
-                ("best configs within 5% in fresh processes", worst_best <= 5),
+                ("best configs within 5% of run B in fresh processes", worst_best <= 5),
                 ("Spearman >= 0.9", min(r[2] for r in repeat_rows) >= 0.9),
                 ("torch references within 10%", worst_ref <= 10)]
     print("\n" + "\n".join(f"{'met' if ok else 'NOT MET'}: {what}" for what, ok in verdicts))
