@@ -56,3 +56,10 @@ def test_the_history_keeps_the_latest_probes_per_cpu_set(tmp_path):
 def test_the_probe_runs_a_thread_on_each_cpu_of_the_measurement():
     assert probe_cpus(3, (4, 5)) == [4, 5, 4] and probe_cpus(1, (7,)) == [7]
     assert 0 < probe_ms(probe_cpus(2, None)) < 1e3
+
+
+def test_settle_s_is_a_measure_option_and_a_negative_one_is_refused(capsys):
+    from opbench.cli import main
+
+    assert main(["measure", "matmul:m=8,n=8,k=8", "--settle-s", "-1"]) == 2
+    assert "--settle-s must be >= 0, got -1.0" in capsys.readouterr().err

@@ -341,7 +341,7 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-flush", action="store_true", help="evict the CPU caches before every timed call")
     p.add_argument("--settle-s", type=float, default=SETTLE_S,
                    help="a trial waits up to this long for the host's usual speed (its probe within 10%%; 0: only "
-                        "record host_slowness; default: $OPBENCH_SETTLE_S or 2)")
+                        "record host_slowness; default: $OPBENCH_SETTLE_S or 0)")
     p.add_argument("--build-timeout", type=float, default=60.0)
     p.add_argument("--run-timeout", type=float, default=120.0)
     p.add_argument("--log", help="also append records to this JSON-lines file")
