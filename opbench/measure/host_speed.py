@@ -27,7 +27,7 @@ HISTORY = 200  # probes whose median is the normal time
 MIN_HISTORY = 5  # probes taken before the first one is judged
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
 # The longest a trial waits for the usual state: 0 by default, as 2 s took resnet50-c5's 64 trials from
-# 67 to 39 a minute (framework overhead 4.0% -> 8.7%) in a phase when the host switched states often.
+# 67 to 39 a minute (framework overhead 5.5% -> 8.7%) in a phase when the host switched states often.
 SETTLE_S = float(os.environ.get("OPBENCH_SETTLE_S", "0"))
 FRESH_SETTLE_S = float(os.environ.get("OPBENCH_FRESH_SETTLE_S", "10"))  # ... and a fresh-process turn
 POLL_S = 0.5
