@@ -22,9 +22,9 @@ class _Host:
         self.slept += 1
 
 
-def _speed(tmp_path, times):
+def _speed(tmp_path, times, name="speed.json"):
     host = _Host(times)
-    return HostSpeed(tmp_path / "speed.json", host.probe, host.sleep, lambda: host.now), host
+    return HostSpeed(tmp_path / name, host.probe, host.sleep, lambda: host.now), host
 
 
 def test_slowness_is_a_probe_over_the_median_of_the_probes_before_it(tmp_path):
@@ -41,9 +41,12 @@ def test_settle_waits_out_slow_and_fast_spells_but_not_forever(tmp_path):
     for _ in range(MIN_HISTORY):
         speed.slowness([0, 1])
     assert speed.settle([0, 1], max_wait_s=60) == pytest.approx(1.05) and host.slept == 2
-    stuck, host = _speed(tmp_path, [1.7] * 10)
+    usual = 3 * MIN_HISTORY  # enough usual probes that five slow ones leave the median at 1.0
+    stuck, host = _speed(tmp_path, [1.0] * usual + [1.7] * 5, "stuck.json")
+    for _ in range(usual):
+        stuck.slowness([0, 1])
     assert stuck.settle([0, 1], max_wait_s=3 * POLL_S) == pytest.approx(1.7) and host.slept == 3  # gave up
-    assert stuck.settle([0, 1], max_wait_s=0) > 1.1 and host.slept == 3  # a trial only probes
+    assert stuck.settle([0, 1], max_wait_s=0) == pytest.approx(1.7) and host.slept == 3  # no wait: it only probes
 
 
 def test_the_history_keeps_the_latest_probes_per_cpu_set(tmp_path):
@@ -55,7 +58,7 @@ def test_the_history_keeps_the_latest_probes_per_cpu_set(tmp_path):
 
 def test_the_probe_runs_a_thread_on_each_cpu_of_the_measurement():
     assert probe_cpus(3, (4, 5)) == [4, 5, 4] and probe_cpus(1, (7,)) == [7]
-    assert 0 < probe_ms(probe_cpus(2, None)) < 1e3
+    assert math.isfinite(probe_ms(probe_cpus(2, None)))  # it ran on both CPUs and came back
 
 
 def test_settle_s_is_a_measure_option_and_a_negative_one_is_refused(capsys):

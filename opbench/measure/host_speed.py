@@ -3,8 +3,9 @@
 This 2-vCPU host has spells of a fraction of a second to tens of seconds in which ``threads`` threads at
 once run 1.2-2x slower (and rarer ones ~15% faster), while each CPU alone runs at its usual speed. The
 probe runs a small single-threaded matrix product on each of the measurement's cores at once and takes
-the slowest thread's median: over 1050 samples its time tracked torch's 2-thread matmul-512 in every
-state (0.17/0.205/0.25/0.33 ms against 1.33/1.58/1.93/2.48 ms, Pearson 0.94). Its normal time is the
+the slowest thread's median. Sampled alternately with torch's 2-thread matmul-512, it tracked it with
+Pearson 0.94 over 895 samples, as a torch 2-thread 256x256 product did over 1050 (0.17/0.205/0.25/0.33
+ms against 1.33/1.58/1.93/2.48 ms in the host's four states). Its normal time is the
 median of the last :data:`HISTORY` probes on this host (kept in a file, as most probes find the host in
 its usual state); ``slowness`` is a probe's time over it.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import statistics
 import threading
@@ -36,9 +38,7 @@ POLL_S = 0.5
 def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> float:
     """The slowest of ``len(cpus)`` threads, one pinned to each CPU, all running at once: its median time
     (ms) of one single-threaded ``PROBE_SIZE``-square matrix product."""
-    import numpy as np
-
-    a = np.random.default_rng(0).random((PROBE_SIZE, PROBE_SIZE), dtype=np.float32)
+    a = _probe_matrix()
     medians: list[float] = [0.0] * len(cpus)
     start = threading.Barrier(len(cpus))
 
@@ -62,6 +62,13 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> float:
 
 
 @functools.cache
+def _probe_matrix() -> Any:
+    import numpy as np
+
+    return np.random.default_rng(0).random((PROBE_SIZE, PROBE_SIZE), dtype=np.float32)
+
+
+@functools.cache
 def _blas() -> Any:
     """numpy's BLAS, found once (threadpoolctl inspects the loaded libraries)."""
     from threadpoolctl import ThreadpoolController
@@ -76,19 +83,25 @@ def probe_cpus(threads: int, cores: tuple[int, ...] | None) -> list[int]:
 
 
 class HostSpeed:
-    """Probes of one host, kept in ``path`` (a JSON map from CPU set to the latest probe times)."""
+    """Probes of one host, kept in ``path`` (a JSON map from CPU set to the latest probe times): read
+    once, by the first probe, then written after each (the last process to write keeps its history)."""
 
     def __init__(self, path: Path, probe: Callable[[list[int]], float] = probe_ms,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
         self.path, self._probe, self._sleep, self._clock = path, probe, sleep, clock
+        self._history: dict[str, list[float]] | None = None
 
     def slowness(self, cpus: list[int]) -> float:
         """A probe's time over the normal time (1.0: the usual state; NaN until :data:`MIN_HISTORY` probes)."""
-        key = ",".join(map(str, cpus))
-        history = self._load().get(key, [])
+        if self._history is None:
+            self._history = self._load()
+        history = self._history.setdefault(",".join(map(str, cpus)), [])
+        normal = statistics.median(history) if len(history) >= MIN_HISTORY else math.nan
         taken = self._probe(cpus)
-        self._save(key, [*history, taken][-HISTORY:])
-        return taken / statistics.median(history) if len(history) >= MIN_HISTORY else float("nan")
+        history.append(taken)
+        del history[:-HISTORY]
+        self._save()
+        return taken / normal
 
     def settle(self, cpus: list[int], max_wait_s: float) -> float:
         """Probe until the host is in its usual state (within :data:`TOLERANCE`) or ``max_wait_s`` has
@@ -106,8 +119,7 @@ class HostSpeed:
         except (OSError, ValueError):
             return {}
 
-    def _save(self, key: str, history: list[float]) -> None:
-        data = {**self._load(), key: history}
+    def _save(self) -> None:
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(json.dumps(data))
+        tmp.write_text(json.dumps(self._history))
         tmp.replace(self.path)  # atomic: processes that probe at once never read half a file

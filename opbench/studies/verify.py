@@ -140,10 +140,15 @@ def _schedule_key(record: Record) -> tuple:
     return tuple(sorted(schedule_of(record).items()))
 
 
+def _trials(records: list[Record]) -> list[Record]:
+    """The study's ok trials, fastest first."""
+    return sorted((r for r in _measured(records) if not r.get("reference")), key=lambda r: r["latency_ms"])
+
+
 def fastest_trials(records: list[Record], count: int = CONTENDERS) -> list[Record]:
     """The study's ``count`` fastest ok trials with distinct schedules, fastest first."""
     out: dict[tuple, Record] = {}
-    for record in sorted((r for r in _measured(records) if not r.get("reference")), key=lambda r: r["latency_ms"]):
+    for record in _trials(records):
         out.setdefault(_schedule_key(record), record)
         if len(out) == count:
             break
@@ -157,11 +162,9 @@ def contenders_of(records: list[Record], count: int = CONTENDERS) -> list[Record
     trial of the default's schedule, or the template_default reference when no trial has it."""
     fastest = fastest_trials(records, count)
     default = references(records).get("template_default")
-    if default is None or _schedule_key(default) in {_schedule_key(r) for r in fastest}:
+    if default is None or (key := _schedule_key(default)) in {_schedule_key(r) for r in fastest}:
         return fastest
-    key = _schedule_key(default)
-    trials = [r for r in _measured(records) if not r.get("reference") and _schedule_key(r) == key]
-    return [*fastest, min(trials, key=lambda r: r["latency_ms"]) if trials else default]
+    return [*fastest, next((r for r in _trials(records) if _schedule_key(r) == key), default)]
 
 
 def references(records: list[Record]) -> dict[str, Record]:
@@ -174,7 +177,7 @@ def select_best(measurer: Measurer, trials: list[Record], on_record: Callable[[R
                 rounds: int = SELECTION_ROUNDS) -> Record:
     """The trial among ``trials`` (fastest first) with the lowest median over ``rounds`` alternating
     rounds of fresh processes (one process can be ~10% slower than another throughout, so one each
-    chose a default's 13%-slower rival); the first where none of them ran there."""
+    chose a rival 15% slower than the default); the first where none of them ran there."""
     if len(trials) < 2:
         return trials[0]
 
