@@ -84,6 +84,12 @@ def torch_references(studies: int, trials: int, resources: Resources, scratch: P
     return out
 
 
+def _state(record: dict) -> str:
+    """The host's state around a record: its compute and memory slowness, and the runs taken again."""
+    return "/".join(f"{record.get(k, float('nan')):.3g}" for k in ("host_slowness", "host_memory_slowness",
+                                                                  "spell_reruns"))
+
+
 def _record_first(record: dict) -> list[float]:
     others = list(record["process_latencies_ms"])
     others.remove(record["latency_ms"])
@@ -118,7 +124,7 @@ def main() -> None:
         with Measurer() as measurer:
             for (a, b), rounds in zip(top, fresh_rounds(measurer, specs)):
                 fresh = statistics.median(rounds)
-                best_rows.append((name, a["latency_ms"], b["latency_ms"], b.get("host_slowness", "-"), fresh,
+                best_rows.append((name, a["latency_ms"], b["latency_ms"], _state(b), fresh,
                                   min(rounds), max(rounds), 100 * (fresh / a["latency_ms"] - 1),
                                   100 * (fresh / b["latency_ms"] - 1)))
     refs = torch_references(args.studies, args.trials, resources, scratch)
@@ -131,7 +137,7 @@ def main() -> None:
           f"p90 {100 * float(np.percentile(cvs, 90)):.2f}%, max {100 * max(cvs):.2f}%")
     print("\nBest configs (the 3 fastest in run A) re-measured in fresh processes (3 alternating rounds), against\n"
           "run A, which chose them (so its lucky measurements are among them: the winner's curse), and run B")
-    print(table(best_rows, ["workload", "run A ms", "run B ms", "B's host_slowness", "fresh ms (median)", "min", "max",
+    print(table(best_rows, ["workload", "run A ms", "run B ms", "B's host state", "fresh ms (median)", "min", "max",
                             "delta vs A %", "delta vs B %"]))
     print(f"\ntorch reference of short studies vs torch after each study (matmul-512): the median of {ROUNDS} "
           "fresh processes")

@@ -4,18 +4,21 @@ import math
 
 import pytest
 
-from opbench.measure.host_speed import HISTORY, MIN_HISTORY, POLL_S, HostSpeed, probe_cpus, probe_ms
+from opbench.measure.host_speed import (HISTORY, MIN_HISTORY, POLL_S, HostSpeed, Probe, Slowness, furthest_from_usual,
+                                       probe_cpus, probe_ms)
 
 
 class _Host:
-    """Probe times in turn, and a clock that only sleeping advances."""
+    """Probe times in turn (a compute time, or a (compute, memory) pair), and a clock that only sleeping
+    advances."""
 
     def __init__(self, times):
         self.times, self.now, self.slept = list(times), 0.0, 0
 
     def probe(self, cpus):
         assert cpus == [0, 1]
-        return self.times.pop(0)
+        taken = self.times.pop(0)
+        return Probe(*taken) if isinstance(taken, tuple) else Probe(taken, 1.0)
 
     def sleep(self, seconds):
         self.now += seconds
@@ -29,36 +32,47 @@ def _speed(tmp_path, times, name="speed.json"):
 
 def test_slowness_is_a_probe_over_the_median_of_the_probes_before_it(tmp_path):
     speed, _ = _speed(tmp_path, [1.0, 1.1, 0.9, 1.0, 1.0, 1.6, 0.85])
-    assert all(math.isnan(speed.slowness([0, 1])) for _ in range(MIN_HISTORY))  # nothing to judge by yet
-    assert speed.slowness([0, 1]) == pytest.approx(1.6)
-    assert speed.slowness([0, 1]) == pytest.approx(0.85)  # median of 1.0, 1.1, 0.9, 1.0, 1.0, 1.6
-    again, _ = _speed(tmp_path, [2.0])  # another process on the same host: the history is in the file
-    assert again.slowness([0, 1]) == pytest.approx(2.0)
+    for _ in range(MIN_HISTORY):  # nothing to judge by yet
+        first = speed.slowness([0, 1])
+        assert math.isnan(first.compute) and math.isnan(first.memory) and first.usual
+    assert speed.slowness([0, 1]).compute == pytest.approx(1.6)
+    assert speed.slowness([0, 1]) == pytest.approx((0.85, 1.0))  # median of 1.0, 1.1, 0.9, 1.0, 1.0, 1.6
+    again, _ = _speed(tmp_path, [(2.0, 0.7)])  # another process on the same host: the history is in the file
+    assert again.slowness([0, 1]) == pytest.approx((2.0, 0.7))
+
+
+def test_either_loop_outside_the_tolerance_leaves_the_usual_state():
+    assert Slowness(1.05, 0.95).usual and Slowness(math.nan, math.nan).usual
+    assert not Slowness(1.0, 0.75).usual and Slowness(1.0, 0.75).deviation == pytest.approx(0.25)
+    assert not Slowness(1.3, 1.0).usual
+    assert Slowness(1.2, 0.95).worse(Slowness(0.9, 0.7)) == (1.2, 0.7)  # each loop's furthest from 1.0
+    assert furthest_from_usual([math.nan, 0.8, 1.1]) == 0.8 and math.isnan(furthest_from_usual([math.nan]))
 
 
 def test_settle_waits_out_slow_and_fast_spells_but_not_forever(tmp_path):
-    speed, host = _speed(tmp_path, [1.0] * MIN_HISTORY + [1.6, 0.8, 1.05])
+    speed, host = _speed(tmp_path, [1.0] * MIN_HISTORY + [1.6, 0.8, (1.0, 0.7), (1.05, 1.02)])
     for _ in range(MIN_HISTORY):
         speed.slowness([0, 1])
-    assert speed.settle([0, 1], max_wait_s=60) == pytest.approx(1.05) and host.slept == 2
+    assert speed.settle([0, 1], max_wait_s=60) == pytest.approx((1.05, 1.02)) and host.slept == 3
     usual = 3 * MIN_HISTORY  # enough usual probes that five slow ones leave the median at 1.0
     stuck, host = _speed(tmp_path, [1.0] * usual + [1.7] * 5, "stuck.json")
     for _ in range(usual):
         stuck.slowness([0, 1])
-    assert stuck.settle([0, 1], max_wait_s=3 * POLL_S) == pytest.approx(1.7) and host.slept == 3  # gave up
-    assert stuck.settle([0, 1], max_wait_s=0) == pytest.approx(1.7) and host.slept == 3  # no wait: it only probes
+    assert stuck.settle([0, 1], max_wait_s=3 * POLL_S).compute == pytest.approx(1.7) and host.slept == 3  # gave up
+    assert stuck.settle([0, 1], max_wait_s=0).compute == pytest.approx(1.7) and host.slept == 3  # no wait: one probe
 
 
 def test_the_history_keeps_the_latest_probes_per_cpu_set(tmp_path):
     speed, _ = _speed(tmp_path, [1.0] * (HISTORY + 3))
     for _ in range(HISTORY + 3):
         speed.slowness([0, 1])
-    assert {k: len(v) for k, v in json.loads((tmp_path / "speed.json").read_text()).items()} == {"0,1": HISTORY}
+    assert {k: len(v) for k, v in json.loads((tmp_path / "speed.json").read_text()).items()} == {"0,1": HISTORY, "0,1:memory": HISTORY}
 
 
 def test_the_probe_runs_a_thread_on_each_cpu_of_the_measurement():
     assert probe_cpus(3, (4, 5)) == [4, 5, 4] and probe_cpus(1, (7,)) == [7]
-    assert math.isfinite(probe_ms(probe_cpus(2, None)))  # it ran on both CPUs and came back
+    taken = probe_ms(probe_cpus(2, None))  # it ran on both CPUs and came back
+    assert taken.compute_ms > 0 and taken.memory_ms > 0
 
 
 def test_settle_s_is_a_measure_option_and_a_negative_one_is_refused(capsys):

@@ -9,7 +9,7 @@ import mlflow
 from opbench.cli import main
 from opbench.hardware.resources import Resources
 from opbench.measure._worker import LIBRARY
-from opbench.measure.host_speed import FRESH_SETTLE_S
+from opbench.measure.host_speed import FRESH_SETTLE_S, Slowness
 from opbench.measure.measurer import FRESH_TURNS
 from opbench.measure.runner.local import LocalRunner, joined
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status, TrialSpec
@@ -321,8 +321,9 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
         if worker.taken == worker.fail_on:
             return RunResult(Status.TIMEOUT, "run: timed out")
         slowness = math.nan if worker.taken == 1 else 1.0 / worker.taken  # NaN: the host's first probes
-        return RunResult(Status.OK, latencies_s=[worker.taken * 1e-3], run_s=1.0,
-                         load={"load_1m": 0.5, "other_busy_frac": 0.1 * worker.taken, "host_slowness": slowness})
+        return RunResult(Status.OK, latencies_s=[worker.taken * 1e-3], run_s=1.0, spell_reruns=1,
+                         load={"load_1m": 0.5, "other_busy_frac": 0.1 * worker.taken, "host_slowness": slowness,
+                               "host_memory_slowness": 1.0 + 0.05 * worker.taken})
 
     monkeypatch.setattr(LocalRunner, "_new_worker", staticmethod(lambda resources, role: next(workers)))
     monkeypatch.setattr(LocalRunner, "_call", call)
@@ -330,8 +331,58 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
     a, b, c = LocalRunner().run_fresh(jobs, turns=3)
     assert calls == ["a", "b", "c", "c", "b", "a", "a", "c"]  # b failed on its second turn and took no third
     assert a.status is Status.OK and a.latencies_s == [1e-3, 2e-3, 3e-3] and a.run_s == 3.0
-    assert a.load == {"load_1m": 0.5, "other_busy_frac": pytest.approx(0.3), "host_slowness": 0.5}  # the worst turn's
+    assert a.load == {"load_1m": 0.5, "other_busy_frac": pytest.approx(0.3), "host_slowness": pytest.approx(1 / 3),
+                      "host_memory_slowness": pytest.approx(1.15)}  # the busiest turn's, the furthest from usual
+    assert a.spell_reruns == 3
     assert b.status is Status.TIMEOUT and b.error == "run: timed out"
+
+
+class _Spells:
+    """Stands in for the host-speed probe: the slowness of each probe in turn."""
+
+    def __init__(self, *probes):
+        self.probes = list(probes)
+
+    def settle(self, cpus, max_wait_s):
+        return self.probes.pop(0)
+
+
+class _Runs:
+    """Stands in for a kernel worker: answers each call with the next result."""
+
+    alive = True
+
+    def __init__(self, *results):
+        self.results, self.calls = list(results), 0
+
+    def call(self, inp, timeout_s):
+        self.calls += 1
+        return self.results.pop(0)
+
+
+def _ok(ms):
+    return RunResult(Status.OK, latencies_s=[ms * 1e-3], load={"other_busy_frac": 0.0})
+
+
+def test_a_run_the_probes_find_in_a_spell_is_taken_again_and_the_nearest_to_usual_kept():
+    usual, fast, slow = Slowness(1.0, 1.02), Slowness(1.0, 0.7), Slowness(1.3, 1.0)
+    inp = RunInput("", MATMUL)
+    # memory fast before the first run, compute slow after the second: the third, usual on both sides, is kept
+    worker = _Runs(_ok(1.3), _ok(1.9), _ok(1.6))
+    runner = LocalRunner(speed=_Spells(fast, usual, usual, slow, usual, usual), spell_reruns=2)
+    kept = runner._call(worker, inp, 0.0)
+    assert worker.calls == 3 and kept.latencies_s == [1.6e-3] and kept.spell_reruns == 2
+    assert kept.load == {"other_busy_frac": 0.0, "host_slowness": 1.0, "host_memory_slowness": 1.02}
+    # still in a spell after every rerun: the attempt nearest the usual state (0.85 memory beats 0.7)
+    worker = _Runs(_ok(1.3), _ok(1.4))
+    runner = LocalRunner(speed=_Spells(fast, usual, Slowness(1.0, 0.85), usual), spell_reruns=1)
+    kept = runner._call(worker, inp, 0.0)
+    assert kept.latencies_s == [1.4e-3] and kept.load["host_memory_slowness"] == 0.85 and kept.spell_reruns == 1
+    # a failed run is not taken again, and an unprobed runner runs once
+    worker = _Runs(RunResult(Status.RUN_ERROR, "run: crashed"))
+    assert LocalRunner(speed=_Spells(fast, usual))._call(worker, inp, 0.0).status is Status.RUN_ERROR
+    worker = _Runs(_ok(1.3))
+    assert LocalRunner()._call(worker, inp, 0.0).spell_reruns == 0 and worker.calls == 1
 
 
 def test_one_turn_is_its_own_result():

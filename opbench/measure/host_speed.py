@@ -1,13 +1,17 @@
 """How fast the host runs our threads right now: a probe, its normal time, and waiting out spells.
 
 This 2-vCPU host has spells of a fraction of a second to tens of seconds in which ``threads`` threads at
-once run 1.2-2x slower (and rarer ones ~15% faster), while each CPU alone runs at its usual speed. The
-probe runs a small single-threaded matrix product on each of the measurement's cores at once and takes
-the slowest thread's median. Sampled alternately with torch's 2-thread matmul-512, it tracked it with
-Pearson 0.94 over 895 samples, as a torch 2-thread 256x256 product did over 1050 (0.17/0.205/0.25/0.33
-ms against 1.33/1.58/1.93/2.48 ms in the host's four states). Its normal time is the
-median of the last :data:`HISTORY` probes on this host (kept in a file, as most probes find the host in
-its usual state); ``slowness`` is a probe's time over it.
+once run 1.2-2x slower, while each CPU alone runs at its usual speed, and spells in which memory past the
+L2 cache is served faster or slower than usual (another tenant's use of the shared L3, most likely).
+The probe runs two loops on each of the measurement's cores at once and takes the slowest thread's
+median of each: ``compute``, a small single-threaded matrix product in L1/L2, and ``memory``, a sum over
+:data:`MEMORY_PROBE_BYTES` (past a core's L2, within a shared L3). Sampled alternately with torch's
+2-thread matmul-512, the compute probe tracked it with Pearson 0.94 over 895 samples. It does not see the
+memory spells: paired over 1100 samples with matmul-512's best sampled TVM schedule (1.62 ms usually),
+95 of the 105 samples under 1.45 ms fell where the memory probe ran more than 10% fast (129 samples),
+while the compute probe read within 3% of usual. A probe's normal time is the median of the last
+:data:`HISTORY` probes on this host (kept in a file, as most probes find the host in its usual state);
+its ``slowness`` is a probe's time over it.
 """
 from __future__ import annotations
 
@@ -18,13 +22,15 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 HOST_SPEED_FILE = "opbench-host-speed.json"  # beside the timing lock: one per host
 PROBE_SIZE = 128  # square float32 matrices: 4 MFLOP a call, in cache on any CPU
 PROBE_CALLS = 20
+MEMORY_PROBE_BYTES = 3 << 20  # a float32 vector per thread: past a 1-2 MB L2, within a shared L3
+MEMORY_PROBE_CALLS = 15  # ~0.2 ms a sum here
 HISTORY = 200  # probes whose median is the normal time
 MIN_HISTORY = 5  # probes taken before the first one is judged
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
@@ -32,25 +38,68 @@ TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its
 # 67 to 39 a minute (framework overhead 5.5% -> 8.7%) in a phase when the host switched states often.
 SETTLE_S = float(os.environ.get("OPBENCH_SETTLE_S", "0"))
 FRESH_SETTLE_S = float(os.environ.get("OPBENCH_FRESH_SETTLE_S", "10"))  # ... and a fresh-process turn
+# A run the probe before or after it found outside the usual state is taken again at most this many times.
+SPELL_RERUNS = int(os.environ.get("OPBENCH_SPELL_RERUNS", "2"))
 POLL_S = 0.5
 
 
-def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> float:
-    """The slowest of ``len(cpus)`` threads, one pinned to each CPU, all running at once: its median time
-    (ms) of one single-threaded ``PROBE_SIZE``-square matrix product."""
+class Probe(NamedTuple):
+    """One probe of the host: the slowest thread's median time (ms) of each loop."""
+
+    compute_ms: float
+    memory_ms: float
+
+
+class Slowness(NamedTuple):
+    """A probe's times over their normal times (1.0: the usual state; NaN until :data:`MIN_HISTORY`
+    probes): the columns ``host_slowness`` and ``host_memory_slowness`` of a record."""
+
+    compute: float
+    memory: float
+
+    @property
+    def deviation(self) -> float:
+        """How far the host is from its usual state: the larger relative deviation (0.0 while NaN)."""
+        return max((abs(x - 1) for x in self if x == x), default=0.0)
+
+    @property
+    def usual(self) -> bool:
+        return self.deviation <= TOLERANCE
+
+    def worse(self, other: Slowness) -> Slowness:
+        """Each loop's value furthest from the usual state, of this probe and ``other``."""
+        return Slowness(*(furthest_from_usual([a, b]) for a, b in zip(self, other)))
+
+    def as_load(self) -> dict[str, float]:
+        return {"host_slowness": self.compute, "host_memory_slowness": self.memory}
+
+
+def furthest_from_usual(slowness: Iterable[float], default: float = math.nan) -> float:
+    """The value furthest from 1.0 (the usual state), NaNs left out; ``default`` when all are."""
+    return max((x for x in slowness if x == x), key=lambda x: abs(x - 1), default=default)
+
+
+def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
+    """``len(cpus)`` threads, one pinned to each CPU, all running at once, each timing ``calls``
+    single-threaded ``PROBE_SIZE``-square matrix products, then :data:`MEMORY_PROBE_CALLS` sums of its own
+    :data:`MEMORY_PROBE_BYTES` vector: the slowest thread's median of each (ms)."""
     a = _probe_matrix()
-    medians: list[float] = [0.0] * len(cpus)
+    medians: list[Probe] = [Probe(0.0, 0.0)] * len(cpus)
     start = threading.Barrier(len(cpus))
+
+    def median_ms(fn: Callable[[], object], times: int) -> float:
+        laps = []
+        for _ in range(times):
+            tick = time.perf_counter()
+            fn()
+            laps.append(time.perf_counter() - tick)
+        return statistics.median(laps) * 1e3
 
     def run(i: int) -> None:
         os.sched_setaffinity(0, {cpus[i]})  # this thread only
-        times = []
+        vector = _probe_vector(i)
         start.wait()
-        for _ in range(calls):
-            tick = time.perf_counter()
-            a @ a
-            times.append(time.perf_counter() - tick)
-        medians[i] = statistics.median(times) * 1e3
+        medians[i] = Probe(median_ms(lambda: a @ a, calls), median_ms(vector.sum, MEMORY_PROBE_CALLS))
 
     with _blas().limit(limits=1, user_api="blas"):
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(cpus))]
@@ -58,7 +107,7 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> float:
             thread.start()
         for thread in threads:
             thread.join()
-    return max(medians)
+    return Probe(max(m.compute_ms for m in medians), max(m.memory_ms for m in medians))
 
 
 @functools.cache
@@ -66,6 +115,14 @@ def _probe_matrix() -> Any:
     import numpy as np
 
     return np.random.default_rng(0).random((PROBE_SIZE, PROBE_SIZE), dtype=np.float32)
+
+
+@functools.cache
+def _probe_vector(thread: int) -> Any:
+    """Each probe thread's vector, allocated once per process."""
+    import numpy as np
+
+    return np.random.default_rng(thread).random(MEMORY_PROBE_BYTES // 4, dtype=np.float32)
 
 
 @functools.cache
@@ -83,33 +140,40 @@ def probe_cpus(threads: int, cores: tuple[int, ...] | None) -> list[int]:
 
 
 class HostSpeed:
-    """Probes of one host, kept in ``path`` (a JSON map from CPU set to the latest probe times): read
-    once, by the first probe, then written after each (the last process to write keeps its history)."""
+    """Probes of one host, kept in ``path`` (a JSON map from CPU set, and CPU set + ``:memory``, to the
+    latest probe times): read once, by the first probe, then written after each (the last process to
+    write keeps its history)."""
 
-    def __init__(self, path: Path, probe: Callable[[list[int]], float] = probe_ms,
+    def __init__(self, path: Path, probe: Callable[[list[int]], Probe] = probe_ms,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
         self.path, self._probe, self._sleep, self._clock = path, probe, sleep, clock
         self._history: dict[str, list[float]] | None = None
 
-    def slowness(self, cpus: list[int]) -> float:
-        """A probe's time over the normal time (1.0: the usual state; NaN until :data:`MIN_HISTORY` probes)."""
+    def slowness(self, cpus: list[int]) -> Slowness:
+        """Probe the host now: each loop's time over its normal time."""
         if self._history is None:
             self._history = self._load()
-        history = self._history.setdefault(",".join(map(str, cpus)), [])
-        normal = statistics.median(history) if len(history) >= MIN_HISTORY else math.nan
+        key = ",".join(map(str, cpus))
         taken = self._probe(cpus)
+        slowness = Slowness(self._judge(key, taken.compute_ms), self._judge(f"{key}:memory", taken.memory_ms))
+        self._save()
+        return slowness
+
+    def _judge(self, key: str, taken: float) -> float:
+        assert self._history is not None
+        history = self._history.setdefault(key, [])
+        normal = statistics.median(history) if len(history) >= MIN_HISTORY else math.nan
         history.append(taken)
         del history[:-HISTORY]
-        self._save()
         return taken / normal
 
-    def settle(self, cpus: list[int], max_wait_s: float) -> float:
-        """Probe until the host is in its usual state (within :data:`TOLERANCE`) or ``max_wait_s`` has
-        passed: the last probe's slowness."""
+    def settle(self, cpus: list[int], max_wait_s: float) -> Slowness:
+        """Probe until the host is in its usual state (both loops within :data:`TOLERANCE`) or
+        ``max_wait_s`` has passed: the last probe's slowness."""
         deadline = self._clock() + max_wait_s
         while True:
             slowness = self.slowness(cpus)
-            if not abs(slowness - 1) > TOLERANCE or self._clock() >= deadline:  # NaN: nothing to judge by yet
+            if slowness.usual or self._clock() >= deadline:  # NaN: nothing to judge by yet
                 return slowness
             self._sleep(POLL_S)
 

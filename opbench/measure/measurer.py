@@ -40,7 +40,8 @@ class Measurer:
         self._builder = LocalBuilder(self.options.build_workers, self.options.build_timeout_s, lock)
         self._lock = lock
         self._local = LocalRunner(self.options.run_timeout_s, lock,
-                                  HostSpeed(self.options.lock_path.with_name(HOST_SPEED_FILE)), self.options.settle_s)
+                                  HostSpeed(self.options.lock_path.with_name(HOST_SPEED_FILE)), self.options.settle_s,
+                                  self.options.spell_reruns)
         self._corunner = CoRunner(self.options.run_timeout_s, lock)
         self._runners: dict[str, Runner[RunInput, RunResult]] = {LOCAL: self._local}  # device spec -> its runner
         self._dir = tempfile.mkdtemp(prefix="opbench-build-")
@@ -272,7 +273,7 @@ class Measurer:
             if run.status is Status.OK and run.energy_j is not None:
                 record.update(energy_j=run.energy_j, power_w=run.power_w)
             if run.status is Status.OK:
-                record.update(run.load, remeasures=run.remeasures, cache_flush=int(self.options.cache_flush),
+                record.update(run.load, remeasures=run.remeasures, spell_reruns=run.spell_reruns, cache_flush=int(self.options.cache_flush),
                               worker_pid=run.pid)
         record["trial_s"] = time.perf_counter() - started
         record["finished_at"] = time.time()  # unix seconds: tuning curves against wall time

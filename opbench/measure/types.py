@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from opbench.hardware.resources import Resources
-from opbench.measure.host_speed import SETTLE_S
+from opbench.measure.host_speed import SETTLE_S, SPELL_RERUNS
 from opbench.measure.lock import DEFAULT_LOCK
 from opbench.record import Status
 from opbench.space import Config
@@ -81,6 +81,7 @@ class RunResult:
     device_addr: str = ""  # the remote server (HOST:PORT) the kernel ran on; empty when local
     device_facts: dict[str, Any] = field(default_factory=dict)  # that server's HostFacts, when it reports them
     remeasures: int = 0  # extra attempts taken because the repeats varied more than Timing.max_cv
+    spell_reruns: int = 0  # runs taken again because a probe found the host outside its usual state
     load: dict[str, float] = field(default_factory=dict)  # the host's load while timing (HostLoad.stop)
     pid: int = 0  # the process that timed it
 
@@ -151,6 +152,7 @@ class MeasureOptions:
     max_remeasures: int = 2
     cache_flush: bool = False  # evict CPU caches before every timed call (AutoTVM's enable_cpu_cache_flush)
     settle_s: float = SETTLE_S  # a trial waits this long at most for the host's usual speed (opbench.measure.host_speed)
+    spell_reruns: int = SPELL_RERUNS  # a run the probes found outside the host's usual state is taken again
     build_timeout_s: float = 60.0
     run_timeout_s: float = 120.0
     build_workers: int = 1
