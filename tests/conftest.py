@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 # Two test workers share these two cores, so the host-speed probe often finds the other one busy: the
-# suite's runs (and the processes it starts, which inherit this) record host_slowness but never wait
-# or run again.
-os.environ.update(OPBENCH_SETTLE_S="0", OPBENCH_FRESH_SETTLE_S="0", OPBENCH_SPELL_RERUNS="0")
+# suite's runs (and the processes it starts, which inherit this) record the host's slowness but never
+# wait or run again.
+os.environ.update(OPBENCH_SETTLE_S="0", OPBENCH_FRESH_SETTLE_S="0", OPBENCH_SPELL_RERUNS="0",
+                  OPBENCH_SPELL_WAIT_S="0")
 
 from opbench.plugins import load_plugins
 

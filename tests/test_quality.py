@@ -341,9 +341,10 @@ class _Spells:
     """Stands in for the host-speed probe: the slowness of each probe in turn."""
 
     def __init__(self, *probes):
-        self.probes = list(probes)
+        self.probes, self.waits = list(probes), []
 
     def settle(self, cpus, max_wait_s):
+        self.waits.append(max_wait_s)
         return self.probes.pop(0)
 
 
@@ -361,7 +362,7 @@ class _Runs:
 
 
 def _ok(ms):
-    return RunResult(Status.OK, latencies_s=[ms * 1e-3], load={"other_busy_frac": 0.0})
+    return RunResult(Status.OK, latencies_s=[ms * 1e-3], run_s=0.25, load={"other_busy_frac": 0.0})
 
 
 def test_a_run_the_probes_find_in_a_spell_is_taken_again_and_the_nearest_to_usual_kept():
@@ -369,9 +370,11 @@ def test_a_run_the_probes_find_in_a_spell_is_taken_again_and_the_nearest_to_usua
     inp = RunInput("", MATMUL)
     # memory fast before the first run, compute slow after the second: the third, usual on both sides, is kept
     worker = _Runs(_ok(1.3), _ok(1.9), _ok(1.6))
-    runner = LocalRunner(speed=_Spells(fast, usual, usual, slow, usual, usual), spell_reruns=2)
-    kept = runner._call(worker, inp, 0.0)
+    spells = _Spells(fast, usual, usual, slow, usual, usual)
+    kept = LocalRunner(speed=spells, spell_reruns=2, spell_wait_s=1.5)._call(worker, inp, 0.0)
     assert worker.calls == 3 and kept.latencies_s == [1.6e-3] and kept.spell_reruns == 2
+    assert spells.waits == [0.0, 0.0, 1.5, 0.0, 1.5, 0.0]  # a rerun waits for the usual state, a probe after never
+    assert kept.run_s == pytest.approx(0.75)  # every attempt's run time
     assert kept.load == {"other_busy_frac": 0.0, "host_slowness": 1.0, "host_memory_slowness": 1.02}
     # still in a spell after every rerun: the attempt nearest the usual state (0.85 memory beats 0.7)
     worker = _Runs(_ok(1.3), _ok(1.4))

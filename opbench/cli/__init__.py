@@ -20,7 +20,7 @@ from opbench.engines.optuna_storage import STORAGE_HELP
 from opbench.engines.registry import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores, parse_thread_counts
-from opbench.measure.host_speed import SETTLE_S
+from opbench.measure.host_speed import SETTLE_S, SPELL_RERUNS
 from opbench.plugins import load_plugins
 from opbench.record import Record, is_ok, ok_records, tee
 from opbench.report.progress import TrialPrinter, table
@@ -71,11 +71,14 @@ def _measure_options(args: argparse.Namespace) -> MeasureOptions:
         raise UsageError(f"--max-cv must be > 0, got {args.max_cv}")
     if args.settle_s < 0:
         raise UsageError(f"--settle-s must be >= 0, got {args.settle_s}")
+    if args.spell_reruns < 0:
+        raise UsageError(f"--spell-reruns must be >= 0, got {args.spell_reruns}")
     remote = {"remote_workers": args.remote_workers, "connect_timeout_s": args.connect_timeout} \
         if hasattr(args, "remote_workers") else {}
     return MeasureOptions(repeat=args.repeat, build_timeout_s=args.build_timeout,
                           run_timeout_s=args.run_timeout, max_cv=args.max_cv, max_remeasures=args.max_remeasures,
-                          cache_flush=args.cache_flush, settle_s=args.settle_s, **remote)
+                          cache_flush=args.cache_flush, settle_s=args.settle_s,
+                          spell_reruns=args.spell_reruns, **remote)
 
 
 def _recorder(args: argparse.Namespace, study: str):
@@ -342,6 +345,9 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--settle-s", type=float, default=SETTLE_S,
                    help="a trial waits up to this long for the host's usual speed (its probe within 10%%; 0: only "
                         "record host_slowness; default: $OPBENCH_SETTLE_S or 0)")
+    p.add_argument("--spell-reruns", type=int, default=SPELL_RERUNS,
+                   help="a run the host-speed probes before or after it found outside the host's usual state is "
+                        "taken again at most this many times (default: $OPBENCH_SPELL_RERUNS or 2)")
     p.add_argument("--build-timeout", type=float, default=60.0)
     p.add_argument("--run-timeout", type=float, default=120.0)
     p.add_argument("--log", help="also append records to this JSON-lines file")

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
 from opbench.measure._worker import KERNEL, LIBRARY
-from opbench.measure.host_speed import FRESH_SETTLE_S, HostSpeed, Slowness, furthest_from_usual, probe_cpus
+from opbench.measure.host_speed import FRESH_SETTLE_S, SPELL_WAIT_S, HostSpeed, Slowness, furthest_from_usual, probe_cpus
 from opbench.measure.lock import HostLock
 from opbench.measure.runner._base import Runner
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status
@@ -31,16 +31,19 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
     every CPU run is preceded by a probe of the host's speed, after waiting for the host's usual state (up
     to ``settle_s`` for a run, up to :data:`FRESH_SETTLE_S` for a fresh-process turn), and followed by
     another; a run either probe found outside the usual state is taken again, at most ``spell_reruns``
-    times, and the attempt nearest the usual state is kept, its probes' slowness in the result's load.
+    times and each after waiting up to ``spell_wait_s`` more for the usual state, and the attempt nearest
+    the usual state is kept, its probes' slowness in the result's load and every attempt's run time in
+    its ``run_s``.
     """
 
     def __init__(self, timeout_s: float = 120.0, lock: HostLock | None = None, speed: HostSpeed | None = None,
-                 settle_s: float = 0.0, spell_reruns: int = 2) -> None:
+                 settle_s: float = 0.0, spell_reruns: int = 2, spell_wait_s: float = SPELL_WAIT_S) -> None:
         self.timeout_s = timeout_s
         self._lock = lock
         self._speed = speed
         self.settle_s = settle_s
         self.spell_reruns = spell_reruns
+        self.spell_wait_s = spell_wait_s
         self._workers: dict[tuple[str, int, tuple[int, ...] | None], Worker] = {}
 
     @staticmethod
@@ -101,17 +104,19 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
 
     def _call(self, worker: Worker, inp: Job, max_wait_s: float) -> RunResult:
         kept: tuple[RunResult, Slowness] | None = None
+        run_s = 0.0
         for rerun in range(self.spell_reruns + 1):
             try:
                 self._start(worker)
                 with self._exclusive():
-                    before = self._settle(inp.resources, max_wait_s)
+                    before = self._settle(inp.resources, max_wait_s if rerun == 0 else max(max_wait_s, self.spell_wait_s))
                     result = worker.call(inp, self.timeout_s)
                     after = self._settle(inp.resources, 0.0) if before is not None else None
             except WorkerError as exc:
                 return RunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"run: {exc}")
             if before is None or after is None or result.status is not Status.OK:
                 return result  # not probed (a GPU run, no HostSpeed), or failed: nothing to take again
+            run_s += result.run_s
             slowness = before.worse(after)
             if kept is None or slowness.deviation < kept[1].deviation:
                 kept = (result, slowness)
@@ -120,7 +125,7 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
         assert kept is not None
         result, slowness = kept
         result.load.update(slowness.as_load())
-        result.spell_reruns = rerun
+        result.spell_reruns, result.run_s = rerun, run_s
         return result
 
     def _settle(self, resources: Resources, max_wait_s: float) -> Slowness | None:
