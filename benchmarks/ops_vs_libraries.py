@@ -5,7 +5,8 @@ the best of a small Optuna sweep, numpy and torch, each verified: re-measured in
 3 alternating rounds (torch and numpy in processes that never load TVM). Latency (median of the
 rounds, with their range), GFLOP/s, ratio to torch (per round, with its range), share of the CPU's
 peak FLOP/s (ISA x nominal clock; turbo can push measured shares past 100%),
-and the framework's overhead: study wall time minus every trial's build and run, as a fraction,
+and the framework's overhead: study wall time minus every trial's build and run and its time probing
+the host's speed and waiting out its spells (shown beside it: opbench.measure.host_speed), as a fraction,
 with every record logged to a real (temporary) MLflow sqlite store through the background writer
 ``opbench tune`` uses, plus trials per minute. Studies run as ``opbench tune`` runs them by default:
 one config per step (so no two builds overlap and the build and run times add up to the work) and
@@ -66,7 +67,9 @@ def main() -> None:
                                      resources)
                 wall = time.perf_counter() - started
             work = sum(r.get("build_s", 0.0) + r.get("run_s", 0.0) for r in records)
-            overhead_rows.append((name, len(records), wall, 60 * len(records) / wall, 100 * (wall - work) / wall))
+            waits = sum(r.get("host_wait_s", 0.0) for r in records)
+            overhead_rows.append((name, len(records), wall, 60 * len(records) / wall, 100 * (wall - work - waits) / wall,
+                                  100 * waits / wall))
             verified = verify(measurer, [*refs.values(), *records], name)
             for label, schedule in verified.schedules.items():
                 lat, vs_torch = schedule.latency, verified.ratio(label, "torch")
@@ -84,7 +87,7 @@ def main() -> None:
     print(table(rows, ["workload", "schedule", "verified ms", "min-max", "GFLOP/s", "x torch (min-max)",
                        "% nominal peak"]))
     print()
-    print(table(overhead_rows, ["workload", "trials", "wall_s", "trials/min", "overhead %"]))
+    print(table(overhead_rows, ["workload", "trials", "wall_s", "trials/min", "overhead %", "host probes+waits %"]))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,8 @@ def test_settle_waits_out_slow_and_fast_spells_but_not_forever(tmp_path):
     for _ in range(MIN_HISTORY):
         speed.slowness([0, 1])
     assert speed.settle([0, 1], max_wait_s=60) == pytest.approx((1.05, 1.02)) and host.slept == 3
+    kept = json.loads((tmp_path / "speed.json").read_text())
+    assert kept["0,1"] == [1.0] * MIN_HISTORY + [1.6]  # a wait's later probes, taken in the spell, are not kept
     usual = 3 * MIN_HISTORY  # enough usual probes that five slow ones leave the median at 1.0
     stuck, host = _speed(tmp_path, [1.0] * usual + [1.7] * 5, "stuck.json")
     for _ in range(usual):

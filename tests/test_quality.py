@@ -111,8 +111,9 @@ def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(mea
     for record in (noisy, baseline, flushed):
         assert record["status"] == "ok", record["error"]
         assert 0.0 <= record["other_busy_frac"] <= 1.0 and record["load_1m"] >= 0.0
-        assert "host_slowness" in record  # NaN while the host's history has fewer than 5 probes
-    assert flushed["host_slowness"] > 0  # the baseline's 12 turns each probed the host before it
+        assert "host_slowness" in record and "host_memory_slowness" in record  # NaN for the host's first 5 probes
+        assert record["spell_reruns"] == 0 and record["host_wait_s"] > 0  # no rerun in the suite (conftest); probes
+    assert flushed["host_slowness"] > 0 and flushed["host_memory_slowness"] > 0  # the baseline's turns probed before it
 
 
 @pytest.mark.full

@@ -43,7 +43,7 @@ FRESH_SETTLE_S = float(os.environ.get("OPBENCH_FRESH_SETTLE_S", "10"))  # ... an
 # 2 waits of 1 s left 6% of runs in one (545 runs sampled here, 28% of them found in a spell).
 SPELL_RERUNS = int(os.environ.get("OPBENCH_SPELL_RERUNS", "2"))
 SPELL_WAIT_S = float(os.environ.get("OPBENCH_SPELL_WAIT_S", "1"))
-POLL_S = 0.5
+POLL_S = 0.1  # between the probes of a wait: most spells last a fraction of a second
 
 
 class Probe(NamedTuple):
@@ -152,33 +152,38 @@ class HostSpeed:
         self.path, self._probe, self._sleep, self._clock = path, probe, sleep, clock
         self._history: dict[str, list[float]] | None = None
 
-    def slowness(self, cpus: list[int]) -> Slowness:
-        """Probe the host now: each loop's time over its normal time."""
+    def slowness(self, cpus: list[int], remember: bool = True) -> Slowness:
+        """Probe the host now: each loop's time over its normal time; the probe joins the history unless
+        ``remember`` is False."""
         if self._history is None:
             self._history = self._load()
         key = ",".join(map(str, cpus))
         taken = self._probe(cpus)
-        slowness = Slowness(self._judge(key, taken.compute_ms), self._judge(f"{key}:memory", taken.memory_ms))
-        self._save()
+        slowness = Slowness(self._judge(key, taken.compute_ms, remember),
+                            self._judge(f"{key}:memory", taken.memory_ms, remember))
+        if remember:
+            self._save()
         return slowness
 
-    def _judge(self, key: str, taken: float) -> float:
+    def _judge(self, key: str, taken: float, remember: bool) -> float:
         assert self._history is not None
         history = self._history.setdefault(key, [])
         normal = statistics.median(history) if len(history) >= MIN_HISTORY else math.nan
-        history.append(taken)
-        del history[:-HISTORY]
+        if remember:
+            history.append(taken)
+            del history[:-HISTORY]
         return taken / normal
 
     def settle(self, cpus: list[int], max_wait_s: float) -> Slowness:
         """Probe until the host is in its usual state (both loops within :data:`TOLERANCE`) or
-        ``max_wait_s`` has passed: the last probe's slowness."""
+        ``max_wait_s`` has passed: the last probe's slowness. Only the first probe joins the history: the
+        others are taken because the host was in a spell, and would pull its normal time towards them."""
         deadline = self._clock() + max_wait_s
-        while True:
-            slowness = self.slowness(cpus)
-            if slowness.usual or self._clock() >= deadline:  # NaN: nothing to judge by yet
-                return slowness
+        slowness = self.slowness(cpus)
+        while not slowness.usual and self._clock() < deadline:  # NaN: nothing to judge by yet
             self._sleep(POLL_S)
+            slowness = self.slowness(cpus, remember=False)
+        return slowness
 
     def _load(self) -> dict[str, list[float]]:
         try:

@@ -273,7 +273,8 @@ class Measurer:
             if run.status is Status.OK and run.energy_j is not None:
                 record.update(energy_j=run.energy_j, power_w=run.power_w)
             if run.status is Status.OK:
-                record.update(run.load, remeasures=run.remeasures, spell_reruns=run.spell_reruns, cache_flush=int(self.options.cache_flush),
+                record.update(run.load, remeasures=run.remeasures, spell_reruns=run.spell_reruns,
+                              host_wait_s=run.host_wait_s, cache_flush=int(self.options.cache_flush),
                               worker_pid=run.pid)
         record["trial_s"] = time.perf_counter() - started
         record["finished_at"] = time.time()  # unix seconds: tuning curves against wall time

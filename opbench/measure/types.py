@@ -82,6 +82,7 @@ class RunResult:
     device_facts: dict[str, Any] = field(default_factory=dict)  # that server's HostFacts, when it reports them
     remeasures: int = 0  # extra attempts taken because the repeats varied more than Timing.max_cv
     spell_reruns: int = 0  # runs taken again because a probe found the host outside its usual state
+    host_wait_s: float = 0.0  # spent probing the host's speed and waiting for its usual state
     load: dict[str, float] = field(default_factory=dict)  # the host's load while timing (HostLoad.stop)
     pid: int = 0  # the process that timed it
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from opbench.hardware.resources import Resources
@@ -104,14 +105,18 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
 
     def _call(self, worker: Worker, inp: Job, max_wait_s: float) -> RunResult:
         kept: tuple[RunResult, Slowness] | None = None
-        run_s = 0.0
+        run_s = wait_s = 0.0
         for rerun in range(self.spell_reruns + 1):
             try:
                 self._start(worker)
                 with self._exclusive():
+                    tick = time.perf_counter()
                     before = self._settle(inp.resources, max_wait_s if rerun == 0 else max(max_wait_s, self.spell_wait_s))
+                    tock = time.perf_counter()
                     result = worker.call(inp, self.timeout_s)
+                    tack = time.perf_counter()
                     after = self._settle(inp.resources, 0.0) if before is not None else None
+                    wait_s += (tock - tick) + (time.perf_counter() - tack)
             except WorkerError as exc:
                 return RunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"run: {exc}")
             if before is None or after is None or result.status is not Status.OK:
@@ -125,7 +130,7 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
         assert kept is not None
         result, slowness = kept
         result.load.update(slowness.as_load())
-        result.spell_reruns, result.run_s = rerun, run_s
+        result.spell_reruns, result.run_s, result.host_wait_s = rerun, run_s, wait_s
         return result
 
     def _settle(self, resources: Resources, max_wait_s: float) -> Slowness | None:
@@ -156,4 +161,5 @@ def joined(turns: list[RunResult]) -> RunResult:
             load[key] = worst([v for t in turns if (v := t.load.get(key, math.nan)) == v], default=math.nan)
     return dataclasses.replace(first, latencies_s=[s for t in turns for s in t.latencies_s],
                                run_s=sum(t.run_s for t in turns), remeasures=sum(t.remeasures for t in turns),
-                               spell_reruns=sum(t.spell_reruns for t in turns), load=load)
+                               spell_reruns=sum(t.spell_reruns for t in turns),
+                               host_wait_s=sum(t.host_wait_s for t in turns), load=load)
