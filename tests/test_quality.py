@@ -382,6 +382,10 @@ def test_a_run_the_probes_find_in_a_spell_is_taken_again_and_the_nearest_to_usua
     runner = LocalRunner(speed=_Spells(fast, usual, Slowness(1.0, 0.85), usual), spell_reruns=1)
     kept = runner._call(worker, inp, 0.0)
     assert kept.latencies_s == [1.4e-3] and kept.load["host_memory_slowness"] == 0.85 and kept.spell_reruns == 1
+    # a run that took long keeps its flag: taking it again would cost seconds
+    worker = _Runs(RunResult(Status.OK, latencies_s=[0.4], run_s=3.0))
+    kept = LocalRunner(speed=_Spells(fast, usual), spell_reruns=2)._call(worker, inp, 0.0)
+    assert worker.calls == 1 and kept.spell_reruns == 0 and kept.load["host_memory_slowness"] == 0.7
     # a failed run is not taken again, and an unprobed runner runs once
     worker = _Runs(RunResult(Status.RUN_ERROR, "run: crashed"))
     assert LocalRunner(speed=_Spells(fast, usual))._call(worker, inp, 0.0).status is Status.RUN_ERROR

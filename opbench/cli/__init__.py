@@ -346,8 +346,8 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
                    help="a trial waits up to this long for the host's usual speed (its probe within 10%%; 0: only "
                         "record host_slowness; default: $OPBENCH_SETTLE_S or 0)")
     p.add_argument("--spell-reruns", type=int, default=SPELL_RERUNS,
-                   help="a run the host-speed probes before or after it found outside the host's usual state is "
-                        "taken again at most this many times (default: $OPBENCH_SPELL_RERUNS or 2)")
+                   help="a run of at most 1 s that the host-speed probes before or after it found outside the "
+                        "host's usual state is taken again at most this many times (default: $OPBENCH_SPELL_RERUNS or 1)")
     p.add_argument("--build-timeout", type=float, default=60.0)
     p.add_argument("--run-timeout", type=float, default=120.0)
     p.add_argument("--log", help="also append records to this JSON-lines file")

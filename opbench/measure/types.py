@@ -153,7 +153,7 @@ class MeasureOptions:
     max_remeasures: int = 2
     cache_flush: bool = False  # evict CPU caches before every timed call (AutoTVM's enable_cpu_cache_flush)
     settle_s: float = SETTLE_S  # a trial waits this long at most for the host's usual speed (opbench.measure.host_speed)
-    spell_reruns: int = SPELL_RERUNS  # a run the probes found outside the host's usual state is taken again
+    spell_reruns: int = SPELL_RERUNS  # a short run the probes found outside the host's usual state is taken again
     build_timeout_s: float = 60.0
     run_timeout_s: float = 120.0
     build_workers: int = 1

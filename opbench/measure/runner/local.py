@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
 from opbench.measure._worker import KERNEL, LIBRARY
-from opbench.measure.host_speed import FRESH_SETTLE_S, SPELL_WAIT_S, HostSpeed, Slowness, furthest_from_usual, probe_cpus
+from opbench.measure.host_speed import (FRESH_SETTLE_S, SPELL_RERUN_MAX_S, SPELL_WAIT_S, HostSpeed, Slowness, furthest_from_usual,
+                                        probe_cpus)
 from opbench.measure.lock import HostLock
 from opbench.measure.runner._base import Runner
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status
@@ -31,8 +32,9 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
     (importing TVM and torch) never overlaps a timed run, whichever process times it. With ``speed``,
     every CPU run is preceded by a probe of the host's speed, after waiting for the host's usual state (up
     to ``settle_s`` for a run, up to :data:`FRESH_SETTLE_S` for a fresh-process turn), and followed by
-    another; a run either probe found outside the usual state is taken again, at most ``spell_reruns``
-    times and each after waiting up to ``spell_wait_s`` more for the usual state, and the attempt nearest
+    another; a run either probe found outside the usual state that took at most :data:`SPELL_RERUN_MAX_S`
+    is taken again, at most ``spell_reruns`` times and each after waiting up to ``spell_wait_s`` more for
+    the usual state, and the attempt nearest
     the usual state is kept, its probes' slowness in the result's load and every attempt's run time in
     its ``run_s``.
     """
@@ -125,7 +127,7 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
             slowness = before.worse(after)
             if kept is None or slowness.deviation < kept[1].deviation:
                 kept = (result, slowness)
-            if slowness.usual:
+            if slowness.usual or result.run_s > SPELL_RERUN_MAX_S:
                 break
         assert kept is not None
         result, slowness = kept
