@@ -10,8 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
 from opbench.measure._worker import KERNEL, LIBRARY
-from opbench.measure.host_speed import (FRESH_SETTLE_S, SPELL_RERUN_MAX_S, SPELL_WAIT_S, HostSpeed, Slowness, furthest_from_usual,
-                                        probe_cpus)
+from opbench.measure.host_speed import FRESH_SETTLE_S, SPELL_RERUN_MAX_S, SPELL_WAIT_S, HostSpeed, Slowness, furthest_from_usual, probe_cpus
 from opbench.measure.lock import HostLock
 from opbench.measure.runner._base import Runner
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status
