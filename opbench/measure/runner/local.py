@@ -10,7 +10,16 @@ from concurrent.futures import ThreadPoolExecutor
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
 from opbench.measure._worker import KERNEL, LIBRARY
-from opbench.measure.host_speed import FRESH_SETTLE_S, SPELL_RERUN_MAX_S, SPELL_WAIT_S, HostSpeed, Slowness, furthest_from_usual, probe_cpus
+from opbench.measure.host_speed import (
+    FRESH_SETTLE_S,
+    SPELL_RERUN_MAX_S,
+    SPELL_RERUNS,
+    SPELL_WAIT_S,
+    HostSpeed,
+    Slowness,
+    furthest_from_usual,
+    probe_cpus,
+)
 from opbench.measure.lock import HostLock
 from opbench.measure.runner._base import Runner
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status
@@ -33,13 +42,12 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
     to ``settle_s`` for a run, up to :data:`FRESH_SETTLE_S` for a fresh-process turn), and followed by
     another; a run either probe found outside the usual state that took at most :data:`SPELL_RERUN_MAX_S`
     is taken again, at most ``spell_reruns`` times and each after waiting up to ``spell_wait_s`` more for
-    the usual state, and the attempt nearest
-    the usual state is kept, its probes' slowness in the result's load and every attempt's run time in
-    its ``run_s``.
+    the usual state, and the attempt nearest the usual state is kept, its probes' slowness in the
+    result's load and every attempt's run time in its ``run_s``.
     """
 
     def __init__(self, timeout_s: float = 120.0, lock: HostLock | None = None, speed: HostSpeed | None = None,
-                 settle_s: float = 0.0, spell_reruns: int = 2, spell_wait_s: float = SPELL_WAIT_S) -> None:
+                 settle_s: float = 0.0, spell_reruns: int = SPELL_RERUNS, spell_wait_s: float = SPELL_WAIT_S) -> None:
         self.timeout_s = timeout_s
         self._lock = lock
         self._speed = speed
