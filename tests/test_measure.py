@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from opbench.hardware.resources import Resources
+from opbench.measure import _worker
 from opbench.measure.types import TrialSpec
 from opbench.workloads import parse_workload
 
@@ -92,3 +93,30 @@ def test_sizing_tvms_pool_in_process_keeps_every_core():
               "set_tvm_threads(1); print(os.sched_getaffinity(0) == before)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().endswith("True"), out.stderr[-2000:]
+
+
+def test_a_batch_takes_its_repeats_in_interleaved_turns_and_a_lone_trial_in_one(measurer):
+    w = parse_workload(SMALL["matmul"])
+    specs = [TrialSpec(w, {}, Resources(1)), TrialSpec(w, TUNED["matmul"], Resources(1)),
+             TrialSpec(parse_workload("faulty:n=64,mode=3"), {}, Resources(1))]
+    options = measurer.options
+    default, tuned, wrong = measurer.measure_batch(specs)
+    for record in (default, tuned):
+        _ok(record)
+        assert record["turns"] == options.turns == 3  # repeat 3: one repeat a turn
+    assert wrong["status"] == "wrong_result" and "turns" not in wrong
+    lone = measurer.measure(specs[1])
+    assert lone["turns"] == 1 and lone["repeat"] == options.repeat
+
+
+def test_kept_kernels_are_the_latest_whose_files_are_still_there(tmp_path, monkeypatch):
+    monkeypatch.setattr(_worker, "KEPT_KERNELS", 2)
+    kept = _worker._KeptKernels()
+    paths = [tmp_path / f"{name}.so" for name in "abc"]
+    for i, path in enumerate(paths):
+        path.touch()
+        kept.keep(str(path), "w", f"kernel {i}")
+    assert [kept.get(str(p), "w") for p in paths] == [None, "kernel 1", "kernel 2"]  # at most two, the latest
+    assert kept.get(str(paths[1]), "another workload") is None
+    paths[1].unlink()  # its trial is over
+    assert kept.get(str(paths[1]), "w") is None and list(kept._kernels) == [(str(paths[2]), "w")]

@@ -338,6 +338,23 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
     assert b.status is Status.TIMEOUT and b.error == "run: timed out"
 
 
+def test_a_batch_takes_turns_in_the_runners_own_workers_waiting_as_long_as_a_trial(monkeypatch):
+    calls = []
+
+    def call(self, worker, inp, max_wait_s):
+        calls.append((inp.workload, max_wait_s, worker))
+        return _ok(len(calls))
+
+    monkeypatch.setattr(LocalRunner, "_call", call)
+    runner = LocalRunner(settle_s=0.25)
+    first, second = runner.run_turns([RunInput("", MATMUL), RunInput("", "matmul:m=8,n=8,k=8")], turns=3)
+    small = "matmul:m=8,n=8,k=8"
+    assert [(w, wait) for w, wait, _ in calls] == [(w, 0.25) for w in (MATMUL, small, small, MATMUL, MATMUL, small)]
+    assert len({id(worker) for _, _, worker in calls}) == 1 and list(runner._workers.values())[0] is calls[0][2]
+    assert first.turns == second.turns == 3 and first.latencies_s == [1e-3, 4e-3, 5e-3]
+    runner.close()
+
+
 class _Spells:
     """Stands in for the host-speed probe: the slowness of each probe in turn."""
 

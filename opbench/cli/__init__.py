@@ -21,6 +21,7 @@ from opbench.engines.registry import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores, parse_thread_counts
 from opbench.measure.host_speed import SETTLE_S, SPELL_RERUNS
+from opbench.measure.types import TURNS
 from opbench.plugins import load_plugins
 from opbench.record import Record, is_ok, ok_records, tee
 from opbench.report.progress import TrialPrinter, table
@@ -73,12 +74,14 @@ def _measure_options(args: argparse.Namespace) -> MeasureOptions:
         raise UsageError(f"--settle-s must be >= 0, got {args.settle_s}")
     if args.spell_reruns < 0:
         raise UsageError(f"--spell-reruns must be >= 0, got {args.spell_reruns}")
+    if args.turns < 1:
+        raise UsageError(f"--turns must be >= 1, got {args.turns}")
     remote = {"remote_workers": args.remote_workers, "connect_timeout_s": args.connect_timeout} \
         if hasattr(args, "remote_workers") else {}
     return MeasureOptions(repeat=args.repeat, build_timeout_s=args.build_timeout,
                           run_timeout_s=args.run_timeout, max_cv=args.max_cv, max_remeasures=args.max_remeasures,
                           cache_flush=args.cache_flush, settle_s=args.settle_s,
-                          spell_reruns=args.spell_reruns, **remote)
+                          spell_reruns=args.spell_reruns, turns=args.turns, **remote)
 
 
 def _recorder(args: argparse.Namespace, study: str):
@@ -348,6 +351,9 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spell-reruns", type=int, default=SPELL_RERUNS,
                    help="a run of at most 1 s that the host-speed probes before or after it found outside the "
                         "host's usual state is taken again at most this many times (default: $OPBENCH_SPELL_RERUNS or 1)")
+    p.add_argument("--turns", type=int, default=TURNS,
+                   help="the trials of a batch (--batch, or several configs) take their repeats in this many turns, "
+                        "interleaved with each other's, so that a spell of the host falls on all alike (default 3)")
     p.add_argument("--build-timeout", type=float, default=60.0)
     p.add_argument("--run-timeout", type=float, default=120.0)
     p.add_argument("--log", help="also append records to this JSON-lines file")

@@ -32,6 +32,7 @@ from opbench.measure.types import (
 READY = "ready"
 KERNEL, LIBRARY = "kernel", "library"  # a worker's role: TVM builds and kernels, or library baselines only
 FLUSH_BYTES = 64 << 20  # evicted before each call when Timing.cache_flush: larger than any LLC here
+KEPT_KERNELS = 64  # loaded, checked kernels a worker keeps for the next turn (or rerun) of their trial
 
 
 @dataclass
@@ -43,6 +44,26 @@ class _Kernel:
     first_s: float
     max_abs_err: float
     number: int = 1
+
+
+class _KeptKernels:
+    """Kernels loaded and checked here, by artifact and workload, so that a trial's next turn or rerun only
+    times it: the last :data:`KEPT_KERNELS`, each dropped once its file is gone (the parent deletes a
+    trial's library after its last turn; a build never reuses a path)."""
+
+    def __init__(self) -> None:
+        self._kernels: dict[tuple[str, str], _Kernel] = {}
+
+    def get(self, artifact: str, workload: str) -> _Kernel | None:
+        for key in [k for k in self._kernels if not os.path.exists(k[0])]:
+            del self._kernels[key]
+        return self._kernels.get((artifact, workload))
+
+    def keep(self, artifact: str, workload: str, kernel: _Kernel) -> None:
+        self._kernels.pop((artifact, workload), None)  # re-inserted last: the most recently used are kept
+        self._kernels[(artifact, workload)] = kernel
+        while len(self._kernels) > KEPT_KERNELS:
+            del self._kernels[next(iter(self._kernels))]
 
 
 def _short(exc: BaseException, limit: int = 1500) -> str:
@@ -113,6 +134,7 @@ class _Worker:
             os.sched_setaffinity(0, cores)
             tvm.get_global_func("runtime.config_threadpool")(-3, threads, [str(c) for c in cores])
         self._inputs_for = _Inputs()
+        self._kept = _KeptKernels()
         self._corun: list[_Kernel] = []
         self._session: Any = None  # an RPC session: kernels are uploaded to and run on its device
         self._addr = ""  # its server's HOST:PORT
@@ -244,10 +266,15 @@ class _Worker:
 
     def _run(self, req: RunInput) -> RunResult:
         start = time.perf_counter()
-        kernel = self._load_checked(req.artifact, req.workload, req.target)
+        local = self._session is None
+        kernel: _Kernel | RunResult | None = self._kept.get(req.artifact, req.workload) if local else None
+        if kernel is None:
+            kernel = self._load_checked(req.artifact, req.workload, req.target)
         if isinstance(kernel, RunResult):
             kernel.run_s = time.perf_counter() - start
             return kernel
+        if local:
+            self._kept.keep(req.artifact, req.workload, kernel)
         timing = req.timing
         number = 1 if timing.cache_flush else _number(timing.min_repeat_ms, kernel.first_s)
         # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shutil
 import tempfile
@@ -95,9 +96,13 @@ class Measurer:
                 emit(i, self._record(spec, template, config, started, Status.INVALID_CONFIG, error))
         builds = self._build_valid(specs, checked)
 
-        def finish(i: int, build: BuildResult) -> Record:
+        def finish(i: int, build: BuildResult, run: RunResult | None = None) -> Record:
             run_started = time.perf_counter()
-            run = self._run(build, specs[i]) if build.status is Status.OK else None
+            if run is not None:  # taken in turns: its own time is its turns' runs and waits
+                run_started -= run.run_s + run.host_wait_s
+                _discard(build)
+            elif build.status is Status.OK:
+                run = self._run(build, specs[i])
             status, error = (run.status, run.error) if run else (build.status, build.error)
             # A trial's own time: its build (parallel builds overlap) plus its run and bookkeeping.
             return self._record(specs[i], checked[i][0], checked[i][1], run_started - build.build_s, status,
@@ -105,14 +110,28 @@ class Measurer:
 
         parallel = max((self._runner(s.resources.device).slots for s in specs), default=1)
         if parallel == 1:
+            in_turns = self._run_in_turns(specs, builds)
             for i, build in builds.items():
-                emit(i, finish(i, build))
+                emit(i, finish(i, build, in_turns.get(i)))
         else:
             with ThreadPoolExecutor(parallel, thread_name_prefix="opbench-remote") as pool:
                 futures = {pool.submit(finish, i, build): i for i, build in builds.items()}
                 for future in as_completed(futures):
                     emit(futures[future], future.result())
         return [records[i] for i in range(len(specs))]
+
+    def _run_in_turns(self, specs: list[TrialSpec], builds: dict[int, BuildResult]) -> dict[int, RunResult]:
+        """Time the built kernels of a batch that run on this host in ``options.turns`` interleaved turns
+        (:meth:`LocalRunner.run_turns`), the repeats shared among them; by spec index. Empty for fewer
+        than two such kernels: a lone trial's turns would follow each other, all within one of the host's
+        spells."""
+        local = [i for i, b in builds.items() if b.status is Status.OK and specs[i].resources.device == LOCAL]
+        turns = self.options.turns
+        if len(local) < 2 or turns < 2:
+            return {}
+        timing = dataclasses.replace(self.timing, repeat=math.ceil(self.timing.repeat / turns))
+        runs = self._local.run_turns([self._run_input(builds[i], specs[i], timing) for i in local], turns)
+        return dict(zip(local, runs))
 
     @staticmethod
     def _validate(spec: TrialSpec) -> tuple[str, Config, str | None]:
@@ -273,7 +292,7 @@ class Measurer:
             if run.status is Status.OK and run.energy_j is not None:
                 record.update(energy_j=run.energy_j, power_w=run.power_w)
             if run.status is Status.OK:
-                record.update(run.load, remeasures=run.remeasures, spell_reruns=run.spell_reruns,
+                record.update(run.load, remeasures=run.remeasures, spell_reruns=run.spell_reruns, turns=run.turns,
                               host_wait_s=run.host_wait_s, cache_flush=int(self.options.cache_flush),
                               worker_pid=run.pid)
         record["trial_s"] = time.perf_counter() - started

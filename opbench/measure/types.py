@@ -82,6 +82,7 @@ class RunResult:
     device_facts: dict[str, Any] = field(default_factory=dict)  # that server's HostFacts, when it reports them
     remeasures: int = 0  # extra attempts taken because the repeats varied more than Timing.max_cv
     spell_reruns: int = 0  # runs taken again because a probe found the host outside its usual state
+    turns: int = 1  # series taken at different times, interleaved with other trials' (LocalRunner.run_turns)
     host_wait_s: float = 0.0  # spent probing the host's speed and waiting for its usual state
     load: dict[str, float] = field(default_factory=dict)  # the host's load while timing (HostLoad.stop)
     pid: int = 0  # the process that timed it
@@ -145,6 +146,11 @@ class TrialSpec:
     tags: dict[str, str] = field(default_factory=dict, hash=False)  # stamped on the record (engine ids)
 
 
+# A batch's trials on this host take their repeats in this many turns, interleaved with each other's
+# (Measurer.measure_batch): the median of three turns stands when one of them fell in a spell of the host.
+TURNS = 3
+
+
 @dataclass
 class MeasureOptions:
     repeat: int = 5
@@ -154,6 +160,7 @@ class MeasureOptions:
     cache_flush: bool = False  # evict CPU caches before every timed call (AutoTVM's enable_cpu_cache_flush)
     settle_s: float = SETTLE_S  # a trial waits this long at most for the host's usual speed (opbench.measure.host_speed)
     spell_reruns: int = SPELL_RERUNS  # a short run the probes found outside the host's usual state is taken again
+    turns: int = TURNS  # a batch's local trials take this many interleaved turns, sharing the repeats
     build_timeout_s: float = 60.0
     run_timeout_s: float = 120.0
     build_workers: int = 1

@@ -93,24 +93,33 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
     def run(self, inp: Job) -> RunResult:
         return self._call(self._worker(inp.resources, _role(inp)), inp, self.settle_s)
 
+    def run_turns(self, jobs: list[Job], turns: int) -> list[RunResult]:
+        """Each job in its (persistent) worker, in ``turns`` turns taken as :meth:`run_fresh` takes them."""
+        return self._take_turns([self._worker(inp.resources, _role(inp)) for inp in jobs], jobs, turns, self.settle_s)
+
     def run_fresh(self, jobs: list[Job], turns: int = 1) -> list[RunResult]:
-        """Each job in a new process that has run nothing else. All start together, then they take
-        ``turns`` turns, one series of the job's timing each, in an order that reverses every turn; a
-        job's result joins its turns (:func:`joined`), so a slow spell of the host that covers a few
-        seconds falls on every job's series alike instead of on one job's whole measurement."""
+        """Each job in a new process that has run nothing else; all start together, then take ``turns``
+        turns (:meth:`_take_turns`)."""
         workers = [self._new_worker(inp.resources, _role(inp)) for inp in jobs]
-        results: list[list[RunResult]] = [[] for _ in jobs]
         try:
             self._start(*workers)
-            for turn in range(turns):
-                order = range(len(jobs)) if turn % 2 == 0 else reversed(range(len(jobs)))
-                for i in order:
-                    if not results[i] or results[i][-1].status is Status.OK:  # a failed job takes no more turns
-                        results[i].append(self._call(workers[i], jobs[i], FRESH_SETTLE_S))
-            return [joined(r) for r in results]
+            return self._take_turns(workers, jobs, turns, FRESH_SETTLE_S)
         finally:
             for worker in workers:
                 worker.close()
+
+    def _take_turns(self, workers: list[Worker], jobs: list[Job], turns: int, max_wait_s: float) -> list[RunResult]:
+        """Jobs (``jobs[i]`` in ``workers[i]``) take ``turns`` turns, one series of the job's timing each, in
+        an order that reverses every turn; a job's result joins its turns (:func:`joined`), so a slow spell
+        of the host that covers a few seconds falls on every job's series alike instead of on one job's
+        whole measurement. A job that fails takes no more turns."""
+        results: list[list[RunResult]] = [[] for _ in jobs]
+        for turn in range(turns):
+            order = range(len(jobs)) if turn % 2 == 0 else reversed(range(len(jobs)))
+            for i in order:
+                if not results[i] or results[i][-1].status is Status.OK:
+                    results[i].append(self._call(workers[i], jobs[i], max_wait_s))
+        return [joined(r) for r in results]
 
     def _call(self, worker: Worker, inp: Job, max_wait_s: float) -> RunResult:
         kept: tuple[RunResult, Slowness] | None = None
@@ -168,7 +177,7 @@ def joined(turns: list[RunResult]) -> RunResult:
                        ("host_memory_slowness", furthest_from_usual)):
         if key in load:
             load[key] = worst([v for t in turns if (v := t.load.get(key, math.nan)) == v], default=math.nan)
-    return dataclasses.replace(first, latencies_s=[s for t in turns for s in t.latencies_s],
+    return dataclasses.replace(first, latencies_s=[s for t in turns for s in t.latencies_s], turns=len(turns),
                                run_s=sum(t.run_s for t in turns), remeasures=sum(t.remeasures for t in turns),
                                spell_reruns=sum(t.spell_reruns for t in turns),
                                host_wait_s=sum(t.host_wait_s for t in turns), load=load)
