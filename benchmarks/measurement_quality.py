@@ -29,6 +29,7 @@ from opbench.engines.driver import measure_references, run_tuning, valid_proposa
 from opbench.engines.optuna_engine import OptunaEngine
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources, host_facts
+from opbench.measure.host_speed import Slowness
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.record import is_ok
@@ -56,14 +57,20 @@ def measure_all(name: str, configs: list[dict], resources: Resources) -> list[di
         return measurer.measure_batch([TrialSpec(workload, c, resources) for c in configs])
 
 
-def fresh_rounds(measurer: Measurer, specs: list[TrialSpec]) -> list[list[float]]:
-    """Each spec's latency in ``ROUNDS`` alternating rounds, each in a fresh process."""
-    out: list[list[float]] = [[] for _ in specs]
+def fresh_rounds(measurer: Measurer, specs: list[TrialSpec]) -> list[list[dict]]:
+    """Each spec's records of ``ROUNDS`` alternating rounds, each in a fresh process."""
+    out: list[list[dict]] = [[] for _ in specs]
     for round_ in range(ROUNDS):
         order = list(range(len(specs)))[:: 1 if round_ % 2 == 0 else -1]
         for i, record in zip(order, measurer.measure_fresh([specs[i] for i in order])):
-            out[i].append(record["latency_ms"] if is_ok(record) else float("nan"))
+            out[i].append(record)
     return out
+
+
+def unusual_share(records: list[dict]) -> float:
+    """The share of successful records a host-speed probe found outside the host's usual state."""
+    ok = [r for r in records if is_ok(r)]
+    return sum(not Slowness(r["host_slowness"], r["host_memory_slowness"]).usual for r in ok) / max(1, len(ok))
 
 
 def torch_references(studies: int, trials: int, resources: Resources, scratch: Path) -> list[tuple[list[float], list[float]]]:
@@ -80,7 +87,7 @@ def torch_references(studies: int, trials: int, resources: Resources, scratch: P
                                   f"sqlite:///{scratch}/optuna.db", seed=i)
             run_tuning(engine, workload, trials, measurer, lambda r: None, resources, batch=2)
             after = measurer.measure_library(workload, "torch", resources, processes=ROUNDS)
-        out.append(tuple(_record_first(r) for r in (refs["torch"], after)))
+        out.append((_record_first(refs["torch"]), _record_first(after)))
     return out
 
 
@@ -108,9 +115,12 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="opbench-quality-"))
     out = Path(args.out) if args.out else scratch
     repeat_rows, best_rows, cvs = [], [], []
+    measured: dict[str, list[dict]] = {"run A": [], "run B": [], "fresh rounds": []}
     for name in WORKLOADS:
         configs = sample_configs(name, args.configs, args.threads, seed=7)
         first, second = measure_all(name, configs, resources), measure_all(name, configs, resources)
+        measured["run A"] += first
+        measured["run B"] += second
         pairs = [(a, b) for a, b in zip(first, second) if is_ok(a) and is_ok(b)]
         a_ms, b_ms = np.array([a["latency_ms"] for a, _ in pairs]), np.array([b["latency_ms"] for _, b in pairs])
         cvs += [r["latency_cv"] for r in first + second if is_ok(r)]
@@ -122,7 +132,9 @@ def main() -> None:
         top = sorted(pairs, key=lambda p: p[0]["latency_ms"])[:3]  # chosen by run A: B is independent of the choice
         specs = [TrialSpec(parse_workload(name), configs[first.index(a)], resources) for a, _ in top]
         with Measurer() as measurer:
-            for (a, b), rounds in zip(top, fresh_rounds(measurer, specs)):
+            for (a, b), records in zip(top, fresh_rounds(measurer, specs)):
+                measured["fresh rounds"] += records
+                rounds = [r["latency_ms"] if is_ok(r) else float("nan") for r in records]
                 fresh = statistics.median(rounds)
                 best_rows.append((name, a["latency_ms"], b["latency_ms"], _state(b), fresh,
                                   min(rounds), max(rounds), 100 * (fresh / a["latency_ms"] - 1),
@@ -139,6 +151,8 @@ def main() -> None:
           "run A, which chose them (so its lucky measurements are among them: the winner's curse), and run B")
     print(table(best_rows, ["workload", "run A ms", "run B ms", "B's host state", "fresh ms (median)", "min", "max",
                             "delta vs A %", "delta vs B %"]))
+    print("records a probe found outside the host's usual state (either loop off by more than 10%): " +
+          ", ".join(f"{what} {100 * unusual_share(records):.0f}%" for what, records in measured.items()))
     print(f"\ntorch reference of short studies vs torch after each study (matmul-512): the median of {ROUNDS} "
           "fresh processes")
     print(table([(i + 1, s[0], f"{min(s):.4g}-{max(s):.4g}", f[0], f"{min(f):.4g}-{max(f):.4g}", 100 * (s[0] / f[0] - 1))

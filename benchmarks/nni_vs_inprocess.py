@@ -7,10 +7,12 @@ measurement service measure it. No references in either (the rate is that of tun
 
 Trials/min come from NNI's own trial start and end times (its experiment database) and, in-process,
 from the records' timestamps: over all trials, and warm (from the second trial on: the first one
-starts the service, or the in-process workers). The per-trial split is the median over warm trials:
-process start (NNI spawns the trial until its ``main`` runs), connect (to the service), build and timed
-run (the service's measurement), other service work, exit (reply until NNI sees the trial end) and
-NNI's gap (one trial's end to the next one's start, at concurrency 1). MLflow logging runs in the
+starts the service, or the in-process workers). The per-trial split is the mean over warm trials (the
+means add up to a trial's time; a few long waits decide it when the host is noisy): process start (NNI
+spawns the trial until its ``main`` runs), connect (to the service), build, timed run (every attempt's),
+host probes+waits (probing the host's speed around each run and waiting for its usual state), other
+service work, exit (reply until NNI sees the trial end) and NNI's gap (one trial's end to the next one's
+start, at concurrency 1). MLflow logging runs in the
 background writer in every mode, off the trial's path.
 
     .venv/bin/python benchmarks/nni_vs_inprocess.py [--trials 32]
@@ -88,8 +90,9 @@ def under_nnictl(trials: int, concurrency: int, scratch: Path, port: int) -> dic
                                            .read_text())[-1])
         record, start, end = records[trial], times[trial]["RUNNING"], times[trial].get("SUCCEEDED", times[trial].get("FAILED"))
         splits.append({"process start": timing["main"] - start, "connect": timing["connected"] - timing["main"],
-                       "build": record["build_s"], "timed run": record["run_s"],
-                       "other service": timing["replied"] - timing["connected"] - record["build_s"] - record["run_s"],
+                       "build": record["build_s"], "timed run": record["run_s"], "host probes+waits": record["host_wait_s"],
+                       "other service": timing["replied"] - timing["connected"] - record["build_s"] - record["run_s"]
+                       - record["host_wait_s"],
                        "exit": end - timing["replied"],
                        "NNI gap": start - times[previous]["SUCCEEDED"] if previous and concurrency == 1 else float("nan")})
     ok = [records[t] for t in order]
@@ -101,7 +104,7 @@ def _summary(mode: str, records: list[dict], starts: list[float], ends: list[flo
     warm = 60 * (len(ends) - 1) / (max(ends) - min(starts[1:]))
     return {"mode": mode, "trials": len(records), "ok": sum(r["status"] == "ok" for r in records),
             "wall_s": max(ends) - min(starts), "per_min": 60 * len(ends) / (max(ends) - min(starts)), "warm_per_min": warm,
-            "split": {k: statistics.median(s[k] for s in splits[1:]) for k in (splits[0] if splits else {})}}
+            "split": {k: statistics.fmean(s[k] for s in splits[1:]) for k in (splits[0] if splits else {})}}
 
 
 def main() -> None:
@@ -120,7 +123,7 @@ def main() -> None:
                   f"{r['warm_per_min'] / base:.0%}"] for r in runs],
                 ["mode", "trials", "ok", "wall s", "trials/min", "warm trials/min", "warm vs in-process"]))
     for run in runs[1:]:
-        print(f"\nmedian per-trial split (s), {run['mode']}, warm trials:")
+        print(f"\nmean per-trial split (s), {run['mode']}, warm trials:")
         print(table([[f"{v:.3f}" for v in run["split"].values()]], list(run["split"])))
 
 

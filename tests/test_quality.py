@@ -394,11 +394,17 @@ def test_a_run_the_probes_find_in_a_spell_is_taken_again_and_the_nearest_to_usua
     assert spells.waits == [0.0, 0.0, 1.5, 0.0, 1.5, 0.0]  # a rerun waits for the usual state, a probe after never
     assert kept.run_s == pytest.approx(0.75)  # every attempt's run time
     assert kept.load == {"other_busy_frac": 0.0, "host_slowness": 1.0, "host_memory_slowness": 1.02}
-    # still in a spell after every rerun: the attempt nearest the usual state (0.85 memory beats 0.7)
+    # back in a spell after every rerun: the attempt nearest the usual state (0.85 memory beats 0.7)
     worker = _Runs(_ok(1.3), _ok(1.4))
-    runner = LocalRunner(speed=_Spells(fast, usual, Slowness(1.0, 0.85), usual), spell_reruns=1)
+    runner = LocalRunner(speed=_Spells(fast, usual, usual, Slowness(1.0, 0.85)), spell_reruns=1)
     kept = runner._call(worker, inp, 0.0)
     assert kept.latencies_s == [1.4e-3] and kept.load["host_memory_slowness"] == 0.85 and kept.spell_reruns == 1
+    # a spell that outlasts the wait before a rerun ends the reruns: the first attempt is kept, flagged
+    worker = _Runs(_ok(1.3), _ok(1.4))
+    spells = _Spells(fast, usual, slow)
+    kept = LocalRunner(speed=spells, spell_reruns=2, spell_wait_s=0.5)._call(worker, inp, 0.0)
+    assert worker.calls == 1 and kept.latencies_s == _ok(1.3).latencies_s and kept.spell_reruns == 0
+    assert kept.load["host_memory_slowness"] == 0.7 and spells.waits == [0.0, 0.0, 0.5]
     # a run that took long keeps its flag: taking it again would cost seconds
     worker = _Runs(RunResult(Status.OK, latencies_s=[0.4], run_s=3.0))
     kept = LocalRunner(speed=_Spells(fast, usual), spell_reruns=2)._call(worker, inp, 0.0)

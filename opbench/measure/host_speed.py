@@ -39,13 +39,14 @@ TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its
 SETTLE_S = float(os.environ.get("OPBENCH_SETTLE_S", "0"))
 FRESH_SETTLE_S = float(os.environ.get("OPBENCH_FRESH_SETTLE_S", "10"))  # ... and a fresh-process turn
 # A run the probe before or after it found outside the usual state is taken again at most this many times,
-# each after waiting up to SPELL_WAIT_S for the usual state (most spells last a fraction of a second: in
-# a trace of 545 runs here, 28% were found in a spell and 6% would still be in one 2 s later), if it took
-# at most SPELL_RERUN_MAX_S (a slow kernel's record keeps its flag: rerunning it costs seconds). Two
-# reruns (with 1 s waits) had nni_vs_inprocess's matmul-512 study at 29 trials a minute in-process, the
-# code before them at 60 in the next run.
+# each once the host is back in its usual state within SPELL_WAIT_S (most spells last a fraction of a
+# second: in a trace of 545 runs here, 28% were found in a spell and 6% would still be in one 2 s later;
+# one that outlasts the wait ends the reruns), if it took at most SPELL_RERUN_MAX_S (a slow kernel's
+# record keeps its flag: rerunning it costs seconds). Two reruns (each after waits of up to 1 s, taken
+# in a spell or not) had nni_vs_inprocess's matmul-512 study at 29 trials a minute in-process, the code
+# before them at 60 in the next run.
 SPELL_RERUNS = int(os.environ.get("OPBENCH_SPELL_RERUNS", "1"))
-SPELL_WAIT_S = float(os.environ.get("OPBENCH_SPELL_WAIT_S", "1"))
+SPELL_WAIT_S = float(os.environ.get("OPBENCH_SPELL_WAIT_S", "0.5"))
 SPELL_RERUN_MAX_S = 1.0
 POLL_S = 0.1  # between the probes of a wait: most spells last a fraction of a second
 

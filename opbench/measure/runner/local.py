@@ -41,9 +41,10 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
     every CPU run is preceded by a probe of the host's speed, after waiting for the host's usual state (up
     to ``settle_s`` for a run, up to :data:`FRESH_SETTLE_S` for a fresh-process turn), and followed by
     another; a run either probe found outside the usual state that took at most :data:`SPELL_RERUN_MAX_S`
-    is taken again, at most ``spell_reruns`` times and each after waiting up to ``spell_wait_s`` more for
-    the usual state, and the attempt nearest the usual state is kept, its probes' slowness in the
-    result's load and every attempt's run time in its ``run_s``.
+    is taken again, at most ``spell_reruns`` times and each once the host is back in its usual state
+    within ``spell_wait_s`` (a spell that outlasts the wait ends the reruns), and the attempt nearest the
+    usual state is kept, its probes' slowness in the result's load and every attempt's run time in its
+    ``run_s``.
     """
 
     def __init__(self, timeout_s: float = 120.0, lock: HostLock | None = None, speed: HostSpeed | None = None,
@@ -123,13 +124,16 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
 
     def _call(self, worker: Worker, inp: Job, max_wait_s: float) -> RunResult:
         kept: tuple[RunResult, Slowness] | None = None
-        run_s = wait_s = 0.0
-        for rerun in range(self.spell_reruns + 1):
+        attempts, run_s, wait_s = 0, 0.0, 0.0
+        while True:
             try:
                 self._start(worker)
                 with self._exclusive():
                     tick = time.perf_counter()
-                    before = self._settle(inp.resources, max_wait_s if rerun == 0 else max(max_wait_s, self.spell_wait_s))
+                    before = self._settle(inp.resources, max_wait_s if kept is None else max(max_wait_s, self.spell_wait_s))
+                    if kept is not None and before is not None and not before.usual:
+                        wait_s += time.perf_counter() - tick
+                        break  # the spell outlasted the wait: a rerun now would fall in it too
                     tock = time.perf_counter()
                     result = worker.call(inp, self.timeout_s)
                     tack = time.perf_counter()
@@ -139,16 +143,17 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
                 return RunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"run: {exc}")
             if before is None or after is None or result.status is not Status.OK:
                 return result  # not probed (a GPU run, no HostSpeed), or failed: nothing to take again
+            attempts += 1
             run_s += result.run_s
             slowness = before.worse(after)
             if kept is None or slowness.deviation < kept[1].deviation:
                 kept = (result, slowness)
-            if slowness.usual or result.run_s > SPELL_RERUN_MAX_S:
+            if slowness.usual or result.run_s > SPELL_RERUN_MAX_S or attempts > self.spell_reruns:
                 break
         assert kept is not None
         result, slowness = kept
         result.load.update(slowness.as_load())
-        result.spell_reruns, result.run_s, result.host_wait_s = rerun, run_s, wait_s
+        result.spell_reruns, result.run_s, result.host_wait_s = attempts - 1, run_s, wait_s
         return result
 
     def _settle(self, resources: Resources, max_wait_s: float) -> Slowness | None:
