@@ -8,11 +8,12 @@ import pytest
 import mlflow
 from opbench.cli import main
 from opbench.hardware.resources import Resources
+from opbench.measure import _worker
 from opbench.measure._worker import LIBRARY
 from opbench.measure.host_speed import FRESH_SETTLE_S, Slowness
 from opbench.measure.measurer import FRESH_TURNS
 from opbench.measure.runner.local import LocalRunner, joined
-from opbench.measure.types import LibraryInput, RunInput, RunResult, Status, TrialSpec
+from opbench.measure.types import LibraryInput, RunInput, RunResult, Status, Timing, TrialSpec
 from opbench.measure.worker import Worker
 from opbench.space import get_template
 from opbench.space.winograd import KNOBS
@@ -73,6 +74,18 @@ def test_workers_refuse_work_of_the_other_role():
         assert "libtvm" not in _maps(library.pid)
     finally:
         library.close()
+
+
+def test_a_slow_kernels_series_takes_fewer_repeats_and_is_not_measured_again(monkeypatch):
+    five = Timing(repeat=5)
+    assert [_worker._repeats(five, s) for s in (0.05, 0.2, 0.25, 0.3, 5.0)] == [5, 5, 4, 3, 3]
+    assert _worker._repeats(Timing(repeat=2), 5.0) == 2  # never more than asked for
+    noisy = iter([[1.0, 2.0], [1.0, 1.5], [1.0, 1.1]])
+    latencies, extra, _ = _worker._timed(Timing(max_remeasures=2), lambda: next(noisy))
+    assert extra == 2 and latencies == [1.0, 1.1]  # the steadiest of three
+    monkeypatch.setattr(_worker, "SERIES_BUDGET_S", 0.0)  # every series now outlasts the budget
+    latencies, extra, _ = _worker._timed(Timing(max_remeasures=2), lambda: [1.0, 2.0])
+    assert extra == 0 and latencies == [1.0, 2.0]
 
 
 def test_the_tvm_pool_is_idle_once_a_timed_run_returns(measurer):

@@ -33,6 +33,11 @@ READY = "ready"
 KERNEL, LIBRARY = "kernel", "library"  # a worker's role: TVM builds and kernels, or library baselines only
 FLUSH_BYTES = 64 << 20  # evicted before each call when Timing.cache_flush: larger than any LLC here
 KEPT_KERNELS = 64  # loaded, checked kernels a worker keeps for the next turn (or rerun) of their trial
+# A series of a slow kernel lasts about this long at most: it takes fewer repeats (at least MIN_REPEATS),
+# and is not measured again for a high CV. A config 200x slower than the best (300-600 ms matmul-512
+# configs, which TPE samples) otherwise took 2.5-11 s of a ~2 s trial budget.
+SERIES_BUDGET_S = 1.0
+MIN_REPEATS = 3
 
 
 @dataclass
@@ -89,17 +94,19 @@ class _Inputs:
 
 def _timed(timing: Timing, attempt: Callable[[], list[float]]) -> tuple[list[float], int, dict[str, float]]:
     """Run ``attempt`` (one timed series: per-call seconds, one per repeat) again while its CV exceeds
-    ``timing.max_cv``, at most ``timing.max_remeasures`` more times; the steadiest series, the extra
-    attempts taken and the host's load during the series kept."""
+    ``timing.max_cv``, at most ``timing.max_remeasures`` more times and only while a series lasts at most
+    :data:`SERIES_BUDGET_S`; the steadiest series, the extra attempts taken and the host's load during
+    the series kept."""
     best: tuple[float, list[float], dict[str, float]] | None = None
     load = HostLoad()
     for extra in range(timing.max_remeasures + 1):  # noqa: B007 - the last value is returned
         load.start()
+        tick = time.perf_counter()
         latencies = attempt()
         cv = _cv(latencies)
         if best is None or cv < best[0]:
             best = (cv, latencies, load.stop())
-        if cv <= timing.max_cv:
+        if cv <= timing.max_cv or time.perf_counter() - tick > SERIES_BUDGET_S:
             break
     assert best is not None
     return best[1], extra, best[2]
@@ -279,7 +286,7 @@ class _Worker:
         number = 1 if timing.cache_flush else _number(timing.min_repeat_ms, kernel.first_s)
         # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.
         evaluator = kernel.module.time_evaluator("main", self._device(req.target), number=number,
-                                                 repeat=timing.repeat + 1,
+                                                 repeat=_repeats(timing, number * kernel.first_s) + 1,
                                                  cache_flush_bytes=FLUSH_BYTES if timing.cache_flush else 0)
         meter = self._meter(req.target)
         if meter is not None:
@@ -369,11 +376,13 @@ class _LibraryWorker:
             self._flush = np.zeros(FLUSH_BYTES // 8)
         first = time.perf_counter()
         call()
-        number = 1 if timing.cache_flush else _number(timing.min_repeat_ms, time.perf_counter() - first)
+        one_call_s = time.perf_counter() - first
+        number = 1 if timing.cache_flush else _number(timing.min_repeat_ms, one_call_s)
+        repeat = _repeats(timing, number * one_call_s)
 
         def series() -> list[float]:
             latencies = []
-            for _ in range(timing.repeat + 1):
+            for _ in range(repeat + 1):
                 if self._flush is not None:
                     self._flush += 1.0  # writes every line: the inputs are evicted
                 tick = time.perf_counter()
@@ -385,6 +394,13 @@ class _LibraryWorker:
         latencies, remeasures, load = _timed(timing, series)
         return RunResult(Status.OK, latencies_s=latencies, number=number, run_s=time.perf_counter() - start,
                          remeasures=remeasures, load=load, pid=os.getpid())
+
+
+def _repeats(timing: Timing, repeat_s: float) -> int:
+    """Timed repeats of a series whose repeats last ``repeat_s``: ``timing.repeat``, fewer (down to
+    :data:`MIN_REPEATS`) where they would take longer than :data:`SERIES_BUDGET_S`."""
+    fit = math.floor(SERIES_BUDGET_S / max(repeat_s, 1e-9))
+    return min(timing.repeat, max(MIN_REPEATS, fit))
 
 
 def _number(min_repeat_ms: float, one_call_s: float) -> int:
