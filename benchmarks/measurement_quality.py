@@ -70,7 +70,8 @@ def fresh_rounds(measurer: Measurer, specs: list[TrialSpec]) -> list[list[dict]]
 def unusual_share(records: list[dict]) -> float:
     """The share of successful records a host-speed probe found outside the host's usual state."""
     ok = [r for r in records if is_ok(r)]
-    return sum(not Slowness(r["host_slowness"], r["host_memory_slowness"]).usual for r in ok) / max(1, len(ok))
+    return sum(not Slowness(r["host_slowness"], r["host_memory_slowness"], r["host_sync_slowness"]).usual
+               for r in ok) / max(1, len(ok))
 
 
 def torch_references(studies: int, trials: int, resources: Resources, scratch: Path) -> list[tuple[list[float], list[float]]]:
@@ -92,9 +93,10 @@ def torch_references(studies: int, trials: int, resources: Resources, scratch: P
 
 
 def _state(record: dict) -> str:
-    """The host's state around a record: its compute and memory slowness, and the runs taken again."""
+    """The host's state around a record: its compute, memory and lock-step slowness, and the runs taken
+    again."""
     return "/".join(f"{record.get(k, float('nan')):.3g}" for k in ("host_slowness", "host_memory_slowness",
-                                                                  "spell_reruns"))
+                                                                  "host_sync_slowness", "spell_reruns"))
 
 
 def _record_first(record: dict) -> list[float]:
@@ -151,7 +153,8 @@ def main() -> None:
           "run A, which chose them (so its lucky measurements are among them: the winner's curse), and run B")
     print(table(best_rows, ["workload", "run A ms", "run B ms", "B's host state", "fresh ms (median)", "min", "max",
                             "delta vs A %", "delta vs B %"]))
-    print("records a probe found outside the host's usual state (either loop off by more than 10%): " +
+    print("records a probe found outside the host's usual state (compute or memory off by more than 10%, "
+          "lock step slower by more than 20%): " +
           ", ".join(f"{what} {100 * unusual_share(records):.0f}%" for what, records in measured.items()))
     print(f"\ntorch reference of short studies vs torch after each study (matmul-512): the median of {ROUNDS} "
           "fresh processes")

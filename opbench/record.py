@@ -38,12 +38,12 @@ PARAMS = ("workload", "op", "shape", "dtype", "template", "threads", "cores", "t
 METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gflops", "peak_frac",
            "build_s", "run_s", "trial_s", "finished_at", "number", "repeat", "max_abs_err",
            # measurement quality: attempts repeated for a high CV, the host's load while timing, its
-           # speed and its memory's, the one of the probes before and after it furthest from the usual
-           # (opbench.measure.host_speed: 1.0 usual, 1.6 in a slow spell, 0.7 in a fast one), the runs
+           # speed, its memory's and its threads' in lock step, the one of the probes before and after it
+           # furthest from the usual (opbench.measure.host_speed: 1.0 usual, 1.6 in a slow spell), the runs
            # taken again because a probe found the host outside its usual state, the seconds spent probing
            # and waiting for the usual state, the interleaved turns its repeats were taken in
-           "remeasures", "load_1m", "other_busy_frac", "host_slowness", "host_memory_slowness", "spell_reruns",
-           "host_wait_s", "turns",
+           "remeasures", "load_1m", "other_busy_frac", "host_slowness", "host_memory_slowness", "host_sync_slowness",
+           "spell_reruns", "host_wait_s", "turns",
            # energy, where a meter could be read (opbench.hardware.energy)
            "energy_j", "power_w",
            # co-runs (opbench.measure.corun)

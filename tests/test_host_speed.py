@@ -8,8 +8,8 @@ from opbench.measure.host_speed import HISTORY, MIN_HISTORY, POLL_S, HostSpeed, 
 
 
 class _Host:
-    """Probe times in turn (a compute time, or a (compute, memory) pair), and a clock that only sleeping
-    advances."""
+    """Probe times in turn (a compute time, or a (compute, memory[, lock step]) tuple), and a clock that only
+    sleeping advances."""
 
     def __init__(self, times):
         self.times, self.now, self.slept = list(times), 0.0, 0
@@ -35,24 +35,37 @@ def test_slowness_is_a_probe_over_the_median_of_the_probes_before_it(tmp_path):
         first = speed.slowness([0, 1])
         assert math.isnan(first.compute) and math.isnan(first.memory) and first.usual
     assert speed.slowness([0, 1]).compute == pytest.approx(1.6)
-    assert speed.slowness([0, 1]) == pytest.approx((0.85, 1.0))  # median of 1.0, 1.1, 0.9, 1.0, 1.0, 1.6
+    assert speed.slowness([0, 1])[:2] == pytest.approx((0.85, 1.0))  # median of 1.0, 1.1, 0.9, 1.0, 1.0, 1.6
     again, _ = _speed(tmp_path, [(2.0, 0.7)])  # another process on the same host: the history is in the file
-    assert again.slowness([0, 1]) == pytest.approx((2.0, 0.7))
+    assert again.slowness([0, 1])[:2] == pytest.approx((2.0, 0.7))
 
 
 def test_either_loop_outside_the_tolerance_leaves_the_usual_state():
     assert Slowness(1.05, 0.95).usual and Slowness(math.nan, math.nan).usual
     assert not Slowness(1.0, 0.75).usual and Slowness(1.0, 0.75).deviation == pytest.approx(0.25)
     assert not Slowness(1.3, 1.0).usual
-    assert Slowness(1.2, 0.95).worse(Slowness(0.9, 0.7)) == (1.2, 0.7)  # each loop's furthest from 1.0
+    assert Slowness(1.2, 0.95, 1.1).worse(Slowness(0.9, 0.7, 1.4)) == (1.2, 0.7, 1.4)  # each loop's furthest from 1.0
     assert furthest_from_usual([math.nan, 0.8, 1.1]) == 0.8 and math.isnan(furthest_from_usual([math.nan]))
+
+
+def test_the_lock_step_loop_counts_only_when_slower_than_its_wider_tolerance(tmp_path):
+    assert Slowness(1.0, 1.0, 1.15).usual and Slowness(1.0, 1.0, 0.5).usual  # faster: not a spell a kernel feels
+    assert not Slowness(1.0, 1.0, 1.3).usual and Slowness(1.0, 1.0, 1.3).deviation == pytest.approx(0.15)
+    assert Slowness(1.0, 0.75, 1.3).deviation == pytest.approx(0.25)
+    speed, _ = _speed(tmp_path, [(1.0, 1.0, 2.0)] * MIN_HISTORY + [(1.0, 1.0, 3.0), (1.0, 1.0)])
+    for _ in range(MIN_HISTORY):
+        speed.slowness([0, 1])
+    assert speed.slowness([0, 1]).sync == pytest.approx(1.5)
+    without = speed.slowness([0, 1])  # a probe without the loop (NaN) judges by the others
+    assert math.isnan(without.sync) and without.usual
+    assert len(json.loads((tmp_path / "speed.json").read_text())["0,1:sync"]) == MIN_HISTORY + 1  # no loop: no entry
 
 
 def test_settle_waits_out_slow_and_fast_spells_but_not_forever(tmp_path):
     speed, host = _speed(tmp_path, [1.0] * MIN_HISTORY + [1.6, 0.8, (1.0, 0.7), (1.05, 1.02)])
     for _ in range(MIN_HISTORY):
         speed.slowness([0, 1])
-    assert speed.settle([0, 1], max_wait_s=60) == pytest.approx((1.05, 1.02)) and host.slept == 3
+    assert speed.settle([0, 1], max_wait_s=60)[:2] == pytest.approx((1.05, 1.02)) and host.slept == 3
     kept = json.loads((tmp_path / "speed.json").read_text())
     assert kept["0,1"] == [1.0] * MIN_HISTORY + [1.6]  # a wait's later probes, taken in the spell, are not kept
     usual = 3 * MIN_HISTORY  # enough usual probes that five slow ones leave the median at 1.0
@@ -67,13 +80,13 @@ def test_the_history_keeps_the_latest_probes_per_cpu_set(tmp_path):
     speed, _ = _speed(tmp_path, [1.0] * (HISTORY + 3))
     for _ in range(HISTORY + 3):
         speed.slowness([0, 1])
-    assert {k: len(v) for k, v in json.loads((tmp_path / "speed.json").read_text()).items()} == {"0,1": HISTORY, "0,1:memory": HISTORY}
+    assert {k: len(v) for k, v in json.loads((tmp_path / "speed.json").read_text()).items()} == {"0,1": HISTORY, "0,1:memory": HISTORY}  # the fake probe has no lock-step loop
 
 
 def test_the_probe_runs_a_thread_on_each_cpu_of_the_measurement():
     assert probe_cpus(3, (4, 5)) == [4, 5, 4] and probe_cpus(1, (7,)) == [7]
     taken = probe_ms(probe_cpus(2, None))  # it ran on both CPUs and came back
-    assert taken.compute_ms > 0 and taken.memory_ms > 0
+    assert taken.compute_ms > 0 and taken.memory_ms > 0 and taken.sync_ms > 0
 
 
 def test_settle_s_spell_reruns_and_turns_are_measure_options_and_bad_ones_are_refused(capsys):

@@ -124,9 +124,9 @@ def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(mea
     for record in (noisy, baseline, flushed):
         assert record["status"] == "ok", record["error"]
         assert 0.0 <= record["other_busy_frac"] <= 1.0 and record["load_1m"] >= 0.0
-        assert "host_slowness" in record and "host_memory_slowness" in record  # NaN for the host's first 5 probes
+        assert {"host_slowness", "host_memory_slowness", "host_sync_slowness"} <= set(record)  # NaN: first 5 probes
         assert record["spell_reruns"] == 0 and record["host_wait_s"] > 0  # no rerun in the suite (conftest); probes
-    assert flushed["host_slowness"] > 0 and flushed["host_memory_slowness"] > 0  # the baseline's turns probed before it
+    assert all(flushed[k] > 0 for k in ("host_slowness", "host_memory_slowness", "host_sync_slowness"))  # probed before
 
 
 @pytest.mark.full
@@ -397,16 +397,17 @@ def _ok(ms):
 
 
 def test_a_run_the_probes_find_in_a_spell_is_taken_again_and_the_nearest_to_usual_kept():
-    usual, fast, slow = Slowness(1.0, 1.02), Slowness(1.0, 0.7), Slowness(1.3, 1.0)
+    usual, fast, slow = Slowness(1.0, 1.02, 1.1), Slowness(1.0, 0.7, 1.0), Slowness(1.0, 1.0, 1.5)
     inp = RunInput("", MATMUL)
-    # memory fast before the first run, compute slow after the second: the third, usual on both sides, is kept
+    # memory fast before the first run, lock step slow after the second: the third, usual on both sides, is kept
     worker = _Runs(_ok(1.3), _ok(1.9), _ok(1.6))
     spells = _Spells(fast, usual, usual, slow, usual, usual)
     kept = LocalRunner(speed=spells, spell_reruns=2, spell_wait_s=1.5)._call(worker, inp, 0.0)
     assert worker.calls == 3 and kept.latencies_s == [1.6e-3] and kept.spell_reruns == 2
     assert spells.waits == [0.0, 0.0, 1.5, 0.0, 1.5, 0.0]  # a rerun waits for the usual state, a probe after never
     assert kept.run_s == pytest.approx(0.75)  # every attempt's run time
-    assert kept.load == {"other_busy_frac": 0.0, "host_slowness": 1.0, "host_memory_slowness": 1.02}
+    assert kept.load == {"other_busy_frac": 0.0, "host_slowness": 1.0, "host_memory_slowness": 1.02,
+                         "host_sync_slowness": 1.1}
     # back in a spell after every rerun: the attempt nearest the usual state (0.85 memory beats 0.7)
     worker = _Runs(_ok(1.3), _ok(1.4))
     runner = LocalRunner(speed=_Spells(fast, usual, usual, Slowness(1.0, 0.85)), spell_reruns=1)

@@ -12,6 +12,14 @@ memory spells: paired over 1100 samples with matmul-512's best sampled TVM sched
 while the compute probe read within 3% of usual. A probe's normal time is the median of the last
 :data:`HISTORY` probes on this host (kept in a file, as most probes find the host in its usual state);
 its ``slowness`` is a probe's time over it.
+
+Neither loop sees every spell a parallel kernel feels: in a noisy phase (a resnet50-c2 schedule 1.3x to
+2.4x slower than its usual 0.62 ms in 891 of 3277 samples, slow spans of up to 13 s), the two loops,
+sampled before and after each, flagged 68% of the slow samples and 41% of the others. So the probe ends
+with its threads in lock step, as a parallel kernel's run: :data:`SYNC_PROBE_ROUNDS` rounds of a small
+product each and a barrier. Its time tracked that kernel with Pearson 0.73 (the independent loops: 0.39
+and 0.36); more than 20% slow in the probe before or after a sample, it flagged 86% of the slow samples
+and 18% of the others.
 """
 from __future__ import annotations
 
@@ -31,9 +39,12 @@ PROBE_SIZE = 128  # square float32 matrices: 4 MFLOP a call, in cache on any CPU
 PROBE_CALLS = 20
 MEMORY_PROBE_BYTES = 3 << 20  # a float32 vector per thread: past a 1-2 MB L2, within a shared L3
 MEMORY_PROBE_CALLS = 15  # ~0.2 ms a sum here
+SYNC_PROBE_SIZE = 96  # the lock-step loop's matrices: ~20 us a product, then a barrier
+SYNC_PROBE_ROUNDS = 40  # ~1.8 ms here
 HISTORY = 200  # probes whose median is the normal time
 MIN_HISTORY = 5  # probes taken before the first one is judged
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
+SYNC_TOLERANCE = 0.20  # ... and the lock-step loop at most this much slower (it varies more)
 # The longest a trial waits for the usual state: 0 by default, as 2 s took resnet50-c5's 64 trials from
 # 67 to 39 a minute (framework overhead 5.5% -> 8.7%) in a phase when the host switched states often.
 SETTLE_S = float(os.environ.get("OPBENCH_SETTLE_S", "0"))
@@ -52,23 +63,30 @@ POLL_S = 0.1  # between the probes of a wait: most spells last a fraction of a s
 
 
 class Probe(NamedTuple):
-    """One probe of the host: the slowest thread's median time (ms) of each loop."""
+    """One probe of the host: the slowest thread's median time (ms) of each independent loop, and the
+    lock-step loop's time (ms)."""
 
     compute_ms: float
     memory_ms: float
+    sync_ms: float = math.nan
 
 
 class Slowness(NamedTuple):
     """A probe's times over their normal times (1.0: the usual state; NaN until :data:`MIN_HISTORY`
-    probes): the columns ``host_slowness`` and ``host_memory_slowness`` of a record."""
+    probes): the columns ``host_slowness``, ``host_memory_slowness`` and ``host_sync_slowness``."""
 
     compute: float
     memory: float
+    sync: float = math.nan
 
     @property
     def deviation(self) -> float:
-        """How far the host is from its usual state: the larger relative deviation (0.0 while NaN)."""
-        return max((abs(x - 1) for x in self if x == x), default=0.0)
+        """How far the host is from its usual state: the larger relative deviation of the independent
+        loops, or the lock-step loop's slowdown scaled to their tolerance (0.0 while NaN)."""
+        parts = [abs(x - 1) for x in (self.compute, self.memory) if x == x]
+        if self.sync == self.sync:
+            parts.append(max(0.0, self.sync - 1) * TOLERANCE / SYNC_TOLERANCE)
+        return max(parts, default=0.0)
 
     @property
     def usual(self) -> bool:
@@ -79,7 +97,7 @@ class Slowness(NamedTuple):
         return Slowness(*(furthest_from_usual([a, b]) for a, b in zip(self, other)))
 
     def as_load(self) -> dict[str, float]:
-        return {"host_slowness": self.compute, "host_memory_slowness": self.memory}
+        return {"host_slowness": self.compute, "host_memory_slowness": self.memory, "host_sync_slowness": self.sync}
 
 
 def furthest_from_usual(slowness: Iterable[float], default: float = math.nan) -> float:
@@ -90,10 +108,13 @@ def furthest_from_usual(slowness: Iterable[float], default: float = math.nan) ->
 def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
     """``len(cpus)`` threads, one pinned to each CPU, all running at once, each timing ``calls``
     single-threaded ``PROBE_SIZE``-square matrix products, then :data:`MEMORY_PROBE_CALLS` sums of its own
-    :data:`MEMORY_PROBE_BYTES` vector: the slowest thread's median of each (ms)."""
-    a = _probe_matrix()
+    :data:`MEMORY_PROBE_BYTES` vector: the slowest thread's median of each (ms); then all of them in lock
+    step, as a parallel kernel's threads run, :data:`SYNC_PROBE_ROUNDS` rounds of a small product each and
+    a barrier: the time of those rounds (ms)."""
+    a, small = _probe_matrix(PROBE_SIZE), _probe_matrix(SYNC_PROBE_SIZE)
     medians: list[Probe] = [Probe(0.0, 0.0)] * len(cpus)
     start = threading.Barrier(len(cpus))
+    sync_ms = [0.0]
 
     def median_ms(fn: Callable[[], object], times: int) -> float:
         laps = []
@@ -108,6 +129,13 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
         vector = _probe_vector(i)
         start.wait()
         medians[i] = Probe(median_ms(lambda: a @ a, calls), median_ms(vector.sum, MEMORY_PROBE_CALLS))
+        start.wait()
+        tick = time.perf_counter()
+        for _ in range(SYNC_PROBE_ROUNDS):
+            small @ small
+            start.wait()
+        if i == 0:
+            sync_ms[0] = (time.perf_counter() - tick) * 1e3
 
     with _blas().limit(limits=1, user_api="blas"):
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(cpus))]
@@ -115,14 +143,14 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
             thread.start()
         for thread in threads:
             thread.join()
-    return Probe(max(m.compute_ms for m in medians), max(m.memory_ms for m in medians))
+    return Probe(max(m.compute_ms for m in medians), max(m.memory_ms for m in medians), sync_ms[0])
 
 
 @functools.cache
-def _probe_matrix() -> Any:
+def _probe_matrix(size: int) -> Any:
     import numpy as np
 
-    return np.random.default_rng(0).random((PROBE_SIZE, PROBE_SIZE), dtype=np.float32)
+    return np.random.default_rng(0).random((size, size), dtype=np.float32)
 
 
 @functools.cache
@@ -165,13 +193,16 @@ class HostSpeed:
         key = ",".join(map(str, cpus))
         taken = self._probe(cpus)
         slowness = Slowness(self._judge(key, taken.compute_ms, remember),
-                            self._judge(f"{key}:memory", taken.memory_ms, remember))
+                            self._judge(f"{key}:memory", taken.memory_ms, remember),
+                            self._judge(f"{key}:sync", taken.sync_ms, remember))
         if remember:
             self._save()
         return slowness
 
     def _judge(self, key: str, taken: float, remember: bool) -> float:
         assert self._history is not None
+        if taken != taken:  # a probe without this loop
+            return math.nan
         history = self._history.setdefault(key, [])
         normal = statistics.median(history) if len(history) >= MIN_HISTORY else math.nan
         if remember:

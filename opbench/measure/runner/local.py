@@ -179,7 +179,7 @@ def joined(turns: list[RunResult]) -> RunResult:
     first = turns[0]
     load = dict(first.load)
     for key, worst in (("other_busy_frac", max), ("host_slowness", furthest_from_usual),
-                       ("host_memory_slowness", furthest_from_usual)):
+                       ("host_memory_slowness", furthest_from_usual), ("host_sync_slowness", furthest_from_usual)):
         if key in load:
             load[key] = worst([v for t in turns if (v := t.load.get(key, math.nan)) == v], default=math.nan)
     return dataclasses.replace(first, latencies_s=[s for t in turns for s in t.latencies_s], turns=len(turns),
