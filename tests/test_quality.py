@@ -430,6 +430,16 @@ def test_a_run_the_probes_find_in_a_spell_is_taken_again_and_the_nearest_to_usua
     assert LocalRunner()._call(worker, inp, 0.0).spell_reruns == 0 and worker.calls == 1
 
 
+def test_a_records_cv_is_the_spread_within_its_turns_not_between_them():
+    from opbench.record import latency_stats
+
+    turns = [1.0e-3, 1.1e-3, 2.0e-3, 2.1e-3, 1.5e-3, 1.6e-3]  # three steady turns at three host speeds
+    together, apart = latency_stats(turns), latency_stats(turns, [2, 2, 2])
+    assert together["latency_cv"] > 0.25 and apart["latency_cv"] == pytest.approx(0.0707 / 1.55, rel=1e-3)
+    assert apart["latency_ms_std"] == together["latency_ms_std"] and apart["latency_ms"] == pytest.approx(1.55)
+    assert latency_stats(turns[:3], [1, 1, 1])["latency_cv"] == latency_stats(turns[:3])["latency_cv"]  # no spread within
+
+
 def test_one_turn_is_its_own_result():
     only = RunResult(Status.OK, latencies_s=[1e-3], load={"other_busy_frac": 0.2})
     assert joined([only]) is only

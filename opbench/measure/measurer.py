@@ -282,7 +282,7 @@ class Measurer:
         if run is not None:
             record["run_s"] = run.run_s
             if run.status is Status.OK:
-                stats = latency_stats(run.latencies_s)
+                stats = latency_stats(run.latencies_s, run.turn_sizes)
                 gflops = workload.flops / (stats["latency_ms"] * 1e-3) / 1e9
                 record.update(stats, gflops=gflops, peak_frac=gflops / host.peak_gflops(res.threads),
                               number=run.number, repeat=len(run.latencies_s),

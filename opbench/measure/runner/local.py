@@ -183,6 +183,7 @@ def joined(turns: list[RunResult]) -> RunResult:
         if key in load:
             load[key] = worst([v for t in turns if (v := t.load.get(key, math.nan)) == v], default=math.nan)
     return dataclasses.replace(first, latencies_s=[s for t in turns for s in t.latencies_s], turns=len(turns),
+                               turn_sizes=[len(t.latencies_s) for t in turns],
                                run_s=sum(t.run_s for t in turns), remeasures=sum(t.remeasures for t in turns),
                                spell_reruns=sum(t.spell_reruns for t in turns),
                                host_wait_s=sum(t.host_wait_s for t in turns), load=load)
