@@ -120,3 +120,15 @@ def test_kept_kernels_are_the_latest_whose_files_are_still_there(tmp_path, monke
     assert kept.get(str(paths[1]), "another workload") is None
     paths[1].unlink()  # its trial is over
     assert kept.get(str(paths[1]), "w") is None and list(kept._kernels) == [(str(paths[2]), "w")]
+
+
+def test_large_kernel_arguments_start_on_a_huge_page_boundary(monkeypatch):
+    import numpy as np
+
+    big, small = np.arange(300_000, dtype="float32").reshape(600, 500), np.ones(16, "float32")
+    placed = _worker._on_huge_pages(big)
+    view = np.from_dlpack(placed)
+    assert view.ctypes.data % _worker.HUGE_PAGE_BYTES == 0 and np.array_equal(view, big)
+    assert np.array_equal(np.from_dlpack(_worker._on_huge_pages(small)), small)
+    monkeypatch.setenv("OPBENCH_HUGE_ARGS", "0")  # off: where TVM puts it
+    assert np.array_equal(np.from_dlpack(_worker._on_huge_pages(big)), big)
