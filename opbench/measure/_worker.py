@@ -81,7 +81,7 @@ def _on_huge_pages(array: Any) -> Any:
     resnet50-c2's fastest schedules, each with 6 argument sets timed 4 times in one process, ran at
     1.22-1.43 ms (set medians) on 4 KB pages in two runs, and at 0.54-0.66 ms on huge pages in the runs
     right after each, in every set (page walks that miss the shared L3 when another tenant fills it,
-    most likely: the slow spells the host-speed probes did not see)."""
+    most likely; not proven)."""
     import numpy as np
     import tvm
 
