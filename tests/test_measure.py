@@ -118,8 +118,9 @@ def test_kept_kernels_are_the_latest_whose_files_are_still_there(tmp_path, monke
         kept.keep(str(path), "w", f"kernel {i}")
     assert [kept.get(str(p), "w") for p in paths] == [None, "kernel 1", "kernel 2"]  # at most two, the latest
     assert kept.get(str(paths[1]), "another workload") is None
-    paths[1].unlink()  # its trial is over
-    assert kept.get(str(paths[1]), "w") is None and list(kept._kernels) == [(str(paths[2]), "w")]
+    paths[1].unlink()  # its trial is over: dropped when the next kernel is kept
+    kept.keep(str(paths[0]), "w", "kernel 0 again")
+    assert kept.get(str(paths[1]), "w") is None and list(kept._kernels) == [(str(p), "w") for p in (paths[2], paths[0])]
 
 
 def test_large_kernel_arguments_start_on_a_huge_page_boundary(monkeypatch):

@@ -64,11 +64,11 @@ class _KeptKernels:
         self._kernels: dict[tuple[str, str], _Kernel] = {}
 
     def get(self, artifact: str, workload: str) -> _Kernel | None:
-        for key in [k for k in self._kernels if not os.path.exists(k[0])]:
-            del self._kernels[key]
         return self._kernels.get((artifact, workload))
 
     def keep(self, artifact: str, workload: str, kernel: _Kernel) -> None:
+        for key in [k for k in self._kernels if not os.path.exists(k[0])]:  # their trials are over
+            del self._kernels[key]
         self._kernels.pop((artifact, workload), None)  # re-inserted last: the most recently used are kept
         self._kernels[(artifact, workload)] = kernel
         while len(self._kernels) > KEPT_KERNELS:

@@ -182,7 +182,7 @@ def joined(turns: list[RunResult]) -> RunResult:
                        ("host_memory_slowness", furthest_from_usual), ("host_sync_slowness", furthest_from_usual)):
         if key in load:
             load[key] = worst([v for t in turns if (v := t.load.get(key, math.nan)) == v], default=math.nan)
-    return dataclasses.replace(first, latencies_s=[s for t in turns for s in t.latencies_s], turns=len(turns),
+    return dataclasses.replace(first, latencies_s=[s for t in turns for s in t.latencies_s],
                                turn_sizes=[len(t.latencies_s) for t in turns],
                                run_s=sum(t.run_s for t in turns), remeasures=sum(t.remeasures for t in turns),
                                spell_reruns=sum(t.spell_reruns for t in turns),
