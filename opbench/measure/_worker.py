@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import math
 import mmap
 import os
+import pickle
+import signal
 import statistics
 import sys
 import time
@@ -36,12 +39,12 @@ KERNEL, LIBRARY = "kernel", "library"  # a worker's role: TVM builds and kernels
 FLUSH_BYTES = 64 << 20  # evicted before each call when Timing.cache_flush: larger than any LLC here
 HUGE_PAGE_BYTES = 2 << 20
 HUGE_PAGE_MIN_BYTES = 256 << 10  # smaller arguments stay where TVM puts them
-KEPT_KERNELS = 64  # loaded, checked kernels a worker keeps for the next turn (or rerun) of their trial
 # A series of a slow kernel lasts about this long at most: it takes fewer repeats (at least MIN_REPEATS),
 # and is not measured again for a high CV. A config 200x slower than the best (300-600 ms matmul-512
 # configs, which TPE samples) otherwise took 2.5-11 s of a ~2 s trial budget.
 SERIES_BUDGET_S = 1.0
 MIN_REPEATS = 3
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 @dataclass
@@ -53,26 +56,6 @@ class _Kernel:
     first_s: float
     max_abs_err: float
     number: int = 1
-
-
-class _KeptKernels:
-    """Kernels loaded and checked here, by artifact and workload, so that a trial's next turn or rerun only
-    times it: the last :data:`KEPT_KERNELS`, each dropped once its file is gone (the parent deletes a
-    trial's library after its last turn; a build never reuses a path)."""
-
-    def __init__(self) -> None:
-        self._kernels: dict[tuple[str, str], _Kernel] = {}
-
-    def get(self, artifact: str, workload: str) -> _Kernel | None:
-        return self._kernels.get((artifact, workload))
-
-    def keep(self, artifact: str, workload: str, kernel: _Kernel) -> None:
-        for key in [k for k in self._kernels if not os.path.exists(k[0])]:  # their trials are over
-            del self._kernels[key]
-        self._kernels.pop((artifact, workload), None)  # re-inserted last: the most recently used are kept
-        self._kernels[(artifact, workload)] = kernel
-        while len(self._kernels) > KEPT_KERNELS:
-            del self._kernels[next(iter(self._kernels))]
 
 
 def _on_huge_pages(array: Any) -> Any:
@@ -161,17 +144,26 @@ class _Worker:
     """A kernel worker: builds, runs and co-runs TVM kernels, locally or on a remote session."""
 
     def __init__(self, cores: tuple[int, ...] | None, threads: int) -> None:
-        tvm = _import_tvm()  # the expensive import, once per worker
+        _import_tvm()  # the expensive import, once per worker
 
         if cores:
             os.sched_setaffinity(0, cores)
-            tvm.get_global_func("runtime.config_threadpool")(-3, threads, [str(c) for c in cores])
+        self._cores, self._threads = cores, threads
+        self._pool_pid = 0  # the process whose TVM thread pool is sized and pinned: none yet
         self._inputs_for = _Inputs()
-        self._kept = _KeptKernels()
         self._corun: list[_Kernel] = []
         self._session: Any = None  # an RPC session: kernels are uploaded to and run on its device
         self._addr = ""  # its server's HOST:PORT
         self._meters: dict[bool, Any] = {}
+
+    def _pool_here(self) -> None:
+        """Size and pin TVM's thread pool in this process, which is about to run kernels (once a process)."""
+        import tvm
+
+        if self._pool_pid != os.getpid():
+            self._pool_pid = os.getpid()
+            if self._cores:
+                tvm.get_global_func("runtime.config_threadpool")(-3, self._threads, [str(c) for c in self._cores])
 
     def build(self, req: BuildInput) -> BuildResult:
         import tvm
@@ -282,7 +274,14 @@ class _Worker:
 
     def run(self, req: RunInput) -> RunResult:
         if self._session is None:
-            return self._run(req)
+            if self._pristine(req.target):
+                self._inputs_for(req.workload)  # made here once: every child has them
+                result = _in_child(lambda: self._run(req))
+                result.pid = os.getpid()
+                return result
+            result = self._run(req)
+            wait_until_idle()  # our pool stops spinning before the timing lock is released
+            return result
         try:
             return self._run(req)
         except Exception as exc:
@@ -292,6 +291,14 @@ class _Worker:
             return RunResult(Status.DEVICE_ERROR, f"session to {self._addr} ended during the run (device lost, or "
                                                   f"the kernel crashed its server): {_short(exc, 400)}")
 
+    def _pristine(self, target: str) -> bool:
+        """Whether a CPU run of ``target`` goes to a child forked from this process, which then never runs a
+        kernel itself (a GPU run, or any run once a co-run has started TVM's pool here, runs in this
+        process: CUDA, and a pool's threads, do not survive a fork)."""
+        from opbench.hardware.targets import is_gpu
+
+        return not is_gpu(target) and self._pool_pid == 0
+
     def _session_alive(self) -> bool:
         try:
             self._session.get_function("tvm.rpc.server.workpath")("probe")  # a round trip to the server
@@ -300,21 +307,20 @@ class _Worker:
             return False
 
     def _run(self, req: RunInput) -> RunResult:
+        """Load, check and time a kernel in this process (a child's, a GPU's, a co-run worker's, or on the
+        remote session's device)."""
         start = time.perf_counter()
-        local = self._session is None
-        kernel: _Kernel | RunResult | None = self._kept.get(req.artifact, req.workload) if local else None
-        if kernel is None:
-            kernel = self._load_checked(req.artifact, req.workload, req.target)
+        if self._session is None:
+            self._pool_here()
+        kernel = self._load_checked(req.artifact, req.workload, req.target)
         if isinstance(kernel, RunResult):
             kernel.run_s = time.perf_counter() - start
             return kernel
-        if local:
-            self._kept.keep(req.artifact, req.workload, kernel)
         timing = req.timing
         number = 1 if timing.cache_flush else _number(timing.min_repeat_ms, kernel.first_s)
+        repeat = _repeats(timing, number * kernel.first_s)
         # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.
-        evaluator = kernel.module.time_evaluator("main", self._device(req.target), number=number,
-                                                 repeat=_repeats(timing, number * kernel.first_s) + 1,
+        evaluator = kernel.module.time_evaluator("main", self._device(req.target), number=number, repeat=repeat + 1,
                                                  cache_flush_bytes=FLUSH_BYTES if timing.cache_flush else 0)
         meter = self._meter(req.target)
         if meter is not None:
@@ -322,17 +328,16 @@ class _Worker:
         tick = time.perf_counter()
         latencies, remeasures, load = _timed(timing, lambda: list(evaluator(*kernel.args).results)[1:])
         joules = meter.stop() if meter is not None else None
-        if self._session is None:
-            wait_until_idle()  # our pool stops spinning before the timing lock is released
         result = RunResult(Status.OK, latencies_s=latencies, number=number, run_s=time.perf_counter() - start,
                            max_abs_err=kernel.max_abs_err, remeasures=remeasures, load=load, pid=os.getpid())
         if joules is not None:
-            calls = number * (timing.repeat + 1) * (remeasures + 1)
+            calls = number * (repeat + 1) * (remeasures + 1)
             result.energy_j = joules / calls
             result.power_w = joules / (time.perf_counter() - tick)
         return result
 
     def corun_prepare(self, req: CoRunPrepare) -> CoRunResult:
+        self._pool_here()
         self._corun = []
         for artifact, spec in zip(req.artifacts, req.workloads):
             kernel = self._load_checked(artifact, spec)
@@ -422,6 +427,59 @@ class _LibraryWorker:
         latencies, remeasures, load = _timed(timing, series)
         return RunResult(Status.OK, latencies_s=latencies, number=number, run_s=time.perf_counter() - start,
                          remeasures=remeasures, load=load, pid=os.getpid())
+
+
+def _in_child(run: Callable[[], RunResult]) -> RunResult:
+    """``run()`` in a child forked from this process, its result sent back through a pipe; this process
+    stays as it was. A kernel worker that ran kernels itself timed the same schedule up to 8% slower than a
+    fresh process did, from the moment some other schedules had run there (TVM's workspace pools reuse
+    their blocks, so a schedule's intermediates land where another's were); each run in its own child
+    of a worker that never ran one times it as a fresh process does. A child that dies fails its run only."""
+    parent = os.getpid()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: it never returns
+        code = 1
+        try:
+            os.close(read)
+            _die_with(parent)
+            try:
+                result = run()
+            except Exception as exc:  # noqa: BLE001 - this run's error
+                result = RunResult(Status.RUN_ERROR, _short(exc) + "\n" + traceback.format_exc(limit=3))
+            with os.fdopen(write, "wb") as out:
+                out.write(pickle.dumps(result))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        data = answer.read()
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code != 0:
+        return RunResult(Status.RUN_ERROR, f"the kernel's process died ({describe_exit(code)})")
+    answered: RunResult = pickle.loads(data)
+    return answered
+
+
+def _die_with(parent: int) -> None:
+    """Have this child killed when its worker dies (the parent kills a worker whose run hangs)."""
+    with contextlib.suppress(AttributeError, OSError):  # prctl: Linux only
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before that
+        os._exit(1)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """A process's exit code (negative: the signal that killed it) in words."""
+    if exitcode is None:
+        return "exit status unknown"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
 def _repeats(timing: Timing, repeat_s: float) -> int:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import signal
 import socket
 import subprocess
 import sys
@@ -100,7 +99,7 @@ class Worker:
     def _died(self) -> None:
         code = self._wait_exit()
         self.kill()
-        raise WorkerError(f"worker died ({_describe(code)}){self._log_tail()}", timed_out=False) from None
+        raise WorkerError(f"worker died ({_worker.describe_exit(code)}){self._log_tail()}", timed_out=False) from None
 
     def _log_tail(self, lines: int = 3) -> str:
         try:
@@ -129,14 +128,3 @@ class Worker:
         self.kill()
         self._log.close()
         os.unlink(self._log.name)
-
-
-def _describe(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "exit status unknown"
-    if exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exit code {exitcode}"

@@ -1,6 +1,6 @@
 """A test plugin (loaded through OPBENCH_PLUGINS): an operator whose kernel misbehaves on demand.
 
-mode=0 computes 2*A correctly; mode=1 calls abort() (the worker dies); mode=2 sleeps for an hour
+mode=0 computes 2*A correctly; mode=1 calls abort() (its process dies); mode=2 sleeps for an hour
 (the run times out); mode=3 is correct code checked against a wrong reference (wrong_result).
 """
 from __future__ import annotations
