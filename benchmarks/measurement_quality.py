@@ -70,8 +70,7 @@ def fresh_rounds(measurer: Measurer, specs: list[TrialSpec]) -> list[list[dict]]
 def unusual_share(records: list[dict]) -> float:
     """The share of successful records a host-speed probe found outside the host's usual state."""
     ok = [r for r in records if is_ok(r)]
-    return sum(not Slowness(r["host_slowness"], r["host_memory_slowness"], r["host_sync_slowness"]).usual
-               for r in ok) / max(1, len(ok))
+    return sum(not Slowness.of(r).usual for r in ok) / max(1, len(ok))
 
 
 def torch_references(studies: int, trials: int, resources: Resources, scratch: Path) -> list[tuple[list[float], list[float]]]:

@@ -41,9 +41,10 @@ METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gfl
            # speed, its memory's and its threads' in lock step, the one of the probes before and after it
            # furthest from the usual (opbench.measure.host_speed: 1.0 usual, 1.6 in a slow spell), the runs
            # taken again because a probe found the host outside its usual state, the seconds spent probing
-           # and waiting for the usual state, the interleaved turns its repeats were taken in
+           # and waiting for the usual state, the interleaved turns its repeats were taken in, and those
+           # left out of it as a probe found them in a spell while others were not
            "remeasures", "load_1m", "other_busy_frac", "host_slowness", "host_memory_slowness", "host_sync_slowness",
-           "spell_reruns", "host_wait_s", "turns",
+           "spell_reruns", "host_wait_s", "turns", "turns_left_out",
            # energy, where a meter could be read (opbench.hardware.energy)
            "energy_j", "power_w",
            # co-runs (opbench.measure.corun)

@@ -1,5 +1,7 @@
 """The core loop against real TVM: every op kind builds, checks and times; failures are isolated."""
 import math
+import os
+import signal
 import subprocess
 import sys
 
@@ -7,7 +9,7 @@ import pytest
 
 from opbench.hardware.resources import Resources
 from opbench.measure import _worker
-from opbench.measure.types import TrialSpec
+from opbench.measure.types import RunResult, Status, TrialSpec
 from opbench.workloads import parse_workload
 
 SMALL = {
@@ -121,3 +123,26 @@ def test_large_kernel_arguments_start_on_a_huge_page_boundary(monkeypatch):
     assert np.array_equal(np.from_dlpack(_worker._on_huge_pages(small)), small)
     monkeypatch.setenv("OPBENCH_HUGE_ARGS", "0")  # off: where TVM puts it
     assert np.array_equal(np.from_dlpack(_worker._on_huge_pages(big)), big)
+
+
+def test_a_run_in_a_forked_child_leaves_the_worker_as_it_was_and_dies_alone():
+    seen = []
+
+    def run() -> RunResult:
+        seen.append("ran")  # the child's copy of the list only
+        return RunResult(Status.OK, latencies_s=[1e-3], pid=os.getpid())
+
+    result = _worker._in_child(run)
+    assert result.status is Status.OK and result.latencies_s == [1e-3]
+    assert result.pid != os.getpid() and seen == []
+    failed = _worker._in_child(lambda: 1 / 0)
+    assert failed.status is Status.RUN_ERROR and "ZeroDivisionError" in failed.error
+    killed = _worker._in_child(lambda: os.kill(os.getpid(), signal.SIGKILL))
+    assert killed.status is Status.RUN_ERROR and "process died (killed by SIGKILL)" in killed.error
+
+
+def test_cpu_runs_fork_until_the_worker_runs_a_kernel_itself():
+    worker = _worker._Worker(None, 1)
+    assert worker._pristine("llvm") and not worker._pristine("cuda")  # CUDA does not survive a fork
+    worker._pool_here()  # as a co-run does: its pool's threads would not survive a fork either
+    assert not worker._pristine("llvm")

@@ -89,8 +89,9 @@ def test_a_slow_kernels_series_takes_fewer_repeats_and_is_not_measured_again(mon
 
 
 def test_the_tvm_pool_is_idle_once_a_timed_run_returns(measurer):
-    """Before the timing lock is released the kernel worker's pool has stopped spinning: the next timed
-    run, in whichever process, starts on quiet cores (TVM's default pool spun ~235 ms after a kernel)."""
+    """Before the timing lock is released nothing of the run spins: the child that timed it is gone and its
+    worker never runs a kernel, so the next timed run, in whichever process, starts on quiet cores (TVM's
+    default pool spun ~235 ms after a kernel)."""
     from opbench.workloads import parse_workload
 
     record = measurer.measure(TrialSpec(parse_workload(MATMUL), {}, Resources(2)))
@@ -334,10 +335,10 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
         worker.taken += 1
         if worker.taken == worker.fail_on:
             return RunResult(Status.TIMEOUT, "run: timed out")
-        slowness = math.nan if worker.taken == 1 else 1.0 / worker.taken  # NaN: the host's first probes
+        slowness = math.nan if worker.taken == 1 else 1.0 - 0.02 * worker.taken  # NaN: the host's first probes
         return RunResult(Status.OK, latencies_s=[worker.taken * 1e-3], run_s=1.0, spell_reruns=1,
                          load={"load_1m": 0.5, "other_busy_frac": 0.1 * worker.taken, "host_slowness": slowness,
-                               "host_memory_slowness": 1.0 + 0.05 * worker.taken})
+                               "host_memory_slowness": 1.0 + 0.03 * worker.taken})
 
     monkeypatch.setattr(LocalRunner, "_new_worker", staticmethod(lambda resources, role: next(workers)))
     monkeypatch.setattr(LocalRunner, "_call", call)
@@ -345,8 +346,8 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
     a, b, c = LocalRunner().run_fresh(jobs, turns=3)
     assert calls == ["a", "b", "c", "c", "b", "a", "a", "c"]  # b failed on its second turn and took no third
     assert a.status is Status.OK and a.latencies_s == [1e-3, 2e-3, 3e-3] and a.run_s == 3.0
-    assert a.load == {"load_1m": 0.5, "other_busy_frac": pytest.approx(0.3), "host_slowness": pytest.approx(1 / 3),
-                      "host_memory_slowness": pytest.approx(1.15)}  # the busiest turn's, the furthest from usual
+    assert a.load == {"load_1m": 0.5, "other_busy_frac": pytest.approx(0.3), "host_slowness": pytest.approx(0.94),
+                      "host_memory_slowness": pytest.approx(1.09)}  # the busiest turn's, the furthest from usual
     assert a.spell_reruns == 3
     assert b.status is Status.TIMEOUT and b.error == "run: timed out"
 
@@ -438,6 +439,20 @@ def test_a_records_cv_is_the_spread_within_its_turns_not_between_them():
     assert together["latency_cv"] > 0.25 and apart["latency_cv"] == pytest.approx(0.0707 / 1.55, rel=1e-3)
     assert apart["latency_ms_std"] == together["latency_ms_std"] and apart["latency_ms"] == pytest.approx(1.55)
     assert latency_stats(turns[:3], [1, 1, 1])["latency_cv"] == latency_stats(turns[:3])["latency_cv"]  # no spread within
+
+
+def test_turns_a_probe_found_in_a_spell_are_left_out_unless_all_were():
+    def turn(ms, slowness):
+        return RunResult(Status.OK, latencies_s=[ms * 1e-3], run_s=1.0,
+                         load={"host_slowness": slowness, "host_memory_slowness": 1.0})
+
+    spell, usual = 1.5, 1.02
+    result = joined([turn(1.0, usual), turn(2.0, spell), turn(1.1, usual)])
+    assert result.latencies_s == [1e-3, 1.1e-3] and result.turns == 2 and result.turns_left_out == 1
+    assert result.run_s == 3.0 and result.load["host_slowness"] == usual  # every turn's time, the kept turns' state
+    in_spells = joined([turn(2.0, spell), turn(2.2, 1.4)])
+    assert in_spells.latencies_s == [2e-3, 2.2e-3] and in_spells.turns_left_out == 0
+    assert in_spells.load["host_slowness"] == spell
 
 
 def test_one_turn_is_its_own_result():

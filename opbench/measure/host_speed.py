@@ -30,7 +30,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -41,6 +41,7 @@ MEMORY_PROBE_BYTES = 3 << 20  # a float32 vector per thread: past a 1-2 MB L2, w
 MEMORY_PROBE_CALLS = 15  # ~0.2 ms a sum here
 SYNC_PROBE_SIZE = 96  # the lock-step loop's matrices: ~20 us a product, then a barrier
 SYNC_PROBE_ROUNDS = 40  # ~1.8 ms here
+SLOWNESS_COLUMNS = ("host_slowness", "host_memory_slowness", "host_sync_slowness")  # Slowness's fields, as record columns
 HISTORY = 200  # probes whose median is the normal time
 MIN_HISTORY = 5  # probes taken before the first one is judged
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
@@ -97,7 +98,12 @@ class Slowness(NamedTuple):
         return Slowness(*(furthest_from_usual([a, b]) for a, b in zip(self, other)))
 
     def as_load(self) -> dict[str, float]:
-        return {"host_slowness": self.compute, "host_memory_slowness": self.memory, "host_sync_slowness": self.sync}
+        return dict(zip(SLOWNESS_COLUMNS, self))
+
+    @classmethod
+    def of(cls, values: Mapping[str, float]) -> Slowness:
+        """The slowness in a run's load or a record (NaN where it was not probed)."""
+        return cls(*(values.get(key, math.nan) for key in SLOWNESS_COLUMNS))
 
 
 def furthest_from_usual(slowness: Iterable[float], default: float = math.nan) -> float:

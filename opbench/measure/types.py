@@ -83,6 +83,7 @@ class RunResult:
     remeasures: int = 0  # extra attempts taken because the repeats varied more than Timing.max_cv
     spell_reruns: int = 0  # runs taken again because a probe found the host outside its usual state
     turn_sizes: list[int] = field(default_factory=list)  # each turn's repeats, in latencies_s's order (LocalRunner.run_turns)
+    turns_left_out: int = 0  # turns taken in a spell of the host and left out, as others were not (runner.local.joined)
     host_wait_s: float = 0.0  # spent probing the host's speed and waiting for its usual state
     load: dict[str, float] = field(default_factory=dict)  # the host's load while timing (HostLoad.stop)
     pid: int = 0  # the process that timed it

@@ -170,20 +170,24 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
 
 
 def joined(turns: list[RunResult]) -> RunResult:
-    """One result from a job's turns: their latencies and run times together, the largest share of the
-    cores other processes kept busy and the host's slowness furthest from its usual state in any of
-    them; the first failure when one failed."""
+    """One result from a job's turns: the latencies of the turns whose probes found the host in its usual
+    state (all of them when none did; ``turns_left_out`` counts the others), every turn's run and wait
+    times, and, of the turns kept, the largest share of the cores other processes kept busy and the
+    host's slowness furthest from its usual state; the first failure when one failed. A probe, not a
+    latency, decides which turns count, so a lucky turn is never preferred to an unlucky one."""
     failed = next((t for t in turns if t.status is not Status.OK), None)
     if failed is not None or len(turns) == 1:
         return failed or turns[0]
-    first = turns[0]
+    kept = [t for t in turns if Slowness.of(t.load).usual] or turns
+    first = kept[0]
     load = dict(first.load)
     for key, worst in (("other_busy_frac", max), ("host_slowness", furthest_from_usual),
                        ("host_memory_slowness", furthest_from_usual), ("host_sync_slowness", furthest_from_usual)):
         if key in load:
-            load[key] = worst([v for t in turns if (v := t.load.get(key, math.nan)) == v], default=math.nan)
-    return dataclasses.replace(first, latencies_s=[s for t in turns for s in t.latencies_s],
-                               turn_sizes=[len(t.latencies_s) for t in turns],
+            load[key] = worst([v for t in kept if (v := t.load.get(key, math.nan)) == v], default=math.nan)
+    return dataclasses.replace(first, latencies_s=[s for t in kept for s in t.latencies_s],
+                               turn_sizes=[len(t.latencies_s) for t in kept], turns_left_out=len(turns) - len(kept),
                                run_s=sum(t.run_s for t in turns), remeasures=sum(t.remeasures for t in turns),
                                spell_reruns=sum(t.spell_reruns for t in turns),
                                host_wait_s=sum(t.host_wait_s for t in turns), load=load)
+
