@@ -73,6 +73,12 @@ def unusual_share(records: list[dict]) -> float:
     return sum(not Slowness.of(r).usual for r in ok) / max(1, len(ok))
 
 
+def left_out_share(records: list[dict]) -> float:
+    """The share of successful records that left out a turn a probe found in a spell of the host."""
+    ok = [r for r in records if is_ok(r)]
+    return sum(r.get("turns_left_out", 0) > 0 for r in ok) / max(1, len(ok))
+
+
 def torch_references(studies: int, trials: int, resources: Resources, scratch: Path) -> list[tuple[list[float], list[float]]]:
     """Per short study on matmul-512: (its torch reference's processes, torch's processes after the study),
     the first of each list being the record's latency (the median process)."""
@@ -154,7 +160,9 @@ def main() -> None:
                             "delta vs A %", "delta vs B %"]))
     print("records a probe found outside the host's usual state (compute or memory off by more than 10%, "
           "lock step slower by more than 20%): " +
-          ", ".join(f"{what} {100 * unusual_share(records):.0f}%" for what, records in measured.items()))
+          ", ".join(f"{what} {100 * unusual_share(records):.0f}%" for what, records in measured.items()) +
+          "; records with turns left out for a spell: " +
+          ", ".join(f"{what} {100 * left_out_share(records):.0f}%" for what, records in measured.items()))
     print(f"\ntorch reference of short studies vs torch after each study (matmul-512): the median of {ROUNDS} "
           "fresh processes")
     print(table([(i + 1, s[0], f"{min(s):.4g}-{max(s):.4g}", f[0], f"{min(f):.4g}-{max(f):.4g}", 100 * (s[0] / f[0] - 1))
