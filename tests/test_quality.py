@@ -58,7 +58,8 @@ def test_library_baselines_are_the_median_of_fresh_processes_that_never_load_tvm
     assert torch["template"] == "torch" and torch["threads"] == 2
     assert len(torch["process_latencies_ms"]) == 3 and torch["latency_ms"] == sorted(torch["process_latencies_ms"])[1]
     assert len(numpy["process_latencies_ms"]) == 2 and numpy["latency_ms"] == min(numpy["process_latencies_ms"])
-    assert torch["repeat"] == FRESH_TURNS * kernel["repeat"] and torch["remeasures"] == 0
+    assert torch["turns"] + torch["turns_left_out"] == FRESH_TURNS and torch["remeasures"] == 0
+    assert torch["repeat"] == torch["turns"] * kernel["repeat"]
     assert len({kernel["worker_pid"], torch["worker_pid"], numpy["worker_pid"]}) == 3
     assert all(not Path(f"/proc/{r['worker_pid']}").exists() for r in (torch, numpy))  # gone: nothing else ran there
 
@@ -74,6 +75,20 @@ def test_workers_refuse_work_of_the_other_role():
         assert "libtvm" not in _maps(library.pid)
     finally:
         library.close()
+
+
+def test_a_series_is_sized_by_a_warm_call_not_the_cold_first_one():
+    calls = []
+
+    def call():
+        calls.append(1)
+        time.sleep(0.002)
+
+    number, repeat = _worker._series_shape(Timing(repeat=5, min_repeat_ms=50), 0.049, call)
+    assert len(calls) == 1 and 2 < number <= 25 and repeat == 5  # 2 ms a call or more, not the first's 49
+    assert _worker._series_shape(Timing(repeat=5, min_repeat_ms=50), 0.2, call) == (1, 5)  # past a repeat: as it is
+    assert _worker._series_shape(Timing(repeat=5, cache_flush=True), 0.001, call) == (1, 5)  # one call a repeat
+    assert len(calls) == 1
 
 
 def test_a_slow_kernels_series_takes_fewer_repeats_and_is_not_measured_again(monkeypatch):
@@ -120,7 +135,8 @@ def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(mea
     finally:
         options.max_cv, options.max_remeasures, options.cache_flush = saved
     assert noisy["remeasures"] == 2 and flushed["remeasures"] == 0
-    assert baseline["remeasures"] == 0 and baseline["repeat"] == FRESH_TURNS * noisy["repeat"]  # more turns instead
+    assert baseline["remeasures"] == 0 and baseline["turns"] + baseline["turns_left_out"] == FRESH_TURNS  # more turns
+    assert baseline["repeat"] == baseline["turns"] * noisy["repeat"]  # instead; those a probe found in a spell left out
     assert noisy["cache_flush"] == 0 and flushed["cache_flush"] == 1 and flushed["number"] == 1
     for record in (noisy, baseline, flushed):
         assert record["status"] == "ok", record["error"]

@@ -317,10 +317,11 @@ class _Worker:
             kernel.run_s = time.perf_counter() - start
             return kernel
         timing = req.timing
-        number = 1 if timing.cache_flush else _number(timing.min_repeat_ms, kernel.first_s)
-        repeat = _repeats(timing, number * kernel.first_s)
+        device = self._device(req.target)
+        main = kernel.module["main"]
+        number, repeat = _series_shape(timing, kernel.first_s, lambda: (main(*kernel.args), device.sync()))
         # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.
-        evaluator = kernel.module.time_evaluator("main", self._device(req.target), number=number, repeat=repeat + 1,
+        evaluator = kernel.module.time_evaluator("main", device, number=number, repeat=repeat + 1,
                                                  cache_flush_bytes=FLUSH_BYTES if timing.cache_flush else 0)
         meter = self._meter(req.target)
         if meter is not None:
@@ -409,9 +410,7 @@ class _LibraryWorker:
             self._flush = np.zeros(FLUSH_BYTES // 8)
         first = time.perf_counter()
         call()
-        one_call_s = time.perf_counter() - first
-        number = 1 if timing.cache_flush else _number(timing.min_repeat_ms, one_call_s)
-        repeat = _repeats(timing, number * one_call_s)
+        number, repeat = _series_shape(timing, time.perf_counter() - first, call)
 
         def series() -> list[float]:
             latencies = []
@@ -480,6 +479,20 @@ def describe_exit(exitcode: int | None) -> str:
         except ValueError:
             return f"killed by signal {-exitcode}"
     return f"exit code {exitcode}"
+
+
+def _series_shape(timing: Timing, first_s: float, call: Callable[[], object]) -> tuple[int, int]:
+    """Calls per timed repeat (``number``) and repeats of a series of ``call``, whose first call took
+    ``first_s``. A first call shorter than a repeat should last is followed by a second, which sizes the
+    series: the first starts the thread pool (a forked run's always does) and touches everything cold,
+    so matmul-512's 1.3 ms kernels got 7-15 calls a repeat, whose 50 ms repeats lasted 9-20 ms."""
+    one_call_s = first_s
+    if not timing.cache_flush and first_s < timing.min_repeat_ms / 1e3:
+        tick = time.perf_counter()
+        call()
+        one_call_s = min(first_s, time.perf_counter() - tick)
+    number = 1 if timing.cache_flush else _number(timing.min_repeat_ms, one_call_s)
+    return number, _repeats(timing, number * one_call_s)
 
 
 def _repeats(timing: Timing, repeat_s: float) -> int:
