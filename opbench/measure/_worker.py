@@ -1,4 +1,5 @@
-"""The body of a worker process: imports TVM once, then builds or runs what it is sent."""
+"""The body of a worker process: imports TVM once, then builds what it is sent, or runs each kernel in a
+child forked from it."""
 from __future__ import annotations
 
 import contextlib
@@ -430,10 +431,12 @@ class _LibraryWorker:
 
 def _in_child(run: Callable[[], RunResult]) -> RunResult:
     """``run()`` in a child forked from this process, its result sent back through a pipe; this process
-    stays as it was. A kernel worker that ran kernels itself timed the same schedule up to 8% slower than a
-    fresh process did, from the moment some other schedules had run there (TVM's workspace pools reuse
-    their blocks, so a schedule's intermediates land where another's were); each run in its own child
-    of a worker that never ran one times it as a fresh process does. A child that dies fails its run only."""
+    stays as it was. A kernel worker that ran kernels itself timed resnet50-c2's fastest schedule 5-8%
+    slower than a fresh process did (0.575-0.59 ms against 0.54) from the moment one particular other
+    schedule had run there; the workspace blocks TVM's pool gave its intermediates had moved, and its
+    time depends on where they lie (0.54-0.60 ms across the placements tried), the likeliest cause. In
+    children of a worker that never runs a kernel it timed 0.53-0.55 ms, before and after children had
+    run 12 others. A child that dies fails its run only."""
     parent = os.getpid()
     read, write = os.pipe()
     pid = os.fork()
