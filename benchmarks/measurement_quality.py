@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -67,16 +68,20 @@ def fresh_rounds(measurer: Measurer, specs: list[TrialSpec]) -> list[list[dict]]
     return out
 
 
-def unusual_share(records: list[dict]) -> float:
-    """The share of successful records a host-speed probe found outside the host's usual state."""
+def share(records: list[dict], which: Callable[[dict], bool]) -> float:
+    """The share of successful records ``which`` picks."""
     ok = [r for r in records if is_ok(r)]
-    return sum(not Slowness.of(r).usual for r in ok) / max(1, len(ok))
+    return sum(map(which, ok)) / max(1, len(ok))
 
 
-def left_out_share(records: list[dict]) -> float:
-    """The share of successful records that left out a turn a probe found in a spell of the host."""
-    ok = [r for r in records if is_ok(r)]
-    return sum(r.get("turns_left_out", 0) > 0 for r in ok) / max(1, len(ok))
+def outside_usual(record: dict) -> bool:
+    """Whether a host-speed probe found the record outside the host's usual state."""
+    return not Slowness.of(record).usual
+
+
+def left_out_a_turn(record: dict) -> bool:
+    """Whether the record left out a turn a probe found in a spell of the host."""
+    return record.get("turns_left_out", 0) > 0
 
 
 def torch_references(studies: int, trials: int, resources: Resources, scratch: Path) -> list[tuple[list[float], list[float]]]:
@@ -100,8 +105,7 @@ def torch_references(studies: int, trials: int, resources: Resources, scratch: P
 def _state(record: dict) -> str:
     """The host's state around a record: its compute, memory and lock-step slowness, and the runs taken
     again."""
-    return "/".join(f"{record.get(k, float('nan')):.3g}" for k in ("host_slowness", "host_memory_slowness",
-                                                                  "host_sync_slowness", "spell_reruns"))
+    return "/".join(f"{x:.3g}" for x in (*Slowness.of(record), record.get("spell_reruns", float("nan"))))
 
 
 def _record_first(record: dict) -> list[float]:
@@ -160,9 +164,9 @@ def main() -> None:
                             "delta vs A %", "delta vs B %"]))
     print("records a probe found outside the host's usual state (compute or memory off by more than 10%, "
           "lock step slower by more than 20%): " +
-          ", ".join(f"{what} {100 * unusual_share(records):.0f}%" for what, records in measured.items()) +
+          ", ".join(f"{what} {100 * share(records, outside_usual):.0f}%" for what, records in measured.items()) +
           "; records with turns left out for a spell: " +
-          ", ".join(f"{what} {100 * left_out_share(records):.0f}%" for what, records in measured.items()))
+          ", ".join(f"{what} {100 * share(records, left_out_a_turn):.0f}%" for what, records in measured.items()))
     print(f"\ntorch reference of short studies vs torch after each study (matmul-512): the median of {ROUNDS} "
           "fresh processes")
     print(table([(i + 1, s[0], f"{min(s):.4g}-{max(s):.4g}", f[0], f"{min(f):.4g}-{max(f):.4g}", 100 * (s[0] / f[0] - 1))

@@ -293,8 +293,8 @@ class Measurer:
                 record.update(energy_j=run.energy_j, power_w=run.power_w)
             if run.status is Status.OK:
                 record.update(run.load, remeasures=run.remeasures, spell_reruns=run.spell_reruns, turns=run.turns,
-                              turns_left_out=run.turns_left_out, host_wait_s=run.host_wait_s, cache_flush=int(self.options.cache_flush),
-                              worker_pid=run.pid)
+                              turns_left_out=run.turns_left_out, host_wait_s=run.host_wait_s,
+                              cache_flush=int(self.options.cache_flush), worker_pid=run.pid)
         record["trial_s"] = time.perf_counter() - started
         record["finished_at"] = time.time()  # unix seconds: tuning curves against wall time
         try:

@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from opbench.hardware.resources import Resources
@@ -12,6 +13,7 @@ from opbench.hardware.targets import is_gpu
 from opbench.measure._worker import KERNEL, LIBRARY
 from opbench.measure.host_speed import (
     FRESH_SETTLE_S,
+    SLOWNESS_COLUMNS,
     SPELL_RERUN_MAX_S,
     SPELL_RERUNS,
     SPELL_WAIT_S,
@@ -181,8 +183,8 @@ def joined(turns: list[RunResult]) -> RunResult:
     kept = [t for t in turns if Slowness.of(t.load).usual] or turns
     first = kept[0]
     load = dict(first.load)
-    for key, worst in (("other_busy_frac", max), ("host_slowness", furthest_from_usual),
-                       ("host_memory_slowness", furthest_from_usual), ("host_sync_slowness", furthest_from_usual)):
+    worst_of: dict[str, Callable[..., float]] = {"other_busy_frac": max, **dict.fromkeys(SLOWNESS_COLUMNS, furthest_from_usual)}
+    for key, worst in worst_of.items():
         if key in load:
             load[key] = worst([v for t in kept if (v := t.load.get(key, math.nan)) == v], default=math.nan)
     return dataclasses.replace(first, latencies_s=[s for t in kept for s in t.latencies_s],
@@ -190,4 +192,3 @@ def joined(turns: list[RunResult]) -> RunResult:
                                run_s=sum(t.run_s for t in turns), remeasures=sum(t.remeasures for t in turns),
                                spell_reruns=sum(t.spell_reruns for t in turns),
                                host_wait_s=sum(t.host_wait_s for t in turns), load=load)
-
