@@ -36,3 +36,7 @@ class StorageUnavailable(OpBenchError):
     """A study's database went away mid-study for longer than OpBench waits for it (not bad input)."""
 
     exit_code = 1
+
+
+class UnsafePathError(OpBenchError, PermissionError):
+    """A file or folder in a place other users can write (``/tmp``) that is not safely this user's."""

@@ -1,9 +1,14 @@
 """Where OpBench keeps its files: the default store folder and file-safe names."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import stat
+import tempfile
 from pathlib import Path
+
+from opbench.exceptions import UnsafePathError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,3 +27,33 @@ def default_tracking_uri() -> str:
 def safe_name(text: str) -> str:
     """``text`` usable as a file name (workload specs hold ':' and ',')."""
     return re.sub(r"[^\w.-]+", "_", text)
+
+
+RUNTIME_DIR_ENV = "XDG_RUNTIME_DIR"
+
+
+def user_runtime_dir() -> Path:
+    """This user's private folder for sockets, keys and probe history: ``$XDG_RUNTIME_DIR/opbench`` when
+    the session has one, else ``<tmp>/opbench-<uid>``; checked by :func:`private_dir`."""
+    runtime = os.environ.get(RUNTIME_DIR_ENV)
+    return private_dir(Path(runtime) / "opbench" if runtime else Path(tempfile.gettempdir()) / f"opbench-{os.getuid()}")
+
+
+def private_dir(folder: Path) -> Path:
+    """``folder``, created with mode 0700 when missing; refused (:class:`UnsafePathError`) when it is a
+    link, not a folder, not this user's, or writable by others: another user could plant or replace files in it."""
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700, parents=True)
+    info = os.lstat(folder)
+    problem = ("is a symbolic link" if stat.S_ISLNK(info.st_mode) else "is not a folder" if not stat.S_ISDIR(info.st_mode)
+               else f"belongs to uid {info.st_uid}, not {os.getuid()}" if info.st_uid != os.getuid()
+               else f"has mode {stat.S_IMODE(info.st_mode):o}: others may write or enter it" if info.st_mode & 0o077
+               else "")
+    if problem:
+        raise UnsafePathError(f"refusing {folder}: it {problem}; remove it (or set ${RUNTIME_DIR_ENV})")
+    return folder
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` that never follows a symbolic link at ``path`` (a planted link fails with ELOOP)."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)

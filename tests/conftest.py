@@ -39,6 +39,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         source = inspect.getsource(function) if function else ""
         if REAL_STACK_FIXTURES & set(getattr(item, "fixturenames", ())) or STARTS_PROCESSES.search(source):
             item.add_marker(pytest.mark.full)
+# The suite's probes and services stay out of the user's own folder (the host-speed history real studies
+# judge by): a private runtime folder for this session and every process it starts, removed at exit.
+os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="opbench-runtime-")
+atexit.register(shutil.rmtree, os.environ["XDG_RUNTIME_DIR"], ignore_errors=True)
 # Extracted model operators go to a private cache, not the repository's mlflow/models, removed at exit.
 os.environ["OPBENCH_MODEL_CACHE"] = tempfile.mkdtemp(prefix="opbench-models-")
 atexit.register(shutil.rmtree, os.environ["OPBENCH_MODEL_CACHE"], ignore_errors=True)

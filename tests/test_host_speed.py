@@ -93,9 +93,8 @@ def test_the_probe_runs_a_thread_on_each_cpu_of_the_measurement():
 def test_settle_s_spell_reruns_and_turns_are_measure_options_and_bad_ones_are_refused(capsys):
     from opbench.cli import main
 
-    assert main(["measure", "matmul:m=8,n=8,k=8", "--settle-s", "-1"]) == 2
-    assert "--settle-s must be >= 0, got -1.0" in capsys.readouterr().err
-    assert main(["measure", "matmul:m=8,n=8,k=8", "--spell-reruns", "-1"]) == 2
-    assert "--spell-reruns must be >= 0, got -1" in capsys.readouterr().err
-    assert main(["measure", "matmul:m=8,n=8,k=8", "--turns", "0"]) == 2
-    assert "--turns must be >= 1, got 0" in capsys.readouterr().err
+    for flag, value, message in (("--settle-s", "-1", "must be >= 0, got -1"), ("--spell-reruns", "-1", "must be >= 0, got -1"),
+                                 ("--turns", "0", "must be >= 1, got 0")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["measure", "matmul:m=8,n=8,k=8", flag, value])
+        assert exit_.value.code == 2 and f"argument {flag}: {message}" in capsys.readouterr().err

@@ -194,8 +194,9 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
 def test_verify_needs_a_study_with_a_successful_trial(tracking_uri, capsys):
     assert main(["verify", "nope", "--tracking-uri", tracking_uri]) == 2
     assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
-    assert main(["verify", "nope", "--rounds", "0", "--tracking-uri", tracking_uri]) == 2
-    assert "--rounds must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["verify", "nope", "--rounds", "0", "--tracking-uri", tracking_uri])
+    assert exit_.value.code == 2 and "argument --rounds: must be >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(Exception, match="no successful trial"):
         fastest_trials([{"status": "invalid_config", "latency_ms": 1.0}])
 

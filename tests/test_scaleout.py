@@ -303,24 +303,28 @@ def test_hosts_joining_a_study_at_once_are_all_recorded(local_database):
     hosts = [f"host-{i}" for i in range(8)]
     with ThreadPoolExecutor(len(hosts)) as pool:
         list(pool.map(lambda host: register_host(optuna.load_study(study_name="joined-at-once",
-                                                                   storage=open_storage(local_database)), host), hosts))
+                                                                   storage=open_storage(local_database)),
+                                                  local_database, host), hosts))
     assert study_hosts(study.user_attrs) == hosts
     # a study published before: its shared list still counts
     assert study_hosts({"opbench.hosts": ["host-a"], "opbench.host:host-b": True, "opbench.spec": "{}"}) == \
         ["host-a", "host-b"]
 
 
-def test_an_unreachable_database_is_named_and_refused_with_exit_2(tracking_uri):
-    url = f"postgresql+psycopg2://opbench@127.0.0.1:{free_port()}/optuna"
+@pytest.mark.parametrize("driver", ["postgresql", "postgresql+psycopg2", "postgresql+psycopg"])
+def test_an_unreachable_database_is_named_with_its_password_masked_and_refused_with_exit_2(tracking_uri, driver):
+    url = f"{driver}://opbench:s3cret-pw@127.0.0.1:{free_port()}/optuna"
     out = run_cli("tune", SMALL, "--trials", "1", "--storage", url, "--tracking-uri", tracking_uri)
-    assert out.returncode == 2 and f"Optuna storage {url} cannot be reached" in out.stderr
+    shown = url.replace("s3cret-pw", "***")
+    assert out.returncode == 2 and f"Optuna storage {shown} cannot be reached" in out.stderr
+    assert "s3cret-pw" not in out.stderr + out.stdout and "Traceback" not in out.stderr
 
 
 def test_a_study_in_a_journal_file_is_refused_to_a_second_host(tmp_path):
     journal = str(tmp_path / "optuna-journal.log")
     study = optuna.create_study(study_name="lan", storage=open_storage(journal))
-    publish(study, json.dumps({"tracking_uri": None, "engine": {"seed": 0}}), "run0")
-    register_host(study, "another-host")
+    publish(study, journal, json.dumps({"tracking_uri": None, "engine": {"seed": 0}}), "run0")
+    register_host(study, journal, "another-host")
     out = run_cli("worker", "--study", "lan", "--storage", journal)
     assert out.returncode == 2 and "only one host's processes can share" in out.stderr and "PostgreSQL" in out.stderr
     missing = run_cli("worker", "--study", "nope", "--storage", journal)

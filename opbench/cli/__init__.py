@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,10 +14,11 @@ from opbench.cli import data as cli_data
 from opbench.cli import models as cli_models
 from opbench.cli import remote as cli_remote
 from opbench.cli import study as cli_study
+from opbench.cli._args import nonneg_float, nonneg_int, port, positive_float, positive_int
 from opbench.cli._logging import log_to_stderr
 from opbench.engines.nni_engine import TUNERS
 from opbench.engines.nni_experiment import EXPERIMENT_TUNERS
-from opbench.engines.optuna_storage import STORAGE_HELP
+from opbench.engines.optuna_storage import STORAGE_ENV, STORAGE_HELP
 from opbench.engines.registry import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores, parse_thread_counts
@@ -68,14 +70,6 @@ def _grid(items: list[str]) -> list[dict[str, Any]]:
 def _measure_options(args: argparse.Namespace) -> MeasureOptions:
     from opbench.measure.types import MeasureOptions
 
-    if args.max_cv <= 0:
-        raise UsageError(f"--max-cv must be > 0, got {args.max_cv}")
-    if args.settle_s < 0:
-        raise UsageError(f"--settle-s must be >= 0, got {args.settle_s}")
-    if args.spell_reruns < 0:
-        raise UsageError(f"--spell-reruns must be >= 0, got {args.spell_reruns}")
-    if args.turns < 1:
-        raise UsageError(f"--turns must be >= 1, got {args.turns}")
     remote = {"remote_workers": args.remote_workers, "connect_timeout_s": args.connect_timeout} \
         if hasattr(args, "remote_workers") else {}
     return MeasureOptions(repeat=args.repeat, build_timeout_s=args.build_timeout,
@@ -289,8 +283,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from opbench.tracking import Recorder, read_mlflow_records
     from opbench.tracking.mlflow_store import latest_parent_run
 
-    if args.rounds < 1:
-        raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
     records = read_mlflow_records([args.study], args.tracking_uri)
     refs = references(records)
     parent = latest_parent_run(args.study, args.tracking_uri)
@@ -340,22 +332,22 @@ def _add_measure_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_timing_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repeat", type=int, default=5, help="timed repeats (each >= 50 ms)")
-    p.add_argument("--max-cv", type=float, default=0.05,
+    p.add_argument("--repeat", type=positive_int, default=5, help="timed repeats (each >= 50 ms)")
+    p.add_argument("--max-cv", type=positive_float, default=0.05,
                    help="repeats varying more than this (std/mean) are measured again (see --max-remeasures)")
-    p.add_argument("--max-remeasures", type=int, default=2, help="extra attempts for a noisy result; the steadiest kept")
+    p.add_argument("--max-remeasures", type=nonneg_int, default=2, help="extra attempts for a noisy result; the steadiest kept")
     p.add_argument("--cache-flush", action="store_true", help="evict the CPU caches before every timed call")
-    p.add_argument("--settle-s", type=float, default=SETTLE_S,
+    p.add_argument("--settle-s", type=nonneg_float, default=SETTLE_S,
                    help="a trial waits up to this long for the host's usual speed (its probe within 10%%; 0: only "
                         "record host_slowness; default: $OPBENCH_SETTLE_S or 0)")
-    p.add_argument("--spell-reruns", type=int, default=SPELL_RERUNS,
+    p.add_argument("--spell-reruns", type=nonneg_int, default=SPELL_RERUNS,
                    help="a run of at most 1 s that the host-speed probes before or after it found outside the "
                         "host's usual state is taken again at most this many times (default: $OPBENCH_SPELL_RERUNS or 1)")
-    p.add_argument("--turns", type=int, default=TURNS,
+    p.add_argument("--turns", type=positive_int, default=TURNS,
                    help="the trials of a batch (--batch, or several configs) take their repeats in this many turns, "
                         "interleaved with each other's, so that a spell of the host falls on all alike (default 3)")
-    p.add_argument("--build-timeout", type=float, default=60.0)
-    p.add_argument("--run-timeout", type=float, default=120.0)
+    p.add_argument("--build-timeout", type=positive_float, default=60.0)
+    p.add_argument("--run-timeout", type=positive_float, default=120.0)
     p.add_argument("--log", help="also append records to this JSON-lines file")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite store in mlflow/)")
 
@@ -372,13 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_space)
     p = sub.add_parser("measure", help="measure one trial")
     _add_measure_flags(p)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1)
     p.set_defaults(func=cmd_measure)
     p = sub.add_parser("sweep", help="measure a grid of configs")
     _add_measure_flags(p)
     p.add_argument("--grid", nargs="*", metavar="KNOB=V1,V2", help="knob values to cross")
     p.add_argument("--threads", default="1", help="comma-separated thread counts to cross")
-    p.add_argument("--top", type=int, default=10, help="rows in the summary table")
+    p.add_argument("--top", type=positive_int, default=10, help="rows in the summary table")
     p.set_defaults(func=cmd_sweep)
     p = sub.add_parser("tune", help="tune a workload with an engine (Optuna, NNI, random, grid, MetaSchedule)")
     _add_measure_flags(p)
@@ -389,30 +381,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warm-start", metavar="DATASET", help="--engine model: train the first model on these logs")
     p.add_argument("--objectives", default="latency",
                    help="Optuna objectives to minimise: latency, or latency,threads or latency,energy (joules per call) for a Pareto front")
-    p.add_argument("--workers", type=int, default=1, help="Optuna worker processes sharing the study's storage")
-    p.add_argument("--trials", type=int, default=64)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--workers", type=positive_int, default=1, help="Optuna worker processes sharing the study's storage")
+    p.add_argument("--trials", type=nonneg_int, default=64)
+    p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--search-threads", metavar="LIST", help="also search the thread count among these, e.g. 1,2")
     p.add_argument("--search-cores", metavar="SETS", help="also search the core set among these, e.g. '0;1;0,1'")
-    p.add_argument("--batch", type=int, default=1, help="configs proposed, built in parallel, then timed, per step")
+    p.add_argument("--batch", type=positive_int, default=1, help="configs proposed, built in parallel, then timed, per step")
     p.add_argument("--seed", type=int)
-    p.add_argument("--storage", help=STORAGE_HELP)
+    p.add_argument("--storage", default=os.environ.get(STORAGE_ENV), help=STORAGE_HELP)
     p.add_argument("--resume", action="store_true", help="continue the study instead of starting it afresh")
     p.add_argument("--no-references", action="store_true", help="skip TE-default/torch/numpy reference timings")
-    p.add_argument("--verify-rounds", type=int, default=3, metavar="N",
+    p.add_argument("--verify-rounds", type=nonneg_int, default=3, metavar="N",
                    help="re-measure the best and the references in fresh processes, N alternating rounds "
                         "(0: skip; speed-ups are then printed as not verified)")
     p.set_defaults(func=cmd_tune)
     p = sub.add_parser("worker", help="take trials of a running study on this host until its budget is spent")
     p.add_argument("--study", required=True, help="the study `opbench tune --study NAME --storage URL` runs")
-    p.add_argument("--storage", required=True, help="the study's Optuna storage: a database URL every host reaches")
+    p.add_argument("--storage", default=os.environ.get(STORAGE_ENV), required=not os.environ.get(STORAGE_ENV),
+                   help=f"the study's Optuna storage: a database URL every host reaches (default ${STORAGE_ENV})")
     p.add_argument("--tracking-uri", help="MLflow server every host reaches (default: the study's)")
     p.add_argument("--log", help="also append this host's records to a JSON-lines file")
     p.add_argument("--any-cpu", action="store_true", help="join although this host's CPU model differs from the study's")
     p.set_defaults(func=cmd_worker)
     p = sub.add_parser("verify", help="re-measure a study's best config and references in fresh processes")
     p.add_argument("study", help="MLflow experiment of the study")
-    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (each schedule once per round)")
+    p.add_argument("--rounds", type=positive_int, default=3, help="alternating rounds (each schedule once per round)")
     _add_timing_flags(p)
     p.set_defaults(func=cmd_verify)
     p = sub.add_parser("nni", help="NNI experiments")
@@ -422,14 +415,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tuner", default="TPE", choices=EXPERIMENT_TUNERS,
                    help="an NNI built-in tuner, or Model: OpBench's model engine as a custom tuner class")
     p.add_argument("--warm-start", metavar="DATASET", help="--tuner Model: train its first predictor on these logs")
-    p.add_argument("--trials", type=int, default=64)
-    p.add_argument("--concurrency", type=int, default=1, help="trials NNI runs at once (timings take turns)")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--trials", type=nonneg_int, default=64)
+    p.add_argument("--concurrency", type=positive_int, default=1, help="trials NNI runs at once (timings take turns)")
+    p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--search-threads", metavar="LIST", help="also search the thread count among these")
     p.add_argument("--template")
     p.add_argument("--study", help="MLflow experiment (default nni-<folder name>)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=positive_int, default=5)
     p.add_argument("--knobs", nargs="*", metavar="KNOB[=V1,V2]",
                    help="search only these knobs (others take the default), optionally only these values")
     p.add_argument("--target", default="llvm", help="as for measure: llvm, cuda, or a board preset")
@@ -447,12 +440,12 @@ def build_parser() -> argparse.ArgumentParser:
     cli_models.register(sub)
     cli_remote.register(sub)
     p = sub.add_parser("demo", help="the main job: an Optuna TPE study on matmul-512")
-    p.add_argument("--trials", type=int, default=60)
-    p.add_argument("--threads", type=int, default=min(2, len(__import__("os").sched_getaffinity(0))))
+    p.add_argument("--trials", type=nonneg_int, default=60)
+    p.add_argument("--threads", type=positive_int, default=min(2, len(os.sched_getaffinity(0))))
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("ui", help="start the MLflow UI on the store, bound to 127.0.0.1")
     p.add_argument("--tracking-uri")
-    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--port", type=port, default=5000)
     p.set_defaults(func=cmd_ui)
     return parser
 

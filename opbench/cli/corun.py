@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from opbench.cli._args import nonneg_float, nonneg_int, positive_int
 from opbench.engines.optuna_storage import STORAGE_HELP
 from opbench.report.progress import corun_printer, table
 
@@ -50,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("workloads", nargs="+", metavar="WORKLOAD")
     p.add_argument("--objective", choices=OBJECTIVES, default="makespan")
     p.add_argument("--mode", choices=MODES, default="full", help="concurrent (full) or back to back (stream)")
-    p.add_argument("--trials", type=int, default=32, help="co-run trials; each operator alone gets as many")
+    p.add_argument("--trials", type=nonneg_int, default=32, help="co-run trials; each operator alone gets as many")
     p.add_argument("--layouts", nargs="+", metavar="LAYOUT", help="core layouts to choose from (see study corun)")
     p.add_argument("--sampler", default="tpe")
     p.add_argument("--seed", type=int, default=0)
@@ -64,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--social", choices=SOCIAL, default="makespan", help="social cost of a placement")
     p.add_argument("--start", choices=("first", "greedy"), default="first",
                    help="best-response dynamics start: everyone on the first device, or the greedy placement")
-    p.add_argument("--eps", type=float, default=0.03, help="a player moves only to gain more than this")
-    p.add_argument("--max-profiles", type=int, default=81, help="refuse instances with more placements")
+    p.add_argument("--eps", type=nonneg_float, default=0.03, help="a player moves only to gain more than this")
+    p.add_argument("--max-profiles", type=positive_int, default=81, help="refuse instances with more placements")
     corun_options(p, 0.2, "placement")
     p.set_defaults(func=cmd_place)

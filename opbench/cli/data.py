@@ -5,6 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
+from opbench.cli._args import positive_int
 from opbench.exceptions import OpBenchError
 from opbench.report.progress import table
 
@@ -155,5 +156,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="folder of a trained predictor")
     p.add_argument("--config", help="knob values as a JSON object (default: the template default)")
     p.add_argument("--template")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1)
     p.set_defaults(func=cmd_predict)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from opbench.cli._args import nonneg_int, positive_int
 from opbench.engines.optuna_storage import STORAGE_HELP
 from opbench.report.progress import TrialPrinter, table
 
@@ -92,10 +93,10 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
 
 def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
     p.add_argument("model", help="a name from `opbench models` (add @tiny for the small variant) or a .onnx file")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--seq-len", type=int, default=128, help="sequence length of token models")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--batch", type=positive_int, default=1)
+    p.add_argument("--seq-len", type=positive_int, default=128, help="sequence length of token models")
+    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--repeat", type=positive_int, default=5)
     p.add_argument("--study", default=study, help="MLflow experiment")
     p.add_argument("--tracking-uri")
 
@@ -110,11 +111,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_model_ops)
     p = sub.add_parser("tune-model", help="tune a model's key operators, build it with them, compare with PyTorch")
     _model_options(p, None)
-    p.add_argument("--trials-per-op", type=int, default=32)
-    p.add_argument("--max-ops", type=int, help="tune at most this many key operators (the largest shares after the "
+    p.add_argument("--trials-per-op", type=positive_int, default=32)
+    p.add_argument("--max-ops", type=positive_int, help="tune at most this many key operators (the largest shares after the "
                                                 "template defaults first); "
                                                 "every other operator gets the template's default schedule")
-    p.add_argument("--verify-rounds", type=int, default=3, metavar="N",
+    p.add_argument("--verify-rounds", type=nonneg_int, default=3, metavar="N",
                    help="time the tuned and untuned models and PyTorch again, each in fresh processes, N "
                         "alternating rounds (0: skip; speed-ups are then printed as not verified)")
     p.add_argument("--engine", default="optuna", choices=("optuna", "nni", "random", "model"))

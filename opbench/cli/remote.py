@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from opbench.cli._args import port, positive_float, positive_int
 from opbench.exceptions import ResourceError
 from opbench.hardware.resources import LOCAL
 from opbench.report.progress import table
@@ -16,9 +17,9 @@ def add_device_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", help="local (default) or rpc://HOST:PORT/KEY: a device of KEY at a TVM RPC tracker")
     g.add_argument("--tracker", metavar="HOST:PORT", help="with --key: the same as --device rpc://HOST:PORT/KEY")
     g.add_argument("--key", help="device key at --tracker, e.g. pynq-z2")
-    g.add_argument("--remote-workers", type=int, default=1,
+    g.add_argument("--remote-workers", type=positive_int, default=1,
                    help="sessions held on the key's devices: up to this many trials run at once on distinct devices")
-    g.add_argument("--connect-timeout", type=float, default=60.0, help="seconds to wait for a free remote device")
+    g.add_argument("--connect-timeout", type=positive_float, default=60.0, help="seconds to wait for a free remote device")
 
 
 def device_of(args: argparse.Namespace) -> str:
@@ -77,6 +78,8 @@ def register(sub: Any) -> None:
     p = board.add_parser("serve", help="run TVM's RPC server with OpBench's board functions (facts, energy)")
     p.add_argument("--tracker", required=True, metavar="HOST:PORT")
     p.add_argument("--key", required=True, help="device key to register under, e.g. pynq-z2")
-    p.add_argument("--host", default="0.0.0.0", help="address to listen on (0.0.0.0: reachable by the tracker)")
-    p.add_argument("--port", type=int, default=9090, help="first port to try (up to +100)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default loopback: name the board's address on the tracker's network "
+                        "to be reached; TVM RPC has no authentication)")
+    p.add_argument("--port", type=port, default=9090, help="first port to try (up to +100)")
     p.set_defaults(func=cmd_board_serve)

@@ -69,17 +69,18 @@ class OptunaEngine(Engine):
                                f"got {','.join(objectives)}")
         self.name = f"optuna-{sampler}"
         self.objectives = objectives
-        self._space, self._threads, self._url = space, threads, storage
+        self._space, self._threads, self.storage_url = space, threads, storage
         self._distributions: dict[str, optuna.distributions.BaseDistribution] = {
             k: optuna.distributions.CategoricalDistribution(v["_value"]) for k, v in space.items()}
         storage = open_storage(storage)
         if not resume:
             with contextlib.suppress(KeyError):
-                optuna.delete_study(study_name=study, storage=storage)
-        self.study: optuna.Study = optuna.create_study(study_name=study, storage=storage, sampler=_sampler(sampler, space, seed),
-                                         directions=["minimize"] * len(objectives), load_if_exists=True)
-        if initial is not None and not self.study.trials:  # start a fresh study from the template default
-            self.study.enqueue_trial({k: v for k, v in initial.items() if k in space})
+                self._db(lambda: optuna.delete_study(study_name=study, storage=storage))
+        self.study: optuna.Study = self._db(lambda: optuna.create_study(
+            study_name=study, storage=storage, sampler=_sampler(sampler, space, seed),
+            directions=["minimize"] * len(objectives), load_if_exists=True))
+        if initial is not None and not self._db(lambda: self.study.trials):  # start a fresh study from the template default
+            self._db(lambda: self.study.enqueue_trial({k: v for k, v in initial.items() if k in space}))
         self.budget = budget
         self._in_flight: set[int] = set()  # trial ids asked here and not yet told
         beats = getattr(storage, "get_heartbeat_interval", lambda: None)()  # a database server's storage (shared by hosts)
@@ -134,7 +135,7 @@ class OptunaEngine(Engine):
 
     def _db(self, call: Callable[[], T]) -> T:
         """One storage operation, retried while the database is away (bounded)."""
-        return riding_outages(call, self._url)
+        return riding_outages(call, self.storage_url)
 
     def ask(self, n: int) -> list[Proposal]:
         out: list[Proposal] = []

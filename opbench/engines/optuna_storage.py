@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -24,8 +25,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 JOURNAL_FILE = "optuna-journal.log"
+STORAGE_ENV = "OPBENCH_STORAGE"  # the storage URL from the environment: a password stays off the command line
 STORAGE_HELP = ("Optuna storage: a journal file, or a database URL (sqlite:///f.db, postgresql://...); "
-                "default: optuna-journal.log beside the MLflow store")
+                f"default: ${STORAGE_ENV}, else optuna-journal.log beside the MLflow store")
 DATABASES = ("sqlite", "postgresql", "mysql")  # SQLAlchemy dialects Optuna's RDB storage supports
 SQLITE_BUSY_TIMEOUT_S = 60  # several workers share one sqlite file: wait for its lock rather than fail
 # A database study may be shared by worker hosts: each records a heartbeat for the trials it measures,
@@ -35,6 +37,14 @@ HEARTBEAT_S = max(1, STALE_AFTER_S // 6)
 # A database server away mid-study (restarted, a network blip): each call is retried this long, then the
 # study stops with StorageUnavailable (every record measured so far is already in MLflow and the log).
 OUTAGE_S = float(os.environ.get("OPBENCH_STORAGE_OUTAGE_S", "60"))
+
+
+def masked(url: str) -> str:
+    """``url`` with its password (if any) shown as ``***``: what messages and logs may print."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+_PASSWORD = re.compile(r"^([a-z0-9+.-]+://[^:/@]*:)[^@]*@", re.IGNORECASE)
 
 
 def default_storage(directory: Path) -> str:
@@ -60,8 +70,8 @@ def open_storage(storage: str) -> Any:
     if is_url(storage):
         dialect = storage.split("://", 1)[0].split("+", 1)[0]
         if dialect not in DATABASES:
-            raise OpBenchError(f"Optuna storage '{storage}': '{dialect}' is not a database Optuna stores studies in "
-                               f"({', '.join(DATABASES)}); give a URL of one, or a journal file's path")
+            raise OpBenchError(f"Optuna storage '{masked(storage)}': '{dialect}' is not a database Optuna stores studies "
+                               f"in ({', '.join(DATABASES)}); give a URL of one, or a journal file's path")
         sqlite = storage.startswith("sqlite")
         # a server's connections die when it restarts: each is checked before use (one round trip)
         kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} if sqlite else {"pool_pre_ping": True}
@@ -72,8 +82,13 @@ def open_storage(storage: str) -> Any:
                                     "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(2)}
         try:
             rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs, **shared)
-        except sqlalchemy.exc.OperationalError as exc:
-            raise OpBenchError(f"Optuna storage {storage} cannot be reached: {str(exc.orig).strip().splitlines()[0]}") from None
+        except sqlalchemy.exc.OperationalError as exc:  # at the start: a wrong host, port, database, user or password
+            reason = _reason(exc).replace(storage, masked(storage))
+            raise OpBenchError(f"Optuna storage {masked(storage)} cannot be reached: {reason}") from None
+        except (ImportError, sqlalchemy.exc.NoSuchModuleError, sqlalchemy.exc.ArgumentError) as exc:
+            reason = str(exc).replace(storage, masked(storage)).strip().splitlines()[0]
+            raise OpBenchError(f"Optuna storage {masked(storage)}: its database driver is not installed or the URL is "
+                               f"malformed ({reason}); postgresql:// uses psycopg 3, postgresql+psycopg2:// psycopg2") from None
         if sqlite and ":memory:" not in storage:  # an in-memory database lives only in its first connection
             _tune_sqlite(rdb)
         return rdb
@@ -126,7 +141,8 @@ def recovered_within(seconds: float) -> bool:
 
 def riding_outages(call: Callable[[], T], storage: str, limit_s: float | None = None) -> T:
     """``call()`` (one storage operation), retried with backoff while the database is away, for at
-    most ``limit_s`` (:data:`OUTAGE_S`); then :class:`StorageUnavailable` names the URL."""
+    most ``limit_s`` (:data:`OUTAGE_S`); then :class:`StorageUnavailable` names the URL (its password
+    masked)."""
     global _last_recovery
     limit_s = OUTAGE_S if limit_s is None else limit_s
     deadline, delay = None, 0.2
@@ -135,20 +151,27 @@ def riding_outages(call: Callable[[], T], storage: str, limit_s: float | None = 
             result = call()
             if deadline is not None:
                 _last_recovery = time.monotonic()
-                log.warning("Optuna storage %s is back", storage)
+                log.warning("Optuna storage %s is back", masked(storage))
             return result
         except Exception as exc:
             if not is_outage(exc):
                 raise
-            reason = str(getattr(exc.__cause__, "orig", None) or exc.__cause__ or exc).strip().splitlines()[0]
+            reason = _reason(exc).replace(storage, masked(storage))
             now = time.monotonic()
             if deadline is None:
                 deadline = now + limit_s
-                log.warning("Optuna storage %s unreachable (%s): retrying for up to %g s", storage, reason, limit_s)
+                log.warning("Optuna storage %s unreachable (%s): retrying for up to %g s", masked(storage), reason, limit_s)
             if now >= deadline:
                 raise StorageUnavailable(
-                    f"Optuna storage {storage} unreachable for {limit_s:g} s ({reason}); every trial measured so far is "
+                    f"Optuna storage {masked(storage)} unreachable for {limit_s:g} s ({reason}); every trial measured so far is "
                     "in MLflow and the log: run the same command with --resume (or the worker again) once it is back"
                 ) from None
             time.sleep(delay)
             delay = min(2 * delay, 1.0)
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's first line about why a call failed."""
+    cause = exc.__cause__ or exc
+    return str(getattr(cause, "orig", None) or getattr(exc, "orig", None) or cause).strip().splitlines()[0]
+

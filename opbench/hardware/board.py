@@ -47,9 +47,15 @@ def serve(tracker: tuple[str, int], key: str, host: str, port: int) -> None:
     """Serve until SIGINT/SIGTERM, registered at ``tracker`` under ``key``; the server's children go too."""
     from tvm import rpc
 
+    log = logging.getLogger("opbench")
+    if os.geteuid() == 0:
+        log.warning("serving as root: whoever reaches %s:%d runs code as root; run it as an unprivileged user "
+                    "in the groups that own the board's devices", host, port)
+    log.warning("TVM RPC is unauthenticated and loads any uploaded library: anyone who reaches %s:%d and the "
+                "tracker runs code on this machine; serve only on a network you trust", host, port)
     server = rpc.Server(host=host, port=port, port_end=port + 100, tracker_addr=tracker, key=key,
                         server_init_callback=register_functions)
-    logging.getLogger("opbench").info("serving key '%s' on %s:%d, registered at tracker %s:%d (pid %d)", key, host,
+    log.info("serving key '%s' on %s:%d, registered at tracker %s:%d (pid %d)", key, host,
                                       server.port, tracker[0], tracker[1], os.getpid())
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

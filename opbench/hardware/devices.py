@@ -29,11 +29,18 @@ def parse_device(text: str) -> RemoteDevice:
     match = _SPEC.match(text)
     if not match:
         raise ResourceError(f"malformed device '{text}': use local or rpc://HOST:PORT/KEY")
-    return RemoteDevice(match["host"], int(match["port"]), match["key"])
+    return RemoteDevice(match["host"], _port(match["port"], text), match["key"])
 
 
 def parse_tracker(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit():
         raise ResourceError(f"malformed tracker address '{text}': use HOST:PORT")
-    return host, int(port)
+    return host, _port(port, text)
+
+
+def _port(digits: str, where: str) -> int:
+    port = int(digits)
+    if not 1 <= port <= 65535:
+        raise ResourceError(f"port {port} of '{where}' is not a TCP port (1-65535)")
+    return port

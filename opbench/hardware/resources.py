@@ -20,6 +20,7 @@ LOCAL = "local"
 # slowing whatever ran next on those cores; 10000 stops within ~8 ms, and back-to-back calls (what
 # time_evaluator times) ran as fast.
 POOL_SPIN_COUNT = "10000"
+MAX_CORE_ID = 4096  # Linux's CONFIG_NR_CPUS limit on x86 distributions: no core set reaches past it
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,10 @@ def parse_cores(text: str | None) -> tuple[int, ...] | None:
         lo, dash, hi = part.strip().partition("-")
         if not lo.isdigit() or (dash and not hi.isdigit()):
             raise ResourceError(f"malformed core set '{text}': use e.g. 0,1 or 0-3")
-        cores.extend(range(int(lo), int(hi) + 1) if dash else [int(lo)])
+        first, last = int(lo), int(hi) if dash else int(lo)
+        if last < first or last >= MAX_CORE_ID:
+            raise ResourceError(f"core range '{part.strip()}' of '{text}' is empty or beyond core {MAX_CORE_ID - 1}")
+        cores.extend(range(first, last + 1))
     return tuple(dict.fromkeys(cores))
 
 

@@ -34,7 +34,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-HOST_SPEED_FILE = "opbench-host-speed.json"  # beside the timing lock: one per host
+from opbench.paths import open_nofollow, user_runtime_dir
+
+HOST_SPEED_FILE = "host-speed.json"  # in the user's private folder: another user cannot poison it
 PROBE_SIZE = 128  # square float32 matrices: 4 MFLOP a call, in cache on any CPU
 PROBE_CALLS = 20
 MEMORY_PROBE_BYTES = 3 << 20  # a float32 vector per thread: past a 1-2 MB L2, within a shared L3
@@ -235,5 +237,11 @@ class HostSpeed:
 
     def _save(self) -> None:
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(json.dumps(self._history))
+        with os.fdopen(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as out:
+            out.write(json.dumps(self._history))
         tmp.replace(self.path)  # atomic: processes that probe at once never read half a file
+
+
+def default_history() -> Path:
+    """This user's probe history (:func:`opbench.paths.user_runtime_dir`)."""
+    return user_runtime_dir() / HOST_SPEED_FILE

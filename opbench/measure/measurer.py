@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import shutil
@@ -16,7 +17,7 @@ from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
 from opbench.measure.builder import LocalBuilder
 from opbench.measure.corun import CoRunSpec, corun_records
 from opbench.measure.features import static_features
-from opbench.measure.host_speed import HOST_SPEED_FILE, HostSpeed
+from opbench.measure.host_speed import HostSpeed, default_history
 from opbench.measure.lock import HostLock
 from opbench.measure.prepack import manifest_path
 from opbench.measure.rpc import check_device
@@ -41,7 +42,7 @@ class Measurer:
         self._builder = LocalBuilder(self.options.build_workers, self.options.build_timeout_s, lock)
         self._lock = lock
         self._local = LocalRunner(self.options.run_timeout_s, lock,
-                                  HostSpeed(self.options.lock_path.with_name(HOST_SPEED_FILE)), self.options.settle_s,
+                                  HostSpeed(default_history()), self.options.settle_s,
                                   self.options.spell_reruns)
         self._corunner = CoRunner(self.options.run_timeout_s, lock)
         self._runners: dict[str, Runner[RunInput, RunResult]] = {LOCAL: self._local}  # device spec -> its runner
@@ -276,7 +277,7 @@ class Measurer:
         if run is not None and run.device_addr:
             record["device_addr"] = run.device_addr
         record.update(spec.tags)
-        record.update({f"knob.{k}": v for k, v in config.items()})
+        record.update({f"knob.{k}": _knob_value(v) for k, v in config.items()})
         if build is not None:
             record["build_s"] = build.build_s
         if run is not None:
@@ -297,13 +298,18 @@ class Measurer:
                               cache_flush=int(self.options.cache_flush), worker_pid=run.pid)
         record["trial_s"] = time.perf_counter() - started
         record["finished_at"] = time.time()  # unix seconds: tuning curves against wall time
-        try:
-            record.update(static_features(workload, config, template, res, host))
-        except (KeyError, ValueError):  # an invalid config, or a library baseline with no knobs
-            record.update(static_features(workload, {}, None, res, host))
+        valid = status is not Status.INVALID_CONFIG and template not in LIBRARIES
+        record.update(static_features(workload, config if valid else {}, template if valid else None, res, host))
         if build is not None:
             record.update(build.features)
         return record
+
+
+def _knob_value(value: object) -> object:
+    """A knob's value as a record keeps it: a number or a string (a rejected config may hold anything)."""
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return value
+    return json.dumps(value, default=repr)
 
 
 def _discard(*builds: BuildResult) -> None:

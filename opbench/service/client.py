@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from opbench.service.address import authkey, socket_path
+from opbench.service.address import authkey, open_private, socket_path
 from opbench.service.protocol import ServiceManager, TrialReply, TrialRequest
 
 START_TIMEOUT_S = 180.0  # the service imports TVM and starts its workers before it listens
@@ -28,7 +29,7 @@ ServiceManager.register("service")
 @contextlib.contextmanager
 def _starting(socket: Path) -> Iterator[None]:
     """One client at a time may (re)start the service of ``socket``."""
-    with open(socket.with_suffix(".lock"), "w") as lock:
+    with os.fdopen(open_private(socket.with_suffix(".lock"), "w"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -41,7 +42,7 @@ def _connect(socket: Path) -> Any:
 
 def _start(socket: Path, idle_timeout_s: float) -> Any:
     log = socket.with_suffix(".log")
-    with open(log, "ab") as out:
+    with os.fdopen(open_private(log, "a"), "ab") as out:
         process = subprocess.Popen([sys.executable, "-m", "opbench.service", str(socket), "--idle-timeout", str(idle_timeout_s)],
                                    stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -14,7 +14,7 @@ from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions, TrialSpec
-from opbench.service.address import authkey
+from opbench.service.address import authkey, open_private
 from opbench.service.protocol import ServiceManager, TrialReply, TrialRequest
 from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import nni_parent_run
@@ -93,7 +93,8 @@ def serve(socket: Path, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
     ServiceManager.register("service", callable=lambda: service)
     socket.unlink(missing_ok=True)
     server = ServiceManager(address=str(socket), authkey=authkey(socket, create=True)).get_server()
-    socket.with_suffix(".pid").write_text(str(os.getpid()))
+    with os.fdopen(open_private(socket.with_suffix(".pid"), "w"), "w") as pid:
+        pid.write(str(os.getpid()))
 
     def stop_when_idle() -> None:
         while service.busy or time.monotonic() - service.last_active < idle_timeout_s:

@@ -7,6 +7,7 @@ samples it by its own rules and never meets an invalid point.
 """
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,20 @@ def split_factors(value: str) -> tuple[int, ...]:
     return tuple(int(f) for f in value.split(SPLIT_SEP))
 
 
+def _same_kind(value: Any, choice: Any) -> bool:
+    """Whether ``value`` may stand for ``choice``: both strings, both booleans, or both plain numbers."""
+    if isinstance(choice, bool) or isinstance(value, bool):
+        return isinstance(choice, bool) and isinstance(value, bool)
+    if isinstance(choice, numbers.Number):
+        return isinstance(value, numbers.Number)
+    return type(value) is type(choice)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _prod(values: tuple[int, ...]) -> int:
     out = 1
     for v in values:
@@ -63,6 +78,16 @@ class Knob:
     name: str
     choices: tuple[Any, ...]
     help: str
+
+    def choice(self, value: Any, where: str) -> Any:
+        """The choice ``value`` stands for, or ConfigError naming the knob: a value of another type never
+        passes for one (``True`` is not ``1``, ``1.0`` is not ``"1"``); an integral number that equals an
+        integer choice does (JSON and numpy hand those over as floats or numpy ints)."""
+        for choice in self.choices:
+            if _same_kind(value, choice) and value == choice:
+                return choice
+        shown = list(self.choices) if len(self.choices) <= 12 else [*self.choices[:10], "...", self.choices[-1]]
+        raise ConfigError(self.name, f"value {_short(value)} ({type(value).__name__}) is not one of {shown} on {where}")
 
     def to_nni(self) -> dict[str, Any]:
         return {"_type": "choice", "_value": list(self.choices)}
@@ -118,12 +143,12 @@ class Template(ABC):
     def validate(self, config: Config, workload: Workload) -> Config:
         """Return the complete config (missing knobs take the default) or raise ConfigError."""
         knobs = {k.name: k for k in self.knobs(workload)}
+        given = {}
         for name, value in config.items():
-            if name not in knobs:
+            if not isinstance(name, str) or name not in knobs:
                 known = ", ".join(knobs) or "none"
-                raise ConfigError(name, f"unknown knob for template '{self.name}' on {workload.name} (knobs: {known})")
-            if value not in knobs[name].choices:
-                raise ConfigError(name, f"value {value!r} is not one of {list(knobs[name].choices)} on {workload.name}")
-        full = {**self.default_config(workload), **config}
+                raise ConfigError(str(name), f"unknown knob for template '{self.name}' on {workload.name} (knobs: {known})")
+            given[name] = knobs[name].choice(value, workload.name)
+        full = {**self.default_config(workload), **given}
         self.check(full, workload)
         return full

@@ -15,7 +15,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from opbench.engines.optuna_storage import is_host_local, open_storage
+from opbench.engines.optuna_storage import is_host_local, masked, open_storage, riding_outages
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import host_facts
 
@@ -26,10 +26,15 @@ HOST_ATTR_PREFIX = "opbench.host:"  # one attribute per host that joined: hosts 
 LEGACY_HOSTS_ATTR = "opbench.hosts"  # the list studies published before that still carry
 
 
-def register_host(study: Any, host: str | None = None) -> None:
+def register_host(study: Any, storage: str, host: str | None = None) -> None:
     """Record ``host`` (default: this one) among the hosts that joined ``study``. Each host writes a
     key of its own: a shared list rewritten by hosts joining at the same time kept only the last."""
-    study.set_user_attr(f"{HOST_ATTR_PREFIX}{host or socket.gethostname()}", True)
+    _set_attrs(study, storage, {f"{HOST_ATTR_PREFIX}{host or socket.gethostname()}": True})
+
+
+def _set_attrs(study: Any, storage: str, attrs: dict[str, Any]) -> None:
+    for key, value in attrs.items():
+        riding_outages(lambda: study.set_user_attr(key, value), storage)  # noqa: B023 (called at once)
 
 
 def study_hosts(attrs: dict[str, Any]) -> list[str]:
@@ -49,12 +54,10 @@ class WorkerSpec:
     any_cpu: bool = False  # join although this host's CPU model differs from the study's
 
 
-def publish(study: Any, spec_json: str, parent_run_id: str) -> None:
-    """Make ``study`` joinable: its spec, parent run, CPU model, and this host as its first."""
-    study.set_user_attr(SPEC_ATTR, spec_json)
-    study.set_user_attr(PARENT_RUN_ATTR, parent_run_id)
-    study.set_user_attr(CPU_ATTR, host_facts().cpu_model)
-    register_host(study)
+def publish(study: Any, storage: str, spec_json: str, parent_run_id: str) -> None:
+    """Make ``study`` (in ``storage``) joinable: its spec, parent run, CPU model, and this host as its first."""
+    _set_attrs(study, storage, {SPEC_ATTR: spec_json, PARENT_RUN_ATTR: parent_run_id, CPU_ATTR: host_facts().cpu_model})
+    register_host(study, storage)
 
 
 def joined_spec(worker: WorkerSpec) -> tuple[str, str]:
@@ -63,21 +66,22 @@ def joined_spec(worker: WorkerSpec) -> tuple[str, str]:
     host, and its CPU model is this host's (or ``any_cpu``). Registers this host on the study."""
     import optuna
 
+    url, storage = masked(worker.storage), open_storage(worker.storage)
     try:
-        study = optuna.load_study(study_name=worker.study, storage=open_storage(worker.storage))
+        study = riding_outages(lambda: optuna.load_study(study_name=worker.study, storage=storage), worker.storage)
     except KeyError:
-        raise OpBenchError(f"no study '{worker.study}' in {worker.storage}; start it with "
-                           f"`opbench tune WORKLOAD --study {worker.study} --storage {worker.storage}`") from None
+        raise OpBenchError(f"no study '{worker.study}' in {url}; start it with "
+                           f"`opbench tune WORKLOAD --study {worker.study} --storage {url}`") from None
     attrs = study.user_attrs
     if SPEC_ATTR not in attrs:
-        raise OpBenchError(f"study '{worker.study}' in {worker.storage} was not started by `opbench tune`: "
+        raise OpBenchError(f"study '{worker.study}' in {url} was not started by `opbench tune`: "
                            "it has no spec for workers to join")
     host, hosts = socket.gethostname(), study_hosts(attrs)
     spec = json.loads(attrs[SPEC_ATTR])
     tracking = worker.tracking_uri or spec["tracking_uri"]
     elsewhere = [h for h in hosts if h != host]
     if elsewhere and is_host_local(worker.storage):
-        raise OpBenchError(f"study '{worker.study}' is in {worker.storage}, which only one host's processes can share, "
+        raise OpBenchError(f"study '{worker.study}' is in {url}, which only one host's processes can share, "
                            f"and it runs on {', '.join(elsewhere)}: for workers on several hosts, store the study in "
                            "PostgreSQL (opbench tune ... --storage postgresql://USER@HOST/DB)")
     if elsewhere and (tracking is None or tracking.startswith("sqlite")):
@@ -87,7 +91,7 @@ def joined_spec(worker: WorkerSpec) -> tuple[str, str]:
     if attrs.get(CPU_ATTR) not in (None, cpu) and not worker.any_cpu:
         raise OpBenchError(f"study '{worker.study}' measures on {attrs[CPU_ATTR]}; this host has {cpu}, whose "
                            "latencies do not compare (--any-cpu joins anyway)")
-    register_host(study)
+    register_host(study, worker.storage)
     seed = spec["engine"]["seed"]  # a seed of its own: the same seed would propose the same configs again
     seed = None if seed is None else seed + 1 + zlib.crc32(f"{host}:{os.getpid()}".encode()) % 100_000
     spec.update(tracking_uri=tracking, log=worker.log, workers=1, resume=True,

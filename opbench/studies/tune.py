@@ -157,8 +157,13 @@ def spawn_workers(spec: TuneSpec, todo: int, parent_run_id: str) -> None:
     for i, share in enumerate(s for s in shares if s):
         seed = None if spec.engine.seed is None else spec.engine.seed + 1 + i  # same seeds: same proposals
         worker = dataclasses.replace(spec, trials=share, workers=1, engine=dataclasses.replace(spec.engine, seed=seed))
-        procs.append(subprocess.Popen([sys.executable, "-m", "opbench.studies.tune", worker.to_json(), parent_run_id,
-                                       str(i)]))
+        # the spec goes through a pipe, not argv: its storage URL may hold a password (ps shows argv to all users)
+        proc = subprocess.Popen([sys.executable, "-m", "opbench.studies.tune", parent_run_id, str(i)],
+                                stdin=subprocess.PIPE, text=True)
+        assert proc.stdin is not None
+        proc.stdin.write(worker.to_json())
+        proc.stdin.close()
+        procs.append(proc)
     failed = [p.args for p in procs if p.wait() != 0]
     if failed:
         raise OpBenchError(f"{len(failed)} of {len(procs)} workers failed; resume the study")
@@ -189,8 +194,9 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
                      background_lock=HostLock(measure.lock_path)) as recorder:
         for record in backfill.values():
             recorder.mlflow.write(record)
-        if isinstance(engine, OptunaEngine):
-            publish(engine.study, spec.to_json(), recorder.mlflow.parent_run_id)
+        if isinstance(engine, OptunaEngine):  # without the storage URL: a joining host gives its own
+            published = dataclasses.replace(spec, engine=dataclasses.replace(spec.engine, storage=None))
+            publish(engine.study, engine.storage_url, published.to_json(), recorder.mlflow.parent_run_id)
         measurer.warm_up(spec.resources)
         sink = tee(recorder, *filter(None, [on_record]))
         refs = (measure_references(measurer, workload, spec.resources, recorder, spec.template)
@@ -287,9 +293,9 @@ def _summarize(result: StudyResult, engine: Engine | None, title: str, recorder:
         recorder.mlflow.log_artifact(result.plots["pareto_front"], "plots")
 
 
-if __name__ == "__main__":  # a worker process of spawn_workers: SPEC_JSON PARENT_RUN_ID INDEX
+if __name__ == "__main__":  # a worker process of spawn_workers: PARENT_RUN_ID INDEX, the spec's JSON on stdin
     from opbench.plugins import load_plugins
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     load_plugins()
-    join_study(TuneSpec.from_json(sys.argv[1]), sys.argv[2], int(sys.argv[3]))
+    join_study(TuneSpec.from_json(sys.stdin.read()), sys.argv[1], int(sys.argv[2]))

@@ -120,7 +120,7 @@ class Postgres:
         connection.autocommit = True
         with contextlib.closing(connection), connection.cursor() as cursor:
             cursor.execute(f"create database {db}")
-        return f"postgresql+psycopg2://opbench@{self.address}:{self.port}/{db}"
+        return f"postgresql://opbench@{self.address}:{self.port}/{db}"  # psycopg 3, as users write it
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):
