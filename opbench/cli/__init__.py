@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from opbench.argtypes import nonneg_float, nonneg_int, port, positive_float, positive_int
 from opbench.cli import corun as cli_corun
 from opbench.cli import data as cli_data
 from opbench.cli import models as cli_models
 from opbench.cli import remote as cli_remote
 from opbench.cli import study as cli_study
-from opbench.cli._args import nonneg_float, nonneg_int, port, positive_float, positive_int
 from opbench.cli._logging import log_to_stderr
 from opbench.engines.nni_engine import TUNERS
 from opbench.engines.nni_experiment import EXPERIMENT_TUNERS
@@ -148,10 +148,15 @@ def cmd_measure(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from opbench.measure.measurer import Measurer
     from opbench.measure.types import TrialSpec
+    from opbench.space import get_template
 
     workload: Workload = parse_workload(args.workload)
     base = _config(args)
     threads = parse_thread_counts(args.threads)
+    knobs = {k.name for k in get_template(workload, args.template, args.target).knobs(workload)}
+    unknown = sorted({g.partition("=")[0] for g in args.grid or []} - knobs)
+    if unknown:  # a typo would make every trial invalid_config: nothing runs
+        raise UsageError(f"--grid: unknown knob(s) {', '.join(unknown)} for {workload.name} (knobs: {', '.join(sorted(knobs))})")
     specs = [TrialSpec(workload, {**base, **point}, _resources(args, t), args.template)
              for t in threads for point in _grid(args.grid or [])]
     printer = TrialPrinter(len(specs))

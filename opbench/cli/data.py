@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from opbench.cli._args import positive_int
+from opbench.argtypes import positive_int
 from opbench.exceptions import OpBenchError
 from opbench.report.progress import table
 

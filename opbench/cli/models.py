@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from opbench.cli._args import nonneg_int, positive_int
+from opbench.argtypes import nonneg_int, positive_int
 from opbench.engines.optuna_storage import STORAGE_HELP
 from opbench.report.progress import TrialPrinter, table
 

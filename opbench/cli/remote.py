@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from opbench.cli._args import port, positive_float, positive_int
+from opbench.argtypes import port, positive_float, positive_int
 from opbench.exceptions import ResourceError
 from opbench.hardware.resources import LOCAL
 from opbench.report.progress import table

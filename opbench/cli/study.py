@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from opbench.cli._args import nonneg_float, positive_float, positive_int
+from opbench.argtypes import nonneg_float, positive_float, positive_int
 from opbench.report.progress import TrialPrinter, corun_printer, table
 
 

@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+from opbench.argtypes import positive_float, positive_int
 from opbench.engines._base import split_threads
 from opbench.record import is_ok
 from opbench.report.progress import TrialPrinter
@@ -29,19 +30,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m opbench.engines.nni_trial", description=__doc__.splitlines()[0])
     p.add_argument("workload")
     p.add_argument("--template")
-    p.add_argument("--threads", type=int, default=1, help="threads unless the search space has 'threads'")
+    p.add_argument("--threads", type=positive_int, default=1, help="threads unless the search space has 'threads'")
     p.add_argument("--cores", help="pin to these cores, e.g. 0,1")
     p.add_argument("--target", default="llvm")
     p.add_argument("--device", default="local", help="local or rpc://HOST:PORT/KEY")
-    p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--build-timeout", type=float, default=60.0)
-    p.add_argument("--run-timeout", type=float, default=120.0)
+    p.add_argument("--repeat", type=positive_int, default=5)
+    p.add_argument("--build-timeout", type=positive_float, default=60.0)
+    p.add_argument("--run-timeout", type=positive_float, default=120.0)
     p.add_argument("--study", help="MLflow experiment (default nni-<workload>)")
     p.add_argument("--tracking-uri")
     p.add_argument("--log", help="also append records to this JSON-lines file")
     p.add_argument("--tuner", default="", help="the experiment's NNI tuner, recorded as engine nni-<tuner>")
     p.add_argument("--no-references", action="store_true", help="the first trial skips the reference timings")
-    p.add_argument("--service-idle-timeout", type=float, default=600.0,
+    p.add_argument("--service-idle-timeout", type=positive_float, default=600.0,
                    help="seconds a measurement service started by this trial waits for the next one")
     return p
 

@@ -140,8 +140,9 @@ class Measurer:
         template = get_template(spec.workload, spec.template, spec.resources.target)
         try:
             return template.name, template.validate(spec.config, spec.workload), None
-        except ConfigError as exc:
-            return template.name, spec.config, str(exc)
+        except ConfigError as exc:  # the record keeps the knobs of the space; the error names the culprit
+            knobs = {k.name for k in template.knobs(spec.workload)}
+            return template.name, {k: v for k, v in spec.config.items() if k in knobs}, str(exc)
 
     def _build_valid(self, specs: list[TrialSpec], checked: list[tuple[str, Config, str | None]]
                      ) -> dict[int, BuildResult]:
@@ -305,11 +306,13 @@ class Measurer:
         return record
 
 
-def _knob_value(value: object) -> object:
-    """A knob's value as a record keeps it: a number or a string (a rejected config may hold anything)."""
-    if isinstance(value, str | int | float) and not isinstance(value, bool):
+def _knob_value(value: object, limit: int = 200) -> object:
+    """A knob's value as a record keeps it: a number or a string of at most ``limit`` characters (a
+    rejected config may hold anything; MLflow refuses params over 6,000)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return value
-    return json.dumps(value, default=repr)
+    text = value if isinstance(value, str) else json.dumps(value, default=repr)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _discard(*builds: BuildResult) -> None:

@@ -55,6 +55,8 @@ class MeasurementService:
     def _measure(self, request: TrialRequest) -> TrialReply:
         try:
             workload = parse_workload(request.workload)
+            if not isinstance(request.threads, int) or isinstance(request.threads, bool):
+                raise OpBenchError(f"threads must be an integer, got {request.threads!r}")
             resources = Resources(request.threads, parse_cores(request.cores), request.target, request.device)
         except OpBenchError as exc:
             return TrialReply(None, str(exc))

@@ -76,8 +76,9 @@ def experiment_id(client: Any, name: str, uri: str) -> str:
         return exp.experiment_id
 
 
-def _split(record: Record) -> tuple[list[Any], list[Any], dict[str, str], dict[str, float]]:
-    """A record as MLflow params, metrics and tags, and the features that go to the run's artifact."""
+def _split(record: Record) -> tuple[list[Any], list[Any], dict[str, str], dict[str, Any]]:
+    """A record as MLflow params, metrics and tags, and what goes to the run's artifact: the features and
+    the lists (raw latencies), which MLflow would truncate as tags (8,000 characters)."""
     from mlflow.entities import Metric, Param
 
     now = int(time.time() * 1000)
@@ -92,13 +93,15 @@ def _split(record: Record) -> tuple[list[Any], list[Any], dict[str, str], dict[s
             metrics.append(Metric(key, float(value), now, 0))
         elif kind == "feature":
             features[key] = float(value)
+        elif key in JSON_TAGS:
+            features[key] = list(value)
         else:
-            tags[key] = json.dumps(value) if key in JSON_TAGS else str(value)
+            tags[key] = str(value)
     return params, metrics, tags, features
 
 
-def _read_features(client: Any, run: Any) -> dict[str, float]:
-    """The feat.* columns a run keeps in its artifact (read in place when the artifact store is local,
+def _read_features(client: Any, run: Any) -> dict[str, Any]:
+    """The feat.* columns and lists a run keeps in its artifact (read in place when the artifact store is local,
     else through the tracking server)."""
     local = urllib.parse.urlparse(run.info.artifact_uri)
     if local.scheme in ("", "file"):

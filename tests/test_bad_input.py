@@ -1,0 +1,169 @@
+"""Bad input, thrown at random: configs and command lines for measure and sweep, and trial requests for the
+NNI service. Each ends as exit 0/1/2 with a message (never a traceback), and every record it leaves reads back.
+
+Only configs the space rejects are thrown (a valid one would build and time a kernel: the full tier does
+that): they are recorded as ``invalid_config`` without starting any worker, so hundreds run in seconds.
+"""
+from __future__ import annotations
+
+import json
+import string
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from opbench.cli import main
+from opbench.exceptions import ConfigError
+from opbench.space import get_template
+from opbench.tracking import read_jsonl_records, read_mlflow_records
+from opbench.workloads import parse_workload
+
+WORKLOAD = "matmul:m=16,n=16,k=16"
+KNOBS = [k.name for k in get_template(parse_workload(WORKLOAD)).knobs(parse_workload(WORKLOAD))]
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False)
+                    | st.text(max_size=30), lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                    max_leaves=6)
+# Real knob names (with any value, a valid one now and then) and made-up ones.
+CONFIGS = st.dictionaries(st.sampled_from(KNOBS) | st.text(string.printable, max_size=12), JSON, min_size=1, max_size=4)
+FUZZ = settings(deadline=None, database=None, derandomize=True,  # the same examples every run: a failure reproduces
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def rejected(config: dict) -> bool:
+    workload = parse_workload(WORKLOAD)
+    try:
+        get_template(workload).validate(config, workload)
+    except ConfigError:
+        return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, empty_store):
+    import shutil
+
+    folder = tmp_path_factory.mktemp("fuzz")
+    shutil.copyfile(empty_store, folder / "mlflow.db")
+    return f"sqlite:///{folder / 'mlflow.db'}", folder / "records.jsonl"
+
+
+@settings(FUZZ, max_examples=500)
+@given(config=CONFIGS)
+def test_random_configs_are_invalid_config_records_through_the_nni_service(config, store):
+    """The service NNI's trials send their parameters to: a record naming the knob, or an error reply."""
+    from opbench.service.protocol import TrialRequest
+    from opbench.service.server import MeasurementService
+
+    assume(rejected(config))
+    uri, log = store
+    reply = SERVICE.setdefault("service", MeasurementService())._measure(
+        TrialRequest(WORKLOAD, config, study="fuzz-nni", tracking_uri=uri, log=str(log), engine="nni"))
+    assert reply.record is not None and reply.record["status"] == "invalid_config"
+    assert reply.record["error"].startswith("knob '")
+    SERVICE["trials"] = SERVICE.get("trials", 0) + 1
+
+
+SERVICE: dict = {}
+
+
+def test_the_services_records_read_back_from_mlflow_and_the_log(store):
+    if "service" not in SERVICE:
+        pytest.skip("the property test above did not run")
+    SERVICE["service"].close()  # writes what its background writer holds
+    uri, log = store
+    assert len(read_mlflow_records(["fuzz-nni"], uri)) == SERVICE["trials"]
+    logged = [r for r in read_jsonl_records(log) if r["study"] == "fuzz-nni"]
+    assert len(logged) == SERVICE["trials"] and {r["status"] for r in logged} == {"invalid_config"}
+
+
+FLAGS = ["--threads", "--repeat", "--max-cv", "--max-remeasures", "--turns", "--settle-s", "--spell-reruns",
+         "--build-timeout", "--run-timeout", "--cores", "--target", "--template", "--device", "--tracker", "--key",
+         "--remote-workers", "--connect-timeout", "--bogus"]
+VALUES = st.sampled_from(["0", "-1", "1", "2", "x", "1e9", "nan", "inf", "0-999999999", "3-1", "cuda", "llvm",
+                          "pynq-z2", "h:70000", "rpc://h:70000/k", "rpc://h:9190/k", "conv2d", "te_default", ""])
+ARGS = st.lists(st.tuples(st.sampled_from(FLAGS), VALUES), max_size=4)
+
+
+@settings(FUZZ, max_examples=60)
+@given(command=st.sampled_from(["measure", "sweep"]), args=ARGS, config=CONFIGS)
+def test_random_command_lines_exit_0_1_or_2_with_a_message(command, args, config, store, capsys):
+    assume(rejected(config))
+    uri, log = store
+    argv = [command, WORKLOAD, "--config", json.dumps(config), "--tracking-uri", uri, "--log", str(log),
+            "--study", f"fuzz-{command}", *[part for flag, value in args for part in (flag, value)]]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse: a malformed flag
+        code = exc.code
+    captured = capsys.readouterr()
+    assert code in (0, 1, 2), argv
+    assert "Traceback" not in captured.err
+    if code == 2:
+        assert "error" in captured.err, argv
+
+
+def test_the_command_lines_records_read_back(store):
+    uri, log = store
+    logged = [r for r in read_jsonl_records(log) if r["study"] in ("fuzz-measure", "fuzz-sweep")]
+    for study in {r["study"] for r in logged}:
+        trial_ids = {r["trial_id"] for r in read_mlflow_records([study], uri)}
+        assert trial_ids == {r["trial_id"] for r in logged if r["study"] == study}
+    assert all(r["status"] == "invalid_config" for r in logged)
+
+
+@pytest.mark.parametrize("config,knob", [({"i_split": 5}, "i_split"), ({"order": None}, "order"),
+                                         ({"vectorize": [1]}, "vectorize"), ({"vectorize": True}, "vectorize"),
+                                         ({"vectorize": "1"}, "vectorize"), ({"unroll_max_step": 16.5}, "unroll_max_step")])
+def test_a_knob_of_the_wrong_type_is_an_invalid_config_naming_it(config, knob, tracking_uri, capsys):
+    code = main(["measure", "matmul-512", "--config", json.dumps(config), "--json", "--tracking-uri", tracking_uri])
+    record = json.loads(capsys.readouterr().out)
+    assert code == 1 and record["status"] == "invalid_config" and record["error"].startswith(f"knob '{knob}'")
+    (back,) = read_mlflow_records(["measure"], tracking_uri)  # written, though its value is not a choice
+    assert back["trial_id"] == record["trial_id"] and back["status"] == "invalid_config"
+
+
+def test_an_integral_number_stands_for_an_integer_choice():
+    workload = parse_workload(WORKLOAD)
+    template = get_template(workload)
+    config = template.validate({"unroll_max_step": 16.0}, workload)
+    assert config["unroll_max_step"] == 16 and type(config["unroll_max_step"]) is int
+
+
+def test_an_unknown_grid_knob_exits_2_before_anything_runs(tracking_uri, capsys):
+    code = main(["sweep", WORKLOAD, "--grid", "tile_q=1,2", "--tracking-uri", tracking_uri])
+    assert code == 2 and "--grid: unknown knob(s) tile_q" in capsys.readouterr().err
+    with pytest.raises(Exception, match="no MLflow experiment"):  # nothing was recorded
+        read_mlflow_records([f"sweep-{parse_workload(WORKLOAD).name}"], tracking_uri)
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["measure", WORKLOAD, "--repeat", "0"], "--repeat"), (["measure", WORKLOAD, "--max-remeasures", "-1"], "--max-remeasures"),
+    (["tune", WORKLOAD, "--batch", "0"], "--batch"), (["measure", WORKLOAD, "--run-timeout", "-1"], "--run-timeout"),
+    (["tune", WORKLOAD, "--workers", "0"], "--workers"), (["measure", WORKLOAD, "--max-cv", "nan"], "--max-cv"),
+    (["ui", "--port", "70000"], "--port")])
+def test_numeric_flags_are_checked_when_parsed(argv, flag, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and f"argument {flag}: must be" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["measure", WORKLOAD, "--cores", "0-999999999"], "core range '0-999999999'"),
+    (["measure", WORKLOAD, "--cores", "3-1"], "core range '3-1'"),
+    (["measure", WORKLOAD, "--tracker", "h:70000", "--key", "k"], "port 70000 of 'rpc://h:70000/k' is not a TCP port"),
+    (["measure", WORKLOAD, "--device", "rpc://h:0/k"], "port 0 of 'rpc://h:0/k'")])
+def test_core_sets_and_ports_out_of_range_are_refused(argv, message, tracking_uri, capsys):
+    assert main([*argv, "--tracking-uri", tracking_uri]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_long_latency_list_survives_mlflow(tracking_uri):
+    """MLflow truncates tags past 8,000 characters: the raw repeats live in the run's artifact."""
+    from opbench.tracking import Recorder
+
+    latencies = [1.0 + i / 7 for i in range(2000)]  # ~38,000 characters as JSON
+    with Recorder("long", tracking_uri) as recorder:
+        recorder({"workload": WORKLOAD, "status": "ok", "trial_id": "t-long", "latency_ms": 1.0, "latencies_ms": latencies})
+    (back,) = read_mlflow_records(["long"], tracking_uri)
+    assert back["latencies_ms"] == latencies
