@@ -39,13 +39,14 @@ postgres:
 		$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql; \
 	fi
 
-# The cross-builds are part of the suite: OPBENCH_REQUIRE_CROSS turns their skip into a failure.
+# The cross-builds and the second-user tests are part of the suite: OPBENCH_REQUIRE_CROSS and
+# OPBENCH_REQUIRE_USERS turn their skips into failures.
 # Two workers take tests one by one (a third on these two cores measured 12:00 and 13:46 in full, two
 # 11:14 and 11:47). Tests sharing an expensive module fixture, or nnictl, are grouped (xdist_group); the files
 # with the longest tests go first so that no worker is left with one at the end.
 SLOWEST_FIRST := tests/test_nnictl.py tests/test_scaleout.py tests/test_models.py tests/test_engines.py tests/test_remote.py tests/test_data.py
 test: lint cross postgres
-	OPBENCH_REQUIRE_CROSS=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15 $(SLOWEST_FIRST) tests
+	OPBENCH_REQUIRE_CROSS=1 OPBENCH_REQUIRE_USERS=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15 $(SLOWEST_FIRST) tests
 
 # ruff (pyflakes, pycodestyle, import order, bugbear, ...) and mypy, as configured in pyproject.toml.
 lint: $(STAMP)

@@ -82,7 +82,8 @@ def _split(record: Record) -> tuple[list[Any], list[Any], dict[str, str], dict[s
     from mlflow.entities import Metric, Param
 
     now = int(time.time() * 1000)
-    params, metrics, tags, features = [], [], {}, {}
+    params, metrics, tags = [], [], {}
+    features: dict[str, Any] = {}
     for key, value in record.items():
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
