@@ -9,7 +9,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "opbench"
 # Bottom to top. Intra-layer imports are free; a module may import any layer below its own.
 LAYERS = [
-    ("opbench.exceptions", "opbench.paths", "opbench.record", "opbench.argtypes", "opbench._tvm_compat"),
+    ("opbench.exceptions", "opbench.paths", "opbench.record", "opbench.argtypes", "opbench.lifecycle",
+     "opbench._tvm_compat"),
     ("opbench.hardware",),
     ("opbench.workloads",),
     ("opbench.space",),

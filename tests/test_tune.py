@@ -144,3 +144,17 @@ def test_the_readme_python_api_script_runs_a_verified_study(tmp_path, tracking_u
     assert re.search(r"^best [0-9.]+ ms with \{'knob\.", out.stdout, re.M)
     assert re.search(r"^vs torch: ([0-9.]+x \([0-9.]+-[0-9.]+\)|not verified)$", out.stdout, re.M)
     assert out.stdout.count("\nok ") + out.stdout.startswith("ok ") >= 1  # on_record saw the trials
+
+
+@pytest.mark.parametrize("nth", [1, 3])
+def test_sigterm_before_a_queued_record_reaches_mlflow_loses_nothing(tmp_path, tracking_uri, nth):
+    """SIGTERM lands while a record waits in the background writer's queue (the Nth write, through the
+    fault hook): the command ends with 143 and MLflow holds every trial Optuna was told of."""
+    argv = [a for a in _tune(tmp_path, tracking_uri) if a not in ("--log", str(tmp_path / "log.jsonl"))]
+    out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "OPBENCH_FAULT": f"before-mlflow-write:SIGTERM:{nth}"})
+    assert out.returncode == 143, out.stderr[-3000:]
+    study = optuna.load_study(study_name="s", storage=open_storage(str(tmp_path / JOURNAL_FILE)))
+    told = {t.user_attrs["trial_id"] for t in study.trials if "status" in t.user_attrs}
+    assert len(told) >= nth - 1  # the fault fired at the Nth record's write
+    frame = read_mlflow(["s"], tracking_uri)
+    assert told <= set(frame["trial_id"])

@@ -22,6 +22,7 @@ from opbench.engines.optuna_storage import STORAGE_ENV, STORAGE_HELP
 from opbench.engines.registry import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores, parse_thread_counts
+from opbench.lifecycle import exit_on_sigterm
 from opbench.measure.host_speed import SETTLE_S, SPELL_RERUNS
 from opbench.measure.types import TURNS
 from opbench.plugins import load_plugins
@@ -459,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     log_to_stderr()
+    if argv is None:  # the command itself, not a call from Python (which keeps its own signal handling)
+        exit_on_sigterm()
     try:
         load_plugins()
         return args.func(args)

@@ -11,6 +11,7 @@ from pathlib import Path
 from opbench.engines.driver import ENGINE_TRIAL_TAG, measure_references
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
+from opbench.lifecycle import exit_on_sigterm
 from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions, TrialSpec
@@ -109,4 +110,10 @@ def serve(socket: Path, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
 
     threading.Thread(target=stop_when_idle, name="idle-timeout", daemon=True).start()
     log.info("measurement service pid %d on %s", os.getpid(), socket)
-    server.serve_forever()
+    exit_on_sigterm()
+    try:
+        server.serve_forever()
+    finally:  # SIGTERM or SIGINT: what the recorders hold is written before the service goes
+        service.close()
+        socket.unlink(missing_ok=True)
+        socket.with_suffix(".pid").unlink(missing_ok=True)

@@ -294,8 +294,10 @@ def _summarize(result: StudyResult, engine: Engine | None, title: str, recorder:
 
 
 if __name__ == "__main__":  # a worker process of spawn_workers: PARENT_RUN_ID INDEX, the spec's JSON on stdin
+    from opbench.lifecycle import exit_on_sigterm
     from opbench.plugins import load_plugins
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    exit_on_sigterm()
     load_plugins()
     join_study(TuneSpec.from_json(sys.stdin.read()), sys.argv[1], int(sys.argv[2]))

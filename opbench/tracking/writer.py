@@ -6,6 +6,7 @@ import queue
 import threading
 from collections.abc import Callable
 
+from opbench.lifecycle import fault_point
 from opbench.measure.lock import HostLock
 from opbench.record import Record
 
@@ -53,6 +54,7 @@ class BackgroundWriter:
             try:
                 if write is None:
                     return
+                fault_point("before-mlflow-write")
                 with self._lock.shared(at_most_s=self._hold_s):
                     write()
             finally:
