@@ -167,3 +167,18 @@ def test_a_long_latency_list_survives_mlflow(tracking_uri):
         recorder({"workload": WORKLOAD, "status": "ok", "trial_id": "t-long", "latency_ms": 1.0, "latencies_ms": latencies})
     (back,) = read_mlflow_records(["long"], tracking_uri)
     assert back["latencies_ms"] == latencies
+
+
+def test_a_junk_dataset_and_a_malformed_predict_config_exit_2_naming_them(tmp_path, capsys):
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not parquet at all")
+    assert main(["predictor", "eval", "--model", str(tmp_path), "--data", str(junk)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and ("junk.parquet" in err or "no saved predictor" in err)
+    from opbench.exceptions import OpBenchError
+    from opbench.tracking.dataset.export import read_dataset
+
+    with pytest.raises(OpBenchError, match="junk.parquet: not a readable parquet dataset"):
+        read_dataset(junk)
+    assert main(["predict", WORKLOAD, "--model", str(tmp_path), "--config", "{bad"]) == 2
+    assert "--config: malformed JSON" in capsys.readouterr().err

@@ -101,10 +101,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from opbench.space import get_template
     from opbench.workloads import parse_workload
 
+    try:
+        config = json.loads(args.config) if args.config else {}
+    except json.JSONDecodeError as exc:
+        raise OpBenchError(f"--config: malformed JSON ({exc.msg} at column {exc.colno}): {args.config!r}") from None
+    if not isinstance(config, dict):
+        raise OpBenchError(f"--config must be a JSON object of knob values, got {type(config).__name__}")
     model = LatencyModel.load(args.model)
     workload = parse_workload(args.workload)
     template = get_template(workload, args.template)
-    config = template.validate(json.loads(args.config) if args.config else {}, workload)
+    config = template.validate(config, workload)
     resources = Resources(args.threads)
     features = static_features(workload, config, template.name, resources, host_facts())
     if any(c.startswith("feat.ms") for c in model.columns):

@@ -60,11 +60,12 @@ def read_dataset(path: Path | str) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise OpBenchError(f"dataset not found: {path}")
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    if path.suffix == ".csv":
-        return pd.read_csv(path)
-    raise OpBenchError(f"{path}: dataset files are .parquet or .csv")
+    if path.suffix not in (".parquet", ".csv"):
+        raise OpBenchError(f"{path}: dataset files are .parquet or .csv")
+    try:
+        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise OpBenchError(f"{path}: not a readable {path.suffix[1:]} dataset ({str(exc).splitlines()[0][:200]})") from None
 
 
 def card(frame: pd.DataFrame) -> str:
