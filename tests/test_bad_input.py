@@ -182,3 +182,15 @@ def test_a_junk_dataset_and_a_malformed_predict_config_exit_2_naming_them(tmp_pa
         read_dataset(junk)
     assert main(["predict", WORKLOAD, "--model", str(tmp_path), "--config", "{bad"]) == 2
     assert "--config: malformed JSON" in capsys.readouterr().err
+
+
+def test_an_edited_model_file_gets_a_cache_of_its_own(tmp_path):
+    from opbench.workloads.models.cache import cache_dir
+
+    model = tmp_path / "net.onnx"
+    model.write_bytes(b"first version")
+    first = cache_dir(str(model), 1, 128)
+    assert cache_dir(str(model), 1, 128) == first
+    model.write_bytes(b"edited")
+    assert cache_dir(str(model), 1, 128) != first
+    assert cache_dir("bert-base", 1, 128).name.startswith("bert-base-b1-s128")  # named models: as before

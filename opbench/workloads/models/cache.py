@@ -4,6 +4,7 @@ importing the model again: ``mlflow/models/<model>-b<batch>-s<seq_len>-p<pipelin
 plus ``ops.json`` (kind, calls, outputs, shapes, FLOPs and the last measured share of each)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict
@@ -22,8 +23,21 @@ CACHE_ENV = "OPBENCH_MODEL_CACHE"  # another folder for the cache (workers inher
 
 
 def cache_dir(model: str, batch: int, seq_len: int) -> Path:
+    """The model's folder: a new pipeline, or an edited model file, extracts anew."""
     base = Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else store_dir() / "models"
-    return base / safe_name(f"{model}-b{batch}-s{seq_len}-p{PIPELINE_VERSION}")  # a new pipeline extracts anew
+    return base / safe_name(f"{model}{_content_key(model)}-b{batch}-s{seq_len}-p{PIPELINE_VERSION}")
+
+
+def _content_key(model: str) -> str:
+    """``-<digest>`` of a model given as a file (an ``.onnx`` path), so the cache keys on its content."""
+    path = Path(model)
+    if not path.is_file():
+        return ""
+    digest = hashlib.sha256()
+    with open(path, "rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
+    return f"-{digest.hexdigest()[:16]}"
 
 
 def save(model: str, batch: int, seq_len: int, ops: list[FusedOp], funcs: dict[str, Any]) -> Path:
