@@ -39,42 +39,28 @@ def rejected(config: dict) -> bool:
     return False
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory, empty_store):
-    import shutil
-
-    folder = tmp_path_factory.mktemp("fuzz")
-    shutil.copyfile(empty_store, folder / "mlflow.db")
-    return f"sqlite:///{folder / 'mlflow.db'}", folder / "records.jsonl"
-
-
-@settings(FUZZ, max_examples=500)
-@given(config=CONFIGS)
-def test_random_configs_are_invalid_config_records_through_the_nni_service(config, store):
-    """The service NNI's trials send their parameters to: a record naming the knob, or an error reply."""
+def test_random_configs_are_invalid_config_records_through_the_nni_service(tracking_uri, tmp_path):
+    """The service NNI's trials send their parameters to: a record naming the knob for each, all read back."""
     from opbench.service.protocol import TrialRequest
     from opbench.service.server import MeasurementService
 
-    assume(rejected(config))
-    uri, log = store
-    reply = SERVICE.setdefault("service", MeasurementService())._measure(
-        TrialRequest(WORKLOAD, config, study="fuzz-nni", tracking_uri=uri, log=str(log), engine="nni"))
-    assert reply.record is not None and reply.record["status"] == "invalid_config"
-    assert reply.record["error"].startswith("knob '")
-    SERVICE["trials"] = SERVICE.get("trials", 0) + 1
+    service, log, replies = MeasurementService(), tmp_path / "records.jsonl", []
 
+    @settings(FUZZ, max_examples=500)
+    @given(config=CONFIGS)
+    def throw(config):
+        assume(rejected(config))
+        reply = service._measure(TrialRequest(WORKLOAD, config, study="fuzz-nni", tracking_uri=tracking_uri,
+                                              log=str(log), engine="nni"))
+        assert reply.record is not None and reply.record["status"] == "invalid_config"
+        assert reply.record["error"].startswith("knob '")
+        replies.append(reply.record["trial_id"])
 
-SERVICE: dict = {}
-
-
-def test_the_services_records_read_back_from_mlflow_and_the_log(store):
-    if "service" not in SERVICE:
-        pytest.skip("the property test above did not run")
-    SERVICE["service"].close()  # writes what its background writer holds
-    uri, log = store
-    assert len(read_mlflow_records(["fuzz-nni"], uri)) == SERVICE["trials"]
-    logged = [r for r in read_jsonl_records(log) if r["study"] == "fuzz-nni"]
-    assert len(logged) == SERVICE["trials"] and {r["status"] for r in logged} == {"invalid_config"}
+    throw()
+    service.close()  # writes what its background writer holds
+    assert len(replies) >= 500
+    assert {r["trial_id"] for r in read_mlflow_records(["fuzz-nni"], tracking_uri)} == set(replies)
+    assert [r["trial_id"] for r in read_jsonl_records(log)] == replies
 
 
 FLAGS = ["--threads", "--repeat", "--max-cv", "--max-remeasures", "--turns", "--settle-s", "--spell-reruns",
@@ -85,29 +71,29 @@ VALUES = st.sampled_from(["0", "-1", "1", "2", "x", "1e9", "nan", "inf", "0-9999
 ARGS = st.lists(st.tuples(st.sampled_from(FLAGS), VALUES), max_size=4)
 
 
-@settings(FUZZ, max_examples=60)
-@given(command=st.sampled_from(["measure", "sweep"]), args=ARGS, config=CONFIGS)
-def test_random_command_lines_exit_0_1_or_2_with_a_message(command, args, config, store, capsys):
-    assume(rejected(config))
-    uri, log = store
-    argv = [command, WORKLOAD, "--config", json.dumps(config), "--tracking-uri", uri, "--log", str(log),
-            "--study", f"fuzz-{command}", *[part for flag, value in args for part in (flag, value)]]
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse: a malformed flag
-        code = exc.code
-    captured = capsys.readouterr()
-    assert code in (0, 1, 2), argv
-    assert "Traceback" not in captured.err
-    if code == 2:
-        assert "error" in captured.err, argv
+def test_random_command_lines_exit_0_1_or_2_with_a_message(tracking_uri, tmp_path, capsys):
+    log = tmp_path / "records.jsonl"
 
+    @settings(FUZZ, max_examples=60)
+    @given(command=st.sampled_from(["measure", "sweep"]), args=ARGS, config=CONFIGS)
+    def throw(command, args, config):
+        assume(rejected(config))
+        argv = [command, WORKLOAD, "--config", json.dumps(config), "--tracking-uri", tracking_uri, "--log", str(log),
+                "--study", f"fuzz-{command}", *[part for flag, value in args for part in (flag, value)]]
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse: a malformed flag
+            code = exc.code
+        captured = capsys.readouterr()
+        assert code in (0, 1, 2), argv
+        assert "Traceback" not in captured.err
+        if code == 2:
+            assert "error" in captured.err, argv
 
-def test_the_command_lines_records_read_back(store):
-    uri, log = store
-    logged = [r for r in read_jsonl_records(log) if r["study"] in ("fuzz-measure", "fuzz-sweep")]
+    throw()
+    logged = read_jsonl_records(log) if log.exists() else []
     for study in {r["study"] for r in logged}:
-        trial_ids = {r["trial_id"] for r in read_mlflow_records([study], uri)}
+        trial_ids = {r["trial_id"] for r in read_mlflow_records([study], tracking_uri)}
         assert trial_ids == {r["trial_id"] for r in logged if r["study"] == study}
     assert all(r["status"] == "invalid_config" for r in logged)
 

@@ -154,12 +154,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     workload: Workload = parse_workload(args.workload)
     base = _config(args)
     threads = parse_thread_counts(args.threads)
+    points = _grid(args.grid or [])
     knobs = {k.name for k in get_template(workload, args.template, args.target).knobs(workload)}
     unknown = sorted({g.partition("=")[0] for g in args.grid or []} - knobs)
     if unknown:  # a typo would make every trial invalid_config: nothing runs
         raise UsageError(f"--grid: unknown knob(s) {', '.join(unknown)} for {workload.name} (knobs: {', '.join(sorted(knobs))})")
     specs = [TrialSpec(workload, {**base, **point}, _resources(args, t), args.template)
-             for t in threads for point in _grid(args.grid or [])]
+             for t in threads for point in points]
     printer = TrialPrinter(len(specs))
     with Measurer(_measure_options(args)) as measurer, _recorder(args, f"sweep-{workload.name}") as recorder:
         for t in threads:
