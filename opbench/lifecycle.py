@@ -6,14 +6,29 @@ import collections
 import os
 import signal
 
-FAULT_ENV = "OPBENCH_FAULT"  # "POINT:SIGNAL[:N]": send SIGNAL to this process the Nth time it reaches POINT
+# "POINT:SIGNAL[:N[:TARGET]]": the Nth time a process reaches POINT, send SIGNAL to TARGET: itself ("self",
+# the default), its parent ("parent", while the one it started under lives) or its process group ("group")
+FAULT_ENV = "OPBENCH_FAULT"
+FAULT_ONCE_ENV = "OPBENCH_FAULT_ONCE"  # a path: the fault fires in the first process to create it, in no other
 _reached: collections.Counter[str] = collections.Counter()
+_PARENT = os.getppid()
 
 
 def exit_on_sigterm() -> None:
     """SIGTERM (``kill``, ``nnictl stop``, systemd) raises SystemExit(143) in the main thread: every
     ``with`` block unwinds, so recorders write what they hold before the process ends."""
     signal.signal(signal.SIGTERM, _terminate)
+
+
+def end_with_parent(parent_pid: int) -> None:
+    """SIGTERM this process when its parent (``parent_pid``) dies, even by SIGKILL: a killed ``tune``
+    takes its worker processes with it (Linux)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != parent_pid:  # it died before the call
+        raise SystemExit(128 + signal.SIGTERM)
 
 
 def _terminate(signum: int, _frame: object) -> None:
@@ -25,7 +40,27 @@ def fault_point(point: str) -> None:
     spec = os.environ.get(FAULT_ENV)
     if not spec or spec.split(":")[0] != point:
         return
-    _, name, *nth = spec.split(":")
+    _, name, *rest = spec.split(":")
+    nth, target = (rest + ["1", "self"][len(rest):])[:2]
     _reached[point] += 1
-    if _reached[point] == int(nth[0] if nth else 1):
-        os.kill(os.getpid(), getattr(signal, name))
+    if _reached[point] != int(nth) or not _first_to_fire():
+        return
+    sig = getattr(signal, name)
+    if target == "group":
+        os.killpg(os.getpgrp(), sig)
+    elif target == "parent":
+        if os.getppid() == _PARENT:  # not a reaper that adopted this process after its parent died
+            os.kill(_PARENT, sig)
+    else:
+        os.kill(os.getpid(), sig)
+
+
+def _first_to_fire() -> bool:
+    once = os.environ.get(FAULT_ONCE_ENV)
+    if not once:
+        return True
+    try:
+        os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True

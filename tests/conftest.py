@@ -26,6 +26,16 @@ ROOT = Path(__file__).resolve().parents[1]
 # Nothing may fall back to MLflow's own default store (./mlflow.db): a code path that forgets our URI
 # writes here, and the session fails (see the last fixture).
 os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+
+def skip_unless_required(switch: str, reason: str) -> None:
+    """Skip for ``reason`` (this machine forbids what the test needs), or fail where ``$OPBENCH_REQUIRE_<switch>``
+    says the machine must allow it (``make test`` sets them: there a skip would hide a broken set-up)."""
+    if os.environ.get(f"OPBENCH_REQUIRE_{switch}"):
+        pytest.fail(f"OPBENCH_REQUIRE_{switch} is set but {reason}")
+    pytest.skip(reason)
+
+
 REAL_STACK_FIXTURES = {"measurer", "farm", "logged", "builder"}
 # Calls in a test's source that start processes: subprocesses, the test files' CLI helpers, measurers, farms.
 STARTS_PROCESSES = re.compile(r"subprocess\.|Popen\(|CLI \+|(?<![\w.])(run_cli|run_cli_process|_run|_tune|_model_ops|Measurer|Farm)\(")

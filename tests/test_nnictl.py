@@ -8,7 +8,6 @@ the test. For every trial NNI saw finish, NNI's export, MLflow and the JSON-line
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import yaml
 import mlflow
 from opbench.tracking import read_jsonl, read_mlflow
 
-from .conftest import ROOT
+from .conftest import ROOT, skip_unless_required
 
 pytestmark = [pytest.mark.slow, pytest.mark.full, pytest.mark.xdist_group("nnictl")]  # full: nnictl, service, TVM
 
@@ -34,7 +33,8 @@ def _unshare() -> list[str]:
     for cmd in (["unshare", "-n"], ["unshare", "-rn"]):
         if shutil.which("unshare") and subprocess.run(cmd + ["true"], capture_output=True).returncode == 0:
             return cmd
-    pytest.skip("no private network namespace (unshare -n) for NNI's manager, which binds all interfaces")
+    skip_unless_required("NAMESPACES", "no private network namespace (unshare -n) for NNI's manager, which binds "
+                                       "all interfaces")
 
 
 class Experiment:
@@ -146,16 +146,13 @@ def test_every_shipped_experiment_runs_under_nnictl_at_once_on_one_service(tmp_p
 
 
 def test_the_service_killed_mid_trial_fails_that_trial_and_the_next_starts_a_fresh_one(tmp_path, empty_store):
+    """Killed (the fault hook) after recording the first trial and before replying: NNI fails that trial,
+    the next trials start a fresh service, and it replays the dead one's write-ahead log into MLflow."""
     shutil.copyfile(empty_store, tmp_path / "mlflow.db")
     uri, service_dir = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "svc"
     experiment = Experiment("matmul-512-tpe", tmp_path / "exp", uri, trials=3, references=True, idle_timeout_s=5)
-    session = experiment.start(18140, _env(service_dir))
-    deadline = time.time() + 180
-    while not list(service_dir.glob("*.pid")) and time.time() < deadline:
-        time.sleep(0.1)
-    time.sleep(1.5)  # the first trial is measuring its references (a fresh torch process among them)
-    killed = int(next(service_dir.glob("*.pid")).read_text())
-    os.kill(killed, signal.SIGKILL)
+    env = {**_env(service_dir), "OPBENCH_FAULT": "before-reply:SIGKILL:1", "OPBENCH_FAULT_ONCE": str(tmp_path / "fired")}
+    session = experiment.start(18140, env)
     output = session.communicate(timeout=600)[0]
     assert session.returncode == 0, output[-3000:]
 
@@ -163,5 +160,7 @@ def test_the_service_killed_mid_trial_fails_that_trial_and_the_next_starts_a_fre
     assert len(trials) == 2  # the two after the kill, on a fresh service
     failed = {p.parent.name: p.read_text() for p in (experiment.folder / "nni").glob("*/environments/*/trials/*/trial.stderr")
               if "the measurement service (pid" in p.read_text()}
-    assert len(failed) == 1 and f"the measurement service (pid {killed}," in next(iter(failed.values()))
+    assert len(failed) == 1 and "died during the trial" in next(iter(failed.values()))
+    recorded = read_mlflow([experiment.study], uri)
+    assert set(failed) <= set(recorded["nni.trial_id"])  # measured before the kill: kept
     assert not set(failed) & set(trials.index)

@@ -13,7 +13,6 @@ import optuna
 import pytest
 import sqlalchemy
 
-from opbench.engines.journal_file import JournalFile
 from opbench.engines.optuna_storage import open_storage
 from opbench.exceptions import OpBenchError
 from opbench.testing.lan import free_port
@@ -53,11 +52,11 @@ def test_a_writer_killed_while_holding_the_journal_lock_does_not_block_the_next(
     assert holder.stdout.readline().strip() == "locked"
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
-    signal.alarm(10)  # Optuna's own lock file would stay for its 30 s grace period
-    try:
-        JournalFile(str(path)).append_logs([{"op_code": 0, "study_name": "after", "directions": [1]}])
-    finally:
-        signal.alarm(0)
+    # in a process of its own, so that a wait on the dead holder's lock (Optuna's own lock file would
+    # stay for its 30 s grace period) fails the test instead of hanging it
+    subprocess.run([sys.executable, "-c", "from opbench.engines.journal_file import JournalFile; "
+                    f"JournalFile({str(path)!r}).append_logs([{{'op_code': 0, 'study_name': 'after', 'directions': [1]}}])"],
+                   check=True, timeout=10)
     assert optuna.get_all_study_names(open_storage(str(path))) == ["after"]
 
 

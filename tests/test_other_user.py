@@ -18,6 +18,8 @@ from opbench.measure.lock import HostLock
 from opbench.paths import private_dir
 from opbench.service.address import authkey
 
+from .conftest import skip_unless_required
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_COPY = Path(tempfile.gettempdir()) / f"opbench-package-{os.getpid()}"
 
@@ -26,9 +28,7 @@ PACKAGE_COPY = Path(tempfile.gettempdir()) / f"opbench-package-{os.getpid()}"
 def other_user():
     """A user of its own for the module, removed after it; skipped only where users cannot be made here."""
     if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("runuser"):
-        if os.environ.get("OPBENCH_REQUIRE_USERS"):
-            pytest.fail("OPBENCH_REQUIRE_USERS is set but this machine cannot add a user (not root, or no useradd/runuser)")
-        pytest.skip("adding a second user needs root and useradd/runuser")
+        skip_unless_required("USERS", "adding a second user needs root and useradd/runuser")
     name = f"opbt{os.getpid() % 100000}"
     subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True, capture_output=True)
     # a copy of the package where every user may read it (this checkout may lie in a folder only we enter)

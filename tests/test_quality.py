@@ -40,12 +40,6 @@ def _maps(pid: int) -> str:
         return f.read()
 
 
-def _cpu_ticks(pid: int) -> int:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
 def test_library_baselines_are_the_median_of_fresh_processes_that_never_load_tvm(measurer):
     """(That a library worker never loads TVM: test_workers_refuse_work_of_the_other_role.)"""
     from opbench.workloads import parse_workload
@@ -111,13 +105,9 @@ def test_the_tvm_pool_is_idle_once_a_timed_run_returns(measurer):
 
     record = measurer.measure(TrialSpec(parse_workload(MATMUL), {}, Resources(2)))
     assert record["status"] == "ok", record["error"]
-    pid = record["worker_pid"]
-    before = _cpu_ticks(pid)
-    time.sleep(0.3)
-    # A pool still spinning after the answer would accrue tens of ticks (TVM's default spun ~235 ms on
-    # each of 2 threads); an idle worker gets at most a stray tick or two. A busy host only lowers our
-    # process's ticks. (A fresh worker took 7 ticks here until wait_until_idle wanted 5 quiet windows.)
-    assert _cpu_ticks(pid) - before <= 2
+    timed_by = record["worker_pid"]  # the process that ran the kernel: a child of the worker, reaped
+    assert not Path(f"/proc/{timed_by}").exists()  # gone with its thread pool before the record came back
+    # (the worker that forked it lives on: had the kernel run there, its pid would still be in /proc)
 
 
 def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(measurer):

@@ -20,6 +20,7 @@ from opbench.testing.lan import Network, Postgres, Unavailable, free_port, lan
 from opbench.tracking import read_jsonl, read_mlflow
 
 from .cli import run_cli
+from .conftest import skip_unless_required
 
 SMALL = "matmul:m=64,n=64,k=64"
 TRIALS = 8
@@ -36,7 +37,7 @@ def _lan(tmp_path_factory):
         with lan(["host-a", "host-b", "host-c", "tracker", "board-0", "board-1"], tmp_path_factory.mktemp("lan") / "artifacts") as parts:
             yield parts
     except Unavailable as exc:
-        pytest.skip(str(exc))
+        skip_unless_required("NAMESPACES", str(exc))
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from opbench.space.gpu import GPU_TEMPLATES
 from opbench.workloads import parse_workload
 
 from .cli import run_cli
+from .conftest import skip_unless_required
 
 SMALL = "matmul:m=64,n=64,k=64"
 # NEON float multiplies in the disassembly: 4-lane q registers on ARMv7 (the A9 has no FMA), v.4s on AArch64.
@@ -27,10 +27,7 @@ NEON = {"ARM": re.compile(r"\bv(?:mla|fma|mul)\.f32\s+q\d"), "AArch64": re.compi
 
 def _require_cross(board):
     if shutil.which(board.compiler) is None:
-        message = f"{board.compiler} missing: run `make cross`"
-        if os.environ.get("OPBENCH_REQUIRE_CROSS"):
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_unless_required("CROSS", f"{board.compiler} is missing: run `make cross`")
 
 
 @pytest.fixture(scope="module")

@@ -290,14 +290,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from opbench.tracking import Recorder, read_mlflow_records
     from opbench.tracking.mlflow_store import latest_parent_run
 
-    records = read_mlflow_records([args.study], args.tracking_uri)
-    refs = references(records)
-    parent = latest_parent_run(args.study, args.tracking_uri)
-    print(f"verifying '{args.study}': the fastest of its {len(contenders_of(records))} contenders (its best configs "
-          f"and its default, timed in fresh processes), then it and {', '.join(refs) or 'no reference'} in fresh processes, {args.rounds} "
-          f"alternating rounds", file=sys.stderr)
+    parent = args.run or latest_parent_run(args.study, args.tracking_uri)
     with Measurer(_measure_options(args)) as measurer, \
             Recorder(args.study, args.tracking_uri, args.log, parent_run_id=parent) as recorder:
+        records = read_mlflow_records([args.study], args.tracking_uri, parent)  # after the write-ahead log's replay
+        if not records:
+            raise OpBenchError(f"run {parent} of MLflow experiment '{args.study}' has no trials to verify")
+        refs = references(records)
+        print(f"verifying '{args.study}' run {parent}: the fastest of its {len(contenders_of(records))} contenders (its "
+              f"best configs and its default, timed in fresh processes), then it and {', '.join(refs) or 'no reference'} "
+              f"in fresh processes, {args.rounds} alternating rounds", file=sys.stderr)
         verification = verify(measurer, records, args.study, args.rounds, recorder)
         recorder.mlflow.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
     print(speedup_table(verified_best(records, verification), refs, verification))
@@ -412,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_worker)
     p = sub.add_parser("verify", help="re-measure a study's best config and references in fresh processes")
     p.add_argument("study", help="MLflow experiment of the study")
+    p.add_argument("--run", metavar="RUN_ID", help="the invocation (parent run) to verify (default: the latest)")
     p.add_argument("--rounds", type=positive_int, default=3, help="alternating rounds (each schedule once per round)")
     _add_timing_flags(p)
     p.set_defaults(func=cmd_verify)

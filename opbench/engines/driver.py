@@ -8,6 +8,7 @@ from opbench.engines._base import Engine, Proposal
 from opbench.exceptions import ConfigError
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.hardware.targets import is_gpu
+from opbench.lifecycle import fault_point
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
 from opbench.record import Record
@@ -55,7 +56,9 @@ def run_tuning(engine: Engine, workload: Workload, count: int, measurer: Measure
         by_index: dict[str, Proposal] = {s.tags[ENGINE_TRIAL_TAG]: p for s, p in zip(specs, proposals)}
 
         def settle(record: Record, by_index: dict[str, Proposal] = by_index) -> None:
+            fault_point("before-record")
             on_record(record)
+            fault_point("before-tell")
             engine.tell(by_index[record[ENGINE_TRIAL_TAG]], record)
             records.append(record)
 

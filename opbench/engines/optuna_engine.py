@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import functools
 import logging
+import os
 import socket
 import threading
 import time
@@ -83,6 +83,7 @@ class OptunaEngine(Engine):
             self._db(lambda: self.study.enqueue_trial({k: v for k, v in initial.items() if k in space}))
         self.budget = budget
         self._in_flight: set[int] = set()  # trial ids asked here and not yet told
+        self._first_seen: dict[int, float] = {}  # others' trials without a host yet: when this process saw them
         beats = getattr(storage, "get_heartbeat_interval", lambda: None)()  # a database server's storage (shared by hosts)
         self._heartbeat = Heartbeat(storage, self._in_flight) if beats and budget is not None else None
 
@@ -104,7 +105,7 @@ class OptunaEngine(Engine):
         import optuna
 
         told = []
-        running = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        running = self._db(lambda: self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
         gone = self._gone(running)
         for trial in running:
             record = recorded.get(str(trial.number))
@@ -112,17 +113,17 @@ class OptunaEngine(Engine):
                 self.tell(Proposal({}, 0, optuna.trial.Trial(self.study, trial._trial_id)), record)
                 told.append(record)
             elif trial._trial_id in gone:
-                self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
-                self.study.enqueue_trial(trial.params)
+                self._db(functools.partial(self.study.tell, trial.number, state=optuna.trial.TrialState.FAIL))
+                self._db(functools.partial(self.study.enqueue_trial, trial.params))
         return told
 
     def _gone(self, running: list[Any]) -> set[int]:
-        """Ids of the ``running`` trials whose process is gone: all of them on a store one host's
-        processes use one at a time; on a shared database, those with a stale heartbeat or orphaned."""
+        """Ids of the ``running`` trials whose process is gone: on one host's store, all but those of this
+        host's live processes; on a shared database, those with a stale heartbeat or abandoned."""
         if not self._heartbeat:
-            return {t._trial_id for t in running}
+            return {t._trial_id for t in running if not _alive_here(t)}
         stale = set(self._db(lambda: self.study._storage._get_stale_trial_ids(self.study._study_id)))
-        return stale | {t._trial_id for t in self._orphans(running)}
+        return stale | {t._trial_id for t, _ in self._abandoned(running)}
 
     @property
     def done(self) -> int:
@@ -145,6 +146,7 @@ class OptunaEngine(Engine):
             if self._heartbeat:  # first: a trial with a heartbeat is failed by the others if this process dies
                 self._heartbeat.beat(trial._trial_id)
             self._db(functools.partial(trial.set_user_attr, "host", _HOST))
+            self._db(functools.partial(trial.set_user_attr, "pid", os.getpid()))
             config, threads = split_threads(trial.params, self._threads)
             proposal = Proposal(config, threads, trial)
             if self.budget is not None and self._taken_before(trial.number) >= self.budget:
@@ -162,7 +164,7 @@ class OptunaEngine(Engine):
             if self._heartbeat and not recovered_within(STALE_AFTER_S):  # after an outage, heartbeats resume first
                 self._db(lambda: optuna.storages.fail_stale_trials(self.study))
             trials = self._db(lambda: self.study.get_trials(deepcopy=False))
-            if self._heartbeat and self._fail_orphans(trials):
+            if self._fail_abandoned(trials):
                 continue
             running = [t for t in trials if _in_flight(t)]
             if sum("status" in t.user_attrs for t in trials) + len(running) < self.budget:
@@ -172,27 +174,34 @@ class OptunaEngine(Engine):
             time.sleep(poll_s)
         return True
 
-    def _fail_orphans(self, trials: list[Any]) -> bool:
-        """Fail the trials a process asked and died before it recorded their first heartbeat (they have
-        no host yet, and Optuna never finds them stale), queueing their params again. Whether any was."""
-        orphans = self._orphans(trials)
-        for trial in orphans:
+    def _fail_abandoned(self, trials: list[Any]) -> bool:
+        """Fail the in-flight trials of processes that are gone without a heartbeat to say so, queueing
+        their params again (:meth:`_abandoned`). Whether any was."""
+        abandoned = self._abandoned(trials)
+        for trial, why in abandoned:
             with contextlib.suppress(ValueError, RuntimeError):  # another worker settled it first
-                self._db(functools.partial(self._settle_orphan, trial))
-        return bool(orphans)
+                self._db(functools.partial(self._settle_abandoned, trial, why))
+        return bool(abandoned)
 
-    def _orphans(self, trials: list[Any]) -> list[Any]:
-        """The in-flight ``trials`` of other processes asked more than ``STALE_AFTER_S`` ago with no
-        heartbeat yet (no host: the heartbeat is recorded first)."""
-        now = datetime.datetime.now()
-        return [t for t in trials if _in_flight(t) and "host" not in t.user_attrs and t._trial_id not in self._in_flight
-                and t.datetime_start is not None and (now - t.datetime_start).total_seconds() > STALE_AFTER_S]
+    def _abandoned(self, trials: list[Any]) -> list[tuple[Any, str]]:
+        """Other processes' in-flight ``trials`` whose process is gone: on this host, a process no longer
+        alive; anywhere, one that died after asking and before its first heartbeat (no host yet) and was
+        seen so by this process for ``STALE_AFTER_S`` (its own clock: hosts' clocks may disagree)."""
+        now, out = time.monotonic(), []
+        for trial in trials:
+            if not _in_flight(trial) or trial._trial_id in self._in_flight:
+                continue
+            attrs = trial.user_attrs
+            if attrs.get("host") == _HOST and "pid" in attrs and not _alive_here(trial):
+                out.append((trial, f"abandoned: its process (pid {attrs['pid']}) died"))
+            elif "host" not in attrs and now - self._first_seen.setdefault(trial._trial_id, now) >= STALE_AFTER_S:
+                out.append((trial, "orphaned: its process died before its first heartbeat"))
+        return out
 
-    def _settle_orphan(self, trial: Any) -> None:
+    def _settle_abandoned(self, trial: Any, why: str) -> None:
         import optuna
 
-        self.study._storage.set_trial_user_attr(trial._trial_id, "rejected", "orphaned: its process died before "
-                                                                             "its first heartbeat")
+        self.study._storage.set_trial_user_attr(trial._trial_id, "rejected", why)
         self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
         self.study.enqueue_trial(trial.params)
 
@@ -243,6 +252,20 @@ class OptunaEngine(Engine):
     def pareto_trial_ids(self) -> set[str]:
         """OpBench trial ids of the study's Pareto-optimal trials (the best one when single-objective)."""
         return {t.user_attrs["trial_id"] for t in self.study.best_trials if "trial_id" in t.user_attrs}
+
+
+def _alive_here(trial: Any) -> bool:
+    """Whether the trial was asked by a process of this host that is still alive."""
+    pid = trial.user_attrs.get("pid")
+    if trial.user_attrs.get("host") != _HOST or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _in_flight(trial: Any) -> bool:

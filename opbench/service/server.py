@@ -11,7 +11,7 @@ from pathlib import Path
 from opbench.engines.driver import ENGINE_TRIAL_TAG, measure_references
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
-from opbench.lifecycle import exit_on_sigterm
+from opbench.lifecycle import exit_on_sigterm, fault_point
 from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions, TrialSpec
@@ -72,6 +72,7 @@ class MeasurementService:
             measure_references(measurer, workload, resources, lambda r: recorder({**r, **tags}), request.template)
         record = measurer.measure(TrialSpec(workload, request.config, resources, request.template, tags=engine_tags))
         recorder(record)
+        fault_point("before-reply")
         return TrialReply(record)
 
     def _recorder(self, request: TrialRequest, study: str) -> Recorder:
@@ -82,6 +83,11 @@ class MeasurementService:
                                             parent_run_id=parent, background_lock=self._lock,
                                             best_so_far=bool(request.nni_experiment))
         return self._recorders[key]
+
+    def flush(self) -> None:
+        """Return when every record measured so far is in MLflow."""
+        for recorder in list(self._recorders.values()):
+            recorder.mlflow.flush()
 
     def close(self) -> None:
         for recorder in self._recorders.values():

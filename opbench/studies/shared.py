@@ -60,6 +60,11 @@ def publish(study: Any, storage: str, spec_json: str, parent_run_id: str) -> Non
     register_host(study, storage)
 
 
+def published_parent(study: Any, storage: str) -> str | None:
+    """The MLflow parent run of the invocation that last published ``study`` (None: not published)."""
+    return riding_outages(lambda: study.user_attrs, storage).get(PARENT_RUN_ATTR)
+
+
 def joined_spec(worker: WorkerSpec) -> tuple[str, str]:
     """The study's spec (a TuneSpec's JSON, with this worker's stores) and its parent run id, once
     this host may join: the study exists and was published, its storage and MLflow store reach this

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -28,9 +29,9 @@ from opbench.measure.types import MeasureOptions
 from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, speedup, tee
 from opbench.report.plots import latency_vs_threads, tuning_curve
 from opbench.space import get_template
-from opbench.studies.shared import WorkerSpec, joined_spec, publish
+from opbench.studies.shared import WorkerSpec, joined_spec, publish, published_parent
 from opbench.studies.verify import Verification, verified_best, verify
-from opbench.tracking import Recorder, read_jsonl_records, read_mlflow_records
+from opbench.tracking import Recorder, read_mlflow_records
 from opbench.tracking.mlflow_store import study_dir
 from opbench.workloads import Workload, parse_workload
 
@@ -133,32 +134,26 @@ def make_engine(spec: TuneSpec, workload: Workload, study: str, resume: bool, bu
                          budget)
 
 
-def recorded_engine_trials(study: str, uri: str | None, parent_run_id: str | None = None) -> dict[str, Record]:
-    """Records of the study's engine trials already in MLflow, keyed by ``engine_trial``."""
-    try:
-        rows = read_mlflow_records([study], uri, parent_run_id)
-    except OpBenchError:
-        return {}
-    return {str(r[ENGINE_TRIAL_TAG]): r for r in rows if r.get(ENGINE_TRIAL_TAG) is not None}
+def engine_trials(records: list[Record]) -> dict[str, Record]:
+    """The engine's trials among ``records``, keyed by ``engine_trial``."""
+    return {str(r[ENGINE_TRIAL_TAG]): r for r in records if r.get(ENGINE_TRIAL_TAG) is not None}
 
 
-def logged_engine_trials(study: str, log_path: str | None) -> dict[str, Record]:
-    """Records of the study's engine trials in its JSON-lines log, keyed by ``engine_trial``."""
-    if not log_path or not Path(log_path).exists():
-        return {}
-    return {str(r[ENGINE_TRIAL_TAG]): r for r in read_jsonl_records(log_path)
-            if r.get("study") == study and r.get(ENGINE_TRIAL_TAG) is not None}
+def invocation_records(recorder: Recorder) -> list[Record]:
+    """The records of the recorder's invocation (its parent run) in MLflow, oldest first."""
+    recorder.mlflow.flush()
+    return read_mlflow_records([recorder.study], recorder.mlflow.uri, recorder.mlflow.parent_run_id)
 
 
 def spawn_workers(spec: TuneSpec, todo: int, parent_run_id: str) -> None:
-    """Run ``todo`` trials of an already-created Optuna study in ``spec.workers`` processes on its storage."""
-    shares = [todo // spec.workers + (i < todo % spec.workers) for i in range(spec.workers)]
+    """Worker processes (at most ``spec.workers``, one per trial to do) that take the already-created
+    Optuna study's trials until its budget is spent; each ends when this process does."""
     procs = []
-    for i, share in enumerate(s for s in shares if s):
+    for i in range(min(spec.workers, todo)):
         seed = None if spec.engine.seed is None else spec.engine.seed + 1 + i  # same seeds: same proposals
-        worker = dataclasses.replace(spec, trials=share, workers=1, engine=dataclasses.replace(spec.engine, seed=seed))
+        worker = dataclasses.replace(spec, workers=1, engine=dataclasses.replace(spec.engine, seed=seed))
         # the spec goes through a pipe, not argv: its storage URL may hold a password (ps shows argv to all users)
-        proc = subprocess.Popen([sys.executable, "-m", "opbench.studies.tune", parent_run_id, str(i)],
+        proc = subprocess.Popen([sys.executable, "-m", "opbench.studies.tune", parent_run_id, str(i), str(os.getpid())],
                                 stdin=subprocess.PIPE, text=True)
         assert proc.stdin is not None
         proc.stdin.write(worker.to_json())
@@ -170,7 +165,11 @@ def spawn_workers(spec: TuneSpec, todo: int, parent_run_id: str) -> None:
 
 
 def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
-    """The whole study: references, tuning, verification, plots and the parent run's summary."""
+    """The whole study: references, tuning, verification, plots and the parent run's summary.
+
+    Each invocation is one MLflow parent run; ``resume`` continues the one that last published the
+    Optuna study: its records (replayed from the write-ahead log where MLflow lacks them) settle the
+    trials a kill left running, and its references are kept."""
     workload = parse_workload(spec.workload)
     study = spec.study_name
     if spec.resources.remote:  # a batch as large as the devices held, so each step keeps them all busy
@@ -180,27 +179,26 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
     loop_engine = spec.engine.name in LOOP_ENGINES
     # The budget is the study's, whoever measures: worker hosts (opbench worker) may take trials of it too.
     engine = None if loop_engine else make_engine(spec, workload, study, spec.resume, budget=spec.trials)
-    earlier = recorded_engine_trials(study, spec.tracking_uri) if spec.resume else {}
-    # A kill between the JSON-lines log and MLflow (written in the background) leaves records in the log only.
-    backfill = {k: r for k, r in logged_engine_trials(study, spec.log).items() if k not in earlier} if spec.resume else {}
-    if engine:
-        engine.recover({**backfill, **earlier})
-    earlier.update(backfill)
-    done = engine.done if engine else 0
-    log.info("tuning %s with %s: %d trials (%d already done), %d thread(s), %d worker(s); study '%s'",
-             workload.name, spec.engine.label, spec.trials, done, spec.resources.threads, spec.workers, study)
+    resumed = published_parent(engine.study, engine.storage_url) if spec.resume and isinstance(engine, OptunaEngine) \
+        else None
     with Measurer(measure) as measurer, \
-            Recorder(study, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label},
-                     background_lock=HostLock(measure.lock_path)) as recorder:
-        for record in backfill.values():
-            recorder.mlflow.write(record)
+            Recorder(study, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label}, parent_run_id=resumed,
+                     reopen=True, background_lock=HostLock(measure.lock_path)) as recorder:
+        earlier = invocation_records(recorder) if resumed else []
+        earlier_trials = engine_trials(earlier)
+        if engine:
+            engine.recover(earlier_trials)
+        done = engine.done if engine else 0
+        log.info("tuning %s with %s: %d trials (%d already done), %d thread(s), %d worker(s); study '%s'",
+                 workload.name, spec.engine.label, spec.trials, done, spec.resources.threads, spec.workers, study)
         if isinstance(engine, OptunaEngine):  # without the storage URL: a joining host gives its own
             published = dataclasses.replace(spec, engine=dataclasses.replace(spec.engine, storage=None))
             publish(engine.study, engine.storage_url, published.to_json(), recorder.mlflow.parent_run_id)
         measurer.warm_up(spec.resources)
         sink = tee(recorder, *filter(None, [on_record]))
-        refs = (measure_references(measurer, workload, spec.resources, recorder, spec.template)
-                if spec.references else {})
+        refs = {r["reference"]: r for r in earlier if r.get("reference")}
+        if spec.references and not refs:
+            refs = measure_references(measurer, workload, spec.resources, sink, spec.template)
         todo = spec.trials - done
         if loop_engine:
             owner = create_loop_engine(spec.engine, study_dir(spec.engine.name, study, spec.tracking_uri))
@@ -208,15 +206,15 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
                                 recorder.mlflow.log_artifact(path, owner.name, record["trial_id"] if record else None))
         elif spec.workers > 1:
             spawn_workers(spec, todo, recorder.mlflow.parent_run_id)
-            records = list(recorded_engine_trials(study, spec.tracking_uri, recorder.mlflow.parent_run_id).values())
+            records = joined_hosts_records(recorder, list(earlier_trials.values()))
         else:
             assert engine is not None
             records = run_tuning(engine, workload, todo, measurer, sink, spec.resources, spec.template, spec.batch)
-            if engine.done > len(earlier) + len(records):  # other hosts (opbench worker) measured some of its trials
-                records += joined_hosts_records(recorder, [*earlier.values(), *records])
+            if engine.done > len(earlier_trials) + len(records):  # other hosts (opbench worker) measured some
+                records += joined_hosts_records(recorder, [*earlier_trials.values(), *records])
         result = StudyResult(study, recorder.mlflow.uri,
-                             sorted([*earlier.values(), *records], key=lambda r: r.get("finished_at", 0.0)), refs,
-                             rejected=engine.rejected if engine else 0)
+                             sorted([*earlier_trials.values(), *records], key=lambda r: r.get("finished_at", 0.0)),
+                             refs, rejected=engine.rejected if engine else 0)
         result.verification = _verify(spec, measurer, [*refs.values(), *result.records], recorder)
         _summarize(result, engine, f"{workload.name}: {spec.engine.label}", recorder)
     if engine:
@@ -224,18 +222,19 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
     return result
 
 
-def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0, budget: int | None = None,
-               on_record: OnRecord | None = None) -> None:
-    """A worker of a multi-process study: ``spec.trials`` more trials of the existing Optuna study, or
-    with a ``budget``, trials until the study has that many, whoever measured them."""
+def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0, on_record: OnRecord | None = None,
+               background: bool = False) -> None:
+    """A worker of a study: trials of the existing Optuna study until it has ``spec.trials``, whoever
+    measured them. A worker on another host (not ``background``) writes each record to MLflow before
+    telling Optuna, so the study's own host finds every trial Optuna counts; ``tune --workers``'s own
+    processes write in the background (their host's write-ahead log holds what MLflow may lack)."""
     workload = parse_workload(spec.workload)
-    engine = make_engine(spec, workload, spec.study_name, True, budget)
-    # A host that joined a shared study writes each record to MLflow before telling Optuna: killed, it
-    # leaves no trial that Optuna counts and MLflow lacks (no other host can backfill from its log).
-    writer_lock = None if budget is not None else HostLock(spec.measure.lock_path)
+    engine = make_engine(spec, workload, spec.study_name, True, budget=spec.trials)
+    writer_lock = HostLock(spec.measure.lock_path) if background else None
     with Measurer(spec.measure) as measurer, \
             Recorder(spec.study_name, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label},
                      parent_run_id=parent_run_id, background_lock=writer_lock) as recorder:
+        engine.recover(engine_trials(recorder.recovered))  # a killed worker's trials its log holds: told, not redone
         measurer.warm_up(spec.resources)
 
         def sink(record: Record) -> None:
@@ -249,18 +248,16 @@ def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0, budget
 
 
 def joined_hosts_records(recorder: Recorder, known: list[Record]) -> list[Record]:
-    """The study's records that other processes (``opbench worker`` on other hosts) logged to its parent run."""
-    recorder.mlflow.flush()
+    """The engine trials other processes (``--workers``, ``opbench worker`` on other hosts) logged to
+    the recorder's parent run."""
     seen = {r["trial_id"] for r in known}
-    return [r for r in recorded_engine_trials(recorder.study, recorder.mlflow.uri, recorder.mlflow.parent_run_id).values()
-            if r["trial_id"] not in seen]
+    return [r for r in engine_trials(invocation_records(recorder)).values() if r["trial_id"] not in seen]
 
 
 def run_worker(worker: WorkerSpec, on_record: OnRecord | None = None) -> None:
     """``opbench worker``: this host takes trials of a running study until its budget is spent."""
     spec_json, parent_run_id = joined_spec(worker)
-    spec = TuneSpec.from_json(spec_json)
-    join_study(spec, parent_run_id, budget=spec.trials, on_record=on_record)
+    join_study(TuneSpec.from_json(spec_json), parent_run_id, on_record=on_record)
 
 
 def _verify(spec: TuneSpec, measurer: Measurer, records: list[Record], recorder: Recorder) -> Verification | None:
@@ -293,11 +290,12 @@ def _summarize(result: StudyResult, engine: Engine | None, title: str, recorder:
         recorder.mlflow.log_artifact(result.plots["pareto_front"], "plots")
 
 
-if __name__ == "__main__":  # a worker process of spawn_workers: PARENT_RUN_ID INDEX, the spec's JSON on stdin
-    from opbench.lifecycle import exit_on_sigterm
+if __name__ == "__main__":  # a worker of spawn_workers: PARENT_RUN_ID INDEX PARENT_PID, the spec's JSON on stdin
+    from opbench.lifecycle import end_with_parent, exit_on_sigterm
     from opbench.plugins import load_plugins
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     exit_on_sigterm()
+    end_with_parent(int(sys.argv[3]))
     load_plugins()
-    join_study(TuneSpec.from_json(sys.stdin.read()), sys.argv[1], int(sys.argv[2]))
+    join_study(TuneSpec.from_json(sys.stdin.read()), sys.argv[1], int(sys.argv[2]), background=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from opbench.lifecycle import fault_point
 from opbench.measure.lock import HostLock
 from opbench.paths import default_tracking_uri, safe_name, store_dir
 from opbench.record import JSON_TAGS, Record, from_mlflow_value, is_ok, kind_of
@@ -135,13 +136,16 @@ class MlflowWriter:
 
     def __init__(self, study: str, tracking_uri: str | None = None, parent_name: str | None = None,
                  parent_tags: dict[str, str] | None = None, parent_run_id: str | None = None,
-                 background_lock: HostLock | None = None) -> None:
-        """A new parent run for the study, or ``parent_run_id``'s (a worker joining a running study)."""
+                 background_lock: HostLock | None = None, reopen: bool = False) -> None:
+        """A new parent run for the study, or ``parent_run_id``'s: a worker joining a running study, or with
+        ``reopen`` an invocation resumed (running again, and ended by :meth:`close`)."""
         self.uri = tracking_uri or default_tracking_uri()
         self.study = study
         self.client = ensure_store(self.uri)
         self.experiment_id = experiment_id(self.client, study, self.uri)
-        self.owns_parent = parent_run_id is None
+        self.owns_parent = parent_run_id is None or reopen
+        if reopen and parent_run_id is not None:
+            self.client.update_run(parent_run_id, status="RUNNING")
         if parent_run_id is None:
             tags = {KIND_TAG: "study", "mlflow.runName": parent_name or study, **(parent_tags or {})}
             parent_run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
@@ -168,6 +172,7 @@ class MlflowWriter:
         return self._trial_runs
 
     def _write(self, record: Record) -> None:
+        fault_point("before-mlflow-write")
         params, metrics, tags, features = _split(record)
         run_name = f"{record.get('workload', 'trial')}-{record.get('trial_id', '')[:8]}"
         parent = self._trial_runs.get(str(record.get("corun_id")), self.parent_run_id)
@@ -179,6 +184,19 @@ class MlflowWriter:
             self.client.log_text(run_id, json.dumps(features), FEATURES_FILE)
         self.client.set_terminated(run_id, "FINISHED" if is_ok(record) else "FAILED")
         self._trial_runs[str(record.get("trial_id"))] = run_id
+
+    def written_trial_ids(self) -> set[str]:
+        """``trial_id`` of every finished run under the parent run (a run a killed writer left RUNNING is not)."""
+        self.flush()
+        ids, token = set(), None
+        while True:
+            page = self.client.search_runs([self.experiment_id], max_results=5000, page_token=token,
+                                           filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'")
+            ids |= {run.data.tags["trial_id"] for run in page
+                    if run.info.status != "RUNNING" and "trial_id" in run.data.tags}
+            token = page.token
+            if not token:
+                return ids
 
     def log_parent(self, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
                    tags: dict[str, str] | None = None, step: int = 0) -> None:
@@ -264,8 +282,10 @@ def latest_parent_run(study: str, tracking_uri: str | None = None) -> str:
     uri = tracking_uri or default_tracking_uri()
     client = _client(uri)
     exp = client.get_experiment_by_name(study)
-    runs = [] if exp is None else client.search_runs([exp.experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'study'",
-                                                     max_results=1, order_by=["attributes.start_time DESC"])
+    if exp is None:
+        raise OpBenchError(f"no MLflow experiment named '{study}' in {uri}")
+    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'study'", max_results=1,
+                              order_by=["attributes.start_time DESC"])
     if not runs:
         raise OpBenchError(f"no study run in MLflow experiment '{study}' of {uri}")
     return runs[0].info.run_id

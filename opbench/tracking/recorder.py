@@ -1,5 +1,6 @@
-"""Sends each record to every sink of a study: a JSON-lines log (optional, written at once) and MLflow
-(always; in a background thread when given the host timing lock)."""
+"""Sends each record to every sink of a study: the write-ahead log (always, on disk before anything
+else hears of the record), a JSON-lines log (optional) and MLflow (always; in a background thread when
+given the host timing lock)."""
 from __future__ import annotations
 
 import math
@@ -9,27 +10,36 @@ from typing import Any
 from opbench.measure.lock import HostLock
 from opbench.record import Record, is_ok
 from opbench.tracking.jsonl import JsonlWriter
-from opbench.tracking.mlflow_store import MlflowWriter
+from opbench.tracking.mlflow_store import MlflowWriter, study_dir
+from opbench.tracking.wal import WriteAheadLog, dead_processes_records, replaying
 
 
 class Recorder:
-    """With ``best_so_far``, each new best ok trial also goes to the parent run: ``best_latency_ms`` and
+    """Records of one invocation of a study (one MLflow parent run: a new one, or ``parent_run_id``'s,
+    ``reopen``ed when the invocation is resumed). Joining an existing parent run replays the write-ahead
+    logs its dead processes left on this host: :attr:`recovered` are their records (an engine not told
+    of them hears them on resume), those MLflow lacked are written to it.
+
+    With ``best_so_far``, each new best ok trial also goes to the parent run: ``best_latency_ms`` and
     ``best_gflops`` at the trial's step (a numeric ``engine_trial``, else the count of records), ``best_trial_id``."""
 
     def __init__(self, study: str, tracking_uri: str | None = None, log: Path | str | None = None,
                  extra: dict[str, Any] | None = None, parent_tags: dict[str, str] | None = None,
                  parent_run_id: str | None = None, background_lock: HostLock | None = None,
-                 best_so_far: bool = False) -> None:
+                 best_so_far: bool = False, reopen: bool = False) -> None:
         self.study = study
         self.extra = {"study": study, **(extra or {})}  # stamped on every record (engine, ...)
         self.mlflow = MlflowWriter(study, tracking_uri, parent_tags=parent_tags, parent_run_id=parent_run_id,
-                                   background_lock=background_lock)
+                                   background_lock=background_lock, reopen=reopen)
+        self.wal = WriteAheadLog(study_dir("wal", study, self.mlflow.uri) / self.mlflow.parent_run_id)
         self.jsonl = JsonlWriter(log) if log else None
         self.records: list[Record] = []
+        self.recovered = self._replay() if parent_run_id else []
         self._best = (self.mlflow.parent_metric("best_latency_ms") or math.inf) if best_so_far else None
 
     def __call__(self, record: Record) -> None:
         record.update(self.extra)
+        self.wal.append(record)
         if self.jsonl:
             self.jsonl.write(record)
         self.mlflow.write(record)
@@ -39,6 +49,17 @@ class Recorder:
             self.mlflow.log_parent(metrics={"best_latency_ms": record["latency_ms"], "best_gflops": record["gflops"]},
                                    tags={"best_trial_id": record["trial_id"]},
                                    step=_step(record, len(self.records)))
+
+    def _replay(self) -> list[Record]:
+        """The records this invocation's dead processes logged ahead, after writing those MLflow lacks."""
+        with replaying(self.wal.directory):
+            logged = {str(r.get("trial_id")): r for r in dead_processes_records(self.wal.directory)}
+            written = self.mlflow.written_trial_ids() if logged else set()
+            for key, record in logged.items():
+                if key not in written:
+                    self.mlflow.write(record)
+            self.mlflow.flush()  # in MLflow before another process looks
+        return list(logged.values())
 
     def __enter__(self) -> Recorder:
         return self

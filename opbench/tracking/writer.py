@@ -6,7 +6,6 @@ import queue
 import threading
 from collections.abc import Callable
 
-from opbench.lifecycle import fault_point
 from opbench.measure.lock import HostLock
 from opbench.record import Record
 
@@ -54,7 +53,6 @@ class BackgroundWriter:
             try:
                 if write is None:
                     return
-                fault_point("before-mlflow-write")
                 with self._lock.shared(at_most_s=self._hold_s):
                     write()
             finally:

@@ -1,0 +1,67 @@
+"""The write-ahead log: every record reaches local disk (appended and fsynced) before MLflow gets it and
+before any engine hears of it, so a process killed at any point loses no measured trial.
+
+Each process keeps its own JSON-lines file per invocation of a study (one MLflow parent run):
+``<store>/wal/<study>/<parent run id>/<host>-<pid>.jsonl``. Whoever next opens that parent run (a
+resumed ``tune``, a restarted measurement service, ``opbench verify``) replays the files of this
+host's dead processes: records MLflow lacks are written to it (see ``Recorder.replay``).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from opbench.record import Record
+from opbench.tracking.jsonl import JsonlWriter, read_jsonl_records
+
+REPLAY_LOCK = ".replay.lock"
+
+
+class WriteAheadLog:
+    """This process's log in ``directory`` (an invocation's folder)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._writer = JsonlWriter(directory / f"{socket.gethostname()}-{os.getpid()}.jsonl")
+
+    @property
+    def path(self) -> Path:
+        return self._writer.path
+
+    def append(self, record: Record) -> None:
+        """On disk when this returns (fsync)."""
+        self._writer.write(record)
+
+
+def dead_processes_records(directory: Path) -> list[Record]:
+    """Records in the logs of this host's processes that are gone (a live process writes its own)."""
+    files = [p for p in sorted(directory.glob("*.jsonl")) if _is_dead(p.stem)]
+    return read_jsonl_records(*files) if files else []
+
+
+def _is_dead(stem: str) -> bool:
+    host, _, pid = stem.rpartition("-")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False  # another host's log (a shared folder): that host replays it
+    if int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
+@contextlib.contextmanager
+def replaying(directory: Path) -> Iterator[None]:
+    """Held while one process replays ``directory``: two restarting at once write each record once."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / REPLAY_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

@@ -1,0 +1,142 @@
+"""Faults at the worst moments, each killed at a chosen point through the fault hook (``OPBENCH_FAULT``),
+never by sleeping: for every finished trial MLflow and Optuna agree, no trial is measured twice, and a
+resumed study ends (it never waits on a dead process's trial)."""
+import os
+import signal
+import subprocess
+
+import optuna
+import pytest
+
+from opbench.engines.optuna_storage import JOURNAL_FILE, open_storage
+from opbench.engines.registry import EngineSpec
+from opbench.measure.types import MeasureOptions
+from opbench.studies.shared import publish
+from opbench.studies.tune import TuneSpec
+from opbench.testing.farm import CLI
+from opbench.testing.lan import Postgres
+from opbench.tracking import read_mlflow
+from opbench.tracking.mlflow_store import MlflowWriter, _client
+
+SMALL = "matmul:m=64,n=64,k=64"
+TRIALS = 6
+HANG_GUARD_S = 600  # a resume that has not ended by then hangs (the study itself takes well under a minute)
+
+pytestmark = pytest.mark.slow
+
+
+def _tune(storage: str, tracking_uri: str, *extra: str) -> list[str]:
+    return [*CLI, "tune", SMALL, "--trials", str(TRIALS), "--storage", storage, "--tracking-uri", tracking_uri,
+            "--study", "s", "--repeat", "2", "--seed", "1", "--no-references", "--verify-rounds", "0", *extra]
+
+
+def _killed(argv: list[str], fault: str, tmp_path) -> int:
+    """Run ``argv`` in a session of its own with the fault hook armed; its exit status (killed: negative).
+    A ``:group`` fault kills the whole session (tune and its worker processes) at once."""
+    with open(tmp_path / "killed.out", "w") as out:
+        proc = subprocess.run(argv, env={**os.environ, "OPBENCH_FAULT": fault}, stdout=out, stderr=subprocess.STDOUT,
+                              start_new_session=True, timeout=HANG_GUARD_S)
+    return proc.returncode
+
+
+def _resumed(argv: list[str]) -> subprocess.CompletedProcess:
+    out = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def _assert_nothing_lost(storage: str, tracking_uri: str, parent_run_id: str | None = None) -> None:
+    """Optuna counts TRIALS measured trials, each once; MLflow holds exactly those, with the latency Optuna was told."""
+    study = optuna.load_study(study_name="s", storage=open_storage(storage))
+    measured = [t for t in study.trials if "status" in t.user_attrs]
+    assert len(measured) == TRIALS and not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    frame = read_mlflow(["s"], tracking_uri, parent_run_id or _latest_parent(tracking_uri))
+    trials = frame[frame["engine_trial"].notna()]
+    assert trials["trial_id"].is_unique and trials["engine_trial"].astype(str).is_unique
+    assert set(trials["trial_id"]) == {t.user_attrs["trial_id"] for t in measured}
+    told = {t.user_attrs["trial_id"]: t.values[0] for t in measured if t.state == optuna.trial.TrialState.COMPLETE}
+    for _, row in trials[trials["trial_id"].isin(told)].iterrows():
+        assert row["latency_ms"] == pytest.approx(told[row["trial_id"]])
+
+
+def _parents(tracking_uri: str) -> list[str]:
+    """The study's parent runs (its invocations), oldest first."""
+    client = _client(tracking_uri)
+    exp = client.get_experiment_by_name("s")
+    runs = client.search_runs([exp.experiment_id], "tags.`opbench.kind` = 'study'", order_by=["attributes.start_time ASC"])
+    return [r.info.run_id for r in runs]
+
+
+def _latest_parent(tracking_uri: str) -> str:
+    return _parents(tracking_uri)[-1]
+
+
+@pytest.mark.parametrize("fault", [
+    "before-record:SIGKILL:3",  # measured, in no log yet: asked again on resume
+    "before-mlflow-write:SIGKILL:3",  # in the write-ahead log only
+    "before-tell:SIGKILL:3",  # in the log and queued for MLflow, Optuna not told
+    "before-tell:SIGTERM:3",
+])
+def test_tune_killed_at_the_worst_moment_resumes_with_nothing_lost(tmp_path, tracking_uri, fault):
+    storage = str(tmp_path / JOURNAL_FILE)
+    argv = _tune(storage, tracking_uri)
+    code = _killed(argv, fault, tmp_path)
+    assert code == (143 if "SIGTERM" in fault else -signal.SIGKILL), (tmp_path / "killed.out").read_text()[-3000:]
+    out = _resumed(argv)
+    assert "already done" in out.stderr
+    assert len(_parents(tracking_uri)) == 1  # the resume continued the killed invocation's parent run
+    _assert_nothing_lost(storage, tracking_uri)
+
+
+def test_a_second_invocation_killed_and_resumed_keeps_to_its_own_run(tmp_path, tracking_uri):
+    """The same study name run twice: the second run's resume and `verify` see its own trials only."""
+    storage = str(tmp_path / JOURNAL_FILE)
+    argv = _tune(storage, tracking_uri)
+    subprocess.run(argv, check=True, capture_output=True, timeout=HANG_GUARD_S)
+    first = _latest_parent(tracking_uri)
+    assert _killed(argv, "before-tell:SIGKILL:4", tmp_path) == -signal.SIGKILL
+    _resumed(argv)
+    runs = _parents(tracking_uri)
+    assert len(runs) == 2 and runs[0] == first
+    _assert_nothing_lost(storage, tracking_uri, runs[1])
+    assert len(read_mlflow(["s"], tracking_uri, first)) == TRIALS  # the first invocation's run is untouched
+    verify = subprocess.run([*CLI, "verify", "s", "--tracking-uri", tracking_uri, "--rounds", "1", "--repeat", "2"],
+                            capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert verify.returncode == 0 and f"run {runs[1]}" in verify.stderr, verify.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def database():
+    cluster = Postgres("127.0.0.1")
+    yield cluster
+    cluster.close()
+
+
+@pytest.mark.parametrize("fault", [
+    "before-tell:SIGKILL:2:group",  # tune and both workers killed at once, a worker between its record and tell
+    "before-mlflow-write:SIGKILL:2:parent",  # tune alone killed: its workers end with it
+])
+def test_a_shared_study_killed_and_resumed_at_once_ends_with_nothing_lost(database, tmp_path, tracking_uri, fault):
+    """On PostgreSQL with two worker processes; resumed inside the stale timeout (the dead workers'
+    trials still look fresh by their heartbeats), the resume must not wait on them."""
+    storage = database.url(fault.split(":")[0].replace("-", "_") + "_" + fault.split(":")[-1])
+    argv = _tune(storage, tracking_uri, "--workers", "2")
+    assert _killed(argv, fault, tmp_path) == -signal.SIGKILL, (tmp_path / "killed.out").read_text()[-3000:]
+    _resumed(argv)
+    _assert_nothing_lost(storage, tracking_uri)
+
+
+def test_a_killed_worker_host_replays_its_log_on_rejoining(database, tmp_path, tracking_uri):
+    """`opbench worker` killed between its MLflow write and telling Optuna: rejoining, it tells
+    Optuna that record rather than measure the trial again."""
+    storage = database.url("rejoin")
+    spec = TuneSpec(SMALL, TRIALS, EngineSpec("optuna", seed=1), study="s", references=False, verify_rounds=0,
+                    measure=MeasureOptions(repeat=2), tracking_uri=tracking_uri)
+    parent = MlflowWriter("s", tracking_uri)  # a study published by `tune` on another host, measuring nothing here
+    publish(optuna.create_study(study_name="s", storage=open_storage(storage)), storage, spec.to_json(),
+            parent.parent_run_id)
+    worker = [*CLI, "worker", "--study", "s", "--storage", storage]
+    assert _killed(worker, "before-tell:SIGKILL:2", tmp_path) == -signal.SIGKILL
+    out = subprocess.run(worker, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    _assert_nothing_lost(storage, tracking_uri, parent.parent_run_id)
