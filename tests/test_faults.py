@@ -112,31 +112,34 @@ def database():
     cluster.close()
 
 
-@pytest.mark.parametrize("fault", [
-    "before-tell:SIGKILL:2:group",  # tune and both workers killed at once, a worker between its record and tell
-    "before-mlflow-write:SIGKILL:2:parent",  # tune alone killed: its workers end with it
+@pytest.mark.parametrize(("fault", "code"), [
+    ("before-tell:SIGKILL:2:group", -signal.SIGKILL),  # tune and its workers at once, a worker between record and tell
+    ("before-mlflow-write:SIGKILL:2:parent", -signal.SIGKILL),  # tune alone: its workers end with it
+    ("before-tell:SIGTERM:2", 1),  # each worker terminated: tune says so and fails
 ])
-def test_a_shared_study_killed_and_resumed_at_once_ends_with_nothing_lost(database, tmp_path, tracking_uri, fault):
+def test_a_shared_study_killed_and_resumed_at_once_ends_with_nothing_lost(database, tmp_path, tracking_uri, fault,
+                                                                           code):
     """On PostgreSQL with two worker processes; resumed inside the stale timeout (the dead workers'
     trials still look fresh by their heartbeats), the resume must not wait on them."""
-    storage = database.url(fault.split(":")[0].replace("-", "_") + "_" + fault.split(":")[-1])
+    storage = database.url("_".join(fault.replace("-", "_").split(":")[::2]).lower())
     argv = _tune(storage, tracking_uri, "--workers", "2")
-    assert _killed(argv, fault, tmp_path) == -signal.SIGKILL, (tmp_path / "killed.out").read_text()[-3000:]
+    assert _killed(argv, fault, tmp_path) == code, (tmp_path / "killed.out").read_text()[-3000:]
     _resumed(argv)
     _assert_nothing_lost(storage, tracking_uri)
 
 
-def test_a_killed_worker_host_replays_its_log_on_rejoining(database, tmp_path, tracking_uri):
+@pytest.mark.parametrize(("fault", "code"), [("before-tell:SIGKILL:2", -signal.SIGKILL), ("before-tell:SIGTERM:2", 143)])
+def test_a_killed_worker_host_replays_its_log_on_rejoining(database, tmp_path, tracking_uri, fault, code):
     """`opbench worker` killed between its MLflow write and telling Optuna: rejoining, it tells
     Optuna that record rather than measure the trial again."""
-    storage = database.url("rejoin")
+    storage = database.url(f"rejoin_{code}".replace("-", "m"))
     spec = TuneSpec(SMALL, TRIALS, EngineSpec("optuna", seed=1), study="s", references=False, verify_rounds=0,
                     measure=MeasureOptions(repeat=2), tracking_uri=tracking_uri)
     parent = MlflowWriter("s", tracking_uri)  # a study published by `tune` on another host, measuring nothing here
     publish(optuna.create_study(study_name="s", storage=open_storage(storage)), storage, spec.to_json(),
             parent.parent_run_id)
     worker = [*CLI, "worker", "--study", "s", "--storage", storage]
-    assert _killed(worker, "before-tell:SIGKILL:2", tmp_path) == -signal.SIGKILL
+    assert _killed(worker, fault, tmp_path) == code
     out = subprocess.run(worker, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr[-3000:]
     _assert_nothing_lost(storage, tracking_uri, parent.parent_run_id)

@@ -170,3 +170,20 @@ def test_the_nni_trial_speaks_nnis_channel_without_importing_nni_tvm_torch_or_ml
     assert _wait_for(lambda: len(read_mlflow(["nni-" + SMALL], tracking_uri)) == 1)  # sequence 3: no references
     record = read_mlflow(["nni-" + SMALL], tracking_uri).iloc[0]
     assert (record["nni.experiment_id"], record["nni.trial_id"], record["knob.vectorize"]) == ("exp9", "abc", 0)
+
+
+@pytest.mark.slow
+def test_a_service_terminated_before_replying_writes_the_trial_it_recorded(service_dir, tracking_uri, monkeypatch):
+    """SIGTERM (``kill``, a shutdown) ends the service as an exception would: what it recorded reaches MLflow.
+    (Whether the reply still reaches the trial races the exit; either way the record is kept.)"""
+    monkeypatch.setenv("OPBENCH_FAULT", "before-reply:SIGTERM:1")
+    request = TrialRequest(SMALL, {}, repeat=2, tracking_uri=tracking_uri, study="svc", engine="nni-test",
+                           nni_experiment="exp1", nni_trial="t0")
+    try:
+        replied = {measure(request, idle_timeout_s=60).record["trial_id"]}
+    except ServiceError as exc:
+        assert "died during the trial" in str(exc)
+        replied = set()
+    assert _wait_for(lambda: not socket_path(tracking_uri).exists(), 30)  # it cleaned up as it went
+    frame = read_mlflow(["svc"], tracking_uri)
+    assert list(frame["nni.trial_id"]) == ["t0"] and replied <= set(frame["trial_id"])
