@@ -251,7 +251,7 @@ class OptunaEngine(Engine):
 
     def pareto_trial_ids(self) -> set[str]:
         """OpBench trial ids of the study's Pareto-optimal trials (the best one when single-objective)."""
-        return {t.user_attrs["trial_id"] for t in self.study.best_trials if "trial_id" in t.user_attrs}
+        return {t.user_attrs["trial_id"] for t in self._db(lambda: self.study.best_trials) if "trial_id" in t.user_attrs}
 
 
 def _alive_here(trial: Any) -> bool:

@@ -1,0 +1,71 @@
+"""What the commands share: usage errors, the measurement flags and the options and resources they give."""
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from opbench.argtypes import nonneg_float, nonneg_int, positive_float, positive_int
+from opbench.cli import remote as cli_remote
+from opbench.exceptions import OpBenchError
+from opbench.hardware.resources import Resources, parse_cores
+from opbench.measure.host_speed import SETTLE_S, SPELL_RERUNS
+from opbench.measure.types import TURNS
+
+if TYPE_CHECKING:
+    from opbench.measure.types import MeasureOptions
+
+
+class UsageError(OpBenchError):
+    """Malformed command-line input."""
+
+
+def measure_options(args: argparse.Namespace) -> MeasureOptions:
+    from opbench.measure.types import MeasureOptions
+
+    remote = {"remote_workers": args.remote_workers, "connect_timeout_s": args.connect_timeout} \
+        if hasattr(args, "remote_workers") else {}
+    return MeasureOptions(repeat=args.repeat, build_timeout_s=args.build_timeout,
+                          run_timeout_s=args.run_timeout, max_cv=args.max_cv, max_remeasures=args.max_remeasures,
+                          cache_flush=args.cache_flush, settle_s=args.settle_s,
+                          spell_reruns=args.spell_reruns, turns=args.turns, **remote)
+
+
+def resources_of(args: argparse.Namespace, threads: int) -> Resources:
+    return Resources(threads=threads, cores=parse_cores(args.cores), target=args.target,
+                     device=cli_remote.device_of(args))
+
+
+def add_measure_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", help="OP:key=value,... or a preset (see `opbench ops`)")
+    p.add_argument("--config", help="knob values as a JSON object")
+    p.add_argument("--config-file", help="file holding the config JSON")
+    p.add_argument("--template", help="schedule template (default: the op's own; convolutions on CPUs: the packed "
+                                      "*_nchwc; te_default = unscheduled)")
+    p.add_argument("--cores", help="pin to these cores, e.g. 0,1 or 0-3")
+    p.add_argument("--target", default="llvm",
+                   help="llvm (host CPU), cuda, 'cuda -arch=sm_XX', or a board preset (see `opbench targets`)")
+    add_timing_flags(p)
+    p.add_argument("--study", help="MLflow experiment name")
+    p.add_argument("--json", action="store_true", help="print the record(s) as JSON")
+    cli_remote.add_device_flags(p)
+
+
+def add_timing_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repeat", type=positive_int, default=5, help="timed repeats (each >= 50 ms)")
+    p.add_argument("--max-cv", type=positive_float, default=0.05,
+                   help="repeats varying more than this (std/mean) are measured again (see --max-remeasures)")
+    p.add_argument("--max-remeasures", type=nonneg_int, default=2, help="extra attempts for a noisy result; the steadiest kept")
+    p.add_argument("--cache-flush", action="store_true", help="evict the CPU caches before every timed call")
+    p.add_argument("--settle-s", type=nonneg_float, default=SETTLE_S,
+                   help="a trial waits up to this long for the host's usual speed (its probe within 10%%; 0: only "
+                        "record host_slowness; default: $OPBENCH_SETTLE_S or 0)")
+    p.add_argument("--spell-reruns", type=nonneg_int, default=SPELL_RERUNS,
+                   help="a run of at most 1 s that the host-speed probes before or after it found outside the "
+                        "host's usual state is taken again at most this many times (default: $OPBENCH_SPELL_RERUNS or 1)")
+    p.add_argument("--turns", type=positive_int, default=TURNS,
+                   help="the trials of a batch (--batch, or several configs) take their repeats in this many turns, "
+                        "interleaved with each other's, so that a spell of the host falls on all alike (default 3)")
+    p.add_argument("--build-timeout", type=positive_float, default=60.0)
+    p.add_argument("--run-timeout", type=positive_float, default=120.0)
+    p.add_argument("--log", help="also append records to this JSON-lines file")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite store in mlflow/)")
