@@ -38,5 +38,11 @@ class StorageUnavailable(OpBenchError):
     exit_code = 1
 
 
+class StudyInterrupted(OpBenchError):
+    """A study stopped before its budget (a worker process killed): resume it."""
+
+    exit_code = 1
+
+
 class UnsafePathError(OpBenchError, PermissionError):
     """A file or folder in a place other users can write (``/tmp``) that is not safely this user's."""

@@ -20,6 +20,23 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _terminate)
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (a zombie, killed and not yet reaped by its parent, does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def end_with_parent(parent_pid: int) -> None:
     """SIGTERM this process when its parent (``parent_pid``) dies, even by SIGKILL: a killed ``tune``
     takes its worker processes with it (Linux)."""

@@ -55,7 +55,7 @@ METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gfl
 TAGS = ("status", "error", "schema_version", "trial_id", "latencies_ms", "study", "engine",
         "record_kind", "corun_id", "corun_mode", "corun_with", "key_op",
         # fresh-process verification (opbench verify): which schedule a record re-measures, in which round
-        "verified_as", "verify_round", "worker_pid",
+        "verified_as", "verify_round", "worker_pid", "kernel_pid",
         # a library baseline: the latency in each fresh process it was timed in (its record is the median one)
         "process_latencies_ms")
 KNOB_PREFIX = "knob."
@@ -130,7 +130,7 @@ def from_mlflow_value(key: str, value: Any) -> Any:
         return json.loads(value) if isinstance(value, str) else value
     if is_numeric(key):
         return float(value)
-    if key in ("schema_version", "threads", "cache_flush", "worker_pid", "verify_round"):
+    if key in ("schema_version", "threads", "cache_flush", "worker_pid", "kernel_pid", "verify_round"):
         return int(value)
     if key.startswith(KNOB_PREFIX):
         try:

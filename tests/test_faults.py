@@ -121,7 +121,7 @@ def test_a_shared_study_killed_and_resumed_at_once_ends_with_nothing_lost(databa
                                                                            code):
     """On PostgreSQL with two worker processes; resumed inside the stale timeout (the dead workers'
     trials still look fresh by their heartbeats), the resume must not wait on them."""
-    storage = database.url("_".join(fault.replace("-", "_").split(":")[::2]).lower())
+    storage = database.url(fault.replace("-", "_").replace(":", "_").lower())
     argv = _tune(storage, tracking_uri, "--workers", "2")
     assert _killed(argv, fault, tmp_path) == code, (tmp_path / "killed.out").read_text()[-3000:]
     _resumed(argv)

@@ -105,7 +105,8 @@ def test_the_tvm_pool_is_idle_once_a_timed_run_returns(measurer):
 
     record = measurer.measure(TrialSpec(parse_workload(MATMUL), {}, Resources(2)))
     assert record["status"] == "ok", record["error"]
-    timed_by = record["worker_pid"]  # the process that ran the kernel: a child of the worker, reaped
+    timed_by = record["kernel_pid"]  # the process that ran the kernel: a child of the worker, reaped
+    assert timed_by != record["worker_pid"]
     assert not Path(f"/proc/{timed_by}").exists()  # gone with its thread pool before the record came back
     # (the worker that forked it lives on: had the kernel run there, its pid would still be in /proc)
 

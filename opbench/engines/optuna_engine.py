@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from opbench.engines._base import Engine, Proposal, Space, space_point, split_threads
 from opbench.engines.optuna_storage import HEARTBEAT_S, STALE_AFTER_S, open_storage, recovered_within, riding_outages
 from opbench.exceptions import OpBenchError
+from opbench.lifecycle import process_alive
 from opbench.record import Record, is_ok
 
 log = logging.getLogger(__name__)
@@ -257,15 +258,7 @@ class OptunaEngine(Engine):
 def _alive_here(trial: Any) -> bool:
     """Whether the trial was asked by a process of this host that is still alive."""
     pid = trial.user_attrs.get("pid")
-    if trial.user_attrs.get("host") != _HOST or not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
+    return trial.user_attrs.get("host") == _HOST and isinstance(pid, int) and process_alive(pid)
 
 
 def _in_flight(trial: Any) -> bool:

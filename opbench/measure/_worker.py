@@ -277,8 +277,11 @@ class _Worker:
         if self._session is None:
             if self._pristine(req.target):
                 self._inputs_for(req.workload)  # made here once: every child has them
-                return _in_child(lambda: self._run(req))
+                result = _in_child(lambda: self._run(req))
+                result.pid = os.getpid()
+                return result
             result = self._run(req)
+            result.kernel_pid = os.getpid()
             wait_until_idle()  # our pool stops spinning before the timing lock is released
             return result
         try:
@@ -459,7 +462,7 @@ def _in_child(run: Callable[[], RunResult]) -> RunResult:
     if code != 0:
         return RunResult(Status.RUN_ERROR, f"the kernel's process died ({describe_exit(code)})")
     answered: RunResult = pickle.loads(data)
-    answered.pid = pid  # the process that ran the kernel
+    answered.kernel_pid = pid
     return answered
 
 

@@ -296,7 +296,8 @@ class Measurer:
             if run.status is Status.OK:
                 record.update(run.load, remeasures=run.remeasures, spell_reruns=run.spell_reruns, turns=run.turns,
                               turns_left_out=run.turns_left_out, host_wait_s=run.host_wait_s,
-                              cache_flush=int(self.options.cache_flush), worker_pid=run.pid)
+                              cache_flush=int(self.options.cache_flush), worker_pid=run.pid,
+                              kernel_pid=run.kernel_pid or None)
         record["trial_s"] = time.perf_counter() - started
         record["finished_at"] = time.time()  # unix seconds: tuning curves against wall time
         valid = status is not Status.INVALID_CONFIG and template not in LIBRARIES

@@ -86,7 +86,8 @@ class RunResult:
     turns_left_out: int = 0  # turns taken in a spell of the host and left out, as others were not (runner.local.joined)
     host_wait_s: float = 0.0  # spent probing the host's speed and waiting for its usual state
     load: dict[str, float] = field(default_factory=dict)  # the host's load while timing (HostLoad.stop)
-    pid: int = 0  # the process that timed it
+    pid: int = 0  # the worker that ran it
+    kernel_pid: int = 0  # the process that ran the kernel: a child forked from the worker for it, or the worker
 
     @property
     def turns(self) -> int:

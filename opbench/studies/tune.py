@@ -21,7 +21,7 @@ from opbench.engines._base import Engine, Space
 from opbench.engines.driver import CORES_KNOB, ENGINE_TRIAL_TAG, measure_references, run_tuning
 from opbench.engines.optuna_engine import OptunaEngine
 from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine
-from opbench.exceptions import OpBenchError
+from opbench.exceptions import OpBenchError, StudyInterrupted
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
@@ -161,7 +161,7 @@ def spawn_workers(spec: TuneSpec, todo: int, parent_run_id: str) -> None:
         procs.append(proc)
     failed = [p.args for p in procs if p.wait() != 0]
     if failed:
-        raise OpBenchError(f"{len(failed)} of {len(procs)} workers failed; resume the study")
+        raise StudyInterrupted(f"{len(failed)} of {len(procs)} workers failed; resume the study (--resume)")
 
 
 def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:

@@ -15,6 +15,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from opbench.lifecycle import process_alive
 from opbench.record import Record
 from opbench.tracking.jsonl import JsonlWriter, read_jsonl_records
 
@@ -47,15 +48,7 @@ def _is_dead(stem: str) -> bool:
     host, _, pid = stem.rpartition("-")
     if host != socket.gethostname() or not pid.isdigit():
         return False  # another host's log (a shared folder): that host replays it
-    if int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
+    return int(pid) != os.getpid() and not process_alive(int(pid))
 
 
 @contextlib.contextmanager
