@@ -65,3 +65,16 @@ def test_ops_and_space_list_the_catalogue(capsys):
     assert "bert-base-ffn1" in out and "depthwise_conv2d" in out
     assert main(["space", "resnet50-c2"]) == 0
     assert "ic_block" in capsys.readouterr().out  # convolutions on CPUs: the packed template
+
+
+def test_progress_counts_the_trials_and_names_the_references(capsys):
+    import sys
+
+    from opbench.report.progress import TrialPrinter
+
+    printer = TrialPrinter(2, sys.stdout)
+    printer({"reference": "torch", "status": "ok", "latency_ms": 1.0, "gflops": 9.0, "threads": 1})
+    printer({"status": "ok", "latency_ms": 2.0, "gflops": 4.0, "threads": 1})
+    reference, trial = capsys.readouterr().out.splitlines()
+    assert reference.startswith("[reference torch] ok") and trial.startswith("[1/2] ok")
+    assert "best 2.0000 ms" in trial and printer.count == 1  # a reference is neither a trial nor the study's best

@@ -74,6 +74,10 @@ def test_random_engine_with_thread_search_and_references(tmp_path, tracking_uri)
     tuned = frame[frame["reference"].isna()]
     assert len(tuned) == 4 and set(tuned["engine"]) == {"random"}
     assert set(tuned["threads"]) <= {1, 2}
+    knobs = [c for c in frame.columns if c.startswith("knob.")]
+    default = frame[frame["reference"] == "template_default"][knobs].iloc[0]
+    # the template default is measured once, as the reference: the engine learnt it, no trial repeats it
+    assert not (tuned[knobs] == default).all(axis=1).any()
 
 
 def test_grid_engine_walks_the_space_in_order(tmp_path, tracking_uri):

@@ -13,6 +13,7 @@ from opbench.engines._base import DefaultFirst, Engine, LoopEngine, Space
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.paths import store_dir
+from opbench.record import Record, is_ok
 from opbench.space import Template
 from opbench.workloads import Workload
 
@@ -96,6 +97,14 @@ def default_point(space: Space, default: dict[str, Any], threads: int) -> tuple[
     extra = {k: spec["_value"][0] for k, spec in space.items() if k not in default and k != "threads"}
     offered = space.get("threads", {}).get("_value", [threads])
     return {**default, **extra}, threads if threads in offered else offered[0]
+
+
+def observe_default(engine: Engine, space: Space, default: dict[str, Any], threads: int,
+                    measured: Record | None) -> None:
+    """Tell ``engine`` the template default's latency as measured outside it (a reference), instead of
+    having it propose and measure that config again; nothing when it was not measured ok."""
+    if measured is not None and is_ok(measured):
+        engine.observe(*default_point(space, default, threads), measured["latency_ms"])
 
 
 def create_loop_engine(spec: EngineSpec, work_dir: Path) -> LoopEngine:

@@ -32,7 +32,8 @@ def changed_knobs(record: Record, base: dict[str, Any] | None = None) -> str:
 
 
 class TrialPrinter:
-    """Prints ``[i/n] status latency GFLOP/s (best so far) knobs`` as each record arrives."""
+    """Prints ``[i/n] status latency GFLOP/s (best so far) knobs`` as each trial's record arrives, and
+    ``[reference NAME]`` for a reference (neither counted nor a best)."""
 
     def __init__(self, total: int | None, stream: TextIO | None = None, base: dict[str, Any] | None = None) -> None:
         self.total, self._stream, self.base = total, stream, base
@@ -40,17 +41,20 @@ class TrialPrinter:
         self.best: float = math.inf
 
     def __call__(self, record: Record) -> None:
-        self.count += 1
         latency = record.get("latency_ms")
-        if latency is not None and is_ok(record):
-            self.best = min(self.best, latency)
-        of = f"/{self.total}" if self.total else ""
+        if record.get("reference"):
+            head = f"[reference {record['reference']}]"
+        else:
+            self.count += 1
+            if latency is not None and is_ok(record):
+                self.best = min(self.best, latency)
+            head = f"[{self.count}/{self.total}]" if self.total else f"[{self.count}]"
         result = (f"{latency:9.4f} ms {record.get('gflops', 0):7.1f} GFLOP/s" if latency is not None
                   else f"{'':27s}")
         best = f"best {self.best:.4f} ms" if self.best < math.inf else "best -"
         detail = changed_knobs(record, self.base)
         error = f"  [{record['error'].splitlines()[0][:120]}]" if record.get("error") else ""
-        print(f"[{self.count}{of}] {record['status']:<14s} {result}  {best:<16s} threads={record.get('threads')} "
+        print(f"{head} {record['status']:<14s} {result}  {best:<16s} threads={record.get('threads')} "
               f"{detail}{error}", file=self._stream or sys.stderr, flush=True)  # sys.stderr as it is now
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from opbench.engines._base import Engine, Space
 from opbench.engines.driver import CORES_KNOB, ENGINE_TRIAL_TAG, measure_references, run_tuning
 from opbench.engines.optuna_engine import OptunaEngine
-from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine
+from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine, observe_default
 from opbench.exceptions import OpBenchError, StudyInterrupted
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.lock import HostLock
@@ -128,10 +128,18 @@ def search_space(spec: TuneSpec, workload: Workload) -> Space:
     return space
 
 
-def make_engine(spec: TuneSpec, workload: Workload, study: str, resume: bool, budget: int | None = None) -> Engine:
+def make_engine(spec: TuneSpec, workload: Workload, study: str, resume: bool, budget: int | None = None,
+                propose_default: bool = True) -> Engine:
     template = get_template(workload, spec.template, spec.resources.target)
     return create_engine(spec.engine, search_space(spec, workload), workload, template, spec.resources, study, resume,
-                         budget)
+                         budget, propose_default)
+
+
+def observes_default(spec: TuneSpec) -> bool:
+    """Whether a fresh study's engine learns the template default from its reference instead of measuring it
+    as a trial (one measurement of the default: a latency-only study of an ask/tell engine with references)."""
+    return (spec.references and not spec.resume and spec.engine.name not in LOOP_ENGINES
+            and len(spec.engine.objectives) == 1)
 
 
 def engine_trials(records: list[Record]) -> dict[str, Record]:
@@ -178,7 +186,8 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
     measure = dataclasses.replace(spec.measure, build_workers=max(spec.measure.build_workers, min(spec.batch, 2)))
     loop_engine = spec.engine.name in LOOP_ENGINES
     # The budget is the study's, whoever measures: worker hosts (opbench worker) may take trials of it too.
-    engine = None if loop_engine else make_engine(spec, workload, study, spec.resume, budget=spec.trials)
+    engine = None if loop_engine else make_engine(spec, workload, study, spec.resume, budget=spec.trials,
+                                                  propose_default=not observes_default(spec))
     resumed = published_parent(engine.study, engine.storage_url) if spec.resume and isinstance(engine, OptunaEngine) \
         else None
     with Measurer(measure) as measurer, \
@@ -199,6 +208,10 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
         refs = {r["reference"]: r for r in earlier if r.get("reference")}
         if spec.references and not refs:
             refs = measure_references(measurer, workload, spec.resources, sink, spec.template)
+        if engine and observes_default(spec):
+            template = get_template(workload, spec.template, spec.resources.target)
+            observe_default(engine, search_space(spec, workload), template.default_config(workload),
+                            spec.resources.threads, refs.get("template_default"))
         todo = spec.trials - done
         if loop_engine:
             owner = create_loop_engine(spec.engine, study_dir(spec.engine.name, study, spec.tracking_uri))

@@ -13,7 +13,7 @@ from typing import Any
 
 from opbench.engines._base import Engine
 from opbench.engines.driver import run_tuning
-from opbench.engines.registry import EngineSpec, create_engine, default_point
+from opbench.engines.registry import EngineSpec, create_engine, observe_default
 from opbench.engines.simple import GridEngine
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, set_tvm_threads
@@ -160,8 +160,7 @@ def _engine_past_default(spec: EngineSpec, workload: Workload, template: Templat
     """An engine that learns the template default's measured latency (``default``) instead of measuring it again."""
     space = template.search_space(workload)
     engine = create_engine(spec, space, workload, template, resources, study, propose_default=False)
-    if default is not None:
-        engine.observe(*default_point(space, template.default_config(workload), resources.threads), default["latency_ms"])
+    observe_default(engine, space, template.default_config(workload), resources.threads, default)
     return engine
 
 
