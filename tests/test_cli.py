@@ -78,3 +78,9 @@ def test_progress_counts_the_trials_and_names_the_references(capsys):
     reference, trial = capsys.readouterr().out.splitlines()
     assert reference.startswith("[reference torch] ok") and trial.startswith("[1/2] ok")
     assert "best 2.0000 ms" in trial and printer.count == 1  # a reference is neither a trial nor the study's best
+
+
+def test_a_malformed_setting_in_the_environment_is_named(monkeypatch, capsys):
+    monkeypatch.setenv("OPBENCH_SPELL_RERUNS", "many")
+    assert main(["measure", "matmul:m=8,n=8,k=8"]) == 2
+    assert "$OPBENCH_SPELL_RERUNS must be an integer, got 'many'" in capsys.readouterr().err

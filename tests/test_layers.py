@@ -9,7 +9,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "opbench"
 # Bottom to top. Intra-layer imports are free; a module may import any layer below its own.
 LAYERS = [
-    ("opbench.exceptions", "opbench.paths", "opbench.record", "opbench.argtypes", "opbench.lifecycle",
+    ("opbench.exceptions", "opbench.paths", "opbench.record", "opbench.argtypes", "opbench.lifecycle", "opbench.settings",
      "opbench._tvm_compat"),
     ("opbench.hardware",),
     ("opbench.workloads",),
@@ -47,7 +47,10 @@ def imported(path: Path) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("opbench"):
-            found.append((node.lineno, node.module))
+            # `from opbench import settings` imports the module opbench.settings
+            found += [(node.lineno, f"{node.module}.{a.name}") if (PACKAGE.parent / node.module.replace(".", "/") /
+                                                                     f"{a.name}.py").exists() else (node.lineno, node.module)
+                      for a in node.names]
         elif isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.startswith("opbench")]
     return found

@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 
 import mlflow
+from opbench import settings
 from opbench.cli import main
 from opbench.hardware.resources import Resources
 from opbench.measure import _worker
 from opbench.measure._worker import LIBRARY
-from opbench.measure.host_speed import FRESH_SETTLE_S, Slowness
+from opbench.measure.host_speed import Slowness
 from opbench.measure.measurer import FRESH_TURNS
 from opbench.measure.runner.local import LocalRunner, joined
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status, Timing, TrialSpec
@@ -338,7 +339,7 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
     workers = iter([_TurnTaker("a"), _TurnTaker("b", fail_on=2), _TurnTaker("c")])
 
     def call(self, worker, inp, max_wait_s):
-        assert max_wait_s == FRESH_SETTLE_S  # fresh processes wait for the host's usual state
+        assert max_wait_s == settings.fresh_settle_s()  # fresh processes wait for the host's usual state
         calls.append(worker.name)
         worker.taken += 1
         if worker.taken == worker.fail_on:

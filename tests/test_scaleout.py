@@ -253,7 +253,7 @@ TILES = {"tile": {"_type": "choice", "_value": [1, 2, 4, 8]}}
 def test_a_trial_orphaned_before_its_first_heartbeat_is_failed_and_asked_again(local_database, monkeypatch):
     from opbench.engines import optuna_engine
 
-    monkeypatch.setattr(optuna_engine, "STALE_AFTER_S", 0)  # orphaned as soon as it is seen
+    monkeypatch.setenv("OPBENCH_STALE_AFTER_S", "0")  # orphaned as soon as it is seen
     engine = optuna_engine.OptunaEngine(TILES, 1, "orphans", local_database, "random", seed=0, budget=2)
     orphan = engine.study.ask(engine._distributions)  # asked by a process that died before anything else
     proposals = engine.ask(2)
@@ -264,10 +264,9 @@ def test_a_trial_orphaned_before_its_first_heartbeat_is_failed_and_asked_again(l
 
 
 def test_a_resumed_study_settles_a_dead_processs_trial_and_leaves_a_live_hosts_to_it(local_database, monkeypatch):
-    from opbench.engines import optuna_engine, optuna_storage
+    from opbench.engines import optuna_engine
 
-    monkeypatch.setattr(optuna_storage, "STALE_AFTER_S", 1)  # the grace period of the storages opened below
-    monkeypatch.setattr(optuna_engine, "HEARTBEAT_S", 0.2)
+    monkeypatch.setenv("OPBENCH_STALE_AFTER_S", "1")  # the grace period of the storages opened below
 
     def engine(resume: bool) -> optuna_engine.OptunaEngine:
         return optuna_engine.OptunaEngine(TILES, 1, "resumed", local_database, "random", seed=0, resume=resume, budget=4)

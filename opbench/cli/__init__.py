@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from opbench import settings
 from opbench.argtypes import nonneg_int, port, positive_int
 from opbench.cli import corun as cli_corun
 from opbench.cli import data as cli_data
@@ -222,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--template")
     p.add_argument("--study", help="MLflow experiment (default nni-<folder name>)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeat", type=positive_int, default=5)
+    p.add_argument("--repeat", type=positive_int, default=settings.REPEAT)
     p.add_argument("--knobs", nargs="*", metavar="KNOB[=V1,V2]",
                    help="search only these knobs (others take the default), optionally only these values")
     p.add_argument("--target", default="llvm", help="as for measure: llvm, cuda, or a board preset")

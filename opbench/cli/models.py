@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from opbench import settings
 from opbench.argtypes import nonneg_int, positive_int
 from opbench.engines.optuna_storage import STORAGE_HELP
 from opbench.report.progress import TrialPrinter, table
@@ -96,7 +97,7 @@ def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
     p.add_argument("--batch", type=positive_int, default=1)
     p.add_argument("--seq-len", type=positive_int, default=128, help="sequence length of token models")
     p.add_argument("--threads", type=positive_int, default=1)
-    p.add_argument("--repeat", type=positive_int, default=5)
+    p.add_argument("--repeat", type=positive_int, default=settings.REPEAT)
     p.add_argument("--study", default=study, help="MLflow experiment")
     p.add_argument("--tracking-uri")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from opbench import settings
 from opbench.argtypes import port, positive_float, positive_int
 from opbench.exceptions import ResourceError
 from opbench.hardware.resources import LOCAL
@@ -19,7 +20,8 @@ def add_device_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--key", help="device key at --tracker, e.g. pynq-z2")
     g.add_argument("--remote-workers", type=positive_int, default=1,
                    help="sessions held on the key's devices: up to this many trials run at once on distinct devices")
-    g.add_argument("--connect-timeout", type=positive_float, default=60.0, help="seconds to wait for a free remote device")
+    g.add_argument("--connect-timeout", type=positive_float, default=settings.CONNECT_TIMEOUT_S,
+                   help="seconds to wait for a free remote device")
 
 
 def device_of(args: argparse.Namespace) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from opbench import settings
 from opbench.argtypes import nonneg_float, positive_float, positive_int
 from opbench.report.progress import TrialPrinter, corun_printer, table
 
@@ -48,7 +49,7 @@ def corun_options(p: argparse.ArgumentParser, window: float, study: str | None, 
     p.add_argument("--window", type=positive_float, default=window, help="seconds each co-run (and solo run) lasts")
     if best_from:
         p.add_argument("--best-from", action="append", metavar="STUDY", help="configs: each workload's best there")
-    p.add_argument("--run-timeout", type=positive_float, default=60.0)
+    p.add_argument("--run-timeout", type=positive_float, default=settings.RUN_TIMEOUT_S)
     p.add_argument("--study", default=study, help="MLflow experiment" + ("" if study else " (default from workloads)"))
     p.add_argument("--tracking-uri")
 
@@ -62,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--best-from", action="append", metavar="STUDY",
                    help="take each workload's best config from these studies too; repeat")
     p.add_argument("--threshold", type=nonneg_float, default=0.1, help="speed-up gain below which scaling has turned")
-    p.add_argument("--repeat", type=positive_int, default=5)
+    p.add_argument("--repeat", type=positive_int, default=settings.REPEAT)
     p.add_argument("--study", default="threads-study", help="MLflow experiment")
     p.add_argument("--tracking-uri")
     p.set_defaults(func=cmd_study_threads)

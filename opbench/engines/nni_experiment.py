@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from opbench import settings
 from opbench.engines.nni_engine import EVOLUTION_POPULATION, TUNERS
 from opbench.exceptions import OpBenchError, SearchSpaceError
 from opbench.hardware.resources import Resources
@@ -32,7 +33,7 @@ class ExperimentSpec:
     search_threads: list[int] | None = None
     study: str | None = None
     seed: int | None = 0
-    repeat: int = 5
+    repeat: int = settings.REPEAT
     template: str | None = None
     knobs: dict[str, list[Any] | None] | None = None  # search only these knobs (values optional)
     warm_start: str | None = None  # tuner Model: train its first predictor on this dataset

@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+from opbench import settings
 from opbench.argtypes import positive_float, positive_int
 from opbench.engines._base import split_threads
 from opbench.record import is_ok
@@ -34,9 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cores", help="pin to these cores, e.g. 0,1")
     p.add_argument("--target", default="llvm")
     p.add_argument("--device", default="local", help="local or rpc://HOST:PORT/KEY")
-    p.add_argument("--repeat", type=positive_int, default=5)
-    p.add_argument("--build-timeout", type=positive_float, default=60.0)
-    p.add_argument("--run-timeout", type=positive_float, default=120.0)
+    p.add_argument("--repeat", type=positive_int, default=settings.REPEAT)
+    p.add_argument("--build-timeout", type=positive_float, default=settings.BUILD_TIMEOUT_S)
+    p.add_argument("--run-timeout", type=positive_float, default=settings.RUN_TIMEOUT_S)
     p.add_argument("--study", help="MLflow experiment (default nni-<workload>)")
     p.add_argument("--tracking-uri")
     p.add_argument("--log", help="also append records to this JSON-lines file")

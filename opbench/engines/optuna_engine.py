@@ -12,8 +12,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from opbench import settings
 from opbench.engines._base import Engine, Proposal, Space, space_point, split_threads
-from opbench.engines.optuna_storage import HEARTBEAT_S, STALE_AFTER_S, open_storage, recovered_within, riding_outages
+from opbench.engines.optuna_storage import open_storage, recovered_within, riding_outages
 from opbench.exceptions import OpBenchError
 from opbench.lifecycle import process_alive
 from opbench.record import Record, is_ok
@@ -162,7 +163,7 @@ class OptunaEngine(Engine):
         import optuna
 
         while self.budget is not None:
-            if self._heartbeat and not recovered_within(STALE_AFTER_S):  # after an outage, heartbeats resume first
+            if self._heartbeat and not recovered_within(settings.stale_after_s()):  # after an outage, heartbeats resume first
                 self._db(lambda: optuna.storages.fail_stale_trials(self.study))
             trials = self._db(lambda: self.study.get_trials(deepcopy=False))
             if self._fail_abandoned(trials):
@@ -195,7 +196,7 @@ class OptunaEngine(Engine):
             attrs = trial.user_attrs
             if attrs.get("host") == _HOST and "pid" in attrs and not _alive_here(trial):
                 out.append((trial, f"abandoned: its process (pid {attrs['pid']}) died"))
-            elif "host" not in attrs and now - self._first_seen.setdefault(trial._trial_id, now) >= STALE_AFTER_S:
+            elif "host" not in attrs and now - self._first_seen.setdefault(trial._trial_id, now) >= settings.stale_after_s():
                 out.append((trial, "orphaned: its process died before its first heartbeat"))
         return out
 
@@ -283,7 +284,7 @@ class Heartbeat:
             self._storage.record_heartbeat(trial_id)
 
     def _beat(self) -> None:
-        while not self._stopped.wait(HEARTBEAT_S):
+        while not self._stopped.wait(settings.heartbeat_s()):
             for trial_id in list(self._trial_ids):
                 self.beat(trial_id)
 

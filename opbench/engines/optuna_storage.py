@@ -11,7 +11,6 @@ such as the dashboard read while a study writes.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 import warnings
@@ -19,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from opbench import settings
 from opbench.exceptions import OpBenchError, StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -31,12 +31,10 @@ STORAGE_HELP = ("Optuna storage: a journal file, or a database URL (sqlite:///f.
 DATABASES = ("sqlite", "postgresql", "mysql")  # SQLAlchemy dialects Optuna's RDB storage supports
 SQLITE_BUSY_TIMEOUT_S = 60  # several workers share one sqlite file: wait for its lock rather than fail
 # A database study may be shared by worker hosts: each records a heartbeat for the trials it measures,
-# and a trial whose host went silent this long is failed and queued again (at most twice) by the others.
-STALE_AFTER_S = int(os.environ.get("OPBENCH_STALE_AFTER_S", "30"))
-HEARTBEAT_S = max(1, STALE_AFTER_S // 6)
-# A database server away mid-study (restarted, a network blip): each call is retried this long, then the
-# study stops with StorageUnavailable (every record measured so far is already in MLflow and the log).
-OUTAGE_S = float(os.environ.get("OPBENCH_STORAGE_OUTAGE_S", "60"))
+# and a trial whose host went silent for settings.stale_after_s() is failed and queued again (at most
+# twice) by the others. A database server away mid-study (restarted, a network blip): each call is
+# retried for settings.storage_outage_s(), then the study stops with StorageUnavailable (every record
+# measured so far is already in its write-ahead log).
 
 
 def masked(url: str) -> str:
@@ -78,7 +76,8 @@ def open_storage(storage: str) -> Any:
         import sqlalchemy.exc
 
         # A database server may be shared by hosts: heartbeats let the others retry a dead host's trials.
-        shared = {} if sqlite else {"heartbeat_interval": HEARTBEAT_S, "grace_period": STALE_AFTER_S,
+        shared = {} if sqlite else {"heartbeat_interval": max(1, round(settings.heartbeat_s())),
+                                    "grace_period": max(1, round(settings.stale_after_s())),
                                     "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(2)}
         try:
             rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs, **shared)
@@ -141,10 +140,10 @@ def recovered_within(seconds: float) -> bool:
 
 def riding_outages(call: Callable[[], T], storage: str, limit_s: float | None = None) -> T:
     """``call()`` (one storage operation), retried with backoff while the database is away, for at
-    most ``limit_s`` (:data:`OUTAGE_S`); then :class:`StorageUnavailable` names the URL (its password
+    most ``limit_s`` (:func:`opbench.settings.storage_outage_s`); then :class:`StorageUnavailable` names the URL (its password
     masked)."""
     global _last_recovery
-    limit_s = OUTAGE_S if limit_s is None else limit_s
+    limit_s = settings.storage_outage_s() if limit_s is None else limit_s
     deadline, delay = None, 0.2
     while True:
         try:

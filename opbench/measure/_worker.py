@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from opbench import settings
 from opbench.measure.quiet import HostLoad, wait_until_idle
 from opbench.measure.types import (
     BuildInput,
@@ -69,7 +70,7 @@ def _on_huge_pages(array: Any) -> Any:
     import numpy as np
     import tvm
 
-    if os.environ.get("OPBENCH_HUGE_ARGS", "1") == "0" or array.nbytes < HUGE_PAGE_MIN_BYTES:
+    if not settings.huge_args() or array.nbytes < HUGE_PAGE_MIN_BYTES:
         return tvm.runtime.tensor(array, tvm.cpu(0))
     space = mmap.mmap(-1, array.nbytes + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     with contextlib.suppress(AttributeError, OSError):  # no transparent huge pages: aligned all the same

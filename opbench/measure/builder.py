@@ -4,13 +4,14 @@ from __future__ import annotations
 import queue
 from concurrent.futures import ThreadPoolExecutor
 
+from opbench import settings
 from opbench.measure.lock import HostLock
 from opbench.measure.types import BuildInput, BuildResult, Status
 from opbench.measure.worker import Worker, WorkerError
 
 
 class LocalBuilder:
-    def __init__(self, workers: int = 1, timeout_s: float = 60.0, lock: HostLock | None = None) -> None:
+    def __init__(self, workers: int = 1, timeout_s: float = settings.BUILD_TIMEOUT_S, lock: HostLock | None = None) -> None:
         self.timeout_s = timeout_s
         self._lock = lock
         self._all = [Worker({"TVM_NUM_THREADS": "1"}) for _ in range(max(1, workers))]

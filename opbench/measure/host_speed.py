@@ -48,19 +48,9 @@ HISTORY = 200  # probes whose median is the normal time
 MIN_HISTORY = 5  # probes taken before the first one is judged
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
 SYNC_TOLERANCE = 0.20  # ... and the lock-step loop at most this much slower (it varies more)
-# The longest a trial waits for the usual state: 0 by default, as 2 s took resnet50-c5's 64 trials from
-# 67 to 39 a minute (framework overhead 5.5% -> 8.7%) in a phase when the host switched states often.
-SETTLE_S = float(os.environ.get("OPBENCH_SETTLE_S", "0"))
-FRESH_SETTLE_S = float(os.environ.get("OPBENCH_FRESH_SETTLE_S", "10"))  # ... and a fresh-process turn
-# A run the probe before or after it found outside the usual state is taken again at most this many times,
-# each once the host is back in its usual state within SPELL_WAIT_S (most spells last a fraction of a
-# second: in a trace of 545 runs here, 28% were found in a spell and 6% would still be in one 2 s later;
-# one that outlasts the wait ends the reruns), if it took at most SPELL_RERUN_MAX_S (a slow kernel's
-# record keeps its flag: rerunning it costs seconds). Two reruns (each after waits of up to 1 s, taken
-# in a spell or not) had nni_vs_inprocess's matmul-512 study at 29 trials a minute in-process, the code
-# before them at 60 in the next run.
-SPELL_RERUNS = int(os.environ.get("OPBENCH_SPELL_RERUNS", "1"))
-SPELL_WAIT_S = float(os.environ.get("OPBENCH_SPELL_WAIT_S", "0.5"))
+# How long a trial waits for the usual state, and how often a run found in a spell is taken again:
+# opbench.settings (settle_s, fresh_settle_s, spell_reruns, spell_wait_s; the measured reasons are in
+# docs/measurement.md). A run that took longer than this is never taken again (it would cost seconds).
 SPELL_RERUN_MAX_S = 1.0
 POLL_S = 0.1  # between the probes of a wait: most spells last a fraction of a second
 

@@ -19,11 +19,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from opbench import settings
 from opbench.exceptions import OpBenchError
 from opbench.paths import open_nofollow
 
 DEFAULT_LOCK = Path(tempfile.gettempdir()) / "opbench-timing.lock"
-WAIT_S = float(os.environ.get("OPBENCH_LOCK_WAIT_S", "900"))  # longer than any timed run's timeout
 log = logging.getLogger("opbench")
 
 
@@ -40,10 +40,11 @@ class HostLock:
     holding it releases it with its file descriptor.
     """
 
-    def __init__(self, path: Path | str, wait_s: float = WAIT_S) -> None:
+    def __init__(self, path: Path | str, wait_s: float | None = None) -> None:
+        """``wait_s``: the longest wait for the lock (default :func:`opbench.settings.lock_wait_s`)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.wait_s = wait_s
+        self.wait_s = settings.lock_wait_s() if wait_s is None else wait_s
 
     def _open(self) -> int:
         while True:

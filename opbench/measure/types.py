@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opbench import settings
 from opbench.hardware.resources import Resources
-from opbench.measure.host_speed import SETTLE_S, SPELL_RERUNS
 from opbench.measure.lock import DEFAULT_LOCK
 from opbench.record import Status
 from opbench.space import Config
@@ -39,10 +39,10 @@ class BuildResult:
 class Timing:
     """How a kernel or a library call is timed: repeats, their length, and what makes a result trusted."""
 
-    repeat: int = 5
-    min_repeat_ms: float = 50.0
-    max_cv: float = 0.05  # a result whose repeats vary more than this is measured again ...
-    max_remeasures: int = 2  # ... at most this many times; the steadiest attempt is kept
+    repeat: int = settings.REPEAT
+    min_repeat_ms: float = settings.MIN_REPEAT_MS
+    max_cv: float = settings.MAX_CV  # a result whose repeats vary more than this is measured again ...
+    max_remeasures: int = settings.MAX_REMEASURES  # ... at most this many times; the steadiest attempt is kept
     cache_flush: bool = False  # evict the CPU caches before every call (each repeat is then one call)
 
 
@@ -155,23 +155,22 @@ class TrialSpec:
 
 # A batch's trials on this host take their repeats in this many turns, interleaved with each other's
 # (Measurer.measure_batch): the median of three turns stands when one of them fell in a spell of the host.
-TURNS = 3
 
 
 @dataclass
 class MeasureOptions:
-    repeat: int = 5
-    min_repeat_ms: float = 50.0
-    max_cv: float = 0.05  # repeats varying more than this are measured again, at most max_remeasures times
-    max_remeasures: int = 2
+    repeat: int = settings.REPEAT
+    min_repeat_ms: float = settings.MIN_REPEAT_MS
+    max_cv: float = settings.MAX_CV  # repeats varying more than this are measured again, at most max_remeasures times
+    max_remeasures: int = settings.MAX_REMEASURES
     cache_flush: bool = False  # evict CPU caches before every timed call (AutoTVM's enable_cpu_cache_flush)
-    settle_s: float = SETTLE_S  # a trial waits this long at most for the host's usual speed (opbench.measure.host_speed)
-    spell_reruns: int = SPELL_RERUNS  # a short run the probes found outside the host's usual state is taken again
-    turns: int = TURNS  # a batch's local trials take this many interleaved turns, sharing the repeats
-    build_timeout_s: float = 60.0
-    run_timeout_s: float = 120.0
+    settle_s: float = field(default_factory=settings.settle_s)  # the longest wait for the host's usual speed
+    spell_reruns: int = field(default_factory=settings.spell_reruns)  # a short run found in a spell, taken again
+    turns: int = settings.TURNS  # a batch's local trials take this many interleaved turns, sharing the repeats
+    build_timeout_s: float = settings.BUILD_TIMEOUT_S
+    run_timeout_s: float = settings.RUN_TIMEOUT_S
     build_workers: int = 1
     features: bool = True
     lock_path: Path = DEFAULT_LOCK
     remote_workers: int = 1  # sessions held on a remote device's key: trials at once on as many devices
-    connect_timeout_s: float = 60.0  # waiting for a free remote device
+    connect_timeout_s: float = settings.CONNECT_TIMEOUT_S  # waiting for a free remote device

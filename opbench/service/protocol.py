@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 from multiprocessing.managers import BaseManager
 from typing import Any
 
+from opbench import settings
+
 
 @dataclass(frozen=True)
 class TrialRequest:
@@ -17,9 +19,9 @@ class TrialRequest:
     target: str = "llvm"
     device: str = "local"
     template: str | None = None
-    repeat: int = 5
-    build_timeout_s: float = 60.0
-    run_timeout_s: float = 120.0
+    repeat: int = settings.REPEAT
+    build_timeout_s: float = settings.BUILD_TIMEOUT_S
+    run_timeout_s: float = settings.RUN_TIMEOUT_S
     study: str | None = None  # MLflow experiment (default nni-<workload>)
     tracking_uri: str | None = None
     log: str | None = None  # JSON-lines log, beside MLflow

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from opbench import settings
 from opbench.engines._base import Engine, Space
 from opbench.engines.driver import run_tuning
 from opbench.engines.optuna_storage import default_storage
@@ -192,7 +193,7 @@ class TogetherSpec:
     seed: int | None = 0
     baseline: bool = True
     tracking_uri: str | None = None
-    run_timeout_s: float = 60.0
+    run_timeout_s: float = settings.RUN_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if len(self.workloads) < 2:

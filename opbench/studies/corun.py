@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from opbench import settings
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.corun import CoRunSpec
@@ -116,7 +117,7 @@ class InterferenceSpec:
     study: str = "corun-study"
     tracking_uri: str | None = None
     best_from: tuple[str, ...] = ()
-    run_timeout_s: float = 60.0
+    run_timeout_s: float = settings.RUN_TIMEOUT_S
 
     def __post_init__(self) -> None:
         from opbench.measure.corun import MODES

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opbench import settings
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.corun import CoRunSpec
@@ -178,7 +179,7 @@ class PlacementSpec:
     study: str = "placement"
     tracking_uri: str | None = None
     best_from: tuple[str, ...] = ()
-    run_timeout_s: float = 60.0
+    run_timeout_s: float = settings.RUN_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if len(self.workloads) < 2:

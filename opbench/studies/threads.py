@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opbench import settings
 from opbench.exceptions import OpBenchError
 from opbench.record import Record, is_ok, tee
 
@@ -61,7 +62,7 @@ class ThreadStudySpec:
     study: str = "threads-study"
     tracking_uri: str | None = None
     best_from: tuple[str, ...] = ()
-    repeat: int = 5
+    repeat: int = settings.REPEAT
 
     def __post_init__(self) -> None:
         if len(set(self.threads)) < 2:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from opbench import settings
 from opbench.hardware.resources import Resources
 from opbench.measure.lock import HostLock
 from opbench.measure.runner._base import Runner
@@ -38,7 +39,7 @@ Group = tuple[Resources, list[tuple[str, str]]]  # one worker's resources and it
 class CoRunner(Runner[CoRunInput, CoRunOutcome]):
     """Worker processes for co-run members, one per member slot (two members never share a process)."""
 
-    def __init__(self, timeout_s: float = 120.0, lock: HostLock | None = None) -> None:
+    def __init__(self, timeout_s: float = settings.RUN_TIMEOUT_S, lock: HostLock | None = None) -> None:
         self.timeout_s = timeout_s
         self._lock = lock
         self._workers: dict[tuple[int, tuple[int, ...] | None, int], Worker] = {}

@@ -8,15 +8,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from opbench import settings
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
 from opbench.measure._worker import KERNEL, LIBRARY
 from opbench.measure.host_speed import (
-    FRESH_SETTLE_S,
     SLOWNESS_COLUMNS,
     SPELL_RERUN_MAX_S,
-    SPELL_RERUNS,
-    SPELL_WAIT_S,
     HostSpeed,
     Slowness,
     furthest_from_usual,
@@ -41,7 +39,7 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
     kernel slows PyTorch down 10-150x. Workers start under the lock's shared side, so a start-up
     (importing TVM and torch) never overlaps a timed run, whichever process times it. With ``speed``,
     every CPU run is preceded by a probe of the host's speed, after waiting for the host's usual state (up
-    to ``settle_s`` for a run, up to :data:`FRESH_SETTLE_S` for a fresh-process turn), and followed by
+    to ``settle_s`` for a run, up to :func:`opbench.settings.fresh_settle_s` for a fresh-process turn), and followed by
     another; a run either probe found outside the usual state that took at most :data:`SPELL_RERUN_MAX_S`
     is taken again, at most ``spell_reruns`` times and each once the host is back in its usual state
     within ``spell_wait_s`` (a spell that outlasts the wait ends the reruns), and the attempt nearest the
@@ -49,14 +47,15 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
     ``run_s``.
     """
 
-    def __init__(self, timeout_s: float = 120.0, lock: HostLock | None = None, speed: HostSpeed | None = None,
-                 settle_s: float = 0.0, spell_reruns: int = SPELL_RERUNS, spell_wait_s: float = SPELL_WAIT_S) -> None:
+    def __init__(self, timeout_s: float = settings.RUN_TIMEOUT_S, lock: HostLock | None = None,
+                 speed: HostSpeed | None = None, settle_s: float = 0.0, spell_reruns: int | None = None,
+                 spell_wait_s: float | None = None) -> None:
         self.timeout_s = timeout_s
         self._lock = lock
         self._speed = speed
         self.settle_s = settle_s
-        self.spell_reruns = spell_reruns
-        self.spell_wait_s = spell_wait_s
+        self.spell_reruns = settings.spell_reruns() if spell_reruns is None else spell_reruns
+        self.spell_wait_s = settings.spell_wait_s() if spell_wait_s is None else spell_wait_s
         self._workers: dict[tuple[str, int, tuple[int, ...] | None], Worker] = {}
 
     @staticmethod
@@ -106,7 +105,7 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
         workers = [self._new_worker(inp.resources, _role(inp)) for inp in jobs]
         try:
             self._start(*workers)
-            return self._take_turns(workers, jobs, turns, FRESH_SETTLE_S)
+            return self._take_turns(workers, jobs, turns, settings.fresh_settle_s())
         finally:
             for worker in workers:
                 worker.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import queue
 import threading
 
+from opbench import settings
 from opbench.hardware.devices import RemoteDevice
 from opbench.hardware.resources import Resources
 from opbench.measure.runner._base import Runner
@@ -33,8 +34,8 @@ class RPCRunner(Runner[RunInput, RunResult]):
     goes on on the remaining devices; the last slot keeps asking the tracker on every trial.
     """
 
-    def __init__(self, device: RemoteDevice, slots: int = 1, run_timeout_s: float = 120.0,
-                 connect_timeout_s: float = 60.0) -> None:
+    def __init__(self, device: RemoteDevice, slots: int = 1, run_timeout_s: float = settings.RUN_TIMEOUT_S,
+                 connect_timeout_s: float = settings.CONNECT_TIMEOUT_S) -> None:
         self.device = device
         self.run_timeout_s = run_timeout_s
         self.connect_timeout_s = connect_timeout_s

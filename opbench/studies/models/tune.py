@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from opbench import settings
 from opbench.engines._base import Engine
 from opbench.engines.driver import run_tuning
 from opbench.engines.registry import EngineSpec, create_engine, observe_default
@@ -47,7 +48,7 @@ class ModelSpec:
     batch: int = 1
     seq_len: int = 128  # token models
     threads: int = 1
-    repeat: int = 5
+    repeat: int = settings.REPEAT
 
 
 @dataclass(frozen=True)
