@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint install cross postgres clean
+.PHONY: demo test test-fast lint docs install cross postgres clean
 
 # uv installs in half a minute what pip takes four for. It reads no pip.conf, so the folder of local
 # wheels pip is configured with (this machine's CPU build of torch) is handed to it. Unlike pip it
@@ -52,6 +52,12 @@ test: lint cross postgres
 lint: $(STAMP)
 	$(BIN)/ruff check opbench tests benchmarks
 	$(BIN)/mypy
+
+# What is generated from the code: the command reference and the presets' search spaces (tests check both).
+docs: $(STAMP)
+	mkdir -p docs/reference
+	$(BIN)/python -m opbench.cli.reference > docs/reference/cli.md
+	$(BIN)/opbench space --all --out search_spaces
 
 # Unit, schema, contract and CLI-error tests: no worker, CLI process, tracker or nnictl (<= 3 min).
 test-fast: $(STAMP)

@@ -84,3 +84,17 @@ def test_a_malformed_setting_in_the_environment_is_named(monkeypatch, capsys):
     monkeypatch.setenv("OPBENCH_SPELL_RERUNS", "many")
     assert main(["measure", "matmul:m=8,n=8,k=8"]) == 2
     assert "$OPBENCH_SPELL_RERUNS must be an integer, got 'many'" in capsys.readouterr().err
+
+
+def test_the_generated_references_are_current(tmp_path):
+    """docs/reference/cli.md and search_spaces/ are what `make docs` writes from the code as it is."""
+    from opbench.cli.reference import cli_reference
+    from opbench.space.catalogue import write_spaces
+
+    from .conftest import ROOT
+
+    assert (ROOT / "docs" / "reference" / "cli.md").read_text() == cli_reference(), "stale: run `make docs`"
+    written = {p.name: p.read_text() for p in write_spaces(tmp_path)}
+    shipped = {p.name: p.read_text() for p in (ROOT / "search_spaces").glob("*.json")}
+    assert shipped == written, "search_spaces/ is stale: run `make docs`"
+    assert "matmul-512.matmul.json" in written and "resnet50-c2.conv2d_nchwc.json" in written

@@ -81,6 +81,14 @@ def cmd_ops(args: argparse.Namespace) -> int:
 def cmd_space(args: argparse.Namespace) -> int:
     from opbench.space import get_template
 
+    if args.all:
+        from opbench.space.catalogue import write_spaces
+
+        paths = write_spaces(Path(args.out))
+        print(f"wrote {len(paths)} search spaces (every preset under every template that applies) to {args.out}/")
+        return 0
+    if args.workload is None:
+        raise UsageError("name a workload, or give --all")
     workload = parse_workload(args.workload)
     template = get_template(workload, args.template, args.target)
     default = template.default_config(workload)
@@ -194,7 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("ops", help="list operators and presets").set_defaults(func=cmd_ops)
     p = sub.add_parser("space", help="show the knobs of a workload's template")
-    p.add_argument("workload")
+    p.add_argument("workload", nargs="?")
+    p.add_argument("--all", action="store_true",
+                   help="write the NNI space of every preset under every template that applies (to --out)")
+    p.add_argument("--out", default="search_spaces", help="the folder --all writes (default search_spaces)")
     p.add_argument("--template")
     p.add_argument("--target", default="llvm", help="cuda picks the op's CUDA template")
     p.add_argument("--json", action="store_true", help="print the NNI-format search space")
