@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from opbench.hardware.resources import Resources
-from opbench.measure import _worker
 from opbench.measure.types import RunResult, Status, TrialSpec
+from opbench.measure.worker import fork, kernel
 from opbench.workloads import parse_workload
 
 SMALL = {
@@ -118,12 +118,12 @@ def test_large_kernel_arguments_start_on_a_huge_page_boundary(monkeypatch):
     import numpy as np
 
     big, small = np.arange(300_000, dtype="float32").reshape(600, 500), np.ones(16, "float32")
-    placed = _worker._on_huge_pages(big)
+    placed = kernel._on_huge_pages(big)
     view = np.from_dlpack(placed)
-    assert view.ctypes.data % _worker.HUGE_PAGE_BYTES == 0 and np.array_equal(view, big)
-    assert np.array_equal(np.from_dlpack(_worker._on_huge_pages(small)), small)
+    assert view.ctypes.data % kernel.HUGE_PAGE_BYTES == 0 and np.array_equal(view, big)
+    assert np.array_equal(np.from_dlpack(kernel._on_huge_pages(small)), small)
     monkeypatch.setenv("OPBENCH_HUGE_ARGS", "0")  # off: where TVM puts it
-    assert np.array_equal(np.from_dlpack(_worker._on_huge_pages(big)), big)
+    assert np.array_equal(np.from_dlpack(kernel._on_huge_pages(big)), big)
 
 
 def test_a_run_in_a_forked_child_leaves_the_worker_as_it_was_and_dies_alone():
@@ -133,17 +133,17 @@ def test_a_run_in_a_forked_child_leaves_the_worker_as_it_was_and_dies_alone():
         seen.append("ran")  # the child's copy of the list only
         return RunResult(Status.OK, latencies_s=[1e-3], pid=os.getpid())
 
-    result = _worker._in_child(run)
+    result = fork.in_child(run)
     assert result.status is Status.OK and result.latencies_s == [1e-3]
     assert result.pid != os.getpid() and seen == []
-    failed = _worker._in_child(lambda: 1 / 0)
+    failed = fork.in_child(lambda: 1 / 0)
     assert failed.status is Status.RUN_ERROR and "ZeroDivisionError" in failed.error
-    killed = _worker._in_child(lambda: os.kill(os.getpid(), signal.SIGKILL))
+    killed = fork.in_child(lambda: os.kill(os.getpid(), signal.SIGKILL))
     assert killed.status is Status.RUN_ERROR and "process died (killed by SIGKILL)" in killed.error
 
 
 def test_cpu_runs_fork_until_the_worker_runs_a_kernel_itself():
-    worker = _worker._Worker(None, 1)
+    worker = kernel.KernelWorker(None, 1)
     assert worker._pristine("llvm") and not worker._pristine("cuda")  # CUDA does not survive a fork
     worker._pool_here()  # as a co-run does: its pool's threads would not survive a fork either
     assert not worker._pristine("llvm")

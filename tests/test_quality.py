@@ -9,13 +9,11 @@ import mlflow
 from opbench import settings
 from opbench.cli import main
 from opbench.hardware.resources import Resources
-from opbench.measure import _worker
-from opbench.measure._worker import LIBRARY
 from opbench.measure.host_speed import Slowness
 from opbench.measure.measurer import FRESH_TURNS
 from opbench.measure.runner.local import LocalRunner, joined
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status, Timing, TrialSpec
-from opbench.measure.worker import Worker
+from opbench.measure.worker import LIBRARY, Worker, series
 from opbench.space import get_template
 from opbench.space.winograd import KNOBS
 from opbench.studies.verify import (
@@ -79,22 +77,22 @@ def test_a_series_is_sized_by_a_warm_call_not_the_cold_first_one():
         calls.append(1)
         time.sleep(0.002)
 
-    number, repeat = _worker._series_shape(Timing(repeat=5, min_repeat_ms=50), 0.049, call)
+    number, repeat = series.series_shape(Timing(repeat=5, min_repeat_ms=50), 0.049, call)
     assert len(calls) == 1 and 2 < number <= 25 and repeat == 5  # 2 ms a call or more, not the first's 49
-    assert _worker._series_shape(Timing(repeat=5, min_repeat_ms=50), 0.2, call) == (1, 5)  # past a repeat: as it is
-    assert _worker._series_shape(Timing(repeat=5, cache_flush=True), 0.001, call) == (1, 5)  # one call a repeat
+    assert series.series_shape(Timing(repeat=5, min_repeat_ms=50), 0.2, call) == (1, 5)  # past a repeat: as it is
+    assert series.series_shape(Timing(repeat=5, cache_flush=True), 0.001, call) == (1, 5)  # one call a repeat
     assert len(calls) == 1
 
 
 def test_a_slow_kernels_series_takes_fewer_repeats_and_is_not_measured_again(monkeypatch):
     five = Timing(repeat=5)
-    assert [_worker._repeats(five, s) for s in (0.05, 0.2, 0.25, 0.3, 5.0)] == [5, 5, 4, 3, 3]
-    assert _worker._repeats(Timing(repeat=2), 5.0) == 2  # never more than asked for
+    assert [series.repeats(five, s) for s in (0.05, 0.2, 0.25, 0.3, 5.0)] == [5, 5, 4, 3, 3]
+    assert series.repeats(Timing(repeat=2), 5.0) == 2  # never more than asked for
     noisy = iter([[1.0, 2.0], [1.0, 1.5], [1.0, 1.1]])
-    latencies, extra, _ = _worker._timed(Timing(max_remeasures=2), lambda: next(noisy))
+    latencies, extra, _ = series.timed(Timing(max_remeasures=2), lambda: next(noisy))
     assert extra == 2 and latencies == [1.0, 1.1]  # the steadiest of three
-    monkeypatch.setattr(_worker, "SERIES_BUDGET_S", 0.0)  # every series now outlasts the budget
-    latencies, extra, _ = _worker._timed(Timing(max_remeasures=2), lambda: [1.0, 2.0])
+    monkeypatch.setattr(series, "SERIES_BUDGET_S", 0.0)  # every series now outlasts the budget
+    latencies, extra, _ = series.timed(Timing(max_remeasures=2), lambda: [1.0, 2.0])
     assert extra == 0 and latencies == [1.0, 2.0]
 
 

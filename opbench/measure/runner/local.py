@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from opbench import settings
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
-from opbench.measure._worker import KERNEL, LIBRARY
 from opbench.measure.host_speed import (
     SLOWNESS_COLUMNS,
     SPELL_RERUN_MAX_S,
@@ -23,7 +22,7 @@ from opbench.measure.host_speed import (
 from opbench.measure.lock import HostLock
 from opbench.measure.runner._base import Runner
 from opbench.measure.types import LibraryInput, RunInput, RunResult, Status
-from opbench.measure.worker import Worker, WorkerError
+from opbench.measure.worker import KERNEL, LIBRARY, Worker, WorkerError
 
 Job = RunInput | LibraryInput
 

@@ -10,7 +10,8 @@ import tempfile
 from multiprocessing.connection import Connection
 from typing import Any
 
-from opbench.measure import _worker
+from opbench.measure.worker._common import KERNEL, READY
+from opbench.measure.worker.fork import describe_exit
 
 START_TIMEOUT_S = 180.0  # importing TVM (and torch with it) on a busy 2-core box
 
@@ -24,14 +25,14 @@ class WorkerError(Exception):
 
 
 class Worker:
-    """One child process (``python -m opbench.measure._worker``) that keeps TVM imported.
+    """One child process (``python -m opbench.measure.worker.main``) that keeps TVM imported.
 
     A request that crashes or hangs the process costs only that request: the process is killed and
     a fresh one starts on the next call.
     """
 
     def __init__(self, env: dict[str, str] | None = None, cores: tuple[int, ...] | None = None, threads: int = 1,
-                 role: str = _worker.KERNEL) -> None:
+                 role: str = KERNEL) -> None:
         self._env = dict(env or {})
         self._cores = cores
         self._threads = threads
@@ -56,7 +57,7 @@ class Worker:
         env = {**os.environ, **self._env, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         setup = pickle.dumps((self._cores, self._threads, self.role)).hex()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "opbench.measure._worker", str(child.fileno()), setup],
+            [sys.executable, "-m", "opbench.measure.worker.main", str(child.fileno()), setup],
             pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL, stderr=self._log,
         )
         child.close()
@@ -69,7 +70,7 @@ class Worker:
         except EOFError as exc:
             self.kill()
             raise WorkerError("worker died while starting", timed_out=False) from exc
-        if kind != _worker.READY:
+        if kind != READY:
             self.kill()
             raise WorkerError(f"worker failed to start: {detail}", timed_out=False)
 
@@ -99,7 +100,7 @@ class Worker:
     def _died(self) -> None:
         code = self._wait_exit()
         self.kill()
-        raise WorkerError(f"worker died ({_worker.describe_exit(code)}){self._log_tail()}", timed_out=False) from None
+        raise WorkerError(f"worker died ({describe_exit(code)}){self._log_tail()}", timed_out=False) from None
 
     def _log_tail(self, lines: int = 3) -> str:
         try:

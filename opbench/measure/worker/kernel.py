@@ -1,52 +1,36 @@
-"""The body of a worker process: imports TVM once, then builds what it is sent, or runs each kernel in a
-child forked from it."""
+"""The kernel worker: imports TVM once, builds what it is sent, loads and checks a kernel, and times it
+(in a child forked for the run, or here), on this host, a remote device or beside other kernels."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
-import math
 import mmap
 import os
-import pickle
-import signal
-import statistics
 import sys
 import time
-import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
 from opbench import settings
-from opbench.measure.quiet import HostLoad, wait_until_idle
+from opbench.measure.quiet import wait_until_idle
 from opbench.measure.types import (
     BuildInput,
     BuildResult,
     CoRunGo,
     CoRunPrepare,
     CoRunResult,
-    LibraryInput,
     RemoteConnect,
     RemoteSession,
     RunInput,
     RunResult,
     Status,
-    Timing,
 )
+from opbench.measure.worker._common import FLUSH_BYTES, Inputs, short_error
+from opbench.measure.worker.fork import in_child
+from opbench.measure.worker.series import calls_per_repeat, series_shape, timed
 
-READY = "ready"
-KERNEL, LIBRARY = "kernel", "library"  # a worker's role: TVM builds and kernels, or library baselines only
-FLUSH_BYTES = 64 << 20  # evicted before each call when Timing.cache_flush: larger than any LLC here
 HUGE_PAGE_BYTES = 2 << 20
 HUGE_PAGE_MIN_BYTES = 256 << 10  # smaller arguments stay where TVM puts them
-# A series of a slow kernel lasts about this long at most: it takes fewer repeats (at least MIN_REPEATS),
-# and is not measured again for a high CV. A config 200x slower than the best (300-600 ms matmul-512
-# configs, which TPE samples) otherwise took 2.5-11 s of a ~2 s trial budget.
-SERIES_BUDGET_S = 1.0
-MIN_REPEATS = 3
-PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 @dataclass
@@ -82,52 +66,6 @@ def _on_huge_pages(array: Any) -> Any:
     return tvm.runtime.from_dlpack(view)
 
 
-def _short(exc: BaseException, limit: int = 1500) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text if len(text) <= limit else text[:300] + " ... " + text[-(limit - 305):]
-
-
-class _Inputs:
-    """A workload's input arrays and its reference output, made once per worker."""
-
-    def __init__(self) -> None:
-        self._cache: dict[str, tuple[list[Any], Any]] = {}
-
-    def __call__(self, spec: str) -> tuple[list[Any], Any]:
-        if spec not in self._cache:
-            from opbench.workloads import parse_workload
-
-            workload = parse_workload(spec)
-            arrays = workload.make_inputs()
-            self._cache[spec] = (arrays, workload.reference(arrays))
-        return self._cache[spec]
-
-
-def _timed(timing: Timing, attempt: Callable[[], list[float]]) -> tuple[list[float], int, dict[str, float]]:
-    """Run ``attempt`` (one timed series: per-call seconds, one per repeat) again while its CV exceeds
-    ``timing.max_cv``, at most ``timing.max_remeasures`` more times and only while a series lasts at most
-    :data:`SERIES_BUDGET_S`; the steadiest series, the extra attempts taken and the host's load during
-    the series kept."""
-    best: tuple[float, list[float], dict[str, float]] | None = None
-    load = HostLoad()
-    for extra in range(timing.max_remeasures + 1):  # noqa: B007 - the last value is returned
-        load.start()
-        tick = time.perf_counter()
-        latencies = attempt()
-        cv = _cv(latencies)
-        if best is None or cv < best[0]:
-            best = (cv, latencies, load.stop())
-        if cv <= timing.max_cv or time.perf_counter() - tick > SERIES_BUDGET_S:
-            break
-    assert best is not None
-    return best[1], extra, best[2]
-
-
-def _cv(latencies: list[float]) -> float:
-    mean = statistics.fmean(latencies)
-    return statistics.pstdev(latencies) / mean if mean > 0 else 0.0
-
-
 def _import_tvm() -> Any:
     """``import tvm`` without torch: tvm_ffi imports torch first when it can (4.3 s instead of 1.6 s
     here), though a kernel worker needs torch only for some references, which import it when they run."""
@@ -142,7 +80,7 @@ def _import_tvm() -> Any:
     return tvm
 
 
-class _Worker:
+class KernelWorker:
     """A kernel worker: builds, runs and co-runs TVM kernels, locally or on a remote session."""
 
     def __init__(self, cores: tuple[int, ...] | None, threads: int) -> None:
@@ -152,7 +90,7 @@ class _Worker:
             os.sched_setaffinity(0, cores)
         self._cores, self._threads = cores, threads
         self._pool_pid = 0  # the process whose TVM thread pool is sized and pinned: none yet
-        self._inputs_for = _Inputs()
+        self._inputs_for = Inputs()
         self._corun: list[_Kernel] = []
         self._session: Any = None  # an RPC session: kernels are uploaded to and run on its device
         self._addr = ""  # its server's HOST:PORT
@@ -188,7 +126,7 @@ class _Worker:
             if req.config.get("layout_transform") == WEIGHTS_PREPACKED:
                 mod, prepack = split_prepack(scheduled)
         except (s_tir.ScheduleError, RuntimeError, ConfigError) as exc:  # TVM's FFI errors are RuntimeErrors
-            return BuildResult(Status.INVALID_CONFIG, f"schedule rejected the config: {_short(exc)}")
+            return BuildResult(Status.INVALID_CONFIG, f"schedule rejected the config: {short_error(exc)}")
         target = make_target(req.target, req.threads)
         try:
             executable = tvm.compile(mod, target)
@@ -197,7 +135,7 @@ class _Worker:
             if prepack is not None:
                 write_manifest(artifact, prepack)
         except Exception as exc:  # noqa: BLE001 - any compiler failure is a build error of this trial
-            return BuildResult(Status.BUILD_ERROR, _short(exc), build_s=time.perf_counter() - start)
+            return BuildResult(Status.BUILD_ERROR, short_error(exc), build_s=time.perf_counter() - start)
         build_s = time.perf_counter() - start
         features = schedule_features(scheduled, target) if req.extract_features and target.kind.name == "llvm" else {}
         return BuildResult(Status.OK, artifact=artifact, build_s=build_s, target=str(target), features=features)
@@ -214,7 +152,7 @@ class _Worker:
         except ResourceError as exc:
             return RemoteSession(Status.DEVICE_ERROR, str(exc))
         except Exception as exc:  # noqa: BLE001 - TVM's RPC raises plain RuntimeErrors
-            return RemoteSession(Status.DEVICE_ERROR, f"connecting to a '{req.key}' device: {_short(exc)}")
+            return RemoteSession(Status.DEVICE_ERROR, f"connecting to a '{req.key}' device: {short_error(exc)}")
         try:
             facts = json.loads(session.get_function(BOARD_INFO)())
         except Exception:  # noqa: BLE001 - a plain TVM rpc_server reports no facts
@@ -278,7 +216,7 @@ class _Worker:
         if self._session is None:
             if self._pristine(req.target):
                 self._inputs_for(req.workload)  # made here once: every child has them
-                result = _in_child(lambda: self._run(req))
+                result = in_child(lambda: self._run(req))
                 result.pid = os.getpid()
                 return result
             result = self._run(req)
@@ -292,7 +230,7 @@ class _Worker:
                 raise
             self._session = None
             return RunResult(Status.DEVICE_ERROR, f"session to {self._addr} ended during the run (device lost, or "
-                                                  f"the kernel crashed its server): {_short(exc, 400)}")
+                                                  f"the kernel crashed its server): {short_error(exc, 400)}")
 
     def _pristine(self, target: str) -> bool:
         """Whether a CPU run of ``target`` goes to a child forked from this process, which then never runs a
@@ -322,7 +260,7 @@ class _Worker:
         timing = req.timing
         device = self._device(req.target)
         main = kernel.module["main"]
-        number, repeat = _series_shape(timing, kernel.first_s, lambda: (main(*kernel.args), device.sync()))
+        number, repeat = series_shape(timing, kernel.first_s, lambda: (main(*kernel.args), device.sync()))
         # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.
         evaluator = kernel.module.time_evaluator("main", device, number=number, repeat=repeat + 1,
                                                  cache_flush_bytes=FLUSH_BYTES if timing.cache_flush else 0)
@@ -330,7 +268,7 @@ class _Worker:
         if meter is not None:
             meter.start()
         tick = time.perf_counter()
-        latencies, remeasures, load = _timed(timing, lambda: list(evaluator(*kernel.args).results)[1:])
+        latencies, remeasures, load = timed(timing, lambda: list(evaluator(*kernel.args).results)[1:])
         joules = meter.stop() if meter is not None else None
         result = RunResult(Status.OK, latencies_s=latencies, number=number, run_s=time.perf_counter() - start,
                            max_abs_err=kernel.max_abs_err, remeasures=remeasures, load=load, pid=os.getpid())
@@ -347,7 +285,7 @@ class _Worker:
             kernel = self._load_checked(artifact, spec)
             if isinstance(kernel, RunResult):
                 return CoRunResult(kernel.status, kernel.error)
-            kernel.number = _number(req.sample_ms, kernel.first_s)
+            kernel.number = calls_per_repeat(req.sample_ms, kernel.first_s)
             self._corun.append(kernel)
         return CoRunResult(Status.OK, numbers=[k.number for k in self._corun],
                            max_abs_err=[k.max_abs_err for k in self._corun])
@@ -375,181 +313,3 @@ class _Worker:
         return CoRunResult(Status.OK, latencies_s=latencies, numbers=[k.number for k in kernels], rounds_s=rounds,
                            started_late_s=late, max_abs_err=[k.max_abs_err for k in kernels])
 
-class _LibraryWorker:
-    """Times library baselines (torch, numpy) with the worker's threads and cores. It never imports
-    TVM, so no TVM kernel or thread pool ever runs in its process."""
-
-    def __init__(self, cores: tuple[int, ...] | None, threads: int) -> None:
-        if cores:
-            os.sched_setaffinity(0, cores)
-        self._threads = threads
-        self._inputs_for = _Inputs()
-        self._flush: Any = None
-
-    def library(self, req: LibraryInput) -> RunResult:
-        import numpy as np
-
-        from opbench.workloads import parse_workload
-
-        start = time.perf_counter()
-        workload = parse_workload(req.workload)
-        arrays = self._inputs_for(req.workload)[0]
-        if req.library == "torch":
-            import torch
-
-            torch.set_num_threads(self._threads)
-            fn, tensors = workload.op.torch_impl(workload.params), [torch.from_numpy(a) for a in arrays]
-            torch.set_grad_enabled(False)
-
-            def call() -> None:
-                fn(*tensors)
-        elif req.library == "numpy" and workload.op.numpy_impl:
-            def call() -> None:
-                workload.op.reference(arrays, workload.params)
-        else:
-            return RunResult(Status.RUN_ERROR, f"no {req.library} implementation of {workload.op.name}")
-        timing = req.timing
-        if timing.cache_flush and self._flush is None:
-            self._flush = np.zeros(FLUSH_BYTES // 8)
-        first = time.perf_counter()
-        call()
-        number, repeat = _series_shape(timing, time.perf_counter() - first, call)
-
-        def series() -> list[float]:
-            latencies = []
-            for _ in range(repeat + 1):
-                if self._flush is not None:
-                    self._flush += 1.0  # writes every line: the inputs are evicted
-                tick = time.perf_counter()
-                for _ in range(number):
-                    call()
-                latencies.append((time.perf_counter() - tick) / number)
-            return latencies[1:]
-
-        latencies, remeasures, load = _timed(timing, series)
-        return RunResult(Status.OK, latencies_s=latencies, number=number, run_s=time.perf_counter() - start,
-                         remeasures=remeasures, load=load, pid=os.getpid())
-
-
-def _in_child(run: Callable[[], RunResult]) -> RunResult:
-    """``run()`` in a child forked from this process, its result sent back through a pipe; this process
-    stays as it was. A kernel worker that ran kernels itself timed resnet50-c2's fastest schedule 5-8%
-    slower than a fresh process did (0.575-0.59 ms against 0.54) from the moment one particular other
-    schedule had run there; the workspace blocks TVM's pool gave its intermediates had moved, and its
-    time depends on where they lie (0.54-0.60 ms across the placements tried), the likeliest cause. In
-    children of a worker that never runs a kernel it timed 0.53-0.55 ms, before and after children had
-    run 12 others. A child that dies fails its run only."""
-    parent = os.getpid()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: it never returns
-        code = 1
-        try:
-            os.close(read)
-            _die_with(parent)
-            try:
-                result = run()
-            except Exception as exc:  # noqa: BLE001 - this run's error
-                result = RunResult(Status.RUN_ERROR, _short(exc) + "\n" + traceback.format_exc(limit=3))
-            with os.fdopen(write, "wb") as out:
-                out.write(pickle.dumps(result))
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as answer:
-        data = answer.read()
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    if code != 0:
-        return RunResult(Status.RUN_ERROR, f"the kernel's process died ({describe_exit(code)})")
-    answered: RunResult = pickle.loads(data)
-    answered.kernel_pid = pid
-    return answered
-
-
-def _die_with(parent: int) -> None:
-    """Have this child killed when its worker dies (the parent kills a worker whose run hangs)."""
-    with contextlib.suppress(AttributeError, OSError):  # prctl: Linux only
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # it died before that
-        os._exit(1)
-
-
-def describe_exit(exitcode: int | None) -> str:
-    """A process's exit code (negative: the signal that killed it) in words."""
-    if exitcode is None:
-        return "exit status unknown"
-    if exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exit code {exitcode}"
-
-
-def _series_shape(timing: Timing, first_s: float, call: Callable[[], object]) -> tuple[int, int]:
-    """Calls per timed repeat (``number``) and repeats of a series of ``call``, whose first call took
-    ``first_s``. A first call shorter than a repeat should last is followed by a second, which sizes the
-    series: the first starts the thread pool (a forked run's always does) and touches everything cold,
-    so matmul-512's 1.3 ms kernels got 7-15 calls a repeat, whose 50 ms repeats lasted 9-20 ms."""
-    one_call_s = first_s
-    if not timing.cache_flush and first_s < timing.min_repeat_ms / 1e3:
-        tick = time.perf_counter()
-        call()
-        one_call_s = min(first_s, time.perf_counter() - tick)
-    number = 1 if timing.cache_flush else _number(timing.min_repeat_ms, one_call_s)
-    return number, _repeats(timing, number * one_call_s)
-
-
-def _repeats(timing: Timing, repeat_s: float) -> int:
-    """Timed repeats of a series whose repeats last ``repeat_s``: ``timing.repeat``, fewer (down to
-    :data:`MIN_REPEATS`) where they would take longer than :data:`SERIES_BUDGET_S`."""
-    fit = math.floor(SERIES_BUDGET_S / max(repeat_s, 1e-9))
-    return min(timing.repeat, max(MIN_REPEATS, fit))
-
-
-def _number(min_repeat_ms: float, one_call_s: float) -> int:
-    """Calls per timed repeat so that one repeat lasts at least ``min_repeat_ms``."""
-    return max(1, math.ceil(min_repeat_ms / 1e3 / max(one_call_s, 1e-7)))
-
-
-def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int, role: str = KERNEL) -> None:
-    """Answer requests until the connection closes (the environment is already set)."""
-    try:
-        if role == LIBRARY:
-            library = _LibraryWorker(cores, threads)
-            handlers: dict[type, Callable[[Any], Any]] = {LibraryInput: library.library}
-        else:
-            worker = _Worker(cores, threads)
-            handlers = {BuildInput: worker.build, RunInput: worker.run, CoRunPrepare: worker.corun_prepare,
-                        CoRunGo: worker.corun_go, RemoteConnect: worker.connect}
-    except BaseException as exc:  # noqa: BLE001 - report any start-up failure to the parent
-        conn.send(("error", _short(exc)))
-        return
-    conn.send((READY, os.getpid()))
-    while True:
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        kind = {BuildInput: BuildResult, CoRunPrepare: CoRunResult, CoRunGo: CoRunResult,
-                RemoteConnect: RemoteSession}.get(type(request), RunResult)
-        handler = handlers.get(type(request))
-        if handler is None:
-            conn.send(kind(Status.RUN_ERROR, f"a {role} worker does not take {type(request).__name__}"))
-            continue
-        try:
-            result = handler(request)
-        except Exception as exc:  # noqa: BLE001 - an unexpected error fails this request only
-            status = Status.BUILD_ERROR if isinstance(request, BuildInput) else Status.RUN_ERROR
-            result = kind(status, _short(exc) + "\n" + traceback.format_exc(limit=3))
-        conn.send(result)
-
-
-if __name__ == "__main__":
-    import pickle
-
-    from opbench.plugins import load_plugins
-
-    load_plugins()  # the parent's OPBENCH_PLUGINS: operators it names can be built and run here
-    serve(Connection(int(sys.argv[1])), *pickle.loads(bytes.fromhex(sys.argv[2])))
