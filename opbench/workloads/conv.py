@@ -1,0 +1,176 @@
+"""Windowed operators: conv2d, depthwise_conv2d and pool2d (NCHW)."""
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+from opbench.exceptions import WorkloadError
+from opbench.workloads._base import Axis, Operator, conv_out, positive
+from opbench.workloads._torch import functional as _F
+
+
+def _pad(data, pad: int, value):
+    """A padding stage named ``pad`` (NCHW, spatial dims only); identity when pad == 0."""
+    from tvm import te, tirx
+
+    if pad == 0:
+        return data
+    n, c, h, w = data.shape
+
+    def body(nn, cc, yy, xx):
+        inside = tirx.all(yy >= pad, yy < h + pad, xx >= pad, xx < w + pad)
+        return tirx.if_then_else(inside, data[nn, cc, yy - pad, xx - pad], value)
+
+    return te.compute((n, c, h + 2 * pad, w + 2 * pad), body, name="pad")
+
+
+class Conv2d(Operator):
+    name = "conv2d"
+    keys: ClassVar[tuple[str, ...]] = ("n", "c", "h", "w", "k", "r", "s")
+    options = {"stride": 1, "pad": 0, "dilation": 1}
+    anchor = "conv"
+    description = "NCHW convolution, weight KCRS"
+
+    def out_hw(self, p):
+        return (
+            conv_out(p["h"], p["r"], p["stride"], p["pad"], p["dilation"]),
+            conv_out(p["w"], p["s"], p["stride"], p["pad"], p["dilation"]),
+        )
+
+    def check(self, p):
+        positive(p, *self.keys, "stride", "dilation")
+        if not isinstance(p["pad"], int) or p["pad"] < 0:
+            raise WorkloadError(f"key 'pad' must be a non-negative integer, got {p['pad']!r}")
+        if min(self.out_hw(p)) <= 0:
+            raise WorkloadError(f"{self.name}: kernel larger than padded input ({p})")
+
+    def input_shapes(self, p):
+        return [(p["n"], p["c"], p["h"], p["w"]), (p["k"], p["c"], p["r"], p["s"])]
+
+    def output_shape(self, p):
+        return (p["n"], p["k"], *self.out_hw(p))
+
+    def axes(self, p):
+        oh, ow = self.out_hw(p)
+        return [
+            Axis("n", p["n"]), Axis("f", p["k"]), Axis("y", oh), Axis("x", ow),
+            Axis("rc", p["c"], True), Axis("ry", p["r"], True), Axis("rx", p["s"], True),
+        ]
+
+    def flops(self, p):
+        return 2.0 * math.prod(self.output_shape(p)) * p["c"] * p["r"] * p["s"]
+
+    def define(self, p, dtype):
+        from tvm import te
+
+        data = te.placeholder(self.input_shapes(p)[0], dtype, name="data")
+        weight = te.placeholder(self.input_shapes(p)[1], dtype, name="weight")
+        padded = _pad(data, p["pad"], 0.0)
+        rc = te.reduce_axis((0, p["c"]), name="rc")
+        ry = te.reduce_axis((0, p["r"]), name="ry")
+        rx = te.reduce_axis((0, p["s"]), name="rx")
+        st, dil = p["stride"], p["dilation"]
+        out = te.compute(
+            self.output_shape(p),
+            lambda n, f, y, x: te.sum(
+                padded[n, rc, y * st + ry * dil, x * st + rx * dil] * weight[f, rc, ry, rx], axis=[rc, ry, rx]
+            ),
+            name="conv",
+        )
+        return [data, weight, out]
+
+    def torch_impl(self, p):
+        F = _F()
+        return lambda x, w: F.conv2d(x, w, stride=p["stride"], padding=p["pad"], dilation=p["dilation"])
+
+
+class DepthwiseConv2d(Conv2d):
+    name = "depthwise_conv2d"
+    keys = ("n", "c", "h", "w", "r", "s")
+    description = "NCHW depthwise convolution (multiplier 1), weight CRS"
+
+    def input_shapes(self, p):
+        return [(p["n"], p["c"], p["h"], p["w"]), (p["c"], p["r"], p["s"])]
+
+    def output_shape(self, p):
+        return (p["n"], p["c"], *self.out_hw(p))
+
+    def axes(self, p):
+        oh, ow = self.out_hw(p)
+        return [
+            Axis("n", p["n"]), Axis("c", p["c"]), Axis("y", oh), Axis("x", ow),
+            Axis("ry", p["r"], True), Axis("rx", p["s"], True),
+        ]
+
+    def flops(self, p):
+        return 2.0 * math.prod(self.output_shape(p)) * p["r"] * p["s"]
+
+    def define(self, p, dtype):
+        from tvm import te
+
+        data = te.placeholder(self.input_shapes(p)[0], dtype, name="data")
+        weight = te.placeholder(self.input_shapes(p)[1], dtype, name="weight")
+        padded = _pad(data, p["pad"], 0.0)
+        ry = te.reduce_axis((0, p["r"]), name="ry")
+        rx = te.reduce_axis((0, p["s"]), name="rx")
+        st, dil = p["stride"], p["dilation"]
+        out = te.compute(
+            self.output_shape(p),
+            lambda n, c, y, x: te.sum(
+                padded[n, c, y * st + ry * dil, x * st + rx * dil] * weight[c, ry, rx], axis=[ry, rx]
+            ),
+            name="conv",
+        )
+        return [data, weight, out]
+
+    def torch_impl(self, p):
+        F = _F()
+        return lambda x, w: F.conv2d(x, w.unsqueeze(1), stride=p["stride"], padding=p["pad"],
+                                     dilation=p["dilation"], groups=p["c"])
+
+
+class Pool2d(DepthwiseConv2d):
+    name = "pool2d"
+    options = {"stride": 1, "pad": 0, "dilation": 1, "kind": "max"}
+    anchor = "pool"
+    description = "NCHW max or average pooling (average counts padding)"
+
+    def check(self, p):
+        super().check(p)
+        if p["kind"] not in ("max", "avg"):
+            raise WorkloadError(f"key 'kind' must be 'max' or 'avg', got {p['kind']!r}")
+
+    def input_shapes(self, p):
+        return [(p["n"], p["c"], p["h"], p["w"])]
+
+    def flops(self, p):
+        return float(math.prod(self.output_shape(p)) * p["r"] * p["s"])
+
+    def define(self, p, dtype):
+        from tvm import te
+
+        data = te.placeholder(self.input_shapes(p)[0], dtype, name="data")
+        is_max = p["kind"] == "max"
+        padded = _pad(data, p["pad"], te.min_value(dtype) if is_max else 0.0)
+        ry = te.reduce_axis((0, p["r"]), name="ry")
+        rx = te.reduce_axis((0, p["s"]), name="rx")
+        st, dil = p["stride"], p["dilation"]
+        reducer = te.max if is_max else te.sum
+        out = te.compute(
+            self.output_shape(p),
+            lambda n, c, y, x: reducer(padded[n, c, y * st + ry * dil, x * st + rx * dil], axis=[ry, rx]),
+            name="pool",
+        )
+        if not is_max:
+            area = float(p["r"] * p["s"])
+            out = te.compute(self.output_shape(p), lambda *i: out(*i) / area, name="pool_avg")
+        return [data, out]
+
+    def torch_impl(self, p):
+        F = _F()
+        window = (p["r"], p["s"])
+        if p["kind"] == "max":
+            return lambda x: F.max_pool2d(x, window, stride=p["stride"], padding=p["pad"], dilation=p["dilation"])
+        if p["dilation"] != 1:
+            raise WorkloadError("pool2d: average pooling has no dilated reference")
+        return lambda x: F.avg_pool2d(x, window, stride=p["stride"], padding=p["pad"], count_include_pad=True)
