@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from opbench.engines.driver import measure_references, run_tuning
+from opbench.engines.loop import run_tuning
 from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine
 from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.measurer import Measurer
@@ -31,6 +31,7 @@ from opbench.report.plots import engine_curves
 from opbench.report.progress import TrialPrinter, table
 from opbench.report.summary import summarize_engine
 from opbench.space import get_template
+from opbench.studies.references import measure_references
 from opbench.studies.verify import Spread, Verification, contenders_of, remeasure, select_best, spec_of
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload

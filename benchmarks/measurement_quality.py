@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
-from opbench.engines.driver import measure_references, run_tuning, valid_proposals
-from opbench.engines.optuna_engine import OptunaEngine
+from opbench.engines.loop import run_tuning, valid_proposals
+from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.host_speed import Slowness
@@ -37,6 +37,7 @@ from opbench.record import is_ok
 from opbench.report.plots import predicted_vs_measured
 from opbench.report.progress import table
 from opbench.space import get_template
+from opbench.studies.references import measure_references
 from opbench.workloads import parse_workload
 
 WORKLOADS = ("matmul-512", "resnet50-c2")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from opbench.engines.driver import run_tuning
+from opbench.engines.loop import run_tuning
 from opbench.engines.registry import EngineSpec, create_engine
 from opbench.hardware.resources import Resources
 from opbench.measure.lock import HostLock

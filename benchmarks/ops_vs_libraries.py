@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from opbench.engines.driver import measure_references, run_tuning
-from opbench.engines.optuna_engine import OptunaEngine
-from opbench.engines.optuna_storage import default_storage
+from opbench.engines.loop import run_tuning
+from opbench.engines.optuna.engine import OptunaEngine
+from opbench.engines.optuna.storage import default_storage
 from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
@@ -32,6 +32,7 @@ from opbench.measure.types import MeasureOptions
 from opbench.record import tee
 from opbench.report.progress import TrialPrinter, table
 from opbench.space import get_template
+from opbench.studies.references import measure_references
 from opbench.studies.verify import BEST, verify
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from opbench.engines.driver import run_tuning
+from opbench.engines.loop import run_tuning
 from opbench.engines.model_engine import ModelEngine
-from opbench.engines.optuna_engine import OptunaEngine
-from opbench.engines.predictor import LatencyModel, evaluate, split
+from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
+from opbench.predictor.model import LatencyModel, evaluate, split
 from opbench.record import is_ok
 from opbench.report.plots import engine_curves
 from opbench.report.progress import TrialPrinter, table

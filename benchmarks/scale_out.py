@@ -25,7 +25,7 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
-from opbench.engines.optuna_storage import open_storage
+from opbench.engines.optuna.storage import open_storage
 from opbench.report.progress import table
 from opbench.studies.shared import SPEC_ATTR
 from opbench.testing.lan import Network, lan

@@ -41,8 +41,8 @@ def rejected(config: dict) -> bool:
 
 def test_random_configs_are_invalid_config_records_through_the_nni_service(tracking_uri, tmp_path):
     """The service NNI's trials send their parameters to: a record naming the knob for each, all read back."""
-    from opbench.service.protocol import TrialRequest
-    from opbench.service.server import MeasurementService
+    from opbench.integration.nni.service.protocol import TrialRequest
+    from opbench.integration.nni.service.server import MeasurementService
 
     service, log, replies = MeasurementService(), tmp_path / "records.jsonl", []
 

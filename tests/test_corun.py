@@ -6,7 +6,7 @@ import pytest
 
 import mlflow
 from opbench.cli import main
-from opbench.engines.optuna_storage import JOURNAL_FILE, open_storage
+from opbench.engines.optuna.storage import JOURNAL_FILE, open_storage
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.corun import CoRunSpec

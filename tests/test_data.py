@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 import mlflow
-from opbench.engines.predictor import LatencyModel, evaluate, split, top_k_score, trainable
 from opbench.exceptions import OpBenchError
+from opbench.predictor.model import LatencyModel, evaluate, split, top_k_score, trainable
 from opbench.tracking import read_mlflow
 from opbench.tracking.dataset import card, load_records, read_dataset, write_dataset
 
@@ -138,8 +138,8 @@ def test_model_engine_runs_as_a_custom_nni_tuner(logged, measurer, tmp_path):
     from nni.tools.package_utils.tuner_factory import create_customized_class_instance
 
     from opbench.engines._base import split_threads
-    from opbench.engines.nni_experiment import ExperimentSpec, write_experiment
     from opbench.hardware.resources import Resources
+    from opbench.integration.nni.experiment import ExperimentSpec, write_experiment
     from opbench.measure.types import TrialSpec
     from opbench.workloads import parse_workload
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from opbench.engines.driver import ENGINE_TRIAL_TAG, run_tuning
+from opbench.engines.loop import ENGINE_TRIAL_TAG, run_tuning
 from opbench.engines.registry import ENGINES, LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources

@@ -8,9 +8,9 @@ import yaml
 
 import mlflow
 from opbench.cli import main
-from opbench.engines.nni_experiment import MODEL_TUNER, ORDER_SAFE_TPE, ExperimentSpec, write_experiment
-from opbench.engines.optuna_storage import open_storage
+from opbench.engines.optuna.storage import open_storage
 from opbench.exceptions import OpBenchError, SearchSpaceError
+from opbench.integration.nni.experiment import MODEL_TUNER, ORDER_SAFE_TPE, ExperimentSpec, write_experiment
 from opbench.tracking import read_mlflow
 from opbench.tracking.dataset.metaschedule_import import import_metaschedule
 
@@ -54,7 +54,7 @@ def test_shipped_experiments_are_what_nni_new_writes(tmp_path, name):
     assert ours == theirs
     assert json.loads((tmp_path / name / "search_space.json").read_text()) == \
         json.loads((shipped / "search_space.json").read_text())
-    assert "opbench.engines.nni_trial" in theirs["trialCommand"]
+    assert "opbench.integration.nni.trial" in theirs["trialCommand"]
 
 
 def test_nni_new_rejects_unknown_knobs_and_values(tmp_path, capsys):
@@ -159,7 +159,7 @@ def test_tpe_takes_a_result_that_comes_after_the_trials_end():
     raises KeyError and the dispatcher dies (microsoft/nni#5689). OpBench's TPE takes the result."""
     from nni.algorithms.hpo.tpe_tuner import TpeTuner
 
-    from opbench.engines.nni_tuners import OrderSafeTpe
+    from opbench.engines.nni.tuners import OrderSafeTpe
 
     space = {"x": {"_type": "choice", "_value": [1, 2, 3]}}
     for tuner_class, survives in ((TpeTuner, False), (OrderSafeTpe, True)):
@@ -178,7 +178,7 @@ def test_tpe_takes_a_result_that_comes_after_the_trials_end():
 def test_tpe_keeps_one_parameter_set_waiting_in_nni_s_queue():
     """Beyond what the manager asks for, one set is issued through the dispatcher's callback, once: the
     manager then always has the next trial queued when a trial ends."""
-    from opbench.engines.nni_tuners import LOOKAHEAD_IDS, OrderSafeTpe
+    from opbench.engines.nni.tuners import LOOKAHEAD_IDS, OrderSafeTpe
 
     issued: dict[int, list] = {1: [], 0: []}
     for lookahead, sent in issued.items():

@@ -8,7 +8,7 @@ import subprocess
 import optuna
 import pytest
 
-from opbench.engines.optuna_storage import JOURNAL_FILE, open_storage
+from opbench.engines.optuna.storage import JOURNAL_FILE, open_storage
 from opbench.engines.registry import EngineSpec
 from opbench.measure.types import MeasureOptions
 from opbench.studies.shared import publish

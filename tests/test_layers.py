@@ -18,8 +18,10 @@ LAYERS = [
     ("opbench.measure",),
     ("opbench.tracking",),
     ("opbench.report",),
-    ("opbench.engines", "opbench.service"),  # the service measures for the NNI trial, and references like the loop
+    ("opbench.predictor",),
+    ("opbench.engines",),
     ("opbench.studies",),
+    ("opbench.integration",),  # what nnictl runs: the NNI trial, its channel, experiment files, the service
     ("opbench.cli",),
     ("opbench.testing",),  # helpers for tests and benchmarks (a private LAN of hosts): may use any layer
 ]

@@ -13,13 +13,13 @@ import optuna
 import pytest
 import sqlalchemy
 
-from opbench.engines.optuna_storage import open_storage
+from opbench.engines.optuna.storage import open_storage
 from opbench.exceptions import OpBenchError
 from opbench.testing.lan import free_port
 
 ASK_TELL = textwrap.dedent("""
     import sys, optuna
-    from opbench.engines.optuna_storage import open_storage
+    from opbench.engines.optuna.storage import open_storage
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="shared", storage=open_storage(sys.argv[1]))
     for _ in range(15):
@@ -54,7 +54,7 @@ def test_a_writer_killed_while_holding_the_journal_lock_does_not_block_the_next(
     holder.wait()
     # in a process of its own, so that a wait on the dead holder's lock (Optuna's own lock file would
     # stay for its 30 s grace period) fails the test instead of hanging it
-    subprocess.run([sys.executable, "-c", "from opbench.engines.journal_file import JournalFile; "
+    subprocess.run([sys.executable, "-c", "from opbench.engines.optuna.journal_file import JournalFile; "
                     f"JournalFile({str(path)!r}).append_logs([{{'op_code': 0, 'study_name': 'after', 'directions': [1]}}])"],
                    check=True, timeout=10)
     assert optuna.get_all_study_names(open_storage(str(path))) == ["after"]
@@ -103,7 +103,7 @@ def test_a_lost_connection_is_an_outage_however_it_is_wrapped_and_a_bad_query_is
     (connection_invalidated) and Optuna wraps them in a StorageInternalError."""
     import sqlalchemy.exc
 
-    from opbench.engines.optuna_storage import is_outage
+    from opbench.engines.optuna.storage import is_outage
 
     def wrapped(error: Exception) -> Exception:
         try:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from opbench.exceptions import UnsafePathError
+from opbench.integration.nni.service.address import authkey
 from opbench.measure.lock import HostLock
 from opbench.paths import private_dir
-from opbench.service.address import authkey
 
 from .conftest import skip_unless_required
 
@@ -76,7 +76,7 @@ def test_a_folder_another_user_planted_is_refused(other_user, sticky_tmp):
 
 def test_another_user_cannot_read_the_key_or_connect_to_the_service(other_user, sticky_tmp, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(sticky_tmp))
-    from opbench.service.address import service_dir, socket_path
+    from opbench.integration.nni.service.address import service_dir, socket_path
 
     sock_path = socket_path("sqlite:////tmp/x.db")
     authkey(sock_path, create=True)

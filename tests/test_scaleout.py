@@ -12,7 +12,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from opbench.engines.optuna_storage import open_storage
+from opbench.engines.optuna.storage import open_storage
 from opbench.measure.rpc import request_session
 from opbench.studies.shared import SPEC_ATTR, publish, register_host, study_hosts
 from opbench.testing.farm import CLI, KEY, Farm
@@ -251,7 +251,7 @@ TILES = {"tile": {"_type": "choice", "_value": [1, 2, 4, 8]}}
 
 
 def test_a_trial_orphaned_before_its_first_heartbeat_is_failed_and_asked_again(local_database, monkeypatch):
-    from opbench.engines import optuna_engine
+    from opbench.engines.optuna import engine as optuna_engine
 
     monkeypatch.setenv("OPBENCH_STALE_AFTER_S", "0")  # orphaned as soon as it is seen
     engine = optuna_engine.OptunaEngine(TILES, 1, "orphans", local_database, "random", seed=0, budget=2)
@@ -264,7 +264,7 @@ def test_a_trial_orphaned_before_its_first_heartbeat_is_failed_and_asked_again(l
 
 
 def test_a_resumed_study_settles_a_dead_processs_trial_and_leaves_a_live_hosts_to_it(local_database, monkeypatch):
-    from opbench.engines import optuna_engine
+    from opbench.engines.optuna import engine as optuna_engine
 
     monkeypatch.setenv("OPBENCH_STALE_AFTER_S", "1")  # the grace period of the storages opened below
 

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from opbench.engines import nni_channel
-from opbench.service.address import socket_path
-from opbench.service.client import ServiceError, measure, service
-from opbench.service.protocol import TrialRequest
+from opbench.integration.nni import channel as nni_channel
+from opbench.integration.nni.service.address import socket_path
+from opbench.integration.nni.service.client import ServiceError, measure, service
+from opbench.integration.nni.service.protocol import TrialRequest
 from opbench.tracking import read_mlflow
 
 SMALL = "matmul:m=64,n=64,k=64"
@@ -149,7 +149,7 @@ def test_the_trial_channel_reads_chunked_replies_and_survives_a_silent_manager()
 def test_the_nni_trial_speaks_nnis_channel_without_importing_nni_tvm_torch_or_mlflow(service_dir, tracking_uri):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TrialChannelStandIn)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    script = ("import sys; from opbench.engines import nni_trial; code = nni_trial.main(sys.argv[1:]); "
+    script = ("import sys; from opbench.integration.nni import trial; code = trial.main(sys.argv[1:]); "
               "print('heavy', sorted(m for m in ('tvm', 'torch', 'mlflow', 'nni', 'urllib.request', 'ssl') if m in sys.modules)); "
               "sys.exit(code)")
     env = {**os.environ, "NNI_TRIAL_COMMAND_CHANNEL": f"http://127.0.0.1:{server.server_port}/env/e1/abc",

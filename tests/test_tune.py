@@ -12,7 +12,7 @@ import optuna
 import pytest
 
 import mlflow
-from opbench.engines.optuna_storage import JOURNAL_FILE, open_storage
+from opbench.engines.optuna.storage import JOURNAL_FILE, open_storage
 from opbench.tracking import read_jsonl, read_mlflow
 
 from .cli import run_cli
@@ -95,8 +95,8 @@ def test_grid_engine_walks_the_space_in_order(tmp_path, tracking_uri):
 
 
 def test_built_in_spaces_never_reject_and_the_guard_still_catches_foreign_points(tmp_path):
-    from opbench.engines.driver import valid_proposals
-    from opbench.engines.optuna_engine import OptunaEngine
+    from opbench.engines.loop import valid_proposals
+    from opbench.engines.optuna.engine import OptunaEngine
     from opbench.engines.simple import RandomEngine
     from opbench.space import get_template
     from opbench.workloads import parse_workload

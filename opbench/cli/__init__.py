@@ -18,9 +18,9 @@ from opbench.cli import study as cli_study
 from opbench.cli import tuning as cli_tuning
 from opbench.cli._common import UsageError, add_measure_flags, measure_options, resources_of
 from opbench.cli._logging import log_to_stderr
-from opbench.engines.nni_experiment import EXPERIMENT_TUNERS
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import parse_thread_counts
+from opbench.integration.nni.experiment import EXPERIMENT_TUNERS
 from opbench.lifecycle import exit_on_sigterm
 from opbench.plugins import load_plugins
 from opbench.record import Record, is_ok, tee
@@ -174,7 +174,7 @@ def _knobs(items: list[str] | None) -> dict[str, list[Any] | None] | None:
 
 
 def cmd_nni_new(args: argparse.Namespace) -> int:
-    from opbench.engines.nni_experiment import ExperimentSpec, write_experiment
+    from opbench.integration.nni.experiment import ExperimentSpec, write_experiment
 
     spec = ExperimentSpec(args.workload, args.tuner, args.trials, args.concurrency, args.threads,
                           parse_thread_counts(args.search_threads, "--search-threads") if args.search_threads else None,

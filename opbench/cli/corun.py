@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from opbench.argtypes import nonneg_float, nonneg_int, positive_int
-from opbench.engines.optuna_storage import STORAGE_HELP
+from opbench.engines.optuna.storage import STORAGE_HELP
 from opbench.report.progress import corun_printer, table
 
 

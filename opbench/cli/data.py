@@ -64,7 +64,7 @@ def _metrics_table(metrics: dict[str, float]) -> str:
 
 
 def cmd_predictor_train(args: argparse.Namespace) -> int:
-    from opbench.engines.predictor import LatencyModel, evaluate, split
+    from opbench.predictor.model import LatencyModel, evaluate, split
     from opbench.report.plots import predicted_vs_measured
     from opbench.tracking.dataset import read_dataset
 
@@ -84,7 +84,7 @@ def cmd_predictor_train(args: argparse.Namespace) -> int:
 
 
 def cmd_predictor_eval(args: argparse.Namespace) -> int:
-    from opbench.engines.predictor import LatencyModel, evaluate
+    from opbench.predictor.model import LatencyModel, evaluate
     from opbench.tracking.dataset import read_dataset
 
     print(_metrics_table(evaluate(LatencyModel.load(args.model), read_dataset(args.data))))
@@ -94,10 +94,10 @@ def cmd_predictor_eval(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from opbench.engines.predictor import LatencyModel
     from opbench.hardware.resources import Resources, host_facts
     from opbench.hardware.targets import make_target
     from opbench.measure.features import schedule_features, static_features
+    from opbench.predictor.model import LatencyModel
     from opbench.space import get_template
     from opbench.workloads import parse_workload
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from opbench import settings
 from opbench.argtypes import nonneg_int, positive_int
-from opbench.engines.optuna_storage import STORAGE_HELP
+from opbench.engines.optuna.storage import STORAGE_HELP
 from opbench.report.progress import TrialPrinter, table
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from opbench.engines.nni_engine import TUNERS
+    from opbench.engines.nni.engine import TUNERS
 
     p = sub.add_parser("models", help="models that model-ops can extract operators from")
     p.set_defaults(func=cmd_models)

@@ -18,7 +18,7 @@ def _subcommands(parser: argparse.ArgumentParser, prefix: str) -> list[tuple[str
 def cli_reference() -> str:
     """Markdown: a section per command, its help as argparse prints it at 100 columns."""
     from opbench.cli import build_parser
-    from opbench.engines.optuna_storage import STORAGE_ENV
+    from opbench.engines.optuna.storage import STORAGE_ENV
 
     # argparse wraps to the terminal, and $OPBENCH_STORAGE makes `worker --storage` optional: the file
     # must depend on neither

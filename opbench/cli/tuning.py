@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from opbench.argtypes import nonneg_int, positive_int
 from opbench.cli._common import add_measure_flags, add_timing_flags, measure_options, resources_of
-from opbench.engines.nni_engine import TUNERS
-from opbench.engines.optuna_storage import STORAGE_ENV, STORAGE_HELP
+from opbench.engines.nni.engine import TUNERS
+from opbench.engines.optuna.storage import STORAGE_ENV, STORAGE_HELP
 from opbench.engines.registry import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import parse_thread_counts

@@ -25,7 +25,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback  # noqa: 
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult  # noqa: E402
 
 from opbench.engines._base import ArtifactSink, LoopEngine  # noqa: E402
-from opbench.engines.driver import ENGINE_TRIAL_TAG  # noqa: E402
+from opbench.engines.loop import ENGINE_TRIAL_TAG  # noqa: E402
 from opbench.hardware.resources import Resources  # noqa: E402
 from opbench.hardware.targets import make_target  # noqa: E402
 from opbench.measure.measurer import Measurer  # noqa: E402

@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 
 from opbench.engines._base import Engine, Proposal, Space, split_threads
-from opbench.engines.predictor import LatencyModel, feature_columns, trainable
 from opbench.exceptions import ConfigError
 from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.features import static_features
+from opbench.predictor.model import LatencyModel, feature_columns, trainable
 from opbench.record import Record, is_ok
 from opbench.space import Template
 from opbench.workloads import Workload

@@ -58,15 +58,15 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
     tells the engine with :meth:`Engine.observe`)."""
     threads = resources.threads
     if spec.name == "optuna":
-        from opbench.engines.optuna_engine import OptunaEngine
-        from opbench.engines.optuna_storage import default_storage
+        from opbench.engines.optuna.engine import OptunaEngine
+        from opbench.engines.optuna.storage import default_storage
 
         storage = spec.storage or default_storage(store_dir())
         return OptunaEngine(space, threads, study, storage, spec.sampler, spec.seed, resume,
                             initial=template.default_config(workload) if propose_default else None,
                             objectives=spec.objectives, budget=budget)
     if spec.name == "nni":
-        from opbench.engines.nni_engine import NniEngine
+        from opbench.engines.nni.engine import NniEngine
 
         engine: Engine = NniEngine(spec.tuner, space, threads, spec.seed)
     elif spec.name == "random":

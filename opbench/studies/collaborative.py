@@ -11,8 +11,8 @@ from pathlib import Path
 
 from opbench import settings
 from opbench.engines._base import Engine, Space
-from opbench.engines.driver import run_tuning
-from opbench.engines.optuna_storage import default_storage
+from opbench.engines.loop import run_tuning
+from opbench.engines.optuna.storage import default_storage
 from opbench.exceptions import ConfigError, OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
@@ -157,7 +157,7 @@ def compare(tuning: CoTuning, trials: int, storage: str, study: str, sampler: st
     """Collaborative tuning (``trials`` co-runs) and, unless not ``baseline``, independent tuning
     (``trials`` solo trials per operator on ``cores``) plus co-runs of its winners. Optuna studies
     ``<study>-joint`` and ``<study>-alone-<i>`` in ``storage``."""
-    from opbench.engines.optuna_engine import OptunaEngine
+    from opbench.engines.optuna.engine import OptunaEngine
 
     spaces = [t.search_space(w) for t, w in zip(tuning.templates, tuning.workloads)]
     defaults = [t.default_config(w) for t, w in zip(tuning.templates, tuning.workloads)]

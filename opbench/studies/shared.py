@@ -15,7 +15,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from opbench.engines.optuna_storage import is_host_local, masked, open_storage, riding_outages
+from opbench.engines.optuna.storage import is_host_local, masked, open_storage, riding_outages
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import host_facts
 

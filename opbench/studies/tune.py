@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opbench.engines._base import Engine, Space
-from opbench.engines.driver import CORES_KNOB, ENGINE_TRIAL_TAG, measure_references, run_tuning
-from opbench.engines.optuna_engine import OptunaEngine
+from opbench.engines.loop import CORES_KNOB, ENGINE_TRIAL_TAG, run_tuning
+from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine, observe_default
 from opbench.exceptions import OpBenchError, StudyInterrupted
 from opbench.hardware.resources import Resources, parse_cores
@@ -29,6 +29,7 @@ from opbench.measure.types import MeasureOptions
 from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, speedup, tee
 from opbench.report.plots import latency_vs_threads, tuning_curve
 from opbench.space import get_template
+from opbench.studies.references import measure_references
 from opbench.studies.shared import WorkerSpec, joined_spec, publish, published_parent
 from opbench.studies.verify import Verification, verified_best, verify
 from opbench.tracking import Recorder, read_mlflow_records

@@ -13,7 +13,7 @@ from typing import Any
 
 from opbench import settings
 from opbench.engines._base import Engine
-from opbench.engines.driver import run_tuning
+from opbench.engines.loop import run_tuning
 from opbench.engines.registry import EngineSpec, create_engine, observe_default
 from opbench.engines.simple import GridEngine
 from opbench.exceptions import OpBenchError

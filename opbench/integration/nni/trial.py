@@ -1,9 +1,9 @@
-"""An NNI trial: ``python -m opbench.engines.nni_trial WORKLOAD [options]`` (the ``trialCommand``).
+"""An NNI trial: ``python -m opbench.integration.nni.trial WORKLOAD [options]`` (the ``trialCommand``).
 
 A thin client (it imports neither TVM, torch, MLflow nor, under NNI's local training service, NNI
-itself: :mod:`opbench.engines.nni_channel` speaks NNI's trial channel): it gets its config from NNI
+itself: :mod:`opbench.integration.nni.channel` speaks NNI's trial channel): it gets its config from NNI
 and has the user's measurement service for this MLflow store
-(:mod:`opbench.service`, started by the first trial that needs it, warm for the ones after) measure it
+(:mod:`opbench.integration.nni.service`, started by the first trial that needs it, warm for the ones after) measure it
 and record it to MLflow, tagged with NNI's experiment and trial ids under one parent run per NNI
 experiment. It reports latency (``default``, minimised) and GFLOP/s as its final result.
 A trial that fails to build, crashes, hangs or computes a wrong result is recorded and exits non-zero,
@@ -28,7 +28,7 @@ from opbench.report.progress import TrialPrinter
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m opbench.engines.nni_trial", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m opbench.integration.nni.trial", description=__doc__.splitlines()[0])
     p.add_argument("workload")
     p.add_argument("--template")
     p.add_argument("--threads", type=positive_int, default=1, help="threads unless the search space has 'threads'")
@@ -49,9 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from opbench.engines.nni_channel import TrialChannel, identity
-    from opbench.service.client import ServiceError, measure
-    from opbench.service.protocol import TrialRequest
+    from opbench.integration.nni.channel import TrialChannel, identity
+    from opbench.integration.nni.service.client import ServiceError, measure
+    from opbench.integration.nni.service.protocol import TrialRequest
 
     timings = {"main": time.time()}  # when this process got to work (NNI spawned it at the trial's start)
     args = build_parser().parse_args(argv)

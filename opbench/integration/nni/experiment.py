@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from opbench import settings
-from opbench.engines.nni_engine import EVOLUTION_POPULATION, TUNERS
+from opbench.engines.nni.engine import EVOLUTION_POPULATION, TUNERS
 from opbench.exceptions import OpBenchError, SearchSpaceError
 from opbench.hardware.resources import Resources
 from opbench.paths import PROJECT_ROOT
@@ -18,8 +18,8 @@ from opbench.workloads import parse_workload
 
 # The project's virtual environment when there is one (trials run from the project root), else python3.
 PYTHON = "$(test -x .venv/bin/python && echo .venv/bin/python || echo python3)"
-MODEL_TUNER = "opbench.engines.nni_model_tuner.ModelTuner"  # OpBench's model engine as a custom NNI tuner
-ORDER_SAFE_TPE = "opbench.engines.nni_tuners.OrderSafeTpe"  # NNI's TPE, safe with a result after the trial's end
+MODEL_TUNER = "opbench.integration.nni.model_tuner.ModelTuner"  # OpBench's model engine as a custom NNI tuner
+ORDER_SAFE_TPE = "opbench.engines.nni.tuners.OrderSafeTpe"  # NNI's TPE, safe with a result after the trial's end
 EXPERIMENT_TUNERS = (*TUNERS, "Model")
 
 
@@ -55,7 +55,7 @@ def class_args(tuner: str, seed: int | None) -> dict[str, Any]:
 
 def tuner_config(spec: ExperimentSpec, out: Path) -> dict[str, Any]:
     """The config's ``tuner`` section: a built-in tuner by name, or by class where OpBench's is used
-    (its model tuner; TPE, as :class:`~opbench.engines.nni_tuners.OrderSafeTpe`)."""
+    (its model tuner; TPE, as :class:`~opbench.engines.nni.tuners.OrderSafeTpe`)."""
     code = os.path.relpath(PROJECT_ROOT, out.resolve())
     if spec.tuner != "Model":
         if spec.warm_start:
@@ -98,7 +98,7 @@ def trial_command(spec: ExperimentSpec, study: str) -> str:
         args += ["--target", spec.target]
     if spec.device != "local":
         args += ["--device", spec.device]
-    return f"{PYTHON} -m opbench.engines.nni_trial " + " ".join(shlex.quote(a) for a in args)
+    return f"{PYTHON} -m opbench.integration.nni.trial " + " ".join(shlex.quote(a) for a in args)
 
 
 def write_experiment(spec: ExperimentSpec, out: Path) -> Path:

@@ -4,7 +4,7 @@ In an NNI config (``opbench nni new WORKLOAD --tuner Model`` writes it)::
 
     tuner:
       codeDirectory: ../..        # the project root, so NNI's dispatcher can import opbench
-      className: opbench.engines.nni_model_tuner.ModelTuner
+      className: opbench.integration.nni.model_tuner.ModelTuner
       classArgs: {workload: matmul-512, threads: 2, seed: 0, warm_start: /abs/path/old-logs.parquet}
 
 NNI's dispatcher asks for one parameter set at a time; the tuner ranks a batch of candidates with the

@@ -1,5 +1,5 @@
 """The service process: measures trials with warm workers and hands records to MLflow writers that
-never run while a kernel is being timed (``python -m opbench.service SOCKET``)."""
+never run while a kernel is being timed (``python -m opbench.integration.nni.service SOCKET``)."""
 from __future__ import annotations
 
 import logging
@@ -8,15 +8,16 @@ import threading
 import time
 from pathlib import Path
 
-from opbench.engines.driver import ENGINE_TRIAL_TAG, measure_references
+from opbench.engines.loop import ENGINE_TRIAL_TAG
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
+from opbench.integration.nni.service.address import authkey, open_private
+from opbench.integration.nni.service.protocol import ServiceManager, TrialReply, TrialRequest
 from opbench.lifecycle import exit_on_sigterm, fault_point
 from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions, TrialSpec
-from opbench.service.address import authkey, open_private
-from opbench.service.protocol import ServiceManager, TrialReply, TrialRequest
+from opbench.studies.references import measure_references
 from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import nni_parent_run
 from opbench.workloads import parse_workload

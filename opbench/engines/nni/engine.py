@@ -15,13 +15,13 @@ EVOLUTION_POPULATION = 16
 
 def make_tuner(name: str, seed: int | None = None) -> Any:
     """An NNI built-in tuner minimising latency (what an NNI config's ``tuner`` section gives; TPE is
-    :class:`~opbench.engines.nni_tuners.OrderSafeTpe`, NNI's own with a fix)."""
+    :class:`~opbench.engines.nni.tuners.OrderSafeTpe`, NNI's own with a fix)."""
     from nni.algorithms.hpo.evolution_tuner import EvolutionTuner
     from nni.algorithms.hpo.gridsearch_tuner import GridSearchTuner
     from nni.algorithms.hpo.hyperopt_tuner import HyperoptTuner
     from nni.algorithms.hpo.random_tuner import RandomTuner
 
-    from opbench.engines.nni_tuners import OrderSafeTpe
+    from opbench.engines.nni.tuners import OrderSafeTpe
 
     if name == "TPE":
         return OrderSafeTpe("minimize", seed=seed)

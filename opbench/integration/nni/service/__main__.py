@@ -1,15 +1,15 @@
-"""``python -m opbench.service SOCKET [--idle-timeout S]``: run a measurement service (clients start it)."""
+"""``python -m opbench.integration.nni.service SOCKET [--idle-timeout S]``: run a measurement service (clients start it)."""
 from __future__ import annotations
 
 import argparse
 import logging
 from pathlib import Path
 
+from opbench.integration.nni.service.server import IDLE_TIMEOUT_S, serve
 from opbench.plugins import load_plugins
-from opbench.service.server import IDLE_TIMEOUT_S, serve
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m opbench.service", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m opbench.integration.nni.service", description=__doc__.splitlines()[0])
     parser.add_argument("socket", type=Path)
     parser.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_S, help="seconds without a trial before it exits")
     args = parser.parse_args()

@@ -3,7 +3,7 @@
 A journal file (Optuna's ``JournalFileBackend``) is an append-only log that every process on the
 host replays: an ask plus a tell costs a few ms, against ~80 ms through SQLAlchemy on sqlite, and
 several processes share it without "database is locked". ``optuna-dashboard <file>`` opens it.
-Ours (:class:`opbench.engines.journal_file.JournalFile`) appends under ``flock`` and without ``fsync``.
+Ours (:class:`opbench.engines.optuna.journal_file.JournalFile`) appends under ``flock`` and without ``fsync``.
 A URL (``sqlite:///``, ``postgresql://``, ``mysql://``) gives Optuna's RDB storage; sqlite runs in WAL
 mode with ``synchronous=NORMAL``, which survives a killed process (not a power cut) and lets readers
 such as the dashboard read while a study writes.
@@ -93,7 +93,7 @@ def open_storage(storage: str) -> Any:
         return rdb
     from optuna.storages.journal import JournalStorage
 
-    from opbench.engines.journal_file import JournalFile
+    from opbench.engines.optuna.journal_file import JournalFile
 
     Path(storage).parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFile(storage))

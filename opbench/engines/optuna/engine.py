@@ -6,7 +6,6 @@ import functools
 import logging
 import os
 import socket
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -14,7 +13,8 @@ from typing import Any, TypeVar
 
 from opbench import settings
 from opbench.engines._base import Engine, Proposal, Space, space_point, split_threads
-from opbench.engines.optuna_storage import open_storage, recovered_within, riding_outages
+from opbench.engines.optuna.heartbeat import Heartbeat
+from opbench.engines.optuna.storage import open_storage, recovered_within, riding_outages
 from opbench.exceptions import OpBenchError
 from opbench.lifecycle import process_alive
 from opbench.record import Record, is_ok
@@ -267,27 +267,3 @@ def _in_flight(trial: Any) -> bool:
     import optuna
 
     return trial.state == optuna.trial.TrialState.RUNNING and "rejected" not in trial.user_attrs
-
-
-class Heartbeat:
-    """Records a heartbeat for each trial in ``trial_ids`` every ``HEARTBEAT_S`` (in a thread), so the
-    study's other workers fail a trial only when its process or host is gone."""
-
-    def __init__(self, storage: Any, trial_ids: set[int]) -> None:
-        self._storage, self._trial_ids = storage, trial_ids
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="opbench-optuna-heartbeat", daemon=True)
-        self._thread.start()
-
-    def beat(self, trial_id: int) -> None:
-        with contextlib.suppress(Exception):  # a trial told meanwhile, or the database away: the next beat goes on
-            self._storage.record_heartbeat(trial_id)
-
-    def _beat(self) -> None:
-        while not self._stopped.wait(settings.heartbeat_s()):
-            for trial_id in list(self._trial_ids):
-                self.beat(trial_id)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join()

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from opbench.engines._base import Engine, Proposal
 from opbench.exceptions import ConfigError
 from opbench.hardware.resources import Resources, parse_cores
-from opbench.hardware.targets import is_gpu
 from opbench.lifecycle import fault_point
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
@@ -18,24 +17,6 @@ from opbench.workloads import Workload
 ENGINE_TRIAL_TAG = "engine_trial"
 REJECTS_PER_PROPOSAL = 50
 CORES_KNOB = "cores"  # pseudo-knob of a space that searches core sets
-
-
-def measure_references(measurer: Measurer, workload: Workload, resources: Resources,
-                       on_record: Callable[[Record], None], template: str | None = None) -> dict[str, Record]:
-    """TVM's TE default schedule, the default config of ``template`` (the op's default when None),
-    PyTorch and numpy (where they implement the op), with the same threads."""
-    refs = {} if is_gpu(resources.target) else {  # unscheduled TE has no thread binding: it cannot run on a GPU
-        "te_default": measurer.measure(TrialSpec(workload, {}, resources, "te_default"))}
-    refs["template_default"] = measurer.measure(TrialSpec(workload, {}, resources, template))
-    local = not resources.remote  # library baselines run on this host only
-    if workload.op.torch_baseline and local:
-        refs["torch"] = measurer.measure_library(workload, "torch", resources)
-    if workload.op.numpy_impl and local:
-        refs["numpy"] = measurer.measure_library(workload, "numpy", resources)
-    for name, record in refs.items():
-        record["reference"] = name
-        on_record(record)
-    return refs
 
 
 def run_tuning(engine: Engine, workload: Workload, count: int, measurer: Measurer, on_record: Callable[[Record], None],

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from opbench.service.address import authkey, open_private, socket_path
-from opbench.service.protocol import ServiceManager, TrialReply, TrialRequest
+from opbench.integration.nni.service.address import authkey, open_private, socket_path
+from opbench.integration.nni.service.protocol import ServiceManager, TrialReply, TrialRequest
 
 START_TIMEOUT_S = 180.0  # the service imports TVM and starts its workers before it listens
 LOST = (EOFError, ConnectionError, BrokenPipeError, OSError)  # what a dead service looks like to a proxy
@@ -43,7 +43,7 @@ def _connect(socket: Path) -> Any:
 def _start(socket: Path, idle_timeout_s: float) -> Any:
     log = socket.with_suffix(".log")
     with os.fdopen(open_private(log, "a"), "ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "opbench.service", str(socket), "--idle-timeout", str(idle_timeout_s)],
+        process = subprocess.Popen([sys.executable, "-m", "opbench.integration.nni.service", str(socket), "--idle-timeout", str(idle_timeout_s)],
                                    stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
