@@ -21,7 +21,7 @@ from opbench.measure.host_speed import HostSpeed, default_history
 from opbench.measure.lock import HostLock
 from opbench.measure.prepack import manifest_path
 from opbench.measure.rpc import check_device
-from opbench.measure.runner import LocalRunner, Runner, create_runner
+from opbench.measure.runner import LocalRunner, RPCRunner, Runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
 from opbench.measure.types import BuildInput, BuildResult, LibraryInput, MeasureOptions, RunInput, RunResult, Status, Timing, TrialSpec
 from opbench.record import SCHEMA_VERSION, Record, is_ok, latency_stats, new_trial_id
@@ -160,10 +160,11 @@ class Measurer:
                 for i, (template, config, error) in enumerate(checked)]
 
     def _runner(self, device: str) -> Runner[RunInput, RunResult]:
+        """The runner of a device spec: this host's (made with the measurer), or sessions on an RPC key's devices."""
         if device not in self._runners:
             o = self.options
-            self._runners[device] = create_runner(device, o.run_timeout_s, self._lock, o.remote_workers,
-                                                  o.connect_timeout_s)
+            self._runners[device] = RPCRunner(parse_device(device), o.remote_workers, o.run_timeout_s,
+                                              o.connect_timeout_s)
         return self._runners[device]
 
     def corun(self, spec: CoRunSpec) -> list[Record]:

@@ -31,7 +31,7 @@ from opbench.report.plots import latency_vs_threads, tuning_curve
 from opbench.space import get_template
 from opbench.studies.references import measure_references
 from opbench.studies.shared import WorkerSpec, joined_spec, publish, published_parent
-from opbench.studies.verify import Verification, verified_best, verify
+from opbench.studies.verify import Verification, references, verified_best, verify
 from opbench.tracking import Recorder, read_mlflow_records
 from opbench.tracking.mlflow_store import study_dir
 from opbench.workloads import Workload, parse_workload
@@ -206,7 +206,7 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
             publish(engine.study, engine.storage_url, published.to_json(), recorder.mlflow.parent_run_id)
         measurer.warm_up(spec.resources)
         sink = tee(recorder, *filter(None, [on_record]))
-        refs = {r["reference"]: r for r in earlier if r.get("reference")}
+        refs = references(earlier)  # a resumed invocation keeps its own
         if spec.references and not refs:
             refs = measure_references(measurer, workload, spec.resources, sink, spec.template)
         if engine and observes_default(spec):
