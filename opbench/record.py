@@ -160,6 +160,23 @@ def best_ok(records: Iterable[Record]) -> Record | None:
     return min(ok_records(records), key=lambda r: r["latency_ms"], default=None)
 
 
+# What a multi-objective study minimises, as record columns: latency against cores used or joules per call.
+OBJECTIVE_COLUMNS = {"latency": "latency_ms", "threads": "threads", "energy": "energy_j"}
+
+
+def pareto_front(records: Iterable[Record], objectives: tuple[str, ...]) -> list[Record]:
+    """The ok records with every objective measured that no other such record beats on all of them (each
+    minimised; equal on all counts once), ordered by the last objective: every front OpBench reports."""
+    columns = [OBJECTIVE_COLUMNS[o] for o in objectives]
+    points = [(tuple(float(r[c]) for c in columns), r) for r in ok_records(records)
+              if all(r.get(c) is not None for c in columns)]
+    front: dict[tuple[float, ...], Record] = {}
+    for values, record in points:
+        if not any(other != values and all(o <= v for o, v in zip(other, values)) for other, _ in points):
+            front.setdefault(values, record)
+    return sorted(front.values(), key=lambda r: tuple(float(r[c]) for c in reversed(columns)))
+
+
 def speedup(reference: Record | None, best: Record | None) -> float:
     """How many times faster ``best`` is than ``reference`` (NaN when either is missing or failed)."""
     if not reference or not best or not is_ok(reference):

@@ -172,3 +172,18 @@ def test_a_resumed_engine_knows_what_is_done_and_goes_on(name, store, tmp_path):
     assert resumed.recover({str(r[ENGINE_TRIAL_TAG]): r for r in records}) == []  # it heard them all already
     more = _tune_fake(resumed, FakeMeasurer(), 3)
     assert len(more) == 3 and resumed.done == 8
+
+
+def test_the_pareto_front_is_the_non_dominated_ok_records_for_any_objective_pair():
+    from opbench.record import pareto_front
+
+    a = {"trial_id": "a", "status": "ok", "latency_ms": 1.0, "threads": 2, "energy_j": 0.5}
+    b = {"trial_id": "b", "status": "ok", "latency_ms": 2.0, "threads": 1, "energy_j": 0.4}
+    c = {"trial_id": "c", "status": "ok", "latency_ms": 3.0, "threads": 2, "energy_j": 0.3}  # slower than a on 2 threads
+    twin = {**a, "trial_id": "twin"}  # equal on every count: the front keeps one
+    failed = {"trial_id": "f", "status": "run_error", "latency_ms": 0.1, "threads": 1}
+    unmetered = {"trial_id": "u", "status": "ok", "latency_ms": 0.5, "threads": 1}  # no energy reading
+    records = [a, b, c, twin, failed, unmetered]
+    assert [r["trial_id"] for r in pareto_front(records, ("latency", "threads"))] == ["u"]  # it beats all on both
+    assert [r["trial_id"] for r in pareto_front([a, b, c, twin, failed], ("latency", "threads"))] == ["b", "a"]
+    assert [r["trial_id"] for r in pareto_front(records, ("latency", "energy"))] == ["c", "b", "a"]

@@ -14,7 +14,7 @@ from opbench.engines.optuna.storage import STORAGE_ENV, STORAGE_HELP
 from opbench.engines.registry import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import parse_thread_counts
-from opbench.record import ok_records
+from opbench.record import OBJECTIVE_COLUMNS, ok_records
 from opbench.report.progress import TrialPrinter, table
 
 if TYPE_CHECKING:
@@ -74,9 +74,11 @@ def print_study(result: StudyResult) -> None:
         print(f"\nbest config: {changed_knobs(best) or '(no knobs)'} threads={best['threads']}")
     print(f"tuning curve: {result.plots['tuning_curve']} (also an artifact of the study's parent run)")
     if "pareto_front" in result.plots:
-        print("\nPareto front (latency vs threads):")
-        print(table([(r["threads"], r["latency_ms"], r["gflops"], changed_knobs(r)) for r in result.pareto],
-                    ["threads", "latency_ms", "GFLOP/s", "config"]))
+        other = result.objectives[1]
+        column = OBJECTIVE_COLUMNS[other]
+        print(f"\nPareto front (latency vs {other}):")
+        print(table([(r[column], r["latency_ms"], r["gflops"], r["threads"], changed_knobs(r)) for r in result.pareto],
+                    [column, "latency_ms", "GFLOP/s", "threads", "config"]))
         print(f"Pareto plot: {result.plots['pareto_front']}")
     print(f"{len(ok_records(result.records))}/{len(result.records)} trials ok; "
           f"{result.rejected} invalid configs rejected before measuring (built-in spaces: always 0).")

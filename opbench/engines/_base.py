@@ -57,10 +57,6 @@ class Engine(ABC):
         engine never heard; returns those it took. Engines without resumable state take none."""
         return []
 
-    def pareto_trial_ids(self) -> set[str]:
-        """Trial ids on the Pareto front of a multi-objective study (empty for one objective)."""
-        return set()
-
     def close(self) -> None:
         """Release the engine's resources."""
 
@@ -114,9 +110,6 @@ class DefaultFirst(Engine):
 
     def recover(self, recorded: dict[str, Record]) -> list[Record]:
         return self.engine.recover(recorded)
-
-    def pareto_trial_ids(self) -> set[str]:
-        return self.engine.pareto_trial_ids()
 
     def close(self) -> None:
         self.engine.close()

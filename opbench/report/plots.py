@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from opbench.record import Record, is_ok
+from opbench.record import OBJECTIVE_COLUMNS, Record, is_ok
 
 
 def _pyplot() -> Any:
@@ -80,16 +80,19 @@ def engine_curves(series: dict[str, list[Record]], references: dict[str, Record]
     return _save(fig, ax, title, path)
 
 
-def latency_vs_threads(records: list[Record], front: set[str], title: str, path: Path) -> Path:
-    """Every ok trial's latency against its thread count, Pareto-optimal trials (by trial_id) marked."""
+AXIS_LABELS = {"threads": "threads (cores used)", "energy": "energy (J per call)"}
+
+
+def tradeoff(records: list[Record], front: list[Record], objective: str, title: str, path: Path) -> Path:
+    """Every ok trial's latency against ``objective`` (threads or energy), the Pareto ``front`` joined."""
+    column = OBJECTIVE_COLUMNS[objective]
     fig, ax = _pyplot().subplots(figsize=(6, 4))
-    ok = [r for r in records if is_ok(r)]
-    ax.scatter([r["threads"] for r in ok], [r["latency_ms"] for r in ok], s=10, color="0.6", label="trial")
-    best = sorted((r["threads"], r["latency_ms"]) for r in ok if r.get("trial_id") in front)
-    if best:
-        ax.plot(*zip(*best), "o-", color="C3", label="Pareto front")
+    ok = [r for r in records if is_ok(r) and r.get(column) is not None]
+    ax.scatter([r[column] for r in ok], [r["latency_ms"] for r in ok], s=10, color="0.6", label="trial")
+    if front:
+        ax.plot([r[column] for r in front], [r["latency_ms"] for r in front], "o-", color="C3", label="Pareto front")
     ax.set_yscale("log")
-    ax.set_xlabel("threads (cores used)")
+    ax.set_xlabel(AXIS_LABELS[objective])
     ax.set_ylabel("latency (ms, log)")
     return _save(fig, ax, title, path)
 

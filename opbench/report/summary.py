@@ -5,8 +5,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from opbench.record import Record, best_ok, config_of, is_ok, ok_records, speedup
-from opbench.report.plots import best_so_far, engine_curves, latency_vs_threads
+from opbench.record import Record, best_ok, config_of, ok_records, pareto_front, speedup
+from opbench.report.plots import best_so_far, engine_curves, tradeoff
 from opbench.report.progress import changed_knobs, table
 
 
@@ -53,16 +53,6 @@ def summary_table(summaries: list[EngineSummary]) -> str:
                  ["engine", "trials", "ok", "best_ms", "GFLOP/s", "trials_to_10%", "wall_s", "x torch"])
 
 
-def pareto_ids(records: list[Record]) -> set[str]:
-    """Trials no other trial beats on both latency and threads (fewer threads, lower latency)."""
-    front, best = set(), math.inf
-    for record in sorted((r for r in records if is_ok(r)), key=lambda r: (r["threads"], r["latency_ms"])):
-        if record["latency_ms"] < best:
-            best = record["latency_ms"]
-            front.add(record["trial_id"])
-    return front
-
-
 def best_tir(record: Record) -> str:
     """The best trial's scheduled TensorIR (what ``tvm.compile`` lowers), rebuilt from its record."""
     from opbench.space import get_template
@@ -85,7 +75,8 @@ def write_report(records: list[Record], title: str, out: Path) -> tuple[list[Eng
     trials = [r for rs in series.values() for r in rs]
     paths = [engine_curves(series, refs, f"{title}: best so far vs trial", out / "curve_vs_trial.png"),
              engine_curves(series, refs, f"{title}: best so far vs wall time", out / "curve_vs_time.png", "time"),
-             latency_vs_threads(trials, pareto_ids(trials), f"{title}: latency vs threads", out / "latency_vs_threads.png")]
+             tradeoff(trials, pareto_front(trials, ("latency", "threads")), "threads", f"{title}: latency vs threads",
+                      out / "latency_vs_threads.png")]
     best = best_ok(trials)
     if best:
         tir = out / "best_schedule.py"

@@ -26,8 +26,8 @@ from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
-from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, speedup, tee
-from opbench.report.plots import latency_vs_threads, tuning_curve
+from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, pareto_front, speedup, tee
+from opbench.report.plots import tradeoff, tuning_curve
 from opbench.space import get_template
 from opbench.studies.references import measure_references
 from opbench.studies.shared import WorkerSpec, joined_spec, publish, published_parent
@@ -108,7 +108,8 @@ class StudyResult:
     records: list[Record] = field(default_factory=list)  # the engine's trials, this session's and earlier ones
     references: dict[str, Record] = field(default_factory=dict)
     verification: Verification | None = None
-    pareto: list[Record] = field(default_factory=list)  # multi-objective studies: the front, by threads
+    objectives: tuple[str, ...] = ("latency",)
+    pareto: list[Record] = field(default_factory=list)  # multi-objective studies: the front, by the second objective
     rejected: int = 0  # invalid configs turned away before measuring
     plots: dict[str, Path] = field(default_factory=dict)
 
@@ -228,7 +229,7 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
                 records += joined_hosts_records(recorder, [*earlier_trials.values(), *records])
         result = StudyResult(study, recorder.mlflow.uri,
                              sorted([*earlier_trials.values(), *records], key=lambda r: r.get("finished_at", 0.0)),
-                             refs, rejected=engine.rejected if engine else 0)
+                             refs, objectives=spec.engine.objectives, rejected=engine.rejected if engine else 0)
         result.verification = _verify(spec, measurer, [*refs.values(), *result.records], recorder)
         _summarize(result, engine, f"{workload.name}: {spec.engine.label}", recorder)
     if engine:
@@ -297,10 +298,9 @@ def _summarize(result: StudyResult, engine: Engine | None, title: str, recorder:
             metrics={"best_latency_ms": best["latency_ms"], "best_gflops": best["gflops"],
                      **{f"tuned_speedup_vs_{n}": speedup(r, best) for n, r in result.references.items()}})
     if engine is not None and len(engine.objectives) > 1:
-        front = engine.pareto_trial_ids()
-        result.pareto = sorted((r for r in ok_records(result.records) if r["trial_id"] in front), key=lambda r: r["threads"])
-        result.plots["pareto_front"] = latency_vs_threads(result.records, front, f"{title}: Pareto front",
-                                                          plots / "pareto_front.png")
+        result.pareto = pareto_front(result.records, engine.objectives)
+        result.plots["pareto_front"] = tradeoff(result.records, result.pareto, engine.objectives[1],
+                                                f"{title}: Pareto front", plots / "pareto_front.png")
         recorder.mlflow.log_artifact(result.plots["pareto_front"], "plots")
 
 

@@ -251,9 +251,6 @@ class OptunaEngine(Engine):
             self._db(lambda: trial.set_user_attr("error", error[:500]))
             self._db(lambda: self.study.tell(trial, state=optuna.trial.TrialState.FAIL))
 
-    def pareto_trial_ids(self) -> set[str]:
-        """OpBench trial ids of the study's Pareto-optimal trials (the best one when single-objective)."""
-        return {t.user_attrs["trial_id"] for t in self._db(lambda: self.study.best_trials) if "trial_id" in t.user_attrs}
 
 
 def _alive_here(trial: Any) -> bool:
