@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from opbench.exceptions import ConfigError, ResourceError
@@ -212,14 +212,17 @@ class Measurer:
         median["process_latencies_ms"] = [r["latency_ms"] for r in ok]
         return median
 
-    def measure_fresh(self, specs: list[TrialSpec]) -> list[Record]:
+    def measure_fresh(self, specs: list[TrialSpec], short: Collection[int] = ()) -> list[Record]:
         """Each spec timed in a new process that has run nothing else (a library baseline when its
         template is in :data:`LIBRARIES`): the processes start together, then take :data:`FRESH_TURNS`
         turns of one trial's series each (never re-measured for its spread), so each spec's median comes
         from series spread over the whole measurement and interleaved with the others'. These measurements
         check others, and the host has slow spells from a fraction of a second to tens of seconds: a
-        trial's series (5 x 50 ms) fits inside one, and so did a fresh process's 20 series back to back."""
+        trial's series (5 x 50 ms) fits inside one, and so did a fresh process's 20 series back to back.
+        The specs at the indices ``short`` (references far slower than what they are compared with) take
+        one timed call a turn."""
         timing = dataclasses.replace(self.timing, max_remeasures=0)
+        timings = [dataclasses.replace(timing, repeat=1) if i in short else timing for i in range(len(specs))]
         remote = next((s.resources.device for s in specs if s.resources.remote), None)
         if remote:
             raise ResourceError(f"fresh-process measurements run on this host only, not on {remote}")
@@ -229,9 +232,9 @@ class Measurer:
         jobs: dict[int, RunInput | LibraryInput] = {}
         for i, spec in enumerate(specs):
             if i not in built:
-                jobs[i] = LibraryInput(spec.workload.spec, str(spec.template), timing, spec.resources)
+                jobs[i] = LibraryInput(spec.workload.spec, str(spec.template), timings[i], spec.resources)
             elif built[i][2].status is Status.OK:
-                jobs[i] = self._run_input(built[i][2], spec, timing)
+                jobs[i] = self._run_input(built[i][2], spec, timings[i])
         try:
             runs = dict(zip(jobs, self._local.run_fresh(list(jobs.values()), FRESH_TURNS)))
         finally:

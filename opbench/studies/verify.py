@@ -35,6 +35,12 @@ VERIFY_KIND = "verify"  # record_kind of the fresh-process records (not trials o
 CLAIM_TOLERANCE = 0.10
 DEFAULT_ROUNDS = 3
 CONTENDERS = 3  # the study's fastest distinct configs timed again (with its default) before one is named its best
+# ... those tuned within this factor of the fastest: a fresh process reads ~10% off another (the reason to
+# choose in fresh processes at all), never 1.5x, so a slower contender only costs rounds
+CONTENDER_WINDOW = 1.5
+# A schedule tuned this many times slower than the fastest re-measured beside it (TE's unscheduled default,
+# 300x) takes one timed call a turn: its ratio needs no 1% precision, and full series took 5.6 s a round
+SHORT_SERIES_FACTOR = 100.0
 SELECTION_ROUND = -1  # verify_round of the records that chose among them
 SELECTION_ROUNDS = 3  # rounds of fresh processes that choose among the contenders
 
@@ -158,13 +164,15 @@ def fastest_trials(records: list[Record], count: int = CONTENDERS) -> list[Recor
 
 
 def contenders_of(records: list[Record], count: int = CONTENDERS) -> list[Record]:
-    """:func:`fastest_trials`, then the template default when it is not among them: the study's fastest
-    trial of the default's schedule, or the template_default reference when no trial has it."""
+    """:func:`fastest_trials`, then the template default when it is not among them (the study's fastest
+    trial of the default's schedule, or the template_default reference when no trial has it); of these,
+    those tuned within :data:`CONTENDER_WINDOW` of the fastest."""
     fastest = fastest_trials(records, count)
     default = references(records).get("template_default")
-    if default is None or (key := _schedule_key(default)) in {_schedule_key(r) for r in fastest}:
-        return fastest
-    return [*fastest, next((r for r in _trials(records) if _schedule_key(r) == key), default)]
+    if default is not None and (key := _schedule_key(default)) not in {_schedule_key(r) for r in fastest}:
+        fastest = [*fastest, next((r for r in _trials(records) if _schedule_key(r) == key), default)]
+    floor = min(r["latency_ms"] for r in fastest)
+    return [r for r in fastest if r["latency_ms"] <= CONTENDER_WINDOW * floor]
 
 
 def references(records: list[Record]) -> dict[str, Record]:
@@ -226,8 +234,11 @@ def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[st
     re-measures and its round), so the evidence is stored beside the claim.
     """
     out = {name: Verified(name, tuned_ms.get(name, math.nan)) for name in specs}
+    fastest = min(tuned_ms.values(), default=math.nan)
+    slow = {name for name, ms in tuned_ms.items() if ms > SHORT_SERIES_FACTOR * fastest}
     for round_, order in alternating(list(specs), rounds):
-        for name, record in zip(order, measurer.measure_fresh([specs[n] for n in order])):
+        short = [i for i, name in enumerate(order) if name in slow]
+        for name, record in zip(order, measurer.measure_fresh([specs[n] for n in order], short)):
             record.update(record_kind=VERIFY_KIND, verified_as=name, verify_round=round_)
             ok = is_ok(record)
             out[name].rounds_ms.append(record["latency_ms"] if ok else math.nan)
