@@ -1,26 +1,19 @@
-"""The contract every ask/tell engine of the registry keeps, checked with a fake measurer in seconds
-(as ``optuna/testing/pytest_samplers.py`` checks every sampler): the tuning loop ends at its budget,
-every measured config is valid and inside the space, each record reaches the engine once, failed
-trials are heard without ending the study, and seeded engines repeat themselves."""
+"""The shipped engine contract (:mod:`opbench.testing.engine_contract`) run over every ask/tell engine of
+the registry, with what each engine adds (Optuna's study states, resume), in seconds."""
 from __future__ import annotations
 
 import math
-import zlib
-from collections.abc import Callable
 
 import pytest
 
-from opbench.engines.loop import ENGINE_TRIAL_TAG, run_tuning
+from opbench.engines.loop import ENGINE_TRIAL_TAG
 from opbench.engines.registry import ENGINES, LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
-from opbench.measure.types import TrialSpec
-from opbench.record import KNOB_PREFIX, Record, Status, new_trial_id
-from opbench.space import get_template
-from opbench.workloads import parse_workload
+from opbench.record import Status
+from opbench.testing import engine_contract as contract
+from opbench.testing.engine_contract import TEMPLATE, WORKLOAD
 
-WORKLOAD = parse_workload("matmul:m=64,n=64,k=64")
-TEMPLATE = get_template(WORKLOAD)
 SPECS = {
     "optuna-tpe": EngineSpec("optuna", "tpe", seed=1),
     "optuna-random": EngineSpec("optuna", "random", seed=1),
@@ -33,33 +26,6 @@ SPECS = {
 SEEDED = ("optuna-tpe", "optuna-random", "random", "grid")
 
 
-class FakeMeasurer:
-    """Measures nothing: a config's latency is a fixed function of its knobs; some configs fail."""
-
-    def __init__(self, fail: Callable[[dict], bool] = lambda config: False) -> None:
-        self.fail = fail
-        self.configs: list[dict] = []
-
-    @staticmethod
-    def latency(config: dict) -> float:
-        return 1.0 + zlib.crc32(repr(sorted(config.items())).encode()) % 1000 / 1000
-
-    def measure_batch(self, specs: list[TrialSpec], on_record: Callable[[Record], None]) -> list[Record]:
-        out = []
-        for spec in specs:
-            self.configs.append(spec.config)
-            failed = self.fail(spec.config)
-            record: Record = {"trial_id": new_trial_id(), "workload": WORKLOAD.name, "threads": spec.resources.threads,
-                              "status": (Status.RUN_ERROR if failed else Status.OK).value,
-                              "error": "fake crash" if failed else "", **spec.tags,
-                              **{KNOB_PREFIX + k: v for k, v in spec.config.items()}}
-            if not failed:
-                record["latency_ms"] = self.latency(spec.config)
-            on_record(record)
-            out.append(record)
-        return out
-
-
 def _engine(name: str, tmp_path, study: str = "contract", resume: bool = False, storage: str | None = None,
             propose_default: bool = True):
     spec = SPECS[name]
@@ -69,20 +35,8 @@ def _engine(name: str, tmp_path, study: str = "contract", resume: bool = False, 
                          propose_default=propose_default)
 
 
-def _tune_fake(engine, measurer: FakeMeasurer, count: int, batch: int = 3) -> list[Record]:
-    stored: list[Record] = []
-    told: list[str] = []  # what the engine heard, and whether the record was stored by then
-    tell = engine.tell
-
-    def spy(proposal, record: Record) -> None:
-        told.append(record["trial_id"] if record in stored else "told before it was stored")
-        tell(proposal, record)
-
-    engine.tell = spy
-    records = run_tuning(engine, WORKLOAD, count, measurer, stored.append, Resources(), batch=batch)  # type: ignore[arg-type]
-    assert stored == records  # every record is stored (on_record) before the loop returns it ...
-    assert told == [r["trial_id"] for r in records]  # ... and the engine hears each, once, after it is stored
-    return records
+def _make(name: str, tmp_path) -> contract.MakeEngine:
+    return lambda space, propose_default: _engine(name, tmp_path, propose_default=propose_default)
 
 
 def test_the_registry_covers_every_engine(tmp_path):
@@ -95,53 +49,30 @@ def test_the_registry_covers_every_engine(tmp_path):
 
 @pytest.mark.parametrize("name", SPECS)
 def test_the_first_trial_of_a_fresh_study_is_the_template_default(name, tmp_path):
-    engine = _engine(name, tmp_path)
-    measurer = FakeMeasurer()
-    _tune_fake(engine, measurer, 4, batch=2)
-    engine.close()
-    assert measurer.configs[0] == TEMPLATE.default_config(WORKLOAD)
-    assert measurer.configs.count(measurer.configs[0]) == 1 or name == "model"  # heard, not proposed again
+    contract.check_the_first_trial_is_the_template_default(_make(name, tmp_path), learns_by_repeating=name == "model")
 
 
 @pytest.mark.parametrize("name", SPECS)
 def test_an_engine_that_observed_the_measured_default_goes_past_it(name, tmp_path):
-    """tune-model measures every operator's default before it ranks them; the key operators' engines
-    learn that default (``observe``) rather than spend a trial on it again."""
-    default = TEMPLATE.default_config(WORKLOAD)
-    engine = _engine(name, tmp_path, propose_default=False)
-    engine.observe(default, Resources().threads, FakeMeasurer.latency(default))
-    measurer = FakeMeasurer()
-    _tune_fake(engine, measurer, 4, batch=2)
+    """tune and tune-model measure the default as a reference; the engines learn it (``observe``) rather
+    than spend a trial on it again."""
+    engine = contract.check_an_observed_default_is_not_measured_again(_make(name, tmp_path))
     if name.startswith("optuna"):
         assert engine.done == 4  # the learnt default is not one of the study's measured trials
         learnt = [t for t in engine.study.trials if t.state.name == "COMPLETE" and "status" not in t.user_attrs]
-        assert len(learnt) == 1 and learnt[0].value == FakeMeasurer.latency(default)
-    engine.close()
-    assert measurer.configs[0] != default and len(measurer.configs) == 4
+        default = TEMPLATE.default_config(WORKLOAD)
+        assert len(learnt) == 1 and learnt[0].value == contract.FakeMeasurer.latency(default)
 
 
 @pytest.mark.parametrize("name", SPECS)
 def test_the_loop_ends_at_its_budget_with_valid_configs_inside_the_space(name, tmp_path):
-    engine = _engine(name, tmp_path)
-    measurer = FakeMeasurer()
-    records = _tune_fake(engine, measurer, 10)
-    engine.close()
-    assert len(records) == 10
-    assert len({r[ENGINE_TRIAL_TAG] for r in records}) == 10  # each proposal reaches the engine once
-    space = TEMPLATE.search_space(WORKLOAD)
-    for config in measurer.configs:
-        TEMPLATE.validate(config, WORKLOAD)  # invalid proposals were rejected before measuring
-        assert set(config) == set(space) and all(v in space[k]["_value"] for k, v in config.items())
-    assert engine.objectives == ("latency",)  # one objective: the Pareto summary is skipped
+    contract.check_the_loop_ends_at_its_budget_inside_the_space(_make(name, tmp_path))
+    assert _engine(name, tmp_path).objectives == ("latency",)  # one objective: the Pareto summary is skipped
 
 
 @pytest.mark.parametrize("name", SPECS)
 def test_failed_trials_are_heard_and_the_study_goes_on(name, tmp_path):
-    engine = _engine(name, tmp_path)
-    failing = FakeMeasurer(fail=lambda config: config.get("vectorize") == 1)
-    records = _tune_fake(engine, failing, 8, batch=2)
-    engine.close()
-    assert len(records) == 8 and any(r["status"] == Status.RUN_ERROR for r in records)  # failures heard, study went on
+    engine, records = contract.check_failed_trials_are_heard_and_the_study_goes_on(_make(name, tmp_path))
     if name.startswith("optuna"):  # a failed trial is FAIL in the study, with its error, not a fake latency
         states = {t.user_attrs["trial_id"]: t for t in engine.study.trials if "trial_id" in t.user_attrs}
         for record in records:
@@ -152,12 +83,7 @@ def test_failed_trials_are_heard_and_the_study_goes_on(name, tmp_path):
 
 @pytest.mark.parametrize("name", SEEDED)
 def test_a_seeded_engine_proposes_the_same_configs_again(name, tmp_path):
-    first, second = FakeMeasurer(), FakeMeasurer()
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    _tune_fake(_engine(name, tmp_path / "a"), first, 6)
-    _tune_fake(_engine(name, tmp_path / "b"), second, 6)
-    assert first.configs == second.configs
+    contract.check_a_seeded_engine_repeats_itself(_make(name, tmp_path))
 
 
 @pytest.mark.parametrize("store", ["optuna-journal.log", "sqlite:///{}/optuna.db"])  # the default, and a database URL
@@ -165,12 +91,12 @@ def test_a_seeded_engine_proposes_the_same_configs_again(name, tmp_path):
 def test_a_resumed_engine_knows_what_is_done_and_goes_on(name, store, tmp_path):
     storage = store.format(tmp_path) if "://" in store else str(tmp_path / store)
     engine = _engine(name, tmp_path, storage=storage)
-    records = _tune_fake(engine, FakeMeasurer(), 5)
+    records = contract.tune_fake(engine, contract.FakeMeasurer(), 5)
     engine.close()
     resumed = _engine(name, tmp_path, resume=True, storage=storage)
     assert resumed.done == 5
     assert resumed.recover({str(r[ENGINE_TRIAL_TAG]): r for r in records}) == []  # it heard them all already
-    more = _tune_fake(resumed, FakeMeasurer(), 3)
+    more = contract.tune_fake(resumed, contract.FakeMeasurer(), 3)
     assert len(more) == 3 and resumed.done == 8
 
 
