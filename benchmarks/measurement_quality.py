@@ -29,8 +29,8 @@ from scipy.stats import spearmanr
 from opbench.engines.loop import run_tuning, valid_proposals
 from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.simple import RandomEngine
+from opbench.hardware.host_speed import Slowness
 from opbench.hardware.resources import Resources, host_facts
-from opbench.measure.host_speed import Slowness
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.record import is_ok

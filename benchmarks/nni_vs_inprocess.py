@@ -34,8 +34,8 @@ import yaml
 
 from opbench.engines.loop import run_tuning
 from opbench.engines.registry import EngineSpec, create_engine
+from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
-from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
 from opbench.report.progress import table

@@ -6,7 +6,7 @@ the best of a small Optuna sweep, numpy and torch, each verified: re-measured in
 rounds, with their range), GFLOP/s, ratio to torch (per round, with its range), share of the CPU's
 peak FLOP/s (ISA x nominal clock; turbo can push measured shares past 100%),
 and the framework's overhead: study wall time minus every trial's build and run and its time probing
-the host's speed and waiting out its spells (shown beside it: opbench.measure.host_speed), as a fraction,
+the host's speed and waiting out its spells (shown beside it: opbench.hardware.host_speed), as a fraction,
 with every record logged to a real (temporary) MLflow sqlite store through the background writer
 ``opbench tune`` uses, plus trials per minute. Studies run as ``opbench tune`` runs them by default:
 one config per step (so no two builds overlap and the build and run times add up to the work) and
@@ -25,8 +25,8 @@ from pathlib import Path
 from opbench.engines.loop import run_tuning
 from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.optuna.storage import default_storage
+from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources, host_facts
-from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
 from opbench.record import tee

@@ -39,7 +39,7 @@ METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gfl
            "build_s", "run_s", "trial_s", "finished_at", "number", "repeat", "max_abs_err",
            # measurement quality: attempts repeated for a high CV, the host's load while timing, its
            # speed, its memory's and its threads' in lock step, the one of the probes before and after it
-           # furthest from the usual (opbench.measure.host_speed: 1.0 usual, 1.6 in a slow spell), the runs
+           # furthest from the usual (opbench.hardware.host_speed: 1.0 usual, 1.6 in a slow spell), the runs
            # taken again because a probe found the host outside its usual state, the seconds spent probing
            # and waiting for the usual state, the interleaved turns its repeats were taken in, and those
            # left out of it as a probe found them in a spell while others were not

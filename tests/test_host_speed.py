@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from opbench.measure.host_speed import HISTORY, MIN_HISTORY, POLL_S, HostSpeed, Probe, Slowness, furthest_from_usual, probe_cpus, probe_ms
+from opbench.hardware.host_speed import HISTORY, MIN_HISTORY, POLL_S, HostSpeed, Probe, Slowness, furthest_from_usual, probe_cpus, probe_ms
 
 
 class _Host:

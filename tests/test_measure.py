@@ -8,8 +8,10 @@ import sys
 import pytest
 
 from opbench.hardware.resources import Resources
-from opbench.measure.types import RunResult, Status, TrialSpec
+from opbench.measure.protocol import RunResult
+from opbench.measure.types import TrialSpec
 from opbench.measure.worker import fork, kernel
+from opbench.record import Status
 from opbench.workloads import parse_workload
 
 SMALL = {

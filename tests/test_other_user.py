@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from opbench.exceptions import UnsafePathError
+from opbench.hardware.lock import HostLock
 from opbench.integration.nni.service.address import authkey
-from opbench.measure.lock import HostLock
 from opbench.paths import private_dir
 
 from .conftest import skip_unless_required
@@ -109,7 +109,7 @@ for attempt in (lambda: open({str(sock_path.with_suffix('.key'))!r}, 'rb').read(
 def test_another_user_shares_the_timing_lock_and_is_told_who_holds_it(other_user, sticky_tmp):
     path = sticky_tmp / "opbench-timing.lock"
     take = f"""
-from opbench.measure.lock import HostLock, LockTimeout
+from opbench.hardware.lock import HostLock, LockTimeout
 try:
     with HostLock({str(path)!r}, wait_s=0.5).exclusive():
         print('took it')

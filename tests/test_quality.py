@@ -8,12 +8,14 @@ import pytest
 import mlflow
 from opbench import settings
 from opbench.cli import main
+from opbench.hardware.host_speed import Slowness
 from opbench.hardware.resources import Resources
-from opbench.measure.host_speed import Slowness
 from opbench.measure.measurer import FRESH_TURNS
+from opbench.measure.protocol import LibraryInput, RunInput, RunResult, Timing
 from opbench.measure.runner.local import LocalRunner, joined
-from opbench.measure.types import LibraryInput, RunInput, RunResult, Status, Timing, TrialSpec
+from opbench.measure.types import TrialSpec
 from opbench.measure.worker import LIBRARY, Worker, series
+from opbench.record import Status
 from opbench.space import get_template
 from opbench.space.winograd import KNOBS
 from opbench.studies.verify import (

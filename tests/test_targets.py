@@ -12,7 +12,8 @@ from opbench.exceptions import ConfigError, ResourceError, WorkloadError
 from opbench.hardware.energy import RaplMeter, local_meter
 from opbench.hardware.targets import BOARDS, elf_machine, export_compiler, make_target
 from opbench.measure.builder import LocalBuilder
-from opbench.measure.types import BuildInput, Status
+from opbench.measure.protocol import BuildInput
+from opbench.record import Status
 from opbench.space import get_template
 from opbench.space.gpu import GPU_TEMPLATES
 from opbench.workloads import parse_workload

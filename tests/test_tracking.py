@@ -5,8 +5,8 @@ import time
 import pandas as pd
 
 import mlflow
+from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
-from opbench.measure.lock import HostLock
 from opbench.measure.types import TrialSpec
 from opbench.tracking import Recorder, read_jsonl, read_mlflow
 from opbench.tracking.mlflow_store import FEATURES_FILE, KIND_TAG

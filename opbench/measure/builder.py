@@ -5,9 +5,10 @@ import queue
 from concurrent.futures import ThreadPoolExecutor
 
 from opbench import settings
-from opbench.measure.lock import HostLock
-from opbench.measure.types import BuildInput, BuildResult, Status
+from opbench.hardware.lock import HostLock
+from opbench.measure.protocol import BuildInput, BuildResult
 from opbench.measure.worker import Worker, WorkerError
+from opbench.record import Status
 
 
 class LocalBuilder:

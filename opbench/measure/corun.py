@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opbench.exceptions import OpBenchError
-from opbench.measure.types import BuildResult, CoRunResult, Status
-from opbench.record import SCHEMA_VERSION, Record, latency_stats, new_trial_id
+from opbench.measure.protocol import BuildResult, CoRunResult
+from opbench.record import SCHEMA_VERSION, Record, Status, latency_stats, new_trial_id
 
 if TYPE_CHECKING:
     from opbench.measure.types import TrialSpec

@@ -13,18 +13,19 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from opbench.exceptions import ConfigError, ResourceError
 from opbench.hardware.devices import parse_device
+from opbench.hardware.host_speed import HostSpeed, default_history
+from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
 from opbench.measure.builder import LocalBuilder
 from opbench.measure.corun import CoRunSpec, corun_records
 from opbench.measure.features import static_features
-from opbench.measure.host_speed import HostSpeed, default_history
-from opbench.measure.lock import HostLock
 from opbench.measure.prepack import manifest_path
+from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, RunInput, RunResult, Timing
 from opbench.measure.rpc import check_device
 from opbench.measure.runner import LocalRunner, RPCRunner, Runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
-from opbench.measure.types import BuildInput, BuildResult, LibraryInput, MeasureOptions, RunInput, RunResult, Status, Timing, TrialSpec
-from opbench.record import SCHEMA_VERSION, Record, is_ok, latency_stats, new_trial_id
+from opbench.measure.types import MeasureOptions, TrialSpec
+from opbench.record import SCHEMA_VERSION, Record, Status, is_ok, latency_stats, new_trial_id
 from opbench.space import Config, get_template
 from opbench.workloads import PRESETS, Workload
 

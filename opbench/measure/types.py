@@ -1,145 +1,15 @@
-"""What a trial is asked to measure (:class:`TrialSpec`, :class:`MeasureOptions`) and the explicit inputs
-and results of the builder and the runner (as MetaSchedule does)."""
+"""What a trial is asked to measure: :class:`TrialSpec` and :class:`MeasureOptions` (the builder's and the
+runner's own inputs and results are the wire protocol, :mod:`opbench.measure.protocol`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from opbench import settings
+from opbench.hardware.lock import DEFAULT_LOCK
 from opbench.hardware.resources import Resources
-from opbench.measure.lock import DEFAULT_LOCK
-from opbench.record import Status
 from opbench.space import Config
 from opbench.workloads import Workload
-
-
-@dataclass(frozen=True)
-class BuildInput:
-    workload: str  # canonical spec, parsed again in the worker
-    template: str
-    config: dict[str, Any]
-    target: str  # "llvm" or "cuda": the worker turns it into a host TVM target
-    threads: int
-    out_dir: str
-    extract_features: bool = True
-
-
-@dataclass
-class BuildResult:
-    status: Status
-    error: str = ""
-    artifact: str | None = None  # path of the exported shared library
-    build_s: float = 0.0
-    target: str = ""  # the full TVM target it was built for
-    features: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Timing:
-    """How a kernel or a library call is timed: repeats, their length, and what makes a result trusted."""
-
-    repeat: int = settings.REPEAT
-    min_repeat_ms: float = settings.MIN_REPEAT_MS
-    max_cv: float = settings.MAX_CV  # a result whose repeats vary more than this is measured again ...
-    max_remeasures: int = settings.MAX_REMEASURES  # ... at most this many times; the steadiest attempt is kept
-    cache_flush: bool = False  # evict the CPU caches before every call (each repeat is then one call)
-
-
-@dataclass(frozen=True)
-class RunInput:
-    artifact: str
-    workload: str
-    timing: Timing = Timing()
-    resources: Resources = Resources()  # threads and cores of the worker it runs in; target picks CPU or GPU
-
-    @property
-    def target(self) -> str:
-        return self.resources.target
-
-
-@dataclass(frozen=True)
-class LibraryInput:
-    """Time a library's implementation of a workload (``torch`` or ``numpy``): the baselines."""
-
-    workload: str
-    library: str
-    timing: Timing = Timing()
-    resources: Resources = Resources()
-
-
-@dataclass
-class RunResult:
-    status: Status
-    error: str = ""
-    latencies_s: list[float] = field(default_factory=list)
-    number: int = 0
-    run_s: float = 0.0
-    max_abs_err: float = float("nan")
-    energy_j: float | None = None  # per call, when a meter could be read
-    power_w: float | None = None
-    device_addr: str = ""  # the remote server (HOST:PORT) the kernel ran on; empty when local
-    device_facts: dict[str, Any] = field(default_factory=dict)  # that server's HostFacts, when it reports them
-    remeasures: int = 0  # extra attempts taken because the repeats varied more than Timing.max_cv
-    spell_reruns: int = 0  # runs taken again because a probe found the host outside its usual state
-    turn_sizes: list[int] = field(default_factory=list)  # each turn's repeats, in latencies_s's order (LocalRunner.run_turns)
-    turns_left_out: int = 0  # turns taken in a spell of the host and left out, as others were not (runner.local.joined)
-    host_wait_s: float = 0.0  # spent probing the host's speed and waiting for its usual state
-    load: dict[str, float] = field(default_factory=dict)  # the host's load while timing (HostLoad.stop)
-    pid: int = 0  # the worker that ran it
-    kernel_pid: int = 0  # the process that ran the kernel: a child forked from the worker for it, or the worker
-
-    @property
-    def turns(self) -> int:
-        """Series taken at different times, interleaved with other trials' (1: one series)."""
-        return max(1, len(self.turn_sizes))
-
-
-@dataclass(frozen=True)
-class RemoteConnect:
-    """Get a session on a free device of ``key`` from the tracker at ``host:port``."""
-
-    host: str
-    port: int
-    key: str
-
-
-@dataclass
-class RemoteSession:
-    status: Status
-    error: str = ""
-    addr: str = ""  # HOST:PORT of the server the tracker gave us
-    facts: dict[str, Any] = field(default_factory=dict)  # its HostFacts (servers started by `opbench board serve`)
-
-
-@dataclass(frozen=True)
-class CoRunPrepare:
-    """Load and check kernels in a co-run member; it then waits, ready, for :class:`CoRunGo`."""
-
-    artifacts: tuple[str, ...]
-    workloads: tuple[str, ...]  # canonical specs, one per artifact
-    sample_ms: float = 2.0  # one timed sample repeats a kernel until it lasts this long (0: one call)
-
-
-@dataclass(frozen=True)
-class CoRunGo:
-    """Run the prepared kernels back to back, from ``start_at`` (``time.monotonic``, the same clock in
-    every process: the barrier) until ``stop_at``, and at least ``min_samples`` rounds."""
-
-    start_at: float
-    stop_at: float
-    min_samples: int = 3
-
-
-@dataclass
-class CoRunResult:
-    status: Status
-    error: str = ""
-    latencies_s: list[list[float]] = field(default_factory=list)  # per kernel, one per sample (per call)
-    numbers: list[int] = field(default_factory=list)  # calls per sample, per kernel
-    rounds_s: list[float] = field(default_factory=list)  # per round: the sum of its kernels' per-call latencies
-    started_late_s: float = 0.0  # how long after start_at the first round began
-    max_abs_err: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

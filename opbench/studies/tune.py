@@ -22,8 +22,8 @@ from opbench.engines.loop import CORES_KNOB, ENGINE_TRIAL_TAG, run_tuning
 from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine, observe_default
 from opbench.exceptions import OpBenchError, StudyInterrupted
+from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources, parse_cores
-from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
 from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, pareto_front, speedup, tee

@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from opbench.hardware.lock import HostLock
 from opbench.lifecycle import fault_point
-from opbench.measure.lock import HostLock
 from opbench.paths import default_tracking_uri, safe_name, store_dir
 from opbench.record import JSON_TAGS, Record, from_mlflow_value, is_ok, kind_of
 from opbench.tracking.writer import BackgroundWriter

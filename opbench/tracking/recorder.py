@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from opbench.measure.lock import HostLock
+from opbench.hardware.lock import HostLock
 from opbench.record import Record, is_ok
 from opbench.tracking.jsonl import JsonlWriter
 from opbench.tracking.mlflow_store import MlflowWriter, study_dir

@@ -6,7 +6,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from opbench.measure.lock import HostLock
+from opbench.hardware.lock import HostLock
 from opbench.record import Record
 
 log = logging.getLogger("opbench")

@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from opbench import settings
+from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
-from opbench.measure.lock import HostLock
+from opbench.measure.protocol import CoRunGo, CoRunPrepare, CoRunResult
 from opbench.measure.runner._base import Runner
-from opbench.measure.types import CoRunGo, CoRunPrepare, CoRunResult, Status
 from opbench.measure.worker import Worker, WorkerError
+from opbench.record import Status
 
 BARRIER_LEAD_S = 0.05  # from releasing the members to their common start
 SAMPLE_MS = 2.0  # full: one timed sample repeats a kernel until it lasts this long; stream: one call each

@@ -9,9 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from opbench import settings
-from opbench.hardware.resources import Resources
-from opbench.hardware.targets import is_gpu
-from opbench.measure.host_speed import (
+from opbench.hardware.host_speed import (
     SLOWNESS_COLUMNS,
     SPELL_RERUN_MAX_S,
     HostSpeed,
@@ -19,10 +17,13 @@ from opbench.measure.host_speed import (
     furthest_from_usual,
     probe_cpus,
 )
-from opbench.measure.lock import HostLock
+from opbench.hardware.lock import HostLock
+from opbench.hardware.resources import Resources
+from opbench.hardware.targets import is_gpu
+from opbench.measure.protocol import LibraryInput, RunInput, RunResult
 from opbench.measure.runner._base import Runner
-from opbench.measure.types import LibraryInput, RunInput, RunResult, Status
 from opbench.measure.worker import KERNEL, LIBRARY, Worker, WorkerError
+from opbench.record import Status
 
 Job = RunInput | LibraryInput
 

@@ -12,9 +12,10 @@ import threading
 from opbench import settings
 from opbench.hardware.devices import RemoteDevice
 from opbench.hardware.resources import Resources
+from opbench.measure.protocol import RemoteConnect, RemoteSession, RunInput, RunResult
 from opbench.measure.runner._base import Runner
-from opbench.measure.types import RemoteConnect, RemoteSession, RunInput, RunResult, Status
 from opbench.measure.worker import Worker, WorkerError
+from opbench.record import Status
 
 
 class _Slot:

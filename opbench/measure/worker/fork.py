@@ -9,11 +9,9 @@ import signal
 import traceback
 from collections.abc import Callable
 
-from opbench.measure.types import (
-    RunResult,
-    Status,
-)
+from opbench.measure.protocol import RunResult
 from opbench.measure.worker._common import short_error
+from opbench.record import Status
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
 

@@ -12,22 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbench import settings
-from opbench.measure.quiet import wait_until_idle
-from opbench.measure.types import (
-    BuildInput,
-    BuildResult,
-    CoRunGo,
-    CoRunPrepare,
-    CoRunResult,
-    RemoteConnect,
-    RemoteSession,
-    RunInput,
-    RunResult,
-    Status,
-)
+from opbench.hardware.quiet import wait_until_idle
+from opbench.measure.protocol import BuildInput, BuildResult, CoRunGo, CoRunPrepare, CoRunResult, RemoteConnect, RemoteSession, RunInput, RunResult
 from opbench.measure.worker._common import FLUSH_BYTES, Inputs, short_error
 from opbench.measure.worker.fork import in_child
 from opbench.measure.worker.series import calls_per_repeat, series_shape, timed
+from opbench.record import Status
 
 HUGE_PAGE_BYTES = 2 << 20
 HUGE_PAGE_MIN_BYTES = 256 << 10  # smaller arguments stay where TVM puts them

@@ -5,13 +5,10 @@ import os
 import time
 from typing import Any
 
-from opbench.measure.types import (
-    LibraryInput,
-    RunResult,
-    Status,
-)
+from opbench.measure.protocol import LibraryInput, RunResult
 from opbench.measure.worker._common import FLUSH_BYTES, Inputs
 from opbench.measure.worker.series import series_shape, timed
+from opbench.record import Status
 
 
 class LibraryWorker:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from opbench.measure.types import (
+from opbench.measure.protocol import (
     BuildInput,
     BuildResult,
     CoRunGo,
@@ -21,11 +21,11 @@ from opbench.measure.types import (
     RemoteSession,
     RunInput,
     RunResult,
-    Status,
 )
 from opbench.measure.worker._common import KERNEL, LIBRARY, READY, short_error
 from opbench.measure.worker.kernel import KernelWorker
 from opbench.measure.worker.library import LibraryWorker
+from opbench.record import Status
 
 
 def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int, role: str = KERNEL) -> None:

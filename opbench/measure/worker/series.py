@@ -7,10 +7,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from opbench.measure.quiet import HostLoad
-from opbench.measure.types import (
-    Timing,
-)
+from opbench.hardware.quiet import HostLoad
+from opbench.measure.protocol import Timing
 
 # A series of a slow kernel lasts about this long at most: it takes fewer repeats (at least MIN_REPEATS),
 # and is not measured again for a high CV. A config 200x slower than the best (300-600 ms matmul-512

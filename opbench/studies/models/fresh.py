@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from opbench.measure.lock import DEFAULT_LOCK, HostLock
+from opbench.hardware.lock import DEFAULT_LOCK, HostLock
 
 WINDOW_S = 1.0  # a whole model runs for at least this long in each fresh process: its median outlasts most slow spells
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from opbench.engines.loop import ENGINE_TRIAL_TAG
 from opbench.exceptions import OpBenchError
+from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.integration.nni.service.address import authkey, open_private
 from opbench.integration.nni.service.protocol import ServiceManager, TrialReply, TrialRequest
 from opbench.lifecycle import exit_on_sigterm, fault_point
-from opbench.measure.lock import HostLock
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.studies.references import measure_references
