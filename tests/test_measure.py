@@ -149,3 +149,20 @@ def test_cpu_runs_fork_until_the_worker_runs_a_kernel_itself():
     assert worker._pristine("llvm") and not worker._pristine("cuda")  # CUDA does not survive a fork
     worker._pool_here()  # as a co-run does: its pool's threads would not survive a fork either
     assert not worker._pristine("llvm")
+
+
+def test_in_process_model_timings_wait_for_the_host_lock(tmp_path):
+    """model-ops and tune-model time operators and whole models in-process: under the host lock, as every
+    timed run (before, they ran beside other processes' timed runs)."""
+    from tvm import te
+
+    from opbench.hardware.lock import HostLock, LockTimeout
+    from opbench.measure.inprocess import time_primfunc
+
+    a = te.placeholder((16, 16), name="A")
+    b = te.compute((16, 16), lambda i, j: a[i, j] * 2.0, name="B")
+    func = te.create_prim_func([a, b])
+    lock = HostLock(tmp_path / "timing.lock", wait_s=0.5)
+    with HostLock(tmp_path / "timing.lock").exclusive(), pytest.raises(LockTimeout):
+        time_primfunc(func, "llvm", repeat=1, lock=lock)  # another process's timed run holds the host
+    assert time_primfunc(func, "llvm", repeat=1, lock=lock) > 0  # free: it times

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from opbench.exceptions import OpBenchError
+from opbench.measure.inprocess import time_model, time_primfunc
 from opbench.studies.models.fresh import in_fresh_process, torch_ms_here
 from opbench.workloads.models.extract import (
     FusedOp,
@@ -17,8 +18,6 @@ from opbench.workloads.models.extract import (
     fused_ops,
     import_model,
     mark_shares,
-    time_model,
-    time_primfunc,
 )
 from opbench.workloads.models.sources import ModelSource
 

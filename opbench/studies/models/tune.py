@@ -19,6 +19,7 @@ from opbench.engines.simple import GridEngine
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, set_tvm_threads
 from opbench.hardware.targets import make_target
+from opbench.measure.inprocess import time_model
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
 from opbench.record import Record, best_ok, tee
@@ -33,7 +34,7 @@ from opbench.tracking.mlflow_store import study_dir
 from opbench.workloads import Workload, parse_workload
 from opbench.workloads.fused import model_name
 from opbench.workloads.models import cache
-from opbench.workloads.models.extract import FusedOp, key_ops, time_model
+from opbench.workloads.models.extract import FusedOp, key_ops
 from opbench.workloads.models.sources import load_model
 
 log = logging.getLogger("opbench")

@@ -7,8 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from opbench.exceptions import OpBenchError
 from opbench.workloads.models.sources import ModelSource
 
@@ -133,42 +131,6 @@ def fused_ops(mod: Any) -> tuple[list[FusedOp], dict[str, Any]]:
                            float(estimate_tir_flops(tvm.IRModule({"main": main}))), calls, outputs))
         funcs[gvar.name_hint] = main
     return ops, funcs
-
-
-def _timed(fn: Any, dev: Any, args: list[Any], min_ms: int, repeat: int) -> float:
-    """Median ms of ``repeat`` timed repeats of a TVM function (each at least ``min_ms`` long)."""
-    evaluator = fn.time_evaluator("main", dev, number=1, repeat=repeat + 1, min_repeat_ms=min_ms)
-    return float(np.median(list(evaluator(*args).results)[1:])) * 1e3
-
-
-def time_primfunc(func: Any, target: Any, repeat: int = 5) -> float:
-    """One call of a PrimFunc on random inputs, compiled alone for ``target`` (ms)."""
-    import tvm
-
-    dev = tvm.cpu()
-    executable = tvm.compile(tvm.IRModule({"main": func}), target)
-    rng = np.random.default_rng(0)
-    args = []
-    for buffer in func.params:
-        shape = [int(d) for d in buffer.shape]
-        data = rng.standard_normal(shape) if "float" in str(buffer.dtype) else rng.integers(0, 2, shape)
-        args.append(tvm.runtime.tensor(data.astype(str(buffer.dtype)), dev))
-    return _timed(executable.mod, dev, args, 20, repeat)
-
-
-def time_model(mod: Any, target: Any, inputs: list[np.ndarray], repeat: int = 5) -> tuple[float, list[np.ndarray]]:
-    """The whole fused model on the Relax VM: median ms per run, and its outputs."""
-    import tvm
-    from tvm import relax
-
-    dev = tvm.cpu()
-    vm = relax.VirtualMachine(tvm.compile(mod, target), dev)
-    args = [tvm.runtime.tensor(a, dev) for a in inputs]
-    out = vm["main"](*args)
-    outputs = [o.numpy() for o in (out if isinstance(out, (list, tuple, tvm.ir.Array)) else [out])]
-    vm.set_input("main", *args)
-    evaluator = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=repeat + 1, min_repeat_ms=20)
-    return float(np.median(list(evaluator("main").results)[1:])) * 1e3, outputs
 
 
 def key_ops(ops: list[FusedOp], latency_ms: Callable[[FusedOp], float]) -> list[FusedOp]:

@@ -1,0 +1,51 @@
+"""Timings in this process, for what a TrialSpec cannot describe: a model's operator compiled alone and the
+whole model on the Relax VM (``opbench model-ops``, ``tune-model``). Each timed series holds the host
+timing lock exclusively, as every timed run on the host does; compiling does not."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from opbench import settings
+from opbench.hardware.lock import DEFAULT_LOCK, HostLock
+
+
+def _timed(fn: Any, dev: Any, args: list[Any], min_ms: int, repeat: int) -> float:
+    """Median ms of ``repeat`` timed repeats of a TVM function (each at least ``min_ms`` long)."""
+    evaluator = fn.time_evaluator("main", dev, number=1, repeat=repeat + 1, min_repeat_ms=min_ms)
+    return float(np.median(list(evaluator(*args).results)[1:])) * 1e3
+
+
+def time_primfunc(func: Any, target: Any, repeat: int = settings.REPEAT, lock: HostLock | None = None) -> float:
+    """One call of a PrimFunc on random inputs, compiled alone for ``target`` (ms), timed under the host lock."""
+    import tvm
+
+    dev = tvm.cpu()
+    executable = tvm.compile(tvm.IRModule({"main": func}), target)
+    rng = np.random.default_rng(0)
+    args = []
+    for buffer in func.params:
+        shape = [int(d) for d in buffer.shape]
+        data = rng.standard_normal(shape) if "float" in str(buffer.dtype) else rng.integers(0, 2, shape)
+        args.append(tvm.runtime.tensor(data.astype(str(buffer.dtype)), dev))
+    with (lock or HostLock(DEFAULT_LOCK)).exclusive():
+        return _timed(executable.mod, dev, args, 20, repeat)
+
+
+def time_model(mod: Any, target: Any, inputs: list[np.ndarray], repeat: int = settings.REPEAT,
+               lock: HostLock | None = None) -> tuple[float, list[np.ndarray]]:
+    """The whole fused model on the Relax VM: median ms per run (timed under the host lock), and its outputs."""
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cpu()
+    vm = relax.VirtualMachine(tvm.compile(mod, target), dev)
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    out = vm["main"](*args)
+    outputs = [o.numpy() for o in (out if isinstance(out, (list, tuple, tvm.ir.Array)) else [out])]
+    vm.set_input("main", *args)
+    evaluator = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=repeat + 1, min_repeat_ms=20)
+    with (lock or HostLock(DEFAULT_LOCK)).exclusive():
+        results = list(evaluator("main").results)
+    return float(np.median(results[1:])) * 1e3, outputs
