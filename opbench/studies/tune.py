@@ -105,10 +105,10 @@ class StudyResult:
 
     study: str
     tracking_uri: str
-    records: list[Record] = field(default_factory=list)  # the engine's trials, this session's and earlier ones
+    records: list[Record] = field(default_factory=list)  # the engine's trials of this invocation (resumed ones too)
     references: dict[str, Record] = field(default_factory=dict)
     verification: Verification | None = None
-    objectives: tuple[str, ...] = ("latency",)
+    objectives: tuple[str, ...] = ("latency",)  # what the engine minimised (more than one: a Pareto front)
     pareto: list[Record] = field(default_factory=list)  # multi-objective studies: the front, by the second objective
     rejected: int = 0  # invalid configs turned away before measuring
     plots: dict[str, Path] = field(default_factory=dict)

@@ -29,10 +29,6 @@ class WriteAheadLog:
         self.directory = directory
         self._writer = JsonlWriter(directory / f"{socket.gethostname()}-{os.getpid()}.jsonl")
 
-    @property
-    def path(self) -> Path:
-        return self._writer.path
-
     def append(self, record: Record) -> None:
         """On disk when this returns (fsync)."""
         self._writer.write(record)
