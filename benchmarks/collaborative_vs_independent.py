@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from opbench.measure.measurer import Measurer
+from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
 from opbench.report.progress import corun_printer, table
 from opbench.space import get_template
@@ -39,7 +40,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="opbench-collab-"))
     log = corun_printer(None)
     rows, gains = [], []
-    with Measurer(MeasureOptions(build_workers=2, repeat=3)) as measurer:
+    with Measurer(MeasureOptions(TimingPolicy(repeat=3), build_workers=2)) as measurer:
         for pair in PAIRS:
             workloads = [parse_workload(name) for name in pair]
             layouts = [l for l in layouts_for(len(workloads), cores) if args.mode == "full" or l.shared]

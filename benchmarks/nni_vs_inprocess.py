@@ -37,6 +37,7 @@ from opbench.engines.registry import EngineSpec, create_engine
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
+from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
 from opbench.report.progress import table
 from opbench.space import get_template
@@ -54,7 +55,7 @@ def in_process(trials: int, scratch: Path) -> dict:
     template = get_template(workload)
     engine = create_engine(EngineSpec("nni", tuner="TPE", seed=0), template.search_space(workload), workload, template,
                            resources, "inprocess")
-    with Measurer(MeasureOptions(repeat=5)) as measurer, \
+    with Measurer(MeasureOptions(TimingPolicy(repeat=5))) as measurer, \
             Recorder("inprocess", f"sqlite:///{scratch}/mlflow.db", background_lock=HostLock(MeasureOptions().lock_path)) as recorder:
         measurer.warm_up(resources)
         started = time.time()

@@ -24,6 +24,7 @@ from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
+from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
 from opbench.predictor.model import LatencyModel, evaluate, split
 from opbench.record import is_ok
@@ -68,7 +69,7 @@ def main() -> None:
     resources = Resources(args.threads)
     scratch = Path(tempfile.mkdtemp(prefix="opbench-predictor-"))
     runs: dict[str, list[dict]] = {}
-    with Measurer(MeasureOptions(build_workers=2, repeat=3)) as measurer:
+    with Measurer(MeasureOptions(TimingPolicy(repeat=3), build_workers=2)) as measurer:
         measurer.warm_up(resources)
         others = []
         for name in OTHERS:

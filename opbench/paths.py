@@ -6,6 +6,7 @@ import os
 import re
 import stat
 import tempfile
+import threading
 from pathlib import Path
 
 from opbench.exceptions import UnsafePathError
@@ -57,3 +58,12 @@ def private_dir(folder: Path) -> Path:
 def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
     """``os.open`` that never follows a symbolic link at ``path`` (a planted link fails with ELOOP)."""
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` atomically with a new file of mode 0600 holding ``data``: a reader (another process
+    of this user) sees the old file or the new one, never half of one, and never a planted link's target."""
+    fresh = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
+    with os.fdopen(open_nofollow(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as out:
+        out.write(data)
+    os.replace(fresh, path)

@@ -50,6 +50,8 @@ METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gfl
            # co-runs (opbench.measure.corun)
            "solo_latency_ms", "slowdown", "makespan_ms", "solo_makespan_ms", "gflops_total", "started_late_ms",
            "window_s",
+           # a library baseline reused from an earlier study on this host: its age (opbench.measure.baselines)
+           "baseline_age_s",
            # a model's fused operators (opbench model-ops)
            "calls", "share", "flops")
 TAGS = ("status", "error", "schema_version", "trial_id", "latencies_ms", "study", "engine",
@@ -57,7 +59,7 @@ TAGS = ("status", "error", "schema_version", "trial_id", "latencies_ms", "study"
         # fresh-process verification (opbench verify): which schedule a record re-measures, in which round
         "verified_as", "verify_round", "worker_pid", "kernel_pid",
         # a library baseline: the latency in each fresh process it was timed in (its record is the median one)
-        "process_latencies_ms")
+        "process_latencies_ms", "reused_from")
 KNOB_PREFIX = "knob."
 FEATURE_PREFIX = "feat."
 JSON_TAGS = ("latencies_ms", "process_latencies_ms")  # tags whose value is a list, JSON-encoded in MLflow

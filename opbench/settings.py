@@ -38,6 +38,11 @@ def spell_wait_s() -> float:
     return _number("OPBENCH_SPELL_WAIT_S", 0.5)
 
 
+def baseline_reuse_s() -> float:
+    """Seconds a library baseline measured on this host is reused by later studies' references (0: never)."""
+    return _number("OPBENCH_BASELINE_REUSE_S", 3600.0)
+
+
 def stale_after_s() -> float:
     """Seconds without a heartbeat after which a shared study's trial is failed and asked again."""
     return _number("OPBENCH_STALE_AFTER_S", 30.0)

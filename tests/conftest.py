@@ -15,7 +15,7 @@ import pytest
 # suite's runs (and the processes it starts, which inherit this) record the host's slowness but never
 # wait or run again.
 os.environ.update(OPBENCH_SETTLE_S="0", OPBENCH_FRESH_SETTLE_S="0", OPBENCH_SPELL_RERUNS="0",
-                  OPBENCH_SPELL_WAIT_S="0")
+                  OPBENCH_SPELL_WAIT_S="0", OPBENCH_BASELINE_REUSE_S="0")  # each test's references its own
 
 from opbench.plugins import load_plugins
 
@@ -61,9 +61,10 @@ atexit.register(shutil.rmtree, os.environ["OPBENCH_MODEL_CACHE"], ignore_errors=
 @pytest.fixture(scope="session")
 def measurer(tmp_path_factory):
     from opbench.measure.measurer import Measurer
+    from opbench.measure.timing import TimingPolicy
     from opbench.measure.types import MeasureOptions
 
-    options = MeasureOptions(repeat=3, min_repeat_ms=5.0, run_timeout_s=10.0,
+    options = MeasureOptions(TimingPolicy(repeat=3, min_repeat_ms=5.0), run_timeout_s=10.0,
                              lock_path=tmp_path_factory.mktemp("lock") / "timing.lock")
     with Measurer(options) as m:
         yield m

@@ -10,6 +10,7 @@ import pytest
 
 from opbench.engines.optuna.storage import JOURNAL_FILE, open_storage
 from opbench.engines.registry import EngineSpec
+from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
 from opbench.studies.shared import publish
 from opbench.studies.tune import TuneSpec
@@ -134,7 +135,7 @@ def test_a_killed_worker_host_replays_its_log_on_rejoining(database, tmp_path, t
     Optuna that record rather than measure the trial again."""
     storage = database.url(f"rejoin_{code}".replace("-", "m"))
     spec = TuneSpec(SMALL, TRIALS, EngineSpec("optuna", seed=1), study="s", references=False, verify_rounds=0,
-                    measure=MeasureOptions(repeat=2), tracking_uri=tracking_uri)
+                    measure=MeasureOptions(TimingPolicy(repeat=2)), tracking_uri=tracking_uri)
     parent = MlflowWriter("s", tracking_uri)  # a study published by `tune` on another host, measuring nothing here
     publish(optuna.create_study(study_name="s", storage=open_storage(storage)), storage, spec.to_json(),
             parent.parent_run_id)

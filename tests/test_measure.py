@@ -110,10 +110,10 @@ def test_a_batch_takes_its_repeats_in_interleaved_turns_and_a_lone_trial_in_one(
     default, tuned, wrong = measurer.measure_batch(specs)
     for record in (default, tuned):
         _ok(record)
-        assert record["turns"] + record["turns_left_out"] == options.turns == 3  # repeat 3: one repeat a turn
+        assert record["turns"] + record["turns_left_out"] == options.timing.turns == 3  # repeat 3: one repeat a turn
     assert wrong["status"] == "wrong_result" and "turns" not in wrong
     lone = measurer.measure(specs[1])
-    assert lone["turns"] == 1 and lone["repeat"] == options.repeat
+    assert lone["turns"] == 1 and lone["repeat"] == options.timing.repeat
 
 
 def test_large_kernel_arguments_start_on_a_huge_page_boundary(monkeypatch):

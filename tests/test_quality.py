@@ -1,6 +1,7 @@
 """Trustworthy numbers: isolated baselines, a quiet TVM pool, measurement quality, fresh-process verification."""
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,11 +11,13 @@ from opbench import settings
 from opbench.cli import main
 from opbench.hardware.host_speed import Slowness
 from opbench.hardware.resources import Resources
+from opbench.measure import timing
 from opbench.measure.measurer import FRESH_TURNS
-from opbench.measure.protocol import LibraryInput, RunInput, RunResult, Timing
-from opbench.measure.runner.local import LocalRunner, joined
+from opbench.measure.protocol import LibraryInput, RunInput, RunResult
+from opbench.measure.runner.local import LocalRunner
+from opbench.measure.timing import Attempt, TimingPolicy, joined, take
 from opbench.measure.types import TrialSpec
-from opbench.measure.worker import LIBRARY, Worker, series
+from opbench.measure.worker import LIBRARY, Worker
 from opbench.record import Status
 from opbench.space import get_template
 from opbench.space.winograd import KNOBS
@@ -81,23 +84,34 @@ def test_a_series_is_sized_by_a_warm_call_not_the_cold_first_one():
         calls.append(1)
         time.sleep(0.002)
 
-    number, repeat = series.series_shape(Timing(repeat=5, min_repeat_ms=50), 0.049, call)
+    number, repeat = TimingPolicy(repeat=5, min_repeat_ms=50).series_shape(0.049, call)
     assert len(calls) == 1 and 2 < number <= 25 and repeat == 5  # 2 ms a call or more, not the first's 49
-    assert series.series_shape(Timing(repeat=5, min_repeat_ms=50), 0.2, call) == (1, 5)  # past a repeat: as it is
-    assert series.series_shape(Timing(repeat=5, cache_flush=True), 0.001, call) == (1, 5)  # one call a repeat
+    assert TimingPolicy(repeat=5, min_repeat_ms=50).series_shape(0.2, call) == (1, 5)  # past a repeat: as it is
+    assert TimingPolicy(repeat=5, cache_flush=True).series_shape(0.001, call) == (1, 5)  # one call a repeat
     assert len(calls) == 1
 
 
+def _series(*latencies, run_s=0.3):
+    return Attempt(RunResult(Status.OK, latencies_s=list(latencies), run_s=run_s))
+
+
 def test_a_slow_kernels_series_takes_fewer_repeats_and_is_not_measured_again(monkeypatch):
-    five = Timing(repeat=5)
-    assert [series.repeats(five, s) for s in (0.05, 0.2, 0.25, 0.3, 5.0)] == [5, 5, 4, 3, 3]
-    assert series.repeats(Timing(repeat=2), 5.0) == 2  # never more than asked for
-    noisy = iter([[1.0, 2.0], [1.0, 1.5], [1.0, 1.1]])
-    latencies, extra, _ = series.timed(Timing(max_remeasures=2), lambda: next(noisy))
-    assert extra == 2 and latencies == [1.0, 1.1]  # the steadiest of three
-    monkeypatch.setattr(series, "SERIES_BUDGET_S", 0.0)  # every series now outlasts the budget
-    latencies, extra, _ = series.timed(Timing(max_remeasures=2), lambda: [1.0, 2.0])
-    assert extra == 0 and latencies == [1.0, 2.0]
+    five = TimingPolicy(repeat=5)
+    assert [five.repeats(s) for s in (0.05, 0.2, 0.25, 0.3, 5.0)] == [5, 5, 4, 3, 3]
+    assert TimingPolicy(repeat=2).repeats(5.0) == 2  # never more than asked for
+    noisy = iter([_series(1.0, 2.0), _series(1.0, 1.5), _series(1.0, 1.1)])
+    reasons = []
+    kept = take(TimingPolicy(max_remeasures=2), lambda reason: reasons.append(reason) or next(noisy))
+    assert kept.remeasures == 2 and kept.latencies_s == [1.0, 1.1] and reasons == [None, "noisy", "noisy"]
+    assert kept.run_s == pytest.approx(0.9)  # every attempt's run time: the steadiest of three kept
+    steady = iter([_series(1.0, 1.5), _series(1.0, 1.01)])
+    assert take(TimingPolicy(max_remeasures=5), lambda _: next(steady)).remeasures == 1  # steady enough: done
+    long = iter([_series(1.0, 2.0, run_s=timing.SERIES_BUDGET_S + 0.1)])
+    kept = take(TimingPolicy(max_remeasures=2), lambda _: next(long))
+    assert kept.remeasures == 0 and kept.latencies_s == [1.0, 2.0]  # a run past the budget is never taken again
+    failed = iter([_series(1.0, 2.0), Attempt(RunResult(Status.TIMEOUT, "run: timed out"))])
+    kept = take(TimingPolicy(max_remeasures=2), lambda _: next(failed))
+    assert kept.status is Status.OK and kept.latencies_s == [1.0, 2.0]  # a failed retake keeps the first attempt
 
 
 def test_the_tvm_pool_is_idle_once_a_timed_run_returns(measurer):
@@ -119,15 +133,15 @@ def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(mea
 
     workload = parse_workload("matmul:m=32,n=32,k=32")
     options = measurer.options
-    saved = (options.max_cv, options.max_remeasures, options.cache_flush)
+    saved = options.timing
     try:
-        options.max_cv, options.max_remeasures = 1e-12, 2  # no series is that steady: both extra attempts
+        options.timing = replace(saved, max_cv=1e-12, max_remeasures=2)  # no series is that steady: both retakes
         noisy = measurer.measure(TrialSpec(workload, {}, Resources(1)))
         baseline = measurer.measure_library(workload, "numpy", Resources(1))
-        options.max_cv, options.cache_flush = 10.0, True  # every series passes; one call per repeat, caches flushed
+        options.timing = replace(saved, max_cv=10.0, cache_flush=True)  # every series passes; one call a repeat, flushed
         flushed = measurer.measure(TrialSpec(workload, {}, Resources(1)))
     finally:
-        options.max_cv, options.max_remeasures, options.cache_flush = saved
+        options.timing = saved
     assert noisy["remeasures"] == 2 and flushed["remeasures"] == 0
     assert baseline["remeasures"] == 0 and baseline["turns"] + baseline["turns_left_out"] == FRESH_TURNS  # more turns
     assert baseline["repeat"] == baseline["turns"] * noisy["repeat"]  # instead; those a probe found in a spell left out
@@ -389,8 +403,8 @@ def test_a_batch_takes_turns_in_the_runners_own_workers_waiting_as_long_as_a_tri
         return _ok(len(calls))
 
     monkeypatch.setattr(LocalRunner, "_call", call)
-    runner = LocalRunner(settle_s=0.25)
-    first, second = runner.run_turns([RunInput("", MATMUL), RunInput("", "matmul:m=8,n=8,k=8")], turns=3)
+    runner, waiting = LocalRunner(), TimingPolicy(settle_s=0.25)
+    first, second = runner.run_turns([RunInput("", MATMUL, waiting), RunInput("", "matmul:m=8,n=8,k=8", waiting)], turns=3)
     small = "matmul:m=8,n=8,k=8"
     assert [(w, wait) for w, wait, _ in calls] == [(w, 0.25) for w in (MATMUL, small, small, MATMUL, MATMUL, small)]
     assert len({id(worker) for _, _, worker in calls}) == 1 and list(runner._workers.values())[0] is calls[0][2]
@@ -426,13 +440,17 @@ def _ok(ms):
     return RunResult(Status.OK, latencies_s=[ms * 1e-3], run_s=0.25, load={"other_busy_frac": 0.0})
 
 
+def _spelled(reruns, wait_s):
+    return RunInput("", MATMUL, TimingPolicy(spell_reruns=reruns, spell_wait_s=wait_s))
+
+
 def test_a_run_the_probes_find_in_a_spell_is_taken_again_and_the_nearest_to_usual_kept():
     usual, fast, slow = Slowness(1.0, 1.02, 1.1), Slowness(1.0, 0.7, 1.0), Slowness(1.0, 1.0, 1.5)
     inp = RunInput("", MATMUL)
     # memory fast before the first run, lock step slow after the second: the third, usual on both sides, is kept
     worker = _Runs(_ok(1.3), _ok(1.9), _ok(1.6))
     spells = _Spells(fast, usual, usual, slow, usual, usual)
-    kept = LocalRunner(speed=spells, spell_reruns=2, spell_wait_s=1.5)._call(worker, inp, 0.0)
+    kept = LocalRunner(speed=spells)._call(worker, _spelled(2, 1.5), 0.0)
     assert worker.calls == 3 and kept.latencies_s == [1.6e-3] and kept.spell_reruns == 2
     assert spells.waits == [0.0, 0.0, 1.5, 0.0, 1.5, 0.0]  # a rerun waits for the usual state, a probe after never
     assert kept.run_s == pytest.approx(0.75)  # every attempt's run time
@@ -440,18 +458,18 @@ def test_a_run_the_probes_find_in_a_spell_is_taken_again_and_the_nearest_to_usua
                          "host_sync_slowness": 1.1}
     # back in a spell after every rerun: the attempt nearest the usual state (0.85 memory beats 0.7)
     worker = _Runs(_ok(1.3), _ok(1.4))
-    runner = LocalRunner(speed=_Spells(fast, usual, usual, Slowness(1.0, 0.85)), spell_reruns=1)
-    kept = runner._call(worker, inp, 0.0)
+    runner = LocalRunner(speed=_Spells(fast, usual, usual, Slowness(1.0, 0.85)))
+    kept = runner._call(worker, _spelled(1, 0.5), 0.0)
     assert kept.latencies_s == [1.4e-3] and kept.load["host_memory_slowness"] == 0.85 and kept.spell_reruns == 1
     # a spell that outlasts the wait before a rerun ends the reruns: the first attempt is kept, flagged
     worker = _Runs(_ok(1.3), _ok(1.4))
     spells = _Spells(fast, usual, slow)
-    kept = LocalRunner(speed=spells, spell_reruns=2, spell_wait_s=0.5)._call(worker, inp, 0.0)
+    kept = LocalRunner(speed=spells)._call(worker, _spelled(2, 0.5), 0.0)
     assert worker.calls == 1 and kept.latencies_s == _ok(1.3).latencies_s and kept.spell_reruns == 0
     assert kept.load["host_memory_slowness"] == 0.7 and spells.waits == [0.0, 0.0, 0.5]
     # a run that took long keeps its flag: taking it again would cost seconds
     worker = _Runs(RunResult(Status.OK, latencies_s=[0.4], run_s=3.0))
-    kept = LocalRunner(speed=_Spells(fast, usual), spell_reruns=2)._call(worker, inp, 0.0)
+    kept = LocalRunner(speed=_Spells(fast, usual))._call(worker, _spelled(2, 0.5), 0.0)
     assert worker.calls == 1 and kept.spell_reruns == 0 and kept.load["host_memory_slowness"] == 0.7
     # a failed run is not taken again, and an unprobed runner runs once
     worker = _Runs(RunResult(Status.RUN_ERROR, "run: crashed"))
@@ -487,3 +505,34 @@ def test_turns_a_probe_found_in_a_spell_are_left_out_unless_all_were():
 def test_one_turn_is_its_own_result():
     only = RunResult(Status.OK, latencies_s=[1e-3], load={"other_busy_frac": 0.2})
     assert joined([only]) is only
+
+
+def test_a_baseline_is_reused_only_while_young_and_the_host_reads_usual(measurer, monkeypatch, tmp_path):
+    from opbench.measure.baselines import BaselineCache, baseline_key
+    from opbench.workloads import parse_workload
+
+    now, usual = [1000.0], [True]
+    monkeypatch.setattr(measurer, "_baselines", BaselineCache(tmp_path / "baselines.json", clock=lambda: now[0]))
+    monkeypatch.setattr(LocalRunner, "host_usual", lambda self, resources: usual[0])
+    workload = parse_workload("matmul:m=16,n=16,k=16")
+
+    def numpy(reuse_s=3600.0):
+        record = measurer.measure_library(workload, "numpy", Resources(1), processes=1, reuse_s=reuse_s)
+        assert record["status"] == "ok", record["error"]
+        return record
+
+    first = numpy()
+    assert "reused_from" not in first and (tmp_path / "baselines.json").stat().st_mode & 0o077 == 0
+    now[0] += 600
+    again = numpy()
+    assert again["reused_from"] == first["trial_id"] and again["trial_id"] != first["trial_id"]
+    assert again["latency_ms"] == first["latency_ms"] and again["baseline_age_s"] == 600
+    usual[0] = False  # a probe finds the host in a spell: measured anew
+    assert "reused_from" not in numpy()
+    usual[0], now[0] = True, now[0] + 3601  # too old (the newest one was stored at 1600)
+    assert "reused_from" not in numpy()
+    assert "reused_from" not in numpy(reuse_s=0)  # never asked to reuse
+    one, two = Resources(1), Resources(2)
+    assert baseline_key(workload, "numpy", one, "h") != baseline_key(workload, "numpy", two, "h")
+    assert baseline_key(workload, "numpy", one, "h") != baseline_key(workload, "torch", one, "h")
+    assert "numpy==" in baseline_key(workload, "numpy", one, "h")  # its version: a new numpy measures anew

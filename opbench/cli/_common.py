@@ -19,15 +19,16 @@ class UsageError(OpBenchError):
 
 
 def measure_options(args: argparse.Namespace) -> MeasureOptions:
+    from opbench.measure.timing import TimingPolicy
     from opbench.measure.types import MeasureOptions
 
     remote = {"remote_workers": args.remote_workers, "connect_timeout_s": args.connect_timeout} \
         if hasattr(args, "remote_workers") else {}
     from_environment = {k: v for k, v in (("settle_s", args.settle_s), ("spell_reruns", args.spell_reruns))
-                        if v is not None}  # else MeasureOptions reads $OPBENCH_SETTLE_S, $OPBENCH_SPELL_RERUNS
-    return MeasureOptions(repeat=args.repeat, build_timeout_s=args.build_timeout,
-                          run_timeout_s=args.run_timeout, max_cv=args.max_cv, max_remeasures=args.max_remeasures,
-                          cache_flush=args.cache_flush, turns=args.turns, **from_environment, **remote)
+                        if v is not None}  # else TimingPolicy reads $OPBENCH_SETTLE_S, $OPBENCH_SPELL_RERUNS
+    timing = TimingPolicy(repeat=args.repeat, max_cv=args.max_cv, max_remeasures=args.max_remeasures,
+                          cache_flush=args.cache_flush, turns=args.turns, **from_environment)
+    return MeasureOptions(timing, build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout, **remote)
 
 
 def resources_of(args: argparse.Namespace, threads: int) -> Resources:

@@ -1,25 +1,10 @@
 """How fast the host runs our threads right now: a probe, its normal time, and waiting out spells.
 
-This 2-vCPU host has spells of a fraction of a second to tens of seconds in which ``threads`` threads at
-once run 1.2-2x slower, while each CPU alone runs at its usual speed, and spells in which memory past the
-L2 cache is served faster or slower than usual (another tenant's use of the shared L3, most likely).
-The probe runs two loops on each of the measurement's cores at once and takes the slowest thread's
-median of each: ``compute``, a small single-threaded matrix product in L1/L2, and ``memory``, a sum over
-:data:`MEMORY_PROBE_BYTES` (past a core's L2, within a shared L3). Sampled alternately with torch's
-2-thread matmul-512, the compute probe tracked it with Pearson 0.94 over 895 samples. It does not see the
-memory spells: paired over 1100 samples with matmul-512's best sampled TVM schedule (1.62 ms usually),
-95 of the 105 samples under 1.45 ms fell where the memory probe ran more than 10% fast (129 samples),
-while the compute probe read within 3% of usual. A probe's normal time is the median of the last
-:data:`HISTORY` probes on this host (kept in a file, as most probes find the host in its usual state);
-its ``slowness`` is a probe's time over it.
-
-Neither loop sees every spell a parallel kernel feels: in a noisy phase (a resnet50-c2 schedule 1.3x to
-2.4x slower than its usual 0.62 ms in 891 of 3277 samples, slow spans of up to 13 s), the two loops,
-sampled before and after each, flagged 68% of the slow samples and 41% of the others. So the probe ends
-with its threads in lock step, as a parallel kernel's run: :data:`SYNC_PROBE_ROUNDS` rounds of a small
-product each and a barrier. Its time tracked that kernel with Pearson 0.73 (the independent loops: 0.39
-and 0.36); more than 20% slow in the probe before or after a sample, it flagged 86% of the slow samples
-and 18% of the others.
+A probe runs three loops on each of the measurement's cores at once: ``compute`` (a small matrix product
+in L1/L2), ``memory`` (a sum over :data:`MEMORY_PROBE_BYTES`, past L2) and ``sync`` (lock-step rounds of a
+product and a barrier, as a parallel kernel runs). Its slowness is each loop's time over the median of
+this user's last :data:`HISTORY` probes, kept in a file. Why three loops, and what each catches:
+docs/measurement.md#probes.
 """
 from __future__ import annotations
 
@@ -34,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from opbench.paths import open_nofollow, user_runtime_dir
+from opbench.paths import user_runtime_dir, write_private
 
 HOST_SPEED_FILE = "host-speed.json"  # in the user's private folder: another user cannot poison it
 PROBE_SIZE = 128  # square float32 matrices: 4 MFLOP a call, in cache on any CPU
@@ -48,10 +33,6 @@ HISTORY = 200  # probes whose median is the normal time
 MIN_HISTORY = 5  # probes taken before the first one is judged
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
 SYNC_TOLERANCE = 0.20  # ... and the lock-step loop at most this much slower (it varies more)
-# How long a trial waits for the usual state, and how often a run found in a spell is taken again:
-# opbench.settings (settle_s, fresh_settle_s, spell_reruns, spell_wait_s; the measured reasons are in
-# docs/measurement.md). A run that took longer than this is never taken again (it would cost seconds).
-SPELL_RERUN_MAX_S = 1.0
 POLL_S = 0.1  # between the probes of a wait: most spells last a fraction of a second
 
 
@@ -226,10 +207,7 @@ class HostSpeed:
             return {}
 
     def _save(self) -> None:
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}")
-        with os.fdopen(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as out:
-            out.write(json.dumps(self._history))
-        tmp.replace(self.path)  # atomic: processes that probe at once never read half a file
+        write_private(self.path, json.dumps(self._history).encode())  # processes that probe at once: no half files
 
 
 def default_history() -> Path:

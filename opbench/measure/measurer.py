@@ -1,9 +1,7 @@
 """A trial: (workload, config, resources, target) -> build -> check -> time -> record."""
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -16,14 +14,16 @@ from opbench.hardware.devices import parse_device
 from opbench.hardware.host_speed import HostSpeed, default_history
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
+from opbench.measure.baselines import BaselineCache, baseline_key
 from opbench.measure.builder import LocalBuilder
 from opbench.measure.corun import CoRunSpec, corun_records
 from opbench.measure.features import static_features
 from opbench.measure.prepack import manifest_path
-from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, RunInput, RunResult, Timing
+from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, RunInput, RunResult
 from opbench.measure.rpc import check_device
 from opbench.measure.runner import LocalRunner, RPCRunner, Runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
+from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.record import SCHEMA_VERSION, Record, Status, is_ok, latency_stats, new_trial_id
 from opbench.space import Config, get_template
@@ -42,18 +42,16 @@ class Measurer:
         lock = HostLock(self.options.lock_path)
         self._builder = LocalBuilder(self.options.build_workers, self.options.build_timeout_s, lock)
         self._lock = lock
-        self._local = LocalRunner(self.options.run_timeout_s, lock,
-                                  HostSpeed(default_history()), self.options.settle_s,
-                                  self.options.spell_reruns)
+        self._local = LocalRunner(self.options.run_timeout_s, lock, HostSpeed(default_history()))
         self._corunner = CoRunner(self.options.run_timeout_s, lock)
         self._runners: dict[str, Runner[RunInput, RunResult]] = {LOCAL: self._local}  # device spec -> its runner
         self._dir = tempfile.mkdtemp(prefix="opbench-build-")
+        self._baselines = BaselineCache()
         self.host = host_facts()
 
     @property
-    def timing(self) -> Timing:
-        o = self.options
-        return Timing(o.repeat, o.min_repeat_ms, o.max_cv, o.max_remeasures, o.cache_flush)
+    def timing(self) -> TimingPolicy:
+        return self.options.timing
 
     def __enter__(self) -> Measurer:
         return self
@@ -123,15 +121,15 @@ class Measurer:
         return [records[i] for i in range(len(specs))]
 
     def _run_in_turns(self, specs: list[TrialSpec], builds: dict[int, BuildResult]) -> dict[int, RunResult]:
-        """Time the built kernels of a batch that run on this host in ``options.turns`` interleaved turns
+        """Time the built kernels of a batch that run on this host in ``timing.turns`` interleaved turns
         (:meth:`LocalRunner.run_turns`), the repeats shared among them; by spec index. Empty for fewer
         than two such kernels: a lone trial's turns would follow each other, all within one of the host's
         spells."""
         local = [i for i, b in builds.items() if b.status is Status.OK and specs[i].resources.device == LOCAL]
-        turns = self.options.turns
+        turns = self.timing.turns
         if len(local) < 2 or turns < 2:
             return {}
-        timing = dataclasses.replace(self.timing, repeat=math.ceil(self.timing.repeat / turns))
+        timing = self.timing.per_turn()
         runs = self._local.run_turns([self._run_input(builds[i], specs[i], timing) for i in local], turns)
         return dict(zip(local, runs))
 
@@ -192,18 +190,17 @@ class Measurer:
         return corun_records(spec, members, solo, together, failed)
 
     def measure_library(self, workload: Workload, library: str, resources: Resources,
-                        processes: int = LIBRARY_PROCESSES) -> Record:
+                        processes: int = LIBRARY_PROCESSES, reuse_s: float = 0.0) -> Record:
         """Time ``torch`` or ``numpy`` on the workload with the same threads and cores in ``processes`` fresh
         processes that never run a TVM kernel (each as :meth:`measure_fresh` times it), one after another so
         that their start-ups space them out: the record of the median process (the lower of the middle
-        two), every process's latency in ``process_latencies_ms``.
-
-        This 2-vCPU host has spells, from a fraction of a second to tens of seconds, in which 2-thread code
-        runs 1.3-2x slower with both threads on their cores throughout (torch's matmul-512: 1.5 ms, then
-        2.5 ms), and rarer ones 10-15% faster. Three short processes back to back all fell in one and made
-        a study's torch 1.5-1.9x too slow, and so did three taking turns (2.49-2.54 ms against 1.53 after
-        the study, in 2 of 5 studies); the fastest process, instead of the median, met a fast spell in 2
-        of 5 studies."""
+        two), every process's latency in ``process_latencies_ms`` (docs/measurement.md#baselines). With
+        ``reuse_s``, a baseline this host measured within that many seconds is reused (``reused_from``)
+        while a probe finds the host in its usual state."""
+        key = baseline_key(workload, library, resources, self.host.hostname)
+        if reuse_s > 0 and (known := self._baselines.get(key, reuse_s)) is not None \
+                and self._local.host_usual(resources):
+            return known
         spec = TrialSpec(workload, {}, resources, library)
         records = [self.measure_fresh([spec])[0] for _ in range(processes)]
         ok = sorted((r for r in records if is_ok(r)), key=lambda r: r["latency_ms"])
@@ -211,19 +208,17 @@ class Measurer:
             return records[0]
         median = ok[(len(ok) - 1) // 2]
         median["process_latencies_ms"] = [r["latency_ms"] for r in ok]
+        self._baselines.put(key, median)
         return median
 
     def measure_fresh(self, specs: list[TrialSpec], short: Collection[int] = ()) -> list[Record]:
         """Each spec timed in a new process that has run nothing else (a library baseline when its
         template is in :data:`LIBRARIES`): the processes start together, then take :data:`FRESH_TURNS`
         turns of one trial's series each (never re-measured for its spread), so each spec's median comes
-        from series spread over the whole measurement and interleaved with the others'. These measurements
-        check others, and the host has slow spells from a fraction of a second to tens of seconds: a
-        trial's series (5 x 50 ms) fits inside one, and so did a fresh process's 20 series back to back.
+        from series spread over the whole measurement and interleaved with the others' (docs/measurement.md#fresh).
         The specs at the indices ``short`` (references far slower than what they are compared with) take
         one timed call a turn."""
-        timing = dataclasses.replace(self.timing, max_remeasures=0)
-        timings = [dataclasses.replace(timing, repeat=1) if i in short else timing for i in range(len(specs))]
+        timings = [self.timing.fresh(short=i in short) for i in range(len(specs))]
         remote = next((s.resources.device for s in specs if s.resources.remote), None)
         if remote:
             raise ResourceError(f"fresh-process measurements run on this host only, not on {remote}")
@@ -250,7 +245,7 @@ class Measurer:
         return records
 
     @staticmethod
-    def _run_input(build: BuildResult, spec: TrialSpec, timing: Timing) -> RunInput:
+    def _run_input(build: BuildResult, spec: TrialSpec, timing: TimingPolicy) -> RunInput:
         return RunInput(build.artifact or "", spec.workload.spec, timing, spec.resources)
 
     def _run(self, build: BuildResult, spec: TrialSpec) -> RunResult:
@@ -301,7 +296,7 @@ class Measurer:
             if run.status is Status.OK:
                 record.update(run.load, remeasures=run.remeasures, spell_reruns=run.spell_reruns, turns=run.turns,
                               turns_left_out=run.turns_left_out, host_wait_s=run.host_wait_s,
-                              cache_flush=int(self.options.cache_flush), worker_pid=run.pid,
+                              cache_flush=int(self.timing.cache_flush), worker_pid=run.pid,
                               kernel_pid=run.kernel_pid or None)
         record["trial_s"] = time.perf_counter() - started
         record["finished_at"] = time.time()  # unix seconds: tuning curves against wall time

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbench import settings
 from opbench.hardware.resources import Resources
+from opbench.measure.timing import TimingPolicy
 from opbench.record import Status
 
 
@@ -32,21 +32,10 @@ class BuildResult:
 
 
 @dataclass(frozen=True)
-class Timing:
-    """How a kernel or a library call is timed: repeats, their length, and what makes a result trusted."""
-
-    repeat: int = settings.REPEAT
-    min_repeat_ms: float = settings.MIN_REPEAT_MS
-    max_cv: float = settings.MAX_CV  # a result whose repeats vary more than this is measured again ...
-    max_remeasures: int = settings.MAX_REMEASURES  # ... at most this many times; the steadiest attempt is kept
-    cache_flush: bool = False  # evict the CPU caches before every call (each repeat is then one call)
-
-
-@dataclass(frozen=True)
 class RunInput:
     artifact: str
     workload: str
-    timing: Timing = Timing()
+    timing: TimingPolicy = field(default_factory=TimingPolicy)
     resources: Resources = Resources()  # threads and cores of the worker it runs in; target picks CPU or GPU
 
     @property
@@ -60,7 +49,7 @@ class LibraryInput:
 
     workload: str
     library: str
-    timing: Timing = Timing()
+    timing: TimingPolicy = field(default_factory=TimingPolicy)
     resources: Resources = Resources()
 
 
@@ -76,7 +65,7 @@ class RunResult:
     power_w: float | None = None
     device_addr: str = ""  # the remote server (HOST:PORT) the kernel ran on; empty when local
     device_facts: dict[str, Any] = field(default_factory=dict)  # that server's HostFacts, when it reports them
-    remeasures: int = 0  # extra attempts taken because the repeats varied more than Timing.max_cv
+    remeasures: int = 0  # series taken again because the repeats varied more than TimingPolicy.max_cv
     spell_reruns: int = 0  # runs taken again because a probe found the host outside its usual state
     turn_sizes: list[int] = field(default_factory=list)  # each turn's repeats, in latencies_s's order (LocalRunner.run_turns)
     turns_left_out: int = 0  # turns taken in a spell of the host and left out, as others were not (runner.local.joined)

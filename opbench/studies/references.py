@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from opbench import settings
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
 from opbench.measure.measurer import Measurer
@@ -15,15 +16,17 @@ from opbench.workloads import Workload
 def measure_references(measurer: Measurer, workload: Workload, resources: Resources,
                        on_record: Callable[[Record], None], template: str | None = None) -> dict[str, Record]:
     """TVM's TE default schedule, the default config of ``template`` (the op's default when None),
-    PyTorch and numpy (where they implement the op), with the same threads."""
+    PyTorch and numpy (where they implement the op), with the same threads; a baseline measured here
+    within :func:`opbench.settings.baseline_reuse_s` is reused while the host reads its usual state."""
     refs = {} if is_gpu(resources.target) else {  # unscheduled TE has no thread binding: it cannot run on a GPU
         "te_default": measurer.measure(TrialSpec(workload, {}, resources, "te_default"))}
     refs["template_default"] = measurer.measure(TrialSpec(workload, {}, resources, template))
     local = not resources.remote  # library baselines run on this host only
+    reuse_s = settings.baseline_reuse_s()
     if workload.op.torch_baseline and local:
-        refs["torch"] = measurer.measure_library(workload, "torch", resources)
+        refs["torch"] = measurer.measure_library(workload, "torch", resources, reuse_s=reuse_s)
     if workload.op.numpy_impl and local:
-        refs["numpy"] = measurer.measure_library(workload, "numpy", resources)
+        refs["numpy"] = measurer.measure_library(workload, "numpy", resources, reuse_s=reuse_s)
     for name, record in refs.items():
         record["reference"] = name
         on_record(record)

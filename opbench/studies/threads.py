@@ -80,6 +80,7 @@ def run_thread_study(spec: ThreadStudySpec, on_record: Callable[[Record], None] 
     from opbench.hardware.resources import Resources
     from opbench.measure.features import op_features
     from opbench.measure.measurer import Measurer
+    from opbench.measure.timing import TimingPolicy
     from opbench.measure.types import MeasureOptions, TrialSpec
     from opbench.paths import safe_name
     from opbench.report.plots import thread_scaling
@@ -92,7 +93,7 @@ def run_thread_study(spec: ThreadStudySpec, on_record: Callable[[Record], None] 
     threads = sorted(set(spec.threads))
     earlier = read_mlflow_records(list(spec.best_from), spec.tracking_uri) if spec.best_from else []
     result = ThreadStudyResult([], [])
-    with Measurer(MeasureOptions(repeat=spec.repeat)) as measurer, \
+    with Measurer(MeasureOptions(TimingPolicy(repeat=spec.repeat))) as measurer, \
             Recorder(spec.study, spec.tracking_uri, extra={"engine": "threads-study"}) as recorder:
         sink = tee(recorder, *filter(None, [on_record]))
         for name in spec.workloads:

@@ -25,6 +25,7 @@ from opbench.exceptions import OpBenchError, StudyInterrupted
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.measurer import Measurer
+from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
 from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, pareto_front, speedup, tee
 from opbench.report.plots import tradeoff, tuning_curve
@@ -95,6 +96,7 @@ class TuneSpec:
         engine["objectives"] = tuple(engine["objectives"])
         measure = raw.pop("measure")
         measure["lock_path"] = Path(measure["lock_path"])
+        measure["timing"] = TimingPolicy(**measure["timing"])
         return cls(**{**raw, "search_threads": tuple(raw["search_threads"]), "search_cores": tuple(raw["search_cores"])},
                    engine=EngineSpec(**engine), resources=Resources(**res), measure=MeasureOptions(**measure))
 

@@ -2,26 +2,17 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import math
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from opbench import settings
-from opbench.hardware.host_speed import (
-    SLOWNESS_COLUMNS,
-    SPELL_RERUN_MAX_S,
-    HostSpeed,
-    Slowness,
-    furthest_from_usual,
-    probe_cpus,
-)
+from opbench.hardware.host_speed import HostSpeed, Slowness, probe_cpus
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
 from opbench.measure.protocol import LibraryInput, RunInput, RunResult
 from opbench.measure.runner._base import Runner
+from opbench.measure.timing import SPELL, Attempt, joined, take
 from opbench.measure.worker import KERNEL, LIBRARY, Worker, WorkerError
 from opbench.record import Status
 
@@ -39,23 +30,16 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
     kernel slows PyTorch down 10-150x. Workers start under the lock's shared side, so a start-up
     (importing TVM and torch) never overlaps a timed run, whichever process times it. With ``speed``,
     every CPU run is preceded by a probe of the host's speed, after waiting for the host's usual state (up
-    to ``settle_s`` for a run, up to :func:`opbench.settings.fresh_settle_s` for a fresh-process turn), and followed by
-    another; a run either probe found outside the usual state that took at most :data:`SPELL_RERUN_MAX_S`
-    is taken again, at most ``spell_reruns`` times and each once the host is back in its usual state
-    within ``spell_wait_s`` (a spell that outlasts the wait ends the reruns), and the attempt nearest the
-    usual state is kept, its probes' slowness in the result's load and every attempt's run time in its
-    ``run_s``.
+    to the job's ``settle_s``, or :func:`opbench.settings.fresh_settle_s` for a fresh-process turn), and
+    followed by another; the job's :class:`~opbench.measure.timing.TimingPolicy` decides what is taken
+    again and kept (:func:`opbench.measure.timing.take`).
     """
 
     def __init__(self, timeout_s: float = settings.RUN_TIMEOUT_S, lock: HostLock | None = None,
-                 speed: HostSpeed | None = None, settle_s: float = 0.0, spell_reruns: int | None = None,
-                 spell_wait_s: float | None = None) -> None:
+                 speed: HostSpeed | None = None) -> None:
         self.timeout_s = timeout_s
         self._lock = lock
         self._speed = speed
-        self.settle_s = settle_s
-        self.spell_reruns = settings.spell_reruns() if spell_reruns is None else spell_reruns
-        self.spell_wait_s = settings.spell_wait_s() if spell_wait_s is None else spell_wait_s
         self._workers: dict[tuple[str, int, tuple[int, ...] | None], Worker] = {}
 
     @staticmethod
@@ -93,11 +77,12 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
         self._start(self._worker(resources or Resources(), KERNEL))
 
     def run(self, inp: Job) -> RunResult:
-        return self._call(self._worker(inp.resources, _role(inp)), inp, self.settle_s)
+        return self._call(self._worker(inp.resources, _role(inp)), inp, inp.timing.settle_s)
 
     def run_turns(self, jobs: list[Job], turns: int) -> list[RunResult]:
         """Each job in its (persistent) worker, in ``turns`` turns taken as :meth:`run_fresh` takes them."""
-        return self._take_turns([self._worker(inp.resources, _role(inp)) for inp in jobs], jobs, turns, self.settle_s)
+        workers = [self._worker(inp.resources, _role(inp)) for inp in jobs]
+        return self._take_turns(workers, jobs, turns, max((inp.timing.settle_s for inp in jobs), default=0.0))
 
     def run_fresh(self, jobs: list[Job], turns: int = 1) -> list[RunResult]:
         """Each job in a new process that has run nothing else; all start together, then take ``turns``
@@ -124,38 +109,33 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
         return [joined(r) for r in results]
 
     def _call(self, worker: Worker, inp: Job, max_wait_s: float) -> RunResult:
-        kept: tuple[RunResult, Slowness] | None = None
-        attempts, run_s, wait_s = 0, 0.0, 0.0
-        while True:
+        """One job's series in ``worker``, taken again as its timing policy says; the host probed around each."""
+        def attempt(reason: str | None) -> Attempt:
             try:
                 self._start(worker)
                 with self._exclusive():
                     tick = time.perf_counter()
-                    before = self._settle(inp.resources, max_wait_s if kept is None else max(max_wait_s, self.spell_wait_s))
-                    if kept is not None and before is not None and not before.usual:
-                        wait_s += time.perf_counter() - tick
-                        break  # the spell outlasted the wait: a rerun now would fall in it too
+                    wait = max(max_wait_s, inp.timing.spell_wait_s) if reason == SPELL else max_wait_s
+                    before = self._settle(inp.resources, wait)
+                    if reason == SPELL and before is not None and not before.usual:
+                        return Attempt(None, wait_s=time.perf_counter() - tick)  # a rerun would fall in the spell too
                     tock = time.perf_counter()
                     result = worker.call(inp, self.timeout_s)
                     tack = time.perf_counter()
                     after = self._settle(inp.resources, 0.0) if before is not None else None
-                    wait_s += (tock - tick) + (time.perf_counter() - tack)
             except WorkerError as exc:
-                return RunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"run: {exc}")
-            if before is None or after is None or result.status is not Status.OK:
-                return result  # not probed (a GPU run, no HostSpeed), or failed: nothing to take again
-            attempts += 1
-            run_s += result.run_s
-            slowness = before.worse(after)
-            if kept is None or slowness.deviation < kept[1].deviation:
-                kept = (result, slowness)
-            if slowness.usual or result.run_s > SPELL_RERUN_MAX_S or attempts > self.spell_reruns:
-                break
-        assert kept is not None
-        result, slowness = kept
-        result.load.update(slowness.as_load())
-        result.spell_reruns, result.run_s, result.host_wait_s = attempts - 1, run_s, wait_s
-        return result
+                return Attempt(RunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"run: {exc}"))
+            slowness = before.worse(after) if before is not None and after is not None else None
+            return Attempt(result, slowness, (tock - tick) + (time.perf_counter() - tack))
+
+        return take(inp.timing, attempt)
+
+    def host_usual(self, resources: Resources) -> bool:
+        """Whether a probe now, under the lock, finds the host in its usual state for ``resources`` (False
+        when this runner does not probe)."""
+        with self._exclusive():
+            slowness = self._settle(resources, 0.0)
+        return slowness is not None and slowness.usual
 
     def _settle(self, resources: Resources, max_wait_s: float) -> Slowness | None:
         """The host's slowness for ``resources`` (None: not probed, a GPU run), after waiting up to
@@ -169,25 +149,3 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
             worker.close()
         self._workers.clear()
 
-
-def joined(turns: list[RunResult]) -> RunResult:
-    """One result from a job's turns: the latencies of the turns whose probes found the host in its usual
-    state (all of them when none did; ``turns_left_out`` counts the others), every turn's run and wait
-    times, and, of the turns kept, the largest share of the cores other processes kept busy and the
-    host's slowness furthest from its usual state; the first failure when one failed. A probe, not a
-    latency, decides which turns count, so a lucky turn is never preferred to an unlucky one."""
-    failed = next((t for t in turns if t.status is not Status.OK), None)
-    if failed is not None or len(turns) == 1:
-        return failed or turns[0]
-    kept = [t for t in turns if Slowness.of(t.load).usual] or turns
-    first = kept[0]
-    load = dict(first.load)
-    worst_of: dict[str, Callable[..., float]] = {"other_busy_frac": max, **dict.fromkeys(SLOWNESS_COLUMNS, furthest_from_usual)}
-    for key, worst in worst_of.items():
-        if key in load:
-            load[key] = worst([v for t in kept if (v := t.load.get(key, math.nan)) == v], default=math.nan)
-    return dataclasses.replace(first, latencies_s=[s for t in kept for s in t.latencies_s],
-                               turn_sizes=[len(t.latencies_s) for t in kept], turns_left_out=len(turns) - len(kept),
-                               run_s=sum(t.run_s for t in turns), remeasures=sum(t.remeasures for t in turns),
-                               spell_reruns=sum(t.spell_reruns for t in turns),
-                               host_wait_s=sum(t.host_wait_s for t in turns), load=load)

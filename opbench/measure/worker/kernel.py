@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbench import settings
-from opbench.hardware.quiet import wait_until_idle
+from opbench.hardware.quiet import HostLoad, wait_until_idle
 from opbench.measure.protocol import BuildInput, BuildResult, CoRunGo, CoRunPrepare, CoRunResult, RemoteConnect, RemoteSession, RunInput, RunResult
+from opbench.measure.timing import calls_per_repeat
 from opbench.measure.worker._common import FLUSH_BYTES, Inputs, short_error
 from opbench.measure.worker.fork import in_child
-from opbench.measure.worker.series import calls_per_repeat, series_shape, timed
 from opbench.record import Status
 
 HUGE_PAGE_BYTES = 2 << 20
@@ -36,11 +36,7 @@ class _Kernel:
 
 def _on_huge_pages(array: Any) -> Any:
     """A CPU tensor holding a copy of ``array``, on transparent huge pages from a 2 MB boundary when it is
-    at least :data:`HUGE_PAGE_MIN_BYTES` (``$OPBENCH_HUGE_ARGS=0``: where TVM puts it). Three of
-    resnet50-c2's fastest schedules, each with 6 argument sets timed 4 times in one process, ran at
-    1.22-1.43 ms (set medians) on 4 KB pages in two runs, and at 0.54-0.66 ms on huge pages in the runs
-    right after each, in every set (page walks that miss the shared L3 when another tenant fills it,
-    most likely; not proven)."""
+    at least :data:`HUGE_PAGE_MIN_BYTES` (``$OPBENCH_HUGE_ARGS=0``: where TVM puts it; docs/measurement.md#huge-pages)."""
     import numpy as np
     import tvm
 
@@ -250,22 +246,23 @@ class KernelWorker:
         timing = req.timing
         device = self._device(req.target)
         main = kernel.module["main"]
-        number, repeat = series_shape(timing, kernel.first_s, lambda: (main(*kernel.args), device.sync()))
+        number, repeat = timing.series_shape(kernel.first_s, lambda: (main(*kernel.args), device.sync()))
         # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.
         evaluator = kernel.module.time_evaluator("main", device, number=number, repeat=repeat + 1,
                                                  cache_flush_bytes=FLUSH_BYTES if timing.cache_flush else 0)
-        meter = self._meter(req.target)
+        meter, load = self._meter(req.target), HostLoad()
         if meter is not None:
             meter.start()
+        load.start()
         tick = time.perf_counter()
-        latencies, remeasures, load = timed(timing, lambda: list(evaluator(*kernel.args).results)[1:])
+        latencies = list(evaluator(*kernel.args).results)[1:]
+        series_s = time.perf_counter() - tick
         joules = meter.stop() if meter is not None else None
         result = RunResult(Status.OK, latencies_s=latencies, number=number, run_s=time.perf_counter() - start,
-                           max_abs_err=kernel.max_abs_err, remeasures=remeasures, load=load, pid=os.getpid())
+                           max_abs_err=kernel.max_abs_err, load=load.stop(), pid=os.getpid())
         if joules is not None:
-            calls = number * (repeat + 1) * (remeasures + 1)
-            result.energy_j = joules / calls
-            result.power_w = joules / (time.perf_counter() - tick)
+            result.energy_j = joules / (number * (repeat + 1))
+            result.power_w = joules / series_s
         return result
 
     def corun_prepare(self, req: CoRunPrepare) -> CoRunResult:

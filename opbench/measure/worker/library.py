@@ -5,9 +5,9 @@ import os
 import time
 from typing import Any
 
+from opbench.hardware.quiet import HostLoad
 from opbench.measure.protocol import LibraryInput, RunResult
 from opbench.measure.worker._common import FLUSH_BYTES, Inputs
-from opbench.measure.worker.series import series_shape, timed
 from opbench.record import Status
 
 
@@ -49,21 +49,16 @@ class LibraryWorker:
             self._flush = np.zeros(FLUSH_BYTES // 8)
         first = time.perf_counter()
         call()
-        number, repeat = series_shape(timing, time.perf_counter() - first, call)
-
-        def series() -> list[float]:
-            latencies = []
-            for _ in range(repeat + 1):
-                if self._flush is not None:
-                    self._flush += 1.0  # writes every line: the inputs are evicted
-                tick = time.perf_counter()
-                for _ in range(number):
-                    call()
-                latencies.append((time.perf_counter() - tick) / number)
-            return latencies[1:]
-
-        latencies, remeasures, load = timed(timing, series)
-        return RunResult(Status.OK, latencies_s=latencies, number=number, run_s=time.perf_counter() - start,
-                         remeasures=remeasures, load=load, pid=os.getpid())
-
-
+        number, repeat = timing.series_shape(time.perf_counter() - first, call)
+        load = HostLoad()
+        load.start()
+        latencies = []
+        for _ in range(repeat + 1):  # the first repeat, warming up, is dropped
+            if self._flush is not None:
+                self._flush += 1.0  # writes every line: the inputs are evicted
+            tick = time.perf_counter()
+            for _ in range(number):
+                call()
+            latencies.append((time.perf_counter() - tick) / number)
+        return RunResult(Status.OK, latencies_s=latencies[1:], number=number, run_s=time.perf_counter() - start,
+                         load=load.stop(), pid=os.getpid())

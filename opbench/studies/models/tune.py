@@ -21,6 +21,7 @@ from opbench.hardware.resources import Resources, set_tvm_threads
 from opbench.hardware.targets import make_target
 from opbench.measure.inprocess import time_model
 from opbench.measure.measurer import Measurer
+from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
 from opbench.record import Record, best_ok, tee
 from opbench.space import Template, get_template
@@ -104,7 +105,7 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
     resources = Resources(m.threads)
     tuned: list[TunedOp] = []
     rows = []
-    with Measurer(MeasureOptions(repeat=m.repeat)) as measurer, \
+    with Measurer(MeasureOptions(TimingPolicy(repeat=m.repeat))) as measurer, \
             Recorder(study, spec.tracking_uri, extra={"engine": spec.engine.name}, parent_tags={"model": m.model}) \
             as recorder:
         sink = tee(recorder, *filter(None, [on_record]))

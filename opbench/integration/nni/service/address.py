@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 
 from opbench.exceptions import UnsafePathError
-from opbench.paths import default_tracking_uri, open_nofollow, private_dir, user_runtime_dir
+from opbench.paths import default_tracking_uri, open_nofollow, private_dir, user_runtime_dir, write_private
 
 DIR_ENV = "OPBENCH_SERVICE_DIR"  # another folder for the sockets (tests use a private one); checked the same way
 
@@ -34,11 +34,7 @@ def authkey(socket: Path, create: bool = False) -> bytes:
     new file of mode 0600 renamed over the old one, so no reader ever sees it half written."""
     path = socket.with_suffix(".key")
     if create:
-        fresh = path.with_name(f"{path.name}.{os.getpid()}")
-        fd = open_nofollow(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(secrets.token_bytes(32))
-        os.replace(fresh, path)
+        write_private(path, secrets.token_bytes(32))
     fd = open_nofollow(path, os.O_RDONLY)
     with os.fdopen(fd, "rb") as key:
         info = os.fstat(key.fileno())

@@ -16,6 +16,7 @@ from opbench.integration.nni.service.address import authkey, open_private
 from opbench.integration.nni.service.protocol import ServiceManager, TrialReply, TrialRequest
 from opbench.lifecycle import exit_on_sigterm, fault_point
 from opbench.measure.measurer import Measurer
+from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.studies.references import measure_references
 from opbench.tracking import Recorder
@@ -62,9 +63,9 @@ class MeasurementService:
             resources = Resources(request.threads, parse_cores(request.cores), request.target, request.device)
         except OpBenchError as exc:
             return TrialReply(None, str(exc))
-        options = MeasureOptions(repeat=request.repeat, build_timeout_s=request.build_timeout_s,
+        options = MeasureOptions(TimingPolicy(repeat=request.repeat), build_timeout_s=request.build_timeout_s,
                                  run_timeout_s=request.run_timeout_s)
-        key = (options.repeat, options.build_timeout_s, options.run_timeout_s)
+        key = (request.repeat, options.build_timeout_s, options.run_timeout_s)
         measurer = self._measurers.get(key) or self._measurers.setdefault(key, Measurer(options))
         recorder = self._recorder(request, request.study or f"nni-{workload.name}")
         tags = {"nni.experiment_id": request.nni_experiment, "nni.trial_id": request.nni_trial, **request.tags}
