@@ -118,8 +118,8 @@ def column_order(columns: list[str]) -> list[str]:
 
 
 def to_json_value(key: str, value: Any) -> Any:
-    """A record value as stored in a JSON line (NaN becomes null)."""
-    if isinstance(value, float) and math.isnan(value):
+    """A record value as stored in a JSON line (NaN and infinities become null)."""
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
 

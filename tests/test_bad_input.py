@@ -100,7 +100,8 @@ def test_random_command_lines_exit_0_1_or_2_with_a_message(tracking_uri, tmp_pat
 
 @pytest.mark.parametrize("config,knob", [({"i_split": 5}, "i_split"), ({"order": None}, "order"),
                                          ({"vectorize": [1]}, "vectorize"), ({"vectorize": True}, "vectorize"),
-                                         ({"vectorize": "1"}, "vectorize"), ({"unroll_max_step": 16.5}, "unroll_max_step")])
+                                         ({"vectorize": "1"}, "vectorize"), ({"unroll_max_step": 16.5}, "unroll_max_step"),
+                                         ({"unroll_max_step": float("inf")}, "unroll_max_step")])
 def test_a_knob_of_the_wrong_type_is_an_invalid_config_naming_it(config, knob, tracking_uri, capsys):
     code = main(["measure", "matmul-512", "--config", json.dumps(config), "--json", "--tracking-uri", tracking_uri])
     record = json.loads(capsys.readouterr().out)
