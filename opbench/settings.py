@@ -24,7 +24,7 @@ def settle_s() -> float:
 
 
 def fresh_settle_s() -> float:
-    """The same wait before each turn of a fresh-process (verification) measurement."""
+    """The longest wait for the host's usual speed, in all, of a fresh-process measurement's turns."""
     return _number("OPBENCH_FRESH_SETTLE_S", 10.0)
 
 

@@ -31,6 +31,7 @@ from opbench.studies.verify import (
     fastest_trials,
     references,
     remeasure,
+    rounds_for,
     select_best,
     spec_of,
     speedup_table,
@@ -159,7 +160,7 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
     study = "v"
     common = ["--tracking-uri", tracking_uri, "--storage", f"sqlite:///{tmp_path / 'o.db'}", "--repeat", "3"]
     assert main(["tune", MATMUL, "--engine", "random", "--trials", "3", "--threads", "2", "--seed", "0",
-                 "--verify-rounds", "2", "--study", study, *common]) == 0
+                 "--study", study, *common]) == 0  # verified in as many rounds as 3 trials get
     out = capsys.readouterr().out
     assert "verified x faster (min-max)" in out and "not verified" not in out
 
@@ -167,7 +168,7 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
     exp = client.get_experiment_by_name(study)
     parent = client.search_runs([exp.experiment_id], filter_string="tags.`opbench.kind` = 'study'")[0]
     metrics, tags = parent.data.metrics, parent.data.tags
-    assert metrics["verify_rounds"] == 2
+    assert metrics["verify_rounds"] == rounds_for(3) == 2
     fresh = read_mlflow([study], tracking_uri, kind="verify")
     for name in ("best", "te_default", "template_default", "torch", "numpy"):  # the parent's spread is the rounds'
         rounds = fresh[fresh["verified_as"] == name]["latency_ms"]
@@ -198,6 +199,10 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
     assert "verified x faster (min-max)" in capsys.readouterr().out
     assert len(read_mlflow([study], tracking_uri, kind="verify")) == 2 * 5 + 5 + 2 * len(selection)
     assert client.get_run(parent.info.run_id).data.metrics["verify_rounds"] == 1  # the latest verification
+
+
+def test_verification_rounds_grow_with_the_studys_budget():
+    assert [rounds_for(t) for t in (1, 3, 32, 33, 48, 64, 65, 1000)] == [2, 2, 2, 3, 3, 4, 5, 5]
 
 
 def test_verify_needs_a_study_with_a_successful_trial(tracking_uri, capsys):
@@ -393,6 +398,20 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
                       "host_memory_slowness": pytest.approx(1.09)}  # the busiest turn's, the furthest from usual
     assert a.spell_reruns == 3
     assert b.status is Status.TIMEOUT and b.error == "run: timed out"
+
+
+def test_the_turns_of_a_fresh_measurement_share_one_wait_for_the_usual_state(monkeypatch):
+    waits = []
+
+    def call(self, worker, inp, max_wait_s):
+        waits.append(max_wait_s)
+        return RunResult(Status.OK, latencies_s=[1e-3], host_wait_s=4.0)
+
+    monkeypatch.setenv("OPBENCH_FRESH_SETTLE_S", "10")
+    monkeypatch.setattr(LocalRunner, "_new_worker", staticmethod(lambda resources, role: _TurnTaker("a")))
+    monkeypatch.setattr(LocalRunner, "_call", call)
+    LocalRunner().run_fresh([LibraryInput(MATMUL, "numpy")] * 2, turns=2)
+    assert waits == [10.0, 6.0, 2.0, 0.0]  # what the turns before spent waiting is gone
 
 
 def test_a_batch_takes_turns_in_the_runners_own_workers_waiting_as_long_as_a_trial(monkeypatch):

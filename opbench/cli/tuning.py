@@ -154,9 +154,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", default=os.environ.get(STORAGE_ENV), help=STORAGE_HELP)
     p.add_argument("--resume", action="store_true", help="continue the study instead of starting it afresh")
     p.add_argument("--no-references", action="store_true", help="skip TE-default/torch/numpy reference timings")
-    p.add_argument("--verify-rounds", type=nonneg_int, default=3, metavar="N",
+    p.add_argument("--verify-rounds", type=nonneg_int, default=None, metavar="N",
                    help="re-measure the best and the references in fresh processes, N alternating rounds "
-                        "(0: skip; speed-ups are then printed as not verified)")
+                        "(default: 2 up to 32 trials, one more per 16 trials, at most 5; 0: skip, speed-ups "
+                        "are then printed as not verified)")
     p.set_defaults(func=cmd_tune)
     p = sub.add_parser("worker", help="take trials of a running study on this host until its budget is spent")
     p.add_argument("--study", required=True, help="the study `opbench tune --study NAME --storage URL` runs")

@@ -32,7 +32,7 @@ from opbench.report.plots import tradeoff, tuning_curve
 from opbench.space import get_template
 from opbench.studies.references import measure_references
 from opbench.studies.shared import WorkerSpec, joined_spec, publish, published_parent
-from opbench.studies.verify import Verification, references, verified_best, verify
+from opbench.studies.verify import Verification, references, rounds_for, verified_best, verify
 from opbench.tracking import Recorder, read_mlflow_records
 from opbench.tracking.mlflow_store import study_dir
 from opbench.workloads import Workload, parse_workload
@@ -57,7 +57,8 @@ class TuneSpec:
     workers: int = 1  # Optuna worker processes sharing the study's storage
     resume: bool = False  # continue an Optuna study instead of starting it afresh
     references: bool = True  # TE default, template default, torch and numpy timed first
-    verify_rounds: int = 3  # fresh-process rounds re-measuring the best and the references (0: not verified)
+    verify_rounds: int | None = None  # fresh-process rounds re-measuring the best and the references (0: not
+    # verified; None: by the budget, opbench.studies.verify.rounds_for)
     measure: MeasureOptions = field(default_factory=MeasureOptions)
     tracking_uri: str | None = None  # MLflow (default: sqlite store in mlflow/)
     log: str | None = None  # also append records to this JSON-lines file
@@ -280,10 +281,11 @@ def run_worker(worker: WorkerSpec, on_record: OnRecord | None = None) -> None:
 def _verify(spec: TuneSpec, measurer: Measurer, records: list[Record], recorder: Recorder) -> Verification | None:
     """The best schedule and the references re-measured in fresh processes, stored on the parent run;
     None (speed-ups are then "not verified") when skipped, remote, or nothing succeeded."""
-    if spec.verify_rounds < 1 or spec.resources.remote or not any(not r.get("reference") for r in ok_records(records)):
+    rounds = rounds_for(spec.trials) if spec.verify_rounds is None else spec.verify_rounds
+    if rounds < 1 or spec.resources.remote or not any(not r.get("reference") for r in ok_records(records)):
         return None
-    log.info("verifying: best and references in fresh processes, %d alternating rounds", spec.verify_rounds)
-    verification = verify(measurer, records, recorder.study, spec.verify_rounds, recorder)
+    log.info("verifying: best and references in fresh processes, %d alternating rounds", rounds)
+    verification = verify(measurer, records, recorder.study, rounds, recorder)
     recorder.mlflow.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
     return verification
 

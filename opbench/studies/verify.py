@@ -34,6 +34,8 @@ BEST = "best"
 VERIFY_KIND = "verify"  # record_kind of the fresh-process records (not trials of the study)
 CLAIM_TOLERANCE = 0.10
 DEFAULT_ROUNDS = 3
+TRIALS_PER_ROUND = 16  # a study's verification takes a round per this many trials ...
+MIN_ROUNDS, MAX_ROUNDS = 2, 5  # ... within these bounds
 CONTENDERS = 3  # the study's fastest distinct configs timed again (with its default) before one is named its best
 # ... those tuned within this factor of the fastest: a fresh process reads ~10% off another (the reason to
 # choose in fresh processes at all), never 1.5x, so a slower contender only costs rounds
@@ -249,11 +251,18 @@ def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[st
     return out
 
 
+def rounds_for(trials: int) -> int:
+    """The fresh-process rounds that verify a study of ``trials`` trials: a 3-trial look at a workload is
+    checked in :data:`MIN_ROUNDS`, a long study, whose claims get quoted, in up to :data:`MAX_ROUNDS`."""
+    return min(MAX_ROUNDS, max(MIN_ROUNDS, math.ceil(trials / TRIALS_PER_ROUND)))
+
+
 def verify(measurer: Measurer, records: list[Record], study: str, rounds: int = DEFAULT_ROUNDS,
            on_record: Callable[[Record], None] | None = None, contenders: int = CONTENDERS) -> Verification:
-    """Name the study's best among its :func:`contenders_of` (:func:`select_best`), then re-measure it and
-    the references (see :func:`references`) in fresh processes."""
-    best = select_best(measurer, contenders_of(records, contenders), on_record)
+    """Name the study's best among its :func:`contenders_of` (:func:`select_best`, in at most as many
+    rounds as the verification), then re-measure it and the references (see :func:`references`) in
+    fresh processes."""
+    best = select_best(measurer, contenders_of(records, contenders), on_record, min(rounds, SELECTION_ROUNDS))
     chosen = {BEST: best, **references(records)}
     specs = {name: spec_of(record) for name, record in chosen.items()}
     tuned = {name: float(record["latency_ms"]) for name, record in chosen.items()}

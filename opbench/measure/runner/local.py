@@ -99,13 +99,15 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
         """Jobs (``jobs[i]`` in ``workers[i]``) take ``turns`` turns, one series of the job's timing each, in
         an order that reverses every turn; a job's result joins its turns (:func:`joined`), so a slow spell
         of the host that covers a few seconds falls on every job's series alike instead of on one job's
-        whole measurement. A job that fails takes no more turns."""
+        whole measurement. A job that fails takes no more turns. The turns wait ``max_wait_s`` at most in
+        all for the host's usual state (docs/measurement.md#settle)."""
         results: list[list[RunResult]] = [[] for _ in jobs]
         for turn in range(turns):
             order = range(len(jobs)) if turn % 2 == 0 else reversed(range(len(jobs)))
             for i in order:
                 if not results[i] or results[i][-1].status is Status.OK:
                     results[i].append(self._call(workers[i], jobs[i], max_wait_s))
+                    max_wait_s = max(0.0, max_wait_s - results[i][-1].host_wait_s)
         return [joined(r) for r in results]
 
     def _call(self, worker: Worker, inp: Job, max_wait_s: float) -> RunResult:
@@ -115,8 +117,7 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
                 self._start(worker)
                 with self._exclusive():
                     tick = time.perf_counter()
-                    wait = max(max_wait_s, inp.timing.spell_wait_s) if reason == SPELL else max_wait_s
-                    before = self._settle(inp.resources, wait)
+                    before = self._settle(inp.resources, inp.timing.spell_wait_s if reason == SPELL else max_wait_s)
                     if reason == SPELL and before is not None and not before.usual:
                         return Attempt(None, wait_s=time.perf_counter() - tick)  # a rerun would fall in the spell too
                     tock = time.perf_counter()
@@ -131,10 +132,10 @@ class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
         return take(inp.timing, attempt)
 
     def host_usual(self, resources: Resources) -> bool:
-        """Whether a probe now, under the lock, finds the host in its usual state for ``resources`` (False
-        when this runner does not probe)."""
+        """Whether the host is in its usual state for ``resources`` now, or within a spell rerun's wait
+        (False when this runner does not probe)."""
         with self._exclusive():
-            slowness = self._settle(resources, 0.0)
+            slowness = self._settle(resources, settings.spell_wait_s())
         return slowness is not None and slowness.usual
 
     def _settle(self, resources: Resources, max_wait_s: float) -> Slowness | None:
