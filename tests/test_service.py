@@ -187,3 +187,29 @@ def test_a_service_terminated_before_replying_writes_the_trial_it_recorded(servi
     assert _wait_for(lambda: not socket_path(tracking_uri).exists(), 30)  # it cleaned up as it went
     frame = read_mlflow(["svc"], tracking_uri)
     assert list(frame["nni.trial_id"]) == ["t0"] and replied <= set(frame["trial_id"])
+
+
+def test_the_first_trials_references_follow_its_reply_and_precede_the_next_trial(tracking_uri):
+    """An experiment's first trial is answered before its references are timed; the next trial waits for them."""
+    from opbench.integration.nni.service.server import MeasurementService
+
+    service = MeasurementService()
+    request = TrialRequest(SMALL, {}, repeat=2, tracking_uri=tracking_uri, study="refs", engine="nni-test",
+                           nni_experiment="e1", nni_trial="t0", nni_sequence=0, references=True)
+    try:
+        first = service.measure(request)
+        assert first.record["status"] == "ok" and "reference" not in first.record
+        assert service.busy == 1  # its references are under way: the service does not idle out
+        second = service.measure(TrialRequest(**{**request.__dict__, "nni_trial": "t1", "nni_sequence": 1,
+                                                 "references": False}))
+        assert service.busy == 0
+        service.flush()
+    finally:
+        service.close()
+    frame = read_mlflow(["refs"], tracking_uri)
+    refs = frame.dropna(subset=["reference"])
+    assert set(refs["reference"]) == {"te_default", "template_default", "torch", "numpy"}
+    assert set(refs["nni.trial_id"]) == {"t0"} and set(frame["nni.trial_id"]) == {"t0", "t1"}
+    second_started = second.record["finished_at"] - second.record["trial_s"]
+    assert refs["finished_at"].max() <= second_started <= first.record["finished_at"] + 600
+    assert first.record["finished_at"] < refs["finished_at"].min()  # after the first trial's reply

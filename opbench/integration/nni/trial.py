@@ -9,8 +9,8 @@ experiment. It reports latency (``default``, minimised) and GFLOP/s as its final
 A trial that fails to build, crashes, hangs or computes a wrong result is recorded and exits non-zero,
 so NNI marks it FAILED: no fake latency reaches the tuner; so does a trial whose service died. It
 prints when it started, connected and got its reply to stderr (``opbench nni trial timing: {...}``). The
-experiment's first trial (sequence 0) also records the references (TE default, template default,
-torch, numpy).
+experiment's first trial (sequence 0) also has the references recorded (TE default, template default,
+torch, numpy), which the service times after its reply and before the next trial.
 """
 from __future__ import annotations
 

@@ -43,10 +43,29 @@ class MeasurementService:
         return os.getpid()
 
     def measure(self, request: TrialRequest) -> TrialReply:
+        """Measure and record one trial; the references it asks for are measured after its reply, before
+        the next trial, so an experiment's first trial does not wait for them."""
         self._count(+1)
         try:
             with self._trial:
-                return self._measure(request)
+                reply = self._measure(request)
+        finally:
+            self._count(-1)
+        if request.references and reply.record is not None:
+            self._count(+1)  # the service is busy until they are recorded
+            threading.Thread(target=self._references, args=(request,), name="references", daemon=True).start()
+        return reply
+
+    def _references(self, request: TrialRequest) -> None:
+        try:
+            with self._trial:
+                workload = parse_workload(request.workload)
+                resources = Resources(request.threads, parse_cores(request.cores), request.target, request.device)
+                recorder, tags = self._recorder(request, request.study or f"nni-{workload.name}"), _nni_tags(request)
+                measure_references(self._measurer(request), workload, resources, lambda r: recorder({**r, **tags}),
+                                   request.template)
+        except Exception:
+            log.exception("references of %s", request.workload)
         finally:
             self._count(-1)
 
@@ -63,19 +82,21 @@ class MeasurementService:
             resources = Resources(request.threads, parse_cores(request.cores), request.target, request.device)
         except OpBenchError as exc:
             return TrialReply(None, str(exc))
-        options = MeasureOptions(TimingPolicy(repeat=request.repeat), build_timeout_s=request.build_timeout_s,
-                                 run_timeout_s=request.run_timeout_s)
-        key = (request.repeat, options.build_timeout_s, options.run_timeout_s)
-        measurer = self._measurers.get(key) or self._measurers.setdefault(key, Measurer(options))
-        recorder = self._recorder(request, request.study or f"nni-{workload.name}")
-        tags = {"nni.experiment_id": request.nni_experiment, "nni.trial_id": request.nni_trial, **request.tags}
+        recorder, tags = self._recorder(request, request.study or f"nni-{workload.name}"), _nni_tags(request)
         engine_tags = {**tags, ENGINE_TRIAL_TAG: str(request.nni_sequence)} if request.nni_experiment else tags
-        if request.references:
-            measure_references(measurer, workload, resources, lambda r: recorder({**r, **tags}), request.template)
-        record = measurer.measure(TrialSpec(workload, request.config, resources, request.template, tags=engine_tags))
+        spec = TrialSpec(workload, request.config, resources, request.template, tags=engine_tags)
+        record = self._measurer(request).measure(spec)
         recorder(record)
         fault_point("before-reply")
         return TrialReply(record)
+
+    def _measurer(self, request: TrialRequest) -> Measurer:
+        """The warm measurer of the request's measure options."""
+        key = (request.repeat, request.build_timeout_s, request.run_timeout_s)
+        if key not in self._measurers:
+            self._measurers[key] = Measurer(MeasureOptions(TimingPolicy(repeat=request.repeat), run_timeout_s=request.run_timeout_s,
+                                                           build_timeout_s=request.build_timeout_s))
+        return self._measurers[key]
 
     def _recorder(self, request: TrialRequest, study: str) -> Recorder:
         key = (study, request.tracking_uri, request.log, request.engine, request.nni_experiment)
@@ -96,6 +117,11 @@ class MeasurementService:
             recorder.__exit__(None)
         for measurer in self._measurers.values():
             measurer.__exit__(None, None, None)
+
+
+def _nni_tags(request: TrialRequest) -> dict[str, str]:
+    """The tags of every record a request makes: NNI's experiment and trial ids, and the request's own."""
+    return {"nni.experiment_id": request.nni_experiment, "nni.trial_id": request.nni_trial, **request.tags}
 
 
 def serve(socket: Path, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
