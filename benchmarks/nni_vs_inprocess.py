@@ -3,7 +3,9 @@
 In-process: NNI's TPE tuner driven by OpBench's loop (one trial at a time), recording to a temporary
 MLflow store. Under nnictl: the shipped ``experiments/matmul-512-tpe`` with the same trial count, run
 in a private network namespace (``unshare -n``, as the tests do), each trial a process that has the
-measurement service measure it. No references in either (the rate is that of tuning trials).
+measurement service measure it. No references in either (the rate is that of tuning trials), and then
+a short experiment as shipped (references on, a new service): its first trial's time, NNI's RUNNING to
+its end, which includes starting the service.
 
 Trials/min come from NNI's own trial start and end times (its experiment database) and, in-process,
 from the records' timestamps: over all trials, and warm (from the second trial on: the first one
@@ -15,7 +17,7 @@ service work, exit (reply until NNI sees the trial end) and NNI's gap (one trial
 start, at concurrency 1). MLflow logging runs in the
 background writer in every mode, off the trial's path.
 
-    .venv/bin/python benchmarks/nni_vs_inprocess.py [--trials 32]
+    .venv/bin/python benchmarks/nni_vs_inprocess.py [--trials 32]   (results: benchmarks/results/)
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ import time
 from pathlib import Path
 
 import yaml
+from _results import Results
 
 from opbench.engines.loop import run_tuning
 from opbench.engines.registry import EngineSpec, create_engine
@@ -66,12 +69,12 @@ def in_process(trials: int, scratch: Path) -> dict:
     return _summary("in-process", records, starts, ends, splits=[])
 
 
-def under_nnictl(trials: int, concurrency: int, scratch: Path, port: int) -> dict:
+def under_nnictl(trials: int, concurrency: int, scratch: Path, port: int, references: bool = False) -> dict:
     uri = f"sqlite:///{scratch}/mlflow.db"
     config = yaml.safe_load((EXPERIMENT / "config.yml").read_text())
     config.update(maxTrialNumber=trials, trialConcurrency=concurrency, trialCodeDirectory=str(ROOT),
                   experimentWorkingDirectory=str(scratch / "nni"), searchSpaceFile=str(EXPERIMENT / "search_space.json"))
-    config["trialCommand"] += f" --tracking-uri {uri} --no-references --service-idle-timeout 30"
+    config["trialCommand"] += f" --tracking-uri {uri} --service-idle-timeout 30" + ("" if references else " --no-references")
     (scratch / "config.yml").write_text(yaml.safe_dump(config))
     out = subprocess.run(["unshare", "-n", sys.executable, str(SESSION), str(scratch / "config.yml"), str(port),
                           str(scratch / "export.csv"), "1800"], capture_output=True, text=True)
@@ -97,14 +100,16 @@ def under_nnictl(trials: int, concurrency: int, scratch: Path, port: int) -> dic
                        "exit": end - timing["replied"],
                        "NNI gap": start - times[previous]["SUCCEEDED"] if previous and concurrency == 1 else float("nan")})
     ok = [records[t] for t in order]
-    return _summary(f"nnictl, concurrency {concurrency}", ok, [times[t]["RUNNING"] for t in order],
+    mode = f"nnictl, concurrency {concurrency}" + (", references" if references else "")
+    return _summary(mode, ok, [times[t]["RUNNING"] for t in order],
                     [max(times[t].values()) for t in order], splits)
 
 
 def _summary(mode: str, records: list[dict], starts: list[float], ends: list[float], splits: list[dict]) -> dict:
     warm = 60 * (len(ends) - 1) / (max(ends) - min(starts[1:]))
     return {"mode": mode, "trials": len(records), "ok": sum(r["status"] == "ok" for r in records),
-            "wall_s": max(ends) - min(starts), "per_min": 60 * len(ends) / (max(ends) - min(starts)), "warm_per_min": warm,
+            "wall_s": max(ends) - min(starts), "first_s": ends[0] - starts[0],
+            "per_min": 60 * len(ends) / (max(ends) - min(starts)), "warm_per_min": warm,
             "split": {k: statistics.fmean(s[k] for s in splits[1:]) for k in (splits[0] if splits else {})}}
 
 
@@ -112,21 +117,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=32)
     args = parser.parse_args()
+    results = Results("nni_vs_inprocess")
     runs = []
-    for mode in ("in-process", 1, 2):
+    for mode in ("in-process", 1, 2, "first"):
         scratch = Path(tempfile.mkdtemp(prefix="opbench-nni-bench-"))
-        print(f"running {args.trials} trials: {mode if mode == 'in-process' else f'nnictl, concurrency {mode}'} ...",
-              flush=True)
-        runs.append(in_process(args.trials, scratch) if mode == "in-process"
-                    else under_nnictl(args.trials, int(mode), scratch, 18300 + int(mode)))
+        print(f"running: {mode} ...", flush=True)
+        if mode == "in-process":
+            runs.append(in_process(args.trials, scratch))
+        elif mode == "first":  # as shipped: references on, a service of its own, cold
+            runs.append(under_nnictl(3, 1, scratch, 18303, references=True))
+        else:
+            runs.append(under_nnictl(args.trials, int(mode), scratch, 18300 + int(mode)))
     base = runs[0]["warm_per_min"]
-    print(table([[r["mode"], r["trials"], r["ok"], f"{r['wall_s']:.1f}", f"{r['per_min']:.1f}", f"{r['warm_per_min']:.1f}",
-                  f"{r['warm_per_min'] / base:.0%}"] for r in runs],
-                ["mode", "trials", "ok", "wall s", "trials/min", "warm trials/min", "warm vs in-process"]))
-    for run in runs[1:]:
-        print(f"\nmean per-trial split (s), {run['mode']}, warm trials:")
-        print(table([[f"{v:.3f}" for v in run["split"].values()]], list(run["split"])))
-
+    results.table(table([[r["mode"], r["trials"], r["ok"], f"{r['wall_s']:.1f}", f"{r['first_s']:.1f}", f"{r['per_min']:.1f}",
+                          f"{r['warm_per_min']:.1f}", f"{r['warm_per_min'] / base:.0%}"] for r in runs],
+                        ["mode", "trials", "ok", "wall s", "first trial s", "trials/min", "warm trials/min",
+                         "warm vs in-process"]))
+    for run in runs[1:3]:
+        results.print(f"\nmean per-trial split (s), {run['mode']}, warm trials:")
+        results.table(table([[f"{v:.3f}" for v in run["split"].values()]], list(run["split"])))
+    results.save()
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,52 @@
+"""Where a benchmark's results go: printed as measured, and kept in ``benchmarks/results/<date>-<host>.md``
+(a section per benchmark, replaced when it runs again that day on that host; the CPU in the header)."""
+from __future__ import annotations
+
+import datetime
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from opbench.hardware.resources import host_facts
+from opbench.paths import safe_name
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+class Results:
+    """What one benchmark run prints, also written to this host's results file for today by :meth:`save`."""
+
+    def __init__(self, benchmark: str) -> None:
+        self.benchmark = benchmark
+        self._lines = [f"`{shlex.join(['python', *sys.argv])}`, started {datetime.datetime.now():%H:%M}", ""]
+
+    def print(self, text: str = "") -> None:
+        print(text, flush=True)
+        self._lines.append(text)
+
+    def table(self, text: str) -> None:
+        """A table from :func:`opbench.report.progress.table`, kept preformatted."""
+        print(text, flush=True)
+        self._lines += ["```", text, "```"]
+
+    def save(self, folder: Path = RESULTS) -> Path:
+        """Write (or replace) this benchmark's section in ``<folder>/<date>-<host>.md``."""
+        facts = host_facts()
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{datetime.date.today():%Y-%m-%d}-{safe_name(facts.hostname)}.md"
+        header = (f"# Benchmarks on {facts.hostname}, {datetime.date.today():%Y-%m-%d}\n\n"
+                  f"{facts.cpu_model}, {facts.cores} cores, L2 {facts.l2_kb:.0f} KB, L3 {facts.l3_kb:.0f} KB, "
+                  f"{facts.mem_gb:.0f} GB; TVM {facts.tvm_version}. Written by the benchmarks, as measured.\n")
+        sections = _sections(path.read_text()) if path.exists() else {}
+        sections[self.benchmark] = "\n".join(self._lines).rstrip() + "\n"
+        body = "\n".join(f"## {name}\n\n{text}" for name, text in sorted(sections.items()))
+        path.write_text(f"{header}\n{body}")
+        print(f"results: {path}")
+        return path
+
+
+def _sections(text: str) -> dict[str, str]:
+    """The file's sections by benchmark name (the header dropped)."""
+    parts = re.split(r"^## (\S+)\n\n", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
