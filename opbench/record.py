@@ -1,4 +1,5 @@
-"""The record: one flat dict per trial, identical in MLflow and in the JSON-lines log.
+"""The record: one trial, a :class:`TrialRecord` where it is made and one flat row (a dict) wherever it is
+stored or read, identical in MLflow, the write-ahead log and datasets.
 
 Every layer touches it (measure builds it, tracking stores it, engines hear it, studies read it), so
 it lives at the bottom beside the exceptions.
@@ -14,6 +15,7 @@ import math
 import statistics
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -33,36 +35,143 @@ class Status(StrEnum):
     DEVICE_ERROR = "device_error"  # a remote device: tracker down, no free device, device lost
 
 
-PARAMS = ("workload", "op", "shape", "dtype", "template", "threads", "cores", "target", "host",
-          "tvm_version", "source_model", "device", "device_addr", "cache_flush")
-METRICS = ("latency_ms", "latency_ms_mean", "latency_ms_std", "latency_cv", "gflops", "peak_frac",
-           "build_s", "run_s", "trial_s", "finished_at", "number", "repeat", "max_abs_err",
-           # measurement quality: attempts repeated for a high CV, the host's load while timing, its
-           # speed, its memory's and its threads' in lock step, the one of the probes before and after it
-           # furthest from the usual (opbench.hardware.host_speed: 1.0 usual, 1.6 in a slow spell), the runs
-           # taken again because a probe found the host outside its usual state, the seconds spent probing
-           # and waiting for the usual state, the interleaved turns its repeats were taken in, and those
-           # left out of it as a probe found them in a spell while others were not
-           "remeasures", "load_1m", "other_busy_frac", "host_slowness", "host_memory_slowness", "host_sync_slowness",
-           "spell_reruns", "host_wait_s", "turns", "turns_left_out",
-           # energy, where a meter could be read (opbench.hardware.energy)
-           "energy_j", "power_w",
-           # co-runs (opbench.measure.corun)
-           "solo_latency_ms", "slowdown", "makespan_ms", "solo_makespan_ms", "gflops_total", "started_late_ms",
-           "window_s",
-           # a library baseline reused from an earlier study on this host: its age (opbench.measure.baselines)
-           "baseline_age_s",
-           # a model's fused operators (opbench model-ops)
-           "calls", "share", "flops")
-TAGS = ("status", "error", "schema_version", "trial_id", "latencies_ms", "study", "engine",
-        "record_kind", "corun_id", "corun_mode", "corun_with", "key_op",
-        # fresh-process verification (opbench verify): which schedule a record re-measures, in which round
-        "verified_as", "verify_round", "worker_pid", "kernel_pid",
-        # a library baseline: the latency in each fresh process it was timed in (its record is the median one)
-        "process_latencies_ms", "reused_from")
 KNOB_PREFIX = "knob."
 FEATURE_PREFIX = "feat."
 JSON_TAGS = ("latencies_ms", "process_latencies_ms")  # tags whose value is a list, JSON-encoded in MLflow
+
+
+def _param(default: Any = "") -> Any:
+    return field(default=default, metadata={"kind": "param"})
+
+
+def _metric() -> Any:
+    return field(default=None, metadata={"kind": "metric"})
+
+
+def _tag(default: Any = None) -> Any:
+    return field(default=default, metadata={"kind": "tag"})
+
+
+@dataclass
+class TrialRecord:
+    """One trial as OpBench records it. Built once, where it is measured; :meth:`to_row` is the flat row
+    every store and dataset holds (None left out), :meth:`from_row` reads one back. Each field's kind says
+    where it lives in MLflow; the column lists :data:`PARAMS`, :data:`METRICS` and :data:`TAGS` are derived
+    from it."""
+
+    # what was measured, and where (params)
+    workload: str = _param()
+    op: str = _param()
+    shape: str = _param()
+    dtype: str = _param()
+    template: str = _param()
+    threads: int = _param(1)
+    cores: str = _param("any")
+    target: str = _param()
+    host: str = _param()
+    tvm_version: str = _param()
+    source_model: str = _param()
+    device: str = _param("local")
+    device_addr: str | None = _param(None)  # the remote server (HOST:PORT) it ran on
+    cache_flush: int | None = _param(None)
+    # how long it took (metrics): the latency statistics of its repeats, and throughput
+    latency_ms: float | None = _metric()
+    latency_ms_mean: float | None = _metric()
+    latency_ms_std: float | None = _metric()
+    latency_cv: float | None = _metric()
+    gflops: float | None = _metric()
+    peak_frac: float | None = _metric()
+    build_s: float | None = _metric()
+    run_s: float | None = _metric()
+    trial_s: float | None = _metric()
+    finished_at: float | None = _metric()
+    number: int | None = _metric()
+    repeat: int | None = _metric()
+    max_abs_err: float | None = _metric()
+    # measurement quality (docs/measurement.md): retakes, the host's load and speed while timing, turns
+    remeasures: int | None = _metric()
+    load_1m: float | None = _metric()
+    other_busy_frac: float | None = _metric()
+    host_slowness: float | None = _metric()
+    host_memory_slowness: float | None = _metric()
+    host_sync_slowness: float | None = _metric()
+    spell_reruns: int | None = _metric()
+    host_wait_s: float | None = _metric()
+    turns: int | None = _metric()
+    turns_left_out: int | None = _metric()
+    # energy, where a meter could be read (opbench.hardware.energy)
+    energy_j: float | None = _metric()
+    power_w: float | None = _metric()
+    # co-runs (opbench.measure.corun)
+    solo_latency_ms: float | None = _metric()
+    slowdown: float | None = _metric()
+    makespan_ms: float | None = _metric()
+    solo_makespan_ms: float | None = _metric()
+    gflops_total: float | None = _metric()
+    started_late_ms: float | None = _metric()
+    window_s: float | None = _metric()
+    # a library baseline reused from an earlier study on this host: its age (opbench.measure.baselines)
+    baseline_age_s: float | None = _metric()
+    # a model's fused operators (opbench model-ops)
+    calls: float | None = _metric()
+    share: float | None = _metric()
+    flops: float | None = _metric()
+    # the outcome and the record's identity (tags)
+    status: str = _tag(Status.OK.value)
+    error: str = _tag("")
+    schema_version: int = _tag(SCHEMA_VERSION)
+    trial_id: str = field(default_factory=lambda: new_trial_id(), metadata={"kind": "tag"})
+    latencies_ms: list[float] | None = _tag()
+    study: str | None = _tag()
+    engine: str | None = _tag()
+    record_kind: str | None = _tag()
+    corun_id: str | None = _tag()
+    corun_mode: str | None = _tag()
+    corun_with: str | None = _tag()
+    key_op: str | None = _tag()
+    # fresh-process verification (opbench verify): which schedule a record re-measures, in which round
+    verified_as: str | None = _tag()
+    verify_round: int | None = _tag()
+    worker_pid: int | None = _tag()
+    kernel_pid: int | None = _tag()
+    # a library baseline: the latency in each fresh process it was timed in (its record is the median one)
+    process_latencies_ms: list[float] | None = _tag()
+    reused_from: str | None = _tag()  # the trial id of the baseline this one reuses
+    knobs: dict[str, Any] = field(default_factory=dict)  # knob.<name> params
+    features: dict[str, float] = field(default_factory=dict)  # feat.<name>: one JSON artifact per run
+    tags: dict[str, Any] = field(default_factory=dict)  # any other column (engine ids, references, ...)
+
+    def set(self, **values: Any) -> None:
+        """Set columns by name: fields where there is one, other tags otherwise."""
+        for key, value in values.items():
+            if key in _NAMES:
+                setattr(self, key, value)
+            else:
+                self.tags[key] = value
+
+    def to_row(self) -> Record:
+        """The flat row: the fields that are set, ``knob.*`` and ``feat.*`` columns and the other tags."""
+        row: Record = dict(self.tags)
+        row.update({f.name: getattr(self, f.name) for f in _COLUMNS if getattr(self, f.name) is not None})
+        row.update({f"{KNOB_PREFIX}{k}": v for k, v in self.knobs.items()})
+        row.update({f"{FEATURE_PREFIX}{k}": v for k, v in self.features.items()})
+        return row
+
+    @classmethod
+    def from_row(cls, row: Record) -> TrialRecord:
+        """The record of a row (:meth:`to_row`'s inverse; unknown columns kept in ``tags``)."""
+        known = _NAMES
+        return cls(**{k: v for k, v in row.items() if k in known},
+                   knobs={k[len(KNOB_PREFIX):]: v for k, v in row.items() if k.startswith(KNOB_PREFIX)},
+                   features={k[len(FEATURE_PREFIX):]: v for k, v in row.items() if k.startswith(FEATURE_PREFIX)},
+                   tags={k: v for k, v in row.items() if k not in known and not k.startswith((KNOB_PREFIX, FEATURE_PREFIX))})
+
+
+_COLUMNS = tuple(f for f in fields(TrialRecord) if "kind" in f.metadata)
+_NAMES = frozenset(f.name for f in _COLUMNS)
+PARAMS = tuple(f.name for f in _COLUMNS if f.metadata["kind"] == "param")
+METRICS = tuple(f.name for f in _COLUMNS if f.metadata["kind"] == "metric")
+TAGS = tuple(f.name for f in _COLUMNS if f.metadata["kind"] == "tag")
 
 
 def kind_of(key: str) -> str:

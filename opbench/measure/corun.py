@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from opbench.exceptions import OpBenchError
 from opbench.measure.protocol import BuildResult, CoRunResult
-from opbench.record import SCHEMA_VERSION, Record, Status, latency_stats, new_trial_id
+from opbench.record import Record, Status, TrialRecord, latency_stats, new_trial_id
 
 if TYPE_CHECKING:
     from opbench.measure.types import TrialSpec
@@ -62,12 +62,11 @@ def corun_records(spec: CoRunSpec, members: list[Record], solo: list[CoRunResult
     names = [m["workload"] for m in members]
     for i, record in enumerate(members):
         record.update(corun_id=corun_id, corun_mode=spec.mode, corun_with="+".join(names[:i] + names[i + 1:]))
-    parent: Record = {
-        "record_kind": "corun", "trial_id": corun_id, "corun_mode": spec.mode, "workload": "+".join(names),
-        "op": "+".join(m["op"] for m in members), "threads": max(m["threads"] for m in members),
-        "cores": ";".join(m["cores"] for m in members), "target": members[0]["target"], "host": members[0]["host"],
-        "tvm_version": members[0]["tvm_version"], "schema_version": SCHEMA_VERSION, "window_s": spec.window_s,
-    }
+    parent = TrialRecord(
+        record_kind="corun", trial_id=corun_id, corun_mode=spec.mode, workload="+".join(names),
+        op="+".join(m["op"] for m in members), threads=max(m["threads"] for m in members),
+        cores=";".join(m["cores"] for m in members), target=members[0]["target"], host=members[0]["host"],
+        tvm_version=members[0]["tvm_version"], window_s=spec.window_s, shape="", dtype="", template="").to_row()
     error = _first_error(solo, together, failed)
     if error:
         status, text = error

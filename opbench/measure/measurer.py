@@ -26,7 +26,7 @@ from opbench.measure.runner import LocalRunner, RPCRunner, Runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
-from opbench.record import SCHEMA_VERSION, Record, Status, is_ok, latency_stats, new_trial_id
+from opbench.record import FEATURE_PREFIX, Record, Status, TrialRecord, is_ok, latency_stats
 from opbench.space import Config, get_template
 from opbench.workloads import PRESETS, Workload
 
@@ -267,46 +267,41 @@ class Measurer:
                 build: BuildResult | None = None, run: RunResult | None = None) -> Record:
         workload, res, host = spec.workload, spec.resources, self._facts(spec.resources, run)
         preset = PRESETS.get(workload.preset or "")
-        record: Record = {
-            "workload": workload.name, "op": workload.op.name, "shape": workload.shape, "dtype": workload.dtype,
-            "template": template, "threads": res.threads, "cores": res.cores_label,
-            "target": (build.target if build and build.target else res.target), "host": host.hostname,
-            "tvm_version": host.tvm_version,
-            "source_model": preset.model if preset else workload.op.source_model(workload.params),
-            "status": status.value, "error": error[:4000], "schema_version": SCHEMA_VERSION,
-            "trial_id": new_trial_id(), "device": res.device,
-        }
-        if run is not None and run.device_addr:
-            record["device_addr"] = run.device_addr
-        record.update(spec.tags)
-        record.update({f"knob.{k}": _knob_value(v) for k, v in config.items()})
-        if build is not None:
-            record["build_s"] = build.build_s
-        if run is not None:
-            record["run_s"] = run.run_s
-            if run.status is Status.OK:
-                stats = latency_stats(run.latencies_s, run.turn_sizes)
-                gflops = workload.flops / (stats["latency_ms"] * 1e-3) / 1e9
-                record.update(stats, gflops=gflops, peak_frac=gflops / host.peak_gflops(res.threads),
-                              number=run.number, repeat=len(run.latencies_s),
-                              latencies_ms=[t * 1e3 for t in run.latencies_s])
-            if run.max_abs_err == run.max_abs_err:
-                record["max_abs_err"] = run.max_abs_err
-            if run.status is Status.OK and run.energy_j is not None:
-                record.update(energy_j=run.energy_j, power_w=run.power_w)
-            if run.status is Status.OK:
-                record.update(run.load, remeasures=run.remeasures, spell_reruns=run.spell_reruns, turns=run.turns,
-                              turns_left_out=run.turns_left_out, host_wait_s=run.host_wait_s,
-                              cache_flush=int(self.timing.cache_flush), worker_pid=run.pid,
-                              kernel_pid=run.kernel_pid or None)
-        record["trial_s"] = time.perf_counter() - started
-        record["finished_at"] = time.time()  # unix seconds: tuning curves against wall time
         valid = status is not Status.INVALID_CONFIG and template not in LIBRARIES
-        record.update(static_features(workload, config if valid else {}, template if valid else None, res, host))
-        if build is not None:
-            record.update(build.features)
-        return record
+        features = static_features(workload, config if valid else {}, template if valid else None, res, host)
+        features.update(build.features if build is not None else {})
+        record = TrialRecord(
+            workload=workload.name, op=workload.op.name, shape=workload.shape, dtype=workload.dtype, template=template,
+            threads=res.threads, cores=res.cores_label, target=build.target if build and build.target else res.target,
+            host=host.hostname, tvm_version=host.tvm_version, device=res.device,
+            source_model=preset.model if preset else workload.op.source_model(workload.params),
+            status=status.value, error=error[:4000], build_s=build.build_s if build is not None else None,
+            knobs={k: _knob_value(v) for k, v in config.items()},
+            features={k[len(FEATURE_PREFIX):]: v for k, v in features.items()})
+        record.set(**spec.tags)
+        if run is not None:
+            self._timed(record, run, workload.flops / 1e9, host.peak_gflops(res.threads))
+        record.trial_s = time.perf_counter() - started
+        record.finished_at = time.time()  # unix seconds: tuning curves against wall time
+        return record.to_row()
 
+    def _timed(self, record: TrialRecord, run: RunResult, gflop: float, peak_gflops: float) -> None:
+        """What a run adds to its trial's record: its latencies and how they were taken."""
+        record.run_s, record.device_addr = run.run_s, run.device_addr or None
+        if run.max_abs_err == run.max_abs_err:
+            record.max_abs_err = run.max_abs_err
+        if run.status is not Status.OK:
+            return
+        record.set(**latency_stats(run.latencies_s, run.turn_sizes), **run.load)
+        assert record.latency_ms is not None
+        record.gflops = gflop / (record.latency_ms * 1e-3)
+        record.peak_frac = record.gflops / peak_gflops
+        record.number, record.repeat, record.latencies_ms = run.number, len(run.latencies_s), [t * 1e3 for t in run.latencies_s]
+        record.energy_j, record.power_w = run.energy_j, run.power_w
+        record.remeasures, record.spell_reruns, record.turns = run.remeasures, run.spell_reruns, run.turns
+        record.turns_left_out, record.host_wait_s = run.turns_left_out, run.host_wait_s
+        record.cache_flush, record.worker_pid = int(self.timing.cache_flush), run.pid
+        record.kernel_pid = run.kernel_pid or None
 
 def _knob_value(value: object, limit: int = 200) -> object:
     """A knob's value as a record keeps it: a number or a string of at most ``limit`` characters (a

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from opbench.exceptions import OpBenchError
-from opbench.record import SCHEMA_VERSION, Record, latency_stats, new_trial_id
+from opbench.record import Record, TrialRecord, latency_stats
 
 FAILED_RUN_S = 1e9  # MetaSchedule stores 1e10 s for a failed run
 
@@ -53,19 +53,17 @@ def import_metaschedule(folder: Path | str, study: str) -> list[Record]:
         flops = float(s_tir.analysis.estimate_tir_flops(mod))
         run_secs = [float(s) for s in (tuning.run_secs or [])]
         ok = bool(run_secs) and max(run_secs) < FAILED_RUN_S
-        record: Record = {
-            "workload": f"tir:{name}-{tvm_ffi.structural_hash(mod) & 0xFFFFFFFF:08x}", "op": "tir", "shape": "", "dtype": "",
-            "template": "metaschedule", "threads": threads, "cores": "", "target": str(target), "host": "imported",
-            "tvm_version": "", "source_model": "", "status": "ok" if ok else "run_error",
-            "error": "" if ok else "MetaSchedule recorded no successful run", "schema_version": SCHEMA_VERSION,
-            "trial_id": new_trial_id(), "study": study, "engine": "metaschedule-import",
-            "feat.flops": flops, "feat.log_flops": math.log10(max(flops, 1.0)), "feat.threads": float(threads),
-        }
+        record = TrialRecord(
+            workload=f"tir:{name}-{tvm_ffi.structural_hash(mod) & 0xFFFFFFFF:08x}", op="tir", template="metaschedule",
+            threads=threads, cores="", target=str(target), host="imported", status="ok" if ok else "run_error",
+            error="" if ok else "MetaSchedule recorded no successful run", study=study, engine="metaschedule-import",
+            features={"flops": flops, "log_flops": math.log10(max(flops, 1.0)), "threads": float(threads)})
         if ok:
             stats = latency_stats(run_secs)
-            record.update(stats, gflops=flops / (stats["latency_ms"] * 1e-3) / 1e9,
-                          latencies_ms=[s * 1e3 for s in run_secs], repeat=len(run_secs))
-        record.update(schedule_features(sch.mod, target))
-        out.append(record)
+            record.set(**stats, gflops=flops / (stats["latency_ms"] * 1e-3) / 1e9,
+                       latencies_ms=[s * 1e3 for s in run_secs], repeat=len(run_secs))
+        row = record.to_row()
+        row.update(schedule_features(sch.mod, target))
+        out.append(row)
     return out
 
