@@ -1,0 +1,78 @@
+"""The shipped template, runner and store contracts (opbench.testing) run over OpBench's own."""
+import copy
+
+import pytest
+
+from opbench.hardware.lock import HostLock
+from opbench.measure.runner import LocalRunner
+from opbench.space import get_template
+from opbench.testing import runner_contract, store_contract, template_contract
+from opbench.tracking import Recorder, read_jsonl_records, read_mlflow_records
+from opbench.tracking.wal import WriteAheadLog
+from opbench.workloads import parse_workload
+
+CONTRACT_WORKLOADS = ["matmul:m=16,n=24,k=8", "dense:m=4,n=16,k=8,bias=1", "batch_matmul:b=2,m=8,n=8,k=8",
+                      "conv2d:n=1,c=8,h=9,w=9,k=16,r=3,s=3,stride=1,pad=1",
+                      "depthwise_conv2d:n=1,c=16,h=9,w=9,r=3,s=3,stride=2,pad=1", "softmax:m=4,n=33"]
+
+
+def _templates():
+    from opbench.space import TEMPLATES
+
+    for spec in CONTRACT_WORKLOADS:
+        workload = parse_workload(spec)
+        for name in sorted(TEMPLATES):
+            if name.startswith("cuda_") or name == "metaschedule":  # GPU only; a scheduled IR file, not a space
+                continue
+            try:
+                template = get_template(workload, name)
+            except Exception:  # noqa: BLE001 - a template for another op
+                continue
+            yield pytest.param(template, workload, id=f"{name}-{spec}")
+
+
+@pytest.mark.parametrize(("template", "workload"), list(_templates()))
+def test_every_cpu_template_keeps_the_space_contract(template, workload):
+    template_contract.check_space(template, workload, samples=5)
+
+
+def test_the_build_contract_holds_for_a_tiled_and_a_packed_template(measurer):
+    for spec, name in (("matmul:m=16,n=24,k=8", "matmul"), ("conv2d:n=1,c=8,h=9,w=9,k=16,r=3,s=3,stride=1,pad=1", "conv2d_nchwc")):
+        workload = parse_workload(spec)
+        template_contract.check_builds_correct_kernels(measurer, get_template(workload, name), workload, samples=2)
+
+
+def test_a_template_that_breaks_the_contract_fails_it():
+    workload = parse_workload("matmul:m=16,n=24,k=8")
+    template = get_template(workload)
+
+    lax = copy.copy(template)
+    object.__setattr__(lax, "validate", lambda config, workload: dict(config))  # an unknown knob goes through
+    with pytest.raises(AssertionError, match="accepted"):
+        template_contract.check_space(lax, workload, samples=1)
+
+
+def test_the_local_runner_keeps_the_runner_contract(tmp_path):
+    good, broken = runner_contract.built_input(tmp_path), runner_contract.broken_input(tmp_path)
+    runner_contract.check_runner(LocalRunner(lock=HostLock(tmp_path / "lock")), good, broken)
+
+
+def test_our_stores_keep_the_store_contract(tracking_uri, tmp_path):
+    log = tmp_path / "trials.jsonl"
+    with Recorder("store-contract", tracking_uri, log) as recorder:
+        store_contract.check_round_trip(recorder.mlflow.write, lambda: (recorder.mlflow.flush(), read_mlflow_records(
+            ["store-contract"], tracking_uri))[1])
+    from opbench.tracking.jsonl import JsonlWriter
+
+    jsonl = JsonlWriter(tmp_path / "plain.jsonl")
+    store_contract.check_round_trip(jsonl.write, lambda: read_jsonl_records(tmp_path / "plain.jsonl"))
+    wal = WriteAheadLog(tmp_path / "wal")
+    store_contract.check_round_trip(wal.append, lambda: [r for p in (tmp_path / "wal").glob("*.jsonl")
+                                                         for r in read_jsonl_records(p)])
+
+
+def test_a_store_that_loses_a_column_fails_the_contract():
+    kept = []
+    with pytest.raises(AssertionError, match="latencies_ms"):
+        store_contract.check_round_trip(lambda row: kept.append({k: v for k, v in row.items() if k != "latencies_ms"}),
+                                        lambda: kept)
