@@ -18,19 +18,21 @@ torch references within 10%. Plot: run A vs run B latencies.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _results import Results
 from scipy.stats import spearmanr
 
 from opbench.engines.loop import run_tuning, valid_proposals
 from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.host_speed import Slowness
-from opbench.hardware.resources import Resources, host_facts
+from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.record import is_ok
@@ -123,6 +125,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8, help="trials of each short study")
     parser.add_argument("--out", default=None, help="folder for the plot (default: a temporary folder)")
     args = parser.parse_args()
+    os.environ["OPBENCH_BASELINE_REUSE_S"] = "0"  # each short study times its own torch reference
     resources = Resources(args.threads)
     scratch = Path(tempfile.mkdtemp(prefix="opbench-quality-"))
     out = Path(args.out) if args.out else scratch
@@ -153,24 +156,24 @@ def main() -> None:
                                   100 * (fresh / b["latency_ms"] - 1)))
     refs = torch_references(args.studies, args.trials, resources, scratch)
 
-    host = host_facts()
-    print(f"host: {host.cpu_model}, {args.threads} threads; plots in {out}")
-    print("\nRepeatability (same configs, two measurers in separate processes)")
-    print(table(repeat_rows, ["workload", "configs", "Spearman", "median |delta| %", "p90 |delta| %"]))
-    print(f"\nCV of repeats over {len(cvs)} records: median {100 * statistics.median(cvs):.2f}%, "
+    results = Results("measurement_quality")
+    results.print(f"{args.threads} threads; plots in {out}")
+    results.print("\nRepeatability (same configs, two measurers in separate processes)")
+    results.table(table(repeat_rows, ["workload", "configs", "Spearman", "median |delta| %", "p90 |delta| %"]))
+    results.print(f"\nCV of repeats over {len(cvs)} records: median {100 * statistics.median(cvs):.2f}%, "
           f"p90 {100 * float(np.percentile(cvs, 90)):.2f}%, max {100 * max(cvs):.2f}%")
-    print("\nBest configs (the 3 fastest in run A) re-measured in fresh processes (3 alternating rounds), against\n"
+    results.print("\nBest configs (the 3 fastest in run A) re-measured in fresh processes (3 alternating rounds), against\n"
           "run A, which chose them (so its lucky measurements are among them: the winner's curse), and run B")
-    print(table(best_rows, ["workload", "run A ms", "run B ms", "B's host state", "fresh ms (median)", "min", "max",
+    results.table(table(best_rows, ["workload", "run A ms", "run B ms", "B's host state", "fresh ms (median)", "min", "max",
                             "delta vs A %", "delta vs B %"]))
-    print("records a probe found outside the host's usual state (compute or memory off by more than 10%, "
+    results.print("records a probe found outside the host's usual state (compute or memory off by more than 10%, "
           "lock step slower by more than 20%): " +
           ", ".join(f"{what} {100 * share(records, outside_usual):.0f}%" for what, records in measured.items()) +
           "; records with turns left out for a spell: " +
           ", ".join(f"{what} {100 * share(records, left_out_a_turn):.0f}%" for what, records in measured.items()))
-    print(f"\ntorch reference of short studies vs torch after each study (matmul-512): the median of {ROUNDS} "
+    results.print(f"\ntorch reference of short studies vs torch after each study (matmul-512): the median of {ROUNDS} "
           "fresh processes")
-    print(table([(i + 1, s[0], f"{min(s):.4g}-{max(s):.4g}", f[0], f"{min(f):.4g}-{max(f):.4g}", 100 * (s[0] / f[0] - 1))
+    results.table(table([(i + 1, s[0], f"{min(s):.4g}-{max(s):.4g}", f[0], f"{min(f):.4g}-{max(f):.4g}", 100 * (s[0] / f[0] - 1))
                  for i, (s, f) in enumerate(refs)],
                 ["study", "study's torch ms", "its processes", "after ms", "its processes", "delta %"]))
     worst_best = max(abs(r[-1]) for r in best_rows)  # against run B: a trial's record, not the one that chose it
@@ -179,7 +182,8 @@ def main() -> None:
                 ("best configs within 5% of run B in fresh processes", worst_best <= 5),
                 ("Spearman >= 0.9", min(r[2] for r in repeat_rows) >= 0.9),
                 ("torch references within 10%", worst_ref <= 10)]
-    print("\n" + "\n".join(f"{'met' if ok else 'NOT MET'}: {what}" for what, ok in verdicts))
+    results.print("\n" + "\n".join(f"{'met' if ok else 'NOT MET'}: {what}" for what, ok in verdicts))
+    results.save()
 
 
 if __name__ == "__main__":
