@@ -100,3 +100,23 @@ def test_the_public_api_is_listed_and_importable():
 def test_benchmarks_call_the_library_not_the_cli():
     for path in (PACKAGE.parent / "benchmarks").glob("*.py"):
         assert not [t for _, t in imported(path) if t == "opbench.cli" or t.startswith("opbench.cli.")], path
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 350, 60
+
+
+def oversized(path: Path) -> list[str]:
+    """What in ``path`` is too long to hold in one's head: the module past its line budget, its long functions."""
+    source = path.read_text()
+    out = [f"{path.name}: {len(source.splitlines())} lines"] if len(source.splitlines()) > MAX_MODULE_LINES else []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= MAX_FUNCTION_LINES:
+            out.append(f"{path.name}: {node.name} is {node.end_lineno - node.lineno + 1} lines")
+    return out
+
+
+def test_modules_and_functions_stay_small(tmp_path):
+    assert [line for path in sorted(PACKAGE.rglob("*.py")) for line in oversized(path)] == []
+    long = tmp_path / "long.py"
+    long.write_text("def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
+    assert oversized(long) == [f"long.py: f is {MAX_FUNCTION_LINES + 1} lines"]

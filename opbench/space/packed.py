@@ -22,7 +22,7 @@ does not divide (3, 24, 40) take the divisors they have.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opbench.space import winograd
 from opbench.space._base import Config, Knob, Template, divisors
@@ -161,20 +161,7 @@ class PackedConvTemplate(Template):
         ib = ob if self.depthwise else config["ic_block"]
         conv = anchor_block(sch)
         epilogue = blocks_after(sch, conv)
-        prologue = sch.get_producers(conv)  # the padding stage, when there is one
-        data_pack = sch.cache_read(conv, 0, "global")
-        weight_pack = sch.cache_read(conv, 1, "global")
-        sch.transform_layout(conv, ("read", 0), lambda n, c, h, w: (n, c // ib, h, w, c % ib))
-        grouped = len(sch.get(conv).iter_vars) == 7  # a model's depthwise conv: weight (C, 1, R, S)
-        if self.depthwise and grouped:
-            sch.transform_layout(conv, ("read", 1), lambda c, i, r, s: (c // ob, i, r, s, c % ob))
-        elif self.depthwise:
-            sch.transform_layout(conv, ("read", 1), lambda c, r, s: (c // ob, r, s, c % ob))
-        else:
-            sch.transform_layout(conv, ("read", 1), lambda o, i, r, s: (o // ob, i // ib, r, s, i % ib, o % ob))
-        for block in prologue:
-            sch.compute_inline(block)
-
+        data_pack, weight_pack, grouped = self._pack_inputs(sch, conv, ob, ib)
         loops = sch.get_loops(conv)
         n, f, y, x = loops[:4]
         fo, fi = sch.split(f, [None, ob])
@@ -189,26 +176,14 @@ class PackedConvTemplate(Template):
             reduction = {"c_rs_c": [rco, *window, rci], "rs_c_c": [*window, rco, rci],
                          "c_c_rs": [rco, rci, *window]}[config["reduce_order"]]
         sch.reorder(n, fo, yo, xo, *reduction, yi, xi, fi)
-
-        packed = lambda n, k, y, x: (n, k // ob, y, x, k % ob)
-        unpack = sch.cache_write(conv, 0, "global") if config["packed_output"] else None
-        if unpack is not None:
-            sch.transform_layout(conv, ("write", 0), packed)
-        accumulator = sch.cache_write(conv, 0, "local")  # takes the packed layout of what it writes
-        if not config["packed_output"]:
-            sch.transform_layout(conv, ("write", 0), packed)
-        for name in epilogue:  # into the copy that writes NCHW: the unpacking, else the write-back
-            sch.reverse_compute_inline(sch.get_sblock(name))
-        sch.reverse_compute_at(accumulator, xo)
-
+        unpack, accumulator = self._write_packed(sch, conv, epilogue, config["packed_output"], ob, xo)
         if config["parallel"]:
             outer = [n, fo, yo][: config["parallel"]]
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
         if config["unroll_max_step"]:
             sch.annotate(sch.get_loops(conv)[0], "pragma_auto_unroll_max_step", config["unroll_max_step"])
-        if config["unroll_window"]:
-            for loop in window:
-                sch.unroll(loop)
+        for loop in window if config["unroll_window"] else []:
+            sch.unroll(loop)
         sch.unroll(xi)
         sch.unroll(yi)
         if ob > 1:
@@ -218,7 +193,51 @@ class PackedConvTemplate(Template):
             sch.vectorize(sch.get_loops(init)[-1])
             if unpack is not None:
                 sch.vectorize(sch.get_loops(accumulator)[-1])
-        # packing copies run in the packed order: stores contiguous, the channel block vectorised
+        self._place_packs(sch, conv, config, data_pack, weight_pack, grouped, ob, ib)
+        if unpack is not None:
+            loops = sch.get_loops(unpack)
+            sch.parallel(sch.fuse(*loops[:3]))
+            sch.vectorize(loops[-1])
+
+    def _pack_inputs(self, sch: Schedule, conv: Any, ob: int, ib: int) -> tuple[Any, Any, bool]:
+        """Copies of the data and the weight in blocked layouts (data NCHW[ib]c; weight O[ob]o..I[ib]i), the
+        padding inlined into the data's copy; whether the weight is a grouped (C, 1, R, S) one."""
+        prologue = sch.get_producers(conv)  # the padding stage, when there is one
+        data_pack = sch.cache_read(conv, 0, "global")
+        weight_pack = sch.cache_read(conv, 1, "global")
+        sch.transform_layout(conv, ("read", 0), lambda n, c, h, w: (n, c // ib, h, w, c % ib))
+        grouped = len(sch.get(conv).iter_vars) == 7  # a model's depthwise conv: weight (C, 1, R, S)
+        if self.depthwise and grouped:
+            sch.transform_layout(conv, ("read", 1), lambda c, i, r, s: (c // ob, i, r, s, c % ob))
+        elif self.depthwise:
+            sch.transform_layout(conv, ("read", 1), lambda c, r, s: (c // ob, r, s, c % ob))
+        else:
+            sch.transform_layout(conv, ("read", 1), lambda o, i, r, s: (o // ob, i // ib, r, s, i % ib, o % ob))
+        for block in prologue:
+            sch.compute_inline(block)
+        return data_pack, weight_pack, grouped
+
+    @staticmethod
+    def _write_packed(sch: Schedule, conv: Any, epilogue: list[str], packed_output: bool, ob: int, xo: Any
+                      ) -> tuple[Any, Any]:
+        """The accumulator in the packed output layout at ``xo``, and (with ``packed_output``) a packed
+        output unpacked by a copy of its own: (that copy or None, the accumulator)."""
+        packed = lambda n, k, y, x: (n, k // ob, y, x, k % ob)
+        unpack = sch.cache_write(conv, 0, "global") if packed_output else None
+        if unpack is not None:
+            sch.transform_layout(conv, ("write", 0), packed)
+        accumulator = sch.cache_write(conv, 0, "local")  # takes the packed layout of what it writes
+        if not packed_output:
+            sch.transform_layout(conv, ("write", 0), packed)
+        for name in epilogue:  # into the copy that writes NCHW: the unpacking, else the write-back
+            sch.reverse_compute_inline(sch.get_sblock(name))
+        sch.reverse_compute_at(accumulator, xo)
+        return unpack, accumulator
+
+    def _place_packs(self, sch: Schedule, conv: Any, config: Config, data_pack: Any, weight_pack: Any, grouped: bool,
+                     ob: int, ib: int) -> None:
+        """The packing copies run in the packed order (stores contiguous, the channel block vectorised); the
+        weight's at the root (packed once by a model: prepacked) or per output-channel block."""
         pack_copy(sch, data_pack, {1: ib}, (0, 1, 3, 4, 2), parallel=3)
         if self.depthwise:
             pack_copy(sch, weight_pack, {0: ob}, (0, 2, 3, 4, 1) if grouped else (0, 2, 3, 1), parallel=1)
@@ -235,7 +254,3 @@ class PackedConvTemplate(Template):
             pack_copy(sch, weight_pack, {0: ob, 1: ib}, (0, 2, 4, 5, 3, 1), parallel=2)
         if self.depthwise or config["weight_pack_at"] == "root":
             mark_prepack(sch, weight_pack)
-        if unpack is not None:
-            loops = sch.get_loops(unpack)
-            sch.parallel(sch.fuse(*loops[:3]))
-            sch.vectorize(loops[-1])

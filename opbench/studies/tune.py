@@ -217,19 +217,7 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
             template = get_template(workload, spec.template, spec.resources.target)
             observe_default(engine, search_space(spec, workload), template.default_config(workload),
                             spec.resources.threads, refs.get("template_default"))
-        todo = spec.trials - done
-        if loop_engine:
-            owner = create_loop_engine(spec.engine, study_dir(spec.engine.name, study, spec.tracking_uri))
-            records = owner.run(workload, todo, measurer, sink, spec.resources, on_artifact=lambda record, path:
-                                recorder.mlflow.log_artifact(path, owner.name, record["trial_id"] if record else None))
-        elif spec.workers > 1:
-            spawn_workers(spec, todo, recorder.mlflow.parent_run_id)
-            records = joined_hosts_records(recorder, list(earlier_trials.values()))
-        else:
-            assert engine is not None
-            records = run_tuning(engine, workload, todo, measurer, sink, spec.resources, spec.template, spec.batch)
-            if engine.done > len(earlier_trials) + len(records):  # other hosts (opbench worker) measured some
-                records += joined_hosts_records(recorder, [*earlier_trials.values(), *records])
+        records = _tune(spec, engine, workload, spec.trials - done, measurer, sink, recorder, list(earlier_trials.values()))
         result = StudyResult(study, recorder.mlflow.uri,
                              sorted([*earlier_trials.values(), *records], key=lambda r: r.get("finished_at", 0.0)),
                              refs, objectives=spec.engine.objectives, rejected=engine.rejected if engine else 0)
@@ -270,6 +258,23 @@ def joined_hosts_records(recorder: Recorder, known: list[Record]) -> list[Record
     the recorder's parent run."""
     seen = {r["trial_id"] for r in known}
     return [r for r in engine_trials(invocation_records(recorder)).values() if r["trial_id"] not in seen]
+
+
+def _tune(spec: TuneSpec, engine: Engine | None, workload: Workload, todo: int, measurer: Measurer, sink: OnRecord,
+          recorder: Recorder, earlier: list[Record]) -> list[Record]:
+    """The invocation's trials: by a loop engine (MetaSchedule), by ``--workers`` processes, or here (with
+    whatever other hosts measured meanwhile)."""
+    if engine is None:
+        owner = create_loop_engine(spec.engine, study_dir(spec.engine.name, recorder.study, spec.tracking_uri))
+        return owner.run(workload, todo, measurer, sink, spec.resources, on_artifact=lambda record, path:
+                         recorder.mlflow.log_artifact(path, owner.name, record["trial_id"] if record else None))
+    if spec.workers > 1:
+        spawn_workers(spec, todo, recorder.mlflow.parent_run_id)
+        return joined_hosts_records(recorder, earlier)
+    records = run_tuning(engine, workload, todo, measurer, sink, spec.resources, spec.template, spec.batch)
+    if engine.done > len(earlier) + len(records):  # other hosts (opbench worker) measured some
+        records += joined_hosts_records(recorder, [*earlier, *records])
+    return records
 
 
 def run_worker(worker: WorkerSpec, on_record: OnRecord | None = None) -> None:

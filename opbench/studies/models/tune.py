@@ -91,12 +91,8 @@ def profile(spec: ModelSpec, on_op: Callable[[int, FusedOp], None] | None = None
 
 def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None = None) -> ModelTuneResult:
     """Profile the model, measure every operator's template default, tune the key operators by their time
-    after the defaults, build the model with the results: per-op rows and model metrics.
-
-    Key operators are ranked by their time after the defaults, not by the untuned profile: there TVM's
-    default lowering of the matmuls and convolutions dwarfs the rest (BERT-base: about 27 s untuned), so
-    softmax and GELU showed shares near 0% and were never tuned, though they were about a sixth of the
-    model once its matmuls ran tuned schedules."""
+    after the defaults (in the untuned profile TVM's default lowering of matmuls and convolutions dwarfs
+    operators that matter once those are tuned), build the model with the results: rows and metrics."""
     m = spec.model
     prof = profile(m)
     tunable = [o for o in prof.ops if o.outputs == 1]
