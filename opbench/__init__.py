@@ -25,12 +25,12 @@ _API = {
     "create_engine": "opbench.engines.registry",
     # measuring one trial
     "Measurer": "opbench.measure.measurer", "MeasureOptions": "opbench.measure.types",
-    "TrialSpec": "opbench.measure.types",
+    "TimingPolicy": "opbench.measure.timing", "TrialSpec": "opbench.measure.types",
     # what is measured, and where
     "parse_workload": "opbench.workloads", "Workload": "opbench.workloads", "get_template": "opbench.space",
     "Resources": "opbench.hardware.resources",
     # records and reading them back
-    "Record": "opbench.record", "Status": "opbench.record", "best_ok": "opbench.record",
+    "Record": "opbench.record", "TrialRecord": "opbench.record", "Status": "opbench.record", "best_ok": "opbench.record",
     "ok_records": "opbench.record", "read_mlflow": "opbench.tracking", "read_mlflow_records": "opbench.tracking",
     "read_dataset": "opbench.tracking.dataset",
     # errors
@@ -48,6 +48,8 @@ __all__ = [
     "Resources",
     "Status",
     "StudyResult",
+    "TimingPolicy",
+    "TrialRecord",
     "TrialSpec",
     "TuneSpec",
     "Verification",
@@ -70,8 +72,9 @@ if TYPE_CHECKING:
     from opbench.exceptions import OpBenchError
     from opbench.hardware.resources import Resources
     from opbench.measure.measurer import Measurer
+    from opbench.measure.timing import TimingPolicy
     from opbench.measure.types import MeasureOptions, TrialSpec
-    from opbench.record import Record, Status, best_ok, ok_records
+    from opbench.record import Record, Status, TrialRecord, best_ok, ok_records
     from opbench.space import get_template
     from opbench.studies.models.tune import ModelSpec, ModelTuneSpec, tune_model
     from opbench.studies.tune import StudyResult, TuneSpec, run_study
