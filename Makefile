@@ -53,10 +53,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check opbench tests benchmarks
 	$(BIN)/mypy
 
-# What is generated from the code: the command reference and the presets' search spaces (tests check both).
+# What is generated from the code: the command and record references and the presets' search spaces (tests check them).
 docs: $(STAMP)
 	mkdir -p docs/reference
 	$(BIN)/python -m opbench.cli.reference > docs/reference/cli.md
+	$(BIN)/python -m opbench.cli.reference records > docs/reference/records.md
 	$(BIN)/opbench space --all --out search_spaces
 
 # Unit, schema, contract and CLI-error tests: no worker, CLI process, tracker or nnictl (<= 3 min).

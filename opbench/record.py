@@ -60,48 +60,48 @@ class TrialRecord:
     from it."""
 
     # what was measured, and where (params)
-    workload: str = _param()
-    op: str = _param()
-    shape: str = _param()
+    workload: str = _param()  # its name: a preset (matmul-512) or OP:key=value,...
+    op: str = _param()  # the operator kind
+    shape: str = _param()  # the operator's shape, as its catalogue writes it
     dtype: str = _param()
-    template: str = _param()
-    threads: int = _param(1)
-    cores: str = _param("any")
-    target: str = _param()
-    host: str = _param()
+    template: str = _param()  # the schedule template (or torch, numpy)
+    threads: int = _param(1)  # threads it ran with
+    cores: str = _param("any")  # the core set it was pinned to (any: not pinned)
+    target: str = _param()  # the full TVM target it was built for
+    host: str = _param()  # the machine it ran on
     tvm_version: str = _param()
-    source_model: str = _param()
-    device: str = _param("local")
+    source_model: str = _param()  # the model the operator comes from, where known
+    device: str = _param("local")  # local, or rpc://HOST:PORT/KEY
     device_addr: str | None = _param(None)  # the remote server (HOST:PORT) it ran on
-    cache_flush: int | None = _param(None)
+    cache_flush: int | None = _param(None)  # 1: the CPU caches were flushed before every timed call
     # how long it took (metrics): the latency statistics of its repeats, and throughput
-    latency_ms: float | None = _metric()
+    latency_ms: float | None = _metric()  # the median of the kept repeats (per call)
     latency_ms_mean: float | None = _metric()
-    latency_ms_std: float | None = _metric()
-    latency_cv: float | None = _metric()
-    gflops: float | None = _metric()
-    peak_frac: float | None = _metric()
-    build_s: float | None = _metric()
-    run_s: float | None = _metric()
-    trial_s: float | None = _metric()
-    finished_at: float | None = _metric()
-    number: int | None = _metric()
-    repeat: int | None = _metric()
-    max_abs_err: float | None = _metric()
+    latency_ms_std: float | None = _metric()  # over all repeats: includes the host's changes between turns
+    latency_cv: float | None = _metric()  # the spread of repeats within a turn, pooled over turns
+    gflops: float | None = _metric()  # the workload's FLOPs over latency_ms
+    peak_frac: float | None = _metric()  # gflops over the host's peak at these threads
+    build_s: float | None = _metric()  # compiling it
+    run_s: float | None = _metric()  # loading, checking and timing it: every attempt
+    trial_s: float | None = _metric()  # the whole trial, as its engine waited for it
+    finished_at: float | None = _metric()  # unix seconds
+    number: int | None = _metric()  # calls per timed repeat
+    repeat: int | None = _metric()  # timed repeats kept
+    max_abs_err: float | None = _metric()  # largest difference from the reference output
     # measurement quality (docs/measurement.md): retakes, the host's load and speed while timing, turns
-    remeasures: int | None = _metric()
-    load_1m: float | None = _metric()
-    other_busy_frac: float | None = _metric()
-    host_slowness: float | None = _metric()
-    host_memory_slowness: float | None = _metric()
-    host_sync_slowness: float | None = _metric()
-    spell_reruns: int | None = _metric()
-    host_wait_s: float | None = _metric()
-    turns: int | None = _metric()
-    turns_left_out: int | None = _metric()
+    remeasures: int | None = _metric()  # series taken again for a high CV
+    load_1m: float | None = _metric()  # the host's 1-minute load average
+    other_busy_frac: float | None = _metric()  # the share of its cores other processes kept busy while timing
+    host_slowness: float | None = _metric()  # the compute probe over its usual time (1.0 usual; docs/measurement.md#probes)
+    host_memory_slowness: float | None = _metric()  # the memory probe's
+    host_sync_slowness: float | None = _metric()  # the lock-step probe's
+    spell_reruns: int | None = _metric()  # series taken again because a probe found a spell
+    host_wait_s: float | None = _metric()  # probing the host and waiting for its usual state
+    turns: int | None = _metric()  # interleaved turns its repeats were taken in
+    turns_left_out: int | None = _metric()  # turns left out as a probe found them in a spell
     # energy, where a meter could be read (opbench.hardware.energy)
-    energy_j: float | None = _metric()
-    power_w: float | None = _metric()
+    energy_j: float | None = _metric()  # joules per call
+    power_w: float | None = _metric()  # watts while timing
     # co-runs (opbench.measure.corun)
     solo_latency_ms: float | None = _metric()
     slowdown: float | None = _metric()
@@ -117,14 +117,14 @@ class TrialRecord:
     share: float | None = _metric()
     flops: float | None = _metric()
     # the outcome and the record's identity (tags)
-    status: str = _tag(Status.OK.value)
-    error: str = _tag("")
+    status: str = _tag(Status.OK.value)  # ok, invalid_config, build_error, run_error, timeout, wrong_result, device_error
+    error: str = _tag("")  # what went wrong, first 4000 characters
     schema_version: int = _tag(SCHEMA_VERSION)
-    trial_id: str = field(default_factory=lambda: new_trial_id(), metadata={"kind": "tag"})
-    latencies_ms: list[float] | None = _tag()
-    study: str | None = _tag()
-    engine: str | None = _tag()
-    record_kind: str | None = _tag()
+    trial_id: str = field(default_factory=lambda: new_trial_id(), metadata={"kind": "tag"})  # unique per record
+    latencies_ms: list[float] | None = _tag()  # every kept repeat (JSON in MLflow)
+    study: str | None = _tag()  # the MLflow experiment
+    engine: str | None = _tag()  # the engine that proposed it
+    record_kind: str | None = _tag()  # corun, verify, ... (empty: a trial)
     corun_id: str | None = _tag()
     corun_mode: str | None = _tag()
     corun_with: str | None = _tag()

@@ -87,13 +87,16 @@ def test_a_malformed_setting_in_the_environment_is_named(monkeypatch, capsys):
 
 
 def test_the_generated_references_are_current(tmp_path):
-    """docs/reference/cli.md and search_spaces/ are what `make docs` writes from the code as it is."""
-    from opbench.cli.reference import cli_reference
+    """docs/reference/ and search_spaces/ are what `make docs` writes from the code as it is."""
+    from opbench.cli.reference import cli_reference, record_reference
     from opbench.space.catalogue import write_spaces
 
     from .conftest import ROOT
 
     assert (ROOT / "docs" / "reference" / "cli.md").read_text() == cli_reference(), "stale: run `make docs`"
+    records = record_reference()
+    assert (ROOT / "docs" / "reference" / "records.md").read_text() == records, "stale: run `make docs`"
+    assert "| `latency_ms` | metric | `float` | the median of the kept repeats (per call) |" in records
     written = {p.name: p.read_text() for p in write_spaces(tmp_path)}
     shipped = {p.name: p.read_text() for p in (ROOT / "search_spaces").glob("*.json")}
     assert shipped == written, "search_spaces/ is stale: run `make docs`"

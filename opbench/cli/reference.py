@@ -1,9 +1,14 @@
-"""``python -m opbench.cli.reference``: the command reference (every command's ``--help``) as Markdown,
-what ``docs/reference/cli.md`` holds (``make docs`` writes it; a test checks that it is current)."""
+"""``python -m opbench.cli.reference [cli|records]``: the command reference (every command's ``--help``)
+and the record's columns (from :class:`opbench.record.TrialRecord`) as Markdown, what
+``docs/reference/cli.md`` and ``docs/reference/records.md`` hold (``make docs`` writes them; a test checks
+that they are current)."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
+import re
+import sys
 
 
 def _subcommands(parser: argparse.ArgumentParser, prefix: str) -> list[tuple[str, argparse.ArgumentParser]]:
@@ -34,5 +39,25 @@ def cli_reference() -> str:
     return "\n".join(parts)
 
 
+def record_reference() -> str:
+    """Markdown: the record's columns as :class:`~opbench.record.TrialRecord` declares them, a table per
+    group of fields (its comment), each column with where it lives in MLflow and its comment."""
+    from opbench.record import TrialRecord, kind_of
+
+    parts = ["# Record columns\n\nGenerated from `opbench.record.TrialRecord` (`make docs`). Params and tags are "
+             "strings in MLflow, metrics numbers; `knob.<name>` columns are params, `feat.<name>` columns one JSON "
+             "artifact per run (`features.json`); any other column is a tag.\n"]
+    field = re.compile(r"^    (\w+): ([^=]+?) = [^#]*?(?:#\s*(.*))?$")
+    for line in inspect.getsource(TrialRecord).splitlines():
+        if (heading := re.match(r"^    # (.*)$", line)) is not None:
+            parts.append(f"\n## {heading.group(1)[0].upper()}{heading.group(1)[1:]}\n\n| column | in MLflow | type | notes |\n"
+                         "|---|---|---|---|")
+        elif (column := field.match(line)) is not None and column.group(1) not in ("knobs", "features", "tags"):
+            name, kind = column.group(1), kind_of(column.group(1))
+            type_ = column.group(2).replace(" | None", "").strip()  # every column may be missing
+            parts.append(f"| `{name}` | {kind} | `{type_}` | {column.group(3) or ''} |")
+    return "\n".join(parts) + "\n"
+
+
 if __name__ == "__main__":
-    print(cli_reference(), end="")
+    print(record_reference() if sys.argv[1:] == ["records"] else cli_reference(), end="")
