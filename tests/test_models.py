@@ -1,8 +1,8 @@
 """Models: sources, operator extraction with time shares, and bad input."""
-import math
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -214,9 +214,14 @@ def test_softmax_and_gelu_use_fast_math_that_vectorises():
     assert not [name for name, text in scripts.items() if "T.erf(" in text or "T.exp(" in text]
 
 
-def test_a_whole_model_is_timed_for_a_second_of_runs_or_its_repeat_count():
-    """So the host's shorter slow spells cannot cover every run of a fast model."""
-    from opbench.studies.models.fresh import WINDOW_S, runs_for
+def test_a_whole_model_is_timed_by_the_one_timing_policy():
+    """A fast model's fresh-process turns add up to a second of runs, so the host's shorter slow spells
+    cannot cover them all; a slow one takes its fewest repeats and no warm-up repeat after its first run."""
+    from opbench.measure.measurer import FRESH_TURNS
+    from opbench.measure.timing import MIN_REPEATS, TimingPolicy
 
-    assert runs_for(0.010, repeat=3) == math.ceil(WINDOW_S / 0.010)  # MobileNetV2: ~100 runs, not 3
-    assert runs_for(26.0, repeat=3) == 3  # untuned BERT: its repeat count, not 1
+    policy = TimingPolicy(repeat=5)
+    number, repeat = policy.series_shape(0.010, lambda: time.sleep(0.010))  # MobileNetV2-like: 10 ms a run
+    assert number * repeat * FRESH_TURNS * 0.010 >= 1.0 and policy.warmup_repeats(0.010) == 1
+    assert policy.series_shape(26.0, lambda: None) == (1, MIN_REPEATS)  # untuned BERT: 26 s a run
+    assert policy.warmup_repeats(26.0) == 0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from opbench import settings
@@ -39,12 +41,15 @@ def _print_op(n: int, op: FusedOp) -> None:
 
 def cmd_model_ops(args: argparse.Namespace) -> int:
     from opbench.studies.models.profile import reference_name
+    from opbench.studies.models.tune import model_measurer
     from opbench.studies.models.tune import profile as profile_ops
     from opbench.tracking import Recorder
     from opbench.workloads.fused import model_name
     from opbench.workloads.models.sources import SIMPLE_PREFIX
 
-    profile = profile_ops(_model_spec(args), _print_op)
+    spec = _model_spec(args)
+    with model_measurer(spec) as measurer, tempfile.TemporaryDirectory(prefix="opbench-model-ops-") as folder:
+        profile = profile_ops(spec, measurer, Path(folder), _print_op)
     ops = sorted(profile.ops, key=lambda o: -o.share)
     rows = [("*" if o.key else "", o.name, o.kind, " ".join("x".join(map(str, s)) for s in o.shapes), o.calls,
              o.flops / 1e6, o.latency_ms, o.share) for o in ops]

@@ -1,6 +1,6 @@
-"""Timings in this process, for what a TrialSpec cannot describe: a model's operator compiled alone and the
-whole model on the Relax VM (``opbench model-ops``, ``tune-model``). Each timed series holds the host
-timing lock exclusively, as every timed run on the host does; compiling does not."""
+"""A timing in this process, for what neither a TrialSpec nor a ModelInput describes: a model's fused operator
+compiled alone from its PrimFunc (``opbench model-ops``, ``tune-model``'s profile). The timed series holds
+the host timing lock exclusively, as every timed run on the host does; compiling does not."""
 from __future__ import annotations
 
 from typing import Any
@@ -31,21 +31,3 @@ def time_primfunc(func: Any, target: Any, repeat: int = settings.REPEAT, lock: H
         args.append(tvm.runtime.tensor(data.astype(str(buffer.dtype)), dev))
     with (lock or HostLock(DEFAULT_LOCK)).exclusive():
         return _timed(executable.mod, dev, args, 20, repeat)
-
-
-def time_model(mod: Any, target: Any, inputs: list[np.ndarray], repeat: int = settings.REPEAT,
-               lock: HostLock | None = None) -> tuple[float, list[np.ndarray]]:
-    """The whole fused model on the Relax VM: median ms per run (timed under the host lock), and its outputs."""
-    import tvm
-    from tvm import relax
-
-    dev = tvm.cpu()
-    vm = relax.VirtualMachine(tvm.compile(mod, target), dev)
-    args = [tvm.runtime.tensor(a, dev) for a in inputs]
-    out = vm["main"](*args)
-    outputs = [o.numpy() for o in (out if isinstance(out, (list, tuple, tvm.ir.Array)) else [out])]
-    vm.set_input("main", *args)
-    evaluator = vm.time_evaluator("invoke_stateful", dev, number=1, repeat=repeat + 1, min_repeat_ms=20)
-    with (lock or HostLock(DEFAULT_LOCK)).exclusive():
-        results = list(evaluator("main").results)
-    return float(np.median(results[1:])) * 1e3, outputs

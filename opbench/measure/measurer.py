@@ -1,6 +1,7 @@
 """A trial: (workload, config, resources, target) -> build -> check -> time -> record."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -20,7 +21,7 @@ from opbench.measure.builder import LocalBuilder
 from opbench.measure.corun import CoRunSpec, corun_records
 from opbench.measure.features import static_features
 from opbench.measure.prepack import manifest_path
-from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, RunInput, RunResult
+from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, ModelInput, RunInput, RunResult
 from opbench.measure.rpc import check_device
 from opbench.measure.runner import LocalRunner, RPCRunner, Runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
@@ -244,6 +245,16 @@ class Measurer:
             assert outcome is not None
             records.append(self._record(spec, template, config, started, outcome.status, outcome.error, build, run))
         return records
+
+    def time_model(self, model: ModelInput) -> RunResult:
+        """A whole model timed once in this measurer's workers (a forked child of the kernel worker, or the
+        library worker for PyTorch eager), with the measurer's timing."""
+        return self._local.run(dataclasses.replace(model, timing=self.timing))
+
+    def time_models_fresh(self, models: list[ModelInput]) -> list[RunResult]:
+        """Whole models, each in a new process, taking turns as :meth:`measure_fresh` takes them."""
+        timing = self.timing.fresh()
+        return self._local.run_fresh([dataclasses.replace(m, timing=timing) for m in models], FRESH_TURNS)
 
     @staticmethod
     def _run_input(build: BuildResult, spec: TrialSpec, timing: TimingPolicy) -> RunInput:

@@ -53,6 +53,25 @@ class LibraryInput:
     resources: Resources = Resources()
 
 
+@dataclass(frozen=True)
+class ModelInput:
+    """Time a whole model: the Relax VM library ``library`` (exported by
+    :func:`opbench.measure.models.export_model`) on the inputs saved in ``inputs`` (``.npz``), or, with no
+    library, PyTorch eager on the catalogue model ``model`` in a process that never imports TVM."""
+
+    model: str
+    batch: int = 1
+    seq_len: int = 128
+    library: str = ""
+    inputs: str = ""
+    timing: TimingPolicy = field(default_factory=TimingPolicy)
+    resources: Resources = Resources()
+
+    @property
+    def eager(self) -> bool:
+        return not self.library
+
+
 @dataclass
 class RunResult:
     status: Status

@@ -65,6 +65,12 @@ class TimingPolicy:
         fit = math.floor(SERIES_BUDGET_S / max(repeat_s, 1e-9))
         return min(self.repeat, max(MIN_REPEATS, fit))
 
+    @staticmethod
+    def warmup_repeats(first_s: float) -> int:
+        """Repeats timed and dropped before the series: one (cold caches, a pool waking up), none after a
+        first call longer than :data:`SERIES_BUDGET_S`, which warmed everything up at that cost."""
+        return 0 if first_s > SERIES_BUDGET_S else 1
+
     def per_turn(self) -> TimingPolicy:
         """The series of one of ``turns`` turns: the repeats shared among them."""
         return dataclasses.replace(self, repeat=math.ceil(self.repeat / self.turns))

@@ -269,19 +269,18 @@ def verify(measurer: Measurer, records: list[Record], study: str, rounds: int = 
     return Verification(study, rounds, remeasure(measurer, specs, tuned, rounds, on_record), str(best["trial_id"]))
 
 
-def verify_timers(timers: dict[str, Callable[[], float]], tuned_ms: dict[str, float], study: str,
-                  rounds: int = DEFAULT_ROUNDS) -> Verification:
-    """Like :func:`verify` for things a TrialSpec cannot describe (whole models): each timer measures
-    its schedule once (ms), in a fresh process of its own, in :func:`alternating` rounds."""
-    out = {name: Verified(name, tuned_ms.get(name, math.nan)) for name in timers}
-    for _, order in alternating(list(timers), rounds):
-        for name in order:
-            try:
-                out[name].rounds_ms.append(timers[name]())
-            except Exception as exc:  # noqa: BLE001 - a failed round is recorded, the others still count
-                out[name].rounds_ms.append(math.nan)
-                out[name].errors.append(f"{type(exc).__name__}: {exc}"[:300])
+def verify_rounds(names: list[str], time_round: Callable[[list[str]], dict[str, tuple[float, str]]],
+                  tuned_ms: dict[str, float], study: str, rounds: int = DEFAULT_ROUNDS) -> Verification:
+    """Like :func:`verify` for what a TrialSpec cannot describe (whole models): ``time_round(order)`` times
+    every name once, in fresh processes, as (ms, "") or (NaN, why it failed), in :func:`alternating` rounds."""
+    out = {name: Verified(name, tuned_ms.get(name, math.nan)) for name in names}
+    for _, order in alternating(names, rounds):
+        for name, (ms, error) in time_round(order).items():
+            out[name].rounds_ms.append(ms)
+            if error:
+                out[name].errors.append(error[:300])
     return Verification(study, rounds, out)
+
 
 HEADERS = ["schedule", "tuned ms", "verified ms", "min-max", "best is x faster (tuned)",
            "verified x faster (min-max)", "claim"]

@@ -10,20 +10,21 @@ from opbench.hardware.host_speed import HostSpeed, Slowness, probe_cpus
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
-from opbench.measure.protocol import LibraryInput, RunInput, RunResult
+from opbench.measure.protocol import LibraryInput, ModelInput, RunInput, RunResult
 from opbench.measure.runner._base import Runner
 from opbench.measure.timing import SPELL, Attempt, joined, take
 from opbench.measure.worker import KERNEL, LIBRARY, Worker, WorkerError
 from opbench.record import Status
 
-Job = RunInput | LibraryInput
+Job = RunInput | LibraryInput | ModelInput
 
 
 def _role(inp: Job) -> str:
-    return LIBRARY if isinstance(inp, LibraryInput) else KERNEL
+    """Library baselines and PyTorch eager models run where TVM is never imported."""
+    return LIBRARY if isinstance(inp, LibraryInput) or isinstance(inp, ModelInput) and inp.eager else KERNEL
 
 
-class LocalRunner(Runner[RunInput | LibraryInput, RunResult]):
+class LocalRunner(Runner[Job, RunResult]):
     """TVM's thread pool cannot grow once started, so each (threads, cores) gets its own kernel worker.
 
     Library baselines run in workers of their own that never import TVM: a process that ran a TVM

@@ -1,11 +1,16 @@
 """What the workers of both roles and their parent share: roles, the start message, a workload's inputs made
-once, the cache-flush size, errors in brief."""
+once, the cache-flush size, one timed series, errors in brief."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from opbench.hardware.quiet import HostLoad
+from opbench.measure.timing import TimingPolicy
 
 READY = "ready"  # a worker's first message: started
 KERNEL, LIBRARY = "kernel", "library"  # a worker's role: TVM builds and kernels, or library baselines only
+EXPECTED = "expected"  # in a model's saved inputs (.npz): its reference output, beside arg0, arg1, ...
 FLUSH_BYTES = 64 << 20  # evicted before each call when Timing.cache_flush: larger than any LLC here
 
 
@@ -30,3 +35,16 @@ class Inputs:
         return self._cache[spec]
 
 
+
+
+def time_series(timing: TimingPolicy, first_s: float, call: Callable[[], object],
+                evaluate: Callable[[int, int], Sequence[float]]) -> tuple[list[float], int, dict[str, float]]:
+    """One series as ``timing`` shapes it, after a first call that took ``first_s``: ``evaluate(number,
+    repeats)`` times ``repeats`` repeats of ``number`` calls (seconds per call each); the warm-up repeats
+    are dropped. The kept latencies, ``number``, and the host's load while timing."""
+    number, repeat = timing.series_shape(first_s, call)
+    warmups = timing.warmup_repeats(first_s)
+    load = HostLoad()
+    load.start()
+    latencies = list(evaluate(number, repeat + warmups))[warmups:]
+    return latencies, number, load.stop()

@@ -12,11 +12,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbench import settings
-from opbench.hardware.quiet import HostLoad, wait_until_idle
-from opbench.measure.protocol import BuildInput, BuildResult, CoRunGo, CoRunPrepare, CoRunResult, RemoteConnect, RemoteSession, RunInput, RunResult
+from opbench.hardware.quiet import wait_until_idle
+from opbench.measure.protocol import (
+    BuildInput,
+    BuildResult,
+    CoRunGo,
+    CoRunPrepare,
+    CoRunResult,
+    ModelInput,
+    RemoteConnect,
+    RemoteSession,
+    RunInput,
+    RunResult,
+)
 from opbench.measure.timing import calls_per_repeat
-from opbench.measure.worker._common import FLUSH_BYTES, Inputs, short_error
+from opbench.measure.worker._common import FLUSH_BYTES, Inputs, short_error, time_series
 from opbench.measure.worker.fork import in_child
+from opbench.measure.worker.model import time_model
 from opbench.record import Status
 
 HUGE_PAGE_BYTES = 2 << 20
@@ -243,27 +255,42 @@ class KernelWorker:
         if isinstance(kernel, RunResult):
             kernel.run_s = time.perf_counter() - start
             return kernel
-        timing = req.timing
         device = self._device(req.target)
         main = kernel.module["main"]
-        number, repeat = timing.series_shape(kernel.first_s, lambda: (main(*kernel.args), device.sync()))
-        # One extra repeat, dropped: the first runs with cold caches and a thread pool waking up.
-        evaluator = kernel.module.time_evaluator("main", device, number=number, repeat=repeat + 1,
-                                                 cache_flush_bytes=FLUSH_BYTES if timing.cache_flush else 0)
-        meter, load = self._meter(req.target), HostLoad()
+        flush = FLUSH_BYTES if req.timing.cache_flush else 0
+
+        def evaluate(number: int, repeat: int) -> list[float]:
+            evaluator = kernel.module.time_evaluator("main", device, number=number, repeat=repeat, cache_flush_bytes=flush)
+            return list(evaluator(*kernel.args).results)
+
+        meter = self._meter(req.target)
         if meter is not None:
             meter.start()
-        load.start()
         tick = time.perf_counter()
-        latencies = list(evaluator(*kernel.args).results)[1:]
+        latencies, number, load = time_series(req.timing, kernel.first_s, lambda: (main(*kernel.args), device.sync()), evaluate)
         series_s = time.perf_counter() - tick
         joules = meter.stop() if meter is not None else None
         result = RunResult(Status.OK, latencies_s=latencies, number=number, run_s=time.perf_counter() - start,
-                           max_abs_err=kernel.max_abs_err, load=load.stop(), pid=os.getpid())
+                           max_abs_err=kernel.max_abs_err, load=load, pid=os.getpid())
         if joules is not None:
-            result.energy_j = joules / (number * (repeat + 1))
+            result.energy_j = joules / (number * (len(latencies) + req.timing.warmup_repeats(kernel.first_s)))
             result.power_w = joules / series_s
         return result
+
+    def model(self, req: ModelInput) -> RunResult:
+        """Time a whole model on the Relax VM, in a child forked for the run as a kernel is."""
+        if self._pristine("llvm"):
+            result = in_child(lambda: self._model(req))
+            result.pid = os.getpid()
+            return result
+        result = self._model(req)
+        result.kernel_pid = os.getpid()
+        wait_until_idle()
+        return result
+
+    def _model(self, req: ModelInput) -> RunResult:
+        self._pool_here()
+        return time_model(req)
 
     def corun_prepare(self, req: CoRunPrepare) -> CoRunResult:
         self._pool_here()

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
-from opbench.hardware.quiet import HostLoad
-from opbench.measure.protocol import LibraryInput, RunResult
-from opbench.measure.worker._common import FLUSH_BYTES, Inputs
+from opbench.measure.protocol import LibraryInput, ModelInput, RunResult
+from opbench.measure.timing import TimingPolicy
+from opbench.measure.worker._common import FLUSH_BYTES, Inputs, time_series
 from opbench.record import Status
 
 
@@ -23,7 +24,6 @@ class LibraryWorker:
         self._flush: Any = None
 
     def library(self, req: LibraryInput) -> RunResult:
-        import numpy as np
 
         from opbench.workloads import parse_workload
 
@@ -44,21 +44,48 @@ class LibraryWorker:
                 workload.op.reference(arrays, workload.params)
         else:
             return RunResult(Status.RUN_ERROR, f"no {req.library} implementation of {workload.op.name}")
-        timing = req.timing
+        return self._time(req.timing, call, start)
+
+    def model(self, req: ModelInput) -> RunResult:
+        """PyTorch eager on a catalogue model (a :class:`ModelInput` without a library), under ``no_grad``."""
+        import torch
+
+        from opbench.workloads.models.sources import load_model
+
+        start = time.perf_counter()
+        torch.set_num_threads(self._threads)
+        torch.set_grad_enabled(False)
+        source = load_model(req.model, req.batch, req.seq_len)
+        if source.module is None:
+            return RunResult(Status.RUN_ERROR, f"{req.model} has no PyTorch module to run eagerly")
+
+        def call() -> None:
+            source.module(*source.inputs)
+
+        return self._time(req.timing, call, start)
+
+    def _time(self, timing: TimingPolicy, call: Callable[[], None], start: float) -> RunResult:
+        """One series of ``call`` as ``timing`` shapes it (the caches flushed before each repeat with
+        ``cache_flush``), after a first call that warms it up."""
+        import numpy as np
+
         if timing.cache_flush and self._flush is None:
             self._flush = np.zeros(FLUSH_BYTES // 8)
         first = time.perf_counter()
         call()
-        number, repeat = timing.series_shape(time.perf_counter() - first, call)
-        load = HostLoad()
-        load.start()
-        latencies = []
-        for _ in range(repeat + 1):  # the first repeat, warming up, is dropped
-            if self._flush is not None:
-                self._flush += 1.0  # writes every line: the inputs are evicted
-            tick = time.perf_counter()
-            for _ in range(number):
-                call()
-            latencies.append((time.perf_counter() - tick) / number)
-        return RunResult(Status.OK, latencies_s=latencies[1:], number=number, run_s=time.perf_counter() - start,
-                         load=load.stop(), pid=os.getpid())
+        first = time.perf_counter() - first
+
+        def evaluate(number: int, repeat: int) -> list[float]:
+            latencies = []
+            for _ in range(repeat):
+                if self._flush is not None:
+                    self._flush += 1.0  # writes every line: the inputs are evicted
+                tick = time.perf_counter()
+                for _ in range(number):
+                    call()
+                latencies.append((time.perf_counter() - tick) / number)
+            return latencies
+
+        latencies, number, load = time_series(timing, first, call, evaluate)
+        return RunResult(Status.OK, latencies_s=latencies, number=number, run_s=time.perf_counter() - start,
+                         load=load, pid=os.getpid())

@@ -17,6 +17,7 @@ from opbench.measure.protocol import (
     CoRunPrepare,
     CoRunResult,
     LibraryInput,
+    ModelInput,
     RemoteConnect,
     RemoteSession,
     RunInput,
@@ -33,11 +34,11 @@ def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int, role: s
     try:
         if role == LIBRARY:
             library = LibraryWorker(cores, threads)
-            handlers: dict[type, Callable[[Any], Any]] = {LibraryInput: library.library}
+            handlers: dict[type, Callable[[Any], Any]] = {LibraryInput: library.library, ModelInput: library.model}
         else:
             worker = KernelWorker(cores, threads)
-            handlers = {BuildInput: worker.build, RunInput: worker.run, CoRunPrepare: worker.corun_prepare,
-                        CoRunGo: worker.corun_go, RemoteConnect: worker.connect}
+            handlers = {BuildInput: worker.build, RunInput: worker.run, ModelInput: worker.model,
+                        CoRunPrepare: worker.corun_prepare, CoRunGo: worker.corun_go, RemoteConnect: worker.connect}
     except BaseException as exc:  # noqa: BLE001 - report any start-up failure to the parent
         conn.send(("error", short_error(exc)))
         return

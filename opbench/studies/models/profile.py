@@ -1,17 +1,22 @@
-"""Profile a model: its fused operators timed one by one, the whole model on the Relax VM, PyTorch
-eager, and the output checked against the model's reference."""
+"""Profile a model: its fused operators timed one by one, the whole model on the Relax VM and PyTorch eager
+(each in a measurer's worker: the built model checked against the model's reference first)."""
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from opbench.exceptions import OpBenchError
-from opbench.measure.inprocess import time_model, time_primfunc
-from opbench.studies.models.fresh import in_fresh_process, torch_ms_here
+from opbench.hardware.resources import Resources
+from opbench.measure.inprocess import time_primfunc
+from opbench.measure.measurer import Measurer
+from opbench.measure.models import export_model, save_inputs
+from opbench.measure.protocol import ModelInput, RunResult
+from opbench.record import Status
 from opbench.workloads.models.extract import (
     FusedOp,
     fuse,
@@ -20,6 +25,8 @@ from opbench.workloads.models.extract import (
     mark_shares,
 )
 from opbench.workloads.models.sources import ModelSource
+
+INPUTS, UNTUNED, TUNED = "inputs.npz", "untuned.so", "tuned.so"  # in a model study's folder
 
 
 @dataclass
@@ -32,38 +39,52 @@ class ModelProfile:
     model_ms: float
     torch_ms: float  # NaN without a torch module (ONNX)
     max_abs_err: float
+    untuned_library: Path  # the untuned build, exported
+    inputs: Path  # its inputs and the reference output (.npz)
 
 
-def torch_ms(name: str, batch: int, seq_len: int, threads: int, repeat: int) -> float:
-    """PyTorch eager: median ms per forward, timed in a fresh process under the host timing lock (TVM's
-    thread pool, once started, keeps the cores busy-waiting and would slow PyTorch down many times over)."""
-    return in_fresh_process(torch_ms_here, name, batch, seq_len, threads, repeat)
+def median_ms(run: RunResult) -> float:
+    """A whole-model timing's median ms per run (NaN when it failed)."""
+    return float(np.median(run.latencies_s)) * 1e3 if run.status is Status.OK and run.latencies_s else math.nan
+
+
+def torch_ms(measurer: Measurer, source: ModelSource, batch: int, seq_len: int, threads: int) -> float:
+    """PyTorch eager: median ms per forward, in a fresh process that never imports TVM (NaN without a
+    PyTorch module: an ONNX model)."""
+    if source.module is None:
+        return math.nan
+    return median_ms(measurer.time_models_fresh([ModelInput(source.name, batch, seq_len, resources=Resources(threads))])[0])
+
+
+def time_built(measurer: Measurer, source: ModelSource, library: Path, inputs: Path, threads: int, what: str
+               ) -> tuple[float, float]:
+    """A built model timed in the measurer's kernel worker after its output was checked against the
+    model's reference: (median ms, max |error|); raises when it differs or fails."""
+    run = measurer.time_model(ModelInput(source.name, library=str(library), inputs=str(inputs), resources=Resources(threads)))
+    if run.status is Status.WRONG_RESULT:
+        raise OpBenchError(f"{source.name}: {what}'s output differs from {reference_name(source)}'s "
+                           f"(max |err| {run.max_abs_err:.3g})")
+    if run.status is not Status.OK:
+        raise OpBenchError(f"{source.name}: {what} did not run: {run.error}")
+    return median_ms(run), run.max_abs_err
 
 
 def reference_name(source: ModelSource) -> str:
     return "torch" if source.module is not None else "ONNX's reference evaluator"
 
 
-def check_outputs(source: ModelSource, outputs: list[np.ndarray], what: str) -> float:
-    """Max |error| of ``outputs`` against the model's reference; raises when they differ."""
-    expected = source.reference()
-    err = float(np.max(np.abs(outputs[0] - expected[0])))
-    if not np.allclose(outputs[0], expected[0], rtol=1e-3, atol=1e-3):
-        raise OpBenchError(f"{source.name}: {what}'s output differs from {reference_name(source)}'s "
-                           f"(max |err| {err:.3g})")
-    return err
-
-
-def profile_model(source: ModelSource, target: Any, threads: int, repeat: int, batch: int, seq_len: int,
-                  on_op: Callable[[int, FusedOp], None] = lambda i, op: None) -> ModelProfile:
-    """Import, fuse and time ``source`` (untuned: TVM's default lowering of every operator)."""
-    eager = torch_ms(source.name, batch, seq_len, threads, repeat) if source.module is not None else math.nan
+def profile_model(source: ModelSource, target: Any, measurer: Measurer, folder: Path, threads: int, batch: int,
+                  seq_len: int, on_op: Callable[[int, FusedOp], None] = lambda i, op: None) -> ModelProfile:
+    """Import, fuse and time ``source`` (untuned: TVM's default lowering of every operator); the untuned
+    build and the inputs (with the reference output) are kept in ``folder``."""
+    eager = torch_ms(measurer, source, batch, seq_len, threads)
     mod = fuse(import_model(source))
     ops, funcs = fused_ops(mod)
     for n, op in enumerate(ops, start=1):
-        op.latency_ms = time_primfunc(funcs[op.name], target, repeat)
+        op.latency_ms = time_primfunc(funcs[op.name], target, measurer.timing.repeat)
         on_op(n, op)
     ops_ms = mark_shares(ops)
-    model_ms, outputs = time_model(mod, target, source.numpy_inputs(), repeat)
-    err = check_outputs(source, outputs, "TVM")
-    return ModelProfile(source, mod, ops, funcs, ops_ms, model_ms, eager, err)
+    inputs = save_inputs(source.numpy_inputs(), folder / INPUTS, source.reference()[0])
+    library = export_model(mod, target, folder / UNTUNED)
+    model_ms, err = time_built(measurer, source, library, inputs, threads, "TVM")
+    return ModelProfile(source, mod, ops, funcs, ops_ms, model_ms, eager, err, library, inputs)

@@ -7,7 +7,6 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +18,17 @@ from opbench.engines.simple import GridEngine
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, set_tvm_threads
 from opbench.hardware.targets import make_target
-from opbench.measure.inprocess import time_model
 from opbench.measure.measurer import Measurer
+from opbench.measure.models import export_model
+from opbench.measure.protocol import ModelInput
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
 from opbench.record import Record, best_ok, tee
 from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
-from opbench.studies.models.fresh import export_model, in_fresh_process, torch_ms_here, vm_ms_here
-from opbench.studies.models.profile import ModelProfile, check_outputs, profile_model
+from opbench.studies.models.profile import TUNED, ModelProfile, median_ms, profile_model, time_built
 from opbench.studies.models.tuned import TunedOp, apply_database, prepacked, write_database
-from opbench.studies.verify import BEST, Verification, verify_timers
+from opbench.studies.verify import BEST, Verification, verify_rounds
 from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import study_dir
 from opbench.workloads import Workload, parse_workload
@@ -78,15 +77,22 @@ class ModelTuneResult:
     study: str = ""
 
 
-def profile(spec: ModelSpec, on_op: Callable[[int, FusedOp], None] | None = None) -> ModelProfile:
-    """Import, fuse and time each fused operator of the model (``on_op`` hears each), and cache them."""
+def profile(spec: ModelSpec, measurer: Measurer, folder: Path, on_op: Callable[[int, FusedOp], None] | None = None
+            ) -> ModelProfile:
+    """Import, fuse and time each fused operator of the model (``on_op`` hears each), and cache them; the
+    whole model and PyTorch eager timed by ``measurer``, the untuned build kept in ``folder``."""
     source = load_model(spec.model, spec.batch, spec.seq_len)
     set_tvm_threads(spec.threads)
     log.info("%s: importing, fusing and timing each fused operator (%d threads)", source.name, spec.threads)
-    result = profile_model(source, make_target("llvm", spec.threads), spec.threads, spec.repeat, spec.batch,
+    result = profile_model(source, make_target("llvm", spec.threads), measurer, folder, spec.threads, spec.batch,
                            spec.seq_len, on_op or (lambda n, op: None))
     cache.save(spec.model, spec.batch, spec.seq_len, result.ops, result.funcs)
     return result
+
+
+def model_measurer(spec: ModelSpec) -> Measurer:
+    """A measurer that times the model's operators and the model with ``spec.repeat`` repeats."""
+    return Measurer(MeasureOptions(TimingPolicy(repeat=spec.repeat)))
 
 
 def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None = None) -> ModelTuneResult:
@@ -94,16 +100,17 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
     after the defaults (in the untuned profile TVM's default lowering of matmuls and convolutions dwarfs
     operators that matter once those are tuned), build the model with the results: rows and metrics."""
     m = spec.model
-    prof = profile(m)
-    tunable = [o for o in prof.ops if o.outputs == 1]
     study = spec.study or f"tune-model-{m.model}"
+    folder = study_dir("tune-model", study, spec.tracking_uri)
     target = make_target("llvm", m.threads)
     resources = Resources(m.threads)
     tuned: list[TunedOp] = []
     rows = []
-    with Measurer(MeasureOptions(TimingPolicy(repeat=m.repeat))) as measurer, \
+    with model_measurer(m) as measurer, \
             Recorder(study, spec.tracking_uri, extra={"engine": spec.engine.name}, parent_tags={"model": m.model}) \
             as recorder:
+        prof = profile(m, measurer, folder)
+        tunable = [o for o in prof.ops if o.outputs == 1]
         sink = tee(recorder, *filter(None, [on_record]))
         workloads = {op.name: parse_workload(model_name(m.model, op.name, m.batch, m.seq_len)) for op in tunable}
         log.info("--- the template default of each of %d operators (they rank the key operators)", len(tunable))
@@ -130,12 +137,11 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
             tuned.append(TunedOp(workload, template, template.validate(config, workload), best["latency_ms"]))
             rows.append((op.name, op.kind, share, op.latency_ms, best["latency_ms"], op.latency_ms / best["latency_ms"],
                          "tuned" if op.name in key else "default"))
-        folder = study_dir("tune-model", study, recorder.mlflow.uri)
         database = write_database(folder, tuned, target)
         tuned_mod = apply_database(prof.mod, database, target)
-        tuned_ms, outputs = time_model(tuned_mod, target, prof.source.numpy_inputs(), m.repeat)
-        err = check_outputs(prof.source, outputs, "the tuned model")
-        verification = _verify_model(spec, prof, tuned_mod, tuned_ms, target, folder, study)
+        library = export_model(tuned_mod, target, folder / TUNED)
+        tuned_ms, err = time_built(measurer, prof.source, library, prof.inputs, m.threads, "the tuned model")
+        verification = _verify_model(spec, prof, measurer, library, tuned_ms, study)
         metrics = {"torch_ms": prof.torch_ms, "untuned_ms": prof.model_ms, "tuned_ms": tuned_ms,
                    "speedup_vs_untuned": prof.model_ms / tuned_ms, "speedup_vs_torch": prof.torch_ms / tuned_ms,
                    "max_abs_err": err, "tuned_ops": len(tuned), "prepacked_ops": len(prepacked(tuned_mod))}
@@ -168,23 +174,26 @@ def _best_ms(records: list[Record]) -> float:
     return best["latency_ms"] if best else math.inf
 
 
-def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, tuned_mod: Any, tuned_ms: float, target: Any,
-                  folder: Path, study: str) -> Verification | None:
-    """The tuned and untuned builds and PyTorch eager, each timed in fresh processes in alternating rounds
-    (None with no rounds)."""
+def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, tuned: Path, tuned_ms: float,
+                  study: str) -> Verification | None:
+    """The tuned and untuned builds and PyTorch eager, each timed in fresh processes that take turns, in
+    alternating rounds (None with no rounds)."""
     if spec.verify_rounds < 1:
         return None
     m = spec.model
     log.info("verifying: tuned, untuned and PyTorch in fresh processes, %d alternating rounds", spec.verify_rounds)
-    inputs = prof.source.numpy_inputs()
-    builds = {BEST: (tuned_mod, folder / "tuned.so"), "untuned": (prof.mod, folder / "untuned.so")}
-    timers: dict[str, Callable[[], float]] = {
-        name: partial(in_fresh_process, vm_ms_here, str(export_model(mod, target, path)), inputs, m.threads, m.repeat)
-        for name, (mod, path) in builds.items()}
+    resources = Resources(m.threads)
+    models = {BEST: ModelInput(m.model, library=str(tuned), inputs=str(prof.inputs), resources=resources),
+              "untuned": ModelInput(m.model, library=str(prof.untuned_library), inputs=str(prof.inputs), resources=resources)}
     if prof.source.module is not None:
-        timers["torch"] = partial(in_fresh_process, torch_ms_here, m.model, m.batch, m.seq_len, m.threads, m.repeat)
+        models["torch"] = ModelInput(m.model, m.batch, m.seq_len, resources=resources)
+
+    def time_round(order: list[str]) -> dict[str, tuple[float, str]]:
+        runs = measurer.time_models_fresh([models[name] for name in order])
+        return {name: (median_ms(run), run.error) for name, run in zip(order, runs)}
+
     measured = {BEST: tuned_ms, "untuned": prof.model_ms, "torch": prof.torch_ms}
-    return verify_timers(timers, measured, study, spec.verify_rounds)
+    return verify_rounds(list(models), time_round, measured, study, spec.verify_rounds)
 
 
 def model_speedups(result: ModelTuneResult) -> tuple[Record, dict[str, Record]]:
