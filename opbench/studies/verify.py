@@ -37,12 +37,8 @@ DEFAULT_ROUNDS = 3
 TRIALS_PER_ROUND = 16  # a study's verification takes a round per this many trials ...
 MIN_ROUNDS, MAX_ROUNDS = 2, 5  # ... within these bounds
 CONTENDERS = 3  # the study's fastest distinct configs timed again (with its default) before one is named its best
-# ... those tuned within this factor of the fastest: a fresh process reads ~10% off another (the reason to
-# choose in fresh processes at all), never 1.5x, so a slower contender only costs rounds
-CONTENDER_WINDOW = 1.5
-# A schedule tuned this many times slower than the fastest re-measured beside it (TE's unscheduled default,
-# 300x) takes one timed call a turn: its ratio needs no 1% precision, and full series took 5.6 s a round
-SHORT_SERIES_FACTOR = 100.0
+CONTENDER_WINDOW = 1.5  # ... those tuned within this factor of the fastest (docs/measurement.md#contenders)
+SHORT_SERIES_FACTOR = 100.0  # a reference this many times slower takes one call a turn (docs/measurement.md#fresh)
 SELECTION_ROUND = -1  # verify_round of the records that chose among them
 SELECTION_ROUNDS = 3  # rounds of fresh processes that choose among the contenders
 
@@ -186,8 +182,7 @@ def references(records: list[Record]) -> dict[str, Record]:
 def select_best(measurer: Measurer, trials: list[Record], on_record: Callable[[Record], None] | None = None,
                 rounds: int = SELECTION_ROUNDS) -> Record:
     """The trial among ``trials`` (fastest first) with the lowest median over ``rounds`` alternating
-    rounds of fresh processes (one process can be ~10% slower than another throughout, so one each
-    chose a rival 15% slower than the default); the first where none of them ran there."""
+    rounds of fresh processes (docs/measurement.md#contenders); the first where none of them ran there."""
     if len(trials) < 2:
         return trials[0]
 

@@ -18,12 +18,7 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 
 def in_child(run: Callable[[], RunResult]) -> RunResult:
     """``run()`` in a child forked from this process, its result sent back through a pipe; this process
-    stays as it was. A kernel worker that ran kernels itself timed resnet50-c2's fastest schedule 5-8%
-    slower than a fresh process did (0.575-0.59 ms against 0.54) from the moment one particular other
-    schedule had run there; the workspace blocks TVM's pool gave its intermediates had moved, and its
-    time depends on where they lie (0.54-0.60 ms across the placements tried), the likeliest cause. In
-    children of a worker that never runs a kernel it timed 0.53-0.55 ms, before and after children had
-    run 12 others. A child that dies fails its run only."""
+    stays as it was (docs/measurement.md#fork). A child that dies fails its run only."""
     parent = os.getpid()
     read, write = os.pipe()
     pid = os.fork()
