@@ -14,6 +14,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from _results import Results
+
 from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
@@ -55,13 +57,15 @@ def main() -> None:
                                  best.corun["gflops_total"], objective_value(best.corun, args.objective)))
             gains.append(result.gain(args.objective))
             rows.append((" + ".join(pair), "gain (independent / collaborative), not verified", "", "", "", gains[-1]))
-    print(f"\n{args.mode} co-runs on cores {cores}, {args.trials} trials per approach and operator, "
-          f"window {args.window} s, objective {args.objective}")
-    print(table(rows, ["pair", "approach", "layout", "makespan ms", "GFLOP/s", args.objective]))
+    results = Results("collaborative_vs_independent")
+    results.print(f"\n{args.mode} co-runs on cores {cores}, {args.trials} trials per approach and operator, "
+                  f"window {args.window} s, objective {args.objective}")
+    results.table(table(rows, ["pair", "approach", "layout", "makespan ms", "GFLOP/s", args.objective]))
     ok = [g for g in gains if g == g]
     if ok:
         # Co-runs are not re-measured in fresh processes (verify covers single schedules): say so.
-        print(f"geomean gain: x{math.exp(sum(math.log(g) for g in ok) / len(ok)):.3f} (not verified)")
+        results.print(f"geomean gain: x{math.exp(sum(math.log(g) for g in ok) / len(ok)):.3f} (not verified)")
+    results.save()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _results import Results
+
 from opbench.engines.loop import run_tuning
 from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine
 from opbench.hardware.resources import Resources, host_facts
@@ -146,14 +148,16 @@ def main() -> None:
             rows.append((name, "torch", "-", torch.median if torch else "not verified", "-", "-", "-", "1.0",
                          *(_ratio(_spread(verified, "torch", other)) for other in others[1:])))
     host = host_facts()
-    print(f"\nhost: {host.cpu_model}, {args.threads} threads, {args.trials} trials per engine ({anchor}: "
-          f"{budgets.get(anchor, 0)}); ratios are verified latency ratios (< 1: faster), median of 3 fresh-process "
-          f"rounds (min-max)")
-    print(table(rows, ["workload", "engine", "ok", "best_ms", "GFLOP/s", "trials_to_10%", "wall_s",
-                       *(f"x {other}" for other in others)]))
-    print(f"\ngeomean over {', '.join(args.workloads)} of the verified median ratios:")
-    print(table(geomeans(spreads, list(budgets), others), ["engine", *(f"x {other}" for other in others)]))
-    print(f"\nplots: {out}/*.png; records: MLflow {tracking}")
+    results = Results("engines_equal_budget")
+    results.print(f"\nhost: {host.cpu_model}, {args.threads} threads, {args.trials} trials per engine ({anchor}: "
+                  f"{budgets.get(anchor, 0)}); ratios are verified latency ratios (< 1: faster), median of 3 fresh-process "
+                  f"rounds (min-max)")
+    results.table(table(rows, ["workload", "engine", "ok", "best_ms", "GFLOP/s", "trials_to_10%", "wall_s",
+                               *(f"x {other}" for other in others)]))
+    results.print(f"\ngeomean over {', '.join(args.workloads)} of the verified median ratios:")
+    results.table(table(geomeans(spreads, list(budgets), others), ["engine", *(f"x {other}" for other in others)]))
+    results.print(f"\nplots: {out}/*.png; records: MLflow {tracking}")
+    results.save()
 
 
 if __name__ == "__main__":

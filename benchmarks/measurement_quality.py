@@ -161,21 +161,21 @@ def main() -> None:
     results.print("\nRepeatability (same configs, two measurers in separate processes)")
     results.table(table(repeat_rows, ["workload", "configs", "Spearman", "median |delta| %", "p90 |delta| %"]))
     results.print(f"\nCV of repeats over {len(cvs)} records: median {100 * statistics.median(cvs):.2f}%, "
-          f"p90 {100 * float(np.percentile(cvs, 90)):.2f}%, max {100 * max(cvs):.2f}%")
+                  f"p90 {100 * float(np.percentile(cvs, 90)):.2f}%, max {100 * max(cvs):.2f}%")
     results.print("\nBest configs (the 3 fastest in run A) re-measured in fresh processes (3 alternating rounds), against\n"
-          "run A, which chose them (so its lucky measurements are among them: the winner's curse), and run B")
+                  "run A, which chose them (so its lucky measurements are among them: the winner's curse), and run B")
     results.table(table(best_rows, ["workload", "run A ms", "run B ms", "B's host state", "fresh ms (median)", "min", "max",
-                            "delta vs A %", "delta vs B %"]))
+                                    "delta vs A %", "delta vs B %"]))
     results.print("records a probe found outside the host's usual state (compute or memory off by more than 10%, "
-          "lock step slower by more than 20%): " +
-          ", ".join(f"{what} {100 * share(records, outside_usual):.0f}%" for what, records in measured.items()) +
-          "; records with turns left out for a spell: " +
-          ", ".join(f"{what} {100 * share(records, left_out_a_turn):.0f}%" for what, records in measured.items()))
+                  "lock step slower by more than 20%): " +
+                  ", ".join(f"{what} {100 * share(records, outside_usual):.0f}%" for what, records in measured.items()) +
+                  "; records with turns left out for a spell: " +
+                  ", ".join(f"{what} {100 * share(records, left_out_a_turn):.0f}%" for what, records in measured.items()))
     results.print(f"\ntorch reference of short studies vs torch after each study (matmul-512): the median of {ROUNDS} "
-          "fresh processes")
+                  "fresh processes")
     results.table(table([(i + 1, s[0], f"{min(s):.4g}-{max(s):.4g}", f[0], f"{min(f):.4g}-{max(f):.4g}", 100 * (s[0] / f[0] - 1))
-                 for i, (s, f) in enumerate(refs)],
-                ["study", "study's torch ms", "its processes", "after ms", "its processes", "delta %"]))
+                         for i, (s, f) in enumerate(refs)],
+                        ["study", "study's torch ms", "its processes", "after ms", "its processes", "delta %"]))
     worst_best = max(abs(r[-1]) for r in best_rows)  # against run B: a trial's record, not the one that chose it
     worst_ref = max(abs(100 * (s[0] / f[0] - 1)) for s, f in refs)
     verdicts = [("median CV <= 2%", 100 * statistics.median(cvs) <= 2),

@@ -18,6 +18,8 @@ import math
 import tempfile
 from pathlib import Path
 
+from _results import Results
+
 from opbench.engines.registry import EngineSpec
 from opbench.report.progress import table
 from opbench.studies.models.tune import ModelSpec, ModelTuneSpec, tune_model
@@ -52,12 +54,14 @@ def main() -> None:
                      *(_show(ups.get(n)) for n in ("untuned", "torch")), _show(latency_ratio)))
         if ups.get("torch"):
             ratios.append(ups["torch"].median)
-    print(f"\n{args.threads} threads, {args.trials_per_op} trials per key operator (at most {args.max_ops} per model); "
-          f"verified: median of {args.rounds} fresh-process rounds (min-max)")
-    print(table(rows, ["network", "batch", "PyTorch ms", "TVM untuned ms", "TVM tuned ms", "x untuned", "x PyTorch",
-                       "latency / PyTorch"]))
+    results = Results("models_vs_pytorch")
+    results.print(f"\n{args.threads} threads, {args.trials_per_op} trials per key operator (at most {args.max_ops} per model); "
+                  f"verified: median of {args.rounds} fresh-process rounds (min-max)")
+    results.table(table(rows, ["network", "batch", "PyTorch ms", "TVM untuned ms", "TVM tuned ms", "x untuned", "x PyTorch",
+                               "latency / PyTorch"]))
     if ratios:
-        print(f"geomean verified speed-up over PyTorch: x{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}")
+        results.print(f"geomean verified speed-up over PyTorch: x{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}")
+    results.save()
 
 
 def _show(spread) -> str:

@@ -18,9 +18,12 @@ Optuna's storage in a journal file (``--storage URL`` for a database instead).
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
+
+from _results import Results
 
 from opbench.engines.loop import run_tuning
 from opbench.engines.optuna.engine import OptunaEngine
@@ -47,6 +50,7 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), metavar="W")
     parser.add_argument("--storage", help="Optuna storage (default: a journal file in a scratch folder)")
     args = parser.parse_args()
+    os.environ["OPBENCH_BASELINE_REUSE_S"] = "0"  # every number of the table measured in this run
     resources = Resources(args.threads)
     host = host_facts()
     peak = host.peak_gflops(args.threads)
@@ -81,15 +85,16 @@ def main() -> None:
                 shown = f"optuna best of {args.trials}" if label == BEST else label
                 rows.append((name, shown, lat.median, f"{lat.lo:.4g}-{lat.hi:.4g}", gflops,
                              f"{vs_torch.median:.3g} ({vs_torch.lo:.3g}-{vs_torch.hi:.3g})", 100 * gflops / peak))
-    print(f"host: {host.cpu_model}, {args.threads} threads, nominal peak {peak:.0f} GFLOP/s "
-          f"({host.flops_per_cycle} FLOP/cycle x {host.mhz:.0f} MHz nominal clock x {args.threads}; "
-          f"a clock above nominal shows as more than 100%); GFLOP/s count the direct algorithm's FLOPs, "
-          f"which a Winograd convolution does fewer of (its GFLOP/s are effective ones)")
-    print(table(rows, ["workload", "schedule", "verified ms", "min-max", "GFLOP/s", "x torch (min-max)",
-                       "% nominal peak"]))
-    print()
-    print(table(overhead_rows, ["workload", "trials", "wall_s", "trials/min", "overhead %", "host probes+waits %"]))
-
+    results = Results("ops_vs_libraries")
+    results.print(f"{args.threads} threads, nominal peak {peak:.0f} GFLOP/s ({host.flops_per_cycle} FLOP/cycle x "
+                          f"{host.mhz:.0f} MHz nominal clock x {args.threads}; a clock above nominal shows as more than 100%); "
+                          "GFLOP/s count the direct algorithm's FLOPs, which a Winograd convolution does fewer of (its GFLOP/s "
+                          "are effective ones)")
+    results.table(table(rows, ["workload", "schedule", "verified ms", "min-max", "GFLOP/s", "x torch (min-max)",
+                                       "% nominal peak"]))
+    results.print()
+    results.table(table(overhead_rows, ["workload", "trials", "wall_s", "trials/min", "overhead %", "host probes+waits %"]))
+    results.save()
 
 if __name__ == "__main__":
     main()

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
+from _results import Results
 
 from opbench.engines.loop import run_tuning
 from opbench.engines.model_engine import ModelEngine
@@ -90,21 +91,23 @@ def main() -> None:
     data = records_frame(others + runs["optuna-tpe (cold)"])
     train, test = split(data, "by-op", seed=args.seed)
     metrics = evaluate(LatencyModel(seed=args.seed).fit(train), test)
-    print(f"\n(a) predictor, by-op split: trained on {len(train)} trials of ops {sorted(set(train['op']))}, "
-          f"tested on {len(test)} of {sorted(set(test['op']))}")
-    print(table([list(metrics.values())], list(metrics)))
+    results = Results("predictor_and_warm_start")
+    results.print(f"\n(a) predictor, by-op split: trained on {len(train)} trials of ops {sorted(set(train['op']))}, "
+                  f"tested on {len(test)} of {sorted(set(test['op']))}")
+    results.table(table([list(metrics.values())], list(metrics)))
 
     bar = min(r["latency_ms"] for r in runs["optuna-tpe (cold)"] if is_ok(r))
     rows = []
     for label, records in runs.items():
         best = min((r["latency_ms"] for r in records if is_ok(r)), default=math.nan)
         rows.append((label, len(records), best, trials_to_reach(records, bar), trials_to_reach(records, 1.05 * bar)))
-    print(f"\n(b) {TARGET}: bar = cold TPE's best of {args.cold_trials} trials = {bar:.4f} ms "
-          f"(warm start: {len(others)} trials of {', '.join(OTHERS)})")
-    print(table(rows, ["engine", "trials", "best_ms", "trials to bar", "trials to bar+5%"]))
+    results.print(f"\n(b) {TARGET}: bar = cold TPE's best of {args.cold_trials} trials = {bar:.4f} ms "
+                  f"(warm start: {len(others)} trials of {', '.join(OTHERS)})")
+    results.table(table(rows, ["engine", "trials", "best_ms", "trials to bar", "trials to bar+5%"]))
     plot = engine_curves(runs, {}, f"{TARGET}: cold TPE vs warm-started model", scratch / "warm_start.png")
     pd.DataFrame(data).to_parquet(scratch / "dataset.parquet")
-    print(f"\nplot: {plot}; dataset: {scratch / 'dataset.parquet'}")
+    results.print(f"\nplot: {plot}; dataset: {scratch / 'dataset.parquet'}")
+    results.save()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import optuna
 import pandas as pd
+from _results import Results
 
 from opbench.engines.optuna.storage import open_storage
 from opbench.report.progress import table
@@ -103,11 +104,13 @@ def main() -> None:
                          round(60 * len(records) / span, 1), round(statistics.median(gaps), 1),
                          round(statistics.quantiles(gaps, n=10)[-1], 1),
                          round(1e3 * statistics.median(records["trial_s"]), 1)))
-    print(f"\n{args.workload}, 1 thread per host; hosts share this machine's cores (correctness and overhead, "
-          "not speed-up)")
-    print(table(rows, ["optuna storage", "hosts", "budget", "measured (Optuna)", "MLflow runs", "Optuna = MLflow = log",
-                       "trials/min", "gap ms/trial (median)", "p90", "trial ms (median)"]))
-    print(f"\nlogs: {scratch}")
+    results = Results("scale_out")
+    results.print(f"\n{args.workload}, 1 thread per host; hosts share this machine's cores (correctness and overhead, "
+                  "not speed-up)")
+    results.table(table(rows, ["optuna storage", "hosts", "budget", "measured (Optuna)", "MLflow runs", "Optuna = MLflow = log",
+                               "trials/min", "gap ms/trial (median)", "p90", "trial ms (median)"]))
+    results.print(f"\nlogs: {scratch}")
+    results.save()
 
 
 if __name__ == "__main__":
