@@ -1,8 +1,10 @@
 """Where a benchmark's results go: printed as measured, and kept in ``benchmarks/results/<date>-<host>.md``
-(a section per benchmark, replaced when it runs again that day on that host; the CPU in the header)."""
+(a section per benchmark, replaced when it runs again that day on that host; the CPU in the header).
+Importing it also turns off the reuse of library baselines: every number a benchmark reports is its own."""
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import shlex
 import sys
@@ -12,6 +14,7 @@ from opbench.hardware.resources import host_facts
 from opbench.paths import safe_name
 
 RESULTS = Path(__file__).resolve().parent / "results"
+os.environ["OPBENCH_BASELINE_REUSE_S"] = "0"  # a benchmark reports what it measured in its own run, nothing reused
 
 
 class Results:

@@ -18,7 +18,6 @@ torch references within 10%. Plot: run A vs run B latencies.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -125,7 +124,6 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8, help="trials of each short study")
     parser.add_argument("--out", default=None, help="folder for the plot (default: a temporary folder)")
     args = parser.parse_args()
-    os.environ["OPBENCH_BASELINE_REUSE_S"] = "0"  # each short study times its own torch reference
     resources = Resources(args.threads)
     scratch = Path(tempfile.mkdtemp(prefix="opbench-quality-"))
     out = Path(args.out) if args.out else scratch

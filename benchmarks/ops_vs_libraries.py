@@ -18,7 +18,6 @@ Optuna's storage in a journal file (``--storage URL`` for a database instead).
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -50,7 +49,6 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), metavar="W")
     parser.add_argument("--storage", help="Optuna storage (default: a journal file in a scratch folder)")
     args = parser.parse_args()
-    os.environ["OPBENCH_BASELINE_REUSE_S"] = "0"  # every number of the table measured in this run
     resources = Resources(args.threads)
     host = host_facts()
     peak = host.peak_gflops(args.threads)
