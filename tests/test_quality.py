@@ -555,3 +555,13 @@ def test_a_baseline_is_reused_only_while_young_and_the_host_reads_usual(measurer
     assert baseline_key(workload, "numpy", one, "h") != baseline_key(workload, "numpy", two, "h")
     assert baseline_key(workload, "numpy", one, "h") != baseline_key(workload, "torch", one, "h")
     assert "numpy==" in baseline_key(workload, "numpy", one, "h")  # its version: a new numpy measures anew
+
+
+def test_a_verified_studys_references_take_one_process_per_baseline(measurer):
+    from opbench.studies.references import measure_references
+    from opbench.workloads import parse_workload
+
+    workload, seen = parse_workload("matmul:m=16,n=16,k=16"), []
+    refs = measure_references(measurer, workload, Resources(1), seen.append, verified=True)
+    assert set(refs) == {"te_default", "template_default", "torch", "numpy"} and len(seen) == 4
+    assert [len(refs[name]["process_latencies_ms"]) for name in ("torch", "numpy")] == [1, 1]

@@ -212,7 +212,8 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
         sink = tee(recorder, *filter(None, [on_record]))
         refs = references(earlier)  # a resumed invocation keeps its own
         if spec.references and not refs:
-            refs = measure_references(measurer, workload, spec.resources, sink, spec.template)
+            refs = measure_references(measurer, workload, spec.resources, sink, spec.template,
+                                      verified=_verify_rounds(spec) > 0)
         if engine and observes_default(spec):
             template = get_template(workload, spec.template, spec.resources.target)
             observe_default(engine, search_space(spec, workload), template.default_config(workload),
@@ -286,13 +287,20 @@ def run_worker(worker: WorkerSpec, on_record: OnRecord | None = None) -> None:
 def _verify(spec: TuneSpec, measurer: Measurer, records: list[Record], recorder: Recorder) -> Verification | None:
     """The best schedule and the references re-measured in fresh processes, stored on the parent run;
     None (speed-ups are then "not verified") when skipped, remote, or nothing succeeded."""
-    rounds = rounds_for(spec.trials) if spec.verify_rounds is None else spec.verify_rounds
+    rounds = _verify_rounds(spec)
     if rounds < 1 or spec.resources.remote or not any(not r.get("reference") for r in ok_records(records)):
         return None
     log.info("verifying: best and references in fresh processes, %d alternating rounds", rounds)
     verification = verify(measurer, records, recorder.study, rounds, recorder)
     recorder.mlflow.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
     return verification
+
+
+def _verify_rounds(spec: TuneSpec) -> int:
+    """The fresh-process rounds that verify this study (0: none; remote devices are never verified)."""
+    if spec.resources.remote:
+        return 0
+    return rounds_for(spec.trials) if spec.verify_rounds is None else spec.verify_rounds
 
 
 def _summarize(result: StudyResult, engine: Engine | None, title: str, recorder: Recorder) -> None:
