@@ -37,6 +37,8 @@ class Status(StrEnum):
 
 KNOB_PREFIX = "knob."
 FEATURE_PREFIX = "feat."
+MEM_PREFIX = "mem."  # what a schedule needs in memory (opbench.measure.memory) ...
+WORKSPACE_METRIC = "mem.workspace"  # ... this one an MLflow metric, the others beside the features
 JSON_TAGS = ("latencies_ms", "process_latencies_ms")  # tags whose value is a list, JSON-encoded in MLflow
 
 
@@ -139,6 +141,7 @@ class TrialRecord:
     reused_from: str | None = _tag()  # the trial id of the baseline this one reuses
     knobs: dict[str, Any] = field(default_factory=dict)  # knob.<name> params
     features: dict[str, float] = field(default_factory=dict)  # feat.<name>: one JSON artifact per run
+    memory: dict[str, float] = field(default_factory=dict)  # mem.<name>: bytes (opbench.measure.memory)
     tags: dict[str, Any] = field(default_factory=dict)  # any other column (engine ids, references, ...)
 
     def set(self, **values: Any) -> None:
@@ -155,6 +158,7 @@ class TrialRecord:
         row.update({f.name: getattr(self, f.name) for f in _COLUMNS if getattr(self, f.name) is not None})
         row.update({f"{KNOB_PREFIX}{k}": v for k, v in self.knobs.items()})
         row.update({f"{FEATURE_PREFIX}{k}": v for k, v in self.features.items()})
+        row.update({f"{MEM_PREFIX}{k}": v for k, v in self.memory.items()})
         return row
 
     @classmethod
@@ -164,11 +168,13 @@ class TrialRecord:
         return cls(**{k: v for k, v in row.items() if k in known},
                    knobs={k[len(KNOB_PREFIX):]: v for k, v in row.items() if k.startswith(KNOB_PREFIX)},
                    features={k[len(FEATURE_PREFIX):]: v for k, v in row.items() if k.startswith(FEATURE_PREFIX)},
-                   tags={k: v for k, v in row.items() if k not in known and not k.startswith((KNOB_PREFIX, FEATURE_PREFIX))})
+                   memory={k[len(MEM_PREFIX):]: v for k, v in row.items() if k.startswith(MEM_PREFIX)},
+                   tags={k: v for k, v in row.items() if k not in known and not k.startswith(_PREFIXES)})
 
 
 _COLUMNS = tuple(f for f in fields(TrialRecord) if "kind" in f.metadata)
 _NAMES = frozenset(f.name for f in _COLUMNS)
+_PREFIXES = (KNOB_PREFIX, FEATURE_PREFIX, MEM_PREFIX)
 PARAMS = tuple(f.name for f in _COLUMNS if f.metadata["kind"] == "param")
 METRICS = tuple(f.name for f in _COLUMNS if f.metadata["kind"] == "metric")
 TAGS = tuple(f.name for f in _COLUMNS if f.metadata["kind"] == "tag")
@@ -178,9 +184,9 @@ def kind_of(key: str) -> str:
     """'param', 'metric', 'feature' or 'tag': where ``key`` lives in MLflow."""
     if key in PARAMS or key.startswith(KNOB_PREFIX):
         return "param"
-    if key in METRICS:
+    if key in METRICS or key == WORKSPACE_METRIC:
         return "metric"
-    if key.startswith(FEATURE_PREFIX):
+    if key.startswith((FEATURE_PREFIX, MEM_PREFIX)):  # the features artifact holds the mem.* columns too
         return "feature"
     return "tag"
 

@@ -46,7 +46,10 @@ def record_reference() -> str:
 
     parts = ["# Record columns\n\nGenerated from `opbench.record.TrialRecord` (`make docs`). Params and tags are "
              "strings in MLflow, metrics numbers; `knob.<name>` columns are params, `feat.<name>` columns one JSON "
-             "artifact per run (`features.json`); any other column is a tag.\n"]
+             "artifact per run (`features.json`); `mem.<name>` columns, bytes (`opbench.measure.memory`: "
+             "`mem.input`, `mem.output`, `mem.<scope>` peaks, `mem.workspace` their sum, `mem.workspace_total` "
+             "with a parallel loop's buffers once per thread, `mem.prepacked`), sit in that artifact too, but for "
+             "`mem.workspace`, a metric; any other column is a tag.\n"]
     field = re.compile(r"^    (\w+): ([^=]+?) = [^#]*?(?:#\s*(.*))?$")
     for line in inspect.getsource(TrialRecord).splitlines():
         if (heading := re.match(r"^    # (.*)$", line)) is not None:

@@ -27,7 +27,7 @@ from opbench.measure.runner import LocalRunner, RPCRunner, Runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
-from opbench.record import FEATURE_PREFIX, Record, Status, TrialRecord, is_ok, latency_stats
+from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Record, Status, TrialRecord, is_ok, latency_stats
 from opbench.space import Config, get_template
 from opbench.workloads import PRESETS, Workload
 
@@ -288,7 +288,8 @@ class Measurer:
             source_model=preset.model if preset else workload.op.source_model(workload.params),
             status=status.value, error=error[:4000], build_s=build.build_s if build is not None else None,
             knobs={k: _knob_value(v) for k, v in config.items()},
-            features={k[len(FEATURE_PREFIX):]: v for k, v in features.items()})
+            features={k[len(FEATURE_PREFIX):]: v for k, v in features.items()},
+            memory={k[len(MEM_PREFIX):]: v for k, v in (build.memory if build is not None else {}).items()})
         record.set(**spec.tags)
         if run is not None:
             self._timed(record, run, workload.flops / 1e9, host.peak_gflops(res.threads))

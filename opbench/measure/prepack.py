@@ -30,6 +30,13 @@ class Prepack:
     shape: tuple[int, ...]
     dtype: str
 
+    @property
+    def nbytes(self) -> int:
+        """The packed weight's size: memory a model holds for it, packed once outside the operator."""
+        import numpy as np
+
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
 
 def split_prepack(mod: Any) -> tuple[Any, Prepack | None]:
     """``mod``'s ``main`` with its marked weight packing split off as ``prepack`` (None: there is none)."""

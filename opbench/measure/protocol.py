@@ -29,6 +29,7 @@ class BuildResult:
     build_s: float = 0.0
     target: str = ""  # the full TVM target it was built for
     features: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, float] = field(default_factory=dict)  # the mem.* columns (opbench.measure.memory)
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,7 @@ class KernelWorker:
         from opbench.exceptions import ConfigError
         from opbench.hardware.targets import export_compiler, make_target
         from opbench.measure.features import schedule_features
+        from opbench.measure.memory import schedule_memory
         from opbench.measure.prepack import split_prepack, write_manifest
         from opbench.space import get_template
         from opbench.space._schedule import WEIGHTS_PREPACKED
@@ -136,7 +137,11 @@ class KernelWorker:
             return BuildResult(Status.BUILD_ERROR, short_error(exc), build_s=time.perf_counter() - start)
         build_s = time.perf_counter() - start
         features = schedule_features(scheduled, target) if req.extract_features and target.kind.name == "llvm" else {}
-        return BuildResult(Status.OK, artifact=artifact, build_s=build_s, target=str(target), features=features)
+        memory = schedule_memory(tvm.IRModule({"main": mod["main"]}), target, workload, req.threads)
+        if prepack is not None:
+            memory["mem.prepacked"] = float(prepack.nbytes)
+        return BuildResult(Status.OK, artifact=artifact, build_s=build_s, target=str(target), features=features,
+                           memory=memory)
 
     def connect(self, req: RemoteConnect) -> RemoteSession:
         """Hold a session on a free device of the key (dropping any earlier one)."""
