@@ -277,8 +277,9 @@ def best_ok(records: Iterable[Record]) -> Record | None:
     return min(ok_records(records), key=lambda r: r["latency_ms"], default=None)
 
 
-# What a multi-objective study minimises, as record columns: latency against cores used or joules per call.
-OBJECTIVE_COLUMNS = {"latency": "latency_ms", "threads": "threads", "energy": "energy_j"}
+# What a multi-objective study minimises, as record columns: latency against cores used, joules per call or
+# the schedule's workspace bytes.
+OBJECTIVE_COLUMNS = {"latency": "latency_ms", "threads": "threads", "energy": "energy_j", "memory": WORKSPACE_METRIC}
 
 
 def pareto_front(records: Iterable[Record], objectives: tuple[str, ...]) -> list[Record]:

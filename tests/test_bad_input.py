@@ -63,7 +63,7 @@ def test_random_configs_are_invalid_config_records_through_the_nni_service(track
     assert [r["trial_id"] for r in read_jsonl_records(log)] == replies
 
 
-FLAGS = ["--threads", "--repeat", "--max-cv", "--max-remeasures", "--turns", "--settle-s", "--spell-reruns",
+FLAGS = ["--threads", "--repeat", "--max-cv", "--max-remeasures", "--turns", "--settle-s", "--spell-reruns", "--max-workspace",
          "--build-timeout", "--run-timeout", "--cores", "--target", "--template", "--device", "--tracker", "--key",
          "--remote-workers", "--connect-timeout", "--bogus"]
 VALUES = st.sampled_from(["0", "-1", "1", "2", "x", "1e9", "nan", "inf", "0-999999999", "3-1", "cuda", "llvm",
@@ -126,6 +126,7 @@ def test_an_unknown_grid_knob_exits_2_before_anything_runs(tracking_uri, capsys)
 
 @pytest.mark.parametrize("argv,flag", [
     (["measure", WORKLOAD, "--repeat", "0"], "--repeat"), (["measure", WORKLOAD, "--max-remeasures", "-1"], "--max-remeasures"),
+    (["measure", WORKLOAD, "--max-workspace", "0"], "--max-workspace"),
     (["tune", WORKLOAD, "--batch", "0"], "--batch"), (["measure", WORKLOAD, "--run-timeout", "-1"], "--run-timeout"),
     (["tune", WORKLOAD, "--workers", "0"], "--workers"), (["measure", WORKLOAD, "--max-cv", "nan"], "--max-cv"),
     (["ui", "--port", "70000"], "--port")])

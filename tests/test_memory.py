@@ -1,5 +1,7 @@
 """Each schedule's memory: the mem.* columns match hand computations, see every allocation, tell schedules
 apart (packed, Winograd, CUDA shared memory), and reach the record and MLflow."""
+from pathlib import Path
+
 import pytest
 
 from opbench.hardware.resources import Resources
@@ -85,3 +87,30 @@ def test_a_records_memory_reaches_mlflow(measurer, tracking_uri):
     assert record["mem.local"] == 128 and record["mem.workspace_total"] == 256
     (back,) = read_mlflow(["memory"], tracking_uri).to_dict("records")
     assert {k: v for k, v in back.items() if k.startswith("mem.")} == {k: v for k, v in record.items() if k.startswith("mem.")}
+
+
+def test_a_config_over_the_workspace_budget_is_an_invalid_config_naming_it(tracking_uri, capsys):
+    import json
+
+    from opbench.cli import main
+
+    config = json.dumps({**TILES, "order": "SSRRS:outer", "cache_write": "local"})  # 2048 bytes of workspace
+    argv = ["measure", "matmul:m=64,n=64,k=64", "--config", config, "--json", "--tracking-uri", tracking_uri]
+    assert main([*argv, "--max-workspace", "1000"]) == 1
+    over = json.loads(capsys.readouterr().out)
+    assert over["status"] == "invalid_config" and "2048 bytes" in over["error"] and "--max-workspace 1000" in over["error"]
+    assert over["mem.workspace"] == 2048 and "build_s" in over  # lowered, never compiled: it still counts as a trial
+    assert main([*argv, "--max-workspace", "2048"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "ok"
+
+
+def test_latency_and_memory_make_a_pareto_front(tmp_path, tracking_uri, capsys):
+    from opbench.cli import main
+
+    assert main(["tune", "matmul:m=64,n=64,k=64", "--objectives", "latency,memory", "--sampler", "nsga2", "--trials", "6",
+                 "--seed", "0", "--repeat", "2", "--verify-rounds", "0", "--no-references", "--tracking-uri", tracking_uri,
+                 "--storage", f"sqlite:///{tmp_path / 'o.db'}", "--study", "mem-front"]) == 0
+    out = capsys.readouterr().out
+    assert "Pareto front (latency vs memory):" in out and "mem.workspace" in out
+    plot = next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("Pareto plot: "))
+    assert Path(plot).stat().st_size > 0

@@ -28,7 +28,8 @@ def measure_options(args: argparse.Namespace) -> MeasureOptions:
                         if v is not None}  # else TimingPolicy reads $OPBENCH_SETTLE_S, $OPBENCH_SPELL_RERUNS
     timing = TimingPolicy(repeat=args.repeat, max_cv=args.max_cv, max_remeasures=args.max_remeasures,
                           cache_flush=args.cache_flush, turns=args.turns, **from_environment)
-    return MeasureOptions(timing, build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout, **remote)
+    return MeasureOptions(timing, build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout,
+                          max_workspace=args.max_workspace, **remote)
 
 
 def resources_of(args: argparse.Namespace, threads: int) -> Resources:
@@ -66,6 +67,8 @@ def add_timing_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--turns", type=positive_int, default=settings.TURNS,
                    help="the trials of a batch (--batch, or several configs) take their repeats in this many turns, "
                         "interleaved with each other's, so that a spell of the host falls on all alike (default 3)")
+    p.add_argument("--max-workspace", type=positive_int, metavar="BYTES",
+                   help="a config whose schedule allocates more workspace than this is an invalid_config record, not built")
     p.add_argument("--build-timeout", type=positive_float, default=settings.BUILD_TIMEOUT_S)
     p.add_argument("--run-timeout", type=positive_float, default=settings.RUN_TIMEOUT_S)
     p.add_argument("--log", help="also append records to this JSON-lines file")

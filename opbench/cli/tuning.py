@@ -143,7 +143,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tuner", default="TPE", choices=TUNERS, help="NNI tuner for --engine nni")
     p.add_argument("--warm-start", metavar="DATASET", help="--engine model: train the first model on these logs")
     p.add_argument("--objectives", default="latency",
-                   help="Optuna objectives to minimise: latency, or latency,threads or latency,energy (joules per call) for a Pareto front")
+                   help="Optuna objectives to minimise: latency, or latency,threads, latency,energy (joules per call) or "
+                        "latency,memory (the schedule's workspace bytes) for a Pareto front")
     p.add_argument("--workers", type=positive_int, default=1, help="Optuna worker processes sharing the study's storage")
     p.add_argument("--trials", type=nonneg_int, default=64)
     p.add_argument("--threads", type=positive_int, default=1)

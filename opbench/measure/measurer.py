@@ -150,7 +150,8 @@ class Measurer:
         """Build (in parallel) the specs whose configs validated; their builds by index, in order."""
         todo = [i for i, (_, _, error) in enumerate(checked) if error is None]
         inputs = [BuildInput(specs[i].workload.spec, checked[i][0], checked[i][1], specs[i].resources.target,
-                             specs[i].resources.threads, self._dir, self.options.features) for i in todo]
+                             specs[i].resources.threads, self._dir, self.options.features, self.options.max_workspace)
+                  for i in todo]
         return dict(zip(todo, self._builder.build(inputs)))
 
     def _build(self, specs: list[TrialSpec]) -> list[tuple[str, Config, BuildResult]]:

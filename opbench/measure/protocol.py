@@ -19,6 +19,7 @@ class BuildInput:
     threads: int
     out_dir: str
     extract_features: bool = True
+    max_workspace: int | None = None  # bytes: a schedule that allocates more is an invalid config, not built
 
 
 @dataclass

@@ -33,6 +33,7 @@ class MeasureOptions:
     build_timeout_s: float = settings.BUILD_TIMEOUT_S
     run_timeout_s: float = settings.RUN_TIMEOUT_S
     build_workers: int = 1
+    max_workspace: int | None = None  # bytes of workspace a schedule may allocate (None: any); more is invalid_config
     features: bool = True
     lock_path: Path = DEFAULT_LOCK
     remote_workers: int = 1  # sessions held on a remote device's key: trials at once on as many devices

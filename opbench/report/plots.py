@@ -80,11 +80,11 @@ def engine_curves(series: dict[str, list[Record]], references: dict[str, Record]
     return _save(fig, ax, title, path)
 
 
-AXIS_LABELS = {"threads": "threads (cores used)", "energy": "energy (J per call)"}
+AXIS_LABELS = {"threads": "threads (cores used)", "energy": "energy (J per call)", "memory": "workspace (bytes)"}
 
 
 def tradeoff(records: list[Record], front: list[Record], objective: str, title: str, path: Path) -> Path:
-    """Every ok trial's latency against ``objective`` (threads or energy), the Pareto ``front`` joined."""
+    """Every ok trial's latency against ``objective`` (threads, energy or memory), the Pareto ``front`` joined."""
     column = OBJECTIVE_COLUMNS[objective]
     fig, ax = _pyplot().subplots(figsize=(6, 4))
     ok = [r for r in records if is_ok(r) and r.get(column) is not None]

@@ -17,7 +17,7 @@ from opbench.engines.optuna.heartbeat import Heartbeat
 from opbench.engines.optuna.storage import open_storage, recovered_within, riding_outages
 from opbench.exceptions import OpBenchError
 from opbench.lifecycle import process_alive
-from opbench.record import Record, is_ok
+from opbench.record import OBJECTIVE_COLUMNS, Record, is_ok
 
 log = logging.getLogger(__name__)
 _HOST = socket.gethostname()  # on each asked trial: which host measures it
@@ -44,7 +44,7 @@ def _sampler(name: str, space: Space, seed: int | None) -> Any:
 
 
 # Minimised; "threads" = cores used and "energy" = joules per call, for latency/resource Pareto fronts.
-OBJECTIVES = ("latency", "threads", "energy")
+OBJECTIVES = tuple(OBJECTIVE_COLUMNS)
 
 
 class OptunaEngine(Engine):
@@ -242,7 +242,7 @@ class OptunaEngine(Engine):
         trial = proposal.handle
         self._db(lambda: trial.set_user_attr("status", record["status"]))
         self._db(lambda: trial.set_user_attr("trial_id", record["trial_id"]))
-        values = {"latency": record.get("latency_ms"), "threads": record["threads"], "energy": record.get("energy_j")}
+        values = {objective: record.get(column) for objective, column in OBJECTIVE_COLUMNS.items()}
         missing = [o for o in self.objectives if values[o] is None]
         if is_ok(record) and not missing:
             self._db(lambda: self.study.tell(trial, [values[o] for o in self.objectives]))

@@ -127,6 +127,12 @@ class KernelWorker:
         except (s_tir.ScheduleError, RuntimeError, ConfigError) as exc:  # TVM's FFI errors are RuntimeErrors
             return BuildResult(Status.INVALID_CONFIG, f"schedule rejected the config: {short_error(exc)}")
         target = make_target(req.target, req.threads)
+        memory = schedule_memory(tvm.IRModule({"main": mod["main"]}), target, workload, req.threads)
+        if prepack is not None:
+            memory["mem.prepacked"] = float(prepack.nbytes)
+        if req.max_workspace is not None and memory["mem.workspace"] > req.max_workspace:
+            return BuildResult(Status.INVALID_CONFIG, f"workspace of {memory['mem.workspace']:.0f} bytes is over the "
+                                                      f"budget (--max-workspace {req.max_workspace})", memory=memory)
         try:
             executable = tvm.compile(mod, target)
             artifact = os.path.join(req.out_dir, f"kernel-{os.getpid()}-{time.monotonic_ns()}.so")
@@ -137,9 +143,6 @@ class KernelWorker:
             return BuildResult(Status.BUILD_ERROR, short_error(exc), build_s=time.perf_counter() - start)
         build_s = time.perf_counter() - start
         features = schedule_features(scheduled, target) if req.extract_features and target.kind.name == "llvm" else {}
-        memory = schedule_memory(tvm.IRModule({"main": mod["main"]}), target, workload, req.threads)
-        if prepack is not None:
-            memory["mem.prepacked"] = float(prepack.nbytes)
         return BuildResult(Status.OK, artifact=artifact, build_s=build_s, target=str(target), features=features,
                            memory=memory)
 
