@@ -1,5 +1,5 @@
 """Where a benchmark's results go: printed as measured, and kept in ``benchmarks/results/<date>-<host>.md``
-(a section per benchmark, replaced when it runs again that day on that host; the CPU in the header).
+(a section per run, headed by the benchmark and when it finished; the CPU in the header).
 Importing it also turns off the reuse of library baselines: every number a benchmark reports is its own."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class Results:
 
     def __init__(self, benchmark: str) -> None:
         self.benchmark = benchmark
-        self._lines = [f"`{shlex.join(['python', *sys.argv])}`, started {datetime.datetime.now():%H:%M}", ""]
+        self._lines = [f"`{shlex.join(['python', *sys.argv])}`", ""]
 
     def print(self, text: str = "") -> None:
         print(text, flush=True)
@@ -42,7 +42,7 @@ class Results:
                   f"{facts.cpu_model}, {facts.cores} cores, L2 {facts.l2_kb:.0f} KB, L3 {facts.l3_kb:.0f} KB, "
                   f"{facts.mem_gb:.0f} GB; TVM {facts.tvm_version}. Written by the benchmarks, as measured.\n")
         sections = _sections(path.read_text()) if path.exists() else {}
-        sections[self.benchmark] = "\n".join(self._lines).rstrip() + "\n"
+        sections[f"{self.benchmark}, finished {datetime.datetime.now():%H:%M}"] = "\n".join(self._lines).rstrip() + "\n"
         body = "\n".join(f"## {name}\n\n{text}" for name, text in sorted(sections.items()))
         path.write_text(f"{header}\n{body}")
         print(f"results: {path}")
@@ -50,6 +50,6 @@ class Results:
 
 
 def _sections(text: str) -> dict[str, str]:
-    """The file's sections by benchmark name (the header dropped)."""
-    parts = re.split(r"^## (\S+)\n\n", text, flags=re.M)
+    """The file's sections by heading: benchmark and when it finished (the header dropped)."""
+    parts = re.split(r"^## (.+)\n\n", text, flags=re.M)
     return dict(zip(parts[1::2], parts[2::2]))
