@@ -22,7 +22,7 @@ TILES = {"i_split": "4x4x4", "j_split": "2x4x8", "k_inner": 8, "parallel": 1, "v
 def memory(workload, template, config, threads=2, target="llvm"):
     t = get_template(workload, template, target)
     scheduled = t.schedule(workload, t.validate({**t.default_config(workload), **config}, workload))
-    return schedule_memory(scheduled, make_target(target, threads), workload, threads)
+    return schedule_memory(scheduled, make_target(target, threads), workload.prim_func(), threads)
 
 
 @pytest.mark.parametrize(("order", "cache_write", "scope", "tile"), [
@@ -61,7 +61,7 @@ def test_every_allocation_is_seen(spec, template):
         ours[scope] = ours.get(scope, 0) + nbytes
     theirs = {scope: int(n) for per_func in s_tir.analysis.calculate_allocated_bytes(low).values() for scope, n in per_func.items()}
     assert set(ours) == set(theirs) and all(ours[scope] >= theirs[scope] > 0 for scope in theirs)
-    assert schedule_memory(scheduled, make_target("llvm", 2), workload, 2)["mem.workspace"] == sum(theirs.values())
+    assert schedule_memory(scheduled, make_target("llvm", 2), workload.prim_func(), 2)["mem.workspace"] == sum(theirs.values())
 
 
 def test_packed_and_winograd_schedules_need_more_workspace_than_plain_ones():

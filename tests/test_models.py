@@ -3,6 +3,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,6 +58,15 @@ def test_model_ops_extracts_fused_operators_whose_shares_add_up(model, tmp_path,
     assert (frame.loc[frame["op"].isin(["matmul", "conv2d", "dense", "batch_matmul"]), "flops"] > 0).all()
     anchor = {"small-cnn@tiny": "conv2d", "onnx": "matmul"}
     assert anchor[model] in set(key["op"])  # the model's heavy operator is a key one
+    # each operator's memory, and the model's as planned
+    assert (frame["mem.input"] > 0).all() and (frame["mem.output"] > 0).all() and (frame["mem.workspace"] >= 0).all()
+    assert "workspace KB" in out.stdout
+    weights, activations, largest = map(float, re.search(r"planned memory: weights ([\d.]+) MB, activations ([\d.]+) MB "
+                                                         r"after Relax's memory planning, largest operator workspace "
+                                                         r"([\d.]+) KB", out.stdout).groups())
+    assert weights > 0 and activations > 0 and largest * 1024 == pytest.approx(frame["mem.workspace"].max(), abs=52)
+    plot = re.search(r"time against memory per operator: (\S+) ", out.stdout).group(1)
+    assert Path(plot).stat().st_size > 0
 
 
 def test_model_sources_and_their_errors(tmp_path):

@@ -40,10 +40,13 @@ def _print_op(n: int, op: FusedOp) -> None:
 
 
 def cmd_model_ops(args: argparse.Namespace) -> int:
+    from opbench.record import MEM_PREFIX, TrialRecord
+    from opbench.report.plots import tradeoff
     from opbench.studies.models.profile import reference_name
     from opbench.studies.models.tune import model_measurer
     from opbench.studies.models.tune import profile as profile_ops
     from opbench.tracking import Recorder
+    from opbench.tracking.mlflow_store import study_dir
     from opbench.workloads.fused import model_name
     from opbench.workloads.models.sources import SIMPLE_PREFIX
 
@@ -52,13 +55,17 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
         profile = profile_ops(spec, measurer, Path(folder), _print_op)
     ops = sorted(profile.ops, key=lambda o: -o.share)
     rows = [("*" if o.key else "", o.name, o.kind, " ".join("x".join(map(str, s)) for s in o.shapes), o.calls,
-             o.flops / 1e6, o.latency_ms, o.share) for o in ops]
-    print(table(rows, ["key", "function", "kind", "shapes", "calls", "MFLOP", "ms/call", "share"]))
+             o.flops / 1e6, o.latency_ms, o.share, o.memory["mem.workspace"] / 1024) for o in ops]
+    print(table(rows, ["key", "function", "kind", "shapes", "calls", "MFLOP", "ms/call", "share", "workspace KB"]))
     print(f"sum of operators {profile.ops_ms:.3f} ms; whole model on the Relax VM {profile.model_ms:.3f} ms "
           f"(ops / model = {profile.ops_ms / profile.model_ms:.2f}); PyTorch eager {profile.torch_ms:.3f} ms; "
           f"output matches {reference_name(profile.source)} (max |err| {profile.max_abs_err:.2g}); "
           "key operators (*) cover >= 90% of the untuned operator time (tune-model ranks them again after the "
           "template defaults)")
+    planned = profile.planned
+    print(f"planned memory: weights {planned['mem.weights'] / 2**20:.2f} MB, activations "
+          f"{planned['mem.activations'] / 2**20:.2f} MB after Relax's memory planning, largest operator workspace "
+          f"{planned['mem.largest_workspace'] / 1024:.1f} KB (untuned schedules)")
     key = next((o for o in ops if o.key and o.outputs == 1), None)
     if profile.source.kind == "simple":  # a catalogue workload: tune it with its own template
         print(f"tune it: opbench tune '{args.model.removeprefix(SIMPLE_PREFIX)}' --trials 32")
@@ -66,17 +73,24 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
         print(f"tune one: opbench tune '{model_name(args.model, key.name, args.batch, args.seq_len)}' --trials 32")
     with Recorder(args.study, args.tracking_uri, extra={"engine": "model-ops"},
                   parent_tags={"model": args.model}) as recorder:
-        for op in ops:
-            recorder({"workload": model_name(args.model, op.name, args.batch, args.seq_len), "op": op.kind,
-                      "dtype": op.dtype, "shape": ";".join("x".join(map(str, s)) for s in op.shapes),
-                      "source_model": args.model, "threads": args.threads, "status": "ok",
-                      "latency_ms": op.latency_ms, "calls": op.calls, "share": op.share, "key_op": op.key,
-                      "flops": op.flops, "gflops": op.flops / (op.latency_ms * 1e-3) / 1e9})
+        records = [TrialRecord(workload=model_name(args.model, op.name, args.batch, args.seq_len), op=op.kind,
+                               dtype=op.dtype, shape=";".join("x".join(map(str, s)) for s in op.shapes),
+                               source_model=args.model, threads=args.threads, latency_ms=op.latency_ms, calls=op.calls,
+                               share=op.share, key_op=str(op.key), flops=op.flops,
+                               gflops=op.flops / (op.latency_ms * 1e-3) / 1e9,
+                               memory={k.removeprefix(MEM_PREFIX): v for k, v in op.memory.items()}).to_row() for op in ops]
+        for record in records:
+            recorder(record)
+        plot = tradeoff(records, [], "memory", f"{args.model}: each operator's time and workspace",
+                        study_dir("plots", recorder.study, recorder.mlflow.uri) / "ops_time_memory.png")
+        recorder.mlflow.log_artifact(plot, "plots")
+        print(f"time against memory per operator: {plot} (also an artifact of the run)")
         recorder.mlflow.log_parent({"model": args.model, "batch": args.batch, "seq_len": args.seq_len,
                                     "threads": args.threads},
                                    {"model_ms": profile.model_ms, "ops_sum_ms": profile.ops_ms,
                                     "torch_ms": profile.torch_ms, "max_abs_err": profile.max_abs_err,
-                                    "fused_ops": len(ops)})
+                                    "fused_ops": len(ops), **{f"planned_{k.removeprefix(MEM_PREFIX)}_bytes": v
+                                                               for k, v in planned.items()}})
     return 0
 
 

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from opbench.record import MEM_PREFIX, WORKSPACE_METRIC
-from opbench.workloads import Workload
 
 
 def lowered(scheduled: Any, target: Any) -> Any:
@@ -52,11 +51,10 @@ def nbytes_of(buffer: Any) -> int:
     return math.prod(int(d) for d in buffer.shape) * dtype.bits * dtype.lanes // 8
 
 
-def io_bytes(workload: Workload) -> tuple[int, int]:
-    """Bytes the kernel reads as inputs and writes as its output (its last parameter)."""
-
-    sizes = [nbytes_of(b) for b in workload.prim_func().params]
-    return sum(sizes[:-1]), sizes[-1]
+def io_bytes(func: Any, outputs: int = 1) -> tuple[int, int]:
+    """Bytes a PrimFunc reads as inputs and writes as outputs (its last ``outputs`` parameters)."""
+    sizes = [nbytes_of(b) for b in func.params]
+    return sum(sizes[:-outputs]), sum(sizes[-outputs:])
 
 
 def peaks(mod: Any) -> dict[str, int]:
@@ -71,8 +69,9 @@ def peaks(mod: Any) -> dict[str, int]:
     return out
 
 
-def schedule_memory(scheduled: Any, target: Any, workload: Workload, threads: int) -> dict[str, float]:
-    """The ``mem.*`` columns of a schedule of ``workload`` built for ``target`` with ``threads`` threads."""
+def schedule_memory(scheduled: Any, target: Any, unscheduled: Any, threads: int, outputs: int = 1) -> dict[str, float]:
+    """The ``mem.*`` columns of a schedule built for ``target`` with ``threads`` threads; ``unscheduled``
+    is the PrimFunc it schedules (its parameters: the inputs, then ``outputs`` outputs)."""
     low = lowered(scheduled, target)
     allocs, by_scope = allocations(low), peaks(low)
     columns: dict[str, float] = {}
@@ -82,6 +81,33 @@ def schedule_memory(scheduled: Any, target: Any, workload: Workload, threads: in
         columns[key] = columns.get(key, 0.0) + peak
         in_parallel = sum(nbytes for s, nbytes, parallel in allocs if s == scope and parallel)
         total += peak + min(peak, in_parallel) * (max(threads, 1) - 1)  # a thread's buffers, once per thread
-    inputs, output = io_bytes(workload)
+    inputs, output = io_bytes(unscheduled, outputs)
     return {f"{MEM_PREFIX}input": float(inputs), f"{MEM_PREFIX}output": float(output), **columns,
             WORKSPACE_METRIC: float(sum(by_scope.values())), f"{WORKSPACE_METRIC}_total": total}
+
+
+def planned_memory(mod: Any) -> dict[str, float]:
+    """A fused Relax model's memory as planned: its weights (the constants bound into it) and its
+    activations after Relax's static memory planning (the storage its functions allocate), in bytes."""
+    import tvm
+    from tvm import relax
+
+    planning = tvm.transform.Sequential([
+        relax.transform.RewriteDataflowReshape(), relax.transform.ToNonDataflow(), relax.transform.RemovePurityChecking(),
+        relax.transform.CallTIRRewrite(), relax.transform.StaticPlanBlockMemory()])
+    storage, tensor = tvm.ir.Op.get("relax.memory.alloc_storage"), tvm.ir.Op.get("relax.builtin.alloc_tensor")
+    totals = {"weights": 0, "activations": 0}
+
+    def visit(expr: Any) -> None:
+        if isinstance(expr, relax.Constant):
+            totals["weights"] += nbytes_of(expr.data)
+        elif isinstance(expr, relax.Call) and expr.op.same_as(storage):
+            totals["activations"] += int(expr.args[0].values[0])
+        elif isinstance(expr, relax.Call) and expr.op.same_as(tensor):  # left unplanned: counted as it is
+            shape = [int(d) for d in expr.args[0].values]
+            totals["activations"] += math.prod(shape) * tvm.runtime.DataType(expr.args[1].value).bits // 8
+
+    for func in planning(mod).functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return {f"{MEM_PREFIX}{k}": float(v) for k, v in totals.items()}

@@ -127,7 +127,7 @@ class KernelWorker:
         except (s_tir.ScheduleError, RuntimeError, ConfigError) as exc:  # TVM's FFI errors are RuntimeErrors
             return BuildResult(Status.INVALID_CONFIG, f"schedule rejected the config: {short_error(exc)}")
         target = make_target(req.target, req.threads)
-        memory = schedule_memory(tvm.IRModule({"main": mod["main"]}), target, workload, req.threads)
+        memory = schedule_memory(tvm.IRModule({"main": mod["main"]}), target, workload.prim_func(), req.threads)
         if prepack is not None:
             memory["mem.prepacked"] = float(prepack.nbytes)
         if req.max_workspace is not None and memory["mem.workspace"] > req.max_workspace:

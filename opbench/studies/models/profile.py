@@ -14,9 +14,10 @@ from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.inprocess import time_primfunc
 from opbench.measure.measurer import Measurer
+from opbench.measure.memory import planned_memory, schedule_memory
 from opbench.measure.models import export_model, save_inputs
 from opbench.measure.protocol import ModelInput, RunResult
-from opbench.record import Status
+from opbench.record import WORKSPACE_METRIC, Status
 from opbench.workloads.models.extract import (
     FusedOp,
     fuse,
@@ -41,6 +42,7 @@ class ModelProfile:
     max_abs_err: float
     untuned_library: Path  # the untuned build, exported
     inputs: Path  # its inputs and the reference output (.npz)
+    planned: dict[str, float]  # mem.weights, mem.activations (after Relax's memory planning), mem.largest_workspace
 
 
 def median_ms(run: RunResult) -> float:
@@ -76,15 +78,20 @@ def reference_name(source: ModelSource) -> str:
 def profile_model(source: ModelSource, target: Any, measurer: Measurer, folder: Path, threads: int, batch: int,
                   seq_len: int, on_op: Callable[[int, FusedOp], None] = lambda i, op: None) -> ModelProfile:
     """Import, fuse and time ``source`` (untuned: TVM's default lowering of every operator); the untuned
-    build and the inputs (with the reference output) are kept in ``folder``."""
+    build and the inputs (with the reference output) are kept in ``folder``; each operator's memory and
+    the model's planned memory beside the times."""
+    import tvm
+
     eager = torch_ms(measurer, source, batch, seq_len, threads)
     mod = fuse(import_model(source))
     ops, funcs = fused_ops(mod)
     for n, op in enumerate(ops, start=1):
         op.latency_ms = time_primfunc(funcs[op.name], target, measurer.timing.repeat)
+        op.memory = schedule_memory(tvm.IRModule({"main": funcs[op.name]}), target, funcs[op.name], threads, op.outputs)
         on_op(n, op)
     ops_ms = mark_shares(ops)
     inputs = save_inputs(source.numpy_inputs(), folder / INPUTS, source.reference()[0])
     library = export_model(mod, target, folder / UNTUNED)
     model_ms, err = time_built(measurer, source, library, inputs, threads, "TVM")
-    return ModelProfile(source, mod, ops, funcs, ops_ms, model_ms, eager, err, library, inputs)
+    planned = {**planned_memory(mod), "mem.largest_workspace": max((o.memory[WORKSPACE_METRIC] for o in ops), default=0.0)}
+    return ModelProfile(source, mod, ops, funcs, ops_ms, model_ms, eager, err, library, inputs, planned)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opbench.exceptions import OpBenchError
@@ -28,6 +28,7 @@ class FusedOp:
     latency_ms: float = math.nan  # one call, untuned (TVM's default lowering)
     share: float = math.nan  # calls x latency / sum over all ops
     key: bool = False
+    memory: dict[str, float] = field(default_factory=dict)  # its untuned schedule's mem.* (opbench.measure.memory)
 
 
 def anchor_kind(name: str) -> str:
