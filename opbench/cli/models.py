@@ -63,9 +63,9 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
           "key operators (*) cover >= 90% of the untuned operator time (tune-model ranks them again after the "
           "template defaults)")
     planned = profile.planned
-    print(f"planned memory: weights {planned['mem.weights'] / 2**20:.2f} MB, activations "
-          f"{planned['mem.activations'] / 2**20:.2f} MB after Relax's memory planning, largest operator workspace "
-          f"{planned['mem.largest_workspace'] / 1024:.1f} KB (untuned schedules)")
+    print(f"planned memory: weights {planned['mem.weights'] / 2**20:.4g} MB, activations "
+          f"{planned['mem.activations'] / 2**20:.4g} MB after Relax's memory planning, largest operator workspace "
+          f"{planned['mem.largest_workspace'] / 1024:.4g} KB (untuned schedules)")
     key = next((o for o in ops if o.key and o.outputs == 1), None)
     if profile.source.kind == "simple":  # a catalogue workload: tune it with its own template
         print(f"tune it: opbench tune '{args.model.removeprefix(SIMPLE_PREFIX)}' --trials 32")

@@ -99,8 +99,8 @@ def planned_memory(mod: Any) -> dict[str, float]:
     totals = {"weights": 0, "activations": 0}
 
     def visit(expr: Any) -> None:
-        if isinstance(expr, relax.Constant):
-            totals["weights"] += nbytes_of(expr.data)
+        if isinstance(expr, tvm.ir.Constant) and hasattr(expr.value, "shape"):  # a tensor, not a scalar
+            totals["weights"] += nbytes_of(expr.value)
         elif isinstance(expr, relax.Call) and expr.op.same_as(storage):
             totals["activations"] += int(expr.args[0].values[0])
         elif isinstance(expr, relax.Call) and expr.op.same_as(tensor):  # left unplanned: counted as it is
