@@ -108,9 +108,12 @@ def test_latency_and_memory_make_a_pareto_front(tmp_path, tracking_uri, capsys):
     from opbench.cli import main
 
     assert main(["tune", "matmul:m=64,n=64,k=64", "--objectives", "latency,memory", "--sampler", "nsga2", "--trials", "6",
-                 "--seed", "0", "--repeat", "2", "--verify-rounds", "0", "--no-references", "--tracking-uri", tracking_uri,
+                 "--seed", "0", "--repeat", "2", "--verify-rounds", "1", "--no-references", "--tracking-uri", tracking_uri,
                  "--storage", f"sqlite:///{tmp_path / 'o.db'}", "--study", "mem-front"]) == 0
     out = capsys.readouterr().out
     assert "Pareto front (latency vs memory):" in out and "mem.workspace" in out
+    front = out.split("Pareto front (latency vs memory):", 1)[1].split("Pareto plot:", 1)[0].strip().splitlines()
+    assert "verified ms (min-max)" in front[0] and len(front) >= 3  # header, rule, at least one point
+    assert not [row for row in front[2:] if "not verified" in row]  # each point's latency timed again, fresh
     plot = next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("Pareto plot: "))
     assert Path(plot).stat().st_size > 0

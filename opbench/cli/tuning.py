@@ -77,8 +77,10 @@ def print_study(result: StudyResult) -> None:
         other = result.objectives[1]
         column = OBJECTIVE_COLUMNS[other]
         print(f"\nPareto front (latency vs {other}):")
-        print(table([(r[column], r["latency_ms"], r["gflops"], r["threads"], changed_knobs(r)) for r in result.pareto],
-                    [column, "latency_ms", "GFLOP/s", "threads", "config"]))
+        verified = {t: f"{s.median:.4g} ({s.lo:.4g}-{s.hi:.4g})" for t, s in result.pareto_verified.items()}
+        print(table([(r[column], r["latency_ms"], verified.get(r["trial_id"], "not verified"), r["gflops"], r["threads"],
+                      changed_knobs(r)) for r in result.pareto],
+                    [column, "latency_ms", "verified ms (min-max)", "GFLOP/s", "threads", "config"]))
         print(f"Pareto plot: {result.plots['pareto_front']}")
     print(f"{len(ok_records(result.records))}/{len(result.records)} trials ok; "
           f"{result.rejected} invalid configs rejected before measuring (built-in spaces: always 0).")

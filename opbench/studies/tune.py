@@ -32,7 +32,7 @@ from opbench.report.plots import tradeoff, tuning_curve
 from opbench.space import get_template
 from opbench.studies.references import measure_references
 from opbench.studies.shared import WorkerSpec, joined_spec, publish, published_parent
-from opbench.studies.verify import Verification, references, rounds_for, verified_best, verify
+from opbench.studies.verify import Spread, Verification, references, remeasure, rounds_for, spec_of, verified_best, verify
 from opbench.tracking import Recorder, read_mlflow_records
 from opbench.tracking.mlflow_store import study_dir
 from opbench.workloads import Workload, parse_workload
@@ -113,6 +113,7 @@ class StudyResult:
     verification: Verification | None = None
     objectives: tuple[str, ...] = ("latency",)  # what the engine minimised (more than one: a Pareto front)
     pareto: list[Record] = field(default_factory=list)  # multi-objective studies: the front, by the second objective
+    pareto_verified: dict[str, Spread] = field(default_factory=dict)  # the front's latencies in fresh processes, by trial id
     rejected: int = 0  # invalid configs turned away before measuring
     plots: dict[str, Path] = field(default_factory=dict)
 
@@ -224,6 +225,7 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
                              refs, objectives=spec.engine.objectives, rejected=engine.rejected if engine else 0)
         result.verification = _verify(spec, measurer, [*refs.values(), *result.records], recorder)
         _summarize(result, engine, f"{workload.name}: {spec.engine.label}", recorder)
+        result.pareto_verified = _verify_front(spec, measurer, result.pareto, recorder)
     if engine:
         engine.close()
     return result
@@ -294,6 +296,17 @@ def _verify(spec: TuneSpec, measurer: Measurer, records: list[Record], recorder:
     verification = verify(measurer, records, recorder.study, rounds, recorder)
     recorder.mlflow.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
     return verification
+
+
+def _verify_front(spec: TuneSpec, measurer: Measurer, front: list[Record], recorder: Recorder) -> dict[str, Spread]:
+    """The Pareto front's latencies re-measured in fresh processes, as any speed-up is, by trial id (the other
+    objective, threads, bytes or joules, is not a timing); empty when the study is not verified."""
+    rounds = _verify_rounds(spec)
+    if rounds < 1 or not front:
+        return {}
+    specs = {str(r["trial_id"]): spec_of(r) for r in front}
+    timed = remeasure(measurer, specs, {str(r["trial_id"]): float(r["latency_ms"]) for r in front}, rounds, recorder)
+    return {name: verified.latency for name, verified in timed.items() if verified.latency is not None}
 
 
 def _verify_rounds(spec: TuneSpec) -> int:
