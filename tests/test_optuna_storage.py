@@ -119,3 +119,28 @@ def test_a_lost_connection_is_an_outage_however_it_is_wrapped_and_a_bad_query_is
     assert is_outage(wrapped(lost))
     assert is_outage(wrapped(sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("connection refused"))))
     assert not is_outage(wrapped(sqlalchemy.exc.DataError("INSERT", {}, Exception("value too long"))))
+
+
+def test_a_trial_another_process_abandoned_is_told_from_its_log_not_measured_again(tmp_path):
+    """A process of this host died between logging a trial's record and telling Optuna: the process that
+    finds it gone tells that record (it was measured) instead of failing the trial and queueing it again."""
+    from opbench.engines.optuna.engine import OptunaEngine
+    from opbench.record import Status
+    from opbench.testing.engine_contract import TEMPLATE, WORKLOAD
+
+    space, storage = TEMPLATE.search_space(WORKLOAD), f"sqlite:///{tmp_path / 'o.db'}"
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # reaped: its pid is no process's now
+    asking = OptunaEngine(space, 1, "s", storage, seed=0, budget=4)
+    logged, lost = asking.ask(2)
+    for proposal in (logged, lost):
+        asking.study._storage.set_trial_user_attr(proposal.handle._trial_id, "pid", dead.pid)  # the dead one asked it
+    record = {"trial_id": "t-logged", "status": Status.OK.value, "latency_ms": 1.25, "threads": 1}
+    finder = OptunaEngine(space, 1, "s", storage, seed=0, resume=True, budget=4)
+    finder.logged_by = lambda pid: {str(logged.handle.number): record} if pid == dead.pid else {}
+    assert finder._fail_abandoned(finder.study.get_trials(deepcopy=False))
+    told, failed = (finder.study.trials[p.handle.number] for p in (logged, lost))
+    assert told.state == optuna.trial.TrialState.COMPLETE and told.values == [1.25]
+    assert told.user_attrs["trial_id"] == "t-logged" and "rejected" not in told.user_attrs
+    assert failed.state == optuna.trial.TrialState.FAIL and "died" in failed.user_attrs["rejected"]
+    assert finder.study.trials[-1].state == optuna.trial.TrialState.WAITING  # its params queued again

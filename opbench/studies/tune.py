@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opbench.engines._base import Engine, Space
-from opbench.engines.loop import CORES_KNOB, ENGINE_TRIAL_TAG, run_tuning
+from opbench.engines.loop import CORES_KNOB, run_tuning
 from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine, observe_default
 from opbench.exceptions import OpBenchError, StudyInterrupted
@@ -30,10 +30,11 @@ from opbench.measure.types import MeasureOptions
 from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, pareto_front, speedup, tee
 from opbench.report.plots import tradeoff, tuning_curve
 from opbench.space import get_template
+from opbench.studies.invocation import engine_trials, invocation_records, joined_hosts_records, told_from_logs
 from opbench.studies.references import measure_references
 from opbench.studies.shared import WorkerSpec, joined_spec, publish, published_parent
 from opbench.studies.verify import Spread, Verification, references, remeasure, rounds_for, spec_of, verified_best, verify
-from opbench.tracking import Recorder, read_mlflow_records
+from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import study_dir
 from opbench.workloads import Workload, parse_workload
 
@@ -148,17 +149,6 @@ def observes_default(spec: TuneSpec) -> bool:
             and len(spec.engine.objectives) == 1)
 
 
-def engine_trials(records: list[Record]) -> dict[str, Record]:
-    """The engine's trials among ``records``, keyed by ``engine_trial``."""
-    return {str(r[ENGINE_TRIAL_TAG]): r for r in records if r.get(ENGINE_TRIAL_TAG) is not None}
-
-
-def invocation_records(recorder: Recorder) -> list[Record]:
-    """The records of the recorder's invocation (its parent run) in MLflow, oldest first."""
-    recorder.mlflow.flush()
-    return read_mlflow_records([recorder.study], recorder.mlflow.uri, recorder.mlflow.parent_run_id)
-
-
 def spawn_workers(spec: TuneSpec, todo: int, parent_run_id: str) -> None:
     """Worker processes (at most ``spec.workers``, one per trial to do) that take the already-created
     Optuna study's trials until its budget is spent; each ends when this process does."""
@@ -203,6 +193,7 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
         earlier_trials = engine_trials(earlier)
         if engine:
             engine.recover(earlier_trials)
+            told_from_logs(engine, recorder)
         done = engine.done if engine else 0
         log.info("tuning %s with %s: %d trials (%d already done), %d thread(s), %d worker(s); study '%s'",
                  workload.name, spec.engine.label, spec.trials, done, spec.resources.threads, spec.workers, study)
@@ -244,6 +235,7 @@ def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0, on_rec
             Recorder(spec.study_name, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label},
                      parent_run_id=parent_run_id, background_lock=writer_lock) as recorder:
         engine.recover(engine_trials(recorder.recovered))  # a killed worker's trials its log holds: told, not redone
+        told_from_logs(engine, recorder)
         measurer.warm_up(spec.resources)
 
         def sink(record: Record) -> None:
@@ -254,13 +246,6 @@ def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0, on_rec
 
         run_tuning(engine, workload, spec.trials, measurer, sink, spec.resources, spec.template, spec.batch)
     engine.close()
-
-
-def joined_hosts_records(recorder: Recorder, known: list[Record]) -> list[Record]:
-    """The engine trials other processes (``--workers``, ``opbench worker`` on other hosts) logged to
-    the recorder's parent run."""
-    seen = {r["trial_id"] for r in known}
-    return [r for r in engine_trials(invocation_records(recorder)).values() if r["trial_id"] not in seen]
 
 
 def _tune(spec: TuneSpec, engine: Engine | None, workload: Workload, todo: int, measurer: Measurer, sink: OnRecord,

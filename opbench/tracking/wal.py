@@ -34,6 +34,12 @@ class WriteAheadLog:
         self._writer.write(record)
 
 
+def logged_by(directory: Path, pid: int) -> list[Record]:
+    """What this host's process ``pid`` logged ahead in ``directory`` (nothing when it logged nothing)."""
+    path = directory / f"{socket.gethostname()}-{pid}.jsonl"
+    return read_jsonl_records(path) if path.exists() else []
+
+
 def dead_processes_records(directory: Path) -> list[Record]:
     """Records in the logs of this host's processes that are gone (a live process writes its own)."""
     files = [p for p in sorted(directory.glob("*.jsonl")) if _is_dead(p.stem)]

@@ -86,6 +86,8 @@ class OptunaEngine(Engine):
         self.budget = budget
         self._in_flight: set[int] = set()  # trial ids asked here and not yet told
         self._first_seen: dict[int, float] = {}  # others' trials without a host yet: when this process saw them
+        # What a dead process of this host logged ahead, by engine trial (its write-ahead log; set by the study)
+        self.logged_by: Callable[[int], dict[str, Record]] = lambda pid: {}
         beats = getattr(storage, "get_heartbeat_interval", lambda: None)()  # a database server's storage (shared by hosts)
         self._heartbeat = Heartbeat(storage, self._in_flight) if beats and budget is not None else None
 
@@ -177,12 +179,20 @@ class OptunaEngine(Engine):
         return True
 
     def _fail_abandoned(self, trials: list[Any]) -> bool:
-        """Fail the in-flight trials of processes that are gone without a heartbeat to say so, queueing
-        their params again (:meth:`_abandoned`). Whether any was."""
+        """Settle the in-flight trials of processes that are gone without a heartbeat to say so
+        (:meth:`_abandoned`): told, when the dead process logged its record ahead (:attr:`logged_by`),
+        else failed with their params queued again. Whether any was."""
+        import optuna
+
         abandoned = self._abandoned(trials)
         for trial, why in abandoned:
+            pid = trial.user_attrs.get("pid") if trial.user_attrs.get("host") == _HOST else None
+            record = self.logged_by(int(pid)).get(str(trial.number)) if pid is not None else None
             with contextlib.suppress(ValueError, RuntimeError):  # another worker settled it first
-                self._db(functools.partial(self._settle_abandoned, trial, why))
+                if record is not None:
+                    self.tell(Proposal({}, 0, optuna.trial.Trial(self.study, trial._trial_id)), record)
+                else:
+                    self._db(functools.partial(self._settle_abandoned, trial, why))
         return bool(abandoned)
 
     def _abandoned(self, trials: list[Any]) -> list[tuple[Any, str]]:
