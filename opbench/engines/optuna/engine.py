@@ -250,8 +250,10 @@ class OptunaEngine(Engine):
         import optuna
 
         trial = proposal.handle
-        self._db(lambda: trial.set_user_attr("status", record["status"]))
+        # trial_id first: "status" marks a trial measured, and a SIGTERM between the two must not leave a
+        # measured trial that names no record
         self._db(lambda: trial.set_user_attr("trial_id", record["trial_id"]))
+        self._db(lambda: trial.set_user_attr("status", record["status"]))
         values = {objective: record.get(column) for objective, column in OBJECTIVE_COLUMNS.items()}
         missing = [o for o in self.objectives if values[o] is None]
         if is_ok(record) and not missing:
