@@ -45,10 +45,15 @@ def _walk(stmt: Any, parallel: bool) -> Iterator[tuple[str, int, bool]]:
 
 def nbytes_of(buffer: Any) -> int:
     """A buffer's bytes: its elements times their size, every lane of a vector type (float32x16) counted."""
+    return bytes_of(buffer.shape, buffer.dtype)
+
+
+def bytes_of(shape: Any, dtype: Any) -> int:
+    """Bytes of a tensor of ``shape`` and ``dtype`` (every lane of a vector type counted)."""
     import tvm
 
-    dtype = tvm.runtime.DataType(buffer.dtype)
-    return math.prod(int(d) for d in buffer.shape) * dtype.bits * dtype.lanes // 8
+    kind = tvm.runtime.DataType(dtype)
+    return math.prod(int(d) for d in shape) * kind.bits * kind.lanes // 8
 
 
 def io_bytes(func: Any, outputs: int = 1) -> tuple[int, int]:
@@ -104,8 +109,7 @@ def planned_memory(mod: Any) -> dict[str, float]:
         elif isinstance(expr, relax.Call) and expr.op.same_as(storage):
             totals["activations"] += int(expr.args[0].values[0])
         elif isinstance(expr, relax.Call) and expr.op.same_as(tensor):  # left unplanned: counted as it is
-            shape = [int(d) for d in expr.args[0].values]
-            totals["activations"] += math.prod(shape) * tvm.runtime.DataType(expr.args[1].value).bits // 8
+            totals["activations"] += bytes_of(expr.args[0].values, expr.args[1].value)
 
     for func in planning(mod).functions.values():
         if isinstance(func, relax.Function):
