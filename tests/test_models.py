@@ -35,9 +35,9 @@ def make_onnx(path):
     return path
 
 
-def _model_ops(model, tracking_uri, study):
-    return subprocess.run(CLI + ["model-ops", model, "--repeat", "3", "--tracking-uri", tracking_uri, "--study", study],
-                          capture_output=True, text=True, timeout=600)
+def _model_ops(model, tracking_uri, study, *options):
+    return subprocess.run(CLI + ["model-ops", model, "--repeat", "3", "--tracking-uri", tracking_uri, "--study", study,
+                                 *options], capture_output=True, text=True, timeout=600)
 
 
 # bert-base@tiny: the tune-model test extracts it; lstm@tiny's anchors (matmul, elementwise) are the ONNX MLP's
@@ -65,6 +65,8 @@ def test_model_ops_extracts_fused_operators_whose_shares_add_up(model, tmp_path,
                                                          r"after Relax's memory planning, largest operator workspace "
                                                          r"([\d.e+-]+) KB", out.stdout).groups())
     assert weights > 0 and activations > 0 and largest * 1024 == pytest.approx(frame["mem.workspace"].max(), rel=1e-3)
+    # profiled with each operator's template default (the heavy ones have one: they are what gets tuned)
+    assert set(frame.loc[frame["op"] == anchor[model], "template"]) == {"default"}
     plot = re.search(r"time against memory per operator: (\S+) ", out.stdout).group(1)
     assert Path(plot).stat().st_size > 0
 
@@ -127,12 +129,25 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
         assert m[f"verified_speedup_vs_{name}"] == pytest.approx(m[f"verified_{name}_ms"] / m["verified_best_ms"])
         assert parent.tags[f"claim_vs_{name}"] in ("holds", "does not hold")
     assert (tmp_path / "tune-model" / "tm" / "tuned.so").exists()  # the tuned build the fresh processes loaded
+    # model-ops profiles the model with the schedules the tuned build used: each one its database holds
+    out = _model_ops("bert-base@tiny", tracking_uri, "mo-tuned", "--schedules", str(tmp_path / "tune-model" / "tm"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"the tuned schedules of {tmp_path / 'tune-model' / 'tm'}" in out.stdout
+    ops = read_mlflow(["mo-tuned"], tracking_uri)
+    assert (ops["template"] == "tuned").sum() == len(records) and ops["share"].sum() == pytest.approx(1.0)
+    assert (ops.loc[ops["template"] == "tuned", "mem.prepacked"] > 0).any()  # a Linear's weight, packed at build time
 
 
 def test_a_catalogue_workload_is_a_model_too(tracking_uri):
-    out = _model_ops("simple:matmul:m=64,n=64,k=64", tracking_uri, "mo")
+    out = _model_ops("simple:matmul:m=64,n=64,k=64", tracking_uri, "mo", "--schedules", "untuned")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "output matches torch" in out.stdout and "tune it: opbench tune 'matmul:m=64,n=64,k=64'" in out.stdout
+    assert set(read_mlflow(["mo"], tracking_uri)["template"]) == {"untuned"}  # TVM's default lowering, as asked
+
+
+def test_model_ops_names_schedules_it_cannot_use(tmp_path):
+    out = run_cli("model-ops", "small-cnn@tiny", "--schedules", str(tmp_path))
+    assert out.returncode == 2 and "is neither untuned, defaults nor a MetaSchedule database folder" in out.stderr
 
 
 @pytest.mark.slow

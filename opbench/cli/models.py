@@ -13,6 +13,8 @@ from opbench.engines.optuna.storage import STORAGE_HELP
 from opbench.report.progress import TrialPrinter, table
 
 if TYPE_CHECKING:
+    from opbench.measure.measurer import Measurer
+    from opbench.studies.models.profile import ModelProfile
     from opbench.studies.models.tune import ModelSpec
     from opbench.workloads.models.extract import FusedOp
 
@@ -43,6 +45,7 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
     from opbench.record import MEM_PREFIX, TrialRecord
     from opbench.report.plots import tradeoff
     from opbench.studies.models.profile import reference_name
+    from opbench.studies.models.scheduled import UNTUNED
     from opbench.studies.models.tune import model_measurer
     from opbench.studies.models.tune import profile as profile_ops
     from opbench.tracking import Recorder
@@ -53,19 +56,22 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
     spec = _model_spec(args)
     with model_measurer(spec) as measurer, tempfile.TemporaryDirectory(prefix="opbench-model-ops-") as folder:
         profile = profile_ops(spec, measurer, Path(folder), _print_op)
+        if args.schedules != UNTUNED:
+            profile = with_schedules(profile, spec, args.schedules, measurer, Path(folder))
     ops = sorted(profile.ops, key=lambda o: -o.share)
     rows = [("*" if o.key else "", o.name, o.kind, " ".join("x".join(map(str, s)) for s in o.shapes), o.calls,
-             o.flops / 1e6, o.latency_ms, o.share, o.memory["mem.workspace"] / 1024) for o in ops]
-    print(table(rows, ["key", "function", "kind", "shapes", "calls", "MFLOP", "ms/call", "share", "workspace KB"]))
+             o.flops / 1e6, o.schedule, o.latency_ms, o.share, o.memory["mem.workspace"] / 1024,
+             o.memory.get("mem.prepacked", 0.0) / 1024) for o in ops]
+    print(table(rows, ["key", "function", "kind", "shapes", "calls", "MFLOP", "schedule", "ms/call", "share",
+                       "workspace KB", "prepacked KB"]))
     print(f"sum of operators {profile.ops_ms:.3f} ms; whole model on the Relax VM {profile.model_ms:.3f} ms "
           f"(ops / model = {profile.ops_ms / profile.model_ms:.2f}); PyTorch eager {profile.torch_ms:.3f} ms; "
           f"output matches {reference_name(profile.source)} (max |err| {profile.max_abs_err:.2g}); "
-          "key operators (*) cover >= 90% of the untuned operator time (tune-model ranks them again after the "
-          "template defaults)")
+          f"key operators (*) cover >= 90% of the operator time with {_schedules_label(args.schedules)}")
     planned = profile.planned
     print(f"planned memory: weights {planned['mem.weights'] / 2**20:.4g} MB, activations "
           f"{planned['mem.activations'] / 2**20:.4g} MB after Relax's memory planning, largest operator workspace "
-          f"{planned['mem.largest_workspace'] / 1024:.4g} KB (untuned schedules)")
+          f"{planned['mem.largest_workspace'] / 1024:.4g} KB ({_schedules_label(args.schedules)})")
     key = next((o for o in ops if o.key and o.outputs == 1), None)
     if profile.source.kind == "simple":  # a catalogue workload: tune it with its own template
         print(f"tune it: opbench tune '{args.model.removeprefix(SIMPLE_PREFIX)}' --trials 32")
@@ -74,7 +80,7 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
     with Recorder(args.study, args.tracking_uri, extra={"engine": "model-ops"},
                   parent_tags={"model": args.model}) as recorder:
         records = [TrialRecord(workload=model_name(args.model, op.name, args.batch, args.seq_len), op=op.kind,
-                               dtype=op.dtype, shape=";".join("x".join(map(str, s)) for s in op.shapes),
+                               template=op.schedule, dtype=op.dtype, shape=";".join("x".join(map(str, s)) for s in op.shapes),
                                source_model=args.model, threads=args.threads, latency_ms=op.latency_ms, calls=op.calls,
                                share=op.share, key_op=str(op.key), flops=op.flops,
                                gflops=op.flops / (op.latency_ms * 1e-3) / 1e9,
@@ -92,6 +98,26 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
                                     "fused_ops": len(ops), **{f"planned_{k.removeprefix(MEM_PREFIX)}_bytes": v
                                                                for k, v in planned.items()}})
     return 0
+
+
+def _schedules_label(schedules: str) -> str:
+    from opbench.studies.models.scheduled import DEFAULTS, UNTUNED
+
+    return {UNTUNED: "TVM's default lowering", DEFAULTS: "the template defaults"}.get(
+        schedules, f"the tuned schedules of {schedules}")
+
+
+def with_schedules(profile: ModelProfile, spec: ModelSpec, schedules: str, measurer: Measurer, folder: Path
+                   ) -> ModelProfile:
+    """``profile`` with the template defaults (``schedules`` = defaults) or a database's tuned schedules."""
+    from opbench.hardware.targets import make_target
+    from opbench.studies.models.scheduled import DEFAULTS, defaults_database, open_database, reschedule
+
+    target = make_target("llvm", spec.threads)
+    if schedules == DEFAULTS:
+        database = defaults_database(profile, spec.model, spec.batch, spec.seq_len, target, folder / "defaults")
+        return reschedule(profile, database, "default", target, measurer, folder, spec.threads)
+    return reschedule(profile, open_database(Path(schedules)), "tuned", target, measurer, folder, spec.threads)
 
 
 def cmd_tune_model(args: argparse.Namespace) -> int:
@@ -123,11 +149,13 @@ def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from opbench.engines.nni.engine import TUNERS
+    from opbench.studies.models.scheduled import DEFAULTS, SCHEDULES_HELP, schedules_arg
 
     p = sub.add_parser("models", help="models that model-ops can extract operators from")
     p.set_defaults(func=cmd_models)
-    p = sub.add_parser("model-ops", help="a model's fused operators: shapes, FLOPs, calls, share of time")
+    p = sub.add_parser("model-ops", help="a model's fused operators: shapes, FLOPs, calls, share of time, memory")
     _model_options(p, "model-ops")
+    p.add_argument("--schedules", type=schedules_arg, default=DEFAULTS, help=SCHEDULES_HELP)
     p.set_defaults(func=cmd_model_ops)
     p = sub.add_parser("tune-model", help="tune a model's key operators, build it with them, compare with PyTorch")
     _model_options(p, None)

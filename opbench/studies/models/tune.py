@@ -27,7 +27,7 @@ from opbench.record import Record, best_ok, tee
 from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
 from opbench.studies.models.profile import TUNED, ModelProfile, median_ms, profile_model, time_built
-from opbench.studies.models.tuned import TunedOp, apply_database, prepacked, write_database
+from opbench.studies.models.tuned import DATABASE_FILES, TunedOp, apply_database, prepacked, write_database
 from opbench.studies.verify import BEST, Verification, verify_rounds
 from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import study_dir
@@ -149,7 +149,7 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
                                     "trials_per_op": spec.trials_per_op},
                                    {**metrics, **(verification.parent_metrics() if verification else {})},
                                    verification.parent_tags() if verification else {})
-        for name in ("database_workload.json", "database_tuning_record.json"):
+        for name in DATABASE_FILES:
             recorder.mlflow.log_artifact(folder / name, "database")
     return ModelTuneResult(rows, metrics, folder, verification, study)
 

@@ -15,6 +15,8 @@ from opbench._tvm_compat import light_tensor_intrin
 from opbench.space import Config, Template
 from opbench.workloads import Workload
 
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")  # a MetaSchedule JSON database's
+
 
 @dataclass
 class TunedOp:
@@ -32,10 +34,9 @@ def write_database(folder: Path, tuned: list[TunedOp], target: Any) -> Any:
     from tvm.s_tir import meta_schedule as ms
 
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("database_workload.json", "database_tuning_record.json"):
+    for name in DATABASE_FILES:
         (folder / name).unlink(missing_ok=True)
-    database = ms.database.JSONDatabase(str(folder / "database_workload.json"),
-                                        str(folder / "database_tuning_record.json"))
+    database = ms.database.JSONDatabase(*(str(folder / name) for name in DATABASE_FILES))
     for op in tuned:
         func = op.workload.prim_func().with_attr("tirx.noalias", True)
         mod = tvm.IRModule({"main": func})

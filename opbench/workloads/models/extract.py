@@ -25,10 +25,11 @@ class FusedOp:
     flops: float
     calls: int
     outputs: int = 1  # the last ``outputs`` buffers are written (destination-passing style)
-    latency_ms: float = math.nan  # one call, untuned (TVM's default lowering)
+    latency_ms: float = math.nan  # one call, with its schedule (untuned: TVM's default lowering)
     share: float = math.nan  # calls x latency / sum over all ops
     key: bool = False
-    memory: dict[str, float] = field(default_factory=dict)  # its untuned schedule's mem.* (opbench.measure.memory)
+    memory: dict[str, float] = field(default_factory=dict)  # its schedule's mem.* (opbench.measure.memory)
+    schedule: str = "untuned"  # which schedule latency_ms and memory are of: untuned, default or tuned
 
 
 def anchor_kind(name: str) -> str:
