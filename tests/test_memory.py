@@ -89,6 +89,16 @@ def test_a_records_memory_reaches_mlflow(measurer, tracking_uri):
     assert {k: v for k, v in back.items() if k.startswith("mem.")} == {k: v for k, v in record.items() if k.startswith("mem.")}
 
 
+def test_a_library_baseline_reports_only_the_memory_its_library_states(measurer):
+    workload = MATMUL
+    torch = measurer.measure_library(workload, "torch", Resources(2), processes=1)
+    numpy = measurer.measure_library(workload, "numpy", Resources(2), processes=1)
+    assert torch["status"] == numpy["status"] == "ok"
+    m, n = workload.params["m"], workload.params["n"]
+    assert torch["mem.torch_allocated"] >= m * n * 4  # its output, as PyTorch's profiler saw it allocated
+    assert not [k for k in {**torch, **numpy} if k.startswith("mem.") and k != "mem.torch_allocated"]  # nothing guessed
+
+
 def test_a_config_over_the_workspace_budget_is_an_invalid_config_naming_it(tracking_uri, capsys):
     import json
 

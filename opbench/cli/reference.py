@@ -48,8 +48,9 @@ def record_reference() -> str:
              "strings in MLflow, metrics numbers; `knob.<name>` columns are params, `feat.<name>` columns one JSON "
              "artifact per run (`features.json`); `mem.<name>` columns, bytes (`opbench.measure.memory`: "
              "`mem.input`, `mem.output`, `mem.<scope>` peaks, `mem.workspace` their sum, `mem.workspace_total` "
-             "with a parallel loop's buffers once per thread, `mem.prepacked`), sit in that artifact too, but for "
-             "`mem.workspace`, a metric; any other column is a tag.\n"]
+             "with a parallel loop's buffers once per thread, `mem.prepacked`; a torch baseline's only "
+             "`mem.torch_allocated`, what PyTorch's profiler saw its operators allocate in one call), sit in that "
+             "artifact too, but for `mem.workspace`, a metric; any other column is a tag.\n"]
     field = re.compile(r"^    (\w+): ([^=]+?) = [^#]*?(?:#\s*(.*))?$")
     for line in inspect.getsource(TrialRecord).splitlines():
         if (heading := re.match(r"^    # (.*)$", line)) is not None:

@@ -290,7 +290,8 @@ class Measurer:
             status=status.value, error=error[:4000], build_s=build.build_s if build is not None else None,
             knobs={k: _knob_value(v) for k, v in config.items()},
             features={k[len(FEATURE_PREFIX):]: v for k, v in features.items()},
-            memory={k[len(MEM_PREFIX):]: v for k, v in (build.memory if build is not None else {}).items()})
+            memory={k[len(MEM_PREFIX):]: v for k, v in {**(build.memory if build is not None else {}),
+                                                        **(run.memory if run is not None else {})}.items()})
         record.set(**spec.tags)
         if run is not None:
             self._timed(record, run, workload.flops / 1e9, host.peak_gflops(res.threads))

@@ -94,6 +94,7 @@ class RunResult:
     load: dict[str, float] = field(default_factory=dict)  # the host's load while timing (HostLoad.stop)
     pid: int = 0  # the worker that ran it
     kernel_pid: int = 0  # the process that ran the kernel: a child forked from the worker for it, or the worker
+    memory: dict[str, float] = field(default_factory=dict)  # mem.* a library states about its own call
 
     @property
     def turns(self) -> int:

@@ -9,7 +9,19 @@ from typing import Any
 from opbench.measure.protocol import LibraryInput, ModelInput, RunResult
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.worker._common import FLUSH_BYTES, Inputs, time_series
-from opbench.record import Status
+from opbench.record import MEM_PREFIX, Status
+
+TORCH_ALLOCATED = f"{MEM_PREFIX}torch_allocated"  # what PyTorch's profiler says its operators allocate in one call
+
+
+def torch_allocated(call: Callable[[], None]) -> float:
+    """Bytes PyTorch's profiler records as allocated by the operators of one ``call`` (its output included;
+    allocations a library below PyTorch makes for itself, such as oneDNN's scratchpad, are not seen)."""
+    from torch.autograd import profiler
+
+    with profiler.profile(profile_memory=True, use_kineto=False) as trace:
+        call()
+    return float(sum(max(event.self_cpu_memory_usage, 0) for event in trace.key_averages() if event.key != "[memory]"))
 
 
 class LibraryWorker:
@@ -24,7 +36,6 @@ class LibraryWorker:
         self._flush: Any = None
 
     def library(self, req: LibraryInput) -> RunResult:
-
         from opbench.workloads import parse_workload
 
         start = time.perf_counter()
@@ -39,12 +50,15 @@ class LibraryWorker:
 
             def call() -> None:
                 fn(*tensors)
-        elif req.library == "numpy" and workload.op.numpy_impl:
+
+            result = self._time(req.timing, call, start)
+            result.memory = {TORCH_ALLOCATED: torch_allocated(call)}
+            return result
+        if req.library == "numpy" and workload.op.numpy_impl:
             def call() -> None:
                 workload.op.reference(arrays, workload.params)
-        else:
-            return RunResult(Status.RUN_ERROR, f"no {req.library} implementation of {workload.op.name}")
-        return self._time(req.timing, call, start)
+            return self._time(req.timing, call, start)
+        return RunResult(Status.RUN_ERROR, f"no {req.library} implementation of {workload.op.name}")
 
     def model(self, req: ModelInput) -> RunResult:
         """PyTorch eager on a catalogue model (a :class:`ModelInput` without a library), under ``no_grad``."""
