@@ -12,6 +12,7 @@ from opbench.engines.optuna.storage import open_storage
 from opbench.exceptions import OpBenchError, SearchSpaceError
 from opbench.integration.nni.experiment import MODEL_TUNER, ORDER_SAFE_TPE, ExperimentSpec, write_experiment
 from opbench.tracking import read_mlflow
+from opbench.tracking.dataset import load_records
 from opbench.tracking.dataset.metaschedule_import import import_metaschedule
 
 from .cli import run_cli, run_cli_process
@@ -94,11 +95,15 @@ def test_metaschedule_candidates_are_measured_checked_recorded_with_traces_and_i
     assert "metaschedule/database_tuning_record.json" in names
 
     # Its database imports as records: MetaSchedule's run_secs are the core loop's medians.
-    out = run_cli("dataset", "import-metaschedule", str(tmp_path / "metaschedule" / "ms"), "--tracking-uri", tracking_uri,
-                  "--study", "imp", "--out", str(tmp_path / "imp.parquet"), check=True)
-    assert "records in MLflow experiment 'imp'" in out.stdout
-    imported = read_mlflow(["imp"], tracking_uri)
+    command = ["dataset", "import-metaschedule", str(tmp_path / "metaschedule" / "ms"), "--tracking-uri", tracking_uri,
+               "--study", "imp", "--out", str(tmp_path / "imp.parquet")]
+    out = run_cli(*command, check=True)
+    assert f"{len(frame)} records read from {tmp_path / 'metaschedule' / 'ms'}: {len(frame)} added to study 'imp'" in out.stdout
+    imported = load_records("mlflow", ["imp"], tracking_uri=tracking_uri)
     assert len(imported) == len(frame) and set(imported["op"]) == {"tir"}
+    out = run_cli(*command, check=True)  # again: its ids come from the records, so nothing is added twice
+    assert f"0 added to study 'imp', {len(frame)} it already held" in out.stdout
+    assert len(load_records("mlflow", ["imp"], tracking_uri=tracking_uri)) == len(frame)
     assert sorted(imported["latency_ms"].dropna().round(9)) == sorted(ok["latency_ms"].round(9))
     assert imported["feat.flops"].eq(2 * 64 ** 3).all() and imported["feat.ms000"].notna().all()
     with pytest.raises(OpBenchError, match="not a MetaSchedule JSON database"):

@@ -10,35 +10,55 @@ from opbench.exceptions import OpBenchError
 from opbench.report.progress import table
 
 
-def cmd_dataset_export(args: argparse.Namespace) -> int:
-    from opbench.tracking.dataset import card, load_records, write_dataset
+def dataset_file(value: str) -> str:
+    """``--out``: a file whose suffix names a dataset format."""
+    from opbench.tracking.dataset.formats import FORMATS
 
-    frame = load_records(args.source, args.experiment or (), args.log or (), args.tracking_uri,
-                         args.status or (), args.op or (), args.host or (), args.kind)
-    if frame.empty:
-        raise OpBenchError("no records match: check --experiment/--log and the filters")
-    path = write_dataset(frame, args.out)
-    print(card(frame))
-    print(f"wrote {path}")
+    if Path(value).suffix not in FORMATS:
+        raise argparse.ArgumentTypeError(f"'{value}': dataset files end in {', '.join(FORMATS)}")
+    return value
+
+
+def cmd_dataset_export(args: argparse.Namespace) -> int:
+    from opbench.tracking.dataset import card, export_mlflow, load_records, write_dataset
+    from opbench.tracking.dataset.export import describe
+    from opbench.tracking.dataset.formats import CSV_NOTE
+    from opbench.tracking.dataset.sources import Filters
+
+    if args.source == "mlflow":
+        filters = Filters(tuple(args.status or ()), tuple(args.op or ()), tuple(args.host or ()), args.kind)
+        exported = export_mlflow(args.out, args.experiment or (), args.tracking_uri, filters)
+        if not exported.rows:
+            Path(args.out).unlink(missing_ok=True)
+            raise OpBenchError("no records match: check --experiment and the filters")
+        print(describe(exported))
+        print(f"read {exported.segments} segment(s); {exported.read_run_by_run} record(s) no segment holds, run by run")
+    else:
+        frame = load_records(args.source, (), args.log or (), args.tracking_uri, args.status or (), args.op or (),
+                             args.host or (), args.kind)
+        if frame.empty:
+            raise OpBenchError("no records match: check --log and the filters")
+        write_dataset(frame, args.out)
+        print(card(frame))
+    if Path(args.out).suffix == ".csv":
+        print(CSV_NOTE)
+    print(f"wrote {args.out}")
     return 0
 
 
-def cmd_dataset_import_ms(args: argparse.Namespace) -> int:
-    from opbench.tracking import Recorder
-    from opbench.tracking.dataset import card, write_dataset
-    from opbench.tracking.dataset.metaschedule_import import import_metaschedule
-    from opbench.tracking.jsonl import records_frame
+def cmd_dataset_import(args: argparse.Namespace) -> int:
+    from opbench.tracking.dataset.importer import import_dataset
 
-    study = args.study or f"ms-import-{Path(args.folder).resolve().name}"
-    records = import_metaschedule(args.folder, study)
-    with Recorder(study, args.tracking_uri) as recorder:
-        for record in records:
-            recorder(record)
-    frame = records_frame(records)
-    print(card(frame))
+    study = args.study or f"import-{Path(args.path).resolve().stem}"
+    done = import_dataset(args.path, study, args.tracking_uri, args.runs)
+    print(f"{done.read} records read from {args.path}: {done.added} added to study '{study}', {done.skipped} it "
+          f"already held (import run {done.parent_run_id}{', with a run per record' if args.runs else ''})")
     if args.out:
-        print(f"wrote {write_dataset(frame, args.out)}")
-    print(f"{len(records)} records in MLflow experiment '{study}'")
+        from opbench.tracking.dataset import export_mlflow
+        from opbench.tracking.dataset.sources import Filters
+
+        export_mlflow(args.out, [study], args.tracking_uri, Filters(kind="trial"))
+        print(f"wrote {args.out}")
     return 0
 
 
@@ -124,7 +144,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dataset", help="tuning logs as datasets")
     data = p.add_subparsers(dest="dataset_command", required=True)
-    p = data.add_parser("export", help="the record table (one row per trial, with features) to a file")
+    p = data.add_parser("export", help="the record table (one row per trial, with features) to a file, streamed")
     p.add_argument("--experiment", action="append", help="MLflow experiment (study); repeat; default: all")
     p.add_argument("--from", dest="source", default="mlflow", choices=("mlflow", "jsonl"))
     p.add_argument("--log", action="append", help="JSON-lines log (with --from jsonl); repeat")
@@ -134,14 +154,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kind", default="trial", choices=("trial", "corun"),
                    help="trial records (co-run members included), or the co-runs' own records")
     p.add_argument("--tracking-uri")
-    p.add_argument("--out", required=True, help="F.parquet or F.csv")
+    p.add_argument("--out", required=True, type=dataset_file,
+                   help="F.parquet or F.jsonl (every value kept), or F.csv (a view)")
     p.set_defaults(func=cmd_dataset_export)
-    p = data.add_parser("import-metaschedule", help="a MetaSchedule JSON database as records in MLflow")
-    p.add_argument("folder", help="folder with database_workload.json and database_tuning_record.json")
-    p.add_argument("--study", help="MLflow experiment (default ms-import-<folder>)")
-    p.add_argument("--tracking-uri")
-    p.add_argument("--out", help="also write the records to F.parquet or F.csv")
-    p.set_defaults(func=cmd_dataset_import_ms)
+    for name, what in (("import", "a .parquet or .jsonl dataset or a MetaSchedule database folder"),
+                       ("import-metaschedule", "a MetaSchedule database folder (as `dataset import`)")):
+        p = data.add_parser(name, help=f"{what} into a study; records it holds already are skipped")
+        p.add_argument("path", help="F.parquet, F.jsonl, or a folder with database_workload.json and "
+                                    "database_tuning_record.json")
+        p.add_argument("--study", help="MLflow experiment (default import-<name>)")
+        p.add_argument("--runs", action="store_true", help="also a run per record, to compare them in the MLflow UI")
+        p.add_argument("--tracking-uri")
+        p.add_argument("--out", type=dataset_file, help="also export the study to F.parquet, F.jsonl or F.csv")
+        p.set_defaults(func=cmd_dataset_import)
 
     p = sub.add_parser("predictor", help="train and evaluate the XGBoost latency predictor")
     pred = p.add_subparsers(dest="predictor_command", required=True)

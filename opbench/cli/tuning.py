@@ -109,7 +109,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from opbench.measure.measurer import Measurer
     from opbench.studies.verify import contenders_of, references, speedup_table, verified_best, verify
     from opbench.tracking import Recorder, read_mlflow_records
-    from opbench.tracking.mlflow_store import latest_parent_run
+    from opbench.tracking.mlflow_read import latest_parent_run
 
     parent = args.run or latest_parent_run(args.study, args.tracking_uri)
     with Measurer(measure_options(args)) as measurer, \

@@ -4,21 +4,22 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import math
 import os
-import tempfile
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from opbench.hardware.lock import HostLock
 from opbench.lifecycle import fault_point
 from opbench.paths import default_tracking_uri, safe_name, store_dir
-from opbench.record import JSON_TAGS, Record, from_mlflow_value, is_ok, kind_of
+from opbench.record import JSON_TAGS, Record, is_ok, kind_of
+from opbench.tracking.segment_store import INVOCATION_TAG, OPEN, SEALED, upload_segment, writer_name
+from opbench.tracking.segments import write_segment
 from opbench.tracking.writer import BackgroundWriter
+
+log = logging.getLogger("opbench")
 
 KIND_TAG = "opbench.kind"  # "study" for parent runs, "trial" for trial runs, "corun" for co-runs
 FEATURES_TAG = "opbench.features"  # on a run whose feat.* columns are in its artifact FEATURES_FILE
@@ -102,17 +103,6 @@ def _split(record: Record) -> tuple[list[Any], list[Any], dict[str, str], dict[s
     return params, metrics, tags, features
 
 
-def _read_features(client: Any, run: Any) -> dict[str, Any]:
-    """The feat.* columns and lists a run keeps in its artifact (read in place when the artifact store is local,
-    else through the tracking server)."""
-    local = urllib.parse.urlparse(run.info.artifact_uri)
-    if local.scheme in ("", "file"):
-        return json.loads((Path(urllib.parse.unquote(local.path)) / FEATURES_FILE).read_text())
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # not one bar per run read back
-    with tempfile.TemporaryDirectory() as scratch:
-        return json.loads(Path(client.download_artifacts(run.info.run_id, FEATURES_FILE, scratch)).read_text())
-
-
 def nni_parent_run(study: str, tracking_uri: str | None, nni_experiment: str) -> str:
     """The parent run that gathers one NNI experiment's trials (created by whichever trial comes first)."""
     uri = tracking_uri or default_tracking_uri()
@@ -150,6 +140,10 @@ class MlflowWriter:
             tags = {KIND_TAG: "study", "mlflow.runName": parent_name or study, **(parent_tags or {})}
             parent_run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
         self.parent_run_id = parent_run_id
+        self.writer = writer_name()
+        self.client.set_tag(parent_run_id, self.writer, OPEN)
+        self._sealed_all = True  # every segment this writer sealed is in MLflow
+        self._segments = 0
         self._trial_runs: dict[str, str] = {}  # trial_id -> run_id of the trials written here
         self._background = BackgroundWriter(self._write, background_lock) if background_lock else None
 
@@ -177,13 +171,45 @@ class MlflowWriter:
         run_name = f"{record.get('workload', 'trial')}-{record.get('trial_id', '')[:8]}"
         parent = self._trial_runs.get(str(record.get("corun_id")), self.parent_run_id)
         tags.update({KIND_TAG: record.get("record_kind", "trial"), "mlflow.parentRunId": parent,
-                     "mlflow.runName": run_name, **({FEATURES_TAG: FEATURES_FILE} if features else {})})
+                     INVOCATION_TAG: self.parent_run_id, "mlflow.runName": run_name,
+                     **({FEATURES_TAG: FEATURES_FILE} if features else {})})
         run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
         self.client.log_batch(run_id, metrics=metrics, params=params)
         if features:
             self.client.log_text(run_id, json.dumps(features), FEATURES_FILE)
         self.client.set_terminated(run_id, "FINISHED" if is_ok(record) else "FAILED")
         self._trial_runs[str(record.get("trial_id"))] = run_id
+
+    def seal(self, rows: list[Record]) -> None:
+        """``rows`` (canonical records) as a segment of the parent run, after what is queued before them."""
+        if not rows:
+            return
+        self._segments += 1
+        name = f"{os.getpid()}-{int(time.time() * 1000)}-{self._segments:05d}.parquet"
+        path = study_dir("segments", self.study, self.uri) / self.parent_run_id / name
+        self.call(lambda: self._upload(rows, path), f"segment {name}")
+
+    def _upload(self, rows: list[Record], path: Path) -> None:
+        try:
+            fault_point("before-segment-upload")
+            upload_segment(self.client, self.parent_run_id, write_segment(rows, path), len(rows))
+        except Exception:
+            self._sealed_all = False  # the runs keep the records: readers read this invocation run by run
+            log.exception("could not seal %d records into %s", len(rows), path.name)
+            return
+        path.unlink()
+
+    def mark_sealed(self, writers: list[str]) -> None:
+        """Writers (``opbench.writer.*`` tags) whose records are all in segments now, after what is queued."""
+        self.call(lambda: self.client.log_batch(self.parent_run_id, tags=_tags(dict.fromkeys(writers, SEALED))),
+                  "the sealed writers")
+
+    def call(self, write: Any, what: str = "a study's summary") -> None:
+        """``write()`` after the writes queued before it: in the background writer's thread, or now."""
+        if self._background:
+            self._background.call(write, what)
+        else:
+            write()
 
     def written_trial_ids(self) -> set[str]:
         """``trial_id`` of every finished run under the parent run (a run a killed writer left RUNNING is not)."""
@@ -202,16 +228,12 @@ class MlflowWriter:
                    tags: dict[str, str] | None = None, step: int = 0) -> None:
         """Study-level params/metrics/tags (references, best result, verification) on the parent run,
         after the trials written before (metrics at ``step``: a history in MLflow's charts)."""
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Metric, Param
 
         now = int(time.time() * 1000)
         batch = {"metrics": [Metric(k, float(v), now, step) for k, v in (metrics or {}).items() if v == v],
-                 "params": [Param(k, str(v)) for k, v in (params or {}).items()],
-                 "tags": [RunTag(k, str(v)) for k, v in (tags or {}).items()]}
-        if self._background:
-            self._background.call(lambda: self.client.log_batch(self.parent_run_id, **batch))
-        else:
-            self.client.log_batch(self.parent_run_id, **batch)
+                 "params": [Param(k, str(v)) for k, v in (params or {}).items()], "tags": _tags(tags or {})}
+        self.call(lambda: self.client.log_batch(self.parent_run_id, **batch))
 
     def parent_metric(self, key: str) -> float | None:
         """The parent run's latest value of ``key`` (as written so far)."""
@@ -224,68 +246,17 @@ class MlflowWriter:
         self.client.log_artifact(run_id, str(path), artifact_path)
 
     def close(self, status: str = "FINISHED") -> None:
+        """Write what is queued, say whether this writer's records are all in segments, end the parent run
+        when this writer owns it."""
         if self._background:
             self._background.close()
+        if self._sealed_all:
+            self.client.set_tag(self.parent_run_id, self.writer, SEALED)
         if self.owns_parent:
             self.client.set_terminated(self.parent_run_id, status)
 
 
-def read_mlflow(experiments: list[str], tracking_uri: str | None = None,
-                parent_run_id: str | None = None, kind: str = "trial") -> pd.DataFrame:
-    """Trial records of the named experiments (studies) from an MLflow store, as a DataFrame
-    (only those of one parent run, i.e. one invocation of a study, when ``parent_run_id`` is given;
-    the co-runs' own records with ``kind="corun"``)."""
-    from opbench.tracking.jsonl import records_frame
+def _tags(tags: dict[str, Any]) -> list[Any]:
+    from mlflow.entities import RunTag
 
-    return records_frame(read_mlflow_records(experiments, tracking_uri, parent_run_id, kind))
-
-
-def read_mlflow_records(experiments: list[str], tracking_uri: str | None = None,
-                        parent_run_id: str | None = None, kind: str = "trial") -> list[Record]:
-    """Like :func:`read_mlflow`, as record dicts with their original types, oldest first."""
-    uri = tracking_uri or default_tracking_uri()
-    client = _client(uri)
-    ids = []
-    for name in experiments:
-        exp = client.get_experiment_by_name(name)
-        if exp is None:
-            from opbench.exceptions import OpBenchError
-
-            raise OpBenchError(f"no MLflow experiment named '{name}' in {uri}")
-        ids.append(exp.experiment_id)
-    rows: list[Record] = []
-    token = None
-    query = f"tags.`{KIND_TAG}` = '{kind}'"
-    if parent_run_id:
-        query += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
-    while True:
-        page = client.search_runs(ids, filter_string=query, max_results=5000,
-                                  order_by=["attributes.start_time ASC"], page_token=token)
-        for run in page:
-            if run.info.status == "RUNNING":  # a writer killed between creating the run and terminating it
-                continue
-            data = {**run.data.params, **run.data.metrics,
-                    **{k: v for k, v in run.data.tags.items() if not k.startswith(("mlflow.", "opbench."))}}
-            if FEATURES_TAG in run.data.tags:
-                data.update(_read_features(client, run))
-            rows.append({k: from_mlflow_value(k, v) for k, v in data.items()})
-        token = page.token
-        if not token:
-            break
-    return rows
-
-
-def latest_parent_run(study: str, tracking_uri: str | None = None) -> str:
-    """The run id of the study's most recent parent run (``opbench tune`` makes one per invocation)."""
-    from opbench.exceptions import OpBenchError
-
-    uri = tracking_uri or default_tracking_uri()
-    client = _client(uri)
-    exp = client.get_experiment_by_name(study)
-    if exp is None:
-        raise OpBenchError(f"no MLflow experiment named '{study}' in {uri}")
-    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'study'", max_results=1,
-                              order_by=["attributes.start_time DESC"])
-    if not runs:
-        raise OpBenchError(f"no study run in MLflow experiment '{study}' of {uri}")
-    return runs[0].info.run_id
+    return [RunTag(k, str(v)) for k, v in tags.items()]

@@ -4,6 +4,7 @@ given the host timing lock)."""
 from __future__ import annotations
 
 import math
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +12,17 @@ from opbench.hardware.lock import HostLock
 from opbench.record import Record, is_ok
 from opbench.tracking.jsonl import JsonlWriter
 from opbench.tracking.mlflow_store import MlflowWriter, study_dir
-from opbench.tracking.wal import WriteAheadLog, dead_processes_records, replaying
+from opbench.tracking.segment_store import sealed_trial_ids, writer_name
+from opbench.tracking.segments import SegmentBuffer, canonical
+from opbench.tracking.wal import WriteAheadLog, dead_processes_logs, replaying
 
 
 class Recorder:
     """Records of one invocation of a study (one MLflow parent run: a new one, or ``parent_run_id``'s,
     ``reopen``ed when the invocation is resumed). Joining an existing parent run replays the write-ahead
     logs its dead processes left on this host: :attr:`recovered` are their records (an engine not told
-    of them hears them on resume), those MLflow lacked are written to it.
+    of them hears them on resume), those MLflow lacked are written to it, those no segment holds sealed.
+    The records this process writes are sealed into segments (``segments``) as they come and at the end.
 
     With ``best_so_far``, each new best ok trial also goes to the parent run: ``best_latency_ms`` and
     ``best_gflops`` at the trial's step (a numeric ``engine_trial``, else the count of records), ``best_trial_id``."""
@@ -34,6 +38,7 @@ class Recorder:
         self.wal = WriteAheadLog(study_dir("wal", study, self.mlflow.uri) / self.mlflow.parent_run_id)
         self.jsonl = JsonlWriter(log) if log else None
         self.records: list[Record] = []
+        self.segments = SegmentBuffer()
         self.recovered = self._replay() if parent_run_id else []
         self._best = (self.mlflow.parent_metric("best_latency_ms") or math.inf) if best_so_far else None
 
@@ -43,6 +48,9 @@ class Recorder:
         if self.jsonl:
             self.jsonl.write(record)
         self.mlflow.write(record)
+        self.segments.add(record)
+        if self.segments.due():
+            self.mlflow.seal(self.segments.take())
         self.records.append(record)
         if self._best is not None and is_ok(record) and not record.get("reference") and record["latency_ms"] < self._best:
             self._best = record["latency_ms"]
@@ -51,20 +59,32 @@ class Recorder:
                                    step=_step(record, len(self.records)))
 
     def _replay(self) -> list[Record]:
-        """The records this invocation's dead processes logged ahead, after writing those MLflow lacks."""
+        """The records this invocation's dead processes logged ahead, after writing those MLflow lacks
+        and sealing those no segment holds (the dead writers are then sealed)."""
         with replaying(self.wal.directory):
-            logged = {str(r.get("trial_id")): r for r in dead_processes_records(self.wal.directory)}
+            logs = dead_processes_logs(self.wal.directory)
+            logged = {str(r.get("trial_id")): r for records in logs.values() for r in records}
             written = self.mlflow.written_trial_ids() if logged else set()
             for key, record in logged.items():
                 if key not in written:
                     self.mlflow.write(record)
+            if logs:
+                with tempfile.TemporaryDirectory(prefix="opbench-segments-") as scratch:
+                    sealed = sealed_trial_ids(self.mlflow.client, self.mlflow.parent_run_id, Path(scratch))
+                self.mlflow.seal([canonical(r) for key, r in logged.items() if key not in sealed])
+                self.mlflow.mark_sealed([writer_name(host, pid) for host, pid in logs])
             self.mlflow.flush()  # in MLflow before another process looks
         return list(logged.values())
+
+    def seal(self) -> None:
+        """Seal what this process wrote since its last segment (an invocation's end does it too)."""
+        self.mlflow.seal(self.segments.take())
 
     def __enter__(self) -> Recorder:
         return self
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.seal()
         self.mlflow.close("FAILED" if exc_type else "FINISHED")
 
 

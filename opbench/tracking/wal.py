@@ -40,10 +40,11 @@ def logged_by(directory: Path, pid: int) -> list[Record]:
     return read_jsonl_records(path) if path.exists() else []
 
 
-def dead_processes_records(directory: Path) -> list[Record]:
-    """Records in the logs of this host's processes that are gone (a live process writes its own)."""
-    files = [p for p in sorted(directory.glob("*.jsonl")) if _is_dead(p.stem)]
-    return read_jsonl_records(*files) if files else []
+def dead_processes_logs(directory: Path) -> dict[tuple[str, int], list[Record]]:
+    """(host, pid) -> the records in the log of each of this host's processes that are gone (a live
+    process writes its own)."""
+    return {(host, int(pid)): read_jsonl_records(path) for path in sorted(directory.glob("*.jsonl"))
+            if _is_dead(path.stem) for host, _, pid in [path.stem.rpartition("-")]}
 
 
 def _is_dead(stem: str) -> bool:

@@ -7,8 +7,10 @@ gives the latency (median). Records whose run failed (no or sentinel run times) 
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
+from typing import Any
 
 from opbench.exceptions import OpBenchError
 from opbench.record import Record, TrialRecord, latency_stats
@@ -24,8 +26,17 @@ def database_files(folder: Path) -> tuple[Path, Path]:
     return workload, records
 
 
+def _trial_id(workload: str, trace: Any, target: Any) -> str:
+    """The same id for the same tuning record however often it is imported: workload, trace and target hashed."""
+    import json
+
+    text = json.dumps([workload, str(trace.as_json()), str(target)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def import_metaschedule(folder: Path | str, study: str) -> list[Record]:
-    """Every tuning record of the database in ``folder`` as a record (in the database's order)."""
+    """Every tuning record of the database in ``folder`` as a record (in the database's order), its trial
+id derived from the record itself (:func:`_trial_id`)."""
     from opbench._tvm_compat import light_tensor_intrin
 
     light_tensor_intrin()
@@ -53,8 +64,9 @@ def import_metaschedule(folder: Path | str, study: str) -> list[Record]:
         flops = float(s_tir.analysis.estimate_tir_flops(mod))
         run_secs = [float(s) for s in (tuning.run_secs or [])]
         ok = bool(run_secs) and max(run_secs) < FAILED_RUN_S
+        workload = f"tir:{name}-{tvm_ffi.structural_hash(mod) & 0xFFFFFFFF:08x}"
         record = TrialRecord(
-            workload=f"tir:{name}-{tvm_ffi.structural_hash(mod) & 0xFFFFFFFF:08x}", op="tir", template="metaschedule",
+            workload=workload, op="tir", template="metaschedule", trial_id=_trial_id(workload, tuning.trace, target),
             threads=threads, cores="", target=str(target), host="imported", status="ok" if ok else "run_error",
             error="" if ok else "MetaSchedule recorded no successful run", study=study, engine="metaschedule-import",
             features={"flops": flops, "log_flops": math.log10(max(flops, 1.0)), "threads": float(threads)})
