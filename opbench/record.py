@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: task_key, cpu_model, template_version, features_version
 Record = dict[str, Any]
 
 
@@ -63,15 +63,19 @@ class TrialRecord:
 
     # what was measured, and where (params)
     workload: str = _param()  # its name: a preset (matmul-512) or OP:key=value,...
+    task_key: str = _param()  # what it computes, one key for every name of it (Workload.task_key)
     op: str = _param()  # the operator kind
     shape: str = _param()  # the operator's shape, as its catalogue writes it
     dtype: str = _param()
     template: str = _param()  # the schedule template (or torch, numpy)
+    template_version: str = _param()  # a hash of the template's source: schedules of two versions may differ
     threads: int = _param(1)  # threads it ran with
     cores: str = _param("any")  # the core set it was pinned to (any: not pinned)
     target: str = _param()  # the full TVM target it was built for
     host: str = _param()  # the machine it ran on
+    cpu_model: str = _param()  # that machine's CPU, as /proc/cpuinfo names it
     tvm_version: str = _param()
+    features_version: str = _param()  # the feature extractor that made its feat.* columns (measure.features)
     source_model: str = _param()  # the model the operator comes from, where known
     device: str = _param("local")  # local, or rpc://HOST:PORT/KEY
     device_addr: str | None = _param(None)  # the remote server (HOST:PORT) it ran on

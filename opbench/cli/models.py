@@ -14,6 +14,7 @@ from opbench.report.progress import TrialPrinter, table
 
 if TYPE_CHECKING:
     from opbench.measure.measurer import Measurer
+    from opbench.record import Record
     from opbench.studies.models.profile import ModelProfile
     from opbench.studies.models.tune import ModelSpec
     from opbench.workloads.models.extract import FusedOp
@@ -42,7 +43,7 @@ def _print_op(n: int, op: FusedOp) -> None:
 
 
 def cmd_model_ops(args: argparse.Namespace) -> int:
-    from opbench.record import MEM_PREFIX, TrialRecord
+    from opbench.record import MEM_PREFIX
     from opbench.report.plots import tradeoff
     from opbench.studies.models.profile import reference_name
     from opbench.studies.models.scheduled import UNTUNED
@@ -79,12 +80,7 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
         print(f"tune one: opbench tune '{model_name(args.model, key.name, args.batch, args.seq_len)}' --trials 32")
     with Recorder(args.study, args.tracking_uri, extra={"engine": "model-ops"},
                   parent_tags={"model": args.model}) as recorder:
-        records = [TrialRecord(workload=model_name(args.model, op.name, args.batch, args.seq_len), op=op.kind,
-                               template=op.schedule, dtype=op.dtype, shape=";".join("x".join(map(str, s)) for s in op.shapes),
-                               source_model=args.model, threads=args.threads, latency_ms=op.latency_ms, calls=op.calls,
-                               share=op.share, key_op=str(op.key), flops=op.flops,
-                               gflops=op.flops / (op.latency_ms * 1e-3) / 1e9,
-                               memory={k.removeprefix(MEM_PREFIX): v for k, v in op.memory.items()}).to_row() for op in ops]
+        records = [_op_record(args, op) for op in ops]
         for record in records:
             recorder(record)
         plot = tradeoff(records, [], "memory", f"{args.model}: each operator's time and workspace",
@@ -98,6 +94,32 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
                                     "fused_ops": len(ops), **{f"planned_{k.removeprefix(MEM_PREFIX)}_bytes": v
                                                                for k, v in planned.items()}})
     return 0
+
+
+def _op_record(args: argparse.Namespace, op: FusedOp) -> Record:
+    """A model operator's row as model-ops records it (time, share and memory with its schedule)."""
+    from opbench.hardware.resources import host_facts
+    from opbench.record import MEM_PREFIX, TrialRecord
+    from opbench.workloads.fused import model_name
+
+    host, name = host_facts(), model_name(args.model, op.name, args.batch, args.seq_len)
+    return TrialRecord(workload=name, op=op.kind, task_key=_task_key(name), host=host.hostname,
+                       cpu_model=host.cpu_model, tvm_version=host.tvm_version, template=op.schedule, dtype=op.dtype,
+                       shape=";".join("x".join(map(str, s)) for s in op.shapes), source_model=args.model,
+                       threads=args.threads, latency_ms=op.latency_ms, calls=op.calls, share=op.share,
+                       key_op=str(op.key), flops=op.flops, gflops=op.flops / (op.latency_ms * 1e-3) / 1e9,
+                       memory={k.removeprefix(MEM_PREFIX): v for k, v in op.memory.items()}).to_row()
+
+
+def _task_key(name: str) -> str:
+    """A model operator's task key; "" for one no template takes (two outputs), as it is no workload."""
+    from opbench.exceptions import WorkloadError
+    from opbench.workloads import parse_workload
+
+    try:
+        return parse_workload(name).task_key
+    except WorkloadError:
+        return ""
 
 
 def _schedules_label(schedules: str) -> str:

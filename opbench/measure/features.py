@@ -13,6 +13,7 @@ from opbench.hardware.resources import HostFacts, Resources
 from opbench.space import TEMPLATES, Config
 from opbench.workloads import OPERATORS, Workload
 
+FEATURES_VERSION = "1"  # bumped whenever a feature's meaning or the set of features changes (records carry it)
 MAX_AXES = 7
 MS_FEATURES = 164  # floats per buffer store from MetaSchedule's PerStoreFeature
 

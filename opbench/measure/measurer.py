@@ -19,7 +19,7 @@ from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
 from opbench.measure.baselines import BaselineCache, baseline_key
 from opbench.measure.builder import LocalBuilder
 from opbench.measure.corun import CoRunSpec, corun_records
-from opbench.measure.features import static_features
+from opbench.measure.features import FEATURES_VERSION, static_features
 from opbench.measure.prepack import manifest_path
 from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, ModelInput, RunInput, RunResult
 from opbench.measure.rpc import check_device
@@ -28,7 +28,7 @@ from opbench.measure.runner.corun import CoRunInput, CoRunner
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Record, Status, TrialRecord, is_ok, latency_stats
-from opbench.space import Config, get_template
+from opbench.space import TEMPLATES, Config, get_template
 from opbench.workloads import PRESETS, Workload
 
 LIBRARY_PROCESSES = 3  # fresh processes that time a library baseline; the median one is its record
@@ -283,9 +283,11 @@ class Measurer:
         features = static_features(workload, config if valid else {}, template if valid else None, res, host)
         features.update(build.features if build is not None else {})
         record = TrialRecord(
-            workload=workload.name, op=workload.op.name, shape=workload.shape, dtype=workload.dtype, template=template,
-            threads=res.threads, cores=res.cores_label, target=build.target if build and build.target else res.target,
-            host=host.hostname, tvm_version=host.tvm_version, device=res.device,
+            workload=workload.name, task_key=workload.task_key, op=workload.op.name, shape=workload.shape,
+            dtype=workload.dtype, template=template, template_version=TEMPLATES[template].version if template in TEMPLATES
+            else "", threads=res.threads, cores=res.cores_label,
+            target=build.target if build and build.target else res.target, host=host.hostname, cpu_model=host.cpu_model,
+            tvm_version=host.tvm_version, features_version=FEATURES_VERSION if features else "", device=res.device,
             source_model=preset.model if preset else workload.op.source_model(workload.params),
             status=status.value, error=error[:4000], build_s=build.build_s if build is not None else None,
             knobs={k: _knob_value(v) for k, v in config.items()},

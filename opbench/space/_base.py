@@ -7,9 +7,13 @@ samples it by its own rules and never meets an invalid point.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
 import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opbench.exceptions import ConfigError
@@ -103,6 +107,12 @@ class Template(ABC):
 
     name: str
 
+    @property
+    def version(self) -> str:
+        """A hash of the source the template's schedules come from (its class and the OpBench classes it
+        builds on): records of two versions may hold different schedules for one config."""
+        return _source_hash(type(self))
+
     @abstractmethod
     def knobs(self, workload: Workload) -> list[Knob]:
         """The space for ``workload``: every combination of these values applies."""
@@ -152,3 +162,14 @@ class Template(ABC):
         full = {**self.default_config(workload), **given}
         self.check(full, workload)
         return full
+
+
+@functools.cache
+def _source_hash(cls: type) -> str:
+    """The template's classes' modules and the schedule helpers they import from ``opbench.space``, hashed."""
+    import sys
+
+    modules = {c.__module__ for c in cls.__mro__ if c.__module__.startswith("opbench.")}
+    helpers = {getattr(obj, "__module__", "") for m in modules for obj in vars(sys.modules[m]).values()}
+    files = sorted({inspect.getsourcefile(sys.modules[m]) or "" for m in modules | helpers if m.startswith("opbench.space")})
+    return hashlib.sha256(b"".join(Path(f).read_bytes() for f in files if f)).hexdigest()[:12]

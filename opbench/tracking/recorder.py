@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ class Recorder:
         self.jsonl = JsonlWriter(log) if log else None
         self.records: list[Record] = []
         self.segments = SegmentBuffer()
+        self._timer: threading.Timer | None = None
+        self._sealing = threading.Lock()  # a timer's seal and the invocation's end never interleave
         self.recovered = self._replay() if parent_run_id else []
         self._best = (self.mlflow.parent_metric("best_latency_ms") or math.inf) if best_so_far else None
 
@@ -48,9 +51,13 @@ class Recorder:
         if self.jsonl:
             self.jsonl.write(record)
         self.mlflow.write(record)
-        self.segments.add(record)
+        first = self.segments.add(record)
         if self.segments.due():
-            self.mlflow.seal(self.segments.take())
+            self.seal()
+        elif first:  # sealed when it is due by age, even if no other record comes
+            self._timer = threading.Timer(self.segments.max_age_s, self.seal)
+            self._timer.daemon = True
+            self._timer.start()
         self.records.append(record)
         if self._best is not None and is_ok(record) and not record.get("reference") and record["latency_ms"] < self._best:
             self._best = record["latency_ms"]
@@ -78,14 +85,18 @@ class Recorder:
 
     def seal(self) -> None:
         """Seal what this process wrote since its last segment (an invocation's end does it too)."""
-        self.mlflow.seal(self.segments.take())
+        with self._sealing:
+            if self._timer is not None:
+                self._timer.cancel()
+            self.mlflow.seal(self.segments.take())
 
     def __enter__(self) -> Recorder:
         return self
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         self.seal()
-        self.mlflow.close("FAILED" if exc_type else "FINISHED")
+        with self._sealing:
+            self.mlflow.close("FAILED" if exc_type else "FINISHED")
 
 
 def _step(record: Record, count: int) -> int:

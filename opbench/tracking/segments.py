@@ -8,6 +8,7 @@ a knob that holds both numbers and words in one segment is stored as words.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -118,24 +119,31 @@ def table_records(table: Any) -> list[Record]:
 
 
 class SegmentBuffer:
-    """The records this process wrote since its last segment, and when the next one is due."""
+    """The records this process wrote since its last segment, and when the next one is due (thread-safe:
+    a timer may take them)."""
 
     def __init__(self, max_records: int = SEGMENT_RECORDS, max_age_s: float = SEGMENT_SECONDS,
                  clock: Any = time.monotonic) -> None:
         self.max_records, self.max_age_s = max_records, max_age_s
         self._clock = clock
+        self._lock = threading.Lock()
         self._rows: list[Record] = []
         self._since = 0.0
 
-    def add(self, record: Record) -> None:
-        if not self._rows:
-            self._since = self._clock()
-        self._rows.append(canonical(record))
+    def add(self, record: Record) -> bool:
+        """Keep ``record``; whether it is the first since the last segment."""
+        with self._lock:
+            if not self._rows:
+                self._since = self._clock()
+            self._rows.append(canonical(record))
+            return len(self._rows) == 1
 
     def due(self) -> bool:
-        return len(self._rows) >= self.max_records or bool(self._rows) and self._clock() - self._since >= self.max_age_s
+        with self._lock:
+            return len(self._rows) >= self.max_records or bool(self._rows) and self._clock() - self._since >= self.max_age_s
 
     def take(self) -> list[Record]:
         """The rows to seal, and a fresh start."""
-        rows, self._rows = self._rows, []
-        return rows
+        with self._lock:
+            rows, self._rows = self._rows, []
+            return rows

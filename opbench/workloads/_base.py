@@ -50,6 +50,11 @@ class Operator(ABC):
     @abstractmethod
     def output_shape(self, p: Params) -> tuple[int, ...]: ...
 
+    def task_key(self, p: Params, dtype: str) -> str | None:
+        """What the operator computes, independent of how it is named, when its spec does not say it
+        (None: the spec does: op, keys in canonical order, layout options and dtype)."""
+        return None
+
     def input_dtypes(self, p: Params, dtype: str) -> list[str]:
         """Each input's element type: the workload's, unless the op has integer inputs (indices)."""
         return [dtype] * len(self.input_shapes(p))
@@ -117,6 +122,12 @@ class Workload:
     @property
     def name(self) -> str:
         return self.preset or self.spec
+
+    @property
+    def task_key(self) -> str:
+        """The canonical task: one key for every name of the same computation (``matmul-512`` and
+        ``matmul:m=512,n=512,k=512``; a model's operator and the same PrimFunc in another model)."""
+        return self.op.task_key(self.params, self.dtype) or self.spec
 
     @property
     def flops(self) -> float:

@@ -172,6 +172,15 @@ class Fused(Operator):
     def flops(self, p: Params) -> float:
         return self.op(p).flops
 
+    def task_key(self, p: Params, dtype: str) -> str:
+        """``tir:<kind>:<buffer shapes>:<dtype>:<structural hash of the PrimFunc>``: the computation itself,
+        whichever model it comes from."""
+        import tvm_ffi
+
+        shapes = ";".join("x".join(map(str, s)) for s in self.op(p).shapes)
+        digest = tvm_ffi.structural_hash(self.prim_func(p, dtype)) & 0xFFFFFFFFFFFF
+        return f"tir:{self.kind(p)}:{shapes}:{self.op(p).dtype}:{digest:012x}"
+
     def define(self, p: Params, dtype: str) -> list[Any]:
         raise WorkloadError(f"{p['func']} is TensorIR from a model, not a TE definition")
 

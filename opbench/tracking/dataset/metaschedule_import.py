@@ -66,7 +66,7 @@ id derived from the record itself (:func:`_trial_id`)."""
         ok = bool(run_secs) and max(run_secs) < FAILED_RUN_S
         workload = f"tir:{name}-{tvm_ffi.structural_hash(mod) & 0xFFFFFFFF:08x}"
         record = TrialRecord(
-            workload=workload, op="tir", template="metaschedule", trial_id=_trial_id(workload, tuning.trace, target),
+            workload=workload, task_key=workload, op="tir", template="metaschedule", trial_id=_trial_id(workload, tuning.trace, target),
             threads=threads, cores="", target=str(target), host="imported", status="ok" if ok else "run_error",
             error="" if ok else "MetaSchedule recorded no successful run", study=study, engine="metaschedule-import",
             features={"flops": flops, "log_flops": math.log10(max(flops, 1.0)), "threads": float(threads)})

@@ -3,6 +3,7 @@ read run by run, only what no segment holds (an invocation in flight or killed b
 written before segments). :func:`fetch` gathers them; :meth:`Fetched.tables` yields them filtered, in one schema."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,9 +92,9 @@ class Fetched:
     def tables(self, filters: Filters) -> Iterator[Any]:
         """Each segment, then the records read run by run, filtered: one segment in memory at a time."""
         for path in self.segments:
-            yield filters.apply(read_segment(path))
+            yield with_task_keys(filters.apply(read_segment(path)))
         for table in self.runs:
-            yield filters.apply(table)
+            yield with_task_keys(filters.apply(table))
 
 
 def fetch(store: StorePlan, kind: str, scratch: Path) -> Fetched:
@@ -137,6 +138,33 @@ def _unsealed_records(store: StorePlan, kind: str, held: set[str]) -> Iterator[R
             if str(record.get("trial_id")) not in held:
                 held.add(str(record.get("trial_id")))
                 yield record
+
+
+def with_task_keys(table: Any) -> Any:
+    """``table`` with a ``task_key`` on every row: records made before they carried one (schema 1) get it
+    from their workload where it still parses."""
+    import pyarrow as pa
+
+    if "workload" not in table.column_names:
+        return table
+    keys = table.column("task_key").to_pylist() if "task_key" in table.column_names else [None] * len(table)
+    if all(keys):
+        return table
+    filled = pa.array([k or _task_key(str(w)) for k, w in zip(keys, table.column("workload").to_pylist())], pa.string())
+    if "task_key" in table.column_names:
+        return table.set_column(table.column_names.index("task_key"), "task_key", filled)
+    return table.append_column("task_key", filled)
+
+
+@functools.cache
+def _task_key(workload: str) -> str | None:
+    from opbench.exceptions import OpBenchError
+    from opbench.workloads import parse_workload
+
+    try:
+        return parse_workload(workload).task_key
+    except OpBenchError:
+        return None
 
 
 def merged_schema(schemas: list[Any]) -> Any:
