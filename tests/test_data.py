@@ -39,7 +39,7 @@ def test_export_round_trips_through_parquet_csv_and_jsonl(logged, tmp_path):
     uri, log, _ = logged
     frame = load_records("mlflow", ["a", "b"], tracking_uri=uri)
     assert len(frame) == 20 and set(frame["op"]) == {"matmul", "dense"}
-    for suffix in ("parquet", "csv"):
+    for suffix in ("parquet", "jsonl", "csv"):
         back = read_dataset(write_dataset(frame, tmp_path / f"d.{suffix}"))
         assert list(back.columns) == list(frame.columns)
         assert np.allclose(back["latency_ms"].fillna(-1), frame["latency_ms"].fillna(-1))
@@ -58,7 +58,7 @@ def test_export_command_and_its_errors(logged, tmp_path):
     bad = run_cli(*["dataset", "export", "--experiment", "nope", "--tracking-uri", uri, "--out",
                                 str(tmp_path / "x.csv")])
     assert bad.returncode == 2 and "no MLflow experiment named 'nope'" in bad.stderr
-    with pytest.raises(OpBenchError, match="dataset files are .parquet or .csv"):
+    with pytest.raises(OpBenchError, match="dataset files are .parquet, .jsonl, .csv"):
         write_dataset(pd.DataFrame({"a": [1]}), tmp_path / "x.txt")
 
 

@@ -4,6 +4,8 @@ resumed study ends (it never waits on a dead process's trial)."""
 import os
 import signal
 import subprocess
+import tempfile
+from pathlib import Path
 
 import optuna
 import pytest
@@ -17,6 +19,8 @@ from opbench.studies.tune import TuneSpec
 from opbench.testing.farm import CLI
 from opbench.testing.lan import Postgres
 from opbench.tracking import read_mlflow
+from opbench.tracking.dataset import export_mlflow
+from opbench.tracking.dataset.formats import read_rows
 from opbench.tracking.mlflow_store import MlflowWriter, _client
 
 SMALL = "matmul:m=64,n=64,k=64"
@@ -58,6 +62,17 @@ def _assert_nothing_lost(storage: str, tracking_uri: str, parent_run_id: str | N
     told = {t.user_attrs["trial_id"]: t.values[0] for t in measured if t.state == optuna.trial.TrialState.COMPLETE}
     for _, row in trials[trials["trial_id"].isin(told)].iterrows():
         assert row["latency_ms"] == pytest.approx(told[row["trial_id"]])
+    _assert_exports_completely(tracking_uri)
+
+
+def _assert_exports_completely(tracking_uri: str) -> None:
+    """The resumed study's dataset holds every record MLflow's runs hold, each once, all from segments."""
+    with tempfile.TemporaryDirectory() as scratch:
+        done = export_mlflow(Path(scratch) / "s.parquet", ["s"], tracking_uri)
+        exported = read_rows(Path(scratch) / "s.parquet", None)
+    assert done.read_run_by_run == 0  # every writer, the killed one too, sealed what it wrote
+    ids = [r["trial_id"] for r in exported]
+    assert len(ids) == len(set(ids)) and set(ids) == set(read_mlflow(["s"], tracking_uri)["trial_id"])
 
 
 def _parents(tracking_uri: str) -> list[str]:
@@ -77,6 +92,7 @@ def _latest_parent(tracking_uri: str) -> str:
     "before-mlflow-write:SIGKILL:3",  # in the write-ahead log only
     "before-tell:SIGKILL:3",  # in the log and queued for MLflow, Optuna not told
     "before-tell:SIGTERM:3",
+    "before-segment-upload:SIGKILL:1",  # every trial measured and told, none sealed
 ])
 def test_tune_killed_at_the_worst_moment_resumes_with_nothing_lost(tmp_path, tracking_uri, fault):
     storage = str(tmp_path / JOURNAL_FILE)

@@ -84,10 +84,13 @@ class Fetched:
     runs: list[Any]
 
     def schema(self) -> Any:
-        """One schema for every table (:func:`merged_schema`), read from the segments' footers."""
+        """One schema for every table (:func:`merged_schema`), read from the segments' footers; with a task
+        key, which :func:`with_task_keys` gives the rows that lack one."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return merged_schema([pq.read_schema(p) for p in self.segments] + [t.schema for t in self.runs])
+        keys = pa.schema([("task_key", pa.string())])
+        return merged_schema([pq.read_schema(p) for p in self.segments] + [t.schema for t in self.runs] + [keys])
 
     def tables(self, filters: Filters) -> Iterator[Any]:
         """Each segment, then the records read run by run, filtered: one segment in memory at a time."""
@@ -174,8 +177,8 @@ def merged_schema(schemas: list[Any]) -> Any:
 
     types: dict[str, set[Any]] = {}
     for schema in schemas:
-        for f in schema:
-            types.setdefault(f.name, set()).add(f.type)
+        for f in schema:  # a list's item is named "element" once it went through Parquet: one list type
+            types.setdefault(f.name, set()).add(pa.list_(f.type.value_type) if pa.types.is_list(f.type) else f.type)
     fields = []
     for name in column_order(list(types)):
         seen = {t for t in types[name] if t != pa.null()} or {pa.string()}

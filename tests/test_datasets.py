@@ -1,0 +1,162 @@
+"""Datasets at scale: sealed segments, streamed export, import that merges, stores written before segments."""
+import math
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from opbench.record import SCHEMA_VERSION, TrialRecord
+from opbench.testing.lan import MlflowServer
+from opbench.tracking import Recorder, read_mlflow_records
+from opbench.tracking.dataset import export_mlflow, load_records
+from opbench.tracking.dataset.formats import read_rows
+from opbench.tracking.dataset.importer import import_dataset
+from opbench.tracking.dataset.sources import Filters, fetch, plan
+from opbench.tracking.mlflow_store import MlflowWriter, _client
+from opbench.tracking.segment_store import SEALED, segment_artifacts
+from opbench.tracking.segments import canonical, read_segment, table_records, write_segment
+
+
+def _record(i: int, **extra) -> dict:
+    """A record as a study makes one: knobs, features, memory, the latency list and a free-form tag."""
+    workload = f"matmul:m={32 * (1 + i % 3)},n=64,k=64"
+    return TrialRecord(workload=workload, task_key=workload, op="matmul", threads=1 + i % 2,
+                       latency_ms=1.0 + i, latencies_ms=[1.0 + i, 1.5 + i], status="ok" if i % 5 else "run_error",
+                       knobs={"i_split": 4 * (i % 4), "order": "SSRRS"}, features={"flops": 2.0 * i, "x": math.pi},
+                       memory={"workspace": 1024.0 * i}, tags={"engine_trial": i, "reference": False, **extra}).to_row()
+
+
+def _ids(rows) -> list[str]:
+    return sorted(str(r["trial_id"]) for r in rows)
+
+
+def test_a_segment_holds_records_as_mlflow_gives_them_back(tmp_path):
+    rows = [_record(i) for i in range(9)]
+    rows[3]["knob.i_split"] = "auto"  # a knob of numbers and words in one segment
+    rows[4]["knob.huge"] = 2**63  # past int64
+    path = write_segment([canonical(r) for r in rows], tmp_path / "s.parquet")
+    back = {r["trial_id"]: r for r in table_records(read_segment(path))}
+    for row in rows:
+        assert back[row["trial_id"]] == canonical(row)
+    assert back[rows[0]["trial_id"]]["engine_trial"] == "0" and back[rows[0]["trial_id"]]["reference"] == "False"
+    assert back[rows[1]["trial_id"]]["knob.i_split"] == 4 and back[rows[4]["trial_id"]]["knob.huge"] == 2**63
+    assert pq.ParquetFile(path).num_row_groups == 3  # one per workload: readers filtering on it skip the others
+
+
+def test_a_recorder_seals_segments_as_it_goes_and_export_reads_only_them(tracking_uri, tmp_path):
+    with Recorder("s", tracking_uri) as recorder:
+        recorder.segments.max_records = 4
+        for i in range(10):
+            recorder(_record(i))
+    client = _client(tracking_uri)
+    parent = client.get_run(recorder.mlflow.parent_run_id)
+    assert len(segment_artifacts(client, parent.info.run_id)) == 3  # 4 + 4, and 2 at the end
+    assert parent.data.tags[recorder.mlflow.writer] == SEALED
+    assert len(parent.inputs.dataset_inputs) == 3  # the UI lists each segment beside the runs
+    done = export_mlflow(tmp_path / "s.parquet", ["s"], tracking_uri, Filters(status=("ok",)))
+    assert done.segments == 3 and done.read_run_by_run == 0 and done.rows == 8
+    exported = read_rows(tmp_path / "s.parquet", None)
+    from_runs = [r for r in read_mlflow_records(["s"], tracking_uri) if r["status"] == "ok"]
+    assert sorted(exported, key=lambda r: r["trial_id"]) == sorted(from_runs, key=lambda r: r["trial_id"])
+    assert {r["schema_version"] for r in exported} == {SCHEMA_VERSION}
+
+
+def test_a_store_written_before_segments_still_exports(tracking_uri, tmp_path):
+    """Runs, no segment, no writer tags: as every store was before segments."""
+    writer = MlflowWriter("old", tracking_uri)
+    old = [{k: v for k, v in _record(i).items() if k != "task_key"} | {"schema_version": 1} for i in range(6)]
+    for row in old:
+        writer.write(row)
+    writer.close()
+    writer.client.delete_tag(writer.parent_run_id, writer.writer)
+    done = export_mlflow(tmp_path / "old.jsonl", ["old"], tracking_uri)
+    assert done.segments == 0 and done.read_run_by_run == done.rows == 6
+    back = read_rows(tmp_path / "old.jsonl", None)
+    assert _ids(back) == _ids(old)
+    assert {r["task_key"] for r in back} == {f"matmul:m={m},n=64,k=64" for m in (32, 64, 96)}  # schema 1 rows get one
+
+
+def test_records_no_segment_holds_export_from_their_runs(tracking_uri, tmp_path):
+    """An invocation killed before it sealed: its writer stays open, so its runs are read, each once."""
+    with Recorder("k", tracking_uri) as recorder:
+        recorder.segments.max_records = 3
+        for i in range(5):
+            recorder(_record(i))
+        recorder.mlflow.flush()
+        client = recorder.mlflow.client
+        recorder.segments.take()  # the last two never reach a segment ...
+        recorder.mlflow._sealed_all = False  # ... as when the process dies before its end
+    assert len(segment_artifacts(client, recorder.mlflow.parent_run_id)) == 1
+    done = export_mlflow(tmp_path / "k.parquet", ["k"], tracking_uri)
+    assert done.rows == 5 and done.read_run_by_run == 2
+    assert _ids(read_rows(tmp_path / "k.parquet", None)) == _ids(recorder.records)
+
+
+def test_import_merges_and_keeps_provenance(tracking_uri, tmp_path):
+    rows = [_record(i) for i in range(7)]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    first = import_dataset(path, "merged", tracking_uri)
+    again = import_dataset(path, "merged", tracking_uri)
+    assert (first.added, again.added, again.skipped) == (7, 0, 7)
+    frame = load_records("mlflow", ["merged"], tracking_uri=tracking_uri, status=["ok", "run_error"])
+    assert len(frame) == 7 and set(frame["study"]) == {"merged"} and frame["imported_from"].str.endswith("d.jsonl").all()
+    client = _client(tracking_uri)
+    kinds = {r.data.tags["opbench.kind"] for r in client.search_runs([client.get_experiment_by_name("merged").experiment_id])}
+    assert kinds == {"import"}  # no per-trial runs unless asked, and no invocation --resume or verify would take
+
+
+def test_export_of_100000_records_keeps_memory_bounded(tracking_uri, tmp_path):
+    """196 segments of a synthetic 100,000-record store (local folder), exported: one segment in memory at a time."""
+    writer = MlflowWriter("big", tracking_uri)
+    features = [f"feat.f{i:03d}" for i in range(150)]
+    rng = np.random.default_rng(0)
+    full = 0
+    for n, start in enumerate(range(0, 100_000, 512)):
+        size = min(512, 100_000 - start)
+        table = pa.table({"workload": [f"w{(start + i) % 50}" for i in range(size)],
+                          "trial_id": [f"{start + i:016x}" for i in range(size)], "status": ["ok"] * size,
+                          "latency_ms": rng.random(size), **{f: rng.random(size) for f in features}})
+        full += table.nbytes
+        pq.write_table(table, tmp_path / f"{n}.parquet")
+        writer.client.log_artifact(writer.parent_run_id, str(tmp_path / f"{n}.parquet"), "segments/host=h")
+    writer.close()
+    pool = pa.system_memory_pool()  # a pool of its own: its peak is this export's
+    previous = pa.default_memory_pool()
+    pa.set_memory_pool(pool)
+    try:
+        done = export_mlflow(tmp_path / "big.parquet", ["big"], tracking_uri)
+    finally:
+        pa.set_memory_pool(previous)
+    assert done.rows == 100_000 and done.read_run_by_run == 0
+    assert pq.ParquetFile(tmp_path / "big.parquet").metadata.num_rows == 100_000
+    assert full > 100 * 2**20 and pool.max_memory() < full / 10, (pool.max_memory(), full)
+
+
+@pytest.mark.full  # starts an MLflow server
+def test_import_then_export_through_an_mlflow_server_is_lossless_and_idempotent(tmp_path):
+    server = MlflowServer(f"sqlite:///{tmp_path / 'server.db'}", "127.0.0.1", tmp_path / "artifacts")
+    try:
+        rows = [_record(i) for i in range(700)]  # two segments
+        with tempfile.TemporaryDirectory() as scratch:
+            source = write_segment([canonical(r) for r in rows], Path(scratch) / "source.parquet")
+            first = import_dataset(source, "remote", server.uri, runs=True)
+            again = import_dataset(source, "remote", server.uri)
+        assert (first.added, again.added) == (700, 0)
+        done = export_mlflow(tmp_path / "out.parquet", ["remote"], server.uri, Filters(status=("ok", "run_error")))
+        assert done.segments == 2 and done.read_run_by_run == 0 and done.rows == 700
+        out = read_rows(tmp_path / "out.parquet", None)
+        provenance = ("source_study", "imported_from", "imported_at", "study")
+        assert sorted([{k: v for k, v in r.items() if k not in provenance} for r in out], key=lambda r: r["trial_id"]) \
+            == sorted([{k: v for k, v in canonical(r).items() if k != "study"} for r in rows], key=lambda r: r["trial_id"])
+        runs = read_mlflow_records(["remote"], server.uri)  # --runs: a run per record, for the UI
+        assert _ids(runs) == _ids(rows)
+        store = plan(["remote"], server.uri)
+        with tempfile.TemporaryDirectory() as scratch:
+            assert sum(t.num_rows for t in fetch(store, "trial", Path(scratch)).tables(Filters(status=("ok", "run_error"))))\
+                == 700
+    finally:
+        server.stop()
