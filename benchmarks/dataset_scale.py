@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from opbench.tracking import JsonlWriter, Recorder
 from opbench.tracking.segments import canonical, write_segment
 from opbench.workloads import parse_workload
 
+TIME, MAXRSS = "/usr/bin/time", "opbench-maxrss-kb"  # GNU time (Debian's `time` package)
 LOOP_RECORDS = 200  # records timed through the trial loop's storage path
 BEFORE_RECORDS = 1_000
 WRITE_RUNS = """
@@ -71,14 +73,15 @@ def copies(records: list[Record], n: int) -> list[Record]:
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """Run ``argv``; its wall time (s) and peak RSS (MB). It must succeed."""
+    """Run ``argv``; its wall time (s) and peak RSS (MB). It must succeed. The peak is GNU time's report of
+    its own child: a process forked from this one would count this one's memory as its own."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
+    out = subprocess.run([TIME, "-f", f"{MAXRSS} %M", *argv], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(argv[:6])} failed: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
-    return wall, usage.ru_maxrss / 1024
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:6])} failed: {out.stderr[-2000:]}")
+    return wall, float(out.stderr.rsplit(MAXRSS, 1)[1].split()[0]) / 1024
 
 
 def cli(*args: str) -> list[str]:
@@ -137,6 +140,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--before", type=Path, help="a checkout of older OpBench code to export 1,000 records with")
     args = parser.parse_args()
+    if shutil.which(TIME) is None:
+        raise SystemExit(f"{TIME} (GNU time) measures each command's peak memory: apt-get install time")
     sizes = [int(s) for s in args.sizes.split(",")]
     out = Results("dataset_scale")
     base = real_records(16)

@@ -83,6 +83,23 @@ def open_writer(path: Path, schema: Any) -> Iterator[Any]:
     writer.close()
 
 
+def iter_rows(path: Path, batch: int) -> Iterator[list[Record]]:
+    """The records of a Parquet or JSON-lines dataset ``batch`` at a time, as :func:`canonical` gives them."""
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            for part in pq.ParquetFile(path).iter_batches(batch_size=batch):
+                yield table_records(pa.Table.from_batches([part]))
+        except (OSError, ValueError) as exc:
+            raise OpBenchError(f"{path}: not a readable parquet dataset ({str(exc).splitlines()[0][:200]})") from None
+        return
+    rows = read_rows(path, None)
+    for start in range(0, len(rows), batch):
+        yield rows[start:start + batch]
+
+
 def read_rows(path: Path, filters: Any | None) -> list[Record]:
     """The records of a Parquet or JSON-lines dataset (or log), as :func:`canonical` gives them, filtered."""
     from opbench.tracking.jsonl import read_jsonl_records

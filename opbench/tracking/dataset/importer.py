@@ -1,19 +1,22 @@
 """``opbench dataset import``: records from a Parquet or JSON-lines dataset, or a MetaSchedule database, into
-a study of any store, as segments of an import run (per-trial runs only when asked). A record whose trial
-id the study holds is skipped, so importing twice adds nothing; each keeps where it came from."""
+a study of any store, as segments of an import run (per-trial runs only when asked), one segment's worth
+in memory at a time. A record whose trial id the study holds is skipped, so importing twice adds nothing;
+each keeps where it came from."""
 from __future__ import annotations
 
 import concurrent.futures
 import datetime
+import itertools
 import socket
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from opbench.exceptions import OpBenchError
 from opbench.paths import default_tracking_uri
 from opbench.record import Record
-from opbench.tracking.dataset.formats import read_rows
+from opbench.tracking.dataset.formats import iter_rows
 from opbench.tracking.dataset.sources import held_trial_ids, plan
 from opbench.tracking.mlflow_store import KIND_TAG, MlflowWriter, ensure_store, experiment_id
 from opbench.tracking.segments import SEGMENT_RECORDS, canonical
@@ -33,53 +36,59 @@ class Imported:
         return self.read - self.added
 
 
-def source_rows(path: Path, study: str) -> list[Record]:
-    """The records of a dataset file or a MetaSchedule database folder."""
+def source_batches(path: Path, study: str) -> Iterator[list[Record]]:
+    """The records of a dataset file or a MetaSchedule database folder, a segment's worth at a time."""
     if path.is_dir():
         from opbench.tracking.dataset.metaschedule_import import import_metaschedule
 
-        return [canonical(r) for r in import_metaschedule(path, study)]
+        rows = [canonical(r) for r in import_metaschedule(path, study)]
+        return iter([rows[i:i + SEGMENT_RECORDS] for i in range(0, len(rows), SEGMENT_RECORDS)])
     if not path.is_file():
         raise OpBenchError(f"nothing to import at {path}: give a .parquet or .jsonl dataset or a MetaSchedule database folder")
-    return read_rows(path, None)
+    batches = iter_rows(path, SEGMENT_RECORDS)
+    first = next(batches, [])  # a file that cannot be read fails here, before the study is touched
+    return itertools.chain([first], batches)
 
 
 def import_dataset(path: Path | str, study: str, tracking_uri: str | None = None, runs: bool = False) -> Imported:
     """Add the records of ``path`` the study lacks to it, with their provenance (``source_study``,
-    ``imported_from``, ``imported_at``); with ``runs``, each also as a trial run for the MLflow UI."""
+    ``imported_from``, ``imported_at``), a segment at a time; with ``runs``, each also as a trial run for
+    the MLflow UI."""
     path = Path(path)
     uri = tracking_uri or default_tracking_uri()
-    rows = source_rows(path, study)
+    batches = source_batches(path, study)
     experiment_id(ensure_store(uri), study, uri)
     with tempfile.TemporaryDirectory(prefix="opbench-import-") as scratch:
         held = held_trial_ids(plan([study], uri), Path(scratch))
-    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    origin = f"{socket.gethostname()}:{path.resolve()}"
-    new = [{**row, "source_study": row.get("source_study", row.get("study", "")), "imported_from": origin,
-            "imported_at": now, "study": study} for row in _unique(rows) if str(row.get("trial_id")) not in held]
+    stamp = {"imported_from": f"{socket.gethostname()}:{path.resolve()}", "study": study,
+             "imported_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
     writer = MlflowWriter(study, uri, parent_name=f"import {path.name}",
-                          parent_tags={KIND_TAG: IMPORT_KIND, "opbench.import.source": origin})
+                          parent_tags={KIND_TAG: IMPORT_KIND, "opbench.import.source": stamp["imported_from"]})
+    read = added = 0
     try:
-        for start in range(0, len(new), SEGMENT_RECORDS):
-            writer.seal(new[start:start + SEGMENT_RECORDS])
-        if runs:
-            with concurrent.futures.ThreadPoolExecutor(RUN_WRITERS) as pool:
-                list(pool.map(writer.write, new))
+        with concurrent.futures.ThreadPoolExecutor(RUN_WRITERS) as pool:
+            for batch in batches:
+                read += len(batch)
+                new = [{**row, "source_study": row.get("source_study", row.get("study", "")), **stamp}
+                       for row in _new(batch, held)]
+                writer.seal(new)
+                added += len(new)
+                if runs:
+                    list(pool.map(writer.write, new))
     except BaseException:
         writer.close("FAILED")
         raise
     writer.close()
-    return Imported(len(rows), len(new), writer.parent_run_id)
+    return Imported(read, added, writer.parent_run_id)
 
 
-def _unique(rows: list[Record]) -> list[Record]:
-    """Rows with a trial id seen once (the first of each), in order."""
-    seen: set[str] = set()
+def _new(rows: list[Record], held: set[str]) -> list[Record]:
+    """The rows whose trial id is not in ``held`` (which takes them in), each once, in order."""
     out = []
     for row in rows:
         if "trial_id" not in row:
             raise OpBenchError(f"a record without a trial_id cannot be imported: {sorted(row)[:8]}...")
-        if str(row["trial_id"]) not in seen:
-            seen.add(str(row["trial_id"]))
+        if str(row["trial_id"]) not in held:
+            held.add(str(row["trial_id"]))
             out.append(row)
     return out

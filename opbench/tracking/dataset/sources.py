@@ -28,19 +28,27 @@ class Filters:
     hosts: tuple[str, ...] = ()
     kind: str = "trial"
 
-    def apply(self, table: Any) -> Any:
-        """The table's rows that pass."""
-        import pyarrow as pa
+    def expression(self, columns: list[str]) -> Any:
+        """The filter as an Arrow expression over a table or file with ``columns`` (one that lacks a column
+        filtered on keeps none of its rows, but for ``record_kind``: absent means trial)."""
         import pyarrow.compute as pc
 
-        def column(name: str) -> Any:
-            return table.column(name) if name in table.column_names else pa.nulls(len(table), pa.string())
-
-        keep = pc.equal(pc.fill_null(column("record_kind"), "trial"), self.kind)
+        kind = pc.field("record_kind") if "record_kind" in columns else pc.scalar(None).cast("string")
+        keep = pc.equal(pc.if_else(pc.is_null(kind), "trial", kind), self.kind)
         for name, wanted in (("status", self.status), ("op", self.ops), ("host", self.hosts)):
             if wanted:
-                keep = pc.and_(keep, pc.fill_null(pc.is_in(column(name), pa.array(wanted, pa.string())), False))
-        return table.filter(keep)
+                keep = keep & (pc.field(name).isin(list(wanted)) if name in columns else pc.scalar(False))
+        return keep
+
+    def apply(self, table: Any) -> Any:
+        """The table's rows that pass."""
+        return table.filter(self.expression(table.column_names))
+
+    def read(self, path: Path) -> Any:
+        """A segment's rows that pass, the filter pushed down to the Parquet reader."""
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path, filters=self.expression(pq.read_schema(path).names))
 
 
 @dataclass
@@ -95,7 +103,7 @@ class Fetched:
     def tables(self, filters: Filters) -> Iterator[Any]:
         """Each segment, then the records read run by run, filtered: one segment in memory at a time."""
         for path in self.segments:
-            yield with_task_keys(filters.apply(read_segment(path)))
+            yield with_task_keys(filters.read(path))
         for table in self.runs:
             yield with_task_keys(filters.apply(table))
 
