@@ -111,6 +111,30 @@ def cmd_predictor_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_predictor_study(args: argparse.Namespace) -> int:
+    from opbench.predictor.heldout import TOP_K, held_out_study
+    from opbench.tracking.dataset import read_dataset
+
+    result = held_out_study(read_dataset(args.data), args.hold_out, args.folds, args.seeds)
+    groups = result.by_group()
+    columns = ["group", "tasks", "rows", *[f"top{k}" for k in TOP_K], "spearman", *[f"random_top{k}" for k in TOP_K]]
+    print(table(groups[columns].itertuples(index=False), [c.replace("_", " ") for c in columns]))
+    summary = result.summaries()
+    for name, what in (("tenset", "TenSet (mean of the groups)"), ("tlp", "TLP (pooled over every task)"),
+                       ("random", "a random pick (mean of the groups)")):
+        print(f"{what}: " + ", ".join(f"top-{k} {summary[f'{name}_top{k}']:.3f}" for k in TOP_K))
+    print(f"groups below a random pick's top-1: {summary['below_random']:.0f} of {len(groups)}")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "folds.json").write_text(json.dumps({"hold_out": args.hold_out, "seeds": args.seeds,
+                                                    "folds": result.folds}, indent=2))
+        groups.to_csv(out / "groups.csv", index=False)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        print(f"folds, per-group scores and the summary in {out}")
+    return 0
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -182,6 +206,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--data", required=True)
     p.set_defaults(func=cmd_predictor_eval)
+    p = pred.add_parser("study", help="a model per fold, scored on the groups it never saw (TenSet's and TLP's top-k)")
+    p.add_argument("--data", required=True, help="a dataset from `opbench dataset export`")
+    p.add_argument("--hold-out", default="workload", choices=("workload", "op", "model"),
+                   help="what a fold holds out: canonical tasks (task_key), op kinds or source models")
+    p.add_argument("--folds", type=positive_int, help="this many folds of groups (default: leave one group out)")
+    p.add_argument("--seeds", type=positive_int, default=1, help="train each fold with this many seeds")
+    p.add_argument("--out", help="folder for the folds, the per-group scores and the summary")
+    p.set_defaults(func=cmd_predictor_study)
     p = sub.add_parser("predict", help="predicted latency of a workload under a config")
     p.add_argument("workload")
     p.add_argument("--model", required=True, help="folder of a trained predictor")

@@ -100,26 +100,16 @@ def _op_record(args: argparse.Namespace, op: FusedOp) -> Record:
     """A model operator's row as model-ops records it (time, share and memory with its schedule)."""
     from opbench.hardware.resources import host_facts
     from opbench.record import MEM_PREFIX, TrialRecord
+    from opbench.workloads import task_key_of
     from opbench.workloads.fused import model_name
 
     host, name = host_facts(), model_name(args.model, op.name, args.batch, args.seq_len)
-    return TrialRecord(workload=name, op=op.kind, task_key=_task_key(name), host=host.hostname,
+    return TrialRecord(workload=name, op=op.kind, task_key=task_key_of(name) or "", host=host.hostname,
                        cpu_model=host.cpu_model, tvm_version=host.tvm_version, template=op.schedule, dtype=op.dtype,
                        shape=";".join("x".join(map(str, s)) for s in op.shapes), source_model=args.model,
                        threads=args.threads, latency_ms=op.latency_ms, calls=op.calls, share=op.share,
                        key_op=str(op.key), flops=op.flops, gflops=op.flops / (op.latency_ms * 1e-3) / 1e9,
                        memory={k.removeprefix(MEM_PREFIX): v for k, v in op.memory.items()}).to_row()
-
-
-def _task_key(name: str) -> str:
-    """A model operator's task key; "" for one no template takes (two outputs), as it is no workload."""
-    from opbench.exceptions import WorkloadError
-    from opbench.workloads import parse_workload
-
-    try:
-        return parse_workload(name).task_key
-    except WorkloadError:
-        return ""
 
 
 def _schedules_label(schedules: str) -> str:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from opbench.exceptions import OpBenchError
 from opbench.predictor.model import LatencyModel, trainable
+from opbench.workloads import task_key_of
 
 HOLD_OUTS = {"workload": "task_key", "op": "op", "model": "source_model"}
 TOP_K = (1, 5)
@@ -66,7 +67,8 @@ class HeldOutResult:
         for group in sorted({s.group for s in self.scores}):
             mine = [s for s in self.scores if s.group == group]
             weights = np.array([s.weight for s in mine])
-            row: dict[str, Any] = {"group": group, "tasks": len({s.task for s in mine}), "rows": sum(s.rows for s in mine)}
+            tasks = {s.task: s.rows for s in mine}  # each seed scores the same rows
+            row: dict[str, Any] = {"group": group, "tasks": len(tasks), "rows": sum(tasks.values())}
             for k in TOP_K:
                 row[f"top{k}"] = float(np.average([s.top(k) for s in mine], weights=weights))
                 row[f"random_top{k}"] = float(np.average([s.random[k] for s in mine], weights=weights))
@@ -91,9 +93,13 @@ def groups_of(frame: pd.DataFrame, hold_out: str) -> pd.Series:
     if hold_out not in HOLD_OUTS:
         raise OpBenchError(f"unknown hold-out '{hold_out}'; hold-outs: {', '.join(HOLD_OUTS)}")
     column = HOLD_OUTS[hold_out]
-    if column not in frame or frame[column].isna().all():
-        raise OpBenchError(f"--hold-out {hold_out} needs a '{column}' column: export the dataset again with this "
-                           "version (it gives older records a task key)")
+    if column == "task_key":  # records made before they carried one: from their workload where it parses
+        known = frame[column] if column in frame else pd.Series(None, frame.index, dtype=object)
+        names = frame["workload"].astype(str)
+        return pd.Series([k if isinstance(k, str) and k else task_key_of(w) or w for k, w in zip(known, names)],
+                         frame.index)
+    if column not in frame:
+        raise OpBenchError(f"--hold-out {hold_out} needs a '{column}' column, the dataset has none")
     return frame[column].fillna("").astype(str)
 
 
@@ -111,8 +117,7 @@ def make_folds(groups: list[str], folds: int | None, seed: int = 0) -> list[list
 
 
 def held_out_study(frame: pd.DataFrame, hold_out: str, folds: int | None = None, seeds: int = 1,
-                   model: Callable[[int], LatencyModel] = lambda seed: LatencyModel(seed=seed),
-                   on_fold: Callable[[list[str], pd.DataFrame], None] = lambda held, train: None) -> HeldOutResult:
+                   model: Callable[[int], LatencyModel] = lambda seed: LatencyModel(seed=seed)) -> HeldOutResult:
     """Train a model per fold and seed on every group but the fold's, score the fold's tasks."""
     rows = trainable(frame)
     rows = rows.assign(_group=groups_of(rows, hold_out).to_numpy(), _task=groups_of(rows, "workload").to_numpy())
@@ -120,7 +125,6 @@ def held_out_study(frame: pd.DataFrame, hold_out: str, folds: int | None = None,
     for seed in range(seeds):
         for held in result.folds:
             train, test = rows[~rows["_group"].isin(held)], rows[rows["_group"].isin(held)]
-            on_fold(held, train)
             fitted = model(seed).fit(train.drop(columns=["_group", "_task"]))
             test = test.assign(_pred=fitted.predict(test.drop(columns=["_group", "_task"])))
             result.scores += [_task_score(task, seed, hold_out) for _, task in test.groupby(["_group", "_task"])]

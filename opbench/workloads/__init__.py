@@ -1,13 +1,27 @@
 """The workload catalogue: ``parse_workload("matmul:m=512,n=512,k=512")`` or a preset name."""
 from __future__ import annotations
 
+import functools
+
 from opbench.exceptions import WorkloadError
 from opbench.workloads._base import SUPPORTED_DTYPES, Axis, Operator, Workload
 from opbench.workloads.fused import MODEL_PREFIX, model_name, model_spec
 from opbench.workloads.ops import OPERATORS, parse_value
 from opbench.workloads.presets import PRESETS
 
-__all__ = ["Axis", "Operator", "Workload", "OPERATORS", "PRESETS", "parse_workload"]
+__all__ = ["Axis", "Operator", "Workload", "OPERATORS", "PRESETS", "parse_workload", "task_key_of"]
+
+
+@functools.cache
+def task_key_of(name: str) -> str | None:
+    """The canonical task of a workload name (:attr:`Workload.task_key`), None where it no longer parses
+    (an operator renamed, a model operator whose extraction is not cached here)."""
+    from opbench.exceptions import OpBenchError
+
+    try:
+        return parse_workload(name).task_key
+    except OpBenchError:
+        return None
 
 
 def parse_workload(text: str) -> Workload:

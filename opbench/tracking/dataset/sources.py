@@ -3,7 +3,6 @@ read run by run, only what no segment holds (an invocation in flight or killed b
 written before segments). :func:`fetch` gathers them; :meth:`Fetched.tables` yields them filtered, in one schema."""
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from opbench.tracking.mlflow_read import experiment_ids, runs_records
 from opbench.tracking.mlflow_store import KIND_TAG, _client
 from opbench.tracking.segment_store import INVOCATION_TAG, all_sealed, fetch_segments, segment_artifacts, writers
 from opbench.tracking.segments import read_segment, to_table
+from opbench.workloads import task_key_of
 
 PARENT_KINDS = ("study", "import", "report")  # runs that gather an invocation's records
 CHUNK = 5000  # records read run by run go out in tables of this many
@@ -161,21 +161,10 @@ def with_task_keys(table: Any) -> Any:
     keys = table.column("task_key").to_pylist() if "task_key" in table.column_names else [None] * len(table)
     if all(keys):
         return table
-    filled = pa.array([k or _task_key(str(w)) for k, w in zip(keys, table.column("workload").to_pylist())], pa.string())
+    filled = pa.array([k or task_key_of(str(w)) for k, w in zip(keys, table.column("workload").to_pylist())], pa.string())
     if "task_key" in table.column_names:
         return table.set_column(table.column_names.index("task_key"), "task_key", filled)
     return table.append_column("task_key", filled)
-
-
-@functools.cache
-def _task_key(workload: str) -> str | None:
-    from opbench.exceptions import OpBenchError
-    from opbench.workloads import parse_workload
-
-    try:
-        return parse_workload(workload).task_key
-    except OpBenchError:
-        return None
 
 
 def merged_schema(schemas: list[Any]) -> Any:

@@ -1,0 +1,91 @@
+"""The held-out protocol: folds never train on what they score, a random pick's expectation, both summaries."""
+import itertools
+import statistics
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from opbench.exceptions import OpBenchError
+from opbench.predictor.heldout import HeldOutResult, TaskScore, groups_of, held_out_study, make_folds, random_top_k
+from opbench.predictor.model import LatencyModel
+
+
+def _frame(n_per_task: int = 24, seed: int = 0) -> pd.DataFrame:
+    """Random configs of six tasks; two names of matmul-512 among them, which are one task."""
+    rng = np.random.default_rng(seed)
+    names = ["matmul-512", "matmul:m=512,n=512,k=512", "dense:m=64,n=64,k=64", "conv2d:n=1,c=8,h=8,w=8,k=8,r=3,s=3",
+             "batch_matmul:b=2,m=32,n=32,k=32", "softmax:m=64,n=128", "pool2d:n=1,c=8,h=16,w=16,r=2,s=2"]
+    rows = []
+    for t, name in enumerate(names):
+        x = rng.uniform(0, 4, n_per_task)
+        rows += [{"workload": name, "op": name.split(":")[0].split("-")[0], "status": "ok", "feat.flops": 1e6 * (t + 1),
+                  "feat.x": v, "feat.t": float(t), "latency_ms": (t + 1) * np.exp(0.5 * v)} for v in x]
+    return pd.DataFrame(rows)
+
+
+def test_a_random_picks_expected_top_k_is_the_brute_force_mean():
+    latencies = [3.0, 1.0, 2.0, 5.0, 4.0, 2.5]
+    for k in (1, 2, 3, 5, 6):
+        brute = statistics.fmean(min(latencies) / min(c) for c in itertools.combinations(latencies, k))
+        assert random_top_k(latencies, k) == pytest.approx(brute)
+    assert random_top_k([2.0, 1.0], 5) == 1.0  # k past the rows: every row is picked
+
+
+def test_the_two_summaries_on_a_hand_made_table():
+    def score(group, task, best, top1, top5):
+        return TaskScore(group, task, 0, 10, best, {1: top1, 5: top5}, {1: 0.3, 5: 0.7}, 0.5)
+
+    result = HeldOutResult("op", [["a"], ["b"]], [score("a", "a1", 1.0, 2.0, 1.0), score("b", "b1", 2.0, 2.0, 2.0),
+                                                  score("b", "b2", 1.0, 4.0, 1.0)])
+    summary = result.summaries()
+    assert summary["tenset_top1"] == pytest.approx((0.5 + (1.0 + 0.25) / 2) / 2)  # the mean of the groups' means
+    assert summary["tlp_top1"] == pytest.approx((1 + 2 + 1) / (2 + 2 + 4))  # pooled over every task
+    assert summary["tenset_top5"] == summary["tlp_top5"] == 1.0 and summary["random_top1"] == pytest.approx(0.3)
+    assert summary["below_random"] == 0
+
+
+def test_no_fold_ever_trains_on_a_held_out_groups_rows():
+    frame = _frame()
+    trained_on: list[set[str]] = []
+
+    class Recording(LatencyModel):
+        def fit(self, rows):
+            trained_on.append(set(groups_of(rows, "workload")))
+            return super().fit(rows)
+
+    result = held_out_study(frame, "workload", seeds=2, model=lambda seed: Recording(seed=seed, n_estimators=20))
+    assert len(result.folds) == 6 and ["matmul:m=512,n=512,k=512"] in result.folds  # two names, one task
+    assert len(trained_on) == 12
+    for held, seen in zip(result.folds * 2, trained_on):
+        assert not seen & set(held) and len(seen) == 5
+    groups = result.by_group()
+    assert set(groups["group"]) == set(groups_of(frame, "workload")) and (groups["top1"] <= 1).all()
+    assert (groups.loc[groups["group"] == "matmul:m=512,n=512,k=512", "rows"] == 48).all()
+
+
+def test_folds_and_bad_hold_outs():
+    assert make_folds(list("abcdef"), 3, seed=1) == make_folds(list("abcdef"), 3, seed=1)
+    assert sorted(g for fold in make_folds(list("abcdef"), 3) for g in fold) == list("abcdef")
+    with pytest.raises(OpBenchError, match="at least 2 groups"):
+        make_folds(["a", "a"], None)
+    with pytest.raises(OpBenchError, match="unknown hold-out 'sideways'"):
+        groups_of(_frame(), "sideways")
+    with pytest.raises(OpBenchError, match="needs a 'source_model' column"):
+        groups_of(_frame(), "model")
+
+
+def test_the_study_command_prints_every_group_and_both_summaries_and_saves_the_folds(tmp_path, capsys):
+    import json
+
+    from opbench.cli import main
+    from opbench.tracking.dataset import write_dataset
+
+    data = write_dataset(_frame(n_per_task=12), tmp_path / "d.parquet")
+    assert main(["predictor", "study", "--data", str(data), "--hold-out", "op", "--folds", "3",
+                 "--out", str(tmp_path / "study")]) == 0
+    out = capsys.readouterr().out
+    assert all(op in out for op in ("matmul", "dense", "conv2d", "batch_matmul", "softmax", "pool2d"))
+    assert "TenSet (mean of the groups): top-1" in out and "TLP (pooled over every task): top-1" in out
+    folds = json.loads((tmp_path / "study" / "folds.json").read_text())
+    assert folds["hold_out"] == "op" and sorted(g for f in folds["folds"] for g in f) == sorted(set(_frame()["op"]))
