@@ -72,11 +72,11 @@ def copies(records: list[Record], n: int) -> list[Record]:
     return [{**records[i % len(records)], "trial_id": new_trial_id()} for i in range(n)]
 
 
-def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+def timed(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, float]:
     """Run ``argv``; its wall time (s) and peak RSS (MB). It must succeed. The peak is GNU time's report of
     its own child: a process forked from this one would count this one's memory as its own."""
     start = time.perf_counter()
-    out = subprocess.run([TIME, "-f", f"{MAXRSS} %M", *argv], env=env, stdout=subprocess.DEVNULL,
+    out = subprocess.run([TIME, "-f", f"{MAXRSS} %M", *argv], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - start
     if out.returncode != 0:
@@ -127,11 +127,11 @@ def before(src: Path, uri: str, name: str, base: list[Record], scratch: Path) ->
     writer = JsonlWriter(log)
     for record in copies(base, BEFORE_RECORDS):
         writer.write(record)
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    env = {**os.environ, "PYTHONPATH": str(src)}  # run from src: `-m` and `-c` put the working folder first
     study = f"before-{name}"
-    write_s, _ = timed([sys.executable, "-c", WRITE_RUNS, str(log), study, uri], env)
+    write_s, _ = timed([sys.executable, "-c", WRITE_RUNS, str(log), study, uri], env, src)
     export_s, rss = timed(cli("dataset", "export", "--experiment", study, "--tracking-uri", uri,
-                              "--out", str(scratch / f"{study}.parquet")), env)
+                              "--out", str(scratch / f"{study}.parquet")), env, src)
     return (name, BEFORE_RECORDS, write_s, export_s, rss)
 
 

@@ -71,6 +71,8 @@ def test_a_store_written_before_segments_still_exports(tracking_uri, tmp_path):
     for row in old:
         writer.write(row)
     writer.close()
+    assert writer.client.get_run(writer.parent_run_id).data.tags[writer.writer] == "open"  # runs, never sealed
+    assert export_mlflow(tmp_path / "open.jsonl", ["old"], tracking_uri).read_run_by_run == 6
     writer.client.delete_tag(writer.parent_run_id, writer.writer)
     done = export_mlflow(tmp_path / "old.jsonl", ["old"], tracking_uri)
     assert done.segments == 0 and done.read_run_by_run == done.rows == 6

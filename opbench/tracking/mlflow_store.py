@@ -142,13 +142,15 @@ class MlflowWriter:
         self.parent_run_id = parent_run_id
         self.writer = writer_name()
         self.client.set_tag(parent_run_id, self.writer, OPEN)
-        self._sealed_all = True  # every segment this writer sealed is in MLflow
+        self._sealed_all = True  # every segment this writer sealed is in MLflow ...
+        self._unsealed: set[str] = set()  # ... and these trials it wrote as runs are in none yet
         self._segments = 0
         self._trial_runs: dict[str, str] = {}  # trial_id -> run_id of the trials written here
         self._background = BackgroundWriter(self._write, background_lock) if background_lock else None
 
     def write(self, record: Record) -> None:
         """A run nested under the study's parent run, or under its co-run's run (written before it)."""
+        self._unsealed.add(str(record.get("trial_id")))
         if self._background:
             self._background.put(record)
         else:
@@ -182,6 +184,7 @@ class MlflowWriter:
 
     def seal(self, rows: list[Record]) -> None:
         """``rows`` (canonical records) as a segment of the parent run, after what is queued before them."""
+        self.held_in_segments([str(r.get("trial_id")) for r in rows])
         if not rows:
             return
         self._segments += 1
@@ -198,6 +201,10 @@ class MlflowWriter:
             log.exception("could not seal %d records into %s", len(rows), path.name)
             return
         path.unlink()
+
+    def held_in_segments(self, trial_ids: list[str]) -> None:
+        """These trials, written here as runs, are in segments (sealed here, or by another writer)."""
+        self._unsealed.difference_update(trial_ids)
 
     def mark_sealed(self, writers: list[str]) -> None:
         """Writers (``opbench.writer.*`` tags) whose records are all in segments now, after what is queued."""
@@ -250,7 +257,7 @@ class MlflowWriter:
         when this writer owns it."""
         if self._background:
             self._background.close()
-        if self._sealed_all:
+        if self._sealed_all and not self._unsealed:
             self.client.set_tag(self.parent_run_id, self.writer, SEALED)
         if self.owns_parent:
             self.client.set_terminated(self.parent_run_id, status)

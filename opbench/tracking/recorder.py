@@ -78,6 +78,7 @@ class Recorder:
             if logs:
                 with tempfile.TemporaryDirectory(prefix="opbench-segments-") as scratch:
                     sealed = sealed_trial_ids(self.mlflow.client, self.mlflow.parent_run_id, Path(scratch))
+                self.mlflow.held_in_segments(list(sealed))
                 self.mlflow.seal([canonical(r) for key, r in logged.items() if key not in sealed])
                 self.mlflow.mark_sealed([writer_name(host, pid) for host, pid in logs])
             self.mlflow.flush()  # in MLflow before another process looks
