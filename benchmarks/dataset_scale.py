@@ -161,9 +161,20 @@ def main() -> None:
     if old:
         out.print(f"\nbefore: {args.before} (a run per record, exported run by run)")
         out.table(table(old, ["store", "records", "writing them s", "export s", "export peak RSS MB"]))
-    out.print("\ntargets: import 10,000 <= 60 s; export 10,000 <= 10 s, 100,000 <= 60 s, peak RSS <= 2 GB; "
-              "the loop <= 20 ms a record")
+    out.print("")
+    for line in verdicts(rows):
+        out.print(line)
     out.save()
+
+
+def verdicts(rows: list[tuple]) -> list[str]:
+    """Each target, met or not, on every store (rows: store, records, import s, export s, RSS MB, floor, loop)."""
+    checks = [("import 10,000 <= 60 s", lambda r: r[1] != 10_000 or r[2] <= 60),
+              ("export 10,000 <= 10 s", lambda r: r[1] != 10_000 or r[3] <= 10),
+              ("export 100,000 <= 60 s", lambda r: r[1] != 100_000 or r[3] <= 60),
+              ("export peak RSS <= 2 GB", lambda r: r[4] <= 2048),
+              ("the trial loop <= 20 ms a record on storage (mean)", lambda r: r[6] <= 20)]
+    return [f"{'met' if all(check(r) for r in rows) else 'NOT MET'}: {name}" for name, check in checks]
 
 
 if __name__ == "__main__":
