@@ -46,7 +46,5 @@ def records_frame(rows: list[Record]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if not rows:
         return frame
-    for column in frame.columns:
-        if is_numeric(column):
-            frame[column] = frame[column].astype("float64")
-    return frame[column_order(list(frame.columns))].reset_index(drop=True)
+    frame = frame.astype({column: "float64" for column in frame.columns if is_numeric(column)})  # one block, not one per column
+    return frame[column_order(list(frame.columns))].reset_index(drop=True).copy()  # .copy(): one block per dtype
