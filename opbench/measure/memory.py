@@ -14,16 +14,35 @@ from typing import Any
 
 from opbench.record import MEM_PREFIX, WORKSPACE_METRIC
 
+PRELOWERED = "opbench-prelowered"  # a TIR pipeline that lowers nothing: for a module :func:`lowered` made
+
 
 def lowered(scheduled: Any, target: Any) -> Any:
-    """``scheduled`` through the target's default TIR pipeline (the passes ``tvm.compile`` runs first)."""
+    """``scheduled`` through the target's default TIR pipeline (the passes ``tvm.compile`` runs first), in the
+    current pass context, as ``tvm.compile`` runs them: :func:`compile_lowered` builds the same kernel from it."""
     import tvm
 
     host = target if target.kind.name == "llvm" else tvm.target.Target("llvm")
     mod = tvm.tirx.transform.BindTarget(target.with_host(host))(scheduled)
     pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(target)
-    with tvm.transform.PassContext(opt_level=3):
-        return pipeline(mod)
+    return pipeline(mod)
+
+
+def compile_lowered(low: Any, target: Any) -> Any:
+    """``tvm.compile`` of a module :func:`lowered` made, without lowering it again (the same kernel: only the
+    host and device finalisation and code generation are left)."""
+    import inspect
+
+    import tvm
+
+    pipelines = inspect.getmodule(tvm.tirx.get_tir_pipeline).PIPELINE_MAP  # type: ignore[union-attr]
+    if PRELOWERED not in pipelines:
+        def pass_through() -> tuple[Any, Any, Any]:
+            _, finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(target)
+            return tvm.transform.Sequential([]), finalize_host, finalize_device
+
+        pipelines[PRELOWERED] = pass_through
+    return tvm.compile(low, target, tir_pipeline=PRELOWERED)
 
 
 def allocations(mod: Any) -> list[tuple[str, int, bool]]:
@@ -77,7 +96,11 @@ def peaks(mod: Any) -> dict[str, int]:
 def schedule_memory(scheduled: Any, target: Any, unscheduled: Any, threads: int, outputs: int = 1) -> dict[str, float]:
     """The ``mem.*`` columns of a schedule built for ``target`` with ``threads`` threads; ``unscheduled``
     is the PrimFunc it schedules (its parameters: the inputs, then ``outputs`` outputs)."""
-    low = lowered(scheduled, target)
+    return lowered_memory(lowered(scheduled, target), unscheduled, threads, outputs)
+
+
+def lowered_memory(low: Any, unscheduled: Any, threads: int, outputs: int = 1) -> dict[str, float]:
+    """:func:`schedule_memory` of a schedule :func:`lowered` already (a module of its function alone)."""
     allocs, by_scope = allocations(low), peaks(low)
     columns: dict[str, float] = {}
     total = 0.0

@@ -110,7 +110,7 @@ class KernelWorker:
         from opbench.exceptions import ConfigError
         from opbench.hardware.targets import export_compiler, make_target
         from opbench.measure.features import schedule_features
-        from opbench.measure.memory import schedule_memory
+        from opbench.measure.memory import compile_lowered, lowered, lowered_memory
         from opbench.measure.prepack import split_prepack, write_manifest
         from opbench.space import get_template
         from opbench.space._schedule import WEIGHTS_PREPACKED
@@ -127,14 +127,18 @@ class KernelWorker:
         except (s_tir.ScheduleError, RuntimeError, ConfigError) as exc:  # TVM's FFI errors are RuntimeErrors
             return BuildResult(Status.INVALID_CONFIG, f"schedule rejected the config: {short_error(exc)}")
         target = make_target(req.target, req.threads)
-        memory = schedule_memory(tvm.IRModule({"main": mod["main"]}), target, workload.prim_func(), req.threads)
+        try:
+            low = lowered(mod, target)  # once: the memory is read from it, and it is compiled
+        except Exception as exc:  # noqa: BLE001 - a lowering failure is a build error of this trial
+            return BuildResult(Status.BUILD_ERROR, short_error(exc), build_s=time.perf_counter() - start)
+        memory = lowered_memory(tvm.IRModule({"main": low["main"]}), workload.prim_func(), req.threads)
         if prepack is not None:
             memory["mem.prepacked"] = float(prepack.nbytes)
         if req.max_workspace is not None and memory["mem.workspace"] > req.max_workspace:
             return BuildResult(Status.INVALID_CONFIG, f"workspace of {memory['mem.workspace']:.0f} bytes is over the "
                                                       f"budget (--max-workspace {req.max_workspace})", memory=memory)
         try:
-            executable = tvm.compile(mod, target)
+            executable = compile_lowered(low, target)
             artifact = os.path.join(req.out_dir, f"kernel-{os.getpid()}-{time.monotonic_ns()}.so")
             executable.export_library(artifact, fcompile=export_compiler(req.target))
             if prepack is not None:
