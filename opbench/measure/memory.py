@@ -18,13 +18,13 @@ PRELOWERED = "opbench-prelowered"  # a TIR pipeline that lowers nothing: for a m
 
 
 def lowered(scheduled: Any, target: Any) -> Any:
-    """``scheduled`` through the target's default TIR pipeline (the passes ``tvm.compile`` runs first), in the
+    """``scheduled`` through the TIR pipeline ``tvm.compile`` runs before code generation, in the
     current pass context, as ``tvm.compile`` runs them: :func:`compile_lowered` builds the same kernel from it."""
     import tvm
 
     host = target if target.kind.name == "llvm" else tvm.target.Target("llvm")
     mod = tvm.tirx.transform.BindTarget(target.with_host(host))(scheduled)
-    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(target)
+    pipeline, _, _ = tvm.tirx.get_tir_pipeline("default")  # tvm.compile's (tir_pipeline="default")
     return pipeline(mod)
 
 
@@ -38,7 +38,7 @@ def compile_lowered(low: Any, target: Any) -> Any:
     pipelines = inspect.getmodule(tvm.tirx.get_tir_pipeline).PIPELINE_MAP  # type: ignore[union-attr]
     if PRELOWERED not in pipelines:
         def pass_through() -> tuple[Any, Any, Any]:
-            _, finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(target)
+            _, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("default")
             return tvm.transform.Sequential([]), finalize_host, finalize_device
 
         pipelines[PRELOWERED] = pass_through

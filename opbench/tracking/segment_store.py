@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from opbench.tracking.segments import SEGMENTS_DIR, read_segment
+from opbench.tracking.segments import SEGMENTS_DIR, trial_ids
 
 log = logging.getLogger("opbench")
 
@@ -87,9 +87,7 @@ def fetch_segments(client: Any, wanted: list[tuple[str, str]], scratch: Path) ->
 
 def sealed_trial_ids(client: Any, run_id: str, scratch: Path) -> set[str]:
     """The trial ids a parent run's segments hold."""
-    paths = fetch_segments(client, [(run_id, a) for a in segment_artifacts(client, run_id)], scratch)
-    return {str(t) for path in paths for t in read_segment(path, ["trial_id"]).column("trial_id").to_pylist()
-            if t is not None}
+    return trial_ids(fetch_segments(client, [(run_id, a) for a in segment_artifacts(client, run_id)], scratch))
 
 
 def writers(tags: dict[str, str]) -> dict[str, str]:

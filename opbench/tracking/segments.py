@@ -104,6 +104,12 @@ def read_segment(path: Path | str, columns: list[str] | None = None) -> Any:
     return pq.read_table(path, columns=columns)
 
 
+def trial_ids(paths: Iterable[Path]) -> set[str]:
+    """The trial ids segments hold (only that column read)."""
+    return {str(t) for path in paths for t in read_segment(path, ["trial_id"]).column("trial_id").to_pylist()
+            if t is not None}
+
+
 def table_records(table: Any) -> list[Record]:
     """An Arrow table's rows as records (absent values left out; a knob stored as words where its column
     mixes them with numbers reads back as :func:`canonical` gives it)."""

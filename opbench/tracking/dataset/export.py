@@ -103,14 +103,10 @@ def write_dataset(frame: pd.DataFrame, path: Path | str) -> Path:
     from opbench.tracking.segments import canonical, to_table
 
     path = Path(path)
-    table = to_table([canonical({k: v for k, v in row.items() if _present(v)}) for row in frame.to_dict("records")])
+    table = to_table([canonical(row) for row in frame.to_dict("records")])  # canonical drops None and NaN
     with open_writer(path, table.schema) as writer:
         writer.write(table)
     return path
-
-
-def _present(value: Any) -> bool:
-    return value is not None and not (isinstance(value, float) and value != value)
 
 
 def read_dataset(path: Path | str) -> pd.DataFrame:

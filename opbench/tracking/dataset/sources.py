@@ -12,7 +12,7 @@ from opbench.record import Record, column_order
 from opbench.tracking.mlflow_read import experiment_ids, runs_records
 from opbench.tracking.mlflow_store import KIND_TAG, _client
 from opbench.tracking.segment_store import INVOCATION_TAG, all_sealed, fetch_segments, segment_artifacts, writers
-from opbench.tracking.segments import read_segment, to_table
+from opbench.tracking.segments import to_table, trial_ids
 from opbench.workloads import task_key_of
 
 PARENT_KINDS = ("study", "import", "report")  # runs that gather an invocation's records
@@ -61,10 +61,6 @@ class StorePlan:
     unsealed: list[str] = field(default_factory=list)  # parent runs whose segments may miss records
     legacy: list[str] = field(default_factory=list)  # experiments with a parent run older than segments
 
-    @property
-    def runs_to_read(self) -> bool:
-        return bool(self.unsealed or self.legacy)
-
 
 def plan(experiments: list[str], uri: str) -> StorePlan:
     """The segments of every invocation of ``experiments``, and what must be read run by run."""
@@ -112,7 +108,7 @@ def fetch(store: StorePlan, kind: str, scratch: Path) -> Fetched:
     """The plan's segments (downloaded into ``scratch`` from a remote store, several at once) and the
     records of kind ``kind`` that must be read run by run because no segment holds them."""
     paths = fetch_segments(store.client, store.segments, scratch)
-    held = {str(t) for p in paths for t in read_segment(p, ["trial_id"]).column("trial_id").to_pylist()}
+    held = trial_ids(paths)
     runs, chunk = [], []
     for record in _unsealed_records(store, kind, held):
         chunk.append(record)
@@ -125,7 +121,7 @@ def fetch(store: StorePlan, kind: str, scratch: Path) -> Fetched:
 def held_trial_ids(store: StorePlan, scratch: Path) -> set[str]:
     """The trial ids of every record of the plan, of any kind (segments' and, by their tags, runs')."""
     paths = fetch_segments(store.client, store.segments, scratch)
-    held = {str(t) for p in paths for t in read_segment(p, ["trial_id"]).column("trial_id").to_pylist()}
+    held = trial_ids(paths)
     queries = [(store.experiment_ids, f"tags.`{INVOCATION_TAG}` = '{parent}'") for parent in store.unsealed]
     queries += [(store.legacy, "")] if store.legacy else []
     for experiments, text in queries:
