@@ -115,8 +115,11 @@ def test_cuda_configs_and_ops_are_checked():
         get_template(parse_workload("bert-base-softmax"), None, "cuda")
 
 
-@pytest.mark.skipif("not __import__('tvm').runtime.enabled('cuda') or not __import__('tvm').cuda(0).exist",
-                    reason="no CUDA GPU on this machine")
+needs_gpu = pytest.mark.skipif("not __import__('opbench.hardware.targets').hardware.targets.cuda_present()",
+                               reason="no CUDA GPU on this machine")
+
+
+@needs_gpu
 def test_cuda_kernels_run_checked_on_the_gpu(measurer):
     from opbench.hardware.resources import Resources
     from opbench.measure.types import TrialSpec
@@ -125,6 +128,19 @@ def test_cuda_kernels_run_checked_on_the_gpu(measurer):
         record = measurer.measure(TrialSpec(parse_workload(preset), {}, Resources(1, target="cuda")))
         assert record["status"] == "ok", record["error"]
         assert record["template"].startswith("cuda_") and record["max_abs_err"] < 1e-2
+
+
+@needs_gpu
+def test_a_gpu_studys_torch_reference_runs_on_the_gpu(measurer):
+    from opbench.hardware.resources import Resources
+    from opbench.studies.references import measure_references
+
+    workload = parse_workload("matmul:m=1024,n=1024,k=1024")
+    refs = measure_references(measurer, workload, Resources(1, target="cuda"), lambda r: None, verified=True)
+    assert set(refs) == {"template_default", "torch"}  # no numpy, no unscheduled TE on a GPU
+    torch_ref = refs["torch"]
+    assert torch_ref["status"] == "ok" and torch_ref["target"] == "cuda", torch_ref.get("error")
+    assert torch_ref["mem.torch_allocated"] >= 4 * 1024 * 1024  # the output at least, in the GPU's allocator
 
 
 def _rapl_tree(root, packages):

@@ -75,11 +75,12 @@ def make_target(name: str, threads: int) -> Any:  # -> tvm.target.Target (import
     arch = _CUDA.match(name).group(1)  # type: ignore[union-attr]
     if arch:
         return Target({"kind": "cuda", "arch": arch}, host=Target.from_device("cpu"))
-    return Target.from_device("cuda") if _cuda_present() else Target({"kind": "cuda", "arch": "sm_80"},
+    return Target.from_device("cuda") if cuda_present() else Target({"kind": "cuda", "arch": "sm_80"},
                                                                       host=Target.from_device("cpu"))
 
 
-def _cuda_present() -> bool:
+def cuda_present() -> bool:
+    """Whether TVM was built with CUDA and sees a GPU here."""
     import tvm
 
     return bool(tvm.runtime.enabled("cuda")) and tvm.cuda(0).exist

@@ -22,12 +22,12 @@ BASELINES_FILE = "baselines.json"
 
 
 def baseline_key(workload: Workload, library: str, resources: Resources, host: str) -> str:
-    """What a baseline depends on: host, library and its version, workload, threads and cores."""
+    """What a baseline depends on: host, library and its version, workload, threads, cores and target."""
     try:
         version = metadata.version(library)
     except metadata.PackageNotFoundError:
         version = "?"
-    return f"{host}|{library}=={version}|{workload.spec}|{resources.threads}|{resources.cores_label}"
+    return f"{host}|{library}=={version}|{workload.spec}|{resources.threads}|{resources.cores_label}|{resources.target}"
 
 
 class BaselineCache:

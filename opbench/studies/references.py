@@ -1,5 +1,6 @@
 """What a study's speed-ups are measured against: TVM's unscheduled TE schedule, the template default, and
-PyTorch and numpy where they implement the op (timed in processes that never run a TVM kernel)."""
+PyTorch and numpy where they implement the op (timed in processes that never run a TVM kernel; on a GPU
+target, PyTorch on the GPU and no numpy)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -28,7 +29,7 @@ def measure_references(measurer: Measurer, workload: Workload, resources: Resour
     reuse_s, processes = settings.baseline_reuse_s(), 1 if verified else LIBRARY_PROCESSES
     if workload.op.torch_baseline and local:
         refs["torch"] = measurer.measure_library(workload, "torch", resources, processes, reuse_s)
-    if workload.op.numpy_impl and local:
+    if workload.op.numpy_impl and local and not is_gpu(resources.target):
         refs["numpy"] = measurer.measure_library(workload, "numpy", resources, processes, reuse_s)
     for name, record in refs.items():
         record["reference"] = name

@@ -1,4 +1,5 @@
-"""The library worker: times library baselines (torch, numpy) in a process that never imports TVM."""
+"""The library worker: times library baselines (torch, numpy) in a process that never imports TVM, on the
+CPU or, for a GPU target, torch on the GPU (docs/measurement.md#gpu)."""
 from __future__ import annotations
 
 import os
@@ -14,14 +15,40 @@ from opbench.record import MEM_PREFIX, Status
 TORCH_ALLOCATED = f"{MEM_PREFIX}torch_allocated"  # what PyTorch's profiler says its operators allocate in one call
 
 
-def torch_allocated(call: Callable[[], None]) -> float:
-    """Bytes PyTorch's profiler records as allocated by the operators of one ``call`` (its output included;
-    allocations a library below PyTorch makes for itself, such as oneDNN's scratchpad, are not seen)."""
+def torch_allocated(call: Callable[[], None], gpu: bool = False) -> float:
+    """Bytes PyTorch allocates for one ``call`` (its output included): on a GPU, the caching allocator's peak
+    above what was held before; on the CPU, what its profiler records for the call's operators
+    (allocations a library below PyTorch makes for itself, such as oneDNN's scratchpad, are not seen)."""
+    import torch
+
+    if gpu:
+        torch.cuda.synchronize()
+        held = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        call()
+        torch.cuda.synchronize()
+        return float(torch.cuda.max_memory_allocated() - held)
     from torch.autograd import profiler
 
     with profiler.profile(profile_memory=True, use_kineto=False) as trace:
         call()
     return float(sum(max(event.self_cpu_memory_usage, 0) for event in trace.key_averages() if event.key != "[memory]"))
+
+
+def torch_device(target: str) -> tuple[Any, Callable[[], None]]:
+    """The torch device for ``target`` and what waits for its queued work (nothing on the CPU). On a GPU,
+    float32 stays float32: TF32 is off for matmuls and convolutions, as TVM's kernels compute in full fp32."""
+    import torch
+
+    from opbench.hardware.targets import is_gpu
+
+    if not is_gpu(target):
+        return torch.device("cpu"), lambda: None
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"target {target}: this torch ({torch.__version__}) sees no CUDA device")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch.device("cuda"), torch.cuda.synchronize
 
 
 class LibraryWorker:
@@ -45,14 +72,15 @@ class LibraryWorker:
             import torch
 
             torch.set_num_threads(self._threads)
-            fn, tensors = workload.op.torch_impl(workload.params), [torch.from_numpy(a) for a in arrays]
+            device, sync = torch_device(req.resources.target)
+            fn, tensors = workload.op.torch_impl(workload.params), [torch.from_numpy(a).to(device) for a in arrays]
             torch.set_grad_enabled(False)
 
             def call() -> None:
                 fn(*tensors)
 
-            result = self._time(req.timing, call, start)
-            result.memory = {TORCH_ALLOCATED: torch_allocated(call)}
+            result = self._time(req.timing, call, start, sync)
+            result.memory = {TORCH_ALLOCATED: torch_allocated(call, device.type == "cuda")}
             return result
         if req.library == "numpy" and workload.op.numpy_impl:
             def call() -> None:
@@ -69,24 +97,29 @@ class LibraryWorker:
         start = time.perf_counter()
         torch.set_num_threads(self._threads)
         torch.set_grad_enabled(False)
+        device, sync = torch_device(req.resources.target)
         source = load_model(req.model, req.batch, req.seq_len)
         if source.module is None:
             return RunResult(Status.RUN_ERROR, f"{req.model} has no PyTorch module to run eagerly")
+        module, inputs = source.module.to(device), [x.to(device) for x in source.inputs]
 
         def call() -> None:
-            source.module(*source.inputs)
+            module(*inputs)
 
-        return self._time(req.timing, call, start)
+        return self._time(req.timing, call, start, sync)
 
-    def _time(self, timing: TimingPolicy, call: Callable[[], None], start: float) -> RunResult:
+    def _time(self, timing: TimingPolicy, call: Callable[[], None], start: float,
+              sync: Callable[[], None] = lambda: None) -> RunResult:
         """One series of ``call`` as ``timing`` shapes it (the caches flushed before each repeat with
-        ``cache_flush``), after a first call that warms it up."""
+        ``cache_flush``), after a first call that warms it up; ``sync`` waits for the work a
+        repeat queued (a GPU's), inside its time, as TVM's time_evaluator does."""
         import numpy as np
 
         if timing.cache_flush and self._flush is None:
             self._flush = np.zeros(FLUSH_BYTES // 8)
         first = time.perf_counter()
         call()
+        sync()
         first = time.perf_counter() - first
 
         def evaluate(number: int, repeat: int) -> list[float]:
@@ -97,6 +130,7 @@ class LibraryWorker:
                 tick = time.perf_counter()
                 for _ in range(number):
                     call()
+                sync()
                 latencies.append((time.perf_counter() - tick) / number)
             return latencies
 

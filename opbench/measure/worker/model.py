@@ -17,8 +17,10 @@ def time_model(req: ModelInput) -> RunResult:
     import tvm
     from tvm import relax
 
+    from opbench.hardware.targets import is_gpu
+
     start = time.perf_counter()
-    dev = tvm.cpu(0)
+    dev = tvm.cuda(0) if is_gpu(req.resources.target) else tvm.cpu(0)
     vm = relax.VirtualMachine(tvm.runtime.load_module(req.library), dev)
     with np.load(req.inputs) as saved:
         arrays = {name: saved[name] for name in saved.files}

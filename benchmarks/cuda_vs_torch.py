@@ -1,0 +1,138 @@
+"""OpBench on an NVIDIA GPU against PyTorch on the same GPU, measured in one run (nothing without a GPU).
+
+Operators (matmul-1024, resnet50-c2, bert-base-ffn1 by default): the CUDA template's default config and
+the best of an Optuna study of ``--trials`` trials, as ``opbench tune --target cuda`` runs it, against
+torch on the GPU (float32 with TF32 off, as TVM's kernels compute), timed in processes that never load
+TVM. Whole models (``--models``): PyTorch eager on the GPU against the model built by ``tvm.compile`` for
+CUDA, whose default pipeline schedules every fused operator with TVM's dlight rules (untuned); its output
+is checked against PyTorch's. Every latency printed is verified: re-measured in fresh processes over
+``--rounds`` alternating rounds (median, with the range), each a record in the run's MLflow store.
+
+    .venv/bin/python benchmarks/cuda_vs_torch.py [--trials 32] [--workloads W ...] [--models bert-base ...] [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+from pathlib import Path
+
+from _results import Results
+
+from opbench.engines.loop import run_tuning
+from opbench.engines.optuna.engine import OptunaEngine
+from opbench.engines.optuna.storage import default_storage
+from opbench.hardware.lock import HostLock
+from opbench.hardware.resources import Resources
+from opbench.hardware.targets import cuda_present, make_target
+from opbench.measure.measurer import Measurer
+from opbench.measure.models import export_model, save_inputs
+from opbench.measure.protocol import ModelInput
+from opbench.measure.types import MeasureOptions
+from opbench.record import Status, tee
+from opbench.report.progress import TrialPrinter, table
+from opbench.space import get_template
+from opbench.studies.models.profile import median_ms
+from opbench.studies.references import measure_references
+from opbench.studies.verify import BEST, Spread, Verification, verify, verify_rounds
+from opbench.tracking import Recorder
+from opbench.workloads import parse_workload
+from opbench.workloads.models.extract import import_model
+from opbench.workloads.models.sources import load_model
+
+WORKLOADS = ("matmul:m=1024,n=1024,k=1024", "resnet50-c2", "bert-base-ffn1")
+MODELS = ("bert-base", "resnet-50")
+GPU = Resources(1, target="cuda")  # one host thread drives the GPU
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=32)
+    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), metavar="W")
+    parser.add_argument("--models", nargs="*", default=list(MODELS), metavar="M")
+    parser.add_argument("--rounds", type=int, default=3, help="fresh-process verification rounds")
+    args = parser.parse_args()
+    if not cuda_present():
+        print("no CUDA GPU visible to TVM here: nothing measured")
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="opbench-cuda-"))
+    tracking = f"sqlite:///{scratch}/mlflow.db"
+    results = Results("cuda_vs_torch")
+    results.print(f"GPU: {gpu_name()}; float32, TF32 off in torch; verified: median of {args.rounds} fresh-process "
+                  "rounds (min-max)")
+    with Measurer(MeasureOptions(build_workers=8)) as measurer:
+        if args.workloads:
+            results.table(operators(measurer, args.workloads, args.trials, args.rounds, scratch, tracking))
+        if args.models:
+            results.table(models(measurer, args.models, args.rounds, scratch))
+    results.save()
+
+
+def gpu_name() -> str:
+    import tvm
+
+    dev = tvm.cuda(0)
+    return f"{dev.device_name} (compute {dev.compute_version}, {dev.multi_processor_count} SMs)"
+
+
+def operators(measurer: Measurer, names: list[str], trials: int, rounds: int, scratch: Path, tracking: str) -> str:
+    """Each operator tuned on the GPU as ``opbench tune --target cuda`` tunes it, then verified against torch."""
+    rows = []
+    for name in names:
+        workload = parse_workload(name)
+        template = get_template(workload, target=GPU.target)
+        with Recorder(f"cuda-{workload.name}", tracking, background_lock=HostLock(measurer.options.lock_path)) as recorder:
+            refs = measure_references(measurer, workload, GPU, recorder, verified=True)
+            engine = OptunaEngine(template.search_space(workload), 1, name, default_storage(scratch), seed=0,
+                                  initial=template.default_config(workload), budget=trials)
+            print(f"--- {name}: {trials} trials on the GPU", flush=True)
+            records = run_tuning(engine, workload, trials, measurer, tee(recorder, TrialPrinter(trials)), GPU)
+            verified = verify(measurer, [*refs.values(), *records], name, rounds, on_record=recorder)
+        for label, schedule in verified.schedules.items():
+            lat = schedule.latency
+            vs_torch = verified.ratio(label, "torch") if "torch" in verified.schedules else None
+            gflops = "-" if lat is None else f"{workload.flops / (lat.median * 1e-3) / 1e9:.0f}"
+            rows.append((workload.name, f"optuna best of {trials}" if label == BEST else label, show(lat), gflops,
+                         show(vs_torch)))
+    return table(rows, ["operator", "schedule", "verified ms (min-max)", "GFLOP/s", "latency / torch (min-max)"])
+
+
+def models(measurer: Measurer, names: list[str], rounds: int, scratch: Path) -> str:
+    """Each model built for CUDA by TVM's default pipeline (dlight), checked, and verified against eager."""
+    rows = []
+    target = make_target(GPU.target, GPU.threads)
+    for name in names:
+        print(f"--- {name}: built for CUDA with TVM's dlight defaults", flush=True)
+        source = load_model(name)
+        library = export_model(import_model(source), target, scratch / f"{name}-dlight.so")
+        inputs = save_inputs(source.numpy_inputs(), scratch / f"{name}-inputs.npz", source.reference()[0])
+        verified = verify_models(measurer, {
+            "torch eager": ModelInput(name, resources=GPU),
+            "TVM dlight": ModelInput(name, library=str(library), inputs=str(inputs), resources=GPU)}, name, rounds)
+        eager = verified.schedules["torch eager"].latency
+        for label, schedule in verified.schedules.items():
+            rows.append((name, label, show(schedule.latency), show(verified.ratio(label, "torch eager")),
+                         "; ".join(schedule.errors)[:120] or "-"))
+        if eager is None:
+            print(f"{name}: PyTorch eager did not run on the GPU")
+    return table(rows, ["model", "system", "verified ms (min-max)", "latency / eager (min-max)", "errors"])
+
+
+def verify_models(measurer: Measurer, runs: dict[str, ModelInput], study: str, rounds: int) -> Verification:
+    """Each named model run timed once a round, in fresh processes taking turns, over alternating rounds."""
+    def time_round(order: list[str]) -> dict[str, tuple[float, str]]:
+        timed = measurer.time_models_fresh([runs[n] for n in order])
+        return {n: (median_ms(run), "" if run.status is Status.OK else f"{run.status.value}: {run.error}")
+                for n, run in zip(order, timed)}
+
+    return verify_rounds(list(runs), time_round, {}, study, rounds)
+
+
+def show(spread: Spread | None) -> str:
+    if spread is None or math.isnan(spread.median):
+        return "not verified"
+    return f"{spread.median:.4g} ({spread.lo:.4g}-{spread.hi:.4g})"
+
+
+if __name__ == "__main__":
+    main()
