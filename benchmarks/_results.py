@@ -20,8 +20,9 @@ os.environ["OPBENCH_BASELINE_REUSE_S"] = "0"  # a benchmark reports what it meas
 class Results:
     """What one benchmark run prints, also written to this host's results file for today by :meth:`save`."""
 
-    def __init__(self, benchmark: str) -> None:
+    def __init__(self, benchmark: str, device: str = "") -> None:
         self.benchmark = benchmark
+        self.device = device  # an accelerator the results are of: its own file beside the host's
         self._lines = [f"`{shlex.join(['python', *sys.argv])}`", ""]
 
     def print(self, text: str = "") -> None:
@@ -34,10 +35,11 @@ class Results:
         self._lines += ["```", text, "```"]
 
     def save(self, folder: Path = RESULTS) -> Path:
-        """Write (or replace) this benchmark's section in ``<folder>/<date>-<host>.md``."""
+        """Write (or replace) this benchmark's section in ``<folder>/<date>-<host>[-<device>].md``."""
         facts = host_facts()
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{datetime.date.today():%Y-%m-%d}-{safe_name(facts.hostname)}.md"
+        name = "-".join(filter(None, (f"{datetime.date.today():%Y-%m-%d}", facts.hostname, self.device)))
+        path = folder / f"{safe_name(name)}.md"
         header = (f"# Benchmarks on {facts.hostname}, {datetime.date.today():%Y-%m-%d}\n\n"
                   f"{facts.cpu_model}, {facts.cores} cores, L2 {facts.l2_kb:.0f} KB, L3 {facts.l3_kb:.0f} KB, "
                   f"{facts.mem_gb:.0f} GB; TVM {facts.tvm_version}. Written by the benchmarks, as measured.\n")

@@ -57,7 +57,9 @@ def main() -> None:
         return
     scratch = Path(tempfile.mkdtemp(prefix="opbench-cuda-"))
     tracking = f"sqlite:///{scratch}/mlflow.db"
-    results = Results("cuda_vs_torch")
+    import tvm
+
+    results = Results("cuda_vs_torch", device=tvm.cuda(0).device_name)
     results.print(f"GPU: {gpu_name()}; float32, TF32 off in torch; verified: median of {args.rounds} fresh-process "
                   "rounds (min-max)")
     with Measurer(MeasureOptions(build_workers=8)) as measurer:
