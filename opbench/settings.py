@@ -63,6 +63,11 @@ def lock_wait_s() -> float:
     return _number("OPBENCH_LOCK_WAIT_S", 900.0)
 
 
+def fixed_layout() -> bool:
+    """Whether worker processes run without address-space randomisation (``OPBENCH_FIXED_LAYOUT=0`` turns it off)."""
+    return os.environ.get("OPBENCH_FIXED_LAYOUT", "1") != "0"
+
+
 def huge_args() -> bool:
     """Whether large kernel arguments go to huge pages (``OPBENCH_HUGE_ARGS=0`` turns it off)."""
     return os.environ.get("OPBENCH_HUGE_ARGS", "1") != "0"

@@ -128,6 +128,26 @@ def test_large_kernel_arguments_start_on_a_huge_page_boundary(monkeypatch):
     assert np.array_equal(np.from_dlpack(kernel._on_huge_pages(big)), big)
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="personality(2) is Linux's")
+def test_workers_run_with_one_address_space_layout_unless_told_not_to(monkeypatch):
+    from opbench.measure.worker._common import LIBRARY
+    from opbench.measure.worker.layout import ADDR_NO_RANDOMIZE
+    from opbench.measure.worker.process import Worker
+
+    def persona() -> int:
+        worker = Worker(role=LIBRARY)
+        worker.start()
+        try:
+            with open(f"/proc/{worker.pid}/personality") as f:
+                return int(f.read(), 16)
+        finally:
+            worker.close()
+
+    assert persona() & ADDR_NO_RANDOMIZE
+    monkeypatch.setenv("OPBENCH_FIXED_LAYOUT", "0")
+    assert not persona() & ADDR_NO_RANDOMIZE
+
+
 def test_a_run_in_a_forked_child_leaves_the_worker_as_it_was_and_dies_alone():
     seen = []
 

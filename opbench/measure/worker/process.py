@@ -57,7 +57,8 @@ class Worker:
         env = {**os.environ, **self._env, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         setup = pickle.dumps((self._cores, self._threads, self.role)).hex()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "opbench.measure.worker.main", str(child.fileno()), setup],
+            # the descriptor in fixed width: every worker's stack starts at the same address (docs/measurement.md#layout)
+            [sys.executable, "-m", "opbench.measure.worker.main", f"{child.fileno():04d}", setup],
             pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL, stderr=self._log,
         )
         child.close()

@@ -1,0 +1,24 @@
+"""Every worker process with the same address-space layout (docs/measurement.md#layout)."""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+from opbench import settings
+
+ADDR_NO_RANDOMIZE = 0x0040000  # personality(2)'s flag: no address-space randomisation after the next exec
+QUERY = 0xFFFFFFFF  # personality(2) with this argument returns the current persona unchanged
+
+
+def fixed_layout() -> None:
+    """Re-execute this process once with address-space randomisation off, so a kernel finds its stack, heap
+    and libraries where every other worker's found them. Runs on where it cannot (not Linux, the kernel
+    refuses, or ``OPBENCH_FIXED_LAYOUT=0``)."""
+    if sys.platform != "linux" or not settings.fixed_layout():
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    persona = libc.personality(QUERY)
+    if persona == -1 or persona & ADDR_NO_RANDOMIZE or libc.personality(persona | ADDR_NO_RANDOMIZE) == -1:
+        return
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
