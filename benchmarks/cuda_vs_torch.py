@@ -13,7 +13,6 @@ is checked against PyTorch's. Every latency printed is verified: re-measured in 
 from __future__ import annotations
 
 import argparse
-import math
 import tempfile
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from opbench.report.progress import TrialPrinter, table
 from opbench.space import get_template
 from opbench.studies.models.profile import median_ms
 from opbench.studies.references import measure_references
-from opbench.studies.verify import BEST, Spread, Verification, verify, verify_rounds
+from opbench.studies.verify import BEST, Verification, spread_text, verify, verify_rounds
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
 from opbench.workloads.models.extract import import_model
@@ -94,8 +93,8 @@ def operators(measurer: Measurer, names: list[str], trials: int, rounds: int, sc
             lat = schedule.latency
             vs_torch = verified.ratio(label, "torch") if "torch" in verified.schedules else None
             gflops = "-" if lat is None else f"{workload.flops / (lat.median * 1e-3) / 1e9:.0f}"
-            rows.append((workload.name, f"optuna best of {trials}" if label == BEST else label, show(lat), gflops,
-                         show(vs_torch)))
+            rows.append((workload.name, f"optuna best of {trials}" if label == BEST else label, spread_text(lat), gflops,
+                         spread_text(vs_torch)))
     return table(rows, ["operator", "schedule", "verified ms (min-max)", "GFLOP/s", "latency / torch (min-max)"])
 
 
@@ -113,7 +112,7 @@ def models(measurer: Measurer, names: list[str], rounds: int, scratch: Path) -> 
             "TVM dlight": ModelInput(name, library=str(library), inputs=str(inputs), resources=GPU)}, name, rounds)
         eager = verified.schedules["torch eager"].latency
         for label, schedule in verified.schedules.items():
-            rows.append((name, label, show(schedule.latency), show(verified.ratio(label, "torch eager")),
+            rows.append((name, label, spread_text(schedule.latency), spread_text(verified.ratio(label, "torch eager")),
                          "; ".join(schedule.errors)[:120] or "-"))
         if eager is None:
             print(f"{name}: PyTorch eager did not run on the GPU")
@@ -128,12 +127,6 @@ def verify_models(measurer: Measurer, runs: dict[str, ModelInput], study: str, r
                 for n, run in zip(order, timed)}
 
     return verify_rounds(list(runs), time_round, {}, study, rounds)
-
-
-def show(spread: Spread | None) -> str:
-    if spread is None or math.isnan(spread.median):
-        return "not verified"
-    return f"{spread.median:.4g} ({spread.lo:.4g}-{spread.hi:.4g})"
 
 
 if __name__ == "__main__":

@@ -146,6 +146,13 @@ def test_core_sets_and_ports_out_of_range_are_refused(argv, message, tracking_ur
     assert message in capsys.readouterr().err
 
 
+def test_an_unknown_system_to_compare_a_model_with_exits_2_naming_it(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune-model", "bert-base@tiny", "--compare", "torch,tensorrt"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "unknown system tensorrt; systems: untuned, defaults, torch, torch.compile" in err
+
+
 def test_a_long_latency_list_survives_mlflow(tracking_uri):
     """MLflow truncates tags past 8,000 characters: the raw repeats live in the run's artifact."""
     from opbench.tracking import Recorder

@@ -139,7 +139,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
 
     spec = ModelTuneSpec(_model_spec(args), args.trials_per_op, args.max_ops,
                          EngineSpec(args.engine, args.sampler, args.tuner, args.seed, args.storage),
-                         args.verify_rounds, args.study, args.tracking_uri)
+                         args.verify_rounds, args.study, args.tracking_uri, args.compare)
     result = tune_model(spec, on_record=TrialPrinter(None))
     m = result.metrics
     print("\n" + table(result.rows, ["operator", "kind", "share after defaults", "untuned ms", "tuned ms", "speed-up", "how"]))
@@ -162,6 +162,7 @@ def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     from opbench.engines.nni.engine import TUNERS
     from opbench.studies.models.scheduled import DEFAULTS, SCHEDULES_HELP, schedules_arg
+    from opbench.studies.models.systems import EAGER_ROW, SYSTEMS, UNTUNED, systems_arg
 
     p = sub.add_parser("models", help="models that model-ops can extract operators from")
     p.set_defaults(func=cmd_models)
@@ -176,8 +177,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                 "template defaults first); "
                                                 "every other operator gets the template's default schedule")
     p.add_argument("--verify-rounds", type=nonneg_int, default=3, metavar="N",
-                   help="time the tuned and untuned models and PyTorch again, each in fresh processes, N "
+                   help="time the tuned model and --compare's systems again, each in fresh processes, N "
                         "alternating rounds (0: skip; speed-ups are then printed as not verified)")
+    p.add_argument("--compare", type=systems_arg, default=(UNTUNED, EAGER_ROW), metavar="SYSTEMS",
+                   help=f"what the tuned model is verified against, comma-separated: {', '.join(SYSTEMS)} "
+                        "(torch: PyTorch eager; torch.compile: AOTInductor, compiled once)")
     p.add_argument("--engine", default="optuna", choices=("optuna", "nni", "random", "model"))
     p.add_argument("--sampler", default="tpe", help="Optuna sampler for --engine optuna")
     p.add_argument("--tuner", default="TPE", choices=TUNERS, help="NNI tuner for --engine nni")

@@ -55,11 +55,16 @@ class LibraryInput:
     resources: Resources = Resources()
 
 
+TVM, EAGER, INDUCTOR, ONNXRUNTIME = "tvm", "eager", "torch.compile", "onnxruntime"  # what runs a whole model
+FRAMEWORKS = (EAGER, INDUCTOR, ONNXRUNTIME)  # run in a library worker: a process that never imports TVM
+
+
 @dataclass(frozen=True)
 class ModelInput:
-    """Time a whole model: the Relax VM library ``library`` (exported by
-    :func:`opbench.measure.models.export_model`) on the inputs saved in ``inputs`` (``.npz``), or, with no
-    library, PyTorch eager on the catalogue model ``model`` in a process that never imports TVM."""
+    """Time a whole model: the artifact ``library`` as ``runtime`` runs it (a Relax VM library exported by
+    :func:`opbench.measure.models.export_model` for TVM, an AOTInductor package for torch.compile, an ONNX
+    file for ONNX Runtime) on the inputs saved in ``inputs`` (``.npz``, with the reference output), or
+    PyTorch eager on the catalogue model ``model``. The runtime defaults to TVM with a library, else eager."""
 
     model: str
     batch: int = 1
@@ -68,10 +73,11 @@ class ModelInput:
     inputs: str = ""
     timing: TimingPolicy = field(default_factory=TimingPolicy)
     resources: Resources = Resources()
+    runtime: str = ""
 
     @property
-    def eager(self) -> bool:
-        return not self.library
+    def system(self) -> str:
+        return self.runtime or (TVM if self.library else EAGER)
 
 
 @dataclass

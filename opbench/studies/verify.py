@@ -281,6 +281,13 @@ HEADERS = ["schedule", "tuned ms", "verified ms", "min-max", "best is x faster (
            "verified x faster (min-max)", "claim"]
 
 
+def spread_text(spread: Spread | None, digits: int = 4) -> str:
+    """``median (min-max)``, or "not verified" when nothing was measured."""
+    if spread is None or math.isnan(spread.median):
+        return "not verified"
+    return f"{spread.median:.{digits}g} ({spread.lo:.{digits}g}-{spread.hi:.{digits}g})"
+
+
 def _range(spread: Spread | None, digits: int = 4) -> str:
     return "-" if spread is None else f"{spread.lo:.{digits}g}-{spread.hi:.{digits}g}"
 

@@ -10,7 +10,7 @@ from opbench.hardware.host_speed import HostSpeed, Slowness, probe_cpus
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
-from opbench.measure.protocol import LibraryInput, ModelInput, RunInput, RunResult
+from opbench.measure.protocol import FRAMEWORKS, LibraryInput, ModelInput, RunInput, RunResult
 from opbench.measure.runner._base import Runner
 from opbench.measure.timing import SPELL, Attempt, joined, take
 from opbench.measure.worker import KERNEL, LIBRARY, Worker, WorkerError
@@ -20,8 +20,8 @@ Job = RunInput | LibraryInput | ModelInput
 
 
 def _role(inp: Job) -> str:
-    """Library baselines and PyTorch eager models run where TVM is never imported."""
-    return LIBRARY if isinstance(inp, LibraryInput) or isinstance(inp, ModelInput) and inp.eager else KERNEL
+    """Library baselines and models run by other frameworks run where TVM is never imported."""
+    return LIBRARY if isinstance(inp, LibraryInput) or isinstance(inp, ModelInput) and inp.system in FRAMEWORKS else KERNEL
 
 
 class LocalRunner(Runner[Job, RunResult]):

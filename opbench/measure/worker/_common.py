@@ -2,16 +2,20 @@
 once, the cache-flush size, one timed series, errors in brief."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from opbench.hardware.quiet import HostLoad
+from opbench.measure.protocol import RunResult
 from opbench.measure.timing import TimingPolicy
+from opbench.record import Status
 
 READY = "ready"  # a worker's first message: started
 KERNEL, LIBRARY = "kernel", "library"  # a worker's role: TVM builds and kernels, or library baselines only
 EXPECTED = "expected"  # in a model's saved inputs (.npz): its reference output, beside arg0, arg1, ...
 FLUSH_BYTES = 64 << 20  # evicted before each call when Timing.cache_flush: larger than any LLC here
+MODEL_TOLERANCE = 1e-3  # a whole model's output against its reference: relative and absolute
 
 
 def short_error(exc: BaseException, limit: int = 1500) -> str:
@@ -35,6 +39,43 @@ class Inputs:
         return self._cache[spec]
 
 
+
+
+def saved_inputs(path: str) -> tuple[list[Any], Any]:
+    """A model's saved inputs (``arg0``, ``arg1``, ...) and its reference output (None when not saved)."""
+    import numpy as np
+
+    with np.load(path) as saved:
+        arrays = {name: saved[name] for name in saved.files}
+    expected = arrays.pop(EXPECTED, None)
+    return [arrays[f"arg{i}"] for i in range(len(arrays))], expected
+
+
+def first_output(out: Any) -> Any:
+    """The first output of a model's call as a numpy array (from a tensor, TVM's or torch's, a list or a
+    tuple of them, or numpy)."""
+    import numpy as np
+
+    while not hasattr(out, "numpy") and not isinstance(out, np.ndarray) and hasattr(out, "__getitem__"):
+        out = out[0]
+    if hasattr(out, "detach"):
+        out = out.detach().cpu()
+    return out.numpy() if hasattr(out, "numpy") else np.asarray(out)
+
+
+def check_output(model: str, out: Any, expected: Any) -> tuple[float, RunResult | None]:
+    """The max |error| of a model's first output against its reference, and the wrong-result answer when
+    it differs (NaN and None without a reference)."""
+    import numpy as np
+
+    if expected is None:
+        return math.nan, None
+    got = first_output(out)
+    err = float(np.max(np.abs(got - expected)))
+    if np.allclose(got, expected, rtol=MODEL_TOLERANCE, atol=MODEL_TOLERANCE):
+        return err, None
+    return err, RunResult(Status.WRONG_RESULT, f"{model}: output differs from the reference: max |err| = {err:.3g}",
+                          max_abs_err=err)
 
 
 def time_series(timing: TimingPolicy, first_s: float, call: Callable[[], object],

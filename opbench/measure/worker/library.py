@@ -9,7 +9,8 @@ from typing import Any
 
 from opbench.measure.protocol import LibraryInput, ModelInput, RunResult
 from opbench.measure.timing import TimingPolicy
-from opbench.measure.worker._common import FLUSH_BYTES, Inputs, time_series
+from opbench.measure.worker._common import FLUSH_BYTES, Inputs, check_output, time_series
+from opbench.measure.worker.frameworks import model_call
 from opbench.record import MEM_PREFIX, Status
 
 TORCH_ALLOCATED = f"{MEM_PREFIX}torch_allocated"  # what PyTorch's profiler says its operators allocate in one call
@@ -89,24 +90,24 @@ class LibraryWorker:
         return RunResult(Status.RUN_ERROR, f"no {req.library} implementation of {workload.op.name}")
 
     def model(self, req: ModelInput) -> RunResult:
-        """PyTorch eager on a catalogue model (a :class:`ModelInput` without a library), under ``no_grad``."""
+        """A whole model as PyTorch eager (the catalogue model), torch.compile or ONNX Runtime run it
+        (:func:`~opbench.measure.worker.frameworks.model_call`), under ``no_grad``, its output checked first."""
         import torch
-
-        from opbench.workloads.models.sources import load_model
 
         start = time.perf_counter()
         torch.set_num_threads(self._threads)
         torch.set_grad_enabled(False)
         device, sync = torch_device(req.resources.target)
-        source = load_model(req.model, req.batch, req.seq_len)
-        if source.module is None:
-            return RunResult(Status.RUN_ERROR, f"{req.model} has no PyTorch module to run eagerly")
-        module, inputs = source.module.to(device), [x.to(device) for x in source.inputs]
-
-        def call() -> None:
-            module(*inputs)
-
-        return self._time(req.timing, call, start, sync)
+        try:
+            call, expected = model_call(req, self._threads, device)
+        except (ValueError, ImportError) as exc:
+            return RunResult(Status.RUN_ERROR, str(exc))
+        err, wrong = check_output(req.model, call(), expected)
+        if wrong is not None:
+            return wrong
+        result = self._time(req.timing, call, start, sync)
+        result.max_abs_err = err
+        return result
 
     def _time(self, timing: TimingPolicy, call: Callable[[], None], start: float,
               sync: Callable[[], None] = lambda: None) -> RunResult:

@@ -1,19 +1,17 @@
 """A whole model timed in a kernel worker: its Relax VM library loaded, checked once, and a series timed."""
 from __future__ import annotations
 
-import math
 import os
 import time
 
 from opbench.measure.protocol import ModelInput, RunResult
-from opbench.measure.worker._common import EXPECTED, time_series
+from opbench.measure.worker._common import check_output, saved_inputs, time_series
 from opbench.record import Status
 
 
 def time_model(req: ModelInput) -> RunResult:
     """Load the model's library and inputs, run it once (checking its first output against the saved
     reference, when there is one) and time a series of runs."""
-    import numpy as np
     import tvm
     from tvm import relax
 
@@ -22,21 +20,16 @@ def time_model(req: ModelInput) -> RunResult:
     start = time.perf_counter()
     dev = tvm.cuda(0) if is_gpu(req.resources.target) else tvm.cpu(0)
     vm = relax.VirtualMachine(tvm.runtime.load_module(req.library), dev)
-    with np.load(req.inputs) as saved:
-        arrays = {name: saved[name] for name in saved.files}
-    expected = arrays.pop(EXPECTED, None)
-    args = [tvm.runtime.tensor(arrays[f"arg{i}"], dev) for i in range(len(arrays))]
+    arrays, expected = saved_inputs(req.inputs)
+    args = [tvm.runtime.tensor(a, dev) for a in arrays]
     first = time.perf_counter()
     out = vm["main"](*args)
     first = time.perf_counter() - first
     vm.set_input("main", *args)
-    err = math.nan
-    if expected is not None:
-        got = (out[0] if isinstance(out, (list, tuple, tvm.ir.Array)) else out).numpy()
-        err = float(np.max(np.abs(got - expected)))
-        if not np.allclose(got, expected, rtol=1e-3, atol=1e-3):
-            return RunResult(Status.WRONG_RESULT, f"{req.model}: output differs from the reference: max |err| = {err:.3g}",
-                             max_abs_err=err, run_s=time.perf_counter() - start)
+    err, wrong = check_output(req.model, out, expected)
+    if wrong is not None:
+        wrong.run_s = time.perf_counter() - start
+        return wrong
 
     def evaluate(number: int, repeat: int) -> list[float]:
         return list(vm.time_evaluator("invoke_stateful", dev, number=number, repeat=repeat)("main").results)

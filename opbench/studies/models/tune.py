@@ -27,6 +27,7 @@ from opbench.record import Record, best_ok, tee
 from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
 from opbench.studies.models.profile import TUNED, ModelProfile, median_ms, profile_model, time_built
+from opbench.studies.models.systems import EAGER_ROW, UNTUNED, prepare_systems
 from opbench.studies.models.tuned import DATABASE_FILES, TunedOp, apply_database, prepacked, write_database
 from opbench.studies.verify import BEST, Verification, verify_rounds
 from opbench.tracking import Recorder
@@ -58,9 +59,10 @@ class ModelTuneSpec:
     trials_per_op: int = 32
     max_ops: int | None = None  # tune at most this many key operators (largest shares after the defaults first)
     engine: EngineSpec = EngineSpec(seed=0)
-    verify_rounds: int = 3  # fresh-process rounds for tuned, untuned and PyTorch (0: not verified)
+    verify_rounds: int = 3  # fresh-process rounds for the tuned model and ``systems`` (0: not verified)
     study: str | None = None  # MLflow experiment (default tune-model-<model>)
     tracking_uri: str | None = None
+    systems: tuple[str, ...] = (UNTUNED, EAGER_ROW)  # verified beside the tuned model (studies.models.systems)
 
     def __post_init__(self) -> None:
         if self.trials_per_op < 1:
@@ -141,7 +143,7 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
         tuned_mod = apply_database(prof.mod, database, target)
         library = export_model(tuned_mod, target, folder / TUNED)
         tuned_ms, err = time_built(measurer, prof.source, library, prof.inputs, m.threads, "the tuned model")
-        verification = _verify_model(spec, prof, measurer, library, tuned_ms, study)
+        verification = _verify_model(spec, prof, measurer, library, tuned_ms, study, target, folder)
         metrics = {"torch_ms": prof.torch_ms, "untuned_ms": prof.model_ms, "tuned_ms": tuned_ms,
                    "speedup_vs_untuned": prof.model_ms / tuned_ms, "speedup_vs_torch": prof.torch_ms / tuned_ms,
                    "max_abs_err": err, "tuned_ops": len(tuned), "prepacked_ops": len(prepacked(tuned_mod))}
@@ -175,32 +177,35 @@ def _best_ms(records: list[Record]) -> float:
 
 
 def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, tuned: Path, tuned_ms: float,
-                  study: str) -> Verification | None:
-    """The tuned and untuned builds and PyTorch eager, each timed in fresh processes that take turns, in
-    alternating rounds (None with no rounds)."""
+                  study: str, target: Any, folder: Path) -> Verification | None:
+    """The tuned build and each of ``spec.systems``, each timed in fresh processes that take turns, in
+    alternating rounds (None with no rounds); a system that could not be prepared is a row saying why."""
     if spec.verify_rounds < 1:
         return None
     m = spec.model
-    log.info("verifying: tuned, untuned and PyTorch in fresh processes, %d alternating rounds", spec.verify_rounds)
-    resources = Resources(m.threads)
-    models = {BEST: ModelInput(m.model, library=str(tuned), inputs=str(prof.inputs), resources=resources),
-              "untuned": ModelInput(m.model, library=str(prof.untuned_library), inputs=str(prof.inputs), resources=resources)}
-    if prof.source.module is not None:
-        models["torch"] = ModelInput(m.model, m.batch, m.seq_len, resources=resources)
+    prepared = prepare_systems(spec.systems, prof, m.model, m.batch, m.seq_len, m.threads, target, folder)
+    models = {BEST: ModelInput(m.model, library=str(tuned), inputs=str(prof.inputs), resources=Resources(m.threads)),
+              **prepared.runs}
+    log.info("verifying: %s in fresh processes, %d alternating rounds", ", ".join(models), spec.verify_rounds)
 
     def time_round(order: list[str]) -> dict[str, tuple[float, str]]:
-        runs = measurer.time_models_fresh([models[name] for name in order])
-        return {name: (median_ms(run), run.error) for name, run in zip(order, runs)}
+        timed = [name for name in order if name in models]
+        runs = dict(zip(timed, measurer.time_models_fresh([models[name] for name in timed])))
+        return {name: (median_ms(runs[name]), runs[name].error) if name in runs else (math.nan, prepared.failed[name])
+                for name in order}
 
-    measured = {BEST: tuned_ms, "untuned": prof.model_ms, "torch": prof.torch_ms}
-    return verify_rounds(list(models), time_round, measured, study, spec.verify_rounds)
+    measured = {BEST: tuned_ms, UNTUNED: prof.model_ms, EAGER_ROW: prof.torch_ms}
+    return verify_rounds([*models, *prepared.failed], time_round, measured, study, spec.verify_rounds)
 
 
 def model_speedups(result: ModelTuneResult) -> tuple[Record, dict[str, Record]]:
-    """The tuned model and its references (untuned, and PyTorch when it ran) as records for a speed-up table."""
+    """The tuned model and what it is compared with as records for a speed-up table: untuned and PyTorch as
+    the study measured them, every other verified system by its fresh-process times alone."""
     m = result.metrics
     refs = {"untuned": {"status": "ok", "latency_ms": m["untuned_ms"]}}
     if not math.isnan(m["torch_ms"]):
         refs["torch"] = {"status": "ok", "latency_ms": m["torch_ms"]}
+    for name in result.verification.schedules if result.verification else ():
+        refs.setdefault(name, {"status": "verified only", "latency_ms": math.nan})
+    refs.pop(BEST, None)
     return {"status": "ok", "latency_ms": m["tuned_ms"]}, refs
-

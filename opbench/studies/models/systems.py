@@ -1,0 +1,79 @@
+"""The systems a tuned model is verified against, each prepared once so that the fresh processes that time
+it only load it: TVM's default lowering (``untuned``), the template defaults (``defaults``), PyTorch eager
+(``torch``), ``torch.compile`` (an AOTInductor package) and ONNX Runtime (an exported ONNX file). A system
+that cannot be prepared stays in the table with the reason (:class:`Prepared`)."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opbench.hardware.resources import Resources
+from opbench.measure.models import export_model
+from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, ModelInput
+from opbench.studies.models.profile import ModelProfile
+from opbench.studies.models.tuned import apply_database
+
+log = logging.getLogger("opbench")
+
+UNTUNED, DEFAULTS, EAGER_ROW = "untuned", "defaults", "torch"
+SYSTEMS = (UNTUNED, DEFAULTS, EAGER_ROW, INDUCTOR, ONNXRUNTIME)
+FRAMEWORK_ROWS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME)  # what a user would pick instead of TVM
+
+
+def systems_arg(value: str) -> tuple[str, ...]:
+    """``--compare``: comma-separated names from :data:`SYSTEMS`."""
+    import argparse
+
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown system {', '.join(unknown) or repr(value)}; systems: {', '.join(SYSTEMS)}")
+    return names
+
+
+@dataclass
+class Prepared:
+    runs: dict[str, ModelInput] = field(default_factory=dict)  # each system's run, ready for a fresh process
+    failed: dict[str, str] = field(default_factory=dict)  # a system that could not be prepared: why
+
+
+def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, batch: int, seq_len: int,
+                    threads: int, target: Any, folder: Path) -> Prepared:
+    """Each of ``systems`` (names from :data:`SYSTEMS`) made ready to time with ``threads`` threads."""
+    from opbench.workloads.models.exports import inductor_package, onnx_file
+
+    resources, inputs = Resources(threads), str(prof.inputs)
+    prepared = Prepared()
+    for system in systems:
+        try:
+            if system == UNTUNED:
+                prepared.runs[system] = ModelInput(model, library=str(prof.untuned_library), inputs=inputs,
+                                                   resources=resources)
+            elif system == DEFAULTS:
+                from opbench.studies.models.scheduled import defaults_database
+
+                database = defaults_database(prof, model, batch, seq_len, target, folder / DEFAULTS)
+                library = export_model(apply_database(prof.mod, database, target), target, folder / f"{DEFAULTS}.so")
+                prepared.runs[system] = ModelInput(model, library=str(library), inputs=inputs, resources=resources)
+            elif prof.source.module is None:
+                prepared.failed[system] = f"{model} has no PyTorch module"
+            elif system == EAGER_ROW:
+                prepared.runs[system] = ModelInput(model, batch, seq_len, resources=resources)
+            elif system == INDUCTOR:
+                log.info("%s: torch.compile ahead of time (AOTInductor)", model)
+                package = inductor_package(prof.source, folder / "inductor.pt2")
+                prepared.runs[system] = ModelInput(model, library=str(package), inputs=inputs, resources=resources,
+                                                   runtime=INDUCTOR)
+            elif system == ONNXRUNTIME:
+                log.info("%s: exporting to ONNX", model)
+                path = onnx_file(prof.source, folder / "model.onnx")
+                prepared.runs[system] = ModelInput(model, library=str(path), inputs=inputs, resources=resources,
+                                                   runtime=ONNXRUNTIME)
+            else:
+                prepared.failed[system] = f"unknown system; systems: {', '.join(SYSTEMS)}"
+        except Exception as exc:  # noqa: BLE001 - a system that cannot be prepared is a row that says so
+            log.warning("%s: %s could not be prepared: %s", model, system, exc)
+            prepared.failed[system] = f"not prepared: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return prepared

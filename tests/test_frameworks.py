@@ -1,0 +1,50 @@
+"""The frameworks a whole model is compared with run it as they would for a user, in processes that never
+import TVM, and give eager's output: torch.compile (an AOTInductor package) and ONNX Runtime."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from opbench.hardware.resources import Resources
+from opbench.measure.models import save_inputs
+from opbench.measure.protocol import EAGER, INDUCTOR, ONNXRUNTIME, ModelInput
+from opbench.record import Status
+from opbench.workloads.models.exports import inductor_package, onnx_file
+from opbench.workloads.models.sources import load_model
+
+pytestmark = pytest.mark.full
+MODEL = "bert-base@tiny"
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("frameworks")
+    source = load_model(MODEL)
+    reference = source.reference()[0]
+    return {"inputs": save_inputs(source.numpy_inputs(), folder / "inputs.npz", reference),
+            "wrong": save_inputs(source.numpy_inputs(), folder / "wrong.npz", reference + 1.0),
+            INDUCTOR: inductor_package(source, folder / "model.pt2"), ONNXRUNTIME: onnx_file(source, folder / "model.onnx")}
+
+
+def test_each_framework_gives_eagers_output_in_a_process_without_tvm(measurer, artifacts):
+    runs = [ModelInput(MODEL, library=str(artifacts[system]), inputs=str(artifacts["inputs"]), runtime=system,
+                       resources=Resources(2)) for system in (INDUCTOR, ONNXRUNTIME)]
+    runs.append(ModelInput(MODEL, resources=Resources(2)))
+    results = measurer.time_models_fresh(runs)
+    for run, result in zip(runs, results):
+        assert result.status is Status.OK, (run.system, result.error)
+        assert result.latencies_s and all(t > 0 for t in result.latencies_s)
+        if run.system == EAGER:
+            assert math.isnan(result.max_abs_err)  # eager is the reference
+        else:
+            assert result.max_abs_err < 1e-4, run.system
+    assert len({r.pid for r in results}) == 3  # three fresh processes
+
+
+def test_a_framework_whose_output_differs_is_a_wrong_result(measurer, artifacts):
+    for system in (INDUCTOR, ONNXRUNTIME):
+        result = measurer.time_model(ModelInput(MODEL, library=str(artifacts[system]), inputs=str(artifacts["wrong"]),
+                                                runtime=system))
+        assert result.status is Status.WRONG_RESULT and np.isclose(result.max_abs_err, 1.0, atol=1e-3), system
