@@ -79,6 +79,7 @@ class Verification:
     rounds: int
     schedules: dict[str, Verified]  # BEST first, then the references
     best_trial: str | None = None  # trial_id of the verified best (the fastest contender in a fresh process)
+    notes: dict[str, str] = field(default_factory=dict)  # how a schedule was made, where it matters (a tag each)
 
     @property
     def best(self) -> Verified:
@@ -120,6 +121,7 @@ class Verification:
         verdicts = {name: self.holds(name) for name in self.schedules if name != BEST}
         tags = {f"claim_vs_{name}": "not verified" if v is None else "holds" if v else "does not hold"
                 for name, v in verdicts.items()}
+        tags.update({f"note_{name}": note for name, note in self.notes.items()})
         return {**tags, "verified_best_trial": self.best_trial} if self.best_trial else tags
 
 

@@ -1,7 +1,8 @@
 """The systems a tuned model is verified against, each prepared once so that the fresh processes that time
-it only load it: TVM's default lowering (``untuned``), the template defaults (``defaults``), PyTorch eager
-(``torch``), ``torch.compile`` (an AOTInductor package) and ONNX Runtime (an exported ONNX file). A system
-that cannot be prepared stays in the table with the reason (:class:`Prepared`)."""
+it only load it: TVM's default lowering (``untuned``), the template defaults (``defaults``), MetaSchedule
+with the tuned model's trial count (``metaschedule``), PyTorch eager (``torch``), ``torch.compile`` (an
+AOTInductor package) and ONNX Runtime (an exported ONNX file). A system that cannot be prepared stays in
+the table with the reason (:class:`Prepared`)."""
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,8 @@ from opbench.studies.models.tuned import apply_database
 
 log = logging.getLogger("opbench")
 
-UNTUNED, DEFAULTS, EAGER_ROW = "untuned", "defaults", "torch"
-SYSTEMS = (UNTUNED, DEFAULTS, EAGER_ROW, INDUCTOR, ONNXRUNTIME)
+UNTUNED, DEFAULTS, METASCHEDULE, EAGER_ROW = "untuned", "defaults", "metaschedule", "torch"
+SYSTEMS = (UNTUNED, DEFAULTS, METASCHEDULE, EAGER_ROW, INDUCTOR, ONNXRUNTIME)
 FRAMEWORK_ROWS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME)  # what a user would pick instead of TVM
 
 
@@ -37,11 +38,13 @@ def systems_arg(value: str) -> tuple[str, ...]:
 class Prepared:
     runs: dict[str, ModelInput] = field(default_factory=dict)  # each system's run, ready for a fresh process
     failed: dict[str, str] = field(default_factory=dict)  # a system that could not be prepared: why
+    notes: dict[str, str] = field(default_factory=dict)  # how a system was prepared, where it matters
 
 
 def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, batch: int, seq_len: int,
-                    threads: int, target: Any, folder: Path) -> Prepared:
-    """Each of ``systems`` (names from :data:`SYSTEMS`) made ready to time with ``threads`` threads."""
+                    threads: int, target: Any, folder: Path, trials: int) -> Prepared:
+    """Each of ``systems`` (names from :data:`SYSTEMS`) made ready to time with ``threads`` threads;
+    MetaSchedule gets ``trials`` trials (the tuned model's)."""
     from opbench.workloads.models.exports import inductor_package, onnx_file
 
     resources, inputs = Resources(threads), str(prof.inputs)
@@ -57,6 +60,13 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
                 database = defaults_database(prof, model, batch, seq_len, target, folder / DEFAULTS)
                 library = export_model(apply_database(prof.mod, database, target), target, folder / f"{DEFAULTS}.so")
                 prepared.runs[system] = ModelInput(model, library=str(library), inputs=inputs, resources=resources)
+            elif system == METASCHEDULE:
+                from opbench.studies.models.metaschedule import metaschedule_model
+
+                log.info("%s: MetaSchedule, %d trials", model, trials)
+                tuned = metaschedule_model(prof.mod, target, folder, trials)
+                prepared.runs[system] = ModelInput(model, library=str(tuned.library), inputs=inputs, resources=resources)
+                prepared.notes[system] = tuned.note
             elif prof.source.module is None:
                 prepared.failed[system] = f"{model} has no PyTorch module"
             elif system == EAGER_ROW:

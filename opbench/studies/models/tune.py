@@ -143,8 +143,9 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
         tuned_mod = apply_database(prof.mod, database, target)
         library = export_model(tuned_mod, target, folder / TUNED)
         tuned_ms, err = time_built(measurer, prof.source, library, prof.inputs, m.threads, "the tuned model")
-        verification = _verify_model(spec, prof, measurer, library, tuned_ms, study, target, folder)
-        metrics = {"torch_ms": prof.torch_ms, "untuned_ms": prof.model_ms, "tuned_ms": tuned_ms,
+        trials = sum(r["status"] != "invalid_config" for rs in records.values() for r in rs)  # built and timed
+        verification = _verify_model(spec, prof, measurer, library, tuned_ms, study, target, folder, trials)
+        metrics = {"torch_ms": prof.torch_ms, "untuned_ms": prof.model_ms, "tuned_ms": tuned_ms, "trials": trials,
                    "speedup_vs_untuned": prof.model_ms / tuned_ms, "speedup_vs_torch": prof.torch_ms / tuned_ms,
                    "max_abs_err": err, "tuned_ops": len(tuned), "prepacked_ops": len(prepacked(tuned_mod))}
         recorder.mlflow.log_parent({"model": m.model, "batch": m.batch, "seq_len": m.seq_len, "threads": m.threads,
@@ -177,13 +178,14 @@ def _best_ms(records: list[Record]) -> float:
 
 
 def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, tuned: Path, tuned_ms: float,
-                  study: str, target: Any, folder: Path) -> Verification | None:
-    """The tuned build and each of ``spec.systems``, each timed in fresh processes that take turns, in
-    alternating rounds (None with no rounds); a system that could not be prepared is a row saying why."""
+                  study: str, target: Any, folder: Path, trials: int) -> Verification | None:
+    """The tuned build and each of ``spec.systems`` (MetaSchedule with the tuned model's ``trials``), each
+    timed in fresh processes that take turns, in alternating rounds (None with no rounds); a system that
+    could not be prepared is a row saying why."""
     if spec.verify_rounds < 1:
         return None
     m = spec.model
-    prepared = prepare_systems(spec.systems, prof, m.model, m.batch, m.seq_len, m.threads, target, folder)
+    prepared = prepare_systems(spec.systems, prof, m.model, m.batch, m.seq_len, m.threads, target, folder, trials)
     models = {BEST: ModelInput(m.model, library=str(tuned), inputs=str(prof.inputs), resources=Resources(m.threads)),
               **prepared.runs}
     log.info("verifying: %s in fresh processes, %d alternating rounds", ", ".join(models), spec.verify_rounds)
@@ -195,7 +197,9 @@ def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, t
                 for name in order}
 
     measured = {BEST: tuned_ms, UNTUNED: prof.model_ms, EAGER_ROW: prof.torch_ms}
-    return verify_rounds([*models, *prepared.failed], time_round, measured, study, spec.verify_rounds)
+    verification = verify_rounds([*models, *prepared.failed], time_round, measured, study, spec.verify_rounds)
+    verification.notes = prepared.notes
+    return verification
 
 
 def model_speedups(result: ModelTuneResult) -> tuple[Record, dict[str, Record]]:
