@@ -150,7 +150,7 @@ def test_an_unknown_system_to_compare_a_model_with_exits_2_naming_it(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["tune-model", "bert-base@tiny", "--compare", "torch,tensorrt"])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "unknown system tensorrt; systems: untuned, defaults, torch, torch.compile" in err
+    assert exit_.value.code == 2 and "unknown system tensorrt; systems: untuned, defaults, metaschedule, torch" in err
 
 
 def test_a_long_latency_list_survives_mlflow(tracking_uri):

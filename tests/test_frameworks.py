@@ -1,5 +1,6 @@
 """The frameworks a whole model is compared with run it as they would for a user, in processes that never
-import TVM, and give eager's output: torch.compile (an AOTInductor package) and ONNX Runtime."""
+import TVM, and give eager's output: torch.compile (an AOTInductor package) and ONNX Runtime. (The
+tune-model test in test_models.py prepares systems through ``--compare``.)"""
 from __future__ import annotations
 
 import math
@@ -15,7 +16,7 @@ from opbench.workloads.models.exports import inductor_package, onnx_file
 from opbench.workloads.models.sources import load_model
 
 pytestmark = pytest.mark.full
-MODEL = "bert-base@tiny"
+MODEL = "simple:dense:m=8,n=16,k=32"  # a one-layer torch model: quick to compile ahead of time
 
 
 @pytest.fixture(scope="module")
