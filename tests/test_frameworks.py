@@ -49,3 +49,17 @@ def test_a_framework_whose_output_differs_is_a_wrong_result(measurer, artifacts)
         result = measurer.time_model(ModelInput(MODEL, library=str(artifacts[system]), inputs=str(artifacts["wrong"]),
                                                 runtime=system))
         assert result.status is Status.WRONG_RESULT and np.isclose(result.max_abs_err, 1.0, atol=1e-3), system
+
+
+def test_metaschedule_at_a_trial_budget_tunes_the_model_and_says_what_it_left_untuned(measurer, tmp_path):
+    from opbench.hardware.targets import make_target
+    from opbench.studies.models.metaschedule import metaschedule_model
+    from opbench.workloads.models.extract import fuse, import_model
+
+    source = load_model(MODEL)
+    inputs = save_inputs(source.numpy_inputs(), tmp_path / "inputs.npz", source.reference()[0])
+    built = metaschedule_model(fuse(import_model(source)), make_target("llvm", 1), tmp_path, trials=4)
+    assert (built.trials, built.tasks, built.untuned_tasks) == (4, 1, 0)  # the dense is the model's one task
+    assert built.note == "4 trials; 0 of 1 tasks untuned"
+    run = measurer.time_model(ModelInput(MODEL, library=str(built.library), inputs=str(inputs)))
+    assert run.status is Status.OK and run.max_abs_err < 1e-4  # MetaSchedule's schedule gives eager's output

@@ -94,7 +94,7 @@ def test_a_model_the_frontend_cannot_convert_is_named(tracking_uri):
 def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path, tracking_uri):
     out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--trials-per-op", "2", "--max-ops", "1",
                                 "--repeat", "3", "--verify-rounds", "1", "--tracking-uri", tracking_uri, "--study", "tm",
-                                "--compare", "untuned,torch,metaschedule",
+
                                 "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -115,7 +115,7 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
     assert {"model:bert-base@tiny/take", "model:bert-base@tiny/fused_cast_reshape"} <= set(frame["workload"])
     records = (tmp_path / "tune-model" / "tm" / "database_tuning_record.json").read_text().splitlines()
     assert 1 <= len(records) <= len(counts)  # one MetaSchedule record per operator made faster
-    systems = {"tuned", "untuned", "torch", "metaschedule"}
+    systems = {"tuned", "untuned", "torch"}
     rows = {line.split()[0]: line for line in out.stdout.splitlines() if line.split()[:1] and line.split()[0] in systems}
     assert set(rows) == systems and "not verified" not in out.stdout
     # Whether tuned is faster is a benchmark's number; that each speed-up was verified is the contract.
@@ -123,8 +123,7 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
     exp = client.get_experiment_by_name("tm")
     parent = client.search_runs([exp.experiment_id], filter_string="tags.`opbench.kind` = 'study'")[0].data
     assert parent.metrics["verify_rounds"] == 1
-    # MetaSchedule had as many trials as the tuned model measured, and says how many tasks they left untuned
-    assert re.fullmatch(rf"{int(parent.metrics['trials'])} trials; \d+ of \d+ tasks untuned", parent.tags["note_metaschedule"])
+    assert parent.metrics["trials"] == len(frame)  # what MetaSchedule gets at equal trials: every candidate timed
     assert parent.metrics["prepacked_ops"] >= 1  # the Linear layers' matmuls take their weights packed at build time
     m = parent.metrics
     for name in ("untuned", "torch"):  # one round: the speed-up is that round's two fresh timings' ratio
