@@ -107,9 +107,12 @@ def under_nnictl(trials: int, concurrency: int, scratch: Path, port: int, refere
 
 def _summary(mode: str, records: list[dict], starts: list[float], ends: list[float], splits: list[dict]) -> dict:
     warm = 60 * (len(ends) - 1) / (max(ends) - min(starts[1:]))
+    timed_s = statistics.fmean(r["run_s"] for r in records[1:])
     return {"mode": mode, "trials": len(records), "ok": sum(r["status"] == "ok" for r in records),
             "wall_s": max(ends) - min(starts), "first_s": ends[0] - starts[0],
             "per_min": 60 * len(ends) / (max(ends) - min(starts)), "warm_per_min": warm,
+            "kernel_ms": statistics.median(r["latency_ms"] for r in records[1:]), "timed_s": timed_s,
+            "harness_s": 60 / warm - timed_s,
             "split": {k: statistics.fmean(s[k] for s in splits[1:]) for k in (splits[0] if splits else {})}}
 
 
@@ -130,9 +133,13 @@ def main() -> None:
             runs.append(under_nnictl(args.trials, int(mode), scratch, 18300 + int(mode)))
     base = runs[0]["warm_per_min"]
     results.table(table([[r["mode"], r["trials"], r["ok"], f"{r['wall_s']:.1f}", f"{r['first_s']:.1f}", f"{r['per_min']:.1f}",
-                          f"{r['warm_per_min']:.1f}", f"{r['warm_per_min'] / base:.0%}"] for r in runs],
+                          f"{r['warm_per_min']:.1f}", f"{r['warm_per_min'] / base:.0%}", f"{r['kernel_ms']:.3g}",
+                          f"{r['timed_s']:.3f}", f"{r['harness_s']:.3f}"] for r in runs],
                         ["mode", "trials", "ok", "wall s", "first trial s", "trials/min", "warm trials/min",
-                         "warm vs in-process"]))
+                         "warm vs in-process", "median kernel ms", "timed run s/trial", "rest s/trial"]))
+    results.print("A rate depends on the configs the tuner proposed (TPE's proposals at concurrency 2 depend on when "
+                  "results arrive): 'timed run' is the mean time spent timing a warm trial's kernel, 'rest' the rest of "
+                  "the interval between warm trials (the harness's own cost, overlapped at concurrency 2).")
     for run in runs[1:3]:
         results.print(f"\nmean per-trial split (s), {run['mode']}, warm trials:")
         results.table(table([[f"{v:.3f}" for v in run["split"].values()]], list(run["split"])))

@@ -60,6 +60,7 @@ def test_metaschedule_at_a_trial_budget_tunes_the_model_and_says_what_it_left_un
     inputs = save_inputs(source.numpy_inputs(), tmp_path / "inputs.npz", source.reference()[0])
     built = metaschedule_model(fuse(import_model(source)), make_target("llvm", 1), tmp_path, trials=4)
     assert (built.trials, built.tasks, built.untuned_tasks) == (4, 1, 0)  # the dense is the model's one task
-    assert built.note == "4 trials; 0 of 1 tasks untuned"
+    assert built.note == "4 trials, 4 a task's round; 0 of 1 tasks untuned"
     run = measurer.time_model(ModelInput(MODEL, library=str(built.library), inputs=str(inputs)))
     assert run.status is Status.OK and run.max_abs_err < 1e-4  # MetaSchedule's schedule gives eager's output
+

@@ -148,6 +148,29 @@ def test_workers_run_with_one_address_space_layout_unless_told_not_to(monkeypatc
     assert not persona() & ADDR_NO_RANDOMIZE
 
 
+_MAPPED_AFTER_A_FREE = """
+import ctypes
+from opbench.measure.worker.layout import fixed_mmap_threshold
+fixed_mmap_threshold()
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free(ctypes.c_void_p(libc.malloc(1 << 20)))  # glibc raises its threshold past a freed mapped block
+block = libc.malloc(512 << 10)
+print(ctypes.c_size_t.from_address(block - ctypes.sizeof(ctypes.c_size_t)).value & 2)  # the chunk's IS_MMAPPED bit
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="mallopt(3) is glibc's")
+def test_workers_map_a_large_block_on_its_own_whatever_they_freed_before(monkeypatch):
+    def mapped() -> bool:
+        out = subprocess.run([sys.executable, "-c", _MAPPED_AFTER_A_FREE], capture_output=True, text=True, check=True)
+        return out.stdout.strip() == "2"
+
+    assert mapped()
+    monkeypatch.setenv("OPBENCH_FIXED_LAYOUT", "0")  # glibc's own threshold: the 512 KB block comes from the heap
+    assert not mapped()
+
+
 def test_a_run_in_a_forked_child_leaves_the_worker_as_it_was_and_dies_alone():
     seen = []
 

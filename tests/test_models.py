@@ -251,3 +251,11 @@ def test_a_whole_model_is_timed_by_the_one_timing_policy():
     assert number * repeat * FRESH_TURNS * 0.010 >= 1.0 and policy.warmup_repeats(0.010) == 1
     assert policy.series_shape(26.0, lambda: None) == (1, MIN_REPEATS)  # untuned BERT: 26 s a run
     assert policy.warmup_repeats(26.0) == 0
+
+
+def test_metaschedule_spreads_a_small_budget_so_every_task_gets_a_round():
+    from opbench.studies.models.metaschedule import MAX_TRIALS_PER_ITER, trials_per_round
+
+    assert trials_per_round(192, 40) == 4  # 40 rounds of 4 before any task gets a second one
+    assert trials_per_round(10, 40) == 1  # fewer trials than tasks: one each while they last
+    assert trials_per_round(100_000, 10) == MAX_TRIALS_PER_ITER  # a large budget: tune_relax's own round

@@ -7,6 +7,8 @@ import sys
 
 from opbench import settings
 
+M_MMAP_THRESHOLD = -3  # mallopt(3)'s parameter
+MMAP_THRESHOLD_BYTES = 128 << 10  # glibc's initial threshold, fixed: a large block is always mapped on its own
 ADDR_NO_RANDOMIZE = 0x0040000  # personality(2)'s flag: no address-space randomisation after the next exec
 QUERY = 0xFFFFFFFF  # personality(2) with this argument returns the current persona unchanged
 
@@ -14,7 +16,7 @@ QUERY = 0xFFFFFFFF  # personality(2) with this argument returns the current pers
 def fixed_layout() -> None:
     """Re-execute this process once with address-space randomisation off, so a kernel finds its stack, heap
     and libraries where every other worker's found them. Runs on where it cannot (not Linux, the kernel
-    refuses, or ``OPBENCH_FIXED_LAYOUT=0``)."""
+    refuses, or ``OPBENCH_FIXED_LAYOUT=0``); then :func:`fixed_mmap_threshold`."""
     if sys.platform != "linux" or not settings.fixed_layout():
         return
     libc = ctypes.CDLL(None, use_errno=True)
@@ -22,3 +24,10 @@ def fixed_layout() -> None:
     if persona == -1 or persona & ADDR_NO_RANDOMIZE or libc.personality(persona | ADDR_NO_RANDOMIZE) == -1:
         return
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+def fixed_mmap_threshold() -> None:
+    """Fix malloc's mmap threshold (glibc raises it as large blocks are freed), so a kernel's large workspace
+    is mapped on its own whatever this process freed before (``OPBENCH_FIXED_LAYOUT=0``: glibc's way)."""
+    if sys.platform == "linux" and settings.fixed_layout():
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
