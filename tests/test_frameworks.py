@@ -64,3 +64,15 @@ def test_metaschedule_at_a_trial_budget_tunes_the_model_and_says_what_it_left_un
     run = measurer.time_model(ModelInput(MODEL, library=str(built.library), inputs=str(inputs)))
     assert run.status is Status.OK and run.max_abs_err < 1e-4  # MetaSchedule's schedule gives eager's output
 
+
+
+def test_a_profile_builds_and_times_tvms_default_lowering_only_when_asked(measurer, tmp_path):
+    from opbench.hardware.targets import make_target
+    from opbench.studies.models.profile import UNTUNED, profile_model
+
+    source = load_model(MODEL)
+    prof = profile_model(source, make_target("llvm", 1), measurer, tmp_path, 1, 1, 128, untuned=False)
+    assert prof.untuned_library is None and math.isnan(prof.model_ms) and not (tmp_path / UNTUNED).exists()
+    assert prof.ops and all(op.latency_ms > 0 for op in prof.ops)  # its operators are timed all the same
+    assert prof.torch_ms > 0 and (tmp_path / "inputs.npz").exists()  # eager, and the reference the others match
+    # (built and timed when asked: the tune-model and model-ops tests' profiles)

@@ -37,10 +37,10 @@ class ModelProfile:
     ops: list[FusedOp]
     funcs: dict[str, Any]  # PrimFunc per op name
     ops_ms: float  # sum over ops of calls x latency
-    model_ms: float
+    model_ms: float  # the untuned build's time (NaN when it was not built)
     torch_ms: float  # NaN without a torch module (ONNX)
     max_abs_err: float
-    untuned_library: Path  # the untuned build, exported
+    untuned_library: Path | None  # the untuned build, exported (None when it was not asked for)
     inputs: Path  # its inputs and the reference output (.npz)
     planned: dict[str, float]  # mem.weights, mem.activations (after Relax's memory planning), mem.largest_workspace
 
@@ -76,10 +76,11 @@ def reference_name(source: ModelSource) -> str:
 
 
 def profile_model(source: ModelSource, target: Any, measurer: Measurer, folder: Path, threads: int, batch: int,
-                  seq_len: int, on_op: Callable[[int, FusedOp], None] = lambda i, op: None) -> ModelProfile:
+                  seq_len: int, on_op: Callable[[int, FusedOp], None] = lambda i, op: None,
+                  untuned: bool = True) -> ModelProfile:
     """Import, fuse and time ``source`` (untuned: TVM's default lowering of every operator); the untuned
-    build and the inputs (with the reference output) are kept in ``folder``; each operator's memory and
-    the model's planned memory beside the times."""
+    build (when ``untuned``: BERT-base's takes 46 s a run here) and the inputs (with the reference output)
+    are kept in ``folder``; each operator's memory and the model's planned memory beside the times."""
     import tvm
 
     eager = torch_ms(measurer, source, batch, seq_len, threads)
@@ -91,7 +92,9 @@ def profile_model(source: ModelSource, target: Any, measurer: Measurer, folder: 
         on_op(n, op)
     ops_ms = mark_shares(ops)
     inputs = save_inputs(source.numpy_inputs(), folder / INPUTS, source.reference()[0])
-    library = export_model(mod, target, folder / UNTUNED)
-    model_ms, err = time_built(measurer, source, library, inputs, threads, "TVM")
+    library, model_ms, err = None, math.nan, math.nan
+    if untuned:
+        library = export_model(mod, target, folder / UNTUNED)
+        model_ms, err = time_built(measurer, source, library, inputs, threads, "TVM")
     planned = {**planned_memory(mod), "mem.largest_workspace": max((o.memory[WORKSPACE_METRIC] for o in ops), default=0.0)}
     return ModelProfile(source, mod, ops, funcs, ops_ms, model_ms, eager, err, library, inputs, planned)

@@ -52,6 +52,7 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
     for system in systems:
         try:
             if system == UNTUNED:
+                assert prof.untuned_library is not None, "the profile built no untuned model"
                 prepared.runs[system] = ModelInput(model, library=str(prof.untuned_library), inputs=inputs,
                                                    resources=resources)
             elif system == DEFAULTS:

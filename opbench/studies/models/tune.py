@@ -79,15 +79,15 @@ class ModelTuneResult:
     study: str = ""
 
 
-def profile(spec: ModelSpec, measurer: Measurer, folder: Path, on_op: Callable[[int, FusedOp], None] | None = None
-            ) -> ModelProfile:
-    """Import, fuse and time each fused operator of the model (``on_op`` hears each), and cache them; the
-    whole model and PyTorch eager timed by ``measurer``, the untuned build kept in ``folder``."""
+def profile(spec: ModelSpec, measurer: Measurer, folder: Path, on_op: Callable[[int, FusedOp], None] | None = None,
+            untuned: bool = True) -> ModelProfile:
+    """Import, fuse and time each fused operator of the model (``on_op`` hears each), and cache them; PyTorch
+    eager and (when ``untuned``) the untuned build timed by ``measurer``, that build kept in ``folder``."""
     source = load_model(spec.model, spec.batch, spec.seq_len)
     set_tvm_threads(spec.threads)
     log.info("%s: importing, fusing and timing each fused operator (%d threads)", source.name, spec.threads)
     result = profile_model(source, make_target("llvm", spec.threads), measurer, folder, spec.threads, spec.batch,
-                           spec.seq_len, on_op or (lambda n, op: None))
+                           spec.seq_len, on_op or (lambda n, op: None), untuned)
     cache.save(spec.model, spec.batch, spec.seq_len, result.ops, result.funcs)
     return result
 
@@ -111,7 +111,7 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
     with model_measurer(m) as measurer, \
             Recorder(study, spec.tracking_uri, extra={"engine": spec.engine.name}, parent_tags={"model": m.model}) \
             as recorder:
-        prof = profile(m, measurer, folder)
+        prof = profile(m, measurer, folder, untuned=UNTUNED in spec.systems)  # otherwise never timed
         tunable = [o for o in prof.ops if o.outputs == 1]
         sink = tee(recorder, *filter(None, [on_record]))
         workloads = {op.name: parse_workload(model_name(m.model, op.name, m.batch, m.seq_len)) for op in tunable}
