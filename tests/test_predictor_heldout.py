@@ -89,3 +89,23 @@ def test_the_study_command_prints_every_group_and_both_summaries_and_saves_the_f
     assert "TenSet (mean of the groups): top-1" in out and "TLP (pooled over every task): top-1" in out
     folds = json.loads((tmp_path / "study" / "folds.json").read_text())
     assert folds["hold_out"] == "op" and sorted(g for f in folds["folds"] for g in f) == sorted(set(_frame()["op"]))
+
+
+@pytest.mark.parametrize("name", ["normalised", "pairwise"])
+def test_a_task_ranker_orders_the_configs_of_tasks_it_never_saw(name):
+    from opbench.predictor.heldout import predictor
+
+    result = held_out_study(_frame(), "workload", model=predictor(name))
+    groups = result.by_group()
+    assert len(groups) == 6 and (groups["spearman"] > 0.8).all()  # faster as feat.x falls, in every task
+    assert (groups["top1"] > groups["random_top1"]).all() and (groups["top5"] == 1.0).all()
+
+
+def test_an_unknown_predictor_or_objective_is_named():
+    from opbench.predictor.heldout import predictor
+    from opbench.predictor.ranking import TaskRanker
+
+    with pytest.raises(OpBenchError, match="unknown predictor 'oracle'; predictors: latency, normalised, pairwise"):
+        predictor("oracle")
+    with pytest.raises(OpBenchError, match="unknown ranking objective 'listwise'"):
+        TaskRanker("listwise")

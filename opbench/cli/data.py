@@ -7,6 +7,7 @@ from pathlib import Path
 
 from opbench.argtypes import positive_int
 from opbench.exceptions import OpBenchError
+from opbench.predictor import PREDICTORS
 from opbench.report.progress import table
 
 
@@ -112,10 +113,10 @@ def cmd_predictor_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_predictor_study(args: argparse.Namespace) -> int:
-    from opbench.predictor.heldout import TOP_K, held_out_study
+    from opbench.predictor.heldout import TOP_K, held_out_study, predictor
     from opbench.tracking.dataset import read_dataset
 
-    result = held_out_study(read_dataset(args.data), args.hold_out, args.folds, args.seeds)
+    result = held_out_study(read_dataset(args.data), args.hold_out, args.folds, args.seeds, predictor(args.predictor))
     groups = result.by_group()
     columns = ["group", "tasks", "rows", *[f"top{k}" for k in TOP_K], "spearman", *[f"random_top{k}" for k in TOP_K]]
     print(table(groups[columns].itertuples(index=False), [c.replace("_", " ") for c in columns]))
@@ -127,7 +128,7 @@ def cmd_predictor_study(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "folds.json").write_text(json.dumps({"hold_out": args.hold_out, "seeds": args.seeds,
+        (out / "folds.json").write_text(json.dumps({"hold_out": args.hold_out, "seeds": args.seeds, "predictor": args.predictor,
                                                     "folds": result.folds}, indent=2))
         groups.to_csv(out / "groups.csv", index=False)
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -212,6 +213,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="what a fold holds out: canonical tasks (task_key), op kinds or source models")
     p.add_argument("--folds", type=positive_int, help="this many folds of groups (default: leave one group out)")
     p.add_argument("--seeds", type=positive_int, default=1, help="train each fold with this many seeds")
+    p.add_argument("--predictor", default="latency", choices=PREDICTORS,
+                   help="latency: XGBoost regression of log time per FLOP; normalised: of log latency over the task's "
+                        "best; pairwise: XGBoost rank:pairwise within each task")
     p.add_argument("--out", help="folder for the folds, the per-group scores and the summary")
     p.set_defaults(func=cmd_predictor_study)
     p = sub.add_parser("predict", help="predicted latency of a workload under a config")

@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 
 from opbench.exceptions import OpBenchError
-from opbench.predictor.model import LatencyModel, trainable
-from opbench.workloads import task_key_of
+from opbench.predictor import PREDICTORS
+from opbench.predictor.model import LatencyModel, task_keys, trainable
+from opbench.predictor.ranking import OBJECTIVES, TaskRanker
 
 HOLD_OUTS = {"workload": "task_key", "op": "op", "model": "source_model"}
 TOP_K = (1, 5)
@@ -93,11 +94,8 @@ def groups_of(frame: pd.DataFrame, hold_out: str) -> pd.Series:
     if hold_out not in HOLD_OUTS:
         raise OpBenchError(f"unknown hold-out '{hold_out}'; hold-outs: {', '.join(HOLD_OUTS)}")
     column = HOLD_OUTS[hold_out]
-    if column == "task_key":  # records made before they carried one: from their workload where it parses
-        known = frame[column] if column in frame else pd.Series(None, frame.index, dtype=object)
-        names = frame["workload"].astype(str)
-        return pd.Series([k if isinstance(k, str) and k else task_key_of(w) or w for k, w in zip(known, names)],
-                         frame.index)
+    if column == "task_key":
+        return task_keys(frame)
     if column not in frame:
         raise OpBenchError(f"--hold-out {hold_out} needs a '{column}' column, the dataset has none")
     return frame[column].fillna("").astype(str)
@@ -116,9 +114,20 @@ def make_folds(groups: list[str], folds: int | None, seed: int = 0) -> list[list
     return [sorted(str(g) for g in order[i::folds]) for i in range(folds)]
 
 
+def predictor(name: str) -> Callable[[int], LatencyModel | TaskRanker]:
+    """A seed's untrained predictor of kind ``name`` (:data:`PREDICTORS`)."""
+    if name == "latency":
+        return lambda seed: LatencyModel(seed=seed)
+    if name in OBJECTIVES:
+        return lambda seed: TaskRanker(name, seed)
+    raise OpBenchError(f"unknown predictor '{name}'; predictors: {', '.join(PREDICTORS)}")
+
+
 def held_out_study(frame: pd.DataFrame, hold_out: str, folds: int | None = None, seeds: int = 1,
-                   model: Callable[[int], LatencyModel] = lambda seed: LatencyModel(seed=seed)) -> HeldOutResult:
-    """Train a model per fold and seed on every group but the fold's, score the fold's tasks."""
+                   model: Callable[[int], LatencyModel | TaskRanker] | None = None) -> HeldOutResult:
+    """Train a model per fold and seed (``model(seed)``, by default :class:`LatencyModel`) on every group but
+    the fold's, score the fold's tasks."""
+    model = model or predictor("latency")
     rows = trainable(frame)
     rows = rows.assign(_group=groups_of(rows, hold_out).to_numpy(), _task=groups_of(rows, "workload").to_numpy())
     result = HeldOutResult(hold_out, make_folds(list(rows["_group"]), folds))

@@ -43,6 +43,16 @@ def feature_columns(frame: pd.DataFrame, static_only: bool = False) -> list[str]
 FLOPS_FEATURE = "feat.flops"
 
 
+def task_keys(frame: pd.DataFrame) -> pd.Series:
+    """Each row's canonical task (its ``task_key``; records made before they carried one: from their
+    workload where it parses, else the workload's name)."""
+    from opbench.workloads import task_key_of
+
+    known = frame["task_key"] if "task_key" in frame else pd.Series(None, frame.index, dtype=object)
+    names = frame["workload"].astype(str)
+    return pd.Series([k if isinstance(k, str) and k else task_key_of(w) or w for k, w in zip(known, names)], frame.index)
+
+
 def work_scale(frame: pd.DataFrame) -> np.ndarray:
     """Per-row normaliser of latency: the op's FLOPs (1 where zero or unknown)."""
     return np.maximum(frame[FLOPS_FEATURE].astype("float64").fillna(1.0).to_numpy(), 1.0)
