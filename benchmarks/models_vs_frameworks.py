@@ -12,19 +12,25 @@ Every latency printed is verified: each system timed again in fresh processes un
 PyTorch's first. "best baseline" is the fastest of eager, torch.compile and ONNX Runtime that ran.
 TVM's unscheduled lowering is not timed here.
 
-    .venv/bin/python benchmarks/models_vs_frameworks.py [--trials-per-op 16] [--threads 2] [--max-ops 12] [--rounds 3]
+With ``--reuse``, the tuning (OpBench's operator records and MetaSchedule's database) a run with the same
+key kept in the store's tuned-models folder is built and verified again instead of tuning anew, and the
+table says so (``tune-model --reuse``); the wall time of each model and of the run is printed.
+
+    .venv/bin/python benchmarks/models_vs_frameworks.py [--trials-per-op 16] [--threads 2] [--max-ops 12] [--rounds 3] [--reuse]
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import tempfile
+import time
 from pathlib import Path
 
 from _results import Results
 
 from opbench.engines.registry import EngineSpec
 from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME
+from opbench.paths import tuned_models_dir
 from opbench.report.progress import table
 from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, FRAMEWORK_ROWS, METASCHEDULE
 from opbench.studies.models.tune import ModelSpec, ModelTuneSpec, tune_model
@@ -43,20 +49,25 @@ def main() -> None:
     parser.add_argument("--max-ops", type=int, default=12, help="key operators tuned per model, largest first")
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--rounds", type=int, default=3, help="fresh-process verification rounds")
+    parser.add_argument("--reuse", action="store_true", help="build from the tuning a run with the same key kept")
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")  # progress on stderr: each operator as it is tuned, the verification
     logging.getLogger("opbench").setLevel(logging.INFO)
     scratch = Path(tempfile.mkdtemp(prefix="opbench-models-"))
-    rows, verdicts = [], []
+    rows, verdicts, walls = [], [], []
+    started = time.monotonic()
     for model in args.models:
         print(f"=== {model}", flush=True)
+        model_started = time.monotonic()
         spec = ModelTuneSpec(ModelSpec(model, batch=1, seq_len=128, threads=args.threads, repeat=3), args.trials_per_op,
                              args.max_ops, EngineSpec(seed=0, storage=f"sqlite:///{scratch / 'optuna.db'}"),
-                             args.rounds, tracking_uri=f"sqlite:///{scratch / 'mlflow.db'}", systems=SYSTEMS)
+                             args.rounds, tracking_uri=f"sqlite:///{scratch / 'mlflow.db'}", systems=SYSTEMS,
+                             reuse=tuned_models_dir() if args.reuse else None)
         verified = tune_model(spec).verification
         assert verified is not None, "--rounds must be >= 1: every number printed here is verified"
         rows += model_rows(model, verified)
         verdicts += targets(model, verified)
+        walls.append(f"{model} {(time.monotonic() - model_started) / 60:.1f}")
     results = Results("models_vs_frameworks")
     results.print(f"\n{args.threads} threads, {args.trials_per_op} trials per key operator (at most {args.max_ops} "
                   f"per model); verified: median of {args.rounds} fresh-process rounds (min-max)")
@@ -64,6 +75,8 @@ def main() -> None:
                                "errors"]))
     for line in verdicts:
         results.print(line)
+    results.print(f"wall time, minutes: {', '.join(walls)}; the run {(time.monotonic() - started) / 60:.1f}"
+                  f"{' (reusing kept tuning where its key matched)' if args.reuse else ''}")
     results.save()
 
 

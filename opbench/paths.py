@@ -20,6 +20,11 @@ def store_dir() -> Path:
     return root / "mlflow"
 
 
+def tuned_models_dir() -> Path:
+    """Where ``tune-model --reuse`` keeps model tunings by default: :func:`store_dir`'s ``tuned-models``."""
+    return store_dir() / "tuned-models"
+
+
 def default_tracking_uri() -> str:
     """``MLFLOW_TRACKING_URI``, else the sqlite store in :func:`store_dir`."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{store_dir() / 'mlflow.db'}"

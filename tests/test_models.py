@@ -92,11 +92,9 @@ def test_a_model_the_frontend_cannot_convert_is_named(tracking_uri):
 
 
 def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path, tracking_uri):
-    out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--trials-per-op", "2", "--max-ops", "1",
-                                "--repeat", "3", "--verify-rounds", "1", "--tracking-uri", tracking_uri, "--study", "tm",
-
-                                "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"],
-                         capture_output=True, text=True, timeout=900)
+    tune = CLI + ["tune-model", "bert-base@tiny", "--trials-per-op", "2", "--max-ops", "1", "--repeat", "3",
+                  "--tracking-uri", tracking_uri, "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--reuse", str(tmp_path / "kept")]
+    out = subprocess.run(tune + ["--verify-rounds", "1", "--study", "tm"], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "tuned model output matches the reference" in out.stdout
     frame = read_mlflow(["tm"], tracking_uri)
@@ -138,6 +136,21 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
     ops = read_mlflow(["mo-tuned"], tracking_uri)
     assert (ops["template"] == "tuned").sum() == len(records) and ops["share"].sum() == pytest.approx(1.0)
     assert (ops.loc[ops["template"] == "tuned", "mem.prepacked"] > 0).any()  # a Linear's weight, packed at build time
+    # --reuse: a second run with the same key builds the model from the records the first kept, measuring none
+    again = subprocess.run(tune + ["--verify-rounds", "0", "--compare", "torch", "--study", "tm-again"], capture_output=True,
+                           text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"tuning reused from {tmp_path / 'kept'}" in again.stdout and "tuned model output matches" in again.stdout
+    assert _scheduled(again.stdout) == _scheduled(out.stdout)  # the same operators scheduled, as fast as measured then
+    assert "tuning reused" not in out.stdout and len(read_mlflow(["tm-again"], tracking_uri)) == 0
+
+
+def _scheduled(stdout: str) -> dict[str, tuple[str, str]]:
+    """tune-model's operators built with a template's schedule: their tuned ms and how (tuned, default)."""
+    lines = stdout.splitlines()
+    first = lines.index(next(line for line in lines if line.startswith("operator "))) + 2
+    rows = [line.split() for line in lines[first:lines.index("", first)]]
+    return {row[0]: (row[4], row[-1]) for row in rows if row[-1] != "untuned"}
 
 
 def test_a_catalogue_workload_is_a_model_too(tracking_uri):
@@ -259,3 +272,26 @@ def test_metaschedule_spreads_a_small_budget_so_every_task_gets_a_round():
     assert trials_per_round(192, 40) == 4  # 40 rounds of 4 before any task gets a second one
     assert trials_per_round(10, 40) == 1  # fewer trials than tasks: one each while they last
     assert trials_per_round(100_000, 10) == MAX_TRIALS_PER_ITER  # a large budget: tune_relax's own round
+
+
+def test_a_kept_tuning_is_found_again_only_under_the_same_key(tmp_path):
+    from dataclasses import replace
+
+    from opbench.studies.models.reuse import ReuseKey, TunedCache
+
+    key = ReuseKey.here("bert-base@tiny", 1, 128, 2, 16, 12, "optuna-tpe, seed 0")
+    cache = TunedCache(tmp_path, key)
+    assert cache.records() is None and cache.metaschedule(40) is None and cache.note == ""
+    records = {"fused_matmul": [{"status": "ok", "latency_ms": 1.5, "knob.tile": "8x8"}], "softmax": [{"status": "ok", "latency_ms": 0.2}]}
+    cache.save_records(records)
+    database = tmp_path / "ms-work"
+    database.mkdir()
+    (database / "database_tuning_record.json").write_text("[]\n")
+    cache.save_metaschedule(40, database)
+    again = TunedCache(tmp_path, key)
+    assert again.records() == records and (again.metaschedule(40) / "database_tuning_record.json").exists()
+    assert again.metaschedule(41) is None  # another budget: MetaSchedule tunes anew
+    assert again.note.startswith(f"reused from {again.folder}: operator records of ") and "MetaSchedule's database" in again.note
+    for changed in (replace(key, cpu_model="Intel Xeon"), replace(key, tvm_version="0.28.0"), replace(key, threads=1),
+                    replace(key, trials_per_op=32), replace(key, seq_len=64)):
+        assert TunedCache(tmp_path, changed).records() is None  # another host, TVM, budget or shape tunes again

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from opbench import settings
 from opbench.argtypes import nonneg_int, positive_int
 from opbench.engines.optuna.storage import STORAGE_HELP
+from opbench.paths import tuned_models_dir
 from opbench.report.progress import TrialPrinter, table
 
 if TYPE_CHECKING:
@@ -139,10 +140,12 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
 
     spec = ModelTuneSpec(_model_spec(args), args.trials_per_op, args.max_ops,
                          EngineSpec(args.engine, args.sampler, args.tuner, args.seed, args.storage),
-                         args.verify_rounds, args.study, args.tracking_uri, args.compare)
+                         args.verify_rounds, args.study, args.tracking_uri, args.compare, args.reuse)
     result = tune_model(spec, on_record=TrialPrinter(None))
     m = result.metrics
     print("\n" + table(result.rows, ["operator", "kind", "share after defaults", "untuned ms", "tuned ms", "speed-up", "how"]))
+    if result.reused:
+        print(f"tuning {result.reused}")
     print(f"\n{args.model}, batch {args.batch}, {args.threads} thread(s):")
     print(speedup_table(*model_speedups(result), result.verification, "tuned"))
     print(f"tuned model output matches the reference (max |err| {m['max_abs_err']:.2g}); database: {result.database}")
@@ -187,5 +190,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tuner", default="TPE", choices=TUNERS, help="NNI tuner for --engine nni")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--storage", help=STORAGE_HELP)
+    p.add_argument("--reuse", nargs="?", type=Path, const=tuned_models_dir(), metavar="DIR",
+                   help="keep this run's tuning in DIR (default: the store's tuned-models folder) and build from what "
+                        "a run with the same model, shapes, threads, budget, engine, CPU model and TVM version kept there")
     p.set_defaults(func=cmd_tune_model, template=None, search_threads=None, search_cores=None, cores=None,
                    target="llvm", objectives="latency", warm_start=None)

@@ -73,8 +73,8 @@ def static_features(workload: Workload, config: Config, template_name: str | Non
     return {**op_features(workload), **config_features(config, workload, template_name), **resource_features(resources), **host.features()}
 
 
-def schedule_features(mod: Any, target: Any) -> dict[str, float]:
-    """Mean over buffer stores of MetaSchedule's PerStoreFeature for a scheduled IRModule (in a worker)."""
+def per_store_features(mod: Any, target: Any) -> Any:
+    """MetaSchedule's PerStoreFeature of a scheduled IRModule: a (buffer stores x :data:`MS_FEATURES`) array."""
     from opbench._tvm_compat import light_tensor_intrin
 
     light_tensor_intrin()
@@ -83,7 +83,12 @@ def schedule_features(mod: Any, target: Any) -> dict[str, float]:
 
     context = ms.TuneContext(mod=mod, target=target)
     candidate = ms.MeasureCandidate(s_tir.Schedule(mod), [])
-    per_store = ms.feature_extractor.PerStoreFeature().extract_from(context, [candidate])[0].numpy()
+    return ms.feature_extractor.PerStoreFeature().extract_from(context, [candidate])[0].numpy()
+
+
+def schedule_features(mod: Any, target: Any) -> dict[str, float]:
+    """Mean over buffer stores of MetaSchedule's PerStoreFeature for a scheduled IRModule (in a worker)."""
+    per_store = per_store_features(mod, target)
     means = per_store.mean(axis=0) if len(per_store) else [float("nan")] * MS_FEATURES
     feats = {f"feat.ms{i:03d}": float(v) for i, v in enumerate(means)}
     feats["feat.ms_stores"] = float(len(per_store))

@@ -124,13 +124,15 @@ def predictor(name: str) -> Callable[[int], LatencyModel | TaskRanker]:
 
 
 def held_out_study(frame: pd.DataFrame, hold_out: str, folds: int | None = None, seeds: int = 1,
-                   model: Callable[[int], LatencyModel | TaskRanker] | None = None) -> HeldOutResult:
+                   model: Callable[[int], LatencyModel | TaskRanker] | None = None,
+                   fixed_folds: list[list[str]] | None = None) -> HeldOutResult:
     """Train a model per fold and seed (``model(seed)``, by default :class:`LatencyModel`) on every group but
-    the fold's, score the fold's tasks."""
+    the fold's, score the fold's tasks; the folds are ``fixed_folds`` when given (e.g. one fold of workloads
+    set aside), else :func:`make_folds`'s."""
     model = model or predictor("latency")
     rows = trainable(frame)
     rows = rows.assign(_group=groups_of(rows, hold_out).to_numpy(), _task=groups_of(rows, "workload").to_numpy())
-    result = HeldOutResult(hold_out, make_folds(list(rows["_group"]), folds))
+    result = HeldOutResult(hold_out, fixed_folds or make_folds(list(rows["_group"]), folds))
     for seed in range(seeds):
         for held in result.folds:
             train, test = rows[~rows["_group"].isin(held)], rows[rows["_group"].isin(held)]

@@ -14,6 +14,7 @@ from opbench.hardware.resources import Resources
 from opbench.measure.models import export_model
 from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, ModelInput
 from opbench.studies.models.profile import ModelProfile
+from opbench.studies.models.reuse import TunedCache
 from opbench.studies.models.tuned import apply_database
 
 log = logging.getLogger("opbench")
@@ -42,9 +43,9 @@ class Prepared:
 
 
 def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, batch: int, seq_len: int,
-                    threads: int, target: Any, folder: Path, trials: int) -> Prepared:
+                    threads: int, target: Any, folder: Path, trials: int, cache: TunedCache | None = None) -> Prepared:
     """Each of ``systems`` (names from :data:`SYSTEMS`) made ready to time with ``threads`` threads;
-    MetaSchedule gets ``trials`` trials (the tuned model's)."""
+    MetaSchedule gets ``trials`` trials (the tuned model's), its database kept in and reused from ``cache``."""
     from opbench.workloads.models.exports import inductor_package, onnx_file
 
     resources, inputs = Resources(threads), str(prof.inputs)
@@ -65,7 +66,7 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
                 from opbench.studies.models.metaschedule import metaschedule_model
 
                 log.info("%s: MetaSchedule, %d trials", model, trials)
-                tuned = metaschedule_model(prof.mod, target, folder, trials)
+                tuned = metaschedule_model(prof.mod, target, folder, trials, cache)
                 prepared.runs[system] = ModelInput(model, library=str(tuned.library), inputs=inputs, resources=resources)
                 prepared.notes[system] = tuned.note
             elif prof.source.module is None:

@@ -27,6 +27,7 @@ from opbench.record import Record, best_ok, tee
 from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
 from opbench.studies.models.profile import TUNED, ModelProfile, median_ms, profile_model, time_built
+from opbench.studies.models.reuse import ReuseKey, TunedCache
 from opbench.studies.models.systems import EAGER_ROW, UNTUNED, prepare_systems
 from opbench.studies.models.tuned import DATABASE_FILES, TunedOp, apply_database, prepacked, write_database
 from opbench.studies.verify import BEST, Verification, verify_rounds
@@ -63,6 +64,7 @@ class ModelTuneSpec:
     study: str | None = None  # MLflow experiment (default tune-model-<model>)
     tracking_uri: str | None = None
     systems: tuple[str, ...] = (UNTUNED, EAGER_ROW)  # verified beside the tuned model (studies.models.systems)
+    reuse: Path | None = None  # keep the tuning here and reuse what a run with the same key kept (studies.models.reuse)
 
     def __post_init__(self) -> None:
         if self.trials_per_op < 1:
@@ -77,6 +79,7 @@ class ModelTuneResult:
     database: Path  # the MetaSchedule database folder the tuned model was built with
     verification: Verification | None = None
     study: str = ""
+    reused: str = ""  # where the operators' records (and MetaSchedule's database) came from, when reused
 
 
 def profile(spec: ModelSpec, measurer: Measurer, folder: Path, on_op: Callable[[int, FusedOp], None] | None = None,
@@ -105,7 +108,6 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
     study = spec.study or f"tune-model-{m.model}"
     folder = study_dir("tune-model", study, spec.tracking_uri)
     target = make_target("llvm", m.threads)
-    resources = Resources(m.threads)
     tuned: list[TunedOp] = []
     rows = []
     with model_measurer(m) as measurer, \
@@ -115,22 +117,12 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
         tunable = [o for o in prof.ops if o.outputs == 1]
         sink = tee(recorder, *filter(None, [on_record]))
         workloads = {op.name: parse_workload(model_name(m.model, op.name, m.batch, m.seq_len)) for op in tunable}
-        log.info("--- the template default of each of %d operators (they rank the key operators)", len(tunable))
-        records = {op.name: run_tuning(_default_engine(workloads[op.name], m.threads), workloads[op.name], 1,
-                                       measurer, sink, resources) for op in tunable}
-        after_ms = {op.name: min(op.latency_ms, _best_ms(records[op.name])) for op in tunable}
+        cache = _cache(spec)
+        records, key, after_ms = _operator_records(spec, tunable, workloads, measurer, sink, study, cache)
         total_ms = sum(op.calls * after_ms[op.name] for op in tunable)
-        key = {o.name for o in key_ops(tunable, lambda o: after_ms[o.name])[:spec.max_ops]}
         for op in sorted(tunable, key=lambda o: -o.calls * after_ms[o.name]):
             workload, share = workloads[op.name], op.calls * after_ms[op.name] / total_ms
             template = get_template(workload)
-            if op.name in key:
-                log.info("--- %s: %.1f%% of the model after the defaults, %d trials", workload.name, 100 * share,
-                         spec.trials_per_op)
-                engine = _engine_past_default(spec.engine, workload, template, resources, f"{study}-{op.name}",
-                                              best_ok(records[op.name]))
-                records[op.name] += run_tuning(engine, workload, spec.trials_per_op, measurer, sink, resources)
-                engine.close()
             config, best = best_config(records[op.name], workload.name), best_ok(records[op.name])
             if config is None or best is None or best["latency_ms"] >= op.latency_ms:
                 log.info("    nothing faster than TVM's default lowering for %s: it keeps that", op.name)
@@ -144,7 +136,7 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
         library = export_model(tuned_mod, target, folder / TUNED)
         tuned_ms, err = time_built(measurer, prof.source, library, prof.inputs, m.threads, "the tuned model")
         trials = sum(r["status"] != "invalid_config" for rs in records.values() for r in rs)  # built and timed
-        verification = _verify_model(spec, prof, measurer, library, tuned_ms, study, target, folder, trials)
+        verification = _verify_model(spec, prof, measurer, library, tuned_ms, study, target, folder, trials, cache)
         metrics = {"torch_ms": prof.torch_ms, "untuned_ms": prof.model_ms, "tuned_ms": tuned_ms, "trials": trials,
                    "speedup_vs_untuned": prof.model_ms / tuned_ms, "speedup_vs_torch": prof.torch_ms / tuned_ms,
                    "max_abs_err": err, "tuned_ops": len(tuned), "prepacked_ops": len(prepacked(tuned_mod))}
@@ -154,7 +146,48 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
                                    verification.parent_tags() if verification else {})
         for name in DATABASE_FILES:
             recorder.mlflow.log_artifact(folder / name, "database")
-    return ModelTuneResult(rows, metrics, folder, verification, study)
+    return ModelTuneResult(rows, metrics, folder, verification, study, cache.note if cache else "")
+
+
+def _operator_records(spec: ModelTuneSpec, tunable: list[FusedOp], workloads: dict[str, Workload], measurer: Measurer,
+                      sink: Callable[[Record], None], study: str, cache: TunedCache | None
+                      ) -> tuple[dict[str, list[Record]], set[str], dict[str, float]]:
+    """Each operator's records (its template default first, then a key operator's trials), the key operators
+    and each one's time after the defaults: measured, and kept in ``cache``, or what ``cache`` kept."""
+    m, resources = spec.model, Resources(spec.model.threads)
+    kept = cache.records() if cache else None
+    if kept is not None:
+        log.info("--- the operators' records a run with the same key kept: %s", cache.folder if cache else "")
+        records = {op.name: kept.get(op.name, []) for op in tunable}
+    else:
+        log.info("--- the template default of each of %d operators (they rank the key operators)", len(tunable))
+        records = {op.name: run_tuning(_default_engine(workloads[op.name], m.threads), workloads[op.name], 1,
+                                       measurer, sink, resources) for op in tunable}
+    after_ms = {op.name: min(op.latency_ms, _best_ms(records[op.name][:1])) for op in tunable}  # the default's
+    total_ms = sum(op.calls * after_ms[op.name] for op in tunable)
+    key = {o.name for o in key_ops(tunable, lambda o: after_ms[o.name])[:spec.max_ops]}
+    if kept is not None:
+        return records, key, after_ms
+    for op in sorted((o for o in tunable if o.name in key), key=lambda o: -o.calls * after_ms[o.name]):
+        workload = workloads[op.name]
+        log.info("--- %s: %.1f%% of the model after the defaults, %d trials", workload.name,
+                 100 * op.calls * after_ms[op.name] / total_ms, spec.trials_per_op)
+        engine = _engine_past_default(spec.engine, workload, get_template(workload), resources, f"{study}-{op.name}",
+                                      best_ok(records[op.name]))
+        records[op.name] += run_tuning(engine, workload, spec.trials_per_op, measurer, sink, resources)
+        engine.close()
+    if cache is not None:
+        cache.save_records(records)
+    return records, key, after_ms
+
+
+def _cache(spec: ModelTuneSpec) -> TunedCache | None:
+    """Where ``spec``'s tuning is kept and found again (None without ``reuse``)."""
+    if spec.reuse is None:
+        return None
+    m, engine = spec.model, spec.engine
+    return TunedCache(spec.reuse, ReuseKey.here(m.model, m.batch, m.seq_len, m.threads, spec.trials_per_op, spec.max_ops,
+                                                f"{engine.label}, seed {engine.seed}"))
 
 
 def _default_engine(workload: Workload, threads: int) -> GridEngine:
@@ -178,14 +211,14 @@ def _best_ms(records: list[Record]) -> float:
 
 
 def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, tuned: Path, tuned_ms: float,
-                  study: str, target: Any, folder: Path, trials: int) -> Verification | None:
+                  study: str, target: Any, folder: Path, trials: int, cache: TunedCache | None) -> Verification | None:
     """The tuned build and each of ``spec.systems`` (MetaSchedule with the tuned model's ``trials``), each
     timed in fresh processes that take turns, in alternating rounds (None with no rounds); a system that
     could not be prepared is a row saying why."""
     if spec.verify_rounds < 1:
         return None
     m = spec.model
-    prepared = prepare_systems(spec.systems, prof, m.model, m.batch, m.seq_len, m.threads, target, folder, trials)
+    prepared = prepare_systems(spec.systems, prof, m.model, m.batch, m.seq_len, m.threads, target, folder, trials, cache)
     models = {BEST: ModelInput(m.model, library=str(tuned), inputs=str(prof.inputs), resources=Resources(m.threads)),
               **prepared.runs}
     log.info("verifying: %s in fresh processes, %d alternating rounds", ", ".join(models), spec.verify_rounds)
@@ -199,6 +232,8 @@ def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, t
     measured = {BEST: tuned_ms, UNTUNED: prof.model_ms, EAGER_ROW: prof.torch_ms}
     verification = verify_rounds([*models, *prepared.failed], time_round, measured, study, spec.verify_rounds)
     verification.notes = prepared.notes
+    if cache is not None and cache.note:
+        verification.notes[BEST] = cache.note
     return verification
 
 

@@ -1,0 +1,99 @@
+"""A model study's tuning kept for the next run on the same host: its operators' records and MetaSchedule's
+database at equal trials, keyed by model, shapes, threads, budget, engine, CPU model and TVM version
+(``tune-model --reuse DIR``). A later run with the same key builds and verifies the model from them
+instead of tuning again; what it reused is stated (:attr:`TunedCache.note`)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from opbench.hardware.resources import host_facts
+from opbench.paths import safe_name
+from opbench.record import Record
+from opbench.tracking.jsonl import JsonlWriter, read_jsonl_records
+
+RECORDS, KEY, METASCHEDULE = "records.jsonl", "key.json", "metaschedule"
+
+
+@dataclass(frozen=True)
+class ReuseKey:
+    """What a model's tuning depends on: a run that differs in any of these tunes again."""
+
+    model: str
+    batch: int
+    seq_len: int
+    threads: int
+    trials_per_op: int
+    max_ops: int | None
+    engine: str  # the engine spec's repr: name, sampler, seed
+    cpu_model: str
+    tvm_version: str
+
+    @classmethod
+    def here(cls, model: str, batch: int, seq_len: int, threads: int, trials_per_op: int, max_ops: int | None,
+             engine: str) -> ReuseKey:
+        host = host_facts()
+        return cls(model, batch, seq_len, threads, trials_per_op, max_ops, engine, host.cpu_model, host.tvm_version)
+
+    def folder(self, root: Path) -> Path:
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        return root / safe_name(f"{self.model}-{digest}")
+
+
+class TunedCache:
+    """One key's folder under ``root``: the operators' records (op name in the ``reuse.op`` field) and
+    MetaSchedule's database folder per trial budget."""
+
+    def __init__(self, root: Path, key: ReuseKey) -> None:
+        self.key, self.folder = key, key.folder(root)
+        self.reused: list[str] = []  # what this run took from the cache
+
+    def records(self) -> dict[str, list[Record]] | None:
+        """Each operator's records, as the run that tuned it measured them (None: nothing kept)."""
+        path = self.folder / RECORDS
+        if not path.exists():
+            return None
+        kept: dict[str, list[Record]] = {}
+        for record in read_jsonl_records(path):
+            kept.setdefault(record.pop("reuse.op"), []).append(record)
+        self.reused.append(f"operator records of {self._when(path)}")
+        return kept
+
+    def save_records(self, records: dict[str, list[Record]]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / KEY).write_text(json.dumps(asdict(self.key), indent=2))
+        partial = self.folder / f"{RECORDS}.partial"
+        partial.unlink(missing_ok=True)
+        writer = JsonlWriter(partial)
+        for op, rows in records.items():
+            for record in rows:
+                writer.write({**record, "reuse.op": op})
+        partial.replace(self.folder / RECORDS)  # whole or absent: a killed run leaves no half cache
+
+    def metaschedule(self, trials: int) -> Path | None:
+        """MetaSchedule's database folder for ``trials`` trials (None: not kept)."""
+        folder = self.folder / f"{METASCHEDULE}-{trials}"
+        if not folder.is_dir():
+            return None
+        self.reused.append(f"MetaSchedule's database of {self._when(folder)}")
+        return folder
+
+    def save_metaschedule(self, trials: int, database: Path) -> None:
+        target = self.folder / f"{METASCHEDULE}-{trials}"
+        partial = target.with_name(target.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(database, partial)
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+
+    @property
+    def note(self) -> str:
+        return f"reused from {self.folder}: {', '.join(self.reused)}" if self.reused else ""
+
+    @staticmethod
+    def _when(path: Path) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
