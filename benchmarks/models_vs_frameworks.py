@@ -10,7 +10,8 @@ MetaSchedule tuning the model with as many trials as OpBench's tuned model measu
 Every latency printed is verified: each system timed again in fresh processes under the host lock, over
 ``--rounds`` alternating rounds (median, with the per-round range); each output is checked against
 PyTorch's first. "best baseline" is the fastest of eager, torch.compile and ONNX Runtime that ran.
-TVM's unscheduled lowering is not timed here.
+TVM's unscheduled lowering is not timed here. The host's GEMM ceiling (PyTorch's fp32 2048^3 GEMM in fresh
+processes) is timed first; each model's tuned matmuls and convolutions are reported against it.
 
 With ``--reuse``, the tuning (OpBench's operator records and MetaSchedule's database) a run with the same
 key kept in the store's tuned-models folder is built and verified again instead of tuning anew, and the
@@ -29,16 +30,23 @@ from pathlib import Path
 from _results import Results
 
 from opbench.engines.registry import EngineSpec
+from opbench.hardware.resources import Resources
+from opbench.measure.measurer import Measurer
 from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME
 from opbench.paths import tuned_models_dir
 from opbench.report.progress import table
 from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, FRAMEWORK_ROWS, METASCHEDULE
-from opbench.studies.models.tune import ModelSpec, ModelTuneSpec, tune_model
+from opbench.studies.models.tune import ModelSpec, ModelTuneResult, ModelTuneSpec, tune_model
 from opbench.studies.verify import BEST, Spread, Verification, spread_text
+from opbench.workloads import parse_workload
+from opbench.workloads.models import cache
 
 MODELS = ("bert-base", "resnet-50", "mobilenet-v2")  # batch 1; bert-base with 128 tokens
 TARGETS_VS_EAGER = {"bert-base": 0.8, "resnet-50": 0.6, "mobilenet-v2": 0.4}  # issue 42's, at 2 threads
 TARGET_VS_BEST = 0.9
+CEILING = "matmul:m=2048,n=2048,k=2048"  # the host's GEMM ceiling: PyTorch's fp32 GEMM, fresh processes
+TARGET_OF_CEILING = 0.75  # BERT's matmuls and ResNet's convolutions
+GEMM_KINDS = {"matmuls": ("batch_matmul", "matmul", "dense"), "convolutions": ("conv2d",)}
 SYSTEMS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, DEFAULTS, METASCHEDULE)
 
 
@@ -56,6 +64,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="opbench-models-"))
     rows, verdicts, walls = [], [], []
     started = time.monotonic()
+    ceiling = gemm_ceiling(args.threads)
     for model in args.models:
         print(f"=== {model}", flush=True)
         model_started = time.monotonic()
@@ -63,21 +72,50 @@ def main() -> None:
                              args.max_ops, EngineSpec(seed=0, storage=f"sqlite:///{scratch / 'optuna.db'}"),
                              args.rounds, tracking_uri=f"sqlite:///{scratch / 'mlflow.db'}", systems=SYSTEMS,
                              reuse=tuned_models_dir() if args.reuse else None)
-        verified = tune_model(spec).verification
+        result = tune_model(spec)
+        verified = result.verification
         assert verified is not None, "--rounds must be >= 1: every number printed here is verified"
         rows += model_rows(model, verified)
-        verdicts += targets(model, verified)
+        verdicts += targets(model, verified) + of_ceiling(model, result, ceiling)
         walls.append(f"{model} {(time.monotonic() - model_started) / 60:.1f}")
     results = Results("models_vs_frameworks")
     results.print(f"\n{args.threads} threads, {args.trials_per_op} trials per key operator (at most {args.max_ops} "
                   f"per model); verified: median of {args.rounds} fresh-process rounds (min-max)")
     results.table(table(rows, ["model", "system", "verified ms (min-max)", "latency / eager", "OpBench tuned / this",
                                "errors"]))
+    results.print(f"the host's GEMM ceiling: PyTorch's {CEILING}, fp32, {ceiling:.1f} GFLOP/s (median of 3 fresh processes)")
     for line in verdicts:
         results.print(line)
     results.print(f"wall time, minutes: {', '.join(walls)}; the run {(time.monotonic() - started) / 60:.1f}"
                   f"{' (reusing kept tuning where its key matched)' if args.reuse else ''}")
     results.save()
+
+
+def gemm_ceiling(threads: int) -> float:
+    """GFLOP/s of PyTorch's fp32 GEMM on :data:`CEILING` with ``threads`` threads, in fresh processes."""
+    workload = parse_workload(CEILING)
+    with Measurer() as measurer:
+        record = measurer.measure_library(workload, "torch", Resources(threads))
+    return workload.flops / (record["latency_ms"] * 1e-3) / 1e9
+
+
+def of_ceiling(model: str, result: ModelTuneResult, ceiling: float) -> list[str]:
+    """The tuned model's matmuls and convolutions (each operator's tuned record, calls counted) against the
+    GEMM ceiling: a verdict for the kind the issue names for the model, a line for the others."""
+    ops = {op.name: op for op in cache.extract(model, 1, 128)[0]}
+    lines = []
+    for label, kinds in GEMM_KINDS.items():
+        built = [r for r in result.rows if r[1] in kinds and r[-1] != "untuned"]
+        if not built:
+            continue
+        flops = sum(ops[r[0]].flops * ops[r[0]].calls for r in built)
+        gflops = flops / (sum(r[4] * ops[r[0]].calls for r in built) * 1e-3) / 1e9
+        share = gflops / ceiling
+        named = (model, label) in (("bert-base", "matmuls"), ("resnet-50", "convolutions"))
+        lines.append(f"{'met' if share >= TARGET_OF_CEILING else 'NOT MET' if named else 'info'}: {model}'s {label} at "
+                     f"{gflops:.1f} GFLOP/s, {share:.0%} of the GEMM ceiling (tuning records, not verified in fresh "
+                     f"processes; target {TARGET_OF_CEILING:.0%} for bert-base's matmuls and resnet-50's convolutions)")
+    return lines
 
 
 def model_rows(model: str, verified: Verification) -> list[tuple]:
