@@ -145,7 +145,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     m = result.metrics
     print("\n" + table(result.rows, ["operator", "kind", "share after defaults", "untuned ms", "tuned ms", "speed-up", "how"]))
     if result.reused:
-        print(f"tuning {result.reused}")
+        print(f"\ntuning {result.reused}")
     print(f"\n{args.model}, batch {args.batch}, {args.threads} thread(s):")
     print(speedup_table(*model_speedups(result), result.verification, "tuned"))
     print(f"tuned model output matches the reference (max |err| {m['max_abs_err']:.2g}); database: {result.database}")
