@@ -139,17 +139,18 @@ def test_export_of_100000_records_keeps_memory_bounded(tracking_uri, tmp_path):
 
 
 @pytest.mark.full  # starts an MLflow server
-def test_import_then_export_through_an_mlflow_server_is_lossless_and_idempotent(tmp_path):
+def test_import_then_export_through_an_mlflow_server_is_lossless_and_idempotent(tmp_path, monkeypatch):
+    monkeypatch.setattr("opbench.tracking.dataset.importer.SEGMENT_RECORDS", 50)  # segments of 50: a run per record is slow
     server = MlflowServer(f"sqlite:///{tmp_path / 'server.db'}", "127.0.0.1", tmp_path / "artifacts")
     try:
-        rows = [_record(i) for i in range(700)]  # two segments
+        rows = [_record(i) for i in range(70)]  # two segments
         with tempfile.TemporaryDirectory() as scratch:
             source = write_segment([canonical(r) for r in rows], Path(scratch) / "source.parquet")
             first = import_dataset(source, "remote", server.uri, runs=True)
             again = import_dataset(source, "remote", server.uri)
-        assert (first.added, again.added) == (700, 0)
+        assert (first.added, again.added) == (70, 0)
         done = export_mlflow(tmp_path / "out.parquet", ["remote"], server.uri, Filters(status=("ok", "run_error")))
-        assert done.segments == 2 and done.read_run_by_run == 0 and done.rows == 700
+        assert done.segments == 2 and done.read_run_by_run == 0 and done.rows == 70
         out = read_rows(tmp_path / "out.parquet", None)
         provenance = ("source_study", "imported_from", "imported_at", "study")
         assert sorted([{k: v for k, v in r.items() if k not in provenance} for r in out], key=lambda r: r["trial_id"]) \
@@ -159,6 +160,6 @@ def test_import_then_export_through_an_mlflow_server_is_lossless_and_idempotent(
         store = plan(["remote"], server.uri)
         with tempfile.TemporaryDirectory() as scratch:
             assert sum(t.num_rows for t in fetch(store, "trial", Path(scratch)).tables(Filters(status=("ok", "run_error"))))\
-                == 700
+                == 70
     finally:
         server.stop()
