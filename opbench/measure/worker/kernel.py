@@ -28,6 +28,7 @@ from opbench.measure.protocol import (
 from opbench.measure.timing import calls_per_repeat
 from opbench.measure.worker._common import FLUSH_BYTES, Inputs, short_error, time_series
 from opbench.measure.worker.fork import in_child
+from opbench.measure.worker.layout import fixed_mmap_threshold
 from opbench.measure.worker.model import time_model
 from opbench.record import Status
 
@@ -223,6 +224,7 @@ class KernelWorker:
         return _Kernel(module, args, first, err)
 
     def run(self, req: RunInput) -> RunResult:
+        fixed_mmap_threshold()  # here only: PyTorch and the Relax VM allocate per call, glibc's threshold serves them
         if self._session is None:
             if self._pristine(req.target):
                 self._inputs_for(req.workload)  # made here once: every child has them

@@ -16,7 +16,7 @@ QUERY = 0xFFFFFFFF  # personality(2) with this argument returns the current pers
 def fixed_layout() -> None:
     """Re-execute this process once with address-space randomisation off, so a kernel finds its stack, heap
     and libraries where every other worker's found them. Runs on where it cannot (not Linux, the kernel
-    refuses, or ``OPBENCH_FIXED_LAYOUT=0``); then :func:`fixed_mmap_threshold`."""
+    refuses, or ``OPBENCH_FIXED_LAYOUT=0``)."""
     if sys.platform != "linux" or not settings.fixed_layout():
         return
     libc = ctypes.CDLL(None, use_errno=True)
@@ -28,6 +28,8 @@ def fixed_layout() -> None:
 
 def fixed_mmap_threshold() -> None:
     """Fix malloc's mmap threshold (glibc raises it as large blocks are freed), so a kernel's large workspace
-    is mapped on its own whatever this process freed before (``OPBENCH_FIXED_LAYOUT=0``: glibc's way)."""
+    is mapped on its own whatever this process freed before (``OPBENCH_FIXED_LAYOUT=0``: glibc's way). For
+    processes that time kernels only: code that allocates large blocks on every call (PyTorch eager) would
+    map and fault them in each time."""
     if sys.platform == "linux" and settings.fixed_layout():
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)

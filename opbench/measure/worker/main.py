@@ -65,11 +65,10 @@ def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int, role: s
 if __name__ == "__main__":
     import pickle
 
-    from opbench.measure.worker.layout import fixed_layout, fixed_mmap_threshold
+    from opbench.measure.worker.layout import fixed_layout
     from opbench.plugins import load_plugins
 
     fixed_layout()  # re-executes this process once, before any request
-    fixed_mmap_threshold()
 
     load_plugins()  # the parent's OPBENCH_PLUGINS: operators it names can be built and run here
     serve(Connection(int(sys.argv[1])), *pickle.loads(bytes.fromhex(sys.argv[2])))
