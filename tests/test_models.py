@@ -142,16 +142,18 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
                            text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"tuning reused from {tmp_path / 'kept'}" in again.stdout and "tuned model output matches" in again.stdout
-    assert _scheduled(again.stdout) == _scheduled(tuned_stdout)  # the same operators scheduled, as fast as measured then
+    tuned_ops = _tuned(tuned_stdout)
+    assert tuned_ops and _tuned(again.stdout) == tuned_ops  # the key operator's schedule, as fast as its kept record
     assert "tuning reused" not in tuned_stdout and len(read_mlflow(["tm-again"], tracking_uri)) == 0
 
 
-def _scheduled(stdout: str) -> dict[str, tuple[str, str]]:
-    """tune-model's operators built with a template's schedule: their tuned ms and how (tuned, default)."""
+def _tuned(stdout: str) -> dict[str, str]:
+    """tune-model's tuned operators and their tuned ms. (Whether an operator keeps its template default or TVM's
+    lowering compares the default's record with the run's own profile, so a tiny operator may flip.)"""
     lines = stdout.splitlines()
     first = lines.index(next(line for line in lines if line.startswith("operator "))) + 2
     rows = [line.split() for line in lines[first:lines.index("", first)]]
-    return {row[0]: (row[4], row[-1]) for row in rows if row[-1] != "untuned"}
+    return {row[0]: row[4] for row in rows if row[-1] == "tuned"}
 
 
 def test_a_catalogue_workload_is_a_model_too(tracking_uri):
