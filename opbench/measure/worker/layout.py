@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 
@@ -26,10 +27,11 @@ def fixed_layout() -> None:
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
+@functools.cache
 def fixed_mmap_threshold() -> None:
     """Fix malloc's mmap threshold (glibc raises it as large blocks are freed), so a kernel's large workspace
     is mapped on its own whatever this process freed before (``OPBENCH_FIXED_LAYOUT=0``: glibc's way). For
     processes that time kernels only: code that allocates large blocks on every call (PyTorch eager) would
-    map and fault them in each time."""
+    map and fault them in each time. Once per process."""
     if sys.platform == "linux" and settings.fixed_layout():
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)

@@ -1,7 +1,7 @@
 """A model study's tuning kept for the next run on the same host: its operators' records and MetaSchedule's
-database at equal trials, keyed by model, shapes, threads, budget, engine, CPU model and TVM version
-(``tune-model --reuse DIR``). A later run with the same key builds and verifies the model from them
-instead of tuning again; what it reused is stated (:attr:`TunedCache.note`)."""
+database at equal trials, keyed by model, shapes, threads, budget, engine, CPU model, TVM version and the
+templates' sources (``tune-model --reuse DIR``). A later run with the same key builds and verifies the model
+from them instead of tuning again; what it reused is stated (:attr:`TunedCache.note`)."""
 from __future__ import annotations
 
 import hashlib
@@ -32,12 +32,17 @@ class ReuseKey:
     engine: str  # the engine spec's repr: name, sampler, seed
     cpu_model: str
     tvm_version: str
+    templates: str  # a hash of every template's source hash: a changed template schedules a config anew
 
     @classmethod
     def here(cls, model: str, batch: int, seq_len: int, threads: int, trials_per_op: int, max_ops: int | None,
              engine: str) -> ReuseKey:
+        from opbench.space import TEMPLATES
+
         host = host_facts()
-        return cls(model, batch, seq_len, threads, trials_per_op, max_ops, engine, host.cpu_model, host.tvm_version)
+        sources = ",".join(f"{name}:{template.version}" for name, template in sorted(TEMPLATES.items()))
+        return cls(model, batch, seq_len, threads, trials_per_op, max_ops, engine, host.cpu_model, host.tvm_version,
+                   hashlib.sha256(sources.encode()).hexdigest()[:16])
 
     def folder(self, root: Path) -> Path:
         digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]

@@ -156,8 +156,8 @@ def _operator_records(spec: ModelTuneSpec, tunable: list[FusedOp], workloads: di
     and each one's time after the defaults: measured, and kept in ``cache``, or what ``cache`` kept."""
     m, resources = spec.model, Resources(spec.model.threads)
     kept = cache.records() if cache else None
-    if kept is not None:
-        log.info("--- the operators' records a run with the same key kept: %s", cache.folder if cache else "")
+    if cache is not None and kept is not None:
+        log.info("--- the operators' records a run with the same key kept: %s", cache.folder)
         records = {op.name: kept.get(op.name, []) for op in tunable}
     else:
         log.info("--- the template default of each of %d operators (they rank the key operators)", len(tunable))
