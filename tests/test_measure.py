@@ -128,24 +128,39 @@ def test_large_kernel_arguments_start_on_a_huge_page_boundary(monkeypatch):
     assert np.array_equal(np.from_dlpack(kernel._on_huge_pages(big)), big)
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="personality(2) is Linux's")
-def test_workers_run_with_one_address_space_layout_unless_told_not_to(monkeypatch):
+def _worker_proc(name: str) -> str:
+    """A file of /proc/PID/ for a library worker started with this process's environment."""
     from opbench.measure.worker._common import LIBRARY
-    from opbench.measure.worker.layout import ADDR_NO_RANDOMIZE
     from opbench.measure.worker.process import Worker
 
-    def persona() -> int:
-        worker = Worker(role=LIBRARY)
-        worker.start()
-        try:
-            with open(f"/proc/{worker.pid}/personality") as f:
-                return int(f.read(), 16)
-        finally:
-            worker.close()
+    worker = Worker(role=LIBRARY)
+    worker.start()
+    try:
+        with open(f"/proc/{worker.pid}/{name}") as f:
+            return f.read()
+    finally:
+        worker.close()
 
-    assert persona() & ADDR_NO_RANDOMIZE
+
+@pytest.mark.skipif(sys.platform != "linux", reason="personality(2) is Linux's")
+def test_workers_run_with_one_address_space_layout_unless_told_not_to(monkeypatch):
+    from opbench.measure.worker.layout import ADDR_NO_RANDOMIZE
+
+    assert int(_worker_proc("personality"), 16) & ADDR_NO_RANDOMIZE
     monkeypatch.setenv("OPBENCH_FIXED_LAYOUT", "0")
-    assert not persona() & ADDR_NO_RANDOMIZE
+    assert not int(_worker_proc("personality"), 16) & ADDR_NO_RANDOMIZE
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc/PID/stat is Linux's")
+def test_a_workers_stack_starts_at_one_address_whatever_its_environment_holds(monkeypatch):
+    def stack_start() -> int:
+        return int(_worker_proc("stat").rsplit(")", 1)[1].split()[25])
+
+    starts = set()
+    for length in (0, 1, 17, 3001):
+        monkeypatch.setenv("OPBENCH_TEST_FILLER", "x" * length)
+        starts.add(stack_start())
+    assert len(starts) == 1
 
 
 _MAPPED_AFTER_A_FREE = """

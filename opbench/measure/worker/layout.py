@@ -12,19 +12,42 @@ M_MMAP_THRESHOLD = -3  # mallopt(3)'s parameter
 MMAP_THRESHOLD_BYTES = 128 << 10  # glibc's initial threshold, fixed: a large block is always mapped on its own
 ADDR_NO_RANDOMIZE = 0x0040000  # personality(2)'s flag: no address-space randomisation after the next exec
 QUERY = 0xFFFFFFFF  # personality(2) with this argument returns the current persona unchanged
+STACK_PAD, STACK_TRIES = "OPBENCH_STACK_PAD", "OPBENCH_STACK_TRIES"
+STACK_DEPTH = 64 << 10  # where a worker's initial stack pointer lies below the stack's top (a multiple of it)
+MAX_STACK_TRIES = 4
 
 
 def fixed_layout() -> None:
-    """Re-execute this process once with address-space randomisation off, so a kernel finds its stack, heap
-    and libraries where every other worker's found them. Runs on where it cannot (not Linux, the kernel
+    """Re-execute this process with address-space randomisation off and its arguments and environment
+    padded to one size, so a kernel finds its stack (to the byte), heap and libraries where every other
+    worker's found them (docs/measurement.md#layout). Runs on where it cannot (not Linux, the kernel
     refuses, or ``OPBENCH_FIXED_LAYOUT=0``)."""
     if sys.platform != "linux" or not settings.fixed_layout():
         return
     libc = ctypes.CDLL(None, use_errno=True)
     persona = libc.personality(QUERY)
-    if persona == -1 or persona & ADDR_NO_RANDOMIZE or libc.personality(persona | ADDR_NO_RANDOMIZE) == -1:
+    if persona == -1:
         return
+    if not persona & ADDR_NO_RANDOMIZE:
+        if libc.personality(persona | ADDR_NO_RANDOMIZE) == -1:
+            return
+    elif (pad := _stack_padding()) is None or int(os.environ.get(STACK_TRIES, "0")) >= MAX_STACK_TRIES:
+        return
+    else:  # the stack starts elsewhere than in every other worker: pad the environment by the difference
+        os.environ[STACK_PAD] = "x" * pad
+        os.environ[STACK_TRIES] = str(int(os.environ.get(STACK_TRIES, "0")) + 1)
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+def _stack_padding() -> int | None:
+    """The padding that puts the initial stack pointer a multiple of :data:`STACK_DEPTH` below the stack's
+    top, the least one above what the arguments and environment take (None: it lies there already)."""
+    with open("/proc/self/stat") as stat:
+        start = int(stat.read().rsplit(")", 1)[1].split()[25])  # startstack, field 28
+    top = next(end for _, end, name in _mapped_spans() if name == "[stack]")
+    depth, pad = top - start, len(os.environ.get(STACK_PAD, ""))
+    wanted = -(-(depth - pad) // STACK_DEPTH) * STACK_DEPTH
+    return None if depth == wanted else max(0, pad + wanted - depth)
 
 
 @functools.cache
@@ -35,3 +58,14 @@ def fixed_mmap_threshold() -> None:
     map and fault them in each time. Once per process."""
     if sys.platform == "linux" and settings.fixed_layout():
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
+
+def _mapped_spans() -> list[tuple[int, int, str]]:
+    """This process's mappings: start, end and name (empty for anonymous memory)."""
+    spans = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            spans.append((start, end, fields[5].strip() if len(fields) > 5 else ""))
+    return spans
