@@ -1,6 +1,7 @@
 """Per-workload spaces: every point validates and applies (odd shapes included), the template default
 is a point, features compare across workloads, bad knobs are named, and every point builds a correct
 kernel (a weighted sample, built and checked)."""
+import dataclasses
 import math
 import os
 import random
@@ -9,7 +10,8 @@ import numpy as np
 import pytest
 
 from opbench.exceptions import ConfigError, WorkloadError
-from opbench.hardware.resources import Resources
+from opbench.hardware.cpu_shape import CpuShape, shaped_for, target_shape
+from opbench.hardware.resources import HostFacts, Resources
 from opbench.measure.features import config_features
 from opbench.measure.types import TrialSpec
 from opbench.space import TEMPLATES, get_template, winograd
@@ -301,8 +303,35 @@ def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activat
             np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
+def _facts(isa: tuple[str, ...], l1d_ways: int) -> HostFacts:
+    return dataclasses.replace(HostFacts.unknown("other"), isa=isa, l1d_ways=l1d_ways)
+
+
+def test_kernel_and_packing_defaults_follow_the_cpu_they_are_built_for():
+    avx512, avx2 = CpuShape.of(_facts(("avx2", "fma", "avx512f"), 12)), CpuShape.of(_facts(("avx", "avx2"), 8))
+    arm64, armv7 = CpuShape.of(_facts(("asimd",), 4)), target_shape("pynq-z2")
+    assert [(s.fp32_lanes, s.accumulator_registers) for s in (avx512, avx2, arm64, armv7)] == [(16, 16), (8, 8), (4, 16), (4, 8)]
+    matmul, conv = parse_workload("matmul-512"), parse_workload("resnet50-c2")
+    defaults = {}
+    for shape in (avx512, avx2, arm64):
+        with shaped_for(shape):
+            tiled, packed = get_template(matmul).default_config(matmul), get_template(conv, "conv2d_nchwc").default_config(conv)
+        defaults[shape] = (tiled["j_split"].split("x")[-1], tiled["i_split"].split("x")[-1], packed["oc_block"],
+                           packed["ic_block"], packed["ow_block"])
+    assert defaults[avx512] == ("16", "16", 16, 16, 14)  # 56 output columns: 14 of the 16 accumulators
+    assert defaults[avx2] == ("8", "8", 8, 8, 8)
+    assert defaults[arm64] == ("4", "8", 4, 4, 14)  # rows 2 KiB apart, 4 ways: 8 rows share no set
+    assert get_template(matmul).default_config(matmul) == get_template(matmul).default_config(matmul)  # no leak
+    softmax = parse_workload("bert-base-softmax")  # its root stages' whole-tensor loops split to the vector too
+    with shaped_for(arm64):
+        assert get_template(softmax).default_config(softmax)["inner_split"] == 4
+        script = get_template(softmax).schedule(softmax, get_template(softmax).default_config(softmax)).script()
+    assert "T.vectorized(4)" in script and "T.vectorized(16)" not in script
+
+
 def test_the_matmul_default_register_tile_takes_fewer_rows_where_they_would_alias_in_l1():
-    assert (alias_free_rows(12288, 16), alias_free_rows(2048, 16), alias_free_rows(3072, 64)) == (8, 16, 32)
+    assert (alias_free_rows(12288, 16, 8), alias_free_rows(2048, 16, 8), alias_free_rows(3072, 64, 8)) == (8, 16, 32)
+    assert alias_free_rows(12288, 16, 4) == 4  # fewer ways, fewer rows
     ffn2 = parse_workload("dense:m=128,n=768,k=3072")  # rows of X 12 KiB apart: all in one L1 set
     ffn1 = parse_workload("bert-base-ffn1")  # 3 KiB apart
     assert get_template(ffn2).default_config(ffn2)["i_split"] == "4x4x8"

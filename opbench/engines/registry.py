@@ -11,6 +11,7 @@ from typing import Any
 
 from opbench.engines._base import DefaultFirst, Engine, LoopEngine, Space
 from opbench.exceptions import OpBenchError
+from opbench.hardware.cpu_shape import shaped_for
 from opbench.hardware.resources import Resources
 from opbench.paths import store_dir
 from opbench.record import Record, is_ok
@@ -56,6 +57,8 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
     an Optuna study given a ``budget`` stops at that many measured trials, whoever measures them. It
     proposes the template default first unless ``propose_default`` is False (the caller measured it, and
     tells the engine with :meth:`Engine.observe`)."""
+    with shaped_for(resources.target):  # the defaults of the CPU that runs the kernels
+        default = template.default_config(workload)
     threads = resources.threads
     if spec.name == "optuna":
         from opbench.engines.optuna.engine import OptunaEngine
@@ -63,7 +66,7 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
 
         storage = spec.storage or default_storage(store_dir())
         return OptunaEngine(space, threads, study, storage, spec.sampler, spec.seed, resume,
-                            initial=template.default_config(workload) if propose_default else None,
+                            initial=default if propose_default else None,
                             objectives=spec.objectives, budget=budget)
     if spec.name == "nni":
         from opbench.engines.nni.engine import NniEngine
@@ -88,7 +91,7 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
                            f"{', '.join(e for e in ENGINES if e not in LOOP_ENGINES)}")
     if not propose_default:
         return engine
-    return DefaultFirst(engine, *default_point(space, template.default_config(workload), threads))  # Optuna enqueues it
+    return DefaultFirst(engine, *default_point(space, default, threads))  # Optuna enqueues it
 
 
 def default_point(space: Space, default: dict[str, Any], threads: int) -> tuple[dict[str, Any], int]:

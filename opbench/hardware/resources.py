@@ -127,6 +127,7 @@ class HostFacts:
     mem_gb: float
     isa: tuple[str, ...]
     tvm_version: str
+    l1d_ways: int = 0  # 0: not known
 
     @classmethod
     def from_dict(cls, facts: dict) -> HostFacts:
@@ -161,15 +162,32 @@ class HostFacts:
         }
 
 
-def _cache_kb(level: int, kinds: tuple[str, ...]) -> float:
+def _cache_dir(level: int, kinds: tuple[str, ...]) -> Path | None:
+    """The sysfs folder describing cpu0's cache of this level and kind."""
     for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         try:
             if int((index / "level").read_text()) == level and (index / "type").read_text().strip() in kinds:
-                size = (index / "size").read_text().strip()
-                return float(size[:-1]) * (1024 if size.endswith("M") else 1) if size[-1] in "KM" else float(size) / 1024
+                return index
         except (OSError, ValueError):
             continue
-    return float("nan")
+    return None
+
+
+def _cache_kb(level: int, kinds: tuple[str, ...]) -> float:
+    index = _cache_dir(level, kinds)
+    try:
+        size = (index / "size").read_text().strip() if index else ""
+        return float(size[:-1]) * (1024 if size.endswith("M") else 1) if size[-1] in "KM" else float(size) / 1024
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def _l1d_ways() -> int:
+    index = _cache_dir(1, ("Data",))
+    try:
+        return int((index / "ways_of_associativity").read_text()) if index else 0
+    except (OSError, ValueError):
+        return 0
 
 
 @functools.cache
@@ -196,4 +214,5 @@ def host_facts() -> HostFacts:
         mem_gb=round(int(mem.group(1)) / 2**20, 1) if mem else float("nan"),
         isa=tuple(f for f in wanted if flags and f in flags.group(1).split()),
         tvm_version=tvm_version,
+        l1d_ways=_l1d_ways(),
     )

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from opbench.exceptions import ConfigError, ResourceError
+from opbench.hardware.cpu_shape import shaped_for
 from opbench.hardware.devices import parse_device
 from opbench.hardware.host_speed import HostSpeed, default_history
 from opbench.hardware.lock import HostLock
@@ -140,7 +141,8 @@ class Measurer:
         """(template name, validated config, None), or the spec's config and why it is invalid."""
         template = get_template(spec.workload, spec.template, spec.resources.target)
         try:
-            return template.name, template.validate(spec.config, spec.workload), None
+            with shaped_for(spec.resources.target):  # knobs not given take the defaults of the target's CPU
+                return template.name, template.validate(spec.config, spec.workload), None
         except ConfigError as exc:  # the record keeps the knobs of the space; the error names the culprit
             knobs = {k.name for k in template.knobs(spec.workload)}
             return template.name, {k: v for k, v in spec.config.items() if k in knobs}, str(exc)

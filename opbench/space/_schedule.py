@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-VECTOR_LANES = 16  # fp32 lanes of one AVX-512 register; long loops are split to this width
+from opbench.hardware.cpu_shape import current_shape
+
 PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"  # a weight layout rewrite a model may pre-compute
 # Where a packed template's layout transforms run (the ``layout_transform`` knob, one value per operator):
 IN_OP = "in_op"  # all inside the operator, timed with it (a catalogue operator: its weight is an input)
@@ -24,15 +25,17 @@ def vectorize_inner(sch: Any, block: Any, split_long: bool = True) -> None:
     blocks (a stage computed at a loop of its producer, with no loop of its own left) is never
     vectorised: that is not this stage's loop, and TVM 0.27 miscompiles a vectorised loop around a
     reduction and its cache copy (``tests/test_space.py::test_tvm_vectorised_reduction_with_cache_copy_is_miscompiled``).
-    Loops longer than :data:`VECTOR_LANES` are split first when ``split_long`` (whole-tensor loops
-    of root stages); register tiles chosen by a knob are vectorised as they are.
+    Loops longer than a vector register's fp32 lanes (:func:`~opbench.hardware.cpu_shape.current_shape`) are
+    split first when ``split_long`` (whole-tensor loops of root stages); register tiles chosen by a knob are
+    vectorised as they are.
     """
     loop = sch.get_loops(block)[-1]
     extent = int(sch.get(loop).extent)
     if extent <= 1 or len(sch.get_child_blocks(loop)) > 1:
         return
-    if split_long and extent > VECTOR_LANES:
-        loop = sch.split(loop, [None, VECTOR_LANES])[-1]
+    lanes = current_shape().fp32_lanes
+    if split_long and extent > lanes:
+        loop = sch.split(loop, [None, lanes])[-1]
     sch.vectorize(loop)
 
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opbench.hardware.cpu_shape import current_shape
 from opbench.space import winograd
 from opbench.space._base import Config, Knob, Template, divisors
 from opbench.space._schedule import (
     IN_OP,
     LAYOUT_TRANSFORMS,
-    VECTOR_LANES,
     WEIGHTS_PREPACKED,
     loops_below,
     mark_prepack,
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 CHANNEL_BLOCK_CAP = 64
 OW_BLOCK_CAP = 16
 OH_BLOCK_CAP = 4
-ACCUMULATOR_REGISTERS = 16  # vector registers the default register tile may take (of 32 on AVX-512)
 # where the input-channel loop sits in the reduction: outer chunk (c), window (rs), inner chunk (c)
 REDUCE_ORDERS = ("c_rs_c", "rs_c_c", "c_c_rs")
 WEIGHT_PACK_AT = ("root", "oc_block")
@@ -115,16 +114,17 @@ class PackedConvTemplate(Template):
         return knobs
 
     def default_config(self, workload: Workload) -> Config:
-        """After TVM x86 ``conv2d_NCHWc``'s default: channel blocks of one vector (up to :data:`VECTOR_LANES`),
-        a register tile of up to :data:`ACCUMULATOR_REGISTERS` such vectors along the output width."""
-        ext = self._extents(workload)
-        ob = _largest(ext["k"], VECTOR_LANES)
+        """After TVM x86 ``conv2d_NCHWc``'s default: channel blocks of one vector register of the CPU's
+        (:func:`~opbench.hardware.cpu_shape.current_shape`), a register tile of up to its accumulator
+        registers' worth of such vectors along the output width."""
+        ext, shape = self._extents(workload), current_shape()
+        ob = _largest(ext["k"], shape.fp32_lanes)
         config: Config = {self._block_knob: ob, "packed_output": 1, "parallel": 3}
         if not self.depthwise:
             fused = self._layout_transform == IN_OP and ext["k"] // ob >= PACK_PER_BLOCK_MIN_BLOCKS
-            config.update(ic_block=_largest(ext["c"], VECTOR_LANES), reduce_order="c_rs_c",
+            config.update(ic_block=_largest(ext["c"], shape.fp32_lanes), reduce_order="c_rs_c",
                           weight_pack_at="oc_block" if fused else "root", parallel=2 if fused else 3)
-        config.update(ow_block=_largest(ext["ow"], ACCUMULATOR_REGISTERS), oh_block=1, unroll_window=0,
+        config.update(ow_block=_largest(ext["ow"], shape.accumulator_registers), oh_block=1, unroll_window=0,
                       unroll_max_step=16, layout_transform=self._layout_transform)
         if self._offers_winograd(workload):
             config.update(algorithm="winograd" if winograd.preferred(workload) else "direct",

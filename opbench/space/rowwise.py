@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Template, divisors
 from opbench.space._schedule import is_reduction, parallel_outer, vectorize_inner
 from opbench.space.tiled import UNROLL_STEPS
@@ -51,8 +52,9 @@ class RowwiseTemplate(Template):
         return sch.get_sblock(workload.op.anchor)
 
     def default_config(self, workload: Workload) -> Config:
+        """Rows in parallel, each split into vectors of the CPU's (:func:`~opbench.hardware.cpu_shape.current_shape`)."""
         extent = self._inner_extent(workload)
-        split = divisors(extent, 16)[-1]
+        split = divisors(extent, current_shape().fp32_lanes)[-1]
         return {"inline": 1, "compute_at": "row", "parallel": 1, "inner_split": split, "vectorize": 1,
                 "unroll_max_step": 16, "unroll_explicit": 0}
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from opbench.hardware.cpu_shape import CpuShape, current_shape
 from opbench.space._base import SPLIT_SEP, Config, Knob, Template, divisors, split_choices, split_factors
 from opbench.space._schedule import parallel_outer, vectorize_inner
 from opbench.workloads import Workload
@@ -43,10 +44,8 @@ REDUCE_TILE_CAP = 128  # inner reduction tile (R1)
 UNROLL_STEPS = (0, 16, 64, 512)
 PAD_STAGE = "pad"
 NEST_SEP = ":"
-# default (inner, middle) tile caps of the tiled loops, innermost first (others stay whole in S0)
-_WINDOW_TILES = {0: (16, 1), 1: (4, 1)}
-_MATMUL_TILES = {0: (16, 16), 1: (16, 4)}
-L1_WAYS = 8  # associativity of the L1 data cache (32 KiB, 8-way on Skylake and Zen 1-4 cores)
+WINDOW_ROWS = 4  # a window operator's default register tile rows (each one vector of columns)
+MATMUL_MIDDLE_TILE = (16, 4)  # a matmul's default middle tile, in register tiles: columns, rows
 PAGE_BYTES = 4096  # L1 set index bits lie within the 4 KiB page
 
 
@@ -57,12 +56,22 @@ def epilogue_name(workload: Workload) -> str | None:
 
 
 
-def alias_free_rows(row_bytes: int, cap: int) -> int:
+def default_tiles(window: bool, shape: CpuShape) -> dict[int, tuple[int, int]]:
+    """(inner, middle) caps of the tiled loops, innermost first (others stay whole in S0): the innermost
+    loop's register tile is one vector of ``shape``; a window operator's rows :data:`WINDOW_ROWS`, a
+    matmul's as many as the accumulator registers, in middle tiles of :data:`MATMUL_MIDDLE_TILE`."""
+    if window:
+        return {0: (shape.fp32_lanes, 1), 1: (WINDOW_ROWS, 1)}
+    columns, rows = MATMUL_MIDDLE_TILE
+    return {0: (shape.fp32_lanes, columns), 1: (shape.accumulator_registers, rows)}
+
+
+def alias_free_rows(row_bytes: int, cap: int, l1d_ways: int) -> int:
     """The most rows (up to ``cap``) of a row-major operand, ``row_bytes`` apart, that a register tile
-    can read at once without more than :data:`L1_WAYS` of them falling in one L1 set: rows a multiple
+    can read at once without more than ``l1d_ways`` of them falling in one L1 set: rows a multiple
     of 4 KiB apart all share a set (4K aliasing)."""
     period = PAGE_BYTES // math.gcd(row_bytes, PAGE_BYTES)  # rows until the set offset repeats
-    return max(1, min(cap, L1_WAYS * period))
+    return max(1, min(cap, l1d_ways * period))
 
 
 def nest_choices() -> tuple[str, ...]:
@@ -117,20 +126,20 @@ class TiledTemplate(Template):
         return knobs
 
     def default_config(self, workload: Workload) -> Config:
-        """A window operator's (conv, pool): a register tile of 4 rows x 16 columns (the last two tiled
-        loops), accumulated in a local cache. A matmul's (no kernel window) has MetaSchedule's best
-        structure on this host's BERT and 512^3 matmuls: 16 x 16 register tiles (16 accumulator vectors,
-        one per row) in middle tiles of 4 x 16 of them, visited per reduction chunk of up to 128
-        (``SRSRS``), summed in the output itself, the epilogue after each parallel tile and the whole
-        tile explicitly unrolled (on an AVX-512 host, 2 threads: 512^3 in 1.27 ms, BERT's FFN1 in
+        """Shaped by the CPU's vectors (:func:`default_tiles`). A window operator's (conv, pool): a register
+        tile of 4 rows x one vector of columns (the last two tiled loops), accumulated in a local cache. A
+        matmul's (no kernel window) has MetaSchedule's best structure on an AVX-512 host's BERT and 512^3
+        matmuls: 16 x 16 register tiles (16 accumulator vectors, one per row) in middle tiles of 4 x 16 of
+        them, visited per reduction chunk of up to 128 (``SRSRS``), summed in the output itself, the
+        epilogue after each parallel tile and the whole tile explicitly unrolled (on an AVX-512 host, 2 threads: 512^3 in 1.27 ms, BERT's FFN1 in
         2.9-3.3 ms, where 4 x 16 register tiles in a local cache took 1.75 and 5.1-5.6). Fewer rows
         where the left operand's rows would alias in L1 (:func:`alias_free_rows`): BERT's FFN2, whose
         rows are 12 KiB apart, took 3.7 ms with 8 rows against 6.4 ms with 16."""
-        ext = {a.name: a.extent for a in self.axes(workload)}
-        tiles = dict(_WINDOW_TILES if self.has_pad else _MATMUL_TILES)
+        ext, shape = {a.name: a.extent for a in self.axes(workload)}, current_shape()
+        tiles = default_tiles(self.has_pad, shape)
         if not self.has_pad and self.reduce_tiled:
             row_bytes = ext[self.reduce_tiled[0]] * np.dtype(workload.dtype).itemsize
-            tiles[1] = (alias_free_rows(row_bytes, tiles[1][0]), tiles[1][1])
+            tiles[1] = (alias_free_rows(row_bytes, tiles[1][0], shape.l1d_ways), tiles[1][1])
         config: Config = {}
         for idx, a in enumerate(self.tiled):
             inner_cap, mid_cap = tiles.get(len(self.tiled) - 1 - idx, (1, 1))  # 0: the innermost (vectorised) loop

@@ -109,6 +109,7 @@ class KernelWorker:
         from tvm import s_tir
 
         from opbench.exceptions import ConfigError
+        from opbench.hardware.cpu_shape import shaped_for
         from opbench.hardware.targets import export_compiler, make_target
         from opbench.measure.features import schedule_features
         from opbench.measure.memory import compile_lowered, lowered, lowered_memory
@@ -121,7 +122,8 @@ class KernelWorker:
         workload = parse_workload(req.workload)
         template = get_template(workload, req.template)
         try:
-            scheduled = template.schedule(workload, req.config)
+            with shaped_for(req.target):  # a board's kernels take its vectors
+                scheduled = template.schedule(workload, req.config)
             mod, prepack = scheduled, None
             if req.config.get("layout_transform") == WEIGHTS_PREPACKED:
                 mod, prepack = split_prepack(scheduled)

@@ -1,0 +1,72 @@
+"""What shapes a CPU kernel's micro-kernel: the vector width and registers of the CPU it runs on, and its
+L1 data cache's associativity. Read from the host (or a board preset), never assumed from one vendor;
+template defaults and schedule helpers read :func:`current_shape`, which a build for another target sets."""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from opbench.hardware.resources import HostFacts, host_facts
+from opbench.hardware.targets import BOARDS
+
+DEFAULT_L1D_WAYS = 8  # when the host does not say (a remote device's report, a non-Linux host)
+
+
+@dataclass(frozen=True)
+class CpuShape:
+    """A CPU's SIMD registers (width in bits, how many) and its L1 data cache's ways."""
+
+    vector_bits: int
+    vector_registers: int
+    l1d_ways: int = DEFAULT_L1D_WAYS
+
+    @property
+    def fp32_lanes(self) -> int:
+        """float32 values in one vector register: a vectorised loop's natural length."""
+        return self.vector_bits // 32
+
+    @property
+    def accumulator_registers(self) -> int:
+        """Vector registers a register tile may hold as accumulators: half, the rest hold its operands."""
+        return self.vector_registers // 2
+
+    @classmethod
+    def of(cls, facts: HostFacts) -> CpuShape:
+        """The shape a CPU's ISA flags and caches give: AVX-512 32 x 512 bits, AVX/AVX2 16 x 256, AArch64
+        ASIMD 32 x 128, ARMv7 NEON and SSE 16 x 128."""
+        isa = set(facts.isa)
+        ways = facts.l1d_ways or DEFAULT_L1D_WAYS
+        if "avx512f" in isa:
+            return cls(512, 32, ways)
+        if isa & {"avx", "avx2"}:
+            return cls(256, 16, ways)
+        return cls(128, 32 if "asimd" in isa else 16, ways)
+
+
+def target_shape(target: str) -> CpuShape:
+    """The shape of the CPU that runs ``target``'s kernels: a board preset's, else this host's."""
+    board = BOARDS.get(target)
+    if board is not None:
+        return CpuShape(128, 32 if board.triple.startswith("aarch64") else 16, board.l1d_ways)
+    return CpuShape.of(host_facts())
+
+
+_CURRENT: contextvars.ContextVar[CpuShape | None] = contextvars.ContextVar("opbench_cpu_shape", default=None)
+
+
+def current_shape() -> CpuShape:
+    """The shape set by :func:`shaped_for` around this call, else this host's."""
+    return _CURRENT.get() or CpuShape.of(host_facts())
+
+
+@contextlib.contextmanager
+def shaped_for(target: str | CpuShape) -> Iterator[CpuShape]:
+    """Template defaults and schedules within take ``target``'s shape (a target name or a shape)."""
+    shape = target if isinstance(target, CpuShape) else target_shape(target)
+    token = _CURRENT.set(shape)
+    try:
+        yield shape
+    finally:
+        _CURRENT.reset(token)
