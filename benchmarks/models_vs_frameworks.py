@@ -12,6 +12,10 @@ Every latency printed is verified: each system timed again in fresh processes un
 PyTorch's first. "best baseline" is the fastest of eager, torch.compile and ONNX Runtime that ran.
 TVM's unscheduled lowering is not timed here. The host's GEMM ceiling (the faster of PyTorch's and numpy's
 fp32 2048^3 GEMM in fresh processes) is timed first; each model's tuned matmuls and convolutions are reported against it.
+Where the time goes: each model's operators in our build (the tuning records, calls counted) beside
+PyTorch eager's (``torch.profiler``, shapes recorded), matched by what they compute, the largest first
+(a diagnostic of profiler and record times, not verified; eager's convolution rows leave out the batch norm
+and activation our fused operators include, which stay in eager's "other").
 
 With ``--reuse``, the tuning (OpBench's operator records and MetaSchedule's database) a run with the same
 key kept in the store's tuned-models folder is built and verified again instead of tuning anew, and the
@@ -25,6 +29,7 @@ import argparse
 import logging
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from _results import Results
@@ -35,11 +40,13 @@ from opbench.measure.measurer import Measurer
 from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME
 from opbench.paths import tuned_models_dir
 from opbench.report.progress import table
+from opbench.studies.models.eager_ops import OTHER, match, ours, profile_eager
 from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, FRAMEWORK_ROWS, METASCHEDULE
 from opbench.studies.models.tune import ModelSpec, ModelTuneResult, ModelTuneSpec, tune_model
 from opbench.studies.verify import BEST, Spread, Verification, spread_text
 from opbench.workloads import parse_workload
 from opbench.workloads.models import cache
+from opbench.workloads.models.sources import load_model
 
 MODELS = ("bert-base", "resnet-50", "mobilenet-v2")  # batch 1; bert-base with 128 tokens
 TARGETS_VS_EAGER = {"bert-base": 0.8, "resnet-50": 0.6, "mobilenet-v2": 0.4}  # issue 42's, at 2 threads
@@ -48,6 +55,7 @@ CEILING = "matmul:m=2048,n=2048,k=2048"  # the host's GEMM ceiling: the faster o
 TARGET_OF_CEILING = 0.75  # BERT's matmuls and ResNet's convolutions
 GEMM_KINDS = {"matmuls": ("batch_matmul", "matmul", "dense"), "convolutions": ("conv2d",)}
 SYSTEMS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, DEFAULTS, METASCHEDULE)
+PROFILE_ROWS = 8  # of each model's time split: the largest by eager's time, then the rest
 
 
 def main() -> None:
@@ -62,7 +70,7 @@ def main() -> None:
     logging.basicConfig(format="%(message)s")  # progress on stderr: each operator as it is tuned, the verification
     logging.getLogger("opbench").setLevel(logging.INFO)
     scratch = Path(tempfile.mkdtemp(prefix="opbench-models-"))
-    rows, verdicts, walls = [], [], []
+    rows, verdicts, walls, split = [], [], [], []
     started = time.monotonic()
     ceiling, library = gemm_ceiling(args.threads)
     for model in args.models:
@@ -77,6 +85,7 @@ def main() -> None:
         assert verified is not None, "--rounds must be >= 1: every number printed here is verified"
         rows += model_rows(model, verified)
         verdicts += targets(model, verified) + of_ceiling(model, result, ceiling)
+        split += where_time_goes(model, result, args.threads)
         walls.append(f"{model} {(time.monotonic() - model_started) / 60:.1f}")
     results = Results("models_vs_frameworks")
     results.print(f"\n{args.threads} threads, {args.trials_per_op} trials per key operator (at most {args.max_ops} "
@@ -87,6 +96,8 @@ def main() -> None:
                   "numpy, each the median of 3 fresh processes)")
     for line in verdicts:
         results.print(line)
+    results.print("\nWhere the time goes, ms per run: our tuned operators (records) beside PyTorch eager's (profiler)")
+    results.table(table(split, ["model", "operator (what it computes)", "eager ms", "ours ms", "ours / eager"]))
     results.print(f"wall time, minutes: {', '.join(walls)}; the run {(time.monotonic() - started) / 60:.1f}"
                   f"{' (reusing kept tuning where its key matched)' if args.reuse else ''}")
     results.save()
@@ -120,6 +131,28 @@ def of_ceiling(model: str, result: ModelTuneResult, ceiling: float) -> list[str]
                      f"{gflops:.1f} GFLOP/s, {share:.0%} of the GEMM ceiling (tuning records, not verified in fresh "
                      f"processes; target {TARGET_OF_CEILING:.0%} for bert-base's matmuls and resnet-50's convolutions)")
     return lines
+
+
+def where_time_goes(model: str, result: ModelTuneResult, threads: int) -> list[tuple]:
+    """The model's operators, ours (each one's record in the tuned build, calls counted) beside eager's: the
+    :data:`PROFILE_ROWS` largest by eager's time, the rest in one row, and the totals."""
+    ops = cache.extract(model, 1, 128)[0]
+    matched = match(ours(ops, {r[0]: r[4] for r in result.rows}), profile_eager(load_model(model, 1, 128), 5, threads))
+    named = [m for m in matched if m.signature != OTHER][:PROFILE_ROWS]
+    rest = [m for m in matched if m not in named]
+    shown = [(" ".join(map(str, m.signature)), m.eager_ms, m.ours_ms) for m in named]
+    shown += [("everything else", _total(m.eager_ms for m in rest), _total(m.ours_ms for m in rest)),
+              ("total", _total(m.eager_ms for m in matched), _total(m.ours_ms for m in matched))]
+    return [(model, what, _ms(eager), _ms(mine), f"{mine / eager:.2f}" if eager > 0 and mine == mine else "-")
+            for what, eager, mine in shown]
+
+
+def _total(values: Iterable[float]) -> float:
+    return sum(v for v in values if v == v)  # NaN: that side has no such operator
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3f}" if value == value else "-"
 
 
 def model_rows(model: str, verified: Verification) -> list[tuple]:

@@ -298,3 +298,27 @@ def test_a_kept_tuning_is_found_again_only_under_the_same_key(tmp_path):
     for changed in (replace(key, cpu_model="Intel Xeon"), replace(key, tvm_version="0.28.0"), replace(key, threads=1),
                     replace(key, trials_per_op=32), replace(key, seq_len=64), replace(key, templates="edited")):
         assert TunedCache(tmp_path, changed).records() is None  # another host, TVM, budget, shape or template tunes again
+
+
+def test_an_eager_convolution_is_known_by_its_sizes_stride_and_padding():
+    from opbench.studies.models.eager_ops import OTHER, eager_signature
+
+    args = [None, None, None, [2, 2], [1, 1], [1, 1], 1]
+    assert eager_signature("aten::conv2d", [[1, 64, 56, 56], [128, 64, 3, 3], [128]], args) == \
+        ("conv", 1, 64, 56, 56, 128, 3, 3, 28, 28)
+    assert eager_signature("aten::linear", [[1, 128, 768], [3072, 768], [3072]], [None] * 3) == ("gemm", 128, 3072, 768)
+    assert eager_signature("aten::relu", [[1, 8]], [None]) == OTHER
+
+
+@pytest.mark.parametrize("model, kinds", [("resnet-50@tiny", {"conv"}), ("bert-base@tiny", {"gemm", "softmax", "layer_norm"})])
+def test_our_operators_are_matched_with_eagers_by_what_they_compute(model, kinds):
+    from opbench.studies.models.eager_ops import OTHER, match, ours, profile_eager
+    from opbench.workloads.models.cache import extract
+
+    ops = extract(model, 1, 32)[0]
+    rows = match(ours(ops, {op.name: 1.0 for op in ops}), profile_eager(load_model(model, 1, 32), runs=2, threads=2))
+    both = [r for r in rows if r.signature != OTHER and r.ours_ms == r.ours_ms and r.eager_ms == r.eager_ms]
+    assert {r.signature[0] for r in both} == kinds and all(r.eager_ms > 0 for r in both)
+    anchors = [op for op in ops if op.kind in ("conv2d", "matmul", "softmax", "layer_norm")]
+    assert sum(r.ours_ms for r in both) == sum(op.calls for op in anchors)  # every anchor found its eager twin
+    assert rows[-1].signature == OTHER  # and the rest is one row, last

@@ -1,0 +1,121 @@
+"""Where a model's time goes, operator by operator, in our build beside PyTorch eager: eager's top-level
+operators profiled with ``torch.profiler`` (shapes and arguments recorded) and our fused operators,
+matched by what they compute (a convolution's or a GEMM's sizes, a row-wise op's input). A diagnostic: its
+times are profiler and tuning-record times, never a verified claim."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opbench.workloads.models.extract import FusedOp
+from opbench.workloads.models.sources import ModelSource
+
+Signature = tuple[Any, ...]  # ("conv", n, c, h, w, k, r, s, oh, ow) | ("gemm", rows, n, k) | (kind, *shape)
+OTHER: Signature = ("other",)
+ROWWISE = {"softmax", "layer_norm"}
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """One group of operators computing the same thing: its signature, calls per run and ms per run."""
+
+    signature: Signature
+    calls: int
+    ms: float
+
+
+@dataclass(frozen=True)
+class Matched:
+    """A signature's time in our build and in eager's (NaN where one side has none), per model run."""
+
+    signature: Signature
+    ours_ms: float
+    eager_ms: float
+
+    @property
+    def ratio(self) -> float:
+        """Our time over eager's: below 1, our build's operators are faster."""
+        return self.ours_ms / self.eager_ms if self.eager_ms > 0 else math.nan
+
+
+def _conv(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int]) -> Signature:
+    n, c, h, w = data
+    k, _, r, s = weight
+    oh, ow = ((size + 2 * p - f) // st + 1 for size, p, f, st in zip((h, w), padding, (r, s), stride))
+    return ("conv", n, c, h, w, k, r, s, oh, ow)
+
+
+def eager_signature(name: str, shapes: Sequence[Sequence[int]], args: Sequence[Any]) -> Signature:
+    """What a top-level ATen call computes (:data:`OTHER` when it is none of conv, GEMM, row-wise)."""
+    op = name.removeprefix("aten::")
+    if op in ("conv2d", "convolution") and len(shapes[1]) == 4:
+        return _conv(shapes[0], shapes[1], args[3], args[4])
+    if op == "linear":
+        return ("gemm", math.prod(shapes[0][:-1]), shapes[1][0], shapes[0][-1])
+    if op in ("matmul", "bmm", "mm") and len(shapes[0]) >= 2 and len(shapes[1]) >= 2:
+        return ("gemm", math.prod(shapes[0][:-1]), shapes[1][-1], shapes[0][-1])
+    if op == "addmm":
+        return ("gemm", shapes[1][0], shapes[2][1], shapes[1][1])
+    kind = {"softmax": "softmax", "_softmax": "softmax", "layer_norm": "layer_norm"}.get(op)
+    return (kind, *shapes[0]) if kind else OTHER
+
+
+def fused_signature(op: FusedOp) -> Signature:
+    """What one of our fused operators computes, from its anchor kind and buffers (inputs, then output)."""
+    out, first = op.shapes[-1], op.shapes[0]
+    if op.kind in ("conv2d", "depthwise_conv2d") and len(first) == 4 and len(out) == 4:
+        weight = next((s for s in op.shapes[1:-1] if len(s) == 4 and s[0] == out[1]), None)
+        if weight is not None:
+            return ("conv", *first, out[1], weight[2], weight[3], out[2], out[3])
+    if op.kind in ("matmul", "dense", "batch_matmul") and len(out) >= 2:
+        return ("gemm", math.prod(out[:-1]), out[-1], first[-1])
+    if op.kind in ROWWISE:
+        return (op.kind, *first)
+    return OTHER
+
+
+def profile_eager(source: ModelSource, runs: int = 5, threads: int | None = None) -> list[OpTime]:
+    """PyTorch eager's top-level operators over ``runs`` calls (after one warm-up), grouped by signature."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if threads:
+        torch.set_num_threads(threads)
+    with torch.no_grad():
+        source.module(*source.inputs)
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for _ in range(runs):
+                source.module(*source.inputs)
+    calls: dict[Signature, int] = defaultdict(int)
+    total_us: dict[Signature, float] = defaultdict(float)
+    for event in prof.events():
+        if event.cpu_parent is not None:
+            continue  # counted in its top-level caller
+        signature = eager_signature(event.name, event.input_shapes, getattr(event, "concrete_inputs", None) or [])
+        calls[signature] += 1
+        total_us[signature] += event.cpu_time_total
+    return [OpTime(sig, calls[sig] // runs, total_us[sig] / 1e3 / runs) for sig in calls]
+
+
+def ours(ops: Iterable[FusedOp], latency_ms: dict[str, float]) -> list[OpTime]:
+    """Our fused operators grouped by signature: ``latency_ms`` per operator name (one call) times its calls."""
+    calls: dict[Signature, int] = defaultdict(int)
+    ms: dict[Signature, float] = defaultdict(float)
+    for op in ops:
+        if op.name in latency_ms:
+            signature = fused_signature(op)
+            calls[signature] += op.calls
+            ms[signature] += latency_ms[op.name] * op.calls
+    return [OpTime(sig, calls[sig], ms[sig]) for sig in calls]
+
+
+def match(our_times: list[OpTime], eager_times: list[OpTime]) -> list[Matched]:
+    """Both sides by signature, the largest eager time first; what only one side has stays with NaN on the
+    other; everything neither conv, GEMM nor row-wise is one :data:`OTHER` row."""
+    mine = {t.signature: t.ms for t in our_times}
+    theirs = {t.signature: t.ms for t in eager_times}
+    rows = [Matched(sig, mine.get(sig, math.nan), theirs.get(sig, math.nan)) for sig in {*mine, *theirs}]
+    return sorted(rows, key=lambda m: (m.signature == OTHER, -(m.eager_ms if m.eager_ms == m.eager_ms else 0)))
