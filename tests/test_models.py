@@ -300,6 +300,32 @@ def test_a_kept_tuning_is_found_again_only_under_the_same_key(tmp_path):
         assert TunedCache(tmp_path, changed).records() is None  # another host, TVM, budget, shape or template tunes again
 
 
+def test_a_frameworks_export_is_made_once_per_key_and_a_failed_one_keeps_nothing(tmp_path):
+    from opbench.studies.models.reuse import ReuseKey, TunedCache
+
+    made = []
+
+    def make(path):
+        made.append(path.name)
+        path.write_text("package")
+        return path
+
+    def fail(path):
+        path.write_text("half")
+        raise RuntimeError("the exporter crashed")
+
+    key = ReuseKey.here("resnet-50@tiny", 1, 128, 2, 4, 3, "optuna-tpe, seed 0")
+    first = TunedCache(tmp_path, key).export("inductor-torch2.13.0.pt2", make)
+    again = TunedCache(tmp_path, key)
+    assert again.export("inductor-torch2.13.0.pt2", make) == first and first.read_text() == "package"
+    assert made == ["partial-inductor-torch2.13.0.pt2"]  # made once, under a name with the same suffix
+    assert "inductor-torch2.13.0.pt2 of " in again.note
+    with pytest.raises(RuntimeError):
+        again.export("model-torch2.13.0.onnx", fail)
+    assert not (again.folder / "exports" / "model-torch2.13.0.onnx").exists()
+    assert again.export("model-torch2.13.0.onnx", make).read_text() == "package"  # the next run makes it anew
+
+
 def test_an_eager_convolution_is_known_by_its_sizes_stride_and_padding():
     from opbench.studies.models.eager_ops import OTHER, eager_signature
 

@@ -1,13 +1,15 @@
-"""A model study's tuning kept for the next run on the same host: its operators' records and MetaSchedule's
-database at equal trials, keyed by model, shapes, threads, budget, engine, CPU model, TVM version and the
-templates' sources (``tune-model --reuse DIR``). A later run with the same key builds and verifies the model
-from them instead of tuning again; what it reused is stated (:attr:`TunedCache.note`)."""
+"""A model study's tuning kept for the next run on the same host: its operators' records, MetaSchedule's
+database at equal trials and the frameworks' exports (torch.compile's package, the ONNX file), keyed by
+model, shapes, threads, budget, engine, CPU model, TVM version and the templates' sources (``tune-model
+--reuse DIR``). A later run with the same key builds and verifies the model from them instead of tuning
+again; what it reused is stated (:attr:`TunedCache.note`)."""
 from __future__ import annotations
 
 import hashlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from opbench.paths import safe_name
 from opbench.record import Record
 from opbench.tracking.jsonl import JsonlWriter, read_jsonl_records
 
-RECORDS, KEY, METASCHEDULE = "records.jsonl", "key.json", "metaschedule"
+RECORDS, KEY, METASCHEDULE, EXPORTS = "records.jsonl", "key.json", "metaschedule", "exports"
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,19 @@ class TunedCache:
         shutil.copytree(database, partial)
         shutil.rmtree(target, ignore_errors=True)
         partial.rename(target)
+
+    def export(self, name: str, make: Callable[[Path], Path]) -> Path:
+        """The export kept as ``name`` (a file name that says what made it, e.g. the torch version), made by
+        ``make(path)`` and kept first when there is none; a failed export keeps nothing."""
+        kept = self.folder / EXPORTS / name
+        if kept.exists():
+            self.reused.append(f"{name} of {self._when(kept)}")
+            return kept
+        partial = kept.with_name(f"partial-{name}")  # the same suffix: AOTInductor wants a .pt2
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.unlink(missing_ok=True)
+        make(partial).replace(kept)
+        return kept
 
     @property
     def note(self) -> str:

@@ -6,7 +6,9 @@ the table with the reason (:class:`Prepared`)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +77,13 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
                 prepared.runs[system] = ModelInput(model, batch, seq_len, resources=resources)
             elif system == INDUCTOR:
                 log.info("%s: torch.compile ahead of time (AOTInductor)", model)
-                package = inductor_package(prof.source, folder / "inductor.pt2")
+                package = _exported(cache, folder, f"inductor-torch{_torch()}.pt2",
+                                    lambda path: inductor_package(prof.source, path))
                 prepared.runs[system] = ModelInput(model, library=str(package), inputs=inputs, resources=resources,
                                                    runtime=INDUCTOR)
             elif system == ONNXRUNTIME:
                 log.info("%s: exporting to ONNX", model)
-                path = onnx_file(prof.source, folder / "model.onnx")
+                path = _exported(cache, folder, f"model-torch{_torch()}.onnx", lambda path: onnx_file(prof.source, path))
                 prepared.runs[system] = ModelInput(model, library=str(path), inputs=inputs, resources=resources,
                                                    runtime=ONNXRUNTIME)
             else:
@@ -89,3 +92,12 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
             log.warning("%s: %s could not be prepared: %s", model, system, exc)
             prepared.failed[system] = f"not prepared: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     return prepared
+
+
+def _exported(cache: TunedCache | None, folder: Path, name: str, make: Callable[[Path], Path]) -> Path:
+    """A framework's export: kept in and taken from ``cache`` when there is one, else made in ``folder``."""
+    return cache.export(name, make) if cache is not None else make(folder / name)
+
+
+def _torch() -> str:
+    return metadata.version("torch")
