@@ -144,16 +144,22 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
     assert f"tuning reused from {tmp_path / 'kept'}" in again.stdout and "tuned model output matches" in again.stdout
     tuned_ops = _tuned(tuned_stdout)
     assert tuned_ops and _tuned(again.stdout) == tuned_ops  # the key operator's schedule, as fast as its kept record
+    untuned = {row[0]: row[3] for row in _operator_rows(tuned_stdout)}
+    assert {row[0]: row[3] for row in _operator_rows(again.stdout)} == untuned  # the kept profile: none timed again
+    assert "operator profile of" in again.stdout
     assert "tuning reused" not in tuned_stdout and len(read_mlflow(["tm-again"], tracking_uri)) == 0
 
 
-def _tuned(stdout: str) -> dict[str, str]:
-    """tune-model's tuned operators and their tuned ms. (Whether an operator keeps its template default or TVM's
-    lowering compares the default's record with the run's own profile, so a tiny operator may flip.)"""
+def _operator_rows(stdout: str) -> list[list[str]]:
+    """tune-model's table of operators: name, kind, share, untuned ms, built-with ms, speed-up, how."""
     lines = stdout.splitlines()
     first = lines.index(next(line for line in lines if line.startswith("operator "))) + 2
-    rows = [line.split() for line in lines[first:lines.index("", first)]]
-    return {row[0]: row[4] for row in rows if row[-1] == "tuned"}
+    return [line.split() for line in lines[first:lines.index("", first)]]
+
+
+def _tuned(stdout: str) -> dict[str, str]:
+    """tune-model's tuned operators and their tuned ms."""
+    return {row[0]: row[4] for row in _operator_rows(stdout) if row[-1] == "tuned"}
 
 
 def test_a_catalogue_workload_is_a_model_too(tracking_uri):

@@ -30,6 +30,14 @@ from opbench.workloads.models.sources import ModelSource
 INPUTS, UNTUNED, TUNED = "inputs.npz", "untuned.so", "tuned.so"  # in a model study's folder
 
 
+@dataclass(frozen=True)
+class OpProfile:
+    """A fused operator's untuned time (ms a call) and memory, as a profile measured them."""
+
+    latency_ms: float
+    memory: dict[str, float]
+
+
 @dataclass
 class ModelProfile:
     source: ModelSource
@@ -77,18 +85,22 @@ def reference_name(source: ModelSource) -> str:
 
 def profile_model(source: ModelSource, target: Any, measurer: Measurer, folder: Path, threads: int, batch: int,
                   seq_len: int, on_op: Callable[[int, FusedOp], None] = lambda i, op: None,
-                  untuned: bool = True) -> ModelProfile:
-    """Import, fuse and time ``source`` (untuned: TVM's default lowering of every operator); the untuned
-    build (when ``untuned``: BERT-base's takes 46 s a run here) and the inputs (with the reference output)
-    are kept in ``folder``; each operator's memory and the model's planned memory beside the times."""
+                  untuned: bool = True, kept: dict[str, OpProfile] | None = None) -> ModelProfile:
+    """Import, fuse and time ``source`` (untuned: TVM's default lowering of every operator, each operator's
+    time and memory taken from ``kept`` where it has them); the untuned build (when ``untuned``: BERT-base's
+    takes 46 s a run here) and the inputs (with the reference output) are kept in ``folder``; each operator's
+    memory and the model's planned memory beside the times."""
     import tvm
 
     eager = torch_ms(measurer, source, batch, seq_len, threads)
     mod = fuse(import_model(source))
     ops, funcs = fused_ops(mod)
     for n, op in enumerate(ops, start=1):
-        op.latency_ms = time_primfunc(funcs[op.name], target, measurer.timing.repeat)
-        op.memory = schedule_memory(tvm.IRModule({"main": funcs[op.name]}), target, funcs[op.name], threads, op.outputs)
+        if kept and op.name in kept:
+            op.latency_ms, op.memory = kept[op.name].latency_ms, dict(kept[op.name].memory)
+        else:
+            op.latency_ms = time_primfunc(funcs[op.name], target, measurer.timing.repeat)
+            op.memory = schedule_memory(tvm.IRModule({"main": funcs[op.name]}), target, funcs[op.name], threads, op.outputs)
         on_op(n, op)
     ops_ms = mark_shares(ops)
     inputs = save_inputs(source.numpy_inputs(), folder / INPUTS, source.reference()[0])

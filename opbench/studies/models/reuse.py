@@ -16,9 +16,10 @@ from pathlib import Path
 from opbench.hardware.resources import host_facts
 from opbench.paths import safe_name
 from opbench.record import Record
+from opbench.studies.models.profile import OpProfile
 from opbench.tracking.jsonl import JsonlWriter, read_jsonl_records
 
-RECORDS, KEY, METASCHEDULE, EXPORTS = "records.jsonl", "key.json", "metaschedule", "exports"
+RECORDS, KEY, METASCHEDULE, EXPORTS, PROFILE = "records.jsonl", "key.json", "metaschedule", "exports", "profile.json"
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,20 @@ class TunedCache:
             for record in rows:
                 writer.write({**record, "reuse.op": op})
         partial.replace(self.folder / RECORDS)  # whole or absent: a killed run leaves no half cache
+
+    def profile(self) -> dict[str, OpProfile] | None:
+        """Each operator's untuned time and memory, as the run that kept them profiled them (None: none kept)."""
+        path = self.folder / PROFILE
+        if not path.exists():
+            return None
+        self.reused.append(f"operator profile of {self._when(path)}")
+        return {name: OpProfile(**kept) for name, kept in json.loads(path.read_text()).items()}
+
+    def save_profile(self, ops: dict[str, OpProfile]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = self.folder / f"{PROFILE}.partial"
+        partial.write_text(json.dumps({name: asdict(op) for name, op in ops.items()}))
+        partial.replace(self.folder / PROFILE)
 
     def metaschedule(self, trials: int) -> Path | None:
         """MetaSchedule's database folder for ``trials`` trials (None: not kept)."""

@@ -26,7 +26,7 @@ from opbench.measure.types import MeasureOptions
 from opbench.record import Record, best_ok, tee
 from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
-from opbench.studies.models.profile import TUNED, ModelProfile, median_ms, profile_model, time_built
+from opbench.studies.models.profile import TUNED, ModelProfile, OpProfile, median_ms, profile_model, time_built
 from opbench.studies.models.reuse import ReuseKey, TunedCache
 from opbench.studies.models.systems import EAGER_ROW, UNTUNED, prepare_systems
 from opbench.studies.models.tuned import DATABASE_FILES, TunedOp, apply_database, prepacked, write_database
@@ -83,14 +83,18 @@ class ModelTuneResult:
 
 
 def profile(spec: ModelSpec, measurer: Measurer, folder: Path, on_op: Callable[[int, FusedOp], None] | None = None,
-            untuned: bool = True) -> ModelProfile:
-    """Import, fuse and time each fused operator of the model (``on_op`` hears each), and cache them; PyTorch
-    eager and (when ``untuned``) the untuned build timed by ``measurer``, that build kept in ``folder``."""
+            untuned: bool = True, kept_in: TunedCache | None = None) -> ModelProfile:
+    """Import, fuse and time each fused operator of the model (``on_op`` hears each; their times and memory
+    taken from ``kept_in`` when it kept them, kept there when not), and cache them; PyTorch eager and (when
+    ``untuned``) the untuned build timed by ``measurer``, that build kept in ``folder``."""
     source = load_model(spec.model, spec.batch, spec.seq_len)
     set_tvm_threads(spec.threads)
     log.info("%s: importing, fusing and timing each fused operator (%d threads)", source.name, spec.threads)
+    kept = kept_in.profile() if kept_in else None
     result = profile_model(source, make_target("llvm", spec.threads), measurer, folder, spec.threads, spec.batch,
-                           spec.seq_len, on_op or (lambda n, op: None), untuned)
+                           spec.seq_len, on_op or (lambda n, op: None), untuned, kept)
+    if kept_in and kept is None:
+        kept_in.save_profile({op.name: OpProfile(op.latency_ms, op.memory) for op in result.ops})
     cache.save(spec.model, spec.batch, spec.seq_len, result.ops, result.funcs)
     return result
 
@@ -113,11 +117,11 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
     with model_measurer(m) as measurer, \
             Recorder(study, spec.tracking_uri, extra={"engine": spec.engine.name}, parent_tags={"model": m.model}) \
             as recorder:
-        prof = profile(m, measurer, folder, untuned=UNTUNED in spec.systems)  # otherwise never timed
+        cache = _cache(spec)
+        prof = profile(m, measurer, folder, untuned=UNTUNED in spec.systems, kept_in=cache)  # otherwise never timed
         tunable = [o for o in prof.ops if o.outputs == 1]
         sink = tee(recorder, *filter(None, [on_record]))
         workloads = {op.name: parse_workload(model_name(m.model, op.name, m.batch, m.seq_len)) for op in tunable}
-        cache = _cache(spec)
         records, key, after_ms = _operator_records(spec, tunable, workloads, measurer, sink, study, cache)
         total_ms = sum(op.calls * after_ms[op.name] for op in tunable)
         for op in sorted(tunable, key=lambda o: -o.calls * after_ms[o.name]):
