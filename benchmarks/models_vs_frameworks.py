@@ -46,6 +46,7 @@ from opbench.studies.models.tune import ModelSpec, ModelTuneResult, ModelTuneSpe
 from opbench.studies.verify import BEST, Spread, Verification, spread_text
 from opbench.workloads import parse_workload
 from opbench.workloads.models import cache
+from opbench.workloads.models.extract import FusedOp
 from opbench.workloads.models.sources import load_model
 
 MODELS = ("bert-base", "resnet-50", "mobilenet-v2")  # batch 1; bert-base with 128 tokens
@@ -84,8 +85,9 @@ def main() -> None:
         verified = result.verification
         assert verified is not None, "--rounds must be >= 1: every number printed here is verified"
         rows += model_rows(model, verified)
-        verdicts += targets(model, verified) + of_ceiling(model, result, ceiling)
-        split += where_time_goes(model, result, args.threads)
+        ops = cache.extract(model, 1, 128)[0]
+        verdicts += targets(model, verified) + of_ceiling(model, ops, result, ceiling)
+        split += where_time_goes(model, ops, result, args.threads)
         walls.append(f"{model} {(time.monotonic() - model_started) / 60:.1f}")
     results = Results("models_vs_frameworks")
     results.print(f"\n{args.threads} threads, {args.trials_per_op} trials per key operator (at most {args.max_ops} "
@@ -114,10 +116,10 @@ def gemm_ceiling(threads: int) -> tuple[float, str]:
     return workload.flops / (ms[fastest] * 1e-3) / 1e9, fastest
 
 
-def of_ceiling(model: str, result: ModelTuneResult, ceiling: float) -> list[str]:
+def of_ceiling(model: str, fused: list[FusedOp], result: ModelTuneResult, ceiling: float) -> list[str]:
     """The tuned model's matmuls and convolutions (each operator's tuned record, calls counted) against the
     GEMM ceiling: a verdict for the kind the issue names for the model, a line for the others."""
-    ops = {op.name: op for op in cache.extract(model, 1, 128)[0]}
+    ops = {op.name: op for op in fused}
     lines = []
     for label, kinds in GEMM_KINDS.items():
         built = [r for r in result.rows if r[1] in kinds and r[-1] != "untuned"]
@@ -133,10 +135,9 @@ def of_ceiling(model: str, result: ModelTuneResult, ceiling: float) -> list[str]
     return lines
 
 
-def where_time_goes(model: str, result: ModelTuneResult, threads: int) -> list[tuple]:
+def where_time_goes(model: str, ops: list[FusedOp], result: ModelTuneResult, threads: int) -> list[tuple]:
     """The model's operators, ours (each one's record in the tuned build, calls counted) beside eager's: the
     :data:`PROFILE_ROWS` largest by eager's time, the rest in one row, and the totals."""
-    ops = cache.extract(model, 1, 128)[0]
     matched = match(ours(ops, {r[0]: r[4] for r in result.rows}), profile_eager(load_model(model, 1, 128), 5, threads))
     named = [m for m in matched if m.signature != OTHER][:PROFILE_ROWS]
     rest = [m for m in matched if m not in named]

@@ -128,38 +128,41 @@ def test_large_kernel_arguments_start_on_a_huge_page_boundary(monkeypatch):
     assert np.array_equal(np.from_dlpack(kernel._on_huge_pages(big)), big)
 
 
-def _worker_proc(name: str) -> str:
-    """A file of /proc/PID/ for a library worker started with this process's environment."""
+def _in_worker(read):
+    """``read(pid)`` of a library worker started with this process's environment."""
     from opbench.measure.worker._common import LIBRARY
     from opbench.measure.worker.process import Worker
 
     worker = Worker(role=LIBRARY)
     worker.start()
     try:
-        with open(f"/proc/{worker.pid}/{name}") as f:
-            return f.read()
+        return read(worker.pid)
     finally:
         worker.close()
+
+
+def _personality(pid: int) -> int:
+    with open(f"/proc/{pid}/personality") as f:
+        return int(f.read(), 16)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="personality(2) is Linux's")
 def test_workers_run_with_one_address_space_layout_unless_told_not_to(monkeypatch):
     from opbench.measure.worker.layout import ADDR_NO_RANDOMIZE
 
-    assert int(_worker_proc("personality"), 16) & ADDR_NO_RANDOMIZE
+    assert _in_worker(_personality) & ADDR_NO_RANDOMIZE
     monkeypatch.setenv("OPBENCH_FIXED_LAYOUT", "0")
-    assert not int(_worker_proc("personality"), 16) & ADDR_NO_RANDOMIZE
+    assert not _in_worker(_personality) & ADDR_NO_RANDOMIZE
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="/proc/PID/stat is Linux's")
 def test_a_workers_stack_starts_at_one_address_whatever_its_environment_holds(monkeypatch):
-    def stack_start() -> int:
-        return int(_worker_proc("stat").rsplit(")", 1)[1].split()[25])
+    from opbench.measure.worker.layout import stack_start
 
     starts = set()
     for length in (0, 1, 17, 3001):
         monkeypatch.setenv("OPBENCH_TEST_FILLER", "x" * length)
-        starts.add(stack_start())
+        starts.add(_in_worker(stack_start))
     assert len(starts) == 1
 
 

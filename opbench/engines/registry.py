@@ -11,7 +11,6 @@ from typing import Any
 
 from opbench.engines._base import DefaultFirst, Engine, LoopEngine, Space
 from opbench.exceptions import OpBenchError
-from opbench.hardware.cpu_shape import shaped_for
 from opbench.hardware.resources import Resources
 from opbench.paths import store_dir
 from opbench.record import Record, is_ok
@@ -57,8 +56,7 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
     an Optuna study given a ``budget`` stops at that many measured trials, whoever measures them. It
     proposes the template default first unless ``propose_default`` is False (the caller measured it, and
     tells the engine with :meth:`Engine.observe`)."""
-    with shaped_for(resources.target):  # the defaults of the CPU that runs the kernels
-        default = template.default_config(workload)
+    default = template.default_for(workload, resources.target)
     threads = resources.threads
     if spec.name == "optuna":
         from opbench.engines.optuna.engine import OptunaEngine

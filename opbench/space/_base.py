@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opbench.exceptions import ConfigError
+from opbench.hardware.cpu_shape import shaped_for
 from opbench.workloads import Workload
 
 if TYPE_CHECKING:
@@ -120,6 +121,11 @@ class Template(ABC):
     @abstractmethod
     def default_config(self, workload: Workload) -> Config:
         """The template's own default schedule for ``workload``: a point of its space."""
+
+    def default_for(self, workload: Workload, target: str) -> Config:
+        """:meth:`default_config` for kernels that run on ``target``'s CPU (its vectors and caches)."""
+        with shaped_for(target):
+            return self.default_config(workload)
 
     @abstractmethod
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:

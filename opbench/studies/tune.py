@@ -22,7 +22,6 @@ from opbench.engines.loop import CORES_KNOB, run_tuning
 from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine, observe_default
 from opbench.exceptions import OpBenchError, StudyInterrupted
-from opbench.hardware.cpu_shape import shaped_for
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.measurer import Measurer
@@ -209,10 +208,8 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
                                       verified=_verify_rounds(spec) > 0)
         if engine and observes_default(spec):
             template = get_template(workload, spec.template, spec.resources.target)
-            with shaped_for(spec.resources.target):
-                default = template.default_config(workload)
-            observe_default(engine, search_space(spec, workload), default, spec.resources.threads,
-                            refs.get("template_default"))
+            observe_default(engine, search_space(spec, workload), template.default_for(workload, spec.resources.target),
+                            spec.resources.threads, refs.get("template_default"))
         records = _tune(spec, engine, workload, spec.trials - done, measurer, sink, recorder, list(earlier_trials.values()))
         result = StudyResult(study, recorder.mlflow.uri,
                              sorted([*earlier_trials.values(), *records], key=lambda r: r.get("finished_at", 0.0)),

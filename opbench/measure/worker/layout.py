@@ -42,10 +42,7 @@ def fixed_layout() -> None:
 def _stack_padding() -> int | None:
     """The padding that puts the initial stack pointer a multiple of :data:`STACK_DEPTH` below the stack's
     top, the least one above what the arguments and environment take (None: it lies there already)."""
-    with open("/proc/self/stat") as stat:
-        start = int(stat.read().rsplit(")", 1)[1].split()[25])  # startstack, field 28
-    top = next(end for _, end, name in _mapped_spans() if name == "[stack]")
-    depth, pad = top - start, len(os.environ.get(STACK_PAD, ""))
+    depth, pad = _stack_top() - stack_start(), len(os.environ.get(STACK_PAD, ""))
     wanted = -(-(depth - pad) // STACK_DEPTH) * STACK_DEPTH
     return None if depth == wanted else max(0, pad + wanted - depth)
 
@@ -60,12 +57,13 @@ def fixed_mmap_threshold() -> None:
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
-def _mapped_spans() -> list[tuple[int, int, str]]:
-    """This process's mappings: start, end and name (empty for anonymous memory)."""
-    spans = []
+def stack_start(pid: int | str = "self") -> int:
+    """Where a process's initial stack pointer lay (``startstack`` of /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[25])  # field 28; fields 1-2 precede the ")"
+
+
+def _stack_top() -> int:
+    """The end of this process's main stack mapping."""
     with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            spans.append((start, end, fields[5].strip() if len(fields) > 5 else ""))
-    return spans
+        return next(int(line.split()[0].split("-")[1], 16) for line in maps if line.rstrip().endswith("[stack]"))

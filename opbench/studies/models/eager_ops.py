@@ -20,10 +20,9 @@ ROWWISE = {"softmax", "layer_norm"}
 
 @dataclass(frozen=True)
 class OpTime:
-    """One group of operators computing the same thing: its signature, calls per run and ms per run."""
+    """One group of operators computing the same thing: its signature and ms per run."""
 
     signature: Signature
-    calls: int
     ms: float
 
 
@@ -89,27 +88,21 @@ def profile_eager(source: ModelSource, runs: int = 5, threads: int | None = None
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             for _ in range(runs):
                 source.module(*source.inputs)
-    calls: dict[Signature, int] = defaultdict(int)
     total_us: dict[Signature, float] = defaultdict(float)
     for event in prof.events():
-        if event.cpu_parent is not None:
-            continue  # counted in its top-level caller
-        signature = eager_signature(event.name, event.input_shapes, getattr(event, "concrete_inputs", None) or [])
-        calls[signature] += 1
-        total_us[signature] += event.cpu_time_total
-    return [OpTime(sig, calls[sig] // runs, total_us[sig] / 1e3 / runs) for sig in calls]
+        if event.cpu_parent is None:  # a nested call is counted in its top-level caller
+            signature = eager_signature(event.name, event.input_shapes, getattr(event, "concrete_inputs", None) or [])
+            total_us[signature] += event.cpu_time_total
+    return [OpTime(sig, us / 1e3 / runs) for sig, us in total_us.items()]
 
 
 def ours(ops: Iterable[FusedOp], latency_ms: dict[str, float]) -> list[OpTime]:
     """Our fused operators grouped by signature: ``latency_ms`` per operator name (one call) times its calls."""
-    calls: dict[Signature, int] = defaultdict(int)
     ms: dict[Signature, float] = defaultdict(float)
     for op in ops:
         if op.name in latency_ms:
-            signature = fused_signature(op)
-            calls[signature] += op.calls
-            ms[signature] += latency_ms[op.name] * op.calls
-    return [OpTime(sig, calls[sig], ms[sig]) for sig in calls]
+            ms[fused_signature(op)] += latency_ms[op.name] * op.calls
+    return [OpTime(sig, total) for sig, total in ms.items()]
 
 
 def match(our_times: list[OpTime], eager_times: list[OpTime]) -> list[Matched]:

@@ -76,14 +76,13 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
             elif system == EAGER_ROW:
                 prepared.runs[system] = ModelInput(model, batch, seq_len, resources=resources)
             elif system == INDUCTOR:
-                log.info("%s: torch.compile ahead of time (AOTInductor)", model)
-                package = _exported(cache, folder, f"inductor-torch{_torch()}.pt2",
-                                    lambda path: inductor_package(prof.source, path))
+                package = _exported(cache, folder, f"inductor-torch{_torch()}.pt2", f"{model}: torch.compile ahead of "
+                                    "time (AOTInductor)", lambda path: inductor_package(prof.source, path))
                 prepared.runs[system] = ModelInput(model, library=str(package), inputs=inputs, resources=resources,
                                                    runtime=INDUCTOR)
             elif system == ONNXRUNTIME:
-                log.info("%s: exporting to ONNX", model)
-                path = _exported(cache, folder, f"model-torch{_torch()}.onnx", lambda path: onnx_file(prof.source, path))
+                path = _exported(cache, folder, f"model-torch{_torch()}.onnx", f"{model}: exporting to ONNX",
+                                 lambda path: onnx_file(prof.source, path))
                 prepared.runs[system] = ModelInput(model, library=str(path), inputs=inputs, resources=resources,
                                                    runtime=ONNXRUNTIME)
             else:
@@ -94,9 +93,14 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
     return prepared
 
 
-def _exported(cache: TunedCache | None, folder: Path, name: str, make: Callable[[Path], Path]) -> Path:
-    """A framework's export: kept in and taken from ``cache`` when there is one, else made in ``folder``."""
-    return cache.export(name, make) if cache is not None else make(folder / name)
+def _exported(cache: TunedCache | None, folder: Path, name: str, doing: str, make: Callable[[Path], Path]) -> Path:
+    """A framework's export: kept in and taken from ``cache`` when there is one, else made in ``folder``
+    (``doing`` logged when it is made)."""
+    def logged(path: Path) -> Path:
+        log.info("%s", doing)
+        return make(path)
+
+    return cache.export(name, logged) if cache is not None else logged(folder / name)
 
 
 def _torch() -> str:
