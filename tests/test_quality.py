@@ -391,7 +391,7 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
 
     monkeypatch.setattr(LocalRunner, "_new_worker", staticmethod(lambda resources, role: next(workers)))
     monkeypatch.setattr(LocalRunner, "_call", call)
-    jobs = [LibraryInput(MATMUL, "numpy")] * 3
+    jobs = [LibraryInput(MATMUL, "numpy", timing=TimingPolicy(extra_turns=0))] * 3  # their turns disagree
     a, b, c = LocalRunner().run_fresh(jobs, turns=3)
     assert calls == ["a", "b", "c", "c", "b", "a", "a", "c"]  # b failed on its second turn and took no third
     assert a.status is Status.OK and a.latencies_s == [1e-3, 2e-3, 3e-3] and a.run_s == 3.0
@@ -423,13 +423,48 @@ def test_a_batch_takes_turns_in_the_runners_own_workers_waiting_as_long_as_a_tri
         return _ok(len(calls))
 
     monkeypatch.setattr(LocalRunner, "_call", call)
-    runner, waiting = LocalRunner(), TimingPolicy(settle_s=0.25)
+    runner, waiting = LocalRunner(), TimingPolicy(settle_s=0.25, extra_turns=0)  # the turns disagree: no more here
     first, second = runner.run_turns([RunInput("", MATMUL, waiting), RunInput("", "matmul:m=8,n=8,k=8", waiting)], turns=3)
     small = "matmul:m=8,n=8,k=8"
     assert [(w, wait) for w, wait, _ in calls] == [(w, 0.25) for w in (MATMUL, small, small, MATMUL, MATMUL, small)]
     assert len({id(worker) for _, _, worker in calls}) == 1 and list(runner._workers.values())[0] is calls[0][2]
     assert first.turns == second.turns == 3 and first.latencies_s == [1e-3, 4e-3, 5e-3]
     runner.close()
+
+
+def test_jobs_whose_turns_disagree_take_extra_turns_in_the_same_reversing_order(monkeypatch):
+    latencies = {"steady": iter([1.0, 1.02, 1.01]), "split": iter([1.0, 1.3, 1.3, 1.01, 1.02]),
+                 "failed": iter([1.0, None]), "long": iter([1.0, 2.0, 1.0])}
+    calls = []
+
+    def call(self, worker, inp, max_wait_s):
+        calls.append(inp.workload)
+        ms = next(latencies[inp.workload])
+        if ms is None:
+            return RunResult(Status.RUN_ERROR, "run: crashed")
+        return RunResult(Status.OK, latencies_s=[ms * 1e-3, ms * 1e-3], run_s=2.0 if inp.workload == "long" else 0.25)
+
+    monkeypatch.setattr(LocalRunner, "_call", call)
+    monkeypatch.setattr(LocalRunner, "_worker", lambda self, resources, role: _TurnTaker(role))
+    jobs = [RunInput("", name) for name in ("steady", "split", "failed", "long")]
+    steady, split, failed, long = LocalRunner().run_turns(jobs, turns=3)
+    assert calls == ["steady", "split", "failed", "long", "long", "failed", "split", "steady",
+                     "steady", "split", "long", "split", "split"]  # only split's turns disagree by more than 5%
+    assert steady.turns == 3 and split.turns == 5 and long.turns == 3  # a series past the budget: no more turns
+    assert split.latencies_s == pytest.approx([x * 1e-3 for x in (1.0, 1.0, 1.3, 1.3, 1.3, 1.3, 1.01, 1.01, 1.02, 1.02)])
+    assert failed.status is Status.RUN_ERROR
+
+
+def test_turns_disagree_when_the_turns_the_probes_found_usual_differ_by_more_than_max_cv():
+    def turn(ms, slowness=1.0):
+        return RunResult(Status.OK, latencies_s=[ms * 1e-3, ms * 1.01e-3], run_s=0.2,
+                         load={"host_slowness": slowness, "host_memory_slowness": 1.0})
+
+    policy = TimingPolicy(max_cv=0.05)
+    assert not policy.turns_disagree([turn(1.0), turn(1.04), turn(1.01)])
+    assert policy.turns_disagree([turn(1.0), turn(1.06)])
+    assert not policy.turns_disagree([turn(1.0), turn(1.4, slowness=1.5), turn(1.02)])  # a spell's turn is left out anyway
+    assert not policy.turns_disagree([turn(1.0)])
 
 
 class _Spells:

@@ -46,6 +46,7 @@ class TimingPolicy:
     spell_wait_s: float = field(default_factory=settings.spell_wait_s)
     settle_s: float = field(default_factory=settings.settle_s)
     turns: int = settings.TURNS
+    extra_turns: int = settings.EXTRA_TURNS
 
     def series_shape(self, first_s: float, call: Callable[[], object]) -> tuple[int, int]:
         """Calls per timed repeat (``number``) and repeats of a series of ``call``, whose first call took
@@ -79,6 +80,15 @@ class TimingPolicy:
         """A fresh-process turn's series: never taken again for its spread (its turns are the repeats), one
         timed call when ``short`` (a reference far slower than what it is compared with)."""
         return dataclasses.replace(self, max_remeasures=0, repeat=1 if short else self.repeat)
+
+    def turns_disagree(self, turns: list[RunResult]) -> bool:
+        """Whether a job's turns disagree: the medians of the turns a probe found in the usual state differ
+        by more than ``max_cv``, so the host changed between them unseen by the probes
+        (docs/measurement.md#extra-turns); never for a failed job or a series past :data:`SERIES_BUDGET_S`."""
+        if any(t.status is not Status.OK or t.run_s > SERIES_BUDGET_S for t in turns):
+            return False
+        medians = [statistics.median(t.latencies_s) for t in _usual(turns) if t.latencies_s]
+        return len(medians) > 1 and max(medians) > (1 + self.max_cv) * min(medians)
 
     def retake(self, attempt: Attempt, spells: int, noisy: int) -> str | None:
         """Why ``attempt`` is taken again (:data:`SPELL`, :data:`NOISY`), given the retakes so far, or None."""
@@ -149,7 +159,7 @@ def joined(turns: list[RunResult]) -> RunResult:
     failed = next((t for t in turns if t.status is not Status.OK), None)
     if failed is not None or len(turns) == 1:
         return failed or turns[0]
-    kept = [t for t in turns if Slowness.of(t.load).usual] or turns
+    kept = _usual(turns)
     first = kept[0]
     load = dict(first.load)
     worst_of: dict[str, Callable[..., float]] = {"other_busy_frac": max, **dict.fromkeys(SLOWNESS_COLUMNS, furthest_from_usual)}
@@ -161,6 +171,11 @@ def joined(turns: list[RunResult]) -> RunResult:
                                run_s=sum(t.run_s for t in turns), remeasures=sum(t.remeasures for t in turns),
                                spell_reruns=sum(t.spell_reruns for t in turns),
                                host_wait_s=sum(t.host_wait_s for t in turns), load=load)
+
+
+def _usual(turns: list[RunResult]) -> list[RunResult]:
+    """The turns whose probes found the host in its usual state; all of them when none did."""
+    return [t for t in turns if Slowness.of(t.load).usual] or turns
 
 
 def cv(latencies: list[float]) -> float:

@@ -98,17 +98,25 @@ class LocalRunner(Runner[Job, RunResult]):
 
     def _take_turns(self, workers: list[Worker], jobs: list[Job], turns: int, max_wait_s: float) -> list[RunResult]:
         """Jobs (``jobs[i]`` in ``workers[i]``) take ``turns`` turns, one series of the job's timing each, in
-        an order that reverses every turn; a job's result joins its turns (:func:`joined`), so a slow spell
-        of the host that covers a few seconds falls on every job's series alike instead of on one job's
-        whole measurement. A job that fails takes no more turns. The turns wait ``max_wait_s`` at most in
-        all for the host's usual state (docs/measurement.md#settle)."""
+        an order that reverses every turn, and the jobs whose turns disagree take their timing's
+        ``extra_turns`` more (:meth:`TimingPolicy.turns_disagree`); a job's result joins its turns
+        (:func:`joined`), so a slow spell of the host that covers a few seconds falls on every job's series
+        alike instead of on one job's whole measurement. A job that fails takes no more turns. The turns
+        wait ``max_wait_s`` at most in all for the host's usual state (docs/measurement.md#settle)."""
         results: list[list[RunResult]] = [[] for _ in jobs]
-        for turn in range(turns):
-            order = range(len(jobs)) if turn % 2 == 0 else reversed(range(len(jobs)))
-            for i in order:
+        waiting = [max_wait_s]
+
+        def take_turn(turn: int, who: list[int]) -> None:
+            for i in who if turn % 2 == 0 else reversed(who):
                 if not results[i] or results[i][-1].status is Status.OK:
-                    results[i].append(self._call(workers[i], jobs[i], max_wait_s))
-                    max_wait_s = max(0.0, max_wait_s - results[i][-1].host_wait_s)
+                    results[i].append(self._call(workers[i], jobs[i], waiting[0]))
+                    waiting[0] = max(0.0, waiting[0] - results[i][-1].host_wait_s)
+
+        for turn in range(turns):
+            take_turn(turn, list(range(len(jobs))))
+        split = [i for i, inp in enumerate(jobs) if inp.timing.turns_disagree(results[i])]
+        for extra in range(max((jobs[i].timing.extra_turns for i in split), default=0)):
+            take_turn(turns + extra, [i for i in split if extra < jobs[i].timing.extra_turns])
         return [joined(r) for r in results]
 
     def _call(self, worker: Worker, inp: Job, max_wait_s: float) -> RunResult:
