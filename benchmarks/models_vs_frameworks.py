@@ -57,6 +57,7 @@ TARGET_OF_CEILING = 0.75  # BERT's matmuls and ResNet's convolutions
 GEMM_KINDS = {"matmuls": ("batch_matmul", "matmul", "dense"), "convolutions": ("conv2d",)}
 SYSTEMS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, DEFAULTS, METASCHEDULE)
 PROFILE_ROWS = 8  # of each model's time split: the largest by eager's time, then the rest
+INLINE_NOTE_CHARS = 60  # a longer note (where a reused tuning came from) is a footnote under the table
 
 
 def main() -> None:
@@ -71,7 +72,7 @@ def main() -> None:
     logging.basicConfig(format="%(message)s")  # progress on stderr: each operator as it is tuned, the verification
     logging.getLogger("opbench").setLevel(logging.INFO)
     scratch = Path(tempfile.mkdtemp(prefix="opbench-models-"))
-    rows, verdicts, walls, split = [], [], [], []
+    rows, verdicts, walls, split, footnotes = [], [], [], [], []
     started = time.monotonic()
     ceiling, library = gemm_ceiling(args.threads)
     for model in args.models:
@@ -84,7 +85,7 @@ def main() -> None:
         result = tune_model(spec)
         verified = result.verification
         assert verified is not None, "--rounds must be >= 1: every number printed here is verified"
-        rows += model_rows(model, verified)
+        rows += model_rows(model, verified, footnotes)
         ops = cache.extract(model, 1, 128)[0]
         verdicts += targets(model, verified) + of_ceiling(model, ops, result, ceiling)
         split += where_time_goes(model, ops, result, args.threads)
@@ -94,6 +95,8 @@ def main() -> None:
                   f"per model); verified: median of {args.rounds} fresh-process rounds (min-max)")
     results.table(table(rows, ["model", "system", "verified ms (min-max)", "latency / eager", "OpBench tuned / this",
                                "errors"]))
+    for line in footnotes:
+        results.print(line)
     results.print(f"the host's GEMM ceiling: {library}'s {CEILING}, fp32, {ceiling:.1f} GFLOP/s (the faster of torch and "
                   "numpy, each the median of 3 fresh processes)")
     for line in verdicts:
@@ -156,12 +159,18 @@ def _ms(value: float) -> str:
     return f"{value:.3f}" if value == value else "-"
 
 
-def model_rows(model: str, verified: Verification) -> list[tuple]:
+def model_rows(model: str, verified: Verification, footnotes: list[str]) -> list[tuple]:
+    """The model's table rows; a note too long for its row (where a reused tuning came from) goes to
+    ``footnotes``, numbered, the row pointing to it."""
     rows = []
     for name, schedule in verified.schedules.items():
         shown = {BEST: "OpBench tuned", DEFAULTS: "TVM template defaults", METASCHEDULE: "MetaSchedule"}.get(name, name)
-        if name in verified.notes:
-            shown += f" ({verified.notes[name]})"
+        note = verified.notes.get(name, "")
+        if len(note) > INLINE_NOTE_CHARS:
+            footnotes.append(f"[{len(footnotes) + 1}] {model}, {shown}: {note}")
+            note = f"see [{len(footnotes)}]"
+        if note:
+            shown += f" ({note})"
         rows.append((model, shown, spread_text(schedule.latency), spread_text(_ratio(verified, name, EAGER_ROW)),
                      spread_text(_ratio(verified, BEST, name)) if name != BEST else "-", "; ".join(schedule.errors)[:100] or "-"))
     return rows
