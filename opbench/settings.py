@@ -14,6 +14,7 @@ MAX_CV = 0.05  # a series whose repeats vary more is measured again ...
 MAX_REMEASURES = 2  # ... at most this many times; the steadiest kept
 TURNS = 3  # the trials of a batch take their repeats in this many interleaved turns ...
 EXTRA_TURNS = 2  # ... and this many more when their turns disagree by more than MAX_CV
+FRESH_TURNS = 4  # a fresh-process measurement takes this many turns of a trial's series, interleaved
 BUILD_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 120.0
 CONNECT_TIMEOUT_S = 60.0  # waiting for a free remote device

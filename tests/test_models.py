@@ -265,8 +265,8 @@ def test_softmax_and_gelu_use_fast_math_that_vectorises():
 def test_a_whole_model_is_timed_by_the_one_timing_policy():
     """A fast model's fresh-process turns add up to a second of runs, so the host's shorter slow spells
     cannot cover them all; a slow one takes its fewest repeats and no warm-up repeat after its first run."""
-    from opbench.measure.measurer import FRESH_TURNS
     from opbench.measure.timing import MIN_REPEATS, TimingPolicy
+    from opbench.settings import FRESH_TURNS
 
     policy = TimingPolicy(repeat=5)
     number, repeat = policy.series_shape(0.010, lambda: time.sleep(0.010))  # MobileNetV2-like: 10 ms a run

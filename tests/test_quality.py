@@ -12,7 +12,6 @@ from opbench.cli import main
 from opbench.hardware.host_speed import Slowness
 from opbench.hardware.resources import Resources
 from opbench.measure import timing
-from opbench.measure.measurer import FRESH_TURNS
 from opbench.measure.protocol import LibraryInput, RunInput, RunResult
 from opbench.measure.runner.local import LocalRunner
 from opbench.measure.timing import Attempt, TimingPolicy, joined, take
@@ -41,6 +40,8 @@ from opbench.workloads import parse_workload
 
 MATMUL = "matmul:m=128,n=128,k=128"
 
+FRESH_TURNS = (settings.FRESH_TURNS, settings.FRESH_TURNS + settings.EXTRA_TURNS)  # two more when they disagree
+
 
 def _maps(pid: int) -> str:
     with open(f"/proc/{pid}/maps", encoding="utf-8") as f:
@@ -59,7 +60,7 @@ def test_library_baselines_are_the_median_of_fresh_processes_that_never_load_tvm
     assert torch["template"] == "torch" and torch["threads"] == 2
     assert len(torch["process_latencies_ms"]) == 3 and torch["latency_ms"] == sorted(torch["process_latencies_ms"])[1]
     assert len(numpy["process_latencies_ms"]) == 2 and numpy["latency_ms"] == min(numpy["process_latencies_ms"])
-    assert torch["turns"] + torch["turns_left_out"] == FRESH_TURNS and torch["remeasures"] == 0
+    assert torch["turns"] + torch["turns_left_out"] in FRESH_TURNS and torch["remeasures"] == 0
     assert torch["repeat"] == torch["turns"] * kernel["repeat"]
     assert len({kernel["worker_pid"], torch["worker_pid"], numpy["worker_pid"]}) == 3
     assert all(not Path(f"/proc/{r['worker_pid']}").exists() for r in (torch, numpy))  # gone: nothing else ran there
@@ -144,7 +145,7 @@ def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(mea
     finally:
         options.timing = saved
     assert noisy["remeasures"] == 2 and flushed["remeasures"] == 0
-    assert baseline["remeasures"] == 0 and baseline["turns"] + baseline["turns_left_out"] == FRESH_TURNS  # more turns
+    assert baseline["remeasures"] == 0 and baseline["turns"] + baseline["turns_left_out"] in FRESH_TURNS  # more turns
     assert baseline["repeat"] == baseline["turns"] * noisy["repeat"]  # instead; those a probe found in a spell left out
     assert noisy["cache_flush"] == 0 and flushed["cache_flush"] == 1 and flushed["number"] == 1
     for record in (noisy, baseline, flushed):
@@ -337,7 +338,7 @@ class _ProcessLottery(_FreshTimes):
         return records
 
 
-def test_a_reference_far_slower_than_the_best_takes_one_call_a_turn():
+def test_a_reference_far_slower_than_the_best_takes_one_short_turn():
     class Spy(_FreshTimes):
         def measure_fresh(self, specs, short=()):
             taken.append(sorted(specs[i].config["k_inner"] for i in short))
@@ -349,6 +350,8 @@ def test_a_reference_far_slower_than_the_best_takes_one_call_a_turn():
     remeasure(Spy([1.0, 50.0, 300.0]), {n: spec_of(r) for n, r in records.items()},
               {n: r["latency_ms"] for n, r in records.items()}, rounds=2)
     assert taken == [[2], [2]]  # only the one past 100x the fastest, in both rounds
+    short, usual = TimingPolicy().fresh(short=True), TimingPolicy().fresh()
+    assert (short.repeat, short.turns) == (timing.MIN_REPEATS, 1) and (usual.turns, usual.max_remeasures) == (settings.FRESH_TURNS, 0)
 
 
 def test_one_slow_process_does_not_decide_the_best():
@@ -391,8 +394,8 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
 
     monkeypatch.setattr(LocalRunner, "_new_worker", staticmethod(lambda resources, role: next(workers)))
     monkeypatch.setattr(LocalRunner, "_call", call)
-    jobs = [LibraryInput(MATMUL, "numpy", timing=TimingPolicy(extra_turns=0))] * 3  # their turns disagree
-    a, b, c = LocalRunner().run_fresh(jobs, turns=3)
+    jobs = [LibraryInput(MATMUL, "numpy", timing=TimingPolicy(turns=3, extra_turns=0))] * 3  # their turns disagree
+    a, b, c = LocalRunner().run_fresh(jobs)
     assert calls == ["a", "b", "c", "c", "b", "a", "a", "c"]  # b failed on its second turn and took no third
     assert a.status is Status.OK and a.latencies_s == [1e-3, 2e-3, 3e-3] and a.run_s == 3.0
     assert a.load == {"load_1m": 0.5, "other_busy_frac": pytest.approx(0.3), "host_slowness": pytest.approx(0.94),
@@ -411,7 +414,7 @@ def test_the_turns_of_a_fresh_measurement_share_one_wait_for_the_usual_state(mon
     monkeypatch.setenv("OPBENCH_FRESH_SETTLE_S", "10")
     monkeypatch.setattr(LocalRunner, "_new_worker", staticmethod(lambda resources, role: _TurnTaker("a")))
     monkeypatch.setattr(LocalRunner, "_call", call)
-    LocalRunner().run_fresh([LibraryInput(MATMUL, "numpy")] * 2, turns=2)
+    LocalRunner().run_fresh([LibraryInput(MATMUL, "numpy", timing=TimingPolicy(turns=2))] * 2)
     assert waits == [10.0, 6.0, 2.0, 0.0]  # what the turns before spent waiting is gone
 
 
@@ -424,7 +427,7 @@ def test_a_batch_takes_turns_in_the_runners_own_workers_waiting_as_long_as_a_tri
 
     monkeypatch.setattr(LocalRunner, "_call", call)
     runner, waiting = LocalRunner(), TimingPolicy(settle_s=0.25, extra_turns=0)  # the turns disagree: no more here
-    first, second = runner.run_turns([RunInput("", MATMUL, waiting), RunInput("", "matmul:m=8,n=8,k=8", waiting)], turns=3)
+    first, second = runner.run_turns([RunInput("", MATMUL, waiting), RunInput("", "matmul:m=8,n=8,k=8", waiting)])
     small = "matmul:m=8,n=8,k=8"
     assert [(w, wait) for w, wait, _ in calls] == [(w, 0.25) for w in (MATMUL, small, small, MATMUL, MATMUL, small)]
     assert len({id(worker) for _, _, worker in calls}) == 1 and list(runner._workers.values())[0] is calls[0][2]
@@ -447,7 +450,7 @@ def test_jobs_whose_turns_disagree_take_extra_turns_in_the_same_reversing_order(
     monkeypatch.setattr(LocalRunner, "_call", call)
     monkeypatch.setattr(LocalRunner, "_worker", lambda self, resources, role: _TurnTaker(role))
     jobs = [RunInput("", name) for name in ("steady", "split", "failed", "long")]
-    steady, split, failed, long = LocalRunner().run_turns(jobs, turns=3)
+    steady, split, failed, long = LocalRunner().run_turns(jobs)
     assert calls == ["steady", "split", "failed", "long", "long", "failed", "split", "steady",
                      "steady", "split", "long", "split", "split"]  # only split's turns disagree by more than 5%
     assert steady.turns == 3 and split.turns == 5 and long.turns == 3  # a series past the budget: no more turns

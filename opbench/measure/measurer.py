@@ -33,7 +33,6 @@ from opbench.space import TEMPLATES, Config, get_template
 from opbench.workloads import PRESETS, Workload
 
 LIBRARY_PROCESSES = 3  # fresh processes that time a library baseline; the median one is its record
-FRESH_TURNS = 4  # a fresh-process measurement takes this many turns of a trial's series, interleaved
 LIBRARIES = ("torch", "numpy")  # baselines: a TrialSpec whose template is one of these times the library
 
 
@@ -129,11 +128,10 @@ class Measurer:
         than two such kernels: a lone trial's turns would follow each other, all within one of the host's
         spells."""
         local = [i for i, b in builds.items() if b.status is Status.OK and specs[i].resources.device == LOCAL]
-        turns = self.timing.turns
-        if len(local) < 2 or turns < 2:
+        if len(local) < 2 or self.timing.turns < 2:
             return {}
         timing = self.timing.per_turn()
-        runs = self._local.run_turns([self._run_input(builds[i], specs[i], timing) for i in local], turns)
+        runs = self._local.run_turns([self._run_input(builds[i], specs[i], timing) for i in local])
         return dict(zip(local, runs))
 
     @staticmethod
@@ -218,8 +216,8 @@ class Measurer:
 
     def measure_fresh(self, specs: list[TrialSpec], short: Collection[int] = ()) -> list[Record]:
         """Each spec timed in a new process that has run nothing else (a library baseline when its
-        template is in :data:`LIBRARIES`): the processes start together, then take :data:`FRESH_TURNS`
-        turns of one trial's series each (never re-measured for its spread), so each spec's median comes
+        template is in :data:`LIBRARIES`): the processes start together, then take
+        :data:`~opbench.settings.FRESH_TURNS` turns of one trial's series each (never re-measured for its spread), so each spec's median comes
         from series spread over the whole measurement and interleaved with the others' (docs/measurement.md#fresh).
         The specs at the indices ``short`` (references far slower than what they are compared with) take
         one timed call a turn."""
@@ -237,7 +235,7 @@ class Measurer:
             elif built[i][2].status is Status.OK:
                 jobs[i] = self._run_input(built[i][2], spec, timings[i])
         try:
-            runs = dict(zip(jobs, self._local.run_fresh(list(jobs.values()), FRESH_TURNS)))
+            runs = dict(zip(jobs, self._local.run_fresh(list(jobs.values()))))
         finally:
             _discard(*(build for _, _, build in built.values()))
         records = []
@@ -257,7 +255,7 @@ class Measurer:
     def time_models_fresh(self, models: list[ModelInput]) -> list[RunResult]:
         """Whole models, each in a new process, taking turns as :meth:`measure_fresh` takes them."""
         timing = self.timing.fresh()
-        return self._local.run_fresh([dataclasses.replace(m, timing=timing) for m in models], FRESH_TURNS)
+        return self._local.run_fresh([dataclasses.replace(m, timing=timing) for m in models])
 
     @staticmethod
     def _run_input(build: BuildResult, spec: TrialSpec, timing: TimingPolicy) -> RunInput:

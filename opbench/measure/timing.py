@@ -77,9 +77,11 @@ class TimingPolicy:
         return dataclasses.replace(self, repeat=math.ceil(self.repeat / self.turns))
 
     def fresh(self, short: bool = False) -> TimingPolicy:
-        """A fresh-process turn's series: never taken again for its spread (its turns are the repeats), one
-        timed call when ``short`` (a reference far slower than what it is compared with)."""
-        return dataclasses.replace(self, max_remeasures=0, repeat=1 if short else self.repeat)
+        """A fresh-process measurement's: :data:`~opbench.settings.FRESH_TURNS` turns of a series never taken
+        again for its spread (its turns are the repeats); one turn of :data:`MIN_REPEATS` calls when
+        ``short`` (a reference far slower than what it is compared with, docs/measurement.md#fresh)."""
+        return dataclasses.replace(self, max_remeasures=0, repeat=MIN_REPEATS if short else self.repeat,
+                                   turns=1 if short else settings.FRESH_TURNS)
 
     def turns_disagree(self, turns: list[RunResult]) -> bool:
         """Whether a job's turns disagree: the medians of the turns a probe found in the usual state differ

@@ -80,25 +80,25 @@ class LocalRunner(Runner[Job, RunResult]):
     def run(self, inp: Job) -> RunResult:
         return self._call(self._worker(inp.resources, _role(inp)), inp, inp.timing.settle_s)
 
-    def run_turns(self, jobs: list[Job], turns: int) -> list[RunResult]:
-        """Each job in its (persistent) worker, in ``turns`` turns taken as :meth:`run_fresh` takes them."""
+    def run_turns(self, jobs: list[Job]) -> list[RunResult]:
+        """Each job in its (persistent) worker, in turns taken as :meth:`run_fresh` takes them."""
         workers = [self._worker(inp.resources, _role(inp)) for inp in jobs]
-        return self._take_turns(workers, jobs, turns, max((inp.timing.settle_s for inp in jobs), default=0.0))
+        return self._take_turns(workers, jobs, max((inp.timing.settle_s for inp in jobs), default=0.0))
 
-    def run_fresh(self, jobs: list[Job], turns: int = 1) -> list[RunResult]:
-        """Each job in a new process that has run nothing else; all start together, then take ``turns``
-        turns (:meth:`_take_turns`)."""
+    def run_fresh(self, jobs: list[Job]) -> list[RunResult]:
+        """Each job in a new process that has run nothing else; all start together, then take their turns
+        (:meth:`_take_turns`)."""
         workers = [self._new_worker(inp.resources, _role(inp)) for inp in jobs]
         try:
             self._start(*workers)
-            return self._take_turns(workers, jobs, turns, settings.fresh_settle_s())
+            return self._take_turns(workers, jobs, settings.fresh_settle_s())
         finally:
             for worker in workers:
                 worker.close()
 
-    def _take_turns(self, workers: list[Worker], jobs: list[Job], turns: int, max_wait_s: float) -> list[RunResult]:
-        """Jobs (``jobs[i]`` in ``workers[i]``) take ``turns`` turns, one series of the job's timing each, in
-        an order that reverses every turn, and the jobs whose turns disagree take their timing's
+    def _take_turns(self, workers: list[Worker], jobs: list[Job], max_wait_s: float) -> list[RunResult]:
+        """Jobs (``jobs[i]`` in ``workers[i]``) take their timing's ``turns`` turns, one series each, in an
+        order that reverses every turn, and the jobs whose turns disagree take their timing's
         ``extra_turns`` more (:meth:`TimingPolicy.turns_disagree`); a job's result joins its turns
         (:func:`joined`), so a slow spell of the host that covers a few seconds falls on every job's series
         alike instead of on one job's whole measurement. A job that fails takes no more turns. The turns
@@ -112,8 +112,9 @@ class LocalRunner(Runner[Job, RunResult]):
                     results[i].append(self._call(workers[i], jobs[i], waiting[0]))
                     waiting[0] = max(0.0, waiting[0] - results[i][-1].host_wait_s)
 
+        turns = max((inp.timing.turns for inp in jobs), default=0)
         for turn in range(turns):
-            take_turn(turn, list(range(len(jobs))))
+            take_turn(turn, [i for i, inp in enumerate(jobs) if turn < inp.timing.turns])
         split = [i for i, inp in enumerate(jobs) if inp.timing.turns_disagree(results[i])]
         for extra in range(max((jobs[i].timing.extra_turns for i in split), default=0)):
             take_turn(turns + extra, [i for i in split if extra < jobs[i].timing.extra_turns])
