@@ -12,8 +12,7 @@ REPEAT = 5  # timed repeats of a series (each at least MIN_REPEAT_MS)
 MIN_REPEAT_MS = 50.0
 MAX_CV = 0.05  # a series whose repeats vary more is measured again ...
 MAX_REMEASURES = 2  # ... at most this many times; the steadiest kept
-TURNS = 3  # the trials of a batch take their repeats in this many interleaved turns ...
-EXTRA_TURNS = 2  # ... and this many more when their turns disagree by more than MAX_CV
+TURNS = 3  # the trials of a batch take their repeats in this many interleaved turns (and extra_turns() more)
 FRESH_TURNS = 4  # a fresh-process measurement takes this many turns of a trial's series, interleaved
 BUILD_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 120.0
@@ -33,6 +32,11 @@ def fresh_settle_s() -> float:
 def spell_reruns() -> int:
     """Times a short run that the host-speed probes found outside the host's usual state is taken again."""
     return int(_number("OPBENCH_SPELL_RERUNS", 1, integer=True))
+
+
+def extra_turns() -> int:
+    """Turns a trial takes beyond its own when its turns disagree by more than MAX_CV."""
+    return int(_number("OPBENCH_EXTRA_TURNS", 2, integer=True))
 
 
 def spell_wait_s() -> float:

@@ -40,8 +40,6 @@ from opbench.workloads import parse_workload
 
 MATMUL = "matmul:m=128,n=128,k=128"
 
-FRESH_TURNS = (settings.FRESH_TURNS, settings.FRESH_TURNS + settings.EXTRA_TURNS)  # two more when they disagree
-
 
 def _maps(pid: int) -> str:
     with open(f"/proc/{pid}/maps", encoding="utf-8") as f:
@@ -60,7 +58,7 @@ def test_library_baselines_are_the_median_of_fresh_processes_that_never_load_tvm
     assert torch["template"] == "torch" and torch["threads"] == 2
     assert len(torch["process_latencies_ms"]) == 3 and torch["latency_ms"] == sorted(torch["process_latencies_ms"])[1]
     assert len(numpy["process_latencies_ms"]) == 2 and numpy["latency_ms"] == min(numpy["process_latencies_ms"])
-    assert torch["turns"] + torch["turns_left_out"] in FRESH_TURNS and torch["remeasures"] == 0
+    assert torch["turns"] + torch["turns_left_out"] == settings.FRESH_TURNS and torch["remeasures"] == 0
     assert torch["repeat"] == torch["turns"] * kernel["repeat"]
     assert len({kernel["worker_pid"], torch["worker_pid"], numpy["worker_pid"]}) == 3
     assert all(not Path(f"/proc/{r['worker_pid']}").exists() for r in (torch, numpy))  # gone: nothing else ran there
@@ -145,7 +143,7 @@ def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(mea
     finally:
         options.timing = saved
     assert noisy["remeasures"] == 2 and flushed["remeasures"] == 0
-    assert baseline["remeasures"] == 0 and baseline["turns"] + baseline["turns_left_out"] in FRESH_TURNS  # more turns
+    assert baseline["remeasures"] == 0 and baseline["turns"] + baseline["turns_left_out"] == settings.FRESH_TURNS  # more turns
     assert baseline["repeat"] == baseline["turns"] * noisy["repeat"]  # instead; those a probe found in a spell left out
     assert noisy["cache_flush"] == 0 and flushed["cache_flush"] == 1 and flushed["number"] == 1
     for record in (noisy, baseline, flushed):
@@ -449,7 +447,7 @@ def test_jobs_whose_turns_disagree_take_extra_turns_in_the_same_reversing_order(
 
     monkeypatch.setattr(LocalRunner, "_call", call)
     monkeypatch.setattr(LocalRunner, "_worker", lambda self, resources, role: _TurnTaker(role))
-    jobs = [RunInput("", name) for name in ("steady", "split", "failed", "long")]
+    jobs = [RunInput("", name, TimingPolicy(extra_turns=2)) for name in ("steady", "split", "failed", "long")]
     steady, split, failed, long = LocalRunner().run_turns(jobs)
     assert calls == ["steady", "split", "failed", "long", "long", "failed", "split", "steady",
                      "steady", "split", "long", "split", "split"]  # only split's turns disagree by more than 5%

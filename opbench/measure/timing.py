@@ -46,7 +46,7 @@ class TimingPolicy:
     spell_wait_s: float = field(default_factory=settings.spell_wait_s)
     settle_s: float = field(default_factory=settings.settle_s)
     turns: int = settings.TURNS
-    extra_turns: int = settings.EXTRA_TURNS
+    extra_turns: int = field(default_factory=settings.extra_turns)
 
     def series_shape(self, first_s: float, call: Callable[[], object]) -> tuple[int, int]:
         """Calls per timed repeat (``number``) and repeats of a series of ``call``, whose first call took
