@@ -9,7 +9,7 @@ import os
 from opbench.exceptions import OpBenchError
 
 REPEAT = 5  # timed repeats of a series (each at least MIN_REPEAT_MS)
-MIN_REPEAT_MS = 50.0
+MIN_REPEAT_MS = 50.0  # the default of min_repeat_ms()
 MAX_CV = 0.05  # a series whose repeats vary more is measured again ...
 MAX_REMEASURES = 2  # ... at most this many times; the steadiest kept
 TURNS = 3  # the trials of a batch take their repeats in this many interleaved turns (and extra_turns() more)
@@ -32,6 +32,11 @@ def fresh_settle_s() -> float:
 def spell_reruns() -> int:
     """Times a short run that the host-speed probes found outside the host's usual state is taken again."""
     return int(_number("OPBENCH_SPELL_RERUNS", 1, integer=True))
+
+
+def min_repeat_ms() -> float:
+    """Milliseconds a timed repeat lasts at least (calls per repeat are sized to it)."""
+    return _number("OPBENCH_MIN_REPEAT_MS", MIN_REPEAT_MS)
 
 
 def extra_turns() -> int:

@@ -266,9 +266,9 @@ def test_a_whole_model_is_timed_by_the_one_timing_policy():
     """A fast model's fresh-process turns add up to a second of runs, so the host's shorter slow spells
     cannot cover them all; a slow one takes its fewest repeats and no warm-up repeat after its first run."""
     from opbench.measure.timing import MIN_REPEATS, TimingPolicy
-    from opbench.settings import FRESH_TURNS
+    from opbench.settings import FRESH_TURNS, MIN_REPEAT_MS
 
-    policy = TimingPolicy(repeat=5)
+    policy = TimingPolicy(repeat=5, min_repeat_ms=MIN_REPEAT_MS)
     number, repeat = policy.series_shape(0.010, lambda: time.sleep(0.010))  # MobileNetV2-like: 10 ms a run
     assert number * repeat * FRESH_TURNS * 0.010 >= 1.0 and policy.warmup_repeats(0.010) == 1
     assert policy.series_shape(26.0, lambda: None) == (1, MIN_REPEATS)  # untuned BERT: 26 s a run

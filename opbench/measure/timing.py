@@ -38,7 +38,7 @@ class TimingPolicy:
     """
 
     repeat: int = settings.REPEAT
-    min_repeat_ms: float = settings.MIN_REPEAT_MS
+    min_repeat_ms: float = field(default_factory=settings.min_repeat_ms)
     cache_flush: bool = False
     max_cv: float = settings.MAX_CV
     max_remeasures: int = settings.MAX_REMEASURES
