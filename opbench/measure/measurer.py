@@ -216,11 +216,11 @@ class Measurer:
 
     def measure_fresh(self, specs: list[TrialSpec], short: Collection[int] = ()) -> list[Record]:
         """Each spec timed in a new process that has run nothing else (a library baseline when its
-        template is in :data:`LIBRARIES`): the processes start together, then take
-        :data:`~opbench.settings.FRESH_TURNS` turns of one trial's series each (never re-measured for its spread), so each spec's median comes
-        from series spread over the whole measurement and interleaved with the others' (docs/measurement.md#fresh).
-        The specs at the indices ``short`` (references far slower than what they are compared with) take
-        one timed call a turn."""
+        template is in :data:`LIBRARIES`): the processes start together, then take the turns of
+        :meth:`TimingPolicy.fresh` (never re-measured for their spread), so each spec's median comes from series
+        spread over the whole measurement and interleaved with the others' (docs/measurement.md#fresh). The
+        specs at the indices ``short`` (references far slower than what they are compared with) take one
+        short turn."""
         timings = [self.timing.fresh(short=i in short) for i in range(len(specs))]
         remote = next((s.resources.device for s in specs if s.resources.remote), None)
         if remote:

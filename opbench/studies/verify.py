@@ -38,7 +38,7 @@ TRIALS_PER_ROUND = 16  # a study's verification takes a round per this many tria
 MIN_ROUNDS, MAX_ROUNDS = 2, 5  # ... within these bounds
 CONTENDERS = 3  # the study's fastest distinct configs timed again (with its default) before one is named its best
 CONTENDER_WINDOW = 1.5  # ... those tuned within this factor of the fastest (docs/measurement.md#contenders)
-SHORT_SERIES_FACTOR = 100.0  # a reference this many times slower takes one call a turn (docs/measurement.md#fresh)
+SHORT_SERIES_FACTOR = 100.0  # a reference this many times slower takes one short turn (docs/measurement.md#fresh)
 SELECTION_ROUND = -1  # verify_round of the records that chose among them
 SELECTION_ROUNDS = 3  # rounds of fresh processes that choose among the contenders
 

@@ -104,13 +104,13 @@ class LocalRunner(Runner[Job, RunResult]):
         alike instead of on one job's whole measurement. A job that fails takes no more turns. The turns
         wait ``max_wait_s`` at most in all for the host's usual state (docs/measurement.md#settle)."""
         results: list[list[RunResult]] = [[] for _ in jobs]
-        waiting = [max_wait_s]
 
         def take_turn(turn: int, who: list[int]) -> None:
+            nonlocal max_wait_s
             for i in who if turn % 2 == 0 else reversed(who):
                 if not results[i] or results[i][-1].status is Status.OK:
-                    results[i].append(self._call(workers[i], jobs[i], waiting[0]))
-                    waiting[0] = max(0.0, waiting[0] - results[i][-1].host_wait_s)
+                    results[i].append(self._call(workers[i], jobs[i], max_wait_s))
+                    max_wait_s = max(0.0, max_wait_s - results[i][-1].host_wait_s)
 
         turns = max((inp.timing.turns for inp in jobs), default=0)
         for turn in range(turns):
