@@ -24,6 +24,7 @@ from opbench.studies.verify import (
     BEST,
     SELECTION_ROUND,
     SELECTION_ROUNDS,
+    Spread,
     Verification,
     Verified,
     contenders_of,
@@ -34,11 +35,13 @@ from opbench.studies.verify import (
     select_best,
     spec_of,
     speedup_table,
+    verify,
 )
 from opbench.tracking import read_mlflow, read_mlflow_records
 from opbench.workloads import parse_workload
 
 MATMUL = "matmul:m=128,n=128,k=128"
+REPORTED = ("best", "te_default", "template_default", "torch", "numpy")  # what a verification reports
 
 
 def _maps(pid: int) -> str:
@@ -169,8 +172,10 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
     metrics, tags = parent.data.metrics, parent.data.tags
     assert metrics["verify_rounds"] == rounds_for(3) == 2
     fresh = read_mlflow([study], tracking_uri, kind="verify")
-    for name in ("best", "te_default", "template_default", "torch", "numpy"):  # the parent's spread is the rounds'
-        rounds = fresh[fresh["verified_as"] == name]["latency_ms"]
+    shared = "note_template_default" in tags  # the best is the default's schedule: timed once a round, as best
+    timed = ["best", "te_default", "torch", "numpy", *(["template_default"] if not shared else [])]
+    for name in REPORTED:  # the parent's spread is the rounds'
+        rounds = fresh[fresh["verified_as"] == (name if name in timed else "best")]["latency_ms"]
         assert len(rounds) == 2
         assert (metrics[f"verified_{name}_min_ms"], metrics[f"verified_{name}_ms"], metrics[f"verified_{name}_max_ms"]) \
             == pytest.approx((rounds.min(), rounds.median(), rounds.max()))
@@ -186,7 +191,7 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
     chosen = len(ranked) > 1  # a lone contender is the best without a choice
     assert sorted(set(selection["verified_as"])) == [f"contender-{n}" for n in range(1, len(ranked) + 1) if chosen]
     assert len(selection) == min(SELECTION_ROUNDS, rounds_for(3)) * len(ranked) * chosen  # at most the verification's rounds
-    assert len(fresh) == 2 * 5 + len(selection) and set(fresh["status"]) == {"ok"}
+    assert len(fresh) == 2 * len(timed) + len(selection) and set(fresh["status"]) == {"ok"}
     winner = int(selection.groupby("verified_as")["latency_ms"].median().idxmin().split("-")[1]) if chosen else 1
     assert tags["verified_best_trial"] == ranked[winner - 1]  # the lowest median in fresh processes is the best
     assert fresh["worker_pid"].is_unique  # one new process per schedule and round ...
@@ -197,8 +202,12 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
     assert main(["verify", study, "--rounds", "1", "--repeat", "3", "--tracking-uri", tracking_uri]) == 0
     assert "verified x faster (min-max)" in capsys.readouterr().out
     again = len(ranked) * chosen  # verify chooses among the same contenders, in its one round
-    assert len(read_mlflow([study], tracking_uri, kind="verify")) == 2 * 5 + 5 + len(selection) + again
     assert client.get_run(parent.info.run_id).data.metrics["verify_rounds"] == 1  # the latest verification
+    later = read_mlflow([study], tracking_uri, kind="verify")
+    later = later[later["finished_at"] > fresh["finished_at"].max()]
+    names = sorted(later[later["verify_round"] == 0]["verified_as"])  # the default shares the best's where it is it
+    assert names in (sorted(REPORTED), sorted(set(REPORTED) - {"template_default"}))
+    assert len(later) == len(names) + again
 
 
 def test_verification_rounds_grow_with_the_studys_budget():
@@ -350,6 +359,27 @@ def test_a_reference_far_slower_than_the_best_takes_one_short_turn():
     assert taken == [[2], [2]]  # only the one past 100x the fastest, in both rounds
     short, usual = TimingPolicy().fresh(short=True), TimingPolicy().fresh()
     assert (short.repeat, short.turns) == (timing.MIN_REPEATS, 1) and (usual.turns, usual.max_remeasures) == (settings.FRESH_TURNS, 0)
+
+
+def test_a_reference_that_runs_the_best_schedule_shares_its_processes():
+    timed: list[list[str]] = []
+
+    class Spy:
+        def measure_fresh(self, specs, short=()):
+            timed.append(sorted(str(spec.template) for spec in specs))
+            return [{"status": "ok", "latency_ms": 2.0 if spec.template == "numpy" else 1.0 + len(timed)}
+                    for spec in specs]
+
+    common = {"status": "ok", "threads": 1, "workload": MATMUL, "template": "mine", "finished_at": 1.0}
+    default = {**common, "latency_ms": 1.0, "reference": "template_default", "trial_id": "d", "knob.k_inner": 0}
+    records = [default, {**common, "latency_ms": 3.0, "trial_id": "t", "knob.k_inner": 1},  # no contender
+               {**common, "latency_ms": 2.0, "reference": "numpy", "template": "numpy"}]
+    verification = verify(Spy(), records, "s", rounds=2)
+    assert verification.best_trial == "d" and timed == [["mine", "numpy"]] * 2  # the default once a round
+    assert verification.schedules["template_default"].rounds_ms == verification.best.rounds_ms == [2.0, 3.0]
+    assert verification.speedup("template_default") == Spread(1.0, 1.0, 1.0) and "template_default" in verification.notes
+    verification.schedules["template_default"].rounds_ms.append(9.0)
+    assert verification.best.rounds_ms == [2.0, 3.0]  # copies, not one list
 
 
 def test_one_slow_process_does_not_decide_the_best():

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 SERIES_BUDGET_S = 1.0  # a run longer than this takes fewer repeats and is never taken again (docs/measurement.md#budgets)
 MIN_REPEATS = 3
+WARM_CALL_S = 0.05  # a first call this long leaves nothing to warm up (docs/measurement.md#warm-up)
 NOISY, SPELL = "noisy", "spell"  # why a series is taken again: its repeats varied, or a probe found a spell
 
 
@@ -69,8 +70,8 @@ class TimingPolicy:
     @staticmethod
     def warmup_repeats(first_s: float) -> int:
         """Repeats timed and dropped before the series: one (cold caches, a pool waking up), none after a
-        first call longer than :data:`SERIES_BUDGET_S`, which warmed everything up at that cost."""
-        return 0 if first_s > SERIES_BUDGET_S else 1
+        first call of :data:`WARM_CALL_S` or more, which warmed everything up."""
+        return 0 if first_s >= WARM_CALL_S else 1
 
     def per_turn(self) -> TimingPolicy:
         """The series of one of ``turns`` turns: the repeats shared among them."""

@@ -146,6 +146,12 @@ def _schedule_key(record: Record) -> tuple:
     return tuple(sorted(schedule_of(record).items()))
 
 
+def _run_key(record: Record) -> tuple:
+    """What a fresh process runs for ``record``: its workload, template, resources and schedule."""
+    return (record.get("workload"), record.get("template"), record.get("threads"), record.get("cores", "any"),
+            record.get("target"), _schedule_key(record))
+
+
 def _trials(records: list[Record]) -> list[Record]:
     """The study's ok trials, fastest first."""
     return sorted((r for r in _measured(records) if not r.get("reference")), key=lambda r: r["latency_ms"])
@@ -258,12 +264,17 @@ def verify(measurer: Measurer, records: list[Record], study: str, rounds: int = 
            on_record: Callable[[Record], None] | None = None, contenders: int = CONTENDERS) -> Verification:
     """Name the study's best among its :func:`contenders_of` (:func:`select_best`, in at most as many
     rounds as the verification), then re-measure it and the references (see :func:`references`) in
-    fresh processes."""
+    fresh processes; a reference that runs the best's own schedule shares its processes."""
     best = select_best(measurer, contenders_of(records, contenders), on_record, min(rounds, SELECTION_ROUNDS))
     chosen = {BEST: best, **references(records)}
-    specs = {name: spec_of(record) for name, record in chosen.items()}
+    twins = [name for name, record in chosen.items() if name != BEST and _run_key(record) == _run_key(best)]
+    specs = {name: spec_of(record) for name, record in chosen.items() if name not in twins}
     tuned = {name: float(record["latency_ms"]) for name, record in chosen.items()}
-    return Verification(study, rounds, remeasure(measurer, specs, tuned, rounds, on_record), str(best["trial_id"]))
+    timed = remeasure(measurer, specs, tuned, rounds, on_record)
+    for name in twins:  # the best's own schedule (the template default nothing beat): its rounds are the best's
+        timed[name] = Verified(name, tuned[name], list(timed[BEST].rounds_ms), list(timed[BEST].errors))
+    return Verification(study, rounds, {name: timed[name] for name in chosen}, str(best["trial_id"]),
+                        dict.fromkeys(twins, f"the best's own schedule, timed once a round as {BEST}"))
 
 
 def verify_rounds(names: list[str], time_round: Callable[[list[str]], dict[str, tuple[float, str]]],
