@@ -166,6 +166,51 @@ def test_a_workers_stack_starts_at_one_address_whatever_its_environment_holds(mo
     assert len(starts) == 1
 
 
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pidfds and /proc are Linux's")
+def test_fresh_workers_are_forked_from_a_zygote_that_runs_nothing():
+    from opbench.measure.protocol import LibraryInput
+    from opbench.measure.worker import LIBRARY, Worker, WorkerError
+    from opbench.measure.worker.layout import stack_start
+
+    zygote = Worker(threads=1, role=LIBRARY, preload=())
+    workers = [Worker(threads=1, role=LIBRARY, zygote=zygote) for _ in range(2)]
+    try:
+        for worker in workers:
+            worker.start()
+        assert len({w.pid for w in workers}) == 2 and {_parent(w.pid) for w in workers} == {zygote.pid}
+        assert stack_start(workers[0].pid) == stack_start(zygote.pid) == _in_worker(stack_start)  # one layout
+        done = workers[0].call(LibraryInput("matmul:m=8,n=8,k=8", "numpy"), timeout=120)
+        assert done.status is Status.OK and done.pid == workers[0].pid
+        with open(f"/proc/{zygote.pid}/maps") as f:
+            assert "libtvm" not in f.read()  # a library zygote never imports TVM
+        os.kill(workers[1].pid, signal.SIGKILL)
+        with pytest.raises(WorkerError, match="worker died"):
+            workers[1].call(LibraryInput("matmul:m=8,n=8,k=8", "numpy"), timeout=120)
+        workers[1].start()  # the zygote forks another
+        assert workers[1].alive and _parent(workers[1].pid) == zygote.pid
+        workers[0].kill()
+        assert not workers[0].alive
+    finally:
+        for worker in [*workers, zygote]:
+            worker.close()
+
+
+def test_a_fresh_worker_for_torch_comes_from_a_zygote_that_imported_it():
+    from opbench.measure.protocol import ONNXRUNTIME, LibraryInput, ModelInput
+    from opbench.measure.runner.local import _preload
+
+    assert _preload(LibraryInput("matmul:m=8,n=8,k=8", "torch")) == ("torch",)
+    assert _preload(LibraryInput("matmul:m=8,n=8,k=8", "numpy")) == ()  # numpy's processes never import torch
+    assert _preload(ModelInput("mobilenet-v2@tiny", runtime=ONNXRUNTIME)) == ("torch",)
+    assert _preload(ModelInput("mobilenet-v2@tiny")) == ("torch",)  # PyTorch eager
+    assert _preload(ModelInput("mobilenet-v2@tiny", library="m.so")) == ()  # TVM's Relax VM
+
+
 _MAPPED_AFTER_A_FREE = """
 import ctypes
 from opbench.measure.worker.layout import fixed_mmap_threshold

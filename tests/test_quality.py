@@ -420,7 +420,7 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
                          load={"load_1m": 0.5, "other_busy_frac": 0.1 * worker.taken, "host_slowness": slowness,
                                "host_memory_slowness": 1.0 + 0.03 * worker.taken})
 
-    monkeypatch.setattr(LocalRunner, "_new_worker", staticmethod(lambda resources, role: next(workers)))
+    monkeypatch.setattr(LocalRunner, "_fresh_worker", lambda self, inp: next(workers))
     monkeypatch.setattr(LocalRunner, "_call", call)
     jobs = [LibraryInput(MATMUL, "numpy", timing=TimingPolicy(turns=3, extra_turns=0))] * 3  # their turns disagree
     a, b, c = LocalRunner().run_fresh(jobs)
@@ -440,7 +440,7 @@ def test_the_turns_of_a_fresh_measurement_share_one_wait_for_the_usual_state(mon
         return RunResult(Status.OK, latencies_s=[1e-3], host_wait_s=4.0)
 
     monkeypatch.setenv("OPBENCH_FRESH_SETTLE_S", "10")
-    monkeypatch.setattr(LocalRunner, "_new_worker", staticmethod(lambda resources, role: _TurnTaker("a")))
+    monkeypatch.setattr(LocalRunner, "_fresh_worker", lambda self, inp: _TurnTaker("a"))
     monkeypatch.setattr(LocalRunner, "_call", call)
     LocalRunner().run_fresh([LibraryInput(MATMUL, "numpy", timing=TimingPolicy(turns=2))] * 2)
     assert waits == [10.0, 6.0, 2.0, 0.0]  # what the turns before spent waiting is gone

@@ -24,6 +24,13 @@ def _role(inp: Job) -> str:
     return LIBRARY if isinstance(inp, LibraryInput) or isinstance(inp, ModelInput) and inp.system in FRAMEWORKS else KERNEL
 
 
+def _preload(inp: Job) -> tuple[str, ...]:
+    """What the zygote of a fresh worker for ``inp`` imports beside its role's modules: torch where it runs."""
+    uses_torch = isinstance(inp, LibraryInput) and inp.library == "torch" or isinstance(inp, ModelInput) \
+        and inp.system in FRAMEWORKS
+    return ("torch",) if uses_torch else ()
+
+
 class LocalRunner(Runner[Job, RunResult]):
     """TVM's thread pool cannot grow once started, so each (threads, cores) gets its own kernel worker.
 
@@ -42,6 +49,7 @@ class LocalRunner(Runner[Job, RunResult]):
         self._lock = lock
         self._speed = speed
         self._workers: dict[tuple[str, int, tuple[int, ...] | None], Worker] = {}
+        self._zygotes: dict[tuple[str, int, tuple[int, ...] | None, tuple[str, ...]], Worker] = {}
 
     @staticmethod
     def _new_worker(resources: Resources, role: str) -> Worker:
@@ -52,6 +60,16 @@ class LocalRunner(Runner[Job, RunResult]):
         if key not in self._workers:
             self._workers[key] = self._new_worker(resources, role)
         return self._workers[key]
+
+    def _fresh_worker(self, inp: Job) -> Worker:
+        """A new worker for ``inp``, forked from the zygote of its role, resources and preloads (started on
+        first use; docs/measurement.md#zygote)."""
+        role, resources = _role(inp), inp.resources
+        key = (role, resources.threads, resources.cores, _preload(inp))
+        if key not in self._zygotes:
+            self._zygotes[key] = Worker(resources.worker_env(), resources.cores, resources.threads, role,
+                                        preload=key[3])
+        return Worker(resources.worker_env(), resources.cores, resources.threads, role, zygote=self._zygotes[key])
 
     def _shared(self) -> contextlib.AbstractContextManager[None]:
         return self._lock.shared() if self._lock else contextlib.nullcontext()
@@ -86,9 +104,9 @@ class LocalRunner(Runner[Job, RunResult]):
         return self._take_turns(workers, jobs, max((inp.timing.settle_s for inp in jobs), default=0.0))
 
     def run_fresh(self, jobs: list[Job]) -> list[RunResult]:
-        """Each job in a new process that has run nothing else; all start together, then take their turns
-        (:meth:`_take_turns`)."""
-        workers = [self._new_worker(inp.resources, _role(inp)) for inp in jobs]
+        """Each job in a new process that has run nothing else (forked from a zygote); all start together,
+        then take their turns (:meth:`_take_turns`)."""
+        workers = [self._fresh_worker(inp) for inp in jobs]
         try:
             self._start(*workers)
             return self._take_turns(workers, jobs, settings.fresh_settle_s())
@@ -156,7 +174,8 @@ class LocalRunner(Runner[Job, RunResult]):
         return self._speed.settle(probe_cpus(resources.threads, resources.cores), max_wait_s)
 
     def close(self) -> None:
-        for worker in self._workers.values():
+        for worker in [*self._workers.values(), *self._zygotes.values()]:
             worker.close()
         self._workers.clear()
+        self._zygotes.clear()
 

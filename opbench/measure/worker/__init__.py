@@ -1,6 +1,7 @@
-"""Worker processes: the handle the parent holds (:class:`Worker`, in ``process``) and what runs inside
-one, by role: ``main`` (the request loop), ``kernel`` (TVM builds and kernels), ``library`` (torch and
-numpy baselines, never beside TVM), ``series`` (how a series is sized and timed), ``fork`` (a run in a
+"""Worker processes: the handle the parent holds (:class:`Worker`, in ``process``, which also forks fresh
+workers from a zygote) and what runs inside one, by role: ``main`` (the request loop, or a zygote's fork
+loop), ``kernel`` (TVM builds and kernels), ``library`` (torch and numpy baselines, never beside TVM),
+``model`` and ``frameworks`` (whole models), ``layout`` (one address-space layout), ``fork`` (a run in a
 child forked for it)."""
 from opbench.measure.worker._common import KERNEL, LIBRARY, READY
 from opbench.measure.worker.process import Worker, WorkerError

@@ -1,9 +1,12 @@
 """The body of a worker process (``python -m opbench.measure.worker.main FD SETUP``): it answers
-requests for its role until its parent closes the connection."""
+requests for its role until its parent closes the connection, or, as a zygote, forks workers that do."""
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
+import signal
+import socket
 import sys
 import traceback
 from collections.abc import Callable
@@ -29,16 +32,20 @@ from opbench.measure.worker.library import LibraryWorker
 from opbench.record import Status
 
 
+def handlers_for(role: str, cores: tuple[int, ...] | None, threads: int) -> dict[type, Callable[[Any], Any]]:
+    """What a worker of ``role`` does with each request type (made here: TVM is imported for a kernel worker)."""
+    if role == LIBRARY:
+        library = LibraryWorker(cores, threads)
+        return {LibraryInput: library.library, ModelInput: library.model}
+    worker = KernelWorker(cores, threads)
+    return {BuildInput: worker.build, RunInput: worker.run, ModelInput: worker.model,
+            CoRunPrepare: worker.corun_prepare, CoRunGo: worker.corun_go, RemoteConnect: worker.connect}
+
+
 def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int, role: str = KERNEL) -> None:
     """Answer requests until the connection closes (the environment is already set)."""
     try:
-        if role == LIBRARY:
-            library = LibraryWorker(cores, threads)
-            handlers: dict[type, Callable[[Any], Any]] = {LibraryInput: library.library, ModelInput: library.model}
-        else:
-            worker = KernelWorker(cores, threads)
-            handlers = {BuildInput: worker.build, RunInput: worker.run, ModelInput: worker.model,
-                        CoRunPrepare: worker.corun_prepare, CoRunGo: worker.corun_go, RemoteConnect: worker.connect}
+        handlers = handlers_for(role, cores, threads)
     except BaseException as exc:  # noqa: BLE001 - report any start-up failure to the parent
         conn.send(("error", short_error(exc)))
         return
@@ -62,13 +69,51 @@ def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int, role: s
         conn.send(result)
 
 
-if __name__ == "__main__":
-    import pickle
+def fork_workers(conn: Connection, cores: tuple[int, ...] | None, threads: int, role: str,
+                 preload: tuple[str, ...]) -> None:
+    """A zygote (docs/measurement.md#zygote): import what a worker of ``role`` needs, and ``preload``, then
+    fork a worker per request (the descriptors of the socket it serves and of its log), answering its pid,
+    and run nothing else, until the connection closes."""
+    try:
+        handlers_for(role, cores, threads)  # its imports; the handlers themselves are made in each worker
+        for module in preload:
+            importlib.import_module(module)
+    except BaseException as exc:  # noqa: BLE001 - report any start-up failure to the parent
+        conn.send(("error", short_error(exc)))
+        return
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its workers are reaped as they end
+    conn.send((READY, os.getpid()))
+    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        while True:
+            message, fds, _, _ = socket.recv_fds(sock, 1, 2)
+            if not message:
+                return
+            served, log = fds
+            pid = os.fork()
+            if pid == 0:  # the worker: it never returns
+                try:
+                    sock.close()
+                    conn.close()
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # it waits for its runs' children
+                    os.dup2(log, 2)
+                    os.close(log)
+                    serve(Connection(served), cores, threads, role)
+                finally:
+                    os._exit(0)
+            os.close(served)
+            os.close(log)
+            conn.send(pid)
 
+
+if __name__ == "__main__":
     from opbench.measure.worker.layout import fixed_layout
     from opbench.plugins import load_plugins
 
     fixed_layout()  # re-executes this process once, before any request
 
     load_plugins()  # the parent's OPBENCH_PLUGINS: operators it names can be built and run here
-    serve(Connection(int(sys.argv[1])), *pickle.loads(bytes.fromhex(sys.argv[2])))
+    cores, threads, role, preload = pickle.loads(bytes.fromhex(sys.argv[2]))
+    if preload is None:
+        serve(Connection(int(sys.argv[1])), cores, threads, role)
+    else:
+        fork_workers(Connection(int(sys.argv[1])), cores, threads, role, preload)
