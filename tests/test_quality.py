@@ -22,6 +22,7 @@ from opbench.space import get_template
 from opbench.space.winograd import KNOBS
 from opbench.studies.verify import (
     BEST,
+    SELECTION_MARGIN,
     SELECTION_ROUND,
     SELECTION_ROUNDS,
     Spread,
@@ -190,7 +191,10 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
     assert 1 <= len(ranked) <= 4  # the 3 fastest trials and the default (unless one of them), within 1.5x of the fastest
     chosen = len(ranked) > 1  # a lone contender is the best without a choice
     assert sorted(set(selection["verified_as"])) == [f"contender-{n}" for n in range(1, len(ranked) + 1) if chosen]
-    assert len(selection) == min(SELECTION_ROUNDS, rounds_for(3)) * len(ranked) * chosen  # at most the verification's rounds
+    taken = len(selection) // len(ranked) if chosen else 0  # at most the verification's rounds, fewer when one leads
+    assert len(selection) == taken * len(ranked) and taken <= min(SELECTION_ROUNDS, rounds_for(3))
+    medians = sorted(selection.groupby("verified_as")["latency_ms"].median())
+    assert taken == min(SELECTION_ROUNDS, rounds_for(3)) * chosen or medians[0] * SELECTION_MARGIN < medians[1]
     assert len(fresh) == 2 * len(timed) + len(selection) and set(fresh["status"]) == {"ok"}
     winner = int(selection.groupby("verified_as")["latency_ms"].median().idxmin().split("-")[1]) if chosen else 1
     assert tags["verified_best_trial"] == ranked[winner - 1]  # the lowest median in fresh processes is the best
@@ -325,6 +329,9 @@ def test_the_best_is_the_contender_fastest_in_fresh_processes():
     assert select_best(_FreshTimes([1.3, 1.05, math.nan]), trials, seen.append)["trial_id"] == "t1.1"  # study's 1.0 was lucky
     assert sorted((r["verified_as"], r["verify_round"]) for r in seen) == [
         (f"contender-{n}", SELECTION_ROUND) for n in (1, 2, 3) for _ in range(SELECTION_ROUNDS)]
+    seen.clear()
+    assert select_best(_FreshTimes([1.4, 1.0, 1.31]), trials, seen.append)["trial_id"] == "t1.1"
+    assert len(seen) == 3  # one round: the leader is 1.3x faster than every other contender
     assert select_best(_FreshTimes([0.9, math.nan, 1.0]), trials)["trial_id"] == "t1.0"  # a failed run never wins
     assert select_best(_FreshTimes([math.nan] * 3), trials)["trial_id"] == "t1.0"  # none ran: the study's fastest
     assert select_best(_FreshTimes([]), trials[:1])["trial_id"] == "t1.0"  # one contender: nothing to time

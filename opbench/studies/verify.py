@@ -40,7 +40,8 @@ CONTENDERS = 3  # the study's fastest distinct configs timed again (with its def
 CONTENDER_WINDOW = 1.5  # ... those tuned within this factor of the fastest (docs/measurement.md#contenders)
 SHORT_SERIES_FACTOR = 100.0  # a reference this many times slower takes one short turn (docs/measurement.md#fresh)
 SELECTION_ROUND = -1  # verify_round of the records that chose among them
-SELECTION_ROUNDS = 3  # rounds of fresh processes that choose among the contenders
+SELECTION_ROUNDS = 3  # rounds of fresh processes that choose among the contenders ...
+SELECTION_MARGIN = 1.3  # ... fewer once one is faster than all others by this factor (docs/measurement.md#contenders)
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,8 @@ def references(records: list[Record]) -> dict[str, Record]:
 def select_best(measurer: Measurer, trials: list[Record], on_record: Callable[[Record], None] | None = None,
                 rounds: int = SELECTION_ROUNDS) -> Record:
     """The trial among ``trials`` (fastest first) with the lowest median over ``rounds`` alternating
-    rounds of fresh processes (docs/measurement.md#contenders); the first where none of them ran there."""
+    rounds of fresh processes, or fewer once one leads by :data:`SELECTION_MARGIN`
+    (docs/measurement.md#contenders); the first where none of them ran there."""
     if len(trials) < 2:
         return trials[0]
 
@@ -200,9 +202,16 @@ def select_best(measurer: Measurer, trials: list[Record], on_record: Callable[[R
             on_record(record)
 
     specs = {f"contender-{rank}": spec_of(record) for rank, record in enumerate(trials, 1)}
-    timed = remeasure(measurer, specs, {}, rounds, selection)
+    timed = remeasure(measurer, specs, {}, rounds, selection, until=_decided)
     medians = [(lat.median, i) for i, schedule in enumerate(timed.values()) if (lat := schedule.latency)]
     return trials[min(medians)[1]] if medians else trials[0]
+
+
+def _decided(timed: dict[str, Verified]) -> bool:
+    """Whether one contender's median so far is faster than every other's by :data:`SELECTION_MARGIN` (a
+    contender that never ran counts as slower)."""
+    medians = sorted(lat.median if (lat := schedule.latency) else math.inf for schedule in timed.values())
+    return medians[0] * SELECTION_MARGIN < medians[1]
 
 
 def verified_best(records: list[Record], verification: Verification | None) -> Record | None:
@@ -232,8 +241,10 @@ def alternating(names: list[str], rounds: int) -> Iterator[tuple[int, list[str]]
 
 
 def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[str, float], rounds: int,
-              on_record: Callable[[Record], None] | None = None) -> dict[str, Verified]:
-    """Each named spec timed once per round in a fresh process, in :func:`alternating` order.
+              on_record: Callable[[Record], None] | None = None,
+              until: Callable[[dict[str, Verified]], bool] | None = None) -> dict[str, Verified]:
+    """Each named spec timed once per round in a fresh process, in :func:`alternating` order; no more
+    rounds once ``until`` says so of what has been timed.
 
     ``on_record`` sees every fresh-process record (``record_kind`` verify, tagged with the name it
     re-measures and its round), so the evidence is stored beside the claim.
@@ -251,6 +262,8 @@ def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[st
                 out[name].errors.append(f"{record['status']}: {record.get('error', '')}"[:300])
             if on_record:
                 on_record(record)
+        if until is not None and until(out):
+            break
     return out
 
 
