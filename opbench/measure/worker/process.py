@@ -69,7 +69,10 @@ class _Forked:
         self._fd = os.pidfd_open(pid)
 
     def _ended(self, timeout: float | None) -> bool:
-        return bool(select.select([self._fd], [], [], timeout)[0])  # a pidfd reads ready once its process ended
+        """Whether it has ended, waiting up to ``timeout`` seconds (None: until it does)."""
+        waiting = select.poll()
+        waiting.register(self._fd, select.POLLIN)  # a pidfd reads ready once its process has ended
+        return bool(waiting.poll(None if timeout is None else timeout * 1e3))
 
     def running(self) -> bool:
         return not self._ended(0)
