@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import stat
 import tempfile
 import threading
@@ -43,6 +44,28 @@ def user_runtime_dir() -> Path:
     the session has one, else ``<tmp>/opbench-<uid>``; checked by :func:`private_dir`."""
     runtime = os.environ.get(RUNTIME_DIR_ENV)
     return private_dir(Path(runtime) / "opbench" if runtime else Path(tempfile.gettempdir()) / f"opbench-{os.getuid()}")
+
+
+def build_dir() -> Path:
+    """A new folder for this process's built kernels, in this user's private ``<tmp>/opbench-builds-<uid>``
+    (not the runtime folder: a tmpfs that may forbid loading libraries); the folders of processes that ended
+    without removing theirs (a killed study) are removed first."""
+    builds = private_dir(Path(tempfile.gettempdir()) / f"opbench-builds-{os.getuid()}")
+    for folder in builds.iterdir():
+        owner = folder.name.split("-", 1)[0]
+        if owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(folder, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=builds))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process now holds the number
+        return True
+    return True
 
 
 def private_dir(folder: Path) -> Path:

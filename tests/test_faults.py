@@ -160,3 +160,17 @@ def test_a_killed_worker_host_replays_its_log_on_rejoining(database, tmp_path, t
     out = subprocess.run(worker, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr[-3000:]
     _assert_nothing_lost(storage, tracking_uri, parent.parent_run_id)
+
+
+def test_a_killed_processs_build_folder_is_removed_by_the_next_measurer_and_a_live_ones_kept():
+    from opbench.paths import build_dir
+
+    mine = build_dir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid is free now
+    left = mine.parent / f"{dead.pid}-killed"
+    left.mkdir()
+    (left / "kernel.so").write_bytes(b"built before the kill")
+    fresh = build_dir()
+    assert not left.exists() and mine.is_dir() and fresh.parent == mine.parent and fresh != mine
+    assert oct(mine.parent.stat().st_mode & 0o777) == "0o700"  # this user's only (paths.private_dir)

@@ -6,7 +6,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -28,6 +27,7 @@ from opbench.measure.runner import LocalRunner, RPCRunner, Runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
+from opbench.paths import build_dir
 from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Record, Status, TrialRecord, is_ok, latency_stats
 from opbench.space import TEMPLATES, Config, get_template
 from opbench.workloads import PRESETS, Workload
@@ -47,7 +47,7 @@ class Measurer:
         self._local = LocalRunner(self.options.run_timeout_s, lock, HostSpeed(default_history()))
         self._corunner = CoRunner(self.options.run_timeout_s, lock)
         self._runners: dict[str, Runner[RunInput, RunResult]] = {LOCAL: self._local}  # device spec -> its runner
-        self._dir = tempfile.mkdtemp(prefix="opbench-build-")
+        self._dir = str(build_dir())
         self._baselines = BaselineCache()
         self.host = host_facts()
 
