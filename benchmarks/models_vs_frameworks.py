@@ -32,11 +32,10 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from _ceiling import ceiling_line, gemm_ceiling
 from _results import Results
 
 from opbench.engines.registry import EngineSpec
-from opbench.hardware.resources import Resources
-from opbench.measure.measurer import Measurer
 from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME
 from opbench.paths import tuned_models_dir
 from opbench.report.progress import table
@@ -44,7 +43,6 @@ from opbench.studies.models.eager_ops import OTHER, match, ours, profile_eager
 from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, FRAMEWORK_ROWS, METASCHEDULE
 from opbench.studies.models.tune import ModelSpec, ModelTuneResult, ModelTuneSpec, tune_model
 from opbench.studies.verify import BEST, Spread, Verification, spread_text
-from opbench.workloads import parse_workload
 from opbench.workloads.models import cache
 from opbench.workloads.models.extract import FusedOp
 from opbench.workloads.models.sources import load_model
@@ -52,7 +50,6 @@ from opbench.workloads.models.sources import load_model
 MODELS = ("bert-base", "resnet-50", "mobilenet-v2")  # batch 1; bert-base with 128 tokens
 TARGETS_VS_EAGER = {"bert-base": 0.8, "resnet-50": 0.6, "mobilenet-v2": 0.4}  # issue 42's, at 2 threads
 TARGET_VS_BEST = 0.9
-CEILING = "matmul:m=2048,n=2048,k=2048"  # the host's GEMM ceiling: the faster of PyTorch's and numpy's fp32 GEMM
 TARGET_OF_CEILING = 0.75  # BERT's matmuls and ResNet's convolutions
 GEMM_KINDS = {"matmuls": ("batch_matmul", "matmul", "dense"), "convolutions": ("conv2d",)}
 SYSTEMS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, DEFAULTS, METASCHEDULE)
@@ -97,8 +94,7 @@ def main() -> None:
                                "errors"]))
     for line in footnotes:
         results.print(line)
-    results.print(f"the host's GEMM ceiling: {library}'s {CEILING}, fp32, {ceiling:.1f} GFLOP/s (the faster of torch and "
-                  "numpy, each the median of 3 fresh processes)")
+    results.print(ceiling_line(ceiling, library))
     for line in verdicts:
         results.print(line)
     results.print("\nWhere the time goes, ms per run: our tuned operators (records) beside PyTorch eager's (profiler)")
@@ -106,17 +102,6 @@ def main() -> None:
     results.print(f"wall time, minutes: {', '.join(walls)}; the run {(time.monotonic() - started) / 60:.1f}"
                   f"{' (reusing kept tuning where its key matched)' if args.reuse else ''}")
     results.save()
-
-
-def gemm_ceiling(threads: int) -> tuple[float, str]:
-    """GFLOP/s of the faster of PyTorch's and numpy's fp32 GEMM on :data:`CEILING` with ``threads`` threads,
-    each the median of fresh processes, and which library it was."""
-    workload = parse_workload(CEILING)
-    with Measurer() as measurer:
-        ms = {library: measurer.measure_library(workload, library, Resources(threads))["latency_ms"]
-              for library in ("torch", "numpy")}
-    fastest = min(ms, key=ms.__getitem__)
-    return workload.flops / (ms[fastest] * 1e-3) / 1e9, fastest
 
 
 def of_ceiling(model: str, fused: list[FusedOp], result: ModelTuneResult, ceiling: float) -> list[str]:
