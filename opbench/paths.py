@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from opbench.exceptions import UnsafePathError
+from opbench.lifecycle import process_alive
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,19 +54,9 @@ def build_dir() -> Path:
     builds = private_dir(Path(tempfile.gettempdir()) / f"opbench-builds-{os.getuid()}")
     for folder in builds.iterdir():
         owner = folder.name.split("-", 1)[0]
-        if owner.isdigit() and not _alive(int(owner)):
+        if owner.isdigit() and not process_alive(int(owner)):
             shutil.rmtree(folder, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=builds))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process now holds the number
-        return True
-    return True
 
 
 def private_dir(folder: Path) -> Path:

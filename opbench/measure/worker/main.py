@@ -42,14 +42,23 @@ def handlers_for(role: str, cores: tuple[int, ...] | None, threads: int) -> dict
             CoRunPrepare: worker.corun_prepare, CoRunGo: worker.corun_go, RemoteConnect: worker.connect}
 
 
-def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int, role: str = KERNEL) -> None:
-    """Answer requests until the connection closes (the environment is already set)."""
+def _ready(conn: Connection, prepare: Callable[[], Any]) -> Any:
+    """What ``prepare()`` made, once the parent is told this process is ready; None once it is told why the
+    process could not start."""
     try:
-        handlers = handlers_for(role, cores, threads)
+        made = prepare()
     except BaseException as exc:  # noqa: BLE001 - report any start-up failure to the parent
         conn.send(("error", short_error(exc)))
-        return
+        return None
     conn.send((READY, os.getpid()))
+    return made
+
+
+def serve(conn: Connection, cores: tuple[int, ...] | None, threads: int, role: str = KERNEL) -> None:
+    """Answer requests until the connection closes (the environment is already set)."""
+    handlers = _ready(conn, lambda: handlers_for(role, cores, threads))
+    if handlers is None:
+        return
     while True:
         try:
             request = conn.recv()
@@ -74,15 +83,12 @@ def fork_workers(conn: Connection, cores: tuple[int, ...] | None, threads: int, 
     """A zygote (docs/measurement.md#zygote): import what a worker of ``role`` needs, and ``preload``, then
     fork a worker per request (the descriptors of the socket it serves and of its log), answering its pid,
     and run nothing else, until the connection closes."""
-    try:
-        handlers_for(role, cores, threads)  # its imports; the handlers themselves are made in each worker
-        for module in preload:
-            importlib.import_module(module)
-    except BaseException as exc:  # noqa: BLE001 - report any start-up failure to the parent
-        conn.send(("error", short_error(exc)))
+    def imports() -> list[Any]:  # the handlers themselves are made in each worker
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its workers are reaped as they end
+        return [handlers_for(role, cores, threads), *map(importlib.import_module, preload)]
+
+    if _ready(conn, imports) is None:
         return
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its workers are reaped as they end
-    conn.send((READY, os.getpid()))
     with socket.socket(fileno=os.dup(conn.fileno())) as sock:
         while True:
             message, fds, _, _ = socket.recv_fds(sock, 1, 2)
