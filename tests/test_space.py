@@ -318,9 +318,13 @@ def test_kernel_and_packing_defaults_follow_the_cpu_they_are_built_for():
             tiled, packed = get_template(matmul).default_config(matmul), get_template(conv, "conv2d_nchwc").default_config(conv)
         defaults[shape] = (tiled["j_split"].split("x")[-1], tiled["i_split"].split("x")[-1], packed["oc_block"],
                            packed["ic_block"], packed["ow_block"])
-    assert defaults[avx512] == ("16", "16", 16, 16, 14)  # 56 output columns: 14 of the 16 accumulators
-    assert defaults[avx2] == ("8", "8", 8, 8, 8)
-    assert defaults[arm64] == ("4", "8", 4, 4, 14)  # rows 2 KiB apart, 4 ways: 8 rows share no set
+    # the conv's register tile: two vectors of its 64 output channels by the columns of the rest of the accumulators
+    assert defaults[avx512] == ("16", "16", 32, 16, 8)
+    assert defaults[avx2] == ("8", "8", 16, 8, 4)
+    assert defaults[arm64] == ("4", "8", 8, 4, 8)  # rows 2 KiB apart, 4 ways: 8 rows share no set
+    odd = parse_workload("conv2d:n=1,c=24,h=56,w=56,k=24,r=1,s=1")  # 24 channels: no two AVX-512 vectors of them
+    with shaped_for(avx512):
+        assert [get_template(odd).default_config(odd)[k] for k in ("oc_block", "ow_block", "packed_output")] == [12, 14, 0]
     assert current_shape() == target_shape("llvm")  # the shapes set for a build end with it
     softmax = parse_workload("bert-base-softmax")  # its root stages' whole-tensor loops split to the vector too
     with shaped_for(arm64):
