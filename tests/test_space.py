@@ -156,6 +156,8 @@ KINDS = {  # a small workload per template kind, with an epilogue or a producer 
     "tiled": ["matmul:m=24,n=20,k=16", "dense:m=8,n=12,k=20,bias=1", "conv2d:n=1,c=4,h=7,w=7,k=6,r=3,s=3,stride=2,pad=1"],
     "rowwise": ["softmax:m=6,n=20", "layer_norm:m=4,n=24", "add_relu:n=1,c=3,h=5,w=4"],
 }
+# The row-wise template's partial sums (reduce_vector, at random) are placed differently at the root and per row.
+CRITICAL_OF = {"tiled": CRITICAL, "rowwise": ("compute_at", "parallel", "vectorize", "inline")}
 
 
 def weighted_configs(workload, n, critical_knobs=CRITICAL, seed=0, first=0, template=None):
@@ -183,7 +185,7 @@ def test_every_point_builds_a_correct_kernel(measurer, kind):
         w = parse_workload(name)
         total = BUILT_PER_KIND if kind == "tiled" else BUILT_PER_KIND // 3  # tiled: every critical combination ...
         count = total // len(KINDS[kind]) + (i < total % len(KINDS[kind]))
-        configs = weighted_configs(w, count, first=len(specs))  # ... across its workloads, each taking the next ones
+        configs = weighted_configs(w, count, CRITICAL_OF[kind], first=len(specs))  # ... across its workloads, each the next
         specs += [TrialSpec(w, config, Resources(1 + index % 2), w.op.name) for index, config in enumerate(configs)]
     records = measurer.measure_batch(specs)
     statuses = {r["status"] for r in records}
@@ -331,6 +333,21 @@ def test_kernel_and_packing_defaults_follow_the_cpu_they_are_built_for():
         assert get_template(softmax).default_config(softmax)["inner_split"] == 4
         script = get_template(softmax).schedule(softmax, get_template(softmax).default_config(softmax)).script()
     assert "T.vectorized(4)" in script and "T.vectorized(16)" not in script
+
+
+def test_row_reductions_default_to_a_vector_of_partial_sums():
+    layer_norm, odd = parse_workload("bert-base-layernorm"), parse_workload("layer_norm:m=4,n=37")
+    avx512 = CpuShape.of(_facts(("avx2", "fma", "avx512f"), 12))
+    with shaped_for(avx512):
+        template = get_template(layer_norm)
+        config = template.default_config(layer_norm)
+        script = template.schedule(layer_norm, config).script()
+        assert get_template(odd).default_config(odd)["reduce_vector"] == 1  # 37: no partials that divide it
+    assert config["reduce_vector"] == 16
+    assert "row_sum_rf = T.sblock_alloc_buffer((128, 16))" in script  # a row's 16 partial sums side by side
+    update = script[script.index('T.sblock("row_sum_rf_update")') - 200:script.index('T.sblock("row_sum_rf_update")')]
+    assert "T.vectorized(16)" in update  # updated a vector at a time
+    assert template.validate({**config, "reduce_vector": 1}, layer_norm)["reduce_vector"] == 1  # one scalar: a point too
 
 
 def test_the_matmul_default_register_tile_takes_fewer_rows_where_they_would_alias_in_l1():
