@@ -80,8 +80,12 @@ class RowwiseTemplate(Template):
                 if not is_reduction(sch, block):
                     sch.compute_inline(block)
                     producers.remove(block)
-        partials = [_partial_results(sch, b, config.get("reduce_vector", 1)) for b in producers if is_reduction(sch, b)]
-        producers = [p for b in producers for p in ([x for x, y in partials if y is not None and y.same_as(b)] + [b])]
+        lanes = config.get("reduce_vector", 1)
+        partial_of = {sch.get(b).name_hint: _partial_results(sch, b, lanes) for b in producers
+                      if lanes > 1 and is_reduction(sch, b)}
+        names = [sch.get(b).name_hint for b in producers]  # each block of partials just before the reduction of them
+        producers = [p for b, name in zip(producers, names) for p in ((partial_of[name], b) if name in partial_of else (b,))]
+        partials = {sch.get(p).name_hint for p in partial_of.values()}
         loops = sch.get_loops(out)
         if self.fuse_all:
             row, inner = sch.split(sch.fuse(*loops), [None, config["inner_split"]])
@@ -91,12 +95,11 @@ class RowwiseTemplate(Template):
         if config["compute_at"] == "row":
             for block in reversed(producers):
                 sch.compute_at(block, row)
-        partial_blocks = [x for x, _ in partials]
         if config["parallel"]:
             sch.parallel(row)
             if config["compute_at"] == "root":
                 for block in producers:
-                    if any(block.same_as(x) for x in partial_blocks):
+                    if sch.get(block).name_hint in partials:
                         sch.parallel(sch.get_loops(block)[0])  # its rows: the loops below reduce
                     else:
                         parallel_outer(sch, block)
@@ -110,20 +113,17 @@ class RowwiseTemplate(Template):
                 if not is_reduction(sch, block):
                     vectorize_inner(sch, block)
         for block in producers:
-            if any(block.same_as(x) for x in partial_blocks):
+            if sch.get(block).name_hint in partials:
                 _vector_of_partials(sch, block, computed_at_row=config["compute_at"] == "row")
             elif is_reduction(sch, block):
                 sch.decompose_reduction(block, sch.get_loops(block)[-1])
 
 
-def _partial_results(sch: Schedule, block: Any, lanes: int) -> tuple[Any, Any]:
-    """With ``lanes`` > 1, ``block``'s reduction split into that many partial results (rfactor), which
-    ``block`` then reduces: (the block of partial results, ``block``); otherwise (None, None)."""
-    if lanes <= 1:
-        return None, None
+def _partial_results(sch: Schedule, block: Any, lanes: int) -> Any:
+    """The block of ``lanes`` partial results of ``block``'s reduction (rfactor), which ``block`` then reduces."""
     inner = sch.split(sch.get_loops(block)[-1], [None, lanes])[-1]
     last = len(sch.get(block).writes[0].region)  # the partials of a row side by side
-    return sch.rfactor(inner, factor_axis=last), block
+    return sch.rfactor(inner, factor_axis=last)
 
 
 def _vector_of_partials(sch: Schedule, partial: Any, computed_at_row: bool) -> None:
