@@ -354,3 +354,21 @@ def test_our_operators_are_matched_with_eagers_by_what_they_compute(model, kinds
     anchors = [op for op in ops if op.kind in ("conv2d", "matmul", "softmax", "layer_norm")]
     assert sum(r.ours_ms for r in both) == sum(op.calls for op in anchors)  # every anchor found its eager twin
     assert rows[-1].signature == OTHER  # and the rest is one row, last
+
+
+def test_a_tuning_that_kept_every_default_is_the_defaults_build():
+    from opbench.space import get_template
+    from opbench.studies.models.tune import _all_defaults
+    from opbench.studies.models.tuned import TunedOp
+    from opbench.workloads import parse_workload
+
+    ops = []
+    for name in ("matmul-512", "bert-base-layernorm"):
+        workload = parse_workload(name)
+        template = get_template(workload)
+        ops.append(TunedOp(workload, template, template.validate(template.default_config(workload), workload), 1.0))
+    assert _all_defaults(ops, 2)
+    assert not _all_defaults(ops, 3)  # an operator kept TVM's lowering: not the defaults' build
+    matmul = ops[0]
+    other = {**matmul.config, "unroll_max_step": 0 if matmul.config["unroll_max_step"] else 16}
+    assert not _all_defaults([TunedOp(matmul.workload, matmul.template, other, 1.0), ops[1]], 2)

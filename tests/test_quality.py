@@ -37,6 +37,7 @@ from opbench.studies.verify import (
     spec_of,
     speedup_table,
     verify,
+    verify_rounds,
 )
 from opbench.tracking import read_mlflow, read_mlflow_records
 from opbench.workloads import parse_workload
@@ -257,6 +258,22 @@ def test_failed_rounds_leave_a_speedup_not_verified():
     assert "not verified" in table and "holds" not in table
     assert "not verified" in speedup_table({"status": "ok", "latency_ms": 1.0},
                                            {"torch": {"status": "ok", "latency_ms": 2.0}}, None)
+
+
+def test_a_build_that_is_anothers_is_timed_once_a_round_for_both():
+    timed = []
+
+    def time_round(order):  # a fresh process per name, each slower than the one before
+        timed.append(order)
+        return {name: (1.0 + len(timed) + 0.1 * i, "") for i, name in enumerate(order)}
+
+    v = verify_rounds([BEST, "defaults", "torch"], time_round, {BEST: 1.0, "defaults": 1.2}, "s", 3,
+                      twins={"defaults": BEST})
+    assert all("defaults" not in order for order in timed) and len(timed) == 3
+    assert v.schedules["defaults"].rounds_ms == v.schedules[BEST].rounds_ms  # its rounds are the best's ...
+    assert v.schedules["defaults"].rounds_ms is not v.schedules[BEST].rounds_ms  # ... copied
+    assert v.schedules["defaults"].tuned_ms == 1.2 and list(v.schedules) == [BEST, "defaults", "torch"]
+    assert v.ratio("defaults", BEST).median == 1.0 and "timed once a round as best" in v.notes["defaults"]
 
 
 def test_contenders_are_the_fastest_distinct_configs_and_references_the_latest_of_each_kind():

@@ -291,16 +291,22 @@ def verify(measurer: Measurer, records: list[Record], study: str, rounds: int = 
 
 
 def verify_rounds(names: list[str], time_round: Callable[[list[str]], dict[str, tuple[float, str]]],
-                  tuned_ms: dict[str, float], study: str, rounds: int = DEFAULT_ROUNDS) -> Verification:
+                  tuned_ms: dict[str, float], study: str, rounds: int = DEFAULT_ROUNDS,
+                  twins: dict[str, str] | None = None) -> Verification:
     """Like :func:`verify` for what a TrialSpec cannot describe (whole models): ``time_round(order)`` times
-    every name once, in fresh processes, as (ms, "") or (NaN, why it failed), in :func:`alternating` rounds."""
-    out = {name: Verified(name, tuned_ms.get(name, math.nan)) for name in names}
-    for _, order in alternating(names, rounds):
+    every name once, in fresh processes, as (ms, "") or (NaN, why it failed), in :func:`alternating` rounds.
+    A name in ``twins`` is the same build as the name it maps to: it is not timed, its rounds are that one's."""
+    twins = twins or {}
+    out = {name: Verified(name, tuned_ms.get(name, math.nan)) for name in names if name not in twins}
+    for _, order in alternating(list(out), rounds):
         for name, (ms, error) in time_round(order).items():
             out[name].rounds_ms.append(ms)
             if error:
                 out[name].errors.append(error[:300])
-    return Verification(study, rounds, out)
+    for name, same in twins.items():
+        out[name] = Verified(name, tuned_ms.get(name, math.nan), list(out[same].rounds_ms), list(out[same].errors))
+    return Verification(study, rounds, {name: out[name] for name in names},
+                        notes={name: f"the same build as {same}, timed once a round as {same}" for name, same in twins.items()})
 
 
 HEADERS = ["schedule", "tuned ms", "verified ms", "min-max", "best is x faster (tuned)",

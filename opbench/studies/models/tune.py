@@ -28,7 +28,7 @@ from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
 from opbench.studies.models.profile import TUNED, ModelProfile, OpProfile, median_ms, profile_model, time_built
 from opbench.studies.models.reuse import ReuseKey, TunedCache
-from opbench.studies.models.systems import EAGER_ROW, UNTUNED, prepare_systems
+from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, UNTUNED, prepare_systems
 from opbench.studies.models.tuned import DATABASE_FILES, TunedOp, apply_database, prepacked, write_database
 from opbench.studies.verify import BEST, Verification, verify_rounds
 from opbench.tracking import Recorder
@@ -140,7 +140,8 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
         library = export_model(tuned_mod, target, folder / TUNED)
         tuned_ms, err = time_built(measurer, prof.source, library, prof.inputs, m.threads, "the tuned model")
         trials = sum(r["status"] != "invalid_config" for rs in records.values() for r in rs)  # built and timed
-        verification = _verify_model(spec, prof, measurer, library, tuned_ms, study, target, folder, trials, cache)
+        verification = _verify_model(spec, prof, measurer, library, tuned_ms, study, target, folder, trials, cache,
+                                     kept_defaults=_all_defaults(tuned, len(tunable)))
         metrics = {"torch_ms": prof.torch_ms, "untuned_ms": prof.model_ms, "tuned_ms": tuned_ms, "trials": trials,
                    "speedup_vs_untuned": prof.model_ms / tuned_ms, "speedup_vs_torch": prof.torch_ms / tuned_ms,
                    "max_abs_err": err, "tuned_ops": len(tuned), "prepacked_ops": len(prepacked(tuned_mod))}
@@ -214,11 +215,19 @@ def _best_ms(records: list[Record]) -> float:
     return best["latency_ms"] if best else math.inf
 
 
+def _all_defaults(tuned: list[TunedOp], tunable: int) -> bool:
+    """Whether the tuned build is the template defaults' build: every operator kept its default."""
+    return len(tuned) == tunable and all(
+        op.config == op.template.validate(op.template.default_config(op.workload), op.workload) for op in tuned)
+
+
 def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, tuned: Path, tuned_ms: float,
-                  study: str, target: Any, folder: Path, trials: int, cache: TunedCache | None) -> Verification | None:
+                  study: str, target: Any, folder: Path, trials: int, cache: TunedCache | None, kept_defaults: bool
+                  ) -> Verification | None:
     """The tuned build and each of ``spec.systems`` (MetaSchedule with the tuned model's ``trials``), each
     timed in fresh processes that take turns, in alternating rounds (None with no rounds); a system that
-    could not be prepared is a row saying why."""
+    could not be prepared is a row saying why. A tuning that ``kept_defaults`` built the template defaults'
+    model: it is timed once a round for both."""
     if spec.verify_rounds < 1:
         return None
     m = spec.model
@@ -234,8 +243,9 @@ def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, t
                 for name in order}
 
     measured = {BEST: tuned_ms, UNTUNED: prof.model_ms, EAGER_ROW: prof.torch_ms}
-    verification = verify_rounds([*models, *prepared.failed], time_round, measured, study, spec.verify_rounds)
-    verification.notes = prepared.notes
+    twins = {DEFAULTS: BEST} if kept_defaults and DEFAULTS in models else {}
+    verification = verify_rounds([*models, *prepared.failed], time_round, measured, study, spec.verify_rounds, twins)
+    verification.notes.update(prepared.notes)
     if cache is not None and cache.note:
         verification.notes[BEST] = cache.note
     return verification
