@@ -231,7 +231,9 @@ def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, t
     if spec.verify_rounds < 1:
         return None
     m = spec.model
-    prepared = prepare_systems(spec.systems, prof, m.model, m.batch, m.seq_len, m.threads, target, folder, trials, cache)
+    twins = {DEFAULTS: BEST} if kept_defaults and DEFAULTS in spec.systems else {}  # its build is the tuned one
+    prepared = prepare_systems(tuple(s for s in spec.systems if s not in twins), prof, m.model, m.batch, m.seq_len,
+                               m.threads, target, folder, trials, cache)
     models = {BEST: ModelInput(m.model, library=str(tuned), inputs=str(prof.inputs), resources=Resources(m.threads)),
               **prepared.runs}
     log.info("verifying: %s in fresh processes, %d alternating rounds", ", ".join(models), spec.verify_rounds)
@@ -243,8 +245,8 @@ def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, t
                 for name in order}
 
     measured = {BEST: tuned_ms, UNTUNED: prof.model_ms, EAGER_ROW: prof.torch_ms}
-    twins = {DEFAULTS: BEST} if kept_defaults and DEFAULTS in models else {}
-    verification = verify_rounds([*models, *prepared.failed], time_round, measured, study, spec.verify_rounds, twins)
+    names = [BEST, *(s for s in spec.systems if s in models or s in twins or s in prepared.failed)]
+    verification = verify_rounds(names, time_round, measured, study, spec.verify_rounds, twins)
     verification.notes.update(prepared.notes)
     if cache is not None and cache.note:
         verification.notes[BEST] = cache.note
