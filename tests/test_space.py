@@ -320,10 +320,11 @@ def test_kernel_and_packing_defaults_follow_the_cpu_they_are_built_for():
             tiled, packed = get_template(matmul).default_config(matmul), get_template(conv, "conv2d_nchwc").default_config(conv)
         defaults[shape] = (tiled["j_split"].split("x")[-1], tiled["i_split"].split("x")[-1], packed["oc_block"],
                            packed["ic_block"], packed["ow_block"])
-    # the conv's register tile: two vectors of its 64 output channels by the columns of the rest of the accumulators
-    assert defaults[avx512] == ("16", "16", 32, 16, 8)
-    assert defaults[avx2] == ("8", "8", 16, 8, 4)
-    assert defaults[arm64] == ("4", "8", 8, 4, 8)  # rows 2 KiB apart, 4 ways: 8 rows share no set
+    # register tiles two vectors wide (the matmul's columns, the conv's 64 output channels) by the rows or
+    # columns the rest of the accumulators hold
+    assert defaults[avx512] == ("32", "8", 32, 16, 8)
+    assert defaults[avx2] == ("16", "4", 16, 8, 4)
+    assert defaults[arm64] == ("8", "8", 8, 4, 8)  # rows 2 KiB apart, 4 ways: 8 rows share no set
     odd = parse_workload("conv2d:n=1,c=24,h=56,w=56,k=24,r=1,s=1")  # 24 channels: no two AVX-512 vectors of them
     with shaped_for(avx512):
         assert [get_template(odd).default_config(odd)[k] for k in ("oc_block", "ow_block", "packed_output")] == [12, 14, 0]
@@ -357,3 +358,15 @@ def test_the_matmul_default_register_tile_takes_fewer_rows_where_they_would_alia
     ffn1 = parse_workload("bert-base-ffn1")  # 3 KiB apart
     assert get_template(ffn2).default_config(ffn2)["i_split"] == "4x4x8"
     assert get_template(ffn1).default_config(ffn1)["i_split"] == "2x4x16"
+
+
+def test_a_matmul_read_along_its_columns_defaults_to_a_register_tile_two_vectors_wide():
+    matmul, dense = parse_workload("matmul:m=128,n=768,k=3072"), parse_workload("dense:m=128,n=768,k=3072")
+    with shaped_for(CpuShape.of(_facts(("avx2", "fma", "avx512f"), 12))):
+        wide, narrow = get_template(matmul).default_config(matmul), get_template(dense).default_config(dense)
+    # 8 rows x 32 columns, 16 row tiles by 2 column tiles a parallel block, each tile summing all of k
+    assert (wide["i_split"], wide["j_split"], wide["order"]) == ("1x16x8", "12x2x32", "SSRRS:outer")
+    # dense reads its weight across rows: one vector of columns, the reduction in chunks outside the tiles
+    assert (narrow["j_split"].split("x")[-1], narrow["order"]) == ("16", "SRSRS:outer")
+    with shaped_for(CpuShape(512, 32, 4)):  # rows 12 KiB apart share an L1 set: 4 ways, 4 rows
+        assert get_template(matmul).default_config(matmul)["i_split"] == "2x16x4"

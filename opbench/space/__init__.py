@@ -22,7 +22,7 @@ TEMPLATES: dict[str, Template] = {
     for t in (
         TiledTemplate("matmul", tiled=("i", "j"), reduce_tiled=("k",)),
         TiledTemplate("batch_matmul", tiled=("i", "j"), reduce_tiled=("k",), untiled_spatial=1),
-        TiledTemplate("dense", tiled=("i", "j"), reduce_tiled=("k",)),
+        TiledTemplate("dense", tiled=("i", "j"), reduce_tiled=("k",), contiguous_columns=False),
         TiledTemplate("conv2d", tiled=("f", "y", "x"), reduce_tiled=("rc",), **_WINDOW),
         TiledTemplate("depthwise_conv2d", tiled=("c", "y", "x"), **_WINDOW),
         TiledTemplate("pool2d", tiled=("c", "y", "x"), **_WINDOW),

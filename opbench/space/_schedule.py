@@ -10,6 +10,10 @@ PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"  # a weight layout r
 IN_OP = "in_op"  # all inside the operator, timed with it (a catalogue operator: its weight is an input)
 WEIGHTS_PREPACKED = "weights_prepacked"  # the weight packed once, untimed, as in a model built with the schedule
 LAYOUT_TRANSFORMS = (IN_OP, WEIGHTS_PREPACKED)
+# A default register tile's width in vectors (a conv's output channels, a matmul's columns): each value
+# broadcast from the other operand feeds this many FMAs, the rest of the accumulators hold its rows
+# (docs/workloads-and-templates.md#register-tiles).
+TILE_VECTORS = 2
 
 
 def is_reduction(sch: Any, block: Any) -> bool:

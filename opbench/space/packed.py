@@ -30,6 +30,7 @@ from opbench.space._base import Config, Knob, Template, divisors
 from opbench.space._schedule import (
     IN_OP,
     LAYOUT_TRANSFORMS,
+    TILE_VECTORS,
     WEIGHTS_PREPACKED,
     loops_below,
     mark_prepack,
@@ -54,11 +55,6 @@ ALGORITHMS = ("direct", "winograd")  # a catalogue 3x3 stride-1 conv may also ru
 # resnet50-c5 (32 blocks, a 9.4 MB weight) 1.46-1.47 -> 1.36-1.40 ms in two interleaved pairs (a third,
 # in a slow phase of the host, 3.01 -> 2.47); parallel over the blocks only.
 PACK_PER_BLOCK_MIN_BLOCKS = 8
-# The default register tile's output-channel vectors: each input value loaded feeds this many FMAs. Two
-# vectors by 8 columns, written to NCHW directly, against one by 14 through a packed output: ResNet-50's 23
-# fused convolutions 22.0 -> 19.1 ms a run (every one faster, 5-25%; interleaved in one measurer, AVX-512);
-# four by 7: 21.3 ms.
-OC_VECTORS = 2
 
 
 def _largest(extent: int, cap: int) -> int:
@@ -120,18 +116,18 @@ class PackedConvTemplate(Template):
 
     def default_config(self, workload: Workload) -> Config:
         """A register tile of the CPU's accumulator registers (:func:`~opbench.hardware.cpu_shape.current_shape`):
-        :data:`OC_VECTORS` vectors of output channels (where they divide them, else one vector's worth) by as
+        :data:`TILE_VECTORS` vectors of output channels (where they divide them, else one vector's worth) by as
         many output columns as the rest of the accumulators hold, written to NCHW directly; a depthwise conv
         keeps TVM x86 ``conv2d_NCHWc``'s one vector of channels and a packed output."""
         ext, shape = self._extents(workload), current_shape()
-        wide = not self.depthwise and ext["k"] % (OC_VECTORS * shape.fp32_lanes) == 0
-        ob = OC_VECTORS * shape.fp32_lanes if wide else _largest(ext["k"], shape.fp32_lanes)
+        wide = not self.depthwise and ext["k"] % (TILE_VECTORS * shape.fp32_lanes) == 0
+        ob = TILE_VECTORS * shape.fp32_lanes if wide else _largest(ext["k"], shape.fp32_lanes)
         config: Config = {self._block_knob: ob, "packed_output": int(self.depthwise), "parallel": 3}
         if not self.depthwise:
             fused = self._layout_transform == IN_OP and ext["k"] // ob >= PACK_PER_BLOCK_MIN_BLOCKS
             config.update(ic_block=_largest(ext["c"], shape.fp32_lanes), reduce_order="c_rs_c",
                           weight_pack_at="oc_block" if fused else "root", parallel=2 if fused else 3)
-        columns = shape.accumulator_registers // (OC_VECTORS if wide else 1)
+        columns = shape.accumulator_registers // (TILE_VECTORS if wide else 1)
         config.update(ow_block=_largest(ext["ow"], columns), oh_block=1, unroll_window=0,
                       unroll_max_step=16, layout_transform=self._layout_transform)
         if self._offers_winograd(workload):

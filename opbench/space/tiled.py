@@ -22,7 +22,7 @@ import numpy as np
 
 from opbench.hardware.cpu_shape import CpuShape, current_shape
 from opbench.space._base import SPLIT_SEP, Config, Knob, Template, divisors, split_choices, split_factors
-from opbench.space._schedule import parallel_outer, vectorize_inner
+from opbench.space._schedule import TILE_VECTORS, parallel_outer, vectorize_inner
 from opbench.workloads import Workload
 from opbench.workloads._base import Axis
 
@@ -46,6 +46,7 @@ PAD_STAGE = "pad"
 NEST_SEP = ":"
 WINDOW_ROWS = 4  # a window operator's default register tile rows (each one vector of columns)
 MATMUL_MIDDLE_TILE = (16, 4)  # a matmul's default middle tile, in register tiles: columns, rows
+WIDE_MIDDLE_TILE = (2, 16)  # the same, for a register tile of TILE_VECTORS vectors
 PAGE_BYTES = 4096  # L1 set index bits lie within the 4 KiB page
 
 
@@ -56,14 +57,16 @@ def epilogue_name(workload: Workload) -> str | None:
 
 
 
-def default_tiles(window: bool, shape: CpuShape) -> dict[int, tuple[int, int]]:
-    """(inner, middle) caps of the tiled loops, innermost first (others stay whole in S0): the innermost
-    loop's register tile is one vector of ``shape``; a window operator's rows :data:`WINDOW_ROWS`, a
-    matmul's as many as the accumulator registers, in middle tiles of :data:`MATMUL_MIDDLE_TILE`."""
+def default_tiles(window: bool, wide: bool, shape: CpuShape) -> dict[int, tuple[int, int]]:
+    """(inner, middle) caps of the tiled loops, innermost first (others stay whole in S0). A window
+    operator's register tile: one vector of ``shape`` by :data:`WINDOW_ROWS` rows. A matmul's: as many rows
+    as the accumulators hold for its columns, :data:`TILE_VECTORS` vectors of them (``wide``: its right
+    operand's columns are contiguous) in middle tiles of :data:`WIDE_MIDDLE_TILE`, else one vector in
+    middle tiles of :data:`MATMUL_MIDDLE_TILE`."""
     if window:
         return {0: (shape.fp32_lanes, 1), 1: (WINDOW_ROWS, 1)}
-    columns, rows = MATMUL_MIDDLE_TILE
-    return {0: (shape.fp32_lanes, columns), 1: (shape.accumulator_registers, rows)}
+    vectors, (columns, rows) = (TILE_VECTORS, WIDE_MIDDLE_TILE) if wide else (1, MATMUL_MIDDLE_TILE)
+    return {0: (vectors * shape.fp32_lanes, columns), 1: (shape.accumulator_registers // vectors, rows)}
 
 
 def alias_free_rows(row_bytes: int, cap: int, l1d_ways: int) -> int:
@@ -88,6 +91,7 @@ class TiledTemplate(Template):
     reduce_tiled: tuple[str, ...] = ()  # reduction axes split R0/R1
     untiled_spatial: int = 0  # leading spatial axes left whole (batch), joining S0
     has_pad: bool = False
+    contiguous_columns: bool = True  # a matmul's right operand is read along its columns (dense's is not)
 
     def axes(self, workload: Workload) -> list[Axis]:
         """The anchor's loops under the names the knobs use (a catalogue op's own)."""
@@ -128,15 +132,15 @@ class TiledTemplate(Template):
     def default_config(self, workload: Workload) -> Config:
         """Shaped by the CPU's vectors (:func:`default_tiles`). A window operator's (conv, pool): a register
         tile of 4 rows x one vector of columns (the last two tiled loops), accumulated in a local cache. A
-        matmul's (no kernel window) has MetaSchedule's best structure on an AVX-512 host's BERT and 512^3
-        matmuls: 16 x 16 register tiles (16 accumulator vectors, one per row) in middle tiles of 4 x 16 of
-        them, visited per reduction chunk of up to 128 (``SRSRS``), summed in the output itself, the
-        epilogue after each parallel tile and the whole tile explicitly unrolled (on an AVX-512 host, 2 threads: 512^3 in 1.27 ms, BERT's FFN1 in
-        2.9-3.3 ms, where 4 x 16 register tiles in a local cache took 1.75 and 5.1-5.6). Fewer rows
-        where the left operand's rows would alias in L1 (:func:`alias_free_rows`): BERT's FFN2, whose
-        rows are 12 KiB apart, took 3.7 ms with 8 rows against 6.4 ms with 16."""
+        matmul whose right operand's columns are contiguous: a register tile of two vectors of columns by 8
+        rows (AVX-512), 16 tiles of rows by 2 of columns in a parallel block, each tile summing the whole
+        reduction (``SSRRS``) into the output itself, explicitly unrolled; dense (its weight read across
+        rows) keeps one vector by 16 rows in middle tiles of 4 x 16, visited per reduction chunk (``SRSRS``).
+        Fewer rows where the left operand's rows would alias in L1 (:func:`alias_free_rows`)
+        (docs/workloads-and-templates.md#register-tiles)."""
         ext, shape = {a.name: a.extent for a in self.axes(workload)}, current_shape()
-        tiles = default_tiles(self.has_pad, shape)
+        wide = not self.has_pad and self.contiguous_columns
+        tiles = default_tiles(self.has_pad, wide, shape)
         if not self.has_pad and self.reduce_tiled:
             row_bytes = ext[self.reduce_tiled[0]] * np.dtype(workload.dtype).itemsize
             tiles[1] = (alias_free_rows(row_bytes, tiles[1][0], shape.l1d_ways), tiles[1][1])
@@ -151,7 +155,7 @@ class TiledTemplate(Template):
         if self.has_pad:
             config.update(order=f"SSRRS{NEST_SEP}inner", cache_write="local", unroll_max_step=64, unroll_explicit=0)
         else:
-            order = "SRSRS" if self.reduce_tiled else "SSRRS"
+            order = "SRSRS" if self.reduce_tiled and not wide else "SSRRS"
             config.update(order=f"{order}{NEST_SEP}outer", cache_write="none", unroll_max_step=512, unroll_explicit=1)
         if self.has_pad and workload.params.get("pad"):
             config["pad_at"] = "outer"
