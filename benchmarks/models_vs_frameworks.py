@@ -11,11 +11,13 @@ Every latency printed is verified: each system timed again in fresh processes un
 ``--rounds`` alternating rounds (median, with the per-round range); each output is checked against
 PyTorch's first. "best baseline" is the fastest of eager, torch.compile and ONNX Runtime that ran.
 TVM's unscheduled lowering is not timed here. The host's GEMM ceiling (the faster of PyTorch's and numpy's
-fp32 2048^3 GEMM in fresh processes) is timed first; each model's tuned matmuls and convolutions are reported against it.
-Where the time goes: each model's operators in our build (the tuning records, calls counted) beside
-PyTorch eager's (``torch.profiler``, shapes recorded), matched by what they compute, the largest first
-(a diagnostic of profiler and record times, not verified; eager's convolution rows leave out the batch norm
-and activation our fused operators include, which stay in eager's "other").
+fp32 2048^3 GEMM in fresh processes) is timed first; each model's tuned matmuls and convolutions, timed
+inside the tuned model, are reported against it.
+Where the time goes: each model's operators timed inside our tuned build (the Relax VM's instrumentation,
+each call) beside PyTorch eager's (``torch.profiler``, shapes recorded), matched by what they compute, the
+largest first (a diagnostic of profiler times, not verified; inside the model a weight comes from memory,
+not from the cache an operator's repeated calls keep it in; eager's convolution rows leave out the batch
+norm and activation our fused operators include, which stay in eager's "other").
 
 With ``--reuse``, the tuning (OpBench's operator records and MetaSchedule's database) a run with the same
 key kept in the store's tuned-models folder is built and verified again instead of tuning anew, and the
@@ -37,9 +39,11 @@ from _results import Results
 
 from opbench.engines.registry import EngineSpec
 from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME
+from opbench.measure.types import MeasureOptions
 from opbench.paths import tuned_models_dir
 from opbench.report.progress import table
-from opbench.studies.models.eager_ops import OTHER, match, ours, profile_eager
+from opbench.studies.models.eager_ops import OTHER, match, ours, profile_built, profile_eager
+from opbench.studies.models.profile import INPUTS, TUNED
 from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, FRAMEWORK_ROWS, METASCHEDULE
 from opbench.studies.models.tune import ModelSpec, ModelTuneResult, ModelTuneSpec, tune_model
 from opbench.studies.verify import BEST, Spread, Verification, spread_text
@@ -84,8 +88,9 @@ def main() -> None:
         assert verified is not None, "--rounds must be >= 1: every number printed here is verified"
         rows += model_rows(model, verified, footnotes)
         ops = cache.extract(model, 1, 128)[0]
-        verdicts += targets(model, verified) + of_ceiling(model, ops, result, ceiling)
-        split += where_time_goes(model, ops, result, args.threads)
+        built = profile_built(result.database / TUNED, result.database / INPUTS, args.threads, MeasureOptions().lock_path)
+        verdicts += targets(model, verified) + of_ceiling(model, ops, result, built, ceiling)
+        split += where_time_goes(model, ops, built, args.threads)
         walls.append(f"{model} {(time.monotonic() - model_started) / 60:.1f}")
     results = Results("models_vs_frameworks")
     results.print(f"\n{args.threads} threads, {args.trials_per_op} trials per key operator (at most {args.max_ops} "
@@ -97,36 +102,38 @@ def main() -> None:
     results.print(ceiling_line(ceiling, library))
     for line in verdicts:
         results.print(line)
-    results.print("\nWhere the time goes, ms per run: our tuned operators (records) beside PyTorch eager's (profiler)")
+    results.print("\nWhere the time goes, ms per run, each side inside its model: our tuned build's operators (the Relax "
+                  "VM's instrumentation) beside PyTorch eager's (profiler)")
     results.table(table(split, ["model", "operator (what it computes)", "eager ms", "ours ms", "ours / eager"]))
     results.print(f"wall time, minutes: {', '.join(walls)}; the run {(time.monotonic() - started) / 60:.1f}"
                   f"{' (reusing kept tuning where its key matched)' if args.reuse else ''}")
     results.save()
 
 
-def of_ceiling(model: str, fused: list[FusedOp], result: ModelTuneResult, ceiling: float) -> list[str]:
-    """The tuned model's matmuls and convolutions (each operator's tuned record, calls counted) against the
-    GEMM ceiling: a verdict for the kind the issue names for the model, a line for the others."""
+def of_ceiling(model: str, fused: list[FusedOp], result: ModelTuneResult, built: dict[str, float], ceiling: float
+               ) -> list[str]:
+    """The tuned model's matmuls and convolutions (timed inside the tuned build, ``built``) against the GEMM
+    ceiling: a verdict for the kind the issue names for the model, a line for the others."""
     ops = {op.name: op for op in fused}
     lines = []
     for label, kinds in GEMM_KINDS.items():
-        built = [r for r in result.rows if r[1] in kinds and r[-1] != "untuned"]
-        if not built:
+        names = [r[0] for r in result.rows if r[1] in kinds and r[-1] != "untuned" and r[0] in built]
+        if not names:
             continue
-        flops = sum(ops[r[0]].flops * ops[r[0]].calls for r in built)
-        gflops = flops / (sum(r[4] * ops[r[0]].calls for r in built) * 1e-3) / 1e9
+        gflops = sum(ops[n].flops * ops[n].calls for n in names) / (sum(built[n] for n in names) * 1e-3) / 1e9
         share = gflops / ceiling
         named = (model, label) in (("bert-base", "matmuls"), ("resnet-50", "convolutions"))
         lines.append(f"{'met' if share >= TARGET_OF_CEILING else 'NOT MET' if named else 'info'}: {model}'s {label} at "
-                     f"{gflops:.1f} GFLOP/s, {share:.0%} of the GEMM ceiling (tuning records, not verified in fresh "
-                     f"processes; target {TARGET_OF_CEILING:.0%} for bert-base's matmuls and resnet-50's convolutions)")
+                     f"{gflops:.1f} GFLOP/s, {share:.0%} of the GEMM ceiling (timed inside the tuned model, not "
+                     f"verified in fresh processes; target {TARGET_OF_CEILING:.0%} for bert-base's matmuls and "
+                     "resnet-50's convolutions)")
     return lines
 
 
-def where_time_goes(model: str, ops: list[FusedOp], result: ModelTuneResult, threads: int) -> list[tuple]:
-    """The model's operators, ours (each one's record in the tuned build, calls counted) beside eager's: the
-    :data:`PROFILE_ROWS` largest by eager's time, the rest in one row, and the totals."""
-    matched = match(ours(ops, {r[0]: r[4] for r in result.rows}), profile_eager(load_model(model, 1, 128), 5, threads))
+def where_time_goes(model: str, ops: list[FusedOp], built: dict[str, float], threads: int) -> list[tuple]:
+    """The model's operators, ours (timed inside the tuned build, ``built``: all calls of a run) beside
+    eager's: the :data:`PROFILE_ROWS` largest by eager's time, the rest in one row, and the totals."""
+    matched = match(ours(ops, built), profile_eager(load_model(model, 1, 128), 5, threads))
     named = [m for m in matched if m.signature != OTHER][:PROFILE_ROWS]
     rest = [m for m in matched if m not in named]
     shown = [(" ".join(map(str, m.signature)), m.eager_ms, m.ours_ms) for m in named]

@@ -1,15 +1,20 @@
 """Where a model's time goes, operator by operator, in our build beside PyTorch eager: eager's top-level
-operators profiled with ``torch.profiler`` (shapes and arguments recorded) and our fused operators,
-matched by what they compute (a convolution's or a GEMM's sizes, a row-wise op's input). A diagnostic: its
-times are profiler and tuning-record times, never a verified claim."""
+operators profiled with ``torch.profiler`` (shapes and arguments recorded) and our fused operators timed
+call by call inside the built model (:func:`profile_built`), matched by what they compute (a
+convolution's or a GEMM's sizes, a row-wise op's input). Both sides are timed inside their model, where a
+weight comes from memory rather than from the cache a lone operator's repeated calls keep it in. A
+diagnostic: its times are profiler times, never a verified claim."""
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from opbench.studies.models.tuned import PREPACKED_SUFFIX
 from opbench.workloads.models.extract import FusedOp
 from opbench.workloads.models.sources import ModelSource
 
@@ -96,12 +101,45 @@ def profile_eager(source: ModelSource, runs: int = 5, threads: int | None = None
     return [OpTime(sig, us / 1e3 / runs) for sig, us in total_us.items()]
 
 
-def ours(ops: Iterable[FusedOp], latency_ms: dict[str, float]) -> list[OpTime]:
-    """Our fused operators grouped by signature: ``latency_ms`` per operator name (one call) times its calls."""
+def profile_built(library: Path, inputs: Path, threads: int, lock_path: Path, runs: int = 5) -> dict[str, float]:
+    """ms per model run of each function a built model calls (its kernels by operator name, a prepacked
+    operator's under its own), over ``runs`` runs after one warm-up, timed by the Relax VM's
+    instrumentation under the host lock."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from opbench.hardware.lock import HostLock
+    from opbench.hardware.resources import set_tvm_threads
+
+    set_tvm_threads(threads)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+    with np.load(inputs) as arrays:
+        args = [tvm.runtime.tensor(arrays[f"arg{i}"]) for i in range(sum(k.startswith("arg") for k in arrays.files))]
+    total_s: dict[str, float] = defaultdict(float)
+    started: dict[str, float] = {}
+
+    def instrument(func: Any, name: str, before: bool, result: Any, *call_args: Any) -> int:
+        if before:
+            started[name] = time.perf_counter()
+        else:
+            total_s[name.removesuffix(PREPACKED_SUFFIX)] += time.perf_counter() - started[name]
+        return 0  # carry on with the call
+
+    with HostLock(lock_path).exclusive():
+        vm["main"](*args)
+        vm.set_instrument(instrument)
+        for _ in range(runs):
+            vm["main"](*args)
+    return {name: seconds * 1e3 / runs for name, seconds in total_s.items()}
+
+
+def ours(ops: Iterable[FusedOp], per_run_ms: dict[str, float]) -> list[OpTime]:
+    """Our fused operators grouped by signature: ``per_run_ms`` per operator name, all its calls in a run."""
     ms: dict[Signature, float] = defaultdict(float)
     for op in ops:
-        if op.name in latency_ms:
-            ms[fused_signature(op)] += latency_ms[op.name] * op.calls
+        if op.name in per_run_ms:
+            ms[fused_signature(op)] += per_run_ms[op.name]
     return [OpTime(sig, total) for sig, total in ms.items()]
 
 

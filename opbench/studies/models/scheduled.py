@@ -21,7 +21,7 @@ from opbench.measure.models import export_model
 from opbench.record import MEM_PREFIX, WORKSPACE_METRIC
 from opbench.space import get_template
 from opbench.studies.models.profile import ModelProfile, time_built
-from opbench.studies.models.tuned import DATABASE_FILES, TunedOp, apply_database, write_database
+from opbench.studies.models.tuned import DATABASE_FILES, PREPACKED_SUFFIX, TunedOp, apply_database, write_database
 from opbench.workloads import parse_workload
 from opbench.workloads.fused import model_name
 from opbench.workloads.models.extract import FusedOp, mark_shares
@@ -92,7 +92,7 @@ def _rescheduled(op: FusedOp, func: Any, mod: Any, how: str, target: Any, repeat
     import tvm_ffi
 
     names = {g.name_hint for g in mod.functions}
-    name = next((n for n in (f"{op.name}_prepacked", op.name) if n in names), None)
+    name = next((n for n in (f"{op.name}{PREPACKED_SUFFIX}", op.name) if n in names), None)
     scheduled = mod[name].with_attr("global_symbol", "main") if name else func
     if tvm_ffi.structural_equal(scheduled, func):
         return dataclasses.replace(op, key=False)

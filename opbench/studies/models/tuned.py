@@ -15,6 +15,7 @@ from opbench._tvm_compat import light_tensor_intrin
 from opbench.space import Config, Template
 from opbench.workloads import Workload
 
+PREPACKED_SUFFIX = "_prepacked"  # SplitLayoutRewritePreproc's name for an operator taking its packed weight
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")  # a MetaSchedule JSON database's
 
 
@@ -65,4 +66,4 @@ def apply_database(mod: Any, database: Any, target: Any) -> Any:
 
 def prepacked(mod: Any) -> list[str]:
     """The PrimFuncs of a built module that take weights packed at build time (``*_prepacked``)."""
-    return sorted(g.name_hint for g in mod.functions if g.name_hint.endswith("_prepacked"))
+    return sorted(g.name_hint for g in mod.functions if g.name_hint.endswith(PREPACKED_SUFFIX))
