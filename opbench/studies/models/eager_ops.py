@@ -104,7 +104,8 @@ def profile_eager(source: ModelSource, runs: int = 5, threads: int | None = None
 def profile_built(library: Path, inputs: Path, threads: int, lock_path: Path, runs: int = 5) -> dict[str, float]:
     """ms per model run of each function a built model calls (its kernels by operator name, a prepacked
     operator's under its own), over ``runs`` runs after one warm-up, timed by the Relax VM's
-    instrumentation under the host lock."""
+    instrumentation under the host lock (each call's time includes a few microseconds of the
+    instrumentation's own: MobileNetV2's ~150 calls run 12.3 ms a run plain, 15.5 instrumented)."""
     import numpy as np
     import tvm
     from tvm import relax
