@@ -106,17 +106,16 @@ def profile_built(library: Path, inputs: Path, threads: int, lock_path: Path, ru
     operator's under its own), over ``runs`` runs after one warm-up, timed by the Relax VM's
     instrumentation under the host lock (each call's time includes a few microseconds of the
     instrumentation's own: MobileNetV2's ~150 calls run 12.3 ms a run plain, 15.5 instrumented)."""
-    import numpy as np
     import tvm
     from tvm import relax
 
     from opbench.hardware.lock import HostLock
     from opbench.hardware.resources import set_tvm_threads
+    from opbench.measure.worker._common import saved_inputs
 
     set_tvm_threads(threads)
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
-    with np.load(inputs) as arrays:
-        args = [tvm.runtime.tensor(arrays[f"arg{i}"]) for i in range(sum(k.startswith("arg") for k in arrays.files))]
+    args = [tvm.runtime.tensor(a) for a in saved_inputs(str(inputs))[0]]
     total_s: dict[str, float] = defaultdict(float)
     started: dict[str, float] = {}
 
