@@ -3,12 +3,15 @@
 Operators (matmul-1024, resnet50-c2, bert-base-ffn1 by default): the CUDA template's default config and
 the best of an Optuna study of ``--trials`` trials, as ``opbench tune --target cuda`` runs it, against
 torch on the GPU (float32 with TF32 off, as TVM's kernels compute), timed in processes that never load
-TVM. Whole models (``--models``): PyTorch eager on the GPU against the model built by ``tvm.compile`` for
-CUDA, whose default pipeline schedules every fused operator with TVM's dlight rules (untuned); its output
-is checked against PyTorch's. Every latency printed is verified: re-measured in fresh processes over
-``--rounds`` alternating rounds (median, with the range), each a record in the run's MLflow store.
+TVM. Whole models (``--models``): PyTorch eager on the GPU against the fused model built for CUDA twice:
+with TVM's dlight rules scheduling every operator (untuned), and with OpBench's tuned schedules for its
+fused matmuls and convolutions (``--model-trials`` each, at most ``--max-ops`` operators, the most FLOPs
+first; dlight for the rest); each build's output is checked against PyTorch's. Every latency printed is
+verified: re-measured in fresh processes over ``--rounds`` alternating rounds (median, with the range),
+each a record in the run's MLflow store.
 
-    .venv/bin/python benchmarks/cuda_vs_torch.py [--trials 32] [--workloads W ...] [--models bert-base ...] [--rounds 3]
+    .venv/bin/python benchmarks/cuda_vs_torch.py [--trials 32] [--workloads W ...] [--models bert-base ...]
+        [--model-trials 16] [--max-ops 12] [--rounds 3]
 """
 from __future__ import annotations
 
@@ -23,21 +26,20 @@ from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.optuna.storage import default_storage
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
-from opbench.hardware.targets import cuda_present, make_target
+from opbench.hardware.targets import cuda_present
 from opbench.measure.measurer import Measurer
-from opbench.measure.models import export_model, save_inputs
 from opbench.measure.protocol import ModelInput
 from opbench.measure.types import MeasureOptions
 from opbench.record import Status, tee
 from opbench.report.progress import TrialPrinter, table
 from opbench.space import get_template
+from opbench.studies.models.gpu import GpuModelTune, tune_model_gpu
 from opbench.studies.models.profile import median_ms
+from opbench.studies.models.tune import ModelSpec
 from opbench.studies.references import measure_references
 from opbench.studies.verify import BEST, Verification, spread_text, verify, verify_rounds
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
-from opbench.workloads.models.extract import import_model
-from opbench.workloads.models.sources import load_model
 
 WORKLOADS = ("matmul:m=1024,n=1024,k=1024", "resnet50-c2", "bert-base-ffn1")
 MODELS = ("bert-base", "resnet-50")
@@ -49,6 +51,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=32)
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), metavar="W")
     parser.add_argument("--models", nargs="*", default=list(MODELS), metavar="M")
+    parser.add_argument("--model-trials", type=int, default=16, help="trials per tuned operator of a model")
+    parser.add_argument("--max-ops", type=int, default=12, help="operators tuned per model")
     parser.add_argument("--rounds", type=int, default=3, help="fresh-process verification rounds")
     args = parser.parse_args()
     if not cuda_present():
@@ -65,7 +69,8 @@ def main() -> None:
         if args.workloads:
             results.table(operators(measurer, args.workloads, args.trials, args.rounds, scratch, tracking))
         if args.models:
-            results.table(models(measurer, args.models, args.rounds, scratch))
+            tune = {name: GpuModelTune(ModelSpec(name), args.model_trials, args.max_ops) for name in args.models}
+            results.table(models(measurer, tune, args.rounds, scratch, tracking))
     results.save()
 
 
@@ -98,24 +103,25 @@ def operators(measurer: Measurer, names: list[str], trials: int, rounds: int, sc
     return table(rows, ["operator", "schedule", "verified ms (min-max)", "GFLOP/s", "latency / torch (min-max)"])
 
 
-def models(measurer: Measurer, names: list[str], rounds: int, scratch: Path) -> str:
-    """Each model built for CUDA by TVM's default pipeline (dlight), checked, and verified against eager."""
+def models(measurer: Measurer, specs: dict[str, GpuModelTune], rounds: int, scratch: Path, tracking: str) -> str:
+    """Each model tuned for CUDA and built with and without the tuned schedules, checked, and verified
+    against eager."""
     rows = []
-    target = make_target(GPU.target, GPU.threads)
-    for name in names:
-        print(f"--- {name}: built for CUDA with TVM's dlight defaults", flush=True)
-        source = load_model(name)
-        library = export_model(import_model(source), target, scratch / f"{name}-dlight.so")
-        inputs = save_inputs(source.numpy_inputs(), scratch / f"{name}-inputs.npz", source.reference()[0])
+    for name, spec in specs.items():
+        print(f"--- {name}: its fused matmuls and convolutions tuned on the GPU, {spec.trials_per_op} trials each "
+              f"(at most {spec.max_ops} operators); dlight schedules the rest", flush=True)
+        with Recorder(f"cuda-model-{name}", tracking, background_lock=HostLock(measurer.options.lock_path)) as recorder:
+            built = tune_model_gpu(spec, measurer, tee(recorder, TrialPrinter(spec.trials_per_op)), scratch / name)
+        for op, calls, default_ms, best_ms in built.rows:
+            print(f"    {op}: {calls} calls, template default {default_ms:.4f} ms, best {best_ms:.4f} ms", flush=True)
+        tuned = f"OpBench tuned ({len(built.rows)} ops, {built.trials} trials)"
         verified = verify_models(measurer, {
             "torch eager": ModelInput(name, resources=GPU),
-            "TVM dlight": ModelInput(name, library=str(library), inputs=str(inputs), resources=GPU)}, name, rounds)
-        eager = verified.schedules["torch eager"].latency
+            "TVM dlight": ModelInput(name, library=str(built.dlight), inputs=str(built.inputs), resources=GPU),
+            tuned: ModelInput(name, library=str(built.tuned), inputs=str(built.inputs), resources=GPU)}, name, rounds)
         for label, schedule in verified.schedules.items():
             rows.append((name, label, spread_text(schedule.latency), spread_text(verified.ratio(label, "torch eager")),
                          "; ".join(schedule.errors)[:120] or "-"))
-        if eager is None:
-            print(f"{name}: PyTorch eager did not run on the GPU")
     return table(rows, ["model", "system", "verified ms (min-max)", "latency / eager (min-max)", "errors"])
 
 

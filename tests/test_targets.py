@@ -67,13 +67,16 @@ def test_targets_lists_presets_and_unknown_targets_are_named():
         make_target("armv9", 1)
 
 
+GPU_EXAMPLES = {"matmul": "matmul-512", "batch_matmul": "bert-base-attn", "dense": "bert-base-ffn1",
+                "conv2d": "resnet50-c2", "fused_matmul": "model:bert-base@tiny/fused_matmul_add2",
+                "fused_conv2d": "model:resnet-50@tiny/fused_conv2d1_subtract1_divide1_multiply1_add2"}
+
+
 @pytest.mark.parametrize("template", GPU_TEMPLATES, ids=lambda t: t.name)
 def test_cuda_templates_generate_kernels_with_shared_memory_and_thread_binding(template):
     import tvm
 
-    preset = {"matmul": "matmul-512", "batch_matmul": "bert-base-attn", "dense": "bert-base-ffn1",
-              "conv2d": "resnet50-c2"}[template.op]
-    workload = parse_workload(preset)
+    workload = parse_workload(GPU_EXAMPLES[template.op])
     assert get_template(workload, None, "cuda") is template
     config = template.validate({}, workload)
     threads = math.prod(template.parameters(config, workload)[f"{a}_thread"] for a in template.tiled)
@@ -88,6 +91,67 @@ def test_cuda_templates_generate_kernels_with_shared_memory_and_thread_binding(t
         with target:
             ptx = nvcc.compile_cuda(source, target_format="ptx", arch="sm_80", compiler="nvcc").decode()
         assert ".entry main_kernel" in ptx and ".shared" in ptx
+
+
+@pytest.mark.parametrize("op", ["fused_matmul", "fused_conv2d"])
+def test_a_models_fused_operators_take_the_cuda_templates_with_their_epilogue_in_the_kernel(op):
+    import random
+
+    import tvm
+
+    workload = parse_workload(GPU_EXAMPLES[op])
+    template = get_template(workload, None, "cuda")
+    assert template.name == f"cuda_{op}"
+    names = [a.name for a in template.axes(workload)]
+    assert names == (["i", "j", "k"] if op == "fused_matmul" else ["n", "f", "y", "x", "rc", "ry", "rx"])
+    configs = [template.default_config(workload)]
+    configs += [{k.name: random.Random(seed).choice(k.choices) for k in template.knobs(workload)} for seed in range(4)]
+    for config in configs:  # the producers and the epilogue go into the one kernel: nothing left unscheduled
+        source = tvm.compile(template.schedule(workload, template.validate(config, workload)),
+                             make_target("cuda -arch=sm_90", 1)).mod.imports[0].inspect_source()
+        assert source.count(" main_kernel(") == 2  # declared and defined: one kernel
+    batched = parse_workload("model:bert-base@tiny/matmul1")  # attention's: heads as a batch loop
+    assert [a.name for a in get_template(batched, None, "cuda").axes(batched)] == ["b0", "i", "j", "k"]
+    with pytest.raises(WorkloadError, match="no CUDA template for operator 'fused_rowwise'"):
+        get_template(parse_workload("model:bert-base@tiny/layer_norm"), None, "cuda")
+
+
+def test_a_model_built_for_cuda_runs_the_tuned_schedules_and_dlight_elsewhere(tmp_path):
+    from opbench.studies.models.gpu import build_gpu_model, gpu_tunable
+    from opbench.studies.models.tune import ModelSpec
+    from opbench.studies.models.tuned import TunedOp, apply_database, write_database
+    from opbench.workloads.models import cache
+
+    model = ModelSpec("bert-base@tiny")
+    ops, _, mod = cache.extract(model.model, model.batch, model.seq_len)
+    chosen = gpu_tunable(model, ops, "cuda")
+    assert {op.name for op, _ in chosen} == {o.name for o in ops if o.kind == "matmul"}  # every matmul, batched too
+    flops = [op.calls * op.flops for op, _ in chosen]
+    assert flops == sorted(flops, reverse=True)
+    tuned = []
+    for _, workload in chosen[:2]:
+        template = get_template(workload, None, "cuda")
+        config = template.validate({**template.default_config(workload), "shared": 0}, workload)  # not dlight's
+        tuned.append(TunedOp(workload, template, config, 1.0))
+    target = make_target("cuda -arch=sm_90", 1)
+    library, dlight = build_gpu_model(mod, tuned, target, tmp_path)
+    assert library.is_file() and dlight.is_file()  # loading them takes a CUDA runtime: their sources are read here
+    import tvm
+
+    def kernels(module):
+        source = tvm.compile(module, target).mod.imports[0].imports[0].inspect_source()
+        return {m.group(2): (int(m.group(1)), source[m.end():source.index("}", m.end())])
+                for m in re.finditer(r"void __launch_bounds__\((\d+)\) (\w+)_kernel\(", source)}
+
+    ours = kernels(apply_database(mod, write_database(tmp_path / "database", tuned, target), target))
+    theirs = kernels(mod)
+    assert set(ours) == set(theirs) and len(ours) > len(tuned)  # the same fused operators
+    for op in tuned:  # the tuned schedule's threads in ours, dlight's body in theirs
+        name = op.workload.params["func"]
+        threads = math.prod(op.template.parameters(op.config, op.workload)[f"{a}_thread"] for a in op.template.tiled)
+        assert ours[name][0] == threads and ours[name] != theirs[name]
+    rest = set(ours) - {op.workload.params["func"] for op in tuned}
+    assert all(ours[name] == theirs[name] for name in rest)  # dlight schedules the others in both
 
 
 def test_cuda_vectorised_shared_loads_reach_the_kernel():
@@ -177,3 +241,21 @@ def test_energy_is_absent_not_zero_without_a_meter_and_an_energy_objective_needs
         assert out.returncode == 2 and "energy needs a meter, and this host has none readable" in out.stderr
     else:
         assert record["energy_j"] > 0 and record["power_w"] > 0
+
+
+@needs_gpu
+def test_a_model_tuned_on_the_gpu_builds_and_runs_checked_against_pytorch(measurer, tmp_path):
+    from opbench.hardware.resources import Resources
+    from opbench.measure.protocol import ModelInput
+    from opbench.studies.models.gpu import GpuModelTune, tune_model_gpu
+    from opbench.studies.models.tune import ModelSpec
+
+    records = []
+    built = tune_model_gpu(GpuModelTune(ModelSpec("bert-base@tiny"), trials_per_op=3, max_ops=2), measurer,
+                           records.append, tmp_path)
+    assert len(built.rows) == 2 and built.trials == 6 == len(records)
+    assert all(r["template"] == "cuda_fused_matmul" and r["target"].startswith("cuda") for r in records)
+    gpu = Resources(1, target="cuda")
+    runs = measurer.time_models_fresh([ModelInput("bert-base@tiny", library=str(path), inputs=str(built.inputs),
+                                                  resources=gpu) for path in (built.tuned, built.dlight)])
+    assert all(run.status is Status.OK for run in runs), [run.error for run in runs]  # checked against PyTorch's output

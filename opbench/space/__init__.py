@@ -56,12 +56,12 @@ def get_template(workload: Workload, name: str | None = None, target: str = "llv
     :data:`CPU_DEFAULTS` or the op's own on CPUs) unless ``name`` picks another that applies."""
     from opbench.hardware.targets import is_gpu
 
+    kind = workload.kind
     if name is None and is_gpu(target):
-        name = f"cuda_{workload.op.name}"
+        name = f"cuda_{kind}"
         if name not in TEMPLATES:
             gpu_ops = ", ".join(t.op for t in GPU_TEMPLATES)
-            raise WorkloadError(f"no CUDA template for operator '{workload.op.name}' (CUDA templates: {gpu_ops})")
-    kind = workload.kind
+            raise WorkloadError(f"no CUDA template for operator '{kind}' (CUDA templates: {gpu_ops})")
     name = name or CPU_DEFAULTS.get(kind, workload.op.name)
     if name not in TEMPLATES:
         raise WorkloadError(f"unknown template '{name}'; templates: {', '.join(TEMPLATES)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from opbench.hardware.cpu_shape import current_shape
+from opbench.workloads.fused import anchor_block, blocks_after
 
 PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"  # a weight layout rewrite a model may pre-compute
 # Where a packed template's layout transforms run (the ``layout_transform`` knob, one value per operator):
@@ -77,3 +78,16 @@ def loops_below(sch: Any, block: Any, at: Any) -> list[Any]:
     """``block``'s loops inside loop ``at`` (after compute_at, loops of extent 1 are not made)."""
     loops = sch.get_loops(block)
     return loops[[sch.get(loop).same_as(sch.get(at)) for loop in loops].index(True) + 1:]
+
+
+def inline_around_anchor(sch: Any) -> tuple[Any, Any]:
+    """A fused operator's anchor block, its producers (reshapes, transposes, padding) inlined into its reads
+    and the blocks after it inlined into the last, which then reads the anchor's output alone: (anchor,
+    that last block, or None)."""
+    anchor = anchor_block(sch)
+    after = blocks_after(sch, anchor)
+    for producer in sch.get_producers(anchor):
+        sch.compute_inline(producer)
+    for name in after[:-1]:
+        sch.compute_inline(sch.get_sblock(name))
+    return anchor, sch.get_sblock(after[-1]) if after else None

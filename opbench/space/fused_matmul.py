@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opbench.space._base import Config, Knob, split_factors
-from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, WEIGHTS_PREPACKED, mark_prepack, pack_copy
+from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, WEIGHTS_PREPACKED, inline_around_anchor, mark_prepack, pack_copy
 from opbench.space.tiled import TiledTemplate
 from opbench.workloads import Workload
 from opbench.workloads._base import Axis
-from opbench.workloads.fused import anchor_block, blocks_after
+from opbench.workloads.fused import anchor_block
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
@@ -43,13 +43,8 @@ class FusedMatmulTemplate(TiledTemplate):
         return len(workload.axes) - 3
 
     def stages(self, sch: Schedule, workload: Workload) -> tuple[Any, Any, Any]:
-        anchor = anchor_block(sch)
-        after = blocks_after(sch, anchor)
-        for producer in sch.get_producers(anchor):  # reshapes and transposes of its inputs
-            sch.compute_inline(producer)
-        for name in after[:-1]:  # into the last, which then reads the anchor's output alone
-            sch.compute_inline(sch.get_sblock(name))
-        return anchor, None, sch.get_sblock(after[-1]) if after else None
+        anchor, epilogue = inline_around_anchor(sch)
+        return anchor, None, epilogue
 
     def knobs(self, workload: Workload) -> list[Knob]:
         return [*super().knobs(workload), Knob("layout_transform", (_layout_transform(workload.spec),),

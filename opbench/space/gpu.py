@@ -1,4 +1,6 @@
-"""CUDA templates for ops with one reduction anchor (matmul, batch_matmul, dense, conv2d).
+"""CUDA templates for ops with one reduction anchor (matmul, batch_matmul, dense, conv2d), and for a
+model's fused matmuls and convolutions (their producers inlined into the anchor's reads, their
+epilogue into its write-back, the anchor's loops named as the catalogue op's).
 
 Each tiled spatial axis ``a`` is split into block / thread / register tiles (``a_thread``,
 ``a_inner``), each tiled reduction axis into an outer and inner part (``r_inner``)::
@@ -12,11 +14,13 @@ by all threads of the block in ``vector``-wide loads. ``unroll_max_step`` unroll
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from opbench.space._base import SPLIT_SEP, Config, Knob, Template, axis_extents, divisors, split_choices, split_factors
+from opbench.space._base import SPLIT_SEP, Config, Knob, Template, divisors, split_choices, split_factors
+from opbench.space._schedule import inline_around_anchor
 from opbench.space.tiled import PAD_STAGE, UNROLL_STEPS, epilogue_name
 from opbench.workloads import Workload
+from opbench.workloads._base import Axis
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
@@ -41,8 +45,22 @@ class GpuTiledTemplate(Template):
     reduce_tiled: tuple[str, ...]
     has_pad: bool = False
 
+    def axes(self, workload: Workload) -> list[Axis]:
+        """The anchor's loops under the names the knobs use (a catalogue op's own)."""
+        return workload.axes
+
+    def stages(self, sch: Schedule, workload: Workload) -> tuple[Any, Any]:
+        """The anchor block (its padding producer inlined) and its elementwise consumer (None where absent)."""
+        if self.has_pad and workload.params.get("pad"):
+            sch.compute_inline(sch.get_sblock(PAD_STAGE))
+        epilogue = epilogue_name(workload)
+        return sch.get_sblock(workload.op.anchor), sch.get_sblock(epilogue) if epilogue else None
+
+    def extents(self, workload: Workload) -> dict[str, int]:
+        return {a.name: a.extent for a in self.axes(workload)}
+
     def knobs(self, workload: Workload) -> list[Knob]:
-        ext = axis_extents(workload)
+        ext = self.extents(workload)
         caps = THREAD_CAPS[len(self.tiled)]
         knobs = [Knob(f"{a}_split", split_choices(ext[a], (cap, REGISTER_TILE_CAP)),
                       f"loop {a} ({ext[a]}) as blocks x threads x register tile (threadIdx.x: the threads' product)")
@@ -63,7 +81,7 @@ class GpuTiledTemplate(Template):
         return tuple(d for d in divisors(extent, REDUCE_TILE_CAP) if d % vector_width(extent) == 0)
 
     def default_config(self, workload: Workload) -> Config:
-        ext = axis_extents(workload)
+        ext = self.extents(workload)
         caps = THREAD_CAPS[len(self.tiled)]
         config: Config = {}
         for idx, (a, cap) in enumerate(zip(reversed(self.tiled), reversed(caps))):  # innermost: 16 threads, the next: 8
@@ -89,16 +107,13 @@ class GpuTiledTemplate(Template):
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         config = self.parameters(config, workload)
-        block = sch.get_sblock(workload.op.anchor)
-        if self.has_pad and workload.params.get("pad"):
-            sch.compute_inline(sch.get_sblock(PAD_STAGE))
+        block, epilogue = self.stages(sch, workload)
         write_back = sch.cache_write(block, 0, "local")
-        epilogue = epilogue_name(workload)
-        if epilogue:
-            sch.reverse_compute_inline(sch.get_sblock(epilogue))
+        if epilogue is not None:
+            sch.reverse_compute_inline(epilogue)
 
         groups: dict[str, list] = {g: [] for g in ("block", "thread", "R0", "R1", "inner")}
-        for axis, loop in zip(workload.axes, sch.get_loops(block)):
+        for axis, loop in zip(self.axes(workload), sch.get_loops(block)):
             if axis.name in self.tiled:
                 b, t, i = sch.split(loop, [None, config[f"{axis.name}_thread"], config[f"{axis.name}_inner"]])
                 for group, part in zip(("block", "thread", "inner"), (b, t, i)):
@@ -139,9 +154,33 @@ class GpuTiledTemplate(Template):
         sch.bind(sch.split(fused, [None, threads])[1], "threadIdx.x")  # the last round may leave threads idle
 
 
+@dataclass(frozen=True)
+class GpuFusedTemplate(GpuTiledTemplate):
+    """A model's fused matmul or convolution: the anchor's loops take the catalogue op's names
+    (``spatial_names`` the innermost spatial loops, batch loops before them ``b0, b1, ...``), its producers
+    (reshapes, transposes, padding) are inlined into its reads and its epilogue (bias, batch norm,
+    residual add, activation) into its write-back."""
+
+    spatial_names: tuple[str, ...] = ()
+    reduce_names: tuple[str, ...] = ()
+
+    def axes(self, workload: Workload) -> list[Axis]:
+        spatial = [a for a in workload.axes if not a.reduce]
+        reduce = [a for a in workload.axes if a.reduce]
+        names = [f"b{n}" for n in range(len(spatial) - len(self.spatial_names))] + [*self.spatial_names, *self.reduce_names]
+        return [Axis(name, a.extent, a.reduce) for name, a in zip(names, [*spatial, *reduce])]
+
+    def stages(self, sch: Schedule, workload: Workload) -> tuple[Any, Any]:
+        return inline_around_anchor(sch)
+
+
 GPU_TEMPLATES = (
     GpuTiledTemplate("cuda_matmul", "matmul", tiled=("i", "j"), reduce_tiled=("k",)),
     GpuTiledTemplate("cuda_batch_matmul", "batch_matmul", tiled=("i", "j"), reduce_tiled=("k",)),
     GpuTiledTemplate("cuda_dense", "dense", tiled=("i", "j"), reduce_tiled=("k",)),
     GpuTiledTemplate("cuda_conv2d", "conv2d", tiled=("f", "y", "x"), reduce_tiled=("rc",), has_pad=True),
+    GpuFusedTemplate("cuda_fused_matmul", "fused_matmul", tiled=("i", "j"), reduce_tiled=("k",),
+                     spatial_names=("i", "j"), reduce_names=("k",)),
+    GpuFusedTemplate("cuda_fused_conv2d", "fused_conv2d", tiled=("f", "y", "x"), reduce_tiled=("rc",),
+                     spatial_names=("n", "f", "y", "x"), reduce_names=("rc", "ry", "rx")),
 )

@@ -1,0 +1,110 @@
+"""A model tuned for a GPU: its fused matmuls and convolutions tuned with the CUDA templates (each one's
+template default first), the model built with their best schedules and TVM's dlight rules for every other
+operator, beside the same fused model scheduled by dlight alone. A GPU runs no unscheduled operator, so
+the operators are chosen by their FLOPs, not by a profile of TVM's default lowering.
+``tune_model_gpu(GpuModelTune(ModelSpec("bert-base@tiny")), measurer, sink, folder) -> GpuTunedModel``"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opbench.engines.loop import run_tuning
+from opbench.engines.registry import EngineSpec, create_engine
+from opbench.exceptions import OpBenchError, WorkloadError
+from opbench.hardware.resources import Resources
+from opbench.hardware.targets import make_target
+from opbench.measure.measurer import Measurer
+from opbench.measure.models import export_model, save_inputs
+from opbench.record import Record, best_ok
+from opbench.space import get_template
+from opbench.studies.configs import best_config
+from opbench.studies.models.profile import INPUTS, TUNED
+from opbench.studies.models.tune import ModelSpec
+from opbench.studies.models.tuned import TunedOp, apply_database, write_database
+from opbench.workloads import Workload, parse_workload
+from opbench.workloads.fused import model_name
+from opbench.workloads.models import cache
+from opbench.workloads.models.extract import FusedOp
+from opbench.workloads.models.sources import load_model
+
+log = logging.getLogger("opbench")
+
+DLIGHT = "dlight.so"  # the fused model with every operator scheduled by dlight, in the study's folder
+
+
+@dataclass(frozen=True)
+class GpuModelTune:
+    model: ModelSpec
+    trials_per_op: int = 32  # the template default included
+    max_ops: int | None = None  # tune at most this many operators, the most FLOPs a run first
+    engine: EngineSpec = EngineSpec(seed=0)
+    target: str = "cuda"
+
+    def __post_init__(self) -> None:
+        if self.trials_per_op < 1:
+            raise OpBenchError(f"trials per operator must be >= 1, got {self.trials_per_op}")
+
+
+@dataclass
+class GpuTunedModel:
+    tuned: Path  # the model built with the tuned schedules, dlight's for the rest
+    dlight: Path  # the same fused model, every operator scheduled by dlight
+    inputs: Path  # its inputs and PyTorch's output (.npz)
+    rows: list[tuple[str, int, float, float]]  # per tuned operator: name, calls, template default ms, best ms
+    trials: int  # built and timed, over all operators
+
+
+def gpu_tunable(model: ModelSpec, ops: list[FusedOp], target: str) -> list[tuple[FusedOp, Workload]]:
+    """The model's single-output operators that have a template for ``target``, the most FLOPs a run first."""
+    chosen = []
+    for op in sorted((o for o in ops if o.outputs == 1), key=lambda o: -o.calls * o.flops):
+        workload = parse_workload(model_name(model.model, op.name, model.batch, model.seq_len))
+        try:
+            get_template(workload, target=target)
+        except WorkloadError:
+            continue  # dlight schedules it
+        chosen.append((op, workload))
+    return chosen
+
+
+def tune_model_gpu(spec: GpuModelTune, measurer: Measurer, sink: Callable[[Record], None], folder: Path,
+                   study: str = "") -> GpuTunedModel:
+    """Tune the model's operators that have a template for ``spec.target``, then build it twice into
+    ``folder``: with their best schedules, and with dlight's alone."""
+    m = spec.model
+    source = load_model(m.model, m.batch, m.seq_len)
+    ops, funcs, mod = cache.extract(m.model, m.batch, m.seq_len)
+    cache.save(m.model, m.batch, m.seq_len, ops, funcs)
+    resources = Resources(1, target=spec.target)  # one host thread drives the GPU
+    target = make_target(spec.target, 1)
+    tuned, rows, trials = [], [], 0
+    for op, workload in gpu_tunable(m, ops, spec.target)[:spec.max_ops]:
+        template = get_template(workload, target=spec.target)
+        log.info("--- %s (%d calls, %.2f GFLOP a run): %d trials", op.name, op.calls, op.calls * op.flops / 1e9,
+                 spec.trials_per_op)
+        engine = create_engine(spec.engine, template.search_space(workload), workload, template, resources,
+                               f"{study or m.model}-{spec.target}-{op.name}")
+        records = run_tuning(engine, workload, spec.trials_per_op, measurer, sink, resources)
+        engine.close()
+        trials += sum(r["status"] != "invalid_config" for r in records)
+        config, best = best_config(records, workload.name), best_ok(records)
+        if config is None or best is None:
+            log.info("    no config of %s ran: dlight schedules it", op.name)
+            continue
+        tuned.append(TunedOp(workload, template, template.validate(config, workload), best["latency_ms"]))
+        default = records[0]["latency_ms"] if records[0]["status"] == "ok" else float("nan")
+        rows.append((op.name, op.calls, default, best["latency_ms"]))
+    library, dlight = build_gpu_model(mod, tuned, target, folder)
+    inputs = save_inputs(source.numpy_inputs(), folder / INPUTS, source.reference()[0])
+    return GpuTunedModel(library, dlight, inputs, rows, trials)
+
+
+def build_gpu_model(mod: Any, tuned: list[TunedOp], target: Any, folder: Path) -> tuple[Path, Path]:
+    """The fused Relax module built for the GPU ``target`` into ``folder`` twice: with the ``tuned`` schedules
+    (a MetaSchedule database; dlight schedules every other operator), and with dlight's alone."""
+    database = write_database(folder / "database", tuned, target)
+    return (export_model(apply_database(mod, database, target), target, folder / TUNED),
+            export_model(mod, target, folder / DLIGHT))
