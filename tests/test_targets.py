@@ -254,7 +254,8 @@ def test_a_model_tuned_on_the_gpu_builds_and_runs_checked_against_pytorch(measur
     built = tune_model_gpu(GpuModelTune(ModelSpec("bert-base@tiny"), trials_per_op=3, max_ops=2), measurer,
                            records.append, tmp_path)
     assert len(built.rows) == 2 and built.trials == 6 == len(records)
-    assert all(r["template"] == "cuda_fused_matmul" and r["target"].startswith("cuda") for r in records)
+    assert all(r["template"] == "cuda_fused_matmul" and "cuda" in r["target"] for r in records), \
+        [(r["template"], r["target"]) for r in records]
     gpu = Resources(1, target="cuda")
     runs = measurer.time_models_fresh([ModelInput("bert-base@tiny", library=str(path), inputs=str(built.inputs),
                                                   resources=gpu) for path in (built.tuned, built.dlight)])
