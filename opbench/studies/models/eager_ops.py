@@ -18,7 +18,9 @@ from opbench.studies.models.tuned import PREPACKED_SUFFIX
 from opbench.workloads.models.extract import FusedOp
 from opbench.workloads.models.sources import ModelSource
 
-Signature = tuple[Any, ...]  # ("conv", n, c, h, w, k, r, s, oh, ow) | ("gemm", rows, n, k) | (kind, *shape)
+# ("conv", n, c, k, r, s, oh, ow): not the input's size, which a pad outside the convolution changes (eager's
+# explicit padding; ours folded into the convolution) | ("gemm", rows, n, k) | (kind, *shape)
+Signature = tuple[Any, ...]
 OTHER: Signature = ("other",)
 ROWWISE = {"softmax", "layer_norm"}
 
@@ -49,7 +51,7 @@ def _conv(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], pad
     n, c, h, w = data
     k, _, r, s = weight
     oh, ow = ((size + 2 * p - f) // st + 1 for size, p, f, st in zip((h, w), padding, (r, s), stride))
-    return ("conv", n, c, h, w, k, r, s, oh, ow)
+    return ("conv", n, c, k, r, s, oh, ow)
 
 
 def eager_signature(name: str, shapes: Sequence[Sequence[int]], args: Sequence[Any]) -> Signature:
@@ -73,7 +75,7 @@ def fused_signature(op: FusedOp) -> Signature:
     if op.kind in ("conv2d", "depthwise_conv2d") and len(first) == 4 and len(out) == 4:
         weight = next((s for s in op.shapes[1:-1] if len(s) == 4 and s[0] == out[1]), None)
         if weight is not None:
-            return ("conv", *first, out[1], weight[2], weight[3], out[2], out[3])
+            return ("conv", *first[:2], out[1], weight[2], weight[3], out[2], out[3])
     if op.kind in ("matmul", "dense", "batch_matmul") and len(out) >= 2:
         return ("gemm", math.prod(out[:-1]), out[-1], first[-1])
     if op.kind in ROWWISE:

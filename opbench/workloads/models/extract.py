@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opbench.exceptions import OpBenchError
+from opbench.workloads.models.graph import pad_into_conv, unwrap_batch_norm
 from opbench.workloads.models.sources import ModelSource
 
 KEY_SHARE = 0.9  # key operators: the fewest that cover this share of the model's time
@@ -65,8 +66,8 @@ def import_model(source: ModelSource) -> Any:
 
 
 # Bumped whenever fuse() makes different PrimFuncs, so that cached extractions of an older one are not read
-# (2: fast exp/erf/tanh).
-PIPELINE_VERSION = 2
+# (2: fast exp/erf/tanh; 3: batch norms unwrapped, pads folded into convolutions).
+PIPELINE_VERSION = 3
 
 
 def fuse(mod: Any) -> Any:
@@ -77,7 +78,8 @@ def fuse(mod: Any) -> Any:
     import tvm
     from tvm import relax
 
-    passes = [relax.transform.DecomposeOpsForInference(), relax.transform.FastMathTransform(),
+    mod = pad_into_conv(unwrap_batch_norm(mod))
+    passes = [relax.transform.FastMathTransform(),
               relax.transform.LegalizeOps({"relax.nn.gelu": _fast_gelu}), relax.transform.AnnotateTIROpPattern(),
               relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(),
               relax.transform.DeadCodeElimination()]

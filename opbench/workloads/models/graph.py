@@ -1,0 +1,47 @@
+"""Graph rewrites run before a model is fused, so that each convolution fuses with what follows it."""
+from __future__ import annotations
+
+from typing import Any
+
+SPATIAL_PAD = slice(4, 8)  # an NCHW pad's pad_width: (N, C, H, W) x (before, after); H and W are the last four
+
+
+def unwrap_batch_norm(mod: Any) -> Any:
+    """Inference batch norms decomposed into elementwise ops, and their ``(out, mean, var)[0]`` tuples
+    folded away: a tuple ends a fusion group, which left each ReLU or ReLU6 after a conv + batch norm a
+    kernel of its own (and a pass over its output)."""
+    import tvm
+    from tvm import relax
+
+    return tvm.ir.transform.Sequential([relax.transform.DecomposeOpsForInference(),
+                                        relax.transform.CanonicalizeBindings(),
+                                        relax.transform.DeadCodeElimination()])(mod)
+
+
+def pad_into_conv(mod: Any) -> Any:
+    """``conv2d(pad(x))`` with a zero spatial pad (TF-style "same" padding, asymmetric where strided: Hugging
+    Face's MobileNetV2) as one ``conv2d(x)`` padding by as much: the pad becomes the convolution's own padding
+    stage, which its template inlines, instead of a kernel of its own fused with the op before it."""
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    data, weight = wildcard(), wildcard()
+    pad = is_op("relax.nn.pad")(data)
+    conv = is_op("relax.nn.conv2d")(pad, weight)
+
+    def rewrite(expr: Any, matches: dict[Any, Any]) -> Any:
+        p, c = matches[pad].attrs, matches[conv].attrs
+        widths = [int(w) for w in p.pad_width]
+        if p.pad_mode != "constant" or float(p.pad_value) != 0.0 or c.data_layout != "NCHW" or any(widths[:4]):
+            return expr
+        top, bottom, left, right = widths[SPATIAL_PAD]
+        padding = [int(v) for v in c.padding]  # top, left, bottom, right
+        return relax.op.nn.conv2d(matches[data], matches[weight], c.strides,
+                                  [padding[0] + top, padding[1] + left, padding[2] + bottom, padding[3] + right],
+                                  c.dilation, c.groups, c.data_layout, c.kernel_layout, c.out_layout, c.out_dtype)
+
+    out = mod.clone()
+    for name, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            out[name] = rewrite_call(conv, rewrite, func)
+    return out

@@ -1,0 +1,83 @@
+"""Graph rewrites before fusion: a zero pad becomes its convolution's padding, a batch norm's tuple goes,
+and so each convolution fuses with its batch norm, activation and residual add into one kernel."""
+import numpy as np
+import pytest
+
+from opbench.workloads.models.sources import load_model
+
+
+def _pad_conv(pad_width, pad_value=0.0, pad_mode="constant"):
+    """A Relax module: pad (1, 3, 9, 9) then a stride-2 3x3 convolution without padding of its own."""
+    from tvm import relax
+
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 3, 9, 9), "float32"))
+    channels = 3 + pad_width[2] + pad_width[3]
+    weight = relax.const(rng.standard_normal((4, channels, 3, 3)).astype("float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            padded = bb.emit(relax.op.nn.pad(x, pad_width, pad_mode, pad_value))
+            out = bb.emit_output(relax.op.nn.conv2d(padded, weight, strides=2))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _run(mod, data):
+    import tvm
+    from tvm import relax
+
+    from opbench.hardware.targets import make_target
+
+    vm = relax.VirtualMachine(tvm.compile(mod, make_target("llvm", 1)), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(data)).numpy()
+
+
+def _ops(mod):
+    from tvm import relax
+
+    names = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: names.append(e.op.name)
+                                    if isinstance(e, relax.Call) and hasattr(e.op, "name") else None)
+    return names
+
+
+@pytest.mark.parametrize("widths", [[0, 0, 0, 0, 0, 1, 0, 1], [0, 0, 0, 0, 1, 2, 2, 0]], ids=["same-strided", "uneven"])
+def test_a_zero_pad_before_a_convolution_becomes_its_padding(widths):
+    from opbench.workloads.models.graph import pad_into_conv
+
+    mod = _pad_conv(widths)
+    folded = pad_into_conv(mod)
+    assert "relax.nn.pad" in _ops(mod) and _ops(folded) == ["relax.nn.conv2d"]  # the original is left as it was
+    data = np.random.default_rng(1).standard_normal((1, 3, 9, 9)).astype("float32")
+    np.testing.assert_allclose(_run(folded, data), _run(mod, data), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pad", [{"pad_value": 1.0}, {"pad_mode": "reflect"}, {"pad_width": [0, 0, 1, 1, 1, 1, 1, 1]}],
+                         ids=["nonzero", "reflect", "channels"])
+def test_a_pad_the_convolution_cannot_take_stays(pad):
+    from opbench.workloads.models.graph import pad_into_conv
+
+    mod = _pad_conv(**{"pad_width": [0, 0, 0, 0, 1, 1, 1, 1], **pad})
+    assert _ops(pad_into_conv(mod)) == _ops(mod) == ["relax.nn.pad", "relax.nn.conv2d"]
+
+
+def test_mobilenets_relu6_and_padding_fuse_into_its_convolutions():
+    """Hugging Face's MobileNetV2 pads before each convolution (TF's "same") and a batch norm's tuple
+    ended each fusion group: 66 fused operators, 110 calls, its ReLU6 and pads kernels of their own. With
+    the pads folded and the tuples gone, every call is a convolution with its epilogue, and the model still
+    matches PyTorch."""
+    import tvm
+    from tvm import relax
+
+    from opbench.hardware.targets import make_target
+    from opbench.workloads.models.extract import fuse, fused_ops, import_model
+
+    source = load_model("mobilenet-v2@tiny")
+    mod = fuse(import_model(source))
+    ops = fused_ops(mod)[0]
+    assert {op.kind for op in ops} == {"conv2d"}
+    assert sum("clip" in op.name for op in ops) >= 10  # ReLU6 inside its convolution's kernel
+    vm = relax.VirtualMachine(tvm.compile(mod, make_target("llvm", 1)), tvm.cpu())
+    out = vm["main"](*(tvm.runtime.tensor(a) for a in source.numpy_inputs()))
+    np.testing.assert_allclose(out.numpy(), source.reference()[0], rtol=1e-3, atol=1e-3)
