@@ -36,16 +36,18 @@ class ReuseKey:
     cpu_model: str
     tvm_version: str
     templates: str  # a hash of every template's source hash: a changed template schedules a config anew
+    pipeline: int  # the extraction's PIPELINE_VERSION: a changed fusion makes other operators
 
     @classmethod
     def here(cls, model: str, batch: int, seq_len: int, threads: int, trials_per_op: int, max_ops: int | None,
              engine: str) -> ReuseKey:
         from opbench.space import TEMPLATES
+        from opbench.workloads.models.extract import PIPELINE_VERSION
 
         host = host_facts()
         sources = ",".join(f"{name}:{template.version}" for name, template in sorted(TEMPLATES.items()))
         return cls(model, batch, seq_len, threads, trials_per_op, max_ops, engine, host.cpu_model, host.tvm_version,
-                   hashlib.sha256(sources.encode()).hexdigest()[:16])
+                   hashlib.sha256(sources.encode()).hexdigest()[:16], PIPELINE_VERSION)
 
     def folder(self, root: Path) -> Path:
         digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
