@@ -28,11 +28,6 @@ Config = dict[str, Any]
 SPLIT_SEP = "x"
 
 
-def axis_extents(workload: Workload) -> dict[str, int]:
-    """Each anchor loop's extent by name: what tile knobs are derived from."""
-    return {a.name: a.extent for a in workload.axes}
-
-
 def divisors(extent: int, cap: int | None = None) -> tuple[int, ...]:
     """The divisors of ``extent`` not above ``cap``, ascending."""
     return tuple(d for d in range(1, min(extent, cap or extent) + 1) if extent % d == 0)
