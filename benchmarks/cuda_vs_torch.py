@@ -28,16 +28,14 @@ from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import cuda_present
 from opbench.measure.measurer import Measurer
-from opbench.measure.protocol import ModelInput
 from opbench.measure.types import MeasureOptions
-from opbench.record import Status, tee
+from opbench.record import tee
 from opbench.report.progress import TrialPrinter, table
 from opbench.space import get_template
-from opbench.studies.models.gpu import GpuModelTune, tune_model_gpu
-from opbench.studies.models.profile import median_ms
+from opbench.studies.models.gpu import EAGER, GpuModelTune, tune_model_gpu, verify_gpu_model
 from opbench.studies.models.tune import ModelSpec
 from opbench.studies.references import measure_references
-from opbench.studies.verify import BEST, Verification, spread_text, verify, verify_rounds
+from opbench.studies.verify import BEST, spread_text, verify
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
 
@@ -114,25 +112,12 @@ def models(measurer: Measurer, specs: dict[str, GpuModelTune], rounds: int, scra
             built = tune_model_gpu(spec, measurer, tee(recorder, TrialPrinter(spec.trials_per_op)), scratch / name)
         for op, calls, default_ms, best_ms in built.rows:
             print(f"    {op}: {calls} calls, template default {default_ms:.4f} ms, best {best_ms:.4f} ms", flush=True)
-        tuned = f"OpBench tuned ({len(built.rows)} ops, {built.trials} trials)"
-        verified = verify_models(measurer, {
-            "torch eager": ModelInput(name, resources=GPU),
-            "TVM dlight": ModelInput(name, library=str(built.dlight), inputs=str(built.inputs), resources=GPU),
-            tuned: ModelInput(name, library=str(built.tuned), inputs=str(built.inputs), resources=GPU)}, name, rounds)
+        verified = verify_gpu_model(measurer, spec, built, f"OpBench tuned ({len(built.rows)} ops, {built.trials} trials)",
+                                    rounds)
         for label, schedule in verified.schedules.items():
-            rows.append((name, label, spread_text(schedule.latency), spread_text(verified.ratio(label, "torch eager")),
+            rows.append((name, label, spread_text(schedule.latency), spread_text(verified.ratio(label, EAGER)),
                          "; ".join(schedule.errors)[:120] or "-"))
     return table(rows, ["model", "system", "verified ms (min-max)", "latency / eager (min-max)", "errors"])
-
-
-def verify_models(measurer: Measurer, runs: dict[str, ModelInput], study: str, rounds: int) -> Verification:
-    """Each named model run timed once a round, in fresh processes taking turns, over alternating rounds."""
-    def time_round(order: list[str]) -> dict[str, tuple[float, str]]:
-        timed = measurer.time_models_fresh([runs[n] for n in order])
-        return {n: (median_ms(run), "" if run.status is Status.OK else f"{run.status.value}: {run.error}")
-                for n, run in zip(order, timed)}
-
-    return verify_rounds(list(runs), time_round, {}, study, rounds)
 
 
 if __name__ == "__main__":

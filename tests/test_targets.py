@@ -245,18 +245,29 @@ def test_energy_is_absent_not_zero_without_a_meter_and_an_energy_objective_needs
 
 @needs_gpu
 def test_a_model_tuned_on_the_gpu_builds_and_runs_checked_against_pytorch(measurer, tmp_path):
-    from opbench.hardware.resources import Resources
-    from opbench.measure.protocol import ModelInput
-    from opbench.studies.models.gpu import GpuModelTune, tune_model_gpu
+    from opbench.studies.models.gpu import GpuModelTune, tune_model_gpu, verify_gpu_model
     from opbench.studies.models.tune import ModelSpec
 
     records = []
-    built = tune_model_gpu(GpuModelTune(ModelSpec("bert-base@tiny"), trials_per_op=3, max_ops=2), measurer,
-                           records.append, tmp_path)
+    spec = GpuModelTune(ModelSpec("bert-base@tiny"), trials_per_op=3, max_ops=2)
+    built = tune_model_gpu(spec, measurer, records.append, tmp_path)
     assert len(built.rows) == 2 and built.trials == 6 == len(records)
     assert all(r["template"] == "cuda_fused_matmul" and "cuda" in r["target"] for r in records), \
         [(r["template"], r["target"]) for r in records]
-    gpu = Resources(1, target="cuda")
-    runs = measurer.time_models_fresh([ModelInput("bert-base@tiny", library=str(path), inputs=str(built.inputs),
-                                                  resources=gpu) for path in (built.tuned, built.dlight)])
-    assert all(run.status is Status.OK for run in runs), [run.error for run in runs]  # checked against PyTorch's output
+    verified = verify_gpu_model(measurer, spec, built, "tuned", rounds=1)  # each build checked against PyTorch's output
+    assert set(verified.schedules) == {"tuned", "TVM dlight", "torch eager"}
+    assert all(s.latency is not None and not s.errors for s in verified.schedules.values()), verified.schedules
+
+
+def test_tune_model_on_a_gpu_names_what_it_cannot_do():
+    from opbench.hardware.targets import cuda_present
+
+    out = run_cli("tune-model", "bert-base@tiny", "--target", "cuda", "--reuse", "--threads", "2")
+    assert out.returncode == 2 and "--threads, --reuse: not for --target cuda" in out.stderr, out.stderr[-2000:]
+    out = run_cli("tune-model", "bert-base@tiny", "--target", "pynq-z2")
+    assert out.returncode == 2 and "CPU (llvm) or a CUDA GPU, not 'pynq-z2'" in out.stderr, out.stderr[-2000:]
+    out = run_cli("tune-model", "bert-base@tiny", "--target", "cuda -arch=volta")
+    assert out.returncode == 2 and "unknown target" in out.stderr
+    if not cuda_present():  # where one is, test_a_model_tuned_on_the_gpu_... tunes
+        out = run_cli("tune-model", "bert-base@tiny", "--target", "cuda")
+        assert out.returncode == 2 and "--target cuda: no CUDA GPU visible to TVM on this machine" in out.stderr

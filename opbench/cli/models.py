@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING
 from opbench import settings
 from opbench.argtypes import nonneg_int, positive_int
 from opbench.engines.optuna.storage import STORAGE_HELP
+from opbench.exceptions import OpBenchError, ResourceError
 from opbench.paths import tuned_models_dir
 from opbench.report.progress import TrialPrinter, table
 
 if TYPE_CHECKING:
+    from opbench.engines.registry import EngineSpec
     from opbench.measure.measurer import Measurer
     from opbench.record import Record
     from opbench.studies.models.profile import ModelProfile
@@ -135,11 +137,17 @@ def with_schedules(profile: ModelProfile, spec: ModelSpec, schedules: str, measu
 
 def cmd_tune_model(args: argparse.Namespace) -> int:
     from opbench.engines.registry import EngineSpec
+    from opbench.hardware.targets import is_gpu, make_target
     from opbench.studies.models.tune import ModelTuneSpec, model_speedups, tune_model
     from opbench.studies.verify import speedup_table
 
-    spec = ModelTuneSpec(_model_spec(args), args.trials_per_op, args.max_ops,
-                         EngineSpec(args.engine, args.sampler, args.tuner, args.seed, args.storage),
+    make_target(args.target, 1)  # an unknown target is named
+    engine = EngineSpec(args.engine, args.sampler, args.tuner, args.seed, args.storage)
+    if is_gpu(args.target):
+        return _tune_model_gpu(args, engine)
+    if args.target != "llvm":
+        raise OpBenchError(f"tune-model runs on this host's CPU (llvm) or a CUDA GPU, not '{args.target}'")
+    spec = ModelTuneSpec(_model_spec(args), args.trials_per_op, args.max_ops, engine,
                          args.verify_rounds, args.study, args.tracking_uri, args.compare, args.reuse)
     result = tune_model(spec, on_record=TrialPrinter(None))
     m = result.metrics
@@ -149,6 +157,42 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     print(f"\n{args.model}, batch {args.batch}, {args.threads} thread(s):")
     print(speedup_table(*model_speedups(result), result.verification, "tuned"))
     print(f"tuned model output matches the reference (max |err| {m['max_abs_err']:.2g}); database: {result.database}")
+    return 0
+
+
+def _tune_model_gpu(args: argparse.Namespace, engine: EngineSpec) -> int:
+    """tune-model on a CUDA GPU: its fused matmuls and convolutions tuned, dlight's schedules for the rest,
+    verified beside the dlight build and PyTorch eager on the GPU."""
+    from opbench.hardware.targets import cuda_present
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.timing import TimingPolicy
+    from opbench.measure.types import MeasureOptions
+    from opbench.record import tee
+    from opbench.studies.models.gpu import EAGER, GpuModelTune, tune_model_gpu, verify_gpu_model
+    from opbench.studies.models.systems import EAGER_ROW, UNTUNED
+    from opbench.studies.verify import spread_text
+    from opbench.tracking import Recorder
+    from opbench.tracking.mlflow_store import study_dir
+
+    cpu_only = [flag for flag, used in (("--threads", args.threads != 1), ("--reuse", args.reuse is not None),
+                                        ("--compare", args.compare != (UNTUNED, EAGER_ROW))) if used]
+    if cpu_only:
+        raise OpBenchError(f"{', '.join(cpu_only)}: not for --target {args.target} (one host thread drives the GPU; "
+                           "the tuned model is verified beside dlight's build and PyTorch eager)")
+    if not cuda_present():
+        raise ResourceError(f"--target {args.target}: no CUDA GPU visible to TVM on this machine")
+    spec = GpuModelTune(_model_spec(args), args.trials_per_op, args.max_ops, engine, args.target)
+    study = args.study or f"tune-model-{args.model}-cuda"
+    with Measurer(MeasureOptions(TimingPolicy(repeat=args.repeat))) as measurer:
+        with Recorder(study, args.tracking_uri) as recorder:
+            built = tune_model_gpu(spec, measurer, tee(recorder, TrialPrinter(None)),
+                                   study_dir("tune-model", study, args.tracking_uri), study)
+        print("\n" + table(built.rows, ["operator", "calls", "template default ms", "tuned ms"]))
+        if args.verify_rounds:
+            verified = verify_gpu_model(measurer, spec, built, "tuned", args.verify_rounds)
+            print("\n" + table([(label, spread_text(s.latency), spread_text(verified.ratio(label, EAGER)),
+                                 "; ".join(s.errors)[:120] or "-") for label, s in verified.schedules.items()],
+                               ["system", "verified ms (min-max)", "latency / eager", "errors"]))
     return 0
 
 
@@ -193,5 +237,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reuse", nargs="?", type=Path, const=tuned_models_dir(), metavar="DIR",
                    help="keep this run's tuning in DIR (default: the store's tuned-models folder) and build from what "
                         "a run with the same model, shapes, threads, budget, engine, CPU model and TVM version kept there")
+    p.add_argument("--target", default="llvm", help="llvm (this CPU), or cuda / 'cuda -arch=sm_XX': the fused "
+                                                   "matmuls and convolutions tuned on the GPU, dlight's schedules "
+                                                   "for the rest")
     p.set_defaults(func=cmd_tune_model, template=None, search_threads=None, search_cores=None, cores=None,
-                   target="llvm", objectives="latency", warm_start=None)
+                   objectives="latency", warm_start=None)

@@ -18,12 +18,14 @@ from opbench.hardware.resources import Resources
 from opbench.hardware.targets import make_target
 from opbench.measure.measurer import Measurer
 from opbench.measure.models import export_model, save_inputs
-from opbench.record import Record, best_ok
+from opbench.measure.protocol import ModelInput
+from opbench.record import Record, Status, best_ok
 from opbench.space import get_template
 from opbench.studies.configs import best_config
-from opbench.studies.models.profile import INPUTS, TUNED
+from opbench.studies.models.profile import INPUTS, TUNED, median_ms
 from opbench.studies.models.tune import ModelSpec
 from opbench.studies.models.tuned import TunedOp, apply_database, write_database
+from opbench.studies.verify import Verification, verify_rounds
 from opbench.workloads import Workload, parse_workload
 from opbench.workloads.fused import model_name
 from opbench.workloads.models import cache
@@ -33,6 +35,7 @@ from opbench.workloads.models.sources import load_model
 log = logging.getLogger("opbench")
 
 DLIGHT = "dlight.so"  # the fused model with every operator scheduled by dlight, in the study's folder
+EAGER, DLIGHT_ROW = "torch eager", "TVM dlight"  # the rows a GPU-tuned model is verified beside
 
 
 @dataclass(frozen=True)
@@ -108,3 +111,20 @@ def build_gpu_model(mod: Any, tuned: list[TunedOp], target: Any, folder: Path) -
     database = write_database(folder / "database", tuned, target)
     return (export_model(apply_database(mod, database, target), target, folder / TUNED),
             export_model(mod, target, folder / DLIGHT))
+
+
+def verify_gpu_model(measurer: Measurer, spec: GpuModelTune, built: GpuTunedModel, tuned_row: str, rounds: int
+                     ) -> Verification:
+    """The tuned build beside the dlight build and PyTorch eager, each timed on the GPU in fresh processes
+    taking turns, over ``rounds`` alternating rounds (a build that fails is a row saying why)."""
+    gpu, name = Resources(1, target=spec.target), spec.model.model
+    runs = {EAGER: ModelInput(name, resources=gpu),
+            DLIGHT_ROW: ModelInput(name, library=str(built.dlight), inputs=str(built.inputs), resources=gpu),
+            tuned_row: ModelInput(name, library=str(built.tuned), inputs=str(built.inputs), resources=gpu)}
+
+    def time_round(order: list[str]) -> dict[str, tuple[float, str]]:
+        timed = measurer.time_models_fresh([runs[n] for n in order])
+        return {n: (median_ms(run), "" if run.status is Status.OK else f"{run.status.value}: {run.error}")
+                for n, run in zip(order, timed)}
+
+    return verify_rounds(list(runs), time_round, {}, f"{name}-{spec.target}", rounds)
