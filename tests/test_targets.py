@@ -125,12 +125,12 @@ def test_a_model_built_for_cuda_runs_the_tuned_schedules_and_dlight_elsewhere(tm
     model = ModelSpec("bert-base@tiny")
     ops, _, mod = cache.extract(model.model, model.batch, model.seq_len)
     chosen = gpu_tunable(model, ops, "cuda")
-    assert {op.name for op, _ in chosen} == {o.name for o in ops if o.kind == "matmul"}  # every matmul, batched too
-    flops = [op.calls * op.flops for op, _ in chosen]
+    assert {op.name for op, _, _ in chosen} == {o.name for o in ops if o.kind == "matmul"}  # every matmul, batched too
+    assert {template.name for _, _, template in chosen} == {"cuda_fused_matmul"}
+    flops = [op.calls * op.flops for op, _, _ in chosen]
     assert flops == sorted(flops, reverse=True)
     tuned = []
-    for _, workload in chosen[:2]:
-        template = get_template(workload, None, "cuda")
+    for _, workload, template in chosen[:2]:
         config = template.validate({**template.default_config(workload), "shared": 0}, workload)  # not dlight's
         tuned.append(TunedOp(workload, template, config, 1.0))
     target = make_target("cuda -arch=sm_90", 1)

@@ -6,6 +6,7 @@ the operators are chosen by their FLOPs, not by a profile of TVM's default lower
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from opbench.measure.measurer import Measurer
 from opbench.measure.models import export_model, save_inputs
 from opbench.measure.protocol import ModelInput
 from opbench.record import Record, Status, best_ok
-from opbench.space import get_template
+from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
 from opbench.studies.models.profile import INPUTS, TUNED, median_ms
 from opbench.studies.models.tune import ModelSpec
@@ -60,16 +61,16 @@ class GpuTunedModel:
     trials: int  # built and timed, over all operators
 
 
-def gpu_tunable(model: ModelSpec, ops: list[FusedOp], target: str) -> list[tuple[FusedOp, Workload]]:
-    """The model's single-output operators that have a template for ``target``, the most FLOPs a run first."""
+def gpu_tunable(model: ModelSpec, ops: list[FusedOp], target: str) -> list[tuple[FusedOp, Workload, Template]]:
+    """The model's single-output operators that have a template for ``target`` (with it), the most FLOPs a
+    run first."""
     chosen = []
     for op in sorted((o for o in ops if o.outputs == 1), key=lambda o: -o.calls * o.flops):
         workload = parse_workload(model_name(model.model, op.name, model.batch, model.seq_len))
         try:
-            get_template(workload, target=target)
+            chosen.append((op, workload, get_template(workload, target=target)))
         except WorkloadError:
             continue  # dlight schedules it
-        chosen.append((op, workload))
     return chosen
 
 
@@ -84,8 +85,7 @@ def tune_model_gpu(spec: GpuModelTune, measurer: Measurer, sink: Callable[[Recor
     resources = Resources(1, target=spec.target)  # one host thread drives the GPU
     target = make_target(spec.target, 1)
     tuned, rows, trials = [], [], 0
-    for op, workload in gpu_tunable(m, ops, spec.target)[:spec.max_ops]:
-        template = get_template(workload, target=spec.target)
+    for op, workload, template in gpu_tunable(m, ops, spec.target)[:spec.max_ops]:
         log.info("--- %s (%d calls, %.2f GFLOP a run): %d trials", op.name, op.calls, op.calls * op.flops / 1e9,
                  spec.trials_per_op)
         engine = create_engine(spec.engine, template.search_space(workload), workload, template, resources,
@@ -98,7 +98,7 @@ def tune_model_gpu(spec: GpuModelTune, measurer: Measurer, sink: Callable[[Recor
             log.info("    no config of %s ran: dlight schedules it", op.name)
             continue
         tuned.append(TunedOp(workload, template, template.validate(config, workload), best["latency_ms"]))
-        default = records[0]["latency_ms"] if records[0]["status"] == "ok" else float("nan")
+        default = records[0]["latency_ms"] if records[0]["status"] == "ok" else math.nan  # the template default
         rows.append((op.name, op.calls, default, best["latency_ms"]))
     library, dlight = build_gpu_model(mod, tuned, target, folder)
     inputs = save_inputs(source.numpy_inputs(), folder / INPUTS, source.reference()[0])
