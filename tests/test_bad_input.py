@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from opbench.cli import main
 from opbench.exceptions import ConfigError
 from opbench.space import get_template
+from opbench.testing.lan import free_port
 from opbench.tracking import read_jsonl_records, read_mlflow_records
 from opbench.workloads import parse_workload
 
@@ -189,3 +190,25 @@ def test_an_edited_model_file_gets_a_cache_of_its_own(tmp_path):
     model.write_bytes(b"edited")
     assert cache_dir(str(model), 1, 128) != first
     assert cache_dir("bert-base", 1, 128).name.startswith("bert-base-b1-s128")  # named models: as before
+
+
+def _closed_port() -> str:
+    return str(free_port())  # bound once and released: nothing listens on it
+
+
+@pytest.mark.parametrize("uri,message", [
+    ("file:///var/mlruns", "is a file store, which MLflow 3 no longer writes"),
+    ("mlruns", "is a file store, which MLflow 3 no longer writes"),
+    ("bogus://host/x", "MLflow has no store for 'bogus://'"),
+    ("http://127.0.0.1:{port}", "MLflow tracking server http://127.0.0.1:{port} cannot be reached"),
+    ("postgresql://me:s3cret@127.0.0.1:{port}/runs", "MLflow tracking database postgresql://me:***@127.0.0.1:{port}/runs "
+                                                     "cannot be reached"),
+])
+def test_a_tracking_uri_mlflow_cannot_use_is_named_at_once(uri, message, capsys, monkeypatch):
+    """Named at first contact (exit 2), its password masked: MLflow itself retries an unreachable store
+    for minutes, then prints a traceback."""
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    port = _closed_port()
+    code = main(["measure", WORKLOAD, "--tracking-uri", uri.format(port=port)])
+    err = capsys.readouterr().err
+    assert code == 2 and message.format(port=port) in err and "Traceback" not in err and "s3cret" not in err

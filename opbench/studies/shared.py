@@ -15,9 +15,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from opbench.engines.optuna.storage import is_host_local, masked, open_storage, riding_outages
+from opbench.engines.optuna.storage import is_host_local, open_storage, riding_outages
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import host_facts
+from opbench.urls import masked
 
 SPEC_ATTR = "opbench.spec"
 PARENT_RUN_ATTR = "opbench.parent_run_id"

@@ -11,13 +11,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from opbench.exceptions import OpBenchError
 from opbench.hardware.lock import HostLock
 from opbench.lifecycle import fault_point
 from opbench.paths import default_tracking_uri, safe_name, store_dir
 from opbench.record import JSON_TAGS, Record, is_ok, kind_of
 from opbench.tracking.segment_store import INVOCATION_TAG, OPEN, SEALED, upload_segment, writer_name
 from opbench.tracking.segments import write_segment
+from opbench.tracking.store_uri import check_tracking_uri
 from opbench.tracking.writer import BackgroundWriter
+from opbench.urls import driver_reason, masked
 
 log = logging.getLogger("opbench")
 
@@ -37,6 +40,7 @@ def study_dir(kind: str, study: str, tracking_uri: str | None = None) -> Path:
 def _client(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
+    check_tracking_uri(uri)
     # MLflow writes "View run ... at: URL" to stdout for each run it ends on a tracking server: that
     # would break `--json` output and bury the tables (the study's experiment is named at the end).
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
@@ -52,13 +56,18 @@ def _file_lock(path: Path):
 
 
 def ensure_store(uri: str) -> Any:
-    """Create (and migrate) the store once, under a lock, before any concurrent writer uses it."""
-    if not uri.startswith("sqlite:///"):
-        return _client(uri)
-    db = Path(uri.removeprefix("sqlite:///"))
-    with _file_lock(db.with_suffix(".init.lock")):
+    """A client of the store at ``uri``, which has answered once; a sqlite store is created (and migrated)
+    under a lock first, before any concurrent writer uses it."""
+    sqlite = uri.startswith("sqlite:///")
+    with _file_lock(Path(uri.removeprefix("sqlite:///")).with_suffix(".init.lock")) if sqlite else contextlib.nullcontext():
         client = _client(uri)
-        client.search_experiments(max_results=1)
+        from mlflow.exceptions import MlflowException
+
+        try:
+            client.search_experiments(max_results=1)
+        except MlflowException as exc:  # a server that is not MLflow's, or one that refuses us
+            raise OpBenchError(f"MLflow tracking store {masked(uri)} answered with an error: "
+                               f"{driver_reason(exc, uri)}") from None
     return client
 
 

@@ -11,7 +11,6 @@ such as the dashboard read while a study writes.
 from __future__ import annotations
 
 import logging
-import re
 import time
 import warnings
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 
 from opbench import settings
 from opbench.exceptions import OpBenchError, StorageUnavailable
+from opbench.urls import driver_reason, masked, scheme
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -35,14 +35,6 @@ SQLITE_BUSY_TIMEOUT_S = 60  # several workers share one sqlite file: wait for it
 # twice) by the others. A database server away mid-study (restarted, a network blip): each call is
 # retried for settings.storage_outage_s(), then the study stops with StorageUnavailable (every record
 # measured so far is already in its write-ahead log).
-
-
-def masked(url: str) -> str:
-    """``url`` with its password (if any) shown as ``***``: what messages and logs may print."""
-    return _PASSWORD.sub(r"\1***@", url)
-
-
-_PASSWORD = re.compile(r"^([a-z0-9+.-]+://[^:/@]*:)[^@]*@", re.IGNORECASE)
 
 
 def default_storage(directory: Path) -> str:
@@ -66,7 +58,7 @@ def open_storage(storage: str) -> Any:
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeats, TPE group=
     if is_url(storage):
-        dialect = storage.split("://", 1)[0].split("+", 1)[0]
+        dialect = scheme(storage)
         if dialect not in DATABASES:
             raise OpBenchError(f"Optuna storage '{masked(storage)}': '{dialect}' is not a database Optuna stores studies "
                                f"in ({', '.join(DATABASES)}); give a URL of one, or a journal file's path")
@@ -82,7 +74,7 @@ def open_storage(storage: str) -> Any:
         try:
             rdb = optuna.storages.RDBStorage(storage, engine_kwargs=kwargs, **shared)
         except sqlalchemy.exc.OperationalError as exc:  # at the start: a wrong host, port, database, user or password
-            reason = _reason(exc).replace(storage, masked(storage))
+            reason = driver_reason(exc, storage)
             raise OpBenchError(f"Optuna storage {masked(storage)} cannot be reached: {reason}") from None
         except (ImportError, sqlalchemy.exc.NoSuchModuleError, sqlalchemy.exc.ArgumentError) as exc:
             reason = str(exc).replace(storage, masked(storage)).strip().splitlines()[0]
@@ -155,7 +147,7 @@ def riding_outages(call: Callable[[], T], storage: str, limit_s: float | None = 
         except Exception as exc:
             if not is_outage(exc):
                 raise
-            reason = _reason(exc).replace(storage, masked(storage))
+            reason = driver_reason(exc, storage)
             now = time.monotonic()
             if deadline is None:
                 deadline = now + limit_s
@@ -167,10 +159,3 @@ def riding_outages(call: Callable[[], T], storage: str, limit_s: float | None = 
                 ) from None
             time.sleep(delay)
             delay = min(2 * delay, 1.0)
-
-
-def _reason(exc: BaseException) -> str:
-    """The driver's first line about why a call failed."""
-    cause = exc.__cause__ or exc
-    return str(getattr(cause, "orig", None) or getattr(exc, "orig", None) or cause).strip().splitlines()[0]
-
