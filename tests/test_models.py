@@ -1,9 +1,11 @@
 """Models: sources, operator extraction with time shares, and bad input."""
+import math
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -375,30 +377,89 @@ def test_a_tuning_that_kept_every_default_is_the_defaults_build():
     assert not _all_defaults([TunedOp(matmul.workload, matmul.template, other, 1.0), ops[1]], 2)
 
 
-def test_a_built_models_operators_are_timed_call_by_call_inside_it(tmp_path):
+@pytest.fixture(scope="module")
+def bert_tiny(tmp_path_factory):
+    """bert-base@tiny (seq 32) fused, its inputs saved, its single-output matmuls (the most work first), and
+    a builder of it with given schedules (``schedule``: the template default, or that with ``changes``)."""
     from opbench.hardware.targets import make_target
     from opbench.measure.models import export_model, save_inputs
     from opbench.space import get_template
-    from opbench.studies.models.eager_ops import ours, profile_built
-    from opbench.studies.models.tuned import TunedOp, apply_database, prepacked, write_database
+    from opbench.studies.models.tuned import TunedOp, apply_database, write_database
     from opbench.workloads import parse_workload
     from opbench.workloads.fused import model_name
     from opbench.workloads.models.extract import fuse, fused_ops, import_model
 
+    folder = tmp_path_factory.mktemp("bert-tiny")
     source, target = load_model("bert-base@tiny", 1, 32), make_target("llvm", 1)
     mod = fuse(import_model(source))
     ops = fused_ops(mod)[0]
-    tuned = []
-    for op in (o for o in ops if o.kind == "matmul" and o.outputs == 1):  # the template defaults: weights prepacked
-        workload = parse_workload(model_name("bert-base@tiny", op.name, 1, 32))
+    largest_first = sorted(ops, key=lambda o: -o.calls * math.prod(o.shapes[-1]) * o.shapes[0][-1])  # calls x MACs
+    matmuls = [o.name for o in largest_first if o.kind == "matmul" and o.outputs == 1]
+
+    def schedule(name, changes=None):
+        workload = parse_workload(model_name("bert-base@tiny", name, 1, 32))
         template = get_template(workload)
-        tuned.append(TunedOp(workload, template, template.default_config(workload), 1.0))
-    built = apply_database(mod, write_database(tmp_path, tuned, target), target)
-    assert prepacked(built)
-    library = export_model(built, target, tmp_path / "model.so")
-    per_run = profile_built(library, save_inputs(source.numpy_inputs(), tmp_path / "inputs.npz"), 1, tmp_path / "lock")
+        return TunedOp(workload, template, template.validate({**template.default_config(workload), **(changes or {})},
+                                                             workload), 1.0)
+
+    def build(tuned, name):
+        built = apply_database(mod, write_database(folder / name, tuned, target), target)
+        return built, export_model(built, target, folder / f"{name}.so")
+
+    return SimpleNamespace(ops=ops, matmuls=matmuls, schedule=schedule, build=build,
+                           inputs=save_inputs(source.numpy_inputs(), folder / "inputs.npz"), lock=folder / "lock")
+
+
+@pytest.mark.xdist_group("bert-tiny")
+def test_a_built_models_operators_are_timed_call_by_call_inside_it(bert_tiny):
+    from opbench.studies.models.eager_ops import ours, profile_built
+    from opbench.studies.models.tuned import prepacked
+
+    ops = bert_tiny.ops
+    built, library = bert_tiny.build([bert_tiny.schedule(name) for name in bert_tiny.matmuls], "defaults")
+    assert prepacked(built)  # the template defaults: weights prepacked
+    per_run = profile_built(library, bert_tiny.inputs, 1, bert_tiny.lock)
     anchors = {op.name for op in ops if op.kind in ("matmul", "softmax", "layer_norm")}
     assert anchors <= set(per_run)  # a prepacked operator under its own name (a plain reshape is no kernel)
     assert all(ms > 0 for ms in per_run.values()) and not any(n.endswith("_prepacked") for n in per_run)
     gemms = sum(per_run[op.name] for op in ops if op.kind == "matmul")
     assert sum(t.ms for t in ours(ops, per_run) if t.signature[0] == "gemm") == pytest.approx(gemms)
+
+
+def _poor(schedule, name):
+    """A matmul's schedule an order of magnitude slower than its default: no tiling, vectorising, unrolling
+    or parallel loop."""
+    space = schedule(name).template.search_space(schedule(name).workload)
+    return schedule(name, {**{k: space[k]["_value"][0] for k in ("i_split", "j_split", "k_inner")}, "order": "SRSSR:root",
+                           "parallel": 0, "vectorize": 0, "unroll_max_step": 0, "unroll_explicit": 0})
+
+
+@pytest.mark.xdist_group("bert-tiny")
+def test_a_tuned_schedule_slower_inside_the_model_than_its_default_gives_way_to_it(bert_tiny):
+    """Real builds profiled inside the model: an operator whose tuned schedule is the slower one there goes
+    back to its default, one whose default is the slower keeps its tuned schedule, and the rest are untouched."""
+    from opbench.studies.models.eager_ops import profile_built
+    from opbench.studies.models.in_model import is_default, keep_faster_in_model
+
+    first, second, *rest = bert_tiny.matmuls
+    chosen = {first: _poor(bert_tiny.schedule, first), second: bert_tiny.schedule(second, {"unroll_max_step": 64}),
+              **{name: bert_tiny.schedule(name) for name in rest}}
+    defaults = {first: bert_tiny.schedule(first), second: _poor(bert_tiny.schedule, second),
+                **{name: chosen[name] for name in rest}}
+    assert not is_default(chosen[second]) and all(is_default(chosen[name]) for name in rest)
+    built = []
+
+    def build(ops, name):
+        built.append({op.workload.name.split("/")[1].split(",")[0]: op for op in ops})
+        return bert_tiny.build(ops, name)[1]
+
+    kept = keep_faster_in_model(chosen, defaults, bert_tiny.build(list(chosen.values()), "tuned")[1], build,
+                                lambda library, runs: profile_built(library, bert_tiny.inputs, 1, bert_tiny.lock, runs))
+    assert kept == {**chosen, first: defaults[first]}
+    assert built == [{**chosen, first: defaults[first], second: defaults[second]}]  # one build: every default in place
+    untouched = {name: bert_tiny.schedule(name) for name in bert_tiny.matmuls}
+
+    def never(*_):
+        raise AssertionError("built or profiled though no operator left its default")
+
+    assert keep_faster_in_model(untouched, untouched, Path("unused"), never, never) == untouched

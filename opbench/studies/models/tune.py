@@ -23,9 +23,11 @@ from opbench.measure.models import export_model
 from opbench.measure.protocol import ModelInput
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
-from opbench.record import Record, best_ok, tee
+from opbench.record import Record, best_ok, is_ok, tee
 from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
+from opbench.studies.models.eager_ops import profile_built
+from opbench.studies.models.in_model import is_default, keep_faster_in_model
 from opbench.studies.models.profile import TUNED, ModelProfile, OpProfile, median_ms, profile_model, time_built
 from opbench.studies.models.reuse import ReuseKey, TunedCache
 from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, UNTUNED, prepare_systems
@@ -112,8 +114,6 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
     study = spec.study or f"tune-model-{m.model}"
     folder = study_dir("tune-model", study, spec.tracking_uri)
     target = make_target("llvm", m.threads)
-    tuned: list[TunedOp] = []
-    rows = []
     with model_measurer(m) as measurer, \
             Recorder(study, spec.tracking_uri, extra={"engine": spec.engine.name}, parent_tags={"model": m.model}) \
             as recorder:
@@ -124,27 +124,25 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
         workloads = {op.name: parse_workload(model_name(m.model, op.name, m.batch, m.seq_len)) for op in tunable}
         records, key, after_ms = _operator_records(spec, tunable, workloads, measurer, sink, study, cache)
         total_ms = sum(op.calls * after_ms[op.name] for op in tunable)
-        for op in sorted(tunable, key=lambda o: -o.calls * after_ms[o.name]):
-            workload, share = workloads[op.name], op.calls * after_ms[op.name] / total_ms
-            template = get_template(workload)
-            config, best = best_config(records[op.name], workload.name), best_ok(records[op.name])
-            if config is None or best is None or best["latency_ms"] >= op.latency_ms:
-                log.info("    nothing faster than TVM's default lowering for %s: it keeps that", op.name)
-                rows.append((op.name, op.kind, share, op.latency_ms, op.latency_ms, 1.0, "untuned"))
-                continue
-            tuned.append(TunedOp(workload, template, template.validate(config, workload), best["latency_ms"]))
-            rows.append((op.name, op.kind, share, op.latency_ms, best["latency_ms"], op.latency_ms / best["latency_ms"],
-                         "tuned" if op.name in key else "default"))
-        database = write_database(folder, tuned, target)
-        tuned_mod = apply_database(prof.mod, database, target)
-        library = export_model(tuned_mod, target, folder / TUNED)
+        order = sorted(tunable, key=lambda o: -o.calls * after_ms[o.name])
+        chosen, defaults = _best_schedules(order, workloads, records)
+        build = _ModelBuilder(prof.mod, target, folder)
+        library = build(list(chosen.values()))
+        kept = keep_faster_in_model(chosen, defaults, library, build, lambda lib, runs: profile_built(
+            lib, prof.inputs, m.threads, measurer.options.lock_path, runs))
+        if kept != chosen:
+            library = build(list(kept.values()))
+        labels = {name: "tuned" if name in key and kept.get(name) is chosen[name] else "default" for name in kept}
+        rows = [_row(op, op.calls * after_ms[op.name] / total_ms, kept.get(op.name), labels.get(op.name, "untuned"))
+                for op in order]
+        tuned = list(kept.values())
         tuned_ms, err = time_built(measurer, prof.source, library, prof.inputs, m.threads, "the tuned model")
         trials = sum(r["status"] != "invalid_config" for rs in records.values() for r in rs)  # built and timed
         verification = _verify_model(spec, prof, measurer, library, tuned_ms, study, target, folder, trials, cache,
                                      kept_defaults=_all_defaults(tuned, len(tunable)))
         metrics = {"torch_ms": prof.torch_ms, "untuned_ms": prof.model_ms, "tuned_ms": tuned_ms, "trials": trials,
                    "speedup_vs_untuned": prof.model_ms / tuned_ms, "speedup_vs_torch": prof.torch_ms / tuned_ms,
-                   "max_abs_err": err, "tuned_ops": len(tuned), "prepacked_ops": len(prepacked(tuned_mod))}
+                   "max_abs_err": err, "tuned_ops": len(tuned), "prepacked_ops": len(prepacked(build.last))}
         recorder.mlflow.log_parent({"model": m.model, "batch": m.batch, "seq_len": m.seq_len, "threads": m.threads,
                                     "trials_per_op": spec.trials_per_op},
                                    {**metrics, **(verification.parent_metrics() if verification else {})},
@@ -186,6 +184,47 @@ def _operator_records(spec: ModelTuneSpec, tunable: list[FusedOp], workloads: di
     return records, key, after_ms
 
 
+def _best_schedules(ops: list[FusedOp], workloads: dict[str, Workload], records: dict[str, list[Record]]
+                    ) -> tuple[dict[str, TunedOp], dict[str, TunedOp | None]]:
+    """Each operator's fastest schedule measured, where it beat TVM's default lowering, and its template
+    default's (None where that did not beat it), by operator name."""
+    chosen: dict[str, TunedOp] = {}
+    defaults: dict[str, TunedOp | None] = {}
+    for op in ops:
+        workload = workloads[op.name]
+        template = get_template(workload)
+        config, best = best_config(records[op.name], workload.name), best_ok(records[op.name])
+        if config is None or best is None or best["latency_ms"] >= op.latency_ms:
+            log.info("    nothing faster than TVM's default lowering for %s: it keeps that", op.name)
+            continue
+        chosen[op.name] = TunedOp(workload, template, template.validate(config, workload), best["latency_ms"])
+        first = records[op.name][0]
+        defaults[op.name] = (TunedOp(workload, template, template.validate(template.default_config(workload), workload),
+                                     first["latency_ms"]) if is_ok(first) and first["latency_ms"] < op.latency_ms else None)
+    return chosen, defaults
+
+
+def _row(op: FusedOp, share: float, built: TunedOp | None, how: str) -> tuple:
+    """An operator's row: name, kind, share, untuned ms, ms with the schedule it is built with, speed-up, how."""
+    ms = built.latency_ms if built is not None else op.latency_ms
+    return (op.name, op.kind, share, op.latency_ms, ms, op.latency_ms / ms, how)
+
+
+class _ModelBuilder:
+    """``build(ops)``: the model built with ``ops``' schedules (the rest untuned) as ``folder``'s tuned
+    library, from the database it leaves in ``folder``; ``build(ops, name)``: an alternative build, as
+    ``folder/name.so`` from a database in ``folder/name``. ``last`` is the module built last."""
+
+    def __init__(self, mod: Any, target: Any, folder: Path) -> None:
+        self.mod, self.target, self.folder = mod, target, folder
+        self.last: Any = None
+
+    def __call__(self, ops: list[TunedOp], name: str | None = None) -> Path:
+        database = write_database(self.folder / name if name else self.folder, ops, self.target)
+        self.last = apply_database(self.mod, database, self.target)
+        return export_model(self.last, self.target, self.folder / (f"{name}.so" if name else TUNED))
+
+
 def _cache(spec: ModelTuneSpec) -> TunedCache | None:
     """Where ``spec``'s tuning is kept and found again (None without ``reuse``)."""
     if spec.reuse is None:
@@ -217,8 +256,7 @@ def _best_ms(records: list[Record]) -> float:
 
 def _all_defaults(tuned: list[TunedOp], tunable: int) -> bool:
     """Whether the tuned build is the template defaults' build: every operator kept its default."""
-    return len(tuned) == tunable and all(
-        op.config == op.template.validate(op.template.default_config(op.workload), op.workload) for op in tuned)
+    return len(tuned) == tunable and all(map(is_default, tuned))
 
 
 def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, tuned: Path, tuned_ms: float,
