@@ -9,7 +9,8 @@ MetaSchedule tuning the model with as many trials as OpBench's tuned model measu
 ``max_trials_global``, seed 0; the row says how many of its tasks the budget left untuned).
 Every latency printed is verified: each system timed again in fresh processes under the host lock, over
 ``--rounds`` alternating rounds (median, with the per-round range); each output is checked against
-PyTorch's first. "best baseline" is the fastest of eager, torch.compile and ONNX Runtime that ran.
+PyTorch's first. "best baseline" is the fastest of eager, torch.compile and ONNX Runtime that ran. A
+target is judged (met / NOT MET) from 3 rounds or more; fewer print the ratio with no verdict.
 TVM's unscheduled lowering is not timed here. The host's GEMM ceiling (the faster of PyTorch's and numpy's
 fp32 2048^3 GEMM in fresh processes) is timed first; each model's tuned matmuls and convolutions, timed
 inside the tuned model, are reported against it.
@@ -58,6 +59,7 @@ TARGET_OF_CEILING = 0.75  # BERT's matmuls and ResNet's convolutions
 GEMM_KINDS = {"matmuls": ("batch_matmul", "matmul", "dense"), "convolutions": ("conv2d",)}
 SYSTEMS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, DEFAULTS, METASCHEDULE)
 PROFILE_ROWS = 8  # of each model's time split: the largest by eager's time, then the rest
+VERDICT_ROUNDS = 3  # fewer fresh-process rounds of a whole model give no spread to judge a target by
 INLINE_NOTE_CHARS = 60  # a longer note (where a reused tuning came from) is a footnote under the table
 
 
@@ -176,13 +178,13 @@ def targets(model: str, verified: Verification) -> list[str]:
     if ran:
         best = min(ran, key=lambda n: ran[n].median)  # type: ignore[union-attr]
         lines.append(_verdict(f"{model} <= {TARGET_VS_BEST}x the best baseline ({best})", _ratio(verified, BEST, best),
-                              TARGET_VS_BEST))
+                              TARGET_VS_BEST, verified.rounds))
     if METASCHEDULE in verified.schedules:
         lines.append(_verdict(f"{model} <= {TARGET_VS_BEST}x MetaSchedule at equal trials",
-                              _ratio(verified, BEST, METASCHEDULE), TARGET_VS_BEST))
+                              _ratio(verified, BEST, METASCHEDULE), TARGET_VS_BEST, verified.rounds))
     if model in TARGETS_VS_EAGER:
         lines.append(_verdict(f"{model} <= {TARGETS_VS_EAGER[model]}x eager", _ratio(verified, BEST, EAGER_ROW),
-                              TARGETS_VS_EAGER[model]))
+                              TARGETS_VS_EAGER[model], verified.rounds))
     return lines
 
 
@@ -190,10 +192,13 @@ def _ratio(verified: Verification, name: str, other: str) -> Spread | None:
     return verified.ratio(name, other) if name in verified.schedules and other in verified.schedules else None
 
 
-def _verdict(what: str, ratio: Spread | None, target: float) -> str:
+def _verdict(what: str, ratio: Spread | None, target: float, rounds: int) -> str:
     if ratio is None:
         return f"not verified: {what}"
-    return f"{'met' if ratio.median <= target else 'NOT MET'}: {what}: {ratio.median:.3g} ({ratio.lo:.3g}-{ratio.hi:.3g})"
+    measured = f"{what}: {ratio.median:.3g} ({ratio.lo:.3g}-{ratio.hi:.3g})"
+    if rounds < VERDICT_ROUNDS:  # docs/measurement.md#model-rounds
+        return f"no verdict ({rounds} round(s), {VERDICT_ROUNDS} needed): {measured}"
+    return f"{'met' if ratio.median <= target else 'NOT MET'}: {measured}"
 
 
 
