@@ -439,7 +439,8 @@ def test_a_tuned_schedule_slower_inside_the_model_than_its_default_gives_way_to_
     """Real builds profiled inside the model: an operator whose tuned schedule is the slower one there goes
     back to its default, one whose default is the slower keeps its tuned schedule, and the rest are untouched."""
     from opbench.studies.models.eager_ops import profile_built
-    from opbench.studies.models.in_model import is_default, keep_faster_in_model
+    from opbench.studies.models.in_model import keep_faster_in_model
+    from opbench.studies.models.tuned import is_default
 
     first, second, *rest = bert_tiny.matmuls
     chosen = {first: _poor(bert_tiny.schedule, first), second: bert_tiny.schedule(second, {"unroll_max_step": 64}),

@@ -12,17 +12,12 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from opbench.studies.models.tuned import TunedOp
+from opbench.studies.models.tuned import TunedOp, is_default
 
 log = logging.getLogger("opbench")
 
 ROUNDS = 2  # profiles of each build, alternating: a slow spell of the host falls on both
 RUNS = 3  # model runs a profile times (after one warm-up)
-
-
-def is_default(op: TunedOp) -> bool:
-    """Whether ``op`` runs its template's default schedule."""
-    return op.config == op.template.validate(op.template.default_config(op.workload), op.workload)
 
 
 def keep_faster_in_model(chosen: dict[str, TunedOp], defaults: dict[str, TunedOp | None], library: Path,
@@ -42,7 +37,7 @@ def keep_faster_in_model(chosen: dict[str, TunedOp], defaults: dict[str, TunedOp
     for n in range(ROUNDS):
         for which in builds if n % 2 == 0 else reversed(builds):
             per_op = profile(builds[which], RUNS)
-            for name in tuned:
+            for name in tuned:  # one a build does not call (none here): 0 in both, its tuned schedule kept
                 total[which][name] += per_op.get(name, 0.0)
     kept = dict(chosen)
     for name in tuned:

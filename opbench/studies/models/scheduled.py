@@ -19,9 +19,8 @@ from opbench.measure.measurer import Measurer
 from opbench.measure.memory import bytes_of, planned_memory, schedule_memory
 from opbench.measure.models import export_model
 from opbench.record import MEM_PREFIX, WORKSPACE_METRIC
-from opbench.space import get_template
 from opbench.studies.models.profile import ModelProfile, time_built
-from opbench.studies.models.tuned import DATABASE_FILES, PREPACKED_SUFFIX, TunedOp, apply_database, write_database
+from opbench.studies.models.tuned import DATABASE_FILES, PREPACKED_SUFFIX, apply_database, default_op, write_database
 from opbench.workloads import parse_workload
 from opbench.workloads.fused import model_name
 from opbench.workloads.models.extract import FusedOp, mark_shares
@@ -59,9 +58,7 @@ def defaults_database(prof: ModelProfile, model: str, batch: int, seq_len: int, 
     for op in prof.ops:
         if op.outputs != 1:  # no template writes two outputs
             continue
-        workload = parse_workload(model_name(model, op.name, batch, seq_len))
-        template = get_template(workload)
-        ops.append(TunedOp(workload, template, template.default_config(workload), op.latency_ms))
+        ops.append(default_op(parse_workload(model_name(model, op.name, batch, seq_len)), op.latency_ms))
     return write_database(folder, ops, target)
 
 

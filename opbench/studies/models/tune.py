@@ -27,11 +27,11 @@ from opbench.record import Record, best_ok, is_ok, tee
 from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
 from opbench.studies.models.eager_ops import profile_built
-from opbench.studies.models.in_model import is_default, keep_faster_in_model
+from opbench.studies.models.in_model import keep_faster_in_model
 from opbench.studies.models.profile import TUNED, ModelProfile, OpProfile, median_ms, profile_model, time_built
 from opbench.studies.models.reuse import ReuseKey, TunedCache
 from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, UNTUNED, prepare_systems
-from opbench.studies.models.tuned import DATABASE_FILES, TunedOp, apply_database, prepacked, write_database
+from opbench.studies.models.tuned import DATABASE_FILES, TunedOp, apply_database, default_op, is_default, prepacked, write_database
 from opbench.studies.verify import BEST, Verification, verify_rounds
 from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import study_dir
@@ -198,9 +198,9 @@ def _best_schedules(ops: list[FusedOp], workloads: dict[str, Workload], records:
             log.info("    nothing faster than TVM's default lowering for %s: it keeps that", op.name)
             continue
         chosen[op.name] = TunedOp(workload, template, template.validate(config, workload), best["latency_ms"])
-        first = records[op.name][0]
-        defaults[op.name] = (TunedOp(workload, template, template.validate(template.default_config(workload), workload),
-                                     first["latency_ms"]) if is_ok(first) and first["latency_ms"] < op.latency_ms else None)
+        first = records[op.name][0]  # the template default's
+        defaults[op.name] = (default_op(workload, first["latency_ms"]) if is_ok(first)
+                             and first["latency_ms"] < op.latency_ms else None)
     return chosen, defaults
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from opbench._tvm_compat import light_tensor_intrin
-from opbench.space import Config, Template
+from opbench.space import Config, Template, get_template
 from opbench.workloads import Workload
 
 PREPACKED_SUFFIX = "_prepacked"  # SplitLayoutRewritePreproc's name for an operator taking its packed weight
@@ -25,6 +25,17 @@ class TunedOp:
     template: Template
     config: Config
     latency_ms: float
+
+
+def default_op(workload: Workload, latency_ms: float) -> TunedOp:
+    """``workload``'s template default as a tuned operator measured at ``latency_ms``."""
+    template = get_template(workload)
+    return TunedOp(workload, template, template.validate(template.default_config(workload), workload), latency_ms)
+
+
+def is_default(op: TunedOp) -> bool:
+    """Whether ``op`` runs its template's default schedule."""
+    return op.config == default_op(op.workload, op.latency_ms).config
 
 
 def write_database(folder: Path, tuned: list[TunedOp], target: Any) -> Any:
