@@ -12,6 +12,7 @@ from opbench.hardware.resources import Resources
 from opbench.measure.protocol import CoRunGo, CoRunPrepare, CoRunResult
 from opbench.measure.runner._base import Runner
 from opbench.measure.worker import Worker, WorkerError
+from opbench.measure.worker.zygotes import forked_worker
 from opbench.record import Status
 
 BARRIER_LEAD_S = 0.05  # from releasing the members to their common start
@@ -48,7 +49,7 @@ class CoRunner(Runner[CoRunInput, CoRunOutcome]):
     def _worker(self, resources: Resources, slot: int) -> Worker:
         key = (resources.threads, resources.cores, slot)
         if key not in self._workers:
-            self._workers[key] = Worker(resources.worker_env(), resources.cores, resources.threads)
+            self._workers[key] = forked_worker(resources.worker_env(), resources.cores, resources.threads)
         return self._workers[key]
 
     def _all(self, workers: list[Worker], requests: Sequence[object], timeout: float) -> list[CoRunResult]:

@@ -14,6 +14,7 @@ from opbench.measure.protocol import FRAMEWORKS, LibraryInput, ModelInput, RunIn
 from opbench.measure.runner._base import Runner
 from opbench.measure.timing import SPELL, Attempt, joined, take
 from opbench.measure.worker import KERNEL, LIBRARY, Worker, WorkerError
+from opbench.measure.worker.zygotes import forked_worker
 from opbench.record import Status
 
 Job = RunInput | LibraryInput | ModelInput
@@ -49,11 +50,10 @@ class LocalRunner(Runner[Job, RunResult]):
         self._lock = lock
         self._speed = speed
         self._workers: dict[tuple[str, int, tuple[int, ...] | None], Worker] = {}
-        self._zygotes: dict[tuple[str, int, tuple[int, ...] | None, tuple[str, ...]], Worker] = {}
 
     @staticmethod
-    def _new_worker(resources: Resources, role: str) -> Worker:
-        return Worker(resources.worker_env(), resources.cores, resources.threads, role)
+    def _new_worker(resources: Resources, role: str, preload: tuple[str, ...] = ()) -> Worker:
+        return forked_worker(resources.worker_env(), resources.cores, resources.threads, role, preload)
 
     def _worker(self, resources: Resources, role: str) -> Worker:
         key = (role, resources.threads, resources.cores)
@@ -62,14 +62,9 @@ class LocalRunner(Runner[Job, RunResult]):
         return self._workers[key]
 
     def _fresh_worker(self, inp: Job) -> Worker:
-        """A new worker for ``inp``, forked from the zygote of its role, resources and preloads (started on
-        first use; docs/measurement.md#zygote)."""
-        role, resources = _role(inp), inp.resources
-        key = (role, resources.threads, resources.cores, _preload(inp))
-        if key not in self._zygotes:
-            self._zygotes[key] = Worker(resources.worker_env(), resources.cores, resources.threads, role,
-                                        preload=key[3])
-        return Worker(resources.worker_env(), resources.cores, resources.threads, role, zygote=self._zygotes[key])
+        """A new worker for ``inp``, forked from the zygote of its role, resources and preloads
+        (docs/measurement.md#zygote)."""
+        return self._new_worker(inp.resources, _role(inp), _preload(inp))
 
     def _shared(self) -> contextlib.AbstractContextManager[None]:
         return self._lock.shared() if self._lock else contextlib.nullcontext()
@@ -174,8 +169,7 @@ class LocalRunner(Runner[Job, RunResult]):
         return self._speed.settle(probe_cpus(resources.threads, resources.cores), max_wait_s)
 
     def close(self) -> None:
-        for worker in [*self._workers.values(), *self._zygotes.values()]:
+        for worker in self._workers.values():
             worker.close()
         self._workers.clear()
-        self._zygotes.clear()
 

@@ -14,7 +14,8 @@ from opbench.hardware.devices import RemoteDevice
 from opbench.hardware.resources import Resources
 from opbench.measure.protocol import RemoteConnect, RemoteSession, RunInput, RunResult
 from opbench.measure.runner._base import Runner
-from opbench.measure.worker import Worker, WorkerError
+from opbench.measure.worker import WorkerError
+from opbench.measure.worker.zygotes import forked_worker
 from opbench.record import Status
 
 
@@ -22,7 +23,7 @@ class _Slot:
     """A client worker and the session it holds (None until connected, or after the device was lost)."""
 
     def __init__(self) -> None:
-        self.worker = Worker({"TVM_NUM_THREADS": "1"})
+        self.worker = forked_worker({"TVM_NUM_THREADS": "1"})
         self.session: RemoteSession | None = None
         self.lost = False
         self.retired = False

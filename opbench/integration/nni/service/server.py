@@ -18,6 +18,7 @@ from opbench.lifecycle import exit_on_sigterm, fault_point
 from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
+from opbench.measure.worker.zygotes import close_zygotes
 from opbench.studies.references import measure_references
 from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import nni_parent_run
@@ -140,6 +141,7 @@ def serve(socket: Path, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
         service.close()
         socket.unlink(missing_ok=True)
         socket.with_suffix(".pid").unlink(missing_ok=True)
+        close_zygotes()  # os._exit runs no atexit hooks
         os._exit(0)  # the manager's server has no clean stop from another thread
 
     threading.Thread(target=stop_when_idle, name="idle-timeout", daemon=True).start()
