@@ -18,7 +18,7 @@ from opbench.studies.shared import publish
 from opbench.studies.tune import TuneSpec
 from opbench.testing.farm import CLI
 from opbench.testing.lan import Postgres
-from opbench.tracking import read_mlflow
+from opbench.tracking import read_jsonl, read_mlflow
 from opbench.tracking.dataset import export_mlflow
 from opbench.tracking.dataset.formats import read_rows
 from opbench.tracking.mlflow_store import MlflowWriter, _client
@@ -95,14 +95,21 @@ def _latest_parent(tracking_uri: str) -> str:
     "before-segment-upload:SIGKILL:1",  # every trial measured and told, none sealed
 ])
 def test_tune_killed_at_the_worst_moment_resumes_with_nothing_lost(tmp_path, tracking_uri, fault):
-    storage = str(tmp_path / JOURNAL_FILE)
-    argv = _tune(storage, tracking_uri)
+    storage, log = str(tmp_path / JOURNAL_FILE), tmp_path / "log.jsonl"
+    argv = _tune(storage, tracking_uri, "--log", str(log))
     code = _killed(argv, fault, tmp_path)
     assert code == (143 if "SIGTERM" in fault else -signal.SIGKILL), (tmp_path / "killed.out").read_text()[-3000:]
+    logged_before = len(_engine_rows(read_jsonl(log)))
     out = _resumed(argv)
-    assert "already done" in out.stderr
+    assert f"({logged_before} already done)" in out.stderr  # every trial its --log holds counts as done
     assert len(_parents(tracking_uri)) == 1  # the resume continued the killed invocation's parent run
     _assert_nothing_lost(storage, tracking_uri)
+    logged = _engine_rows(read_jsonl(log))  # the user's --log holds each trial once, as MLflow does
+    assert len(logged) == TRIALS and set(logged["trial_id"]) == set(_engine_rows(read_mlflow(["s"], tracking_uri))["trial_id"])
+
+
+def _engine_rows(frame):
+    return frame[frame["engine_trial"].notna()]
 
 
 def test_a_second_invocation_killed_and_resumed_keeps_to_its_own_run(tmp_path, tracking_uri):

@@ -2,10 +2,8 @@
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import optuna
@@ -13,7 +11,7 @@ import pytest
 
 import mlflow
 from opbench.engines.optuna.storage import JOURNAL_FILE, open_storage
-from opbench.tracking import read_jsonl, read_mlflow
+from opbench.tracking import read_mlflow
 
 from .cli import run_cli
 
@@ -25,36 +23,6 @@ def _tune(tmp_path, tracking_uri, *extra):
     return CLI + ["tune", SMALL, "--verify-rounds", "0", "--trials", "8", "--tracking-uri", tracking_uri, "--storage",
                   str(tmp_path / JOURNAL_FILE), "--study", "s", "--log", str(tmp_path / "log.jsonl"),
                   "--repeat", "2", "--seed", "1", "--no-references", *extra]
-
-
-@pytest.mark.slow
-def test_optuna_study_resumes_after_kill_without_lost_or_repeated_trials(tmp_path, tracking_uri):
-    log = tmp_path / "log.jsonl"
-    proc = subprocess.Popen(_tune(tmp_path, tracking_uri), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:  # kill once 3 engine trials are logged
-        if log.exists() and sum('"engine_trial"' in line for line in log.read_text().splitlines()) >= 3:
-            break
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    done_before = sum('"engine_trial"' in line for line in log.read_text().splitlines())
-    assert 3 <= done_before < 8
-
-    out = subprocess.run(_tune(tmp_path, tracking_uri, "--resume"), capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert f"({done_before} already done)" in out.stderr
-
-    study = optuna.load_study(study_name="s", storage=open_storage(str(tmp_path / JOURNAL_FILE)))
-    measured = [t for t in study.trials if "status" in t.user_attrs]
-    assert len(measured) == 8
-    assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)
-    for frame in (read_jsonl(log), read_mlflow(["s"], tracking_uri)):
-        engine_rows = frame[frame["engine_trial"].notna()]
-        assert len(engine_rows) == 8
-        assert engine_rows["engine_trial"].astype(str).is_unique
-        assert set(engine_rows["trial_id"]) == {t.user_attrs["trial_id"] for t in measured}
 
 
 def test_random_engine_with_thread_search_and_references(tmp_path, tracking_uri):

@@ -10,6 +10,8 @@ import numpy as np
 from opbench import settings
 from opbench.hardware.lock import DEFAULT_LOCK, HostLock
 
+MIN_REPEAT_MS = 20  # a fused operator's repeats in a model's profile at most (shorter where OPBENCH_MIN_REPEAT_MS is)
+
 
 def _timed(fn: Any, dev: Any, args: list[Any], min_ms: int, repeat: int) -> float:
     """Median ms of ``repeat`` timed repeats of a TVM function (each at least ``min_ms`` long)."""
@@ -30,4 +32,4 @@ def time_primfunc(func: Any, target: Any, repeat: int = settings.REPEAT, lock: H
         data = rng.standard_normal(shape) if "float" in str(buffer.dtype) else rng.integers(0, 2, shape)
         args.append(tvm.runtime.tensor(data.astype(str(buffer.dtype)), dev))
     with (lock or HostLock(DEFAULT_LOCK)).exclusive():
-        return _timed(executable.mod, dev, args, 20, repeat)
+        return _timed(executable.mod, dev, args, max(1, int(min(MIN_REPEAT_MS, settings.min_repeat_ms()))), repeat)
