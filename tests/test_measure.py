@@ -277,3 +277,35 @@ def test_in_process_model_timings_wait_for_the_host_lock(tmp_path):
     with HostLock(tmp_path / "timing.lock").exclusive(), pytest.raises(LockTimeout):
         time_primfunc(func, "llvm", repeat=1, lock=lock)  # another process's timed run holds the host
     assert time_primfunc(func, "llvm", repeat=1, lock=lock) > 0  # free: it times
+
+
+def _worker_children() -> set[int]:
+    """This process's own measurement-worker processes: its zygotes (every worker is forked from one)."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if _parent(int(pid)) == os.getpid() and b"opbench.measure.worker.main" in f.read():
+                    found.add(int(pid))
+        except OSError:  # ended meanwhile
+            continue
+    return found
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc is Linux's")
+def test_measurers_of_one_process_fork_their_workers_from_one_zygote_of_each_kind():
+    """Builders and runners of every measurer in a process fork from its zygotes: TVM is imported once per
+    kind (1-thread runs and builds are one kind), however many measurers come and go."""
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.timing import TimingPolicy
+    from opbench.measure.types import MeasureOptions
+
+    before = _worker_children()
+    spec = TrialSpec(parse_workload(SMALL["matmul"]), {}, Resources(1))
+    during = []
+    for _ in range(2):
+        with Measurer(MeasureOptions(TimingPolicy(repeat=1), build_workers=2)) as measurer:
+            assert measurer.measure(spec)["status"] == "ok"
+            during.append(_worker_children())
+    assert len(during[0] - before) <= 1 and during[0]  # two builders and a runner: one zygote, if not there already
+    assert during[1] == during[0]  # the second measurer started no process of its own
