@@ -6,19 +6,19 @@ STAMP   := $(VENV)/.installed
 
 .PHONY: demo test test-fast lint docs install cross postgres clean
 
-# uv installs in seconds what pip takes four minutes for. It reads no pip.conf, so the folder of local
+# uv installs in half a minute what pip takes four for. It reads no pip.conf, so the folder of local
 # wheels pip is configured with (this machine's CPU build of torch) is handed to it. Unlike pip it
-# compiles no bytecode; where PYTHONDONTWRITEBYTECODE is set (this machine, CI) every process would then
-# compile torch, TVM, MLflow and OpBench from source at each import (2x the suite's CPU). Our commands
-# write it instead, once, for what they import: compiling every installed module (uv's --compile-bytecode)
-# took 38 s of each clean install here.
+# compiles no bytecode unless asked; where PYTHONDONTWRITEBYTECODE is set (this machine, CI) every
+# process would then compile torch, TVM and MLflow from source at each import (2x the suite's CPU).
+# Compiling them lazily instead cost more than it saved (one clean run: install 28 s shorter, suite 46 s
+# longer; the suite's first processes compile the same modules at once). OpBench's own are written on first import.
 unexport PYTHONDONTWRITEBYTECODE
 FIND_LINKS := $(shell $(PY) -m pip config get global.find-links 2>/dev/null)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python $(addprefix --find-links ,$(FIND_LINKS)) -e '.[test]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python $(addprefix --find-links ,$(FIND_LINKS)) -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
