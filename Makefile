@@ -7,18 +7,26 @@ STAMP   := $(VENV)/.installed
 .PHONY: demo test test-fast lint docs install cross postgres clean
 
 # uv installs in half a minute what pip takes four for. It reads no pip.conf, so the folder of local
-# wheels pip is configured with (this machine's CPU build of torch) is handed to it. Unlike pip it
-# compiles no bytecode unless asked; where PYTHONDONTWRITEBYTECODE is set (this machine, CI) every
-# process would then compile torch, TVM and MLflow from source at each import (2x the suite's CPU).
-# Compiling them lazily instead cost more than it saved (one clean run: install 28 s shorter, suite 46 s
-# longer; the suite's first processes compile the same modules at once). OpBench's own are written on first import.
+# wheels pip is configured with (this machine's CPU build of torch) is handed to it. Where
+# PYTHONDONTWRITEBYTECODE is set (this machine, CI) a process would compile torch, TVM and MLflow from
+# source at each import (2x the suite's CPU), so make's commands write bytecode, and the install writes it
+# for what OpBench's processes import by importing that, in two processes (the ~5,800 modules: 15 s; uv's
+# --compile-bytecode compiles all ~21,000 installed: 38 s; leaving them all to the suite: +46 s, its first
+# processes compiling the same modules at once). The rest is written on first import.
 unexport PYTHONDONTWRITEBYTECODE
 FIND_LINKS := $(shell $(PY) -m pip config get global.find-links 2>/dev/null)
+IMPORT     := $(BIN)/python -c "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]"
+IMPORTED_1 := tvm tvm.relax tvm.s_tir.meta_schedule torch._dynamo torch._inductor.compile_fx mlflow \
+              mlflow.store.tracking.sqlalchemy_store mlflow.server optuna pandas pyarrow.parquet matplotlib.pyplot
+IMPORTED_2 := transformers.models.bert.modeling_bert onnx onnxruntime onnxscript sklearn xgboost scipy.stats nni \
+              opbench.cli opbench.studies.tune opbench.studies.models.tune opbench.measure.worker.main \
+              opbench.integration.nni.service opbench.tracking.dataset opbench.predictor
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python $(addprefix --find-links ,$(FIND_LINKS)) -e '.[test]'
+	$(BIN)/uv pip install --quiet --python $(BIN)/python $(addprefix --find-links ,$(FIND_LINKS)) -e '.[test]'
+	$(IMPORT) $(IMPORTED_1) & first=$$!; $(IMPORT) $(IMPORTED_2) && wait $$first
 	touch $(STAMP)
 
 install: $(STAMP)
