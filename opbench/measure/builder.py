@@ -6,10 +6,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from opbench import settings
 from opbench.hardware.lock import HostLock
-from opbench.hardware.resources import Resources
 from opbench.measure.protocol import BuildInput, BuildResult
 from opbench.measure.worker import Worker, WorkerError
-from opbench.measure.worker.zygotes import forked_worker
+from opbench.measure.worker.zygotes import one_thread_worker
 from opbench.record import Status
 
 
@@ -17,8 +16,7 @@ class LocalBuilder:
     def __init__(self, workers: int = 1, timeout_s: float = settings.BUILD_TIMEOUT_S, lock: HostLock | None = None) -> None:
         self.timeout_s = timeout_s
         self._lock = lock
-        one = Resources(threads=1)  # builds run no kernel: they share the zygote of 1-thread runs
-        self._all = [forked_worker(one.worker_env(), one.cores, one.threads) for _ in range(max(1, workers))]
+        self._all = [one_thread_worker() for _ in range(max(1, workers))]
         self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
         for worker in self._all:
             self._idle.put(worker)

@@ -201,10 +201,11 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
             published = dataclasses.replace(spec, engine=dataclasses.replace(spec.engine, storage=None))
             publish(engine.study, engine.storage_url, published.to_json(), recorder.mlflow.parent_run_id)
         refs = references(earlier)  # a resumed invocation keeps its own
-        if spec.references and not refs or spec.workers <= 1 and spec.trials > done:  # it measures here
+        measures_refs = spec.references and not refs
+        if measures_refs or spec.workers <= 1 and spec.trials > done:  # it measures here
             measurer.warm_up(spec.resources)
         sink = tee(recorder, *filter(None, [on_record]))
-        if spec.references and not refs:
+        if measures_refs:
             refs = measure_references(measurer, workload, spec.resources, sink, spec.template,
                                       verified=_verify_rounds(spec) > 0)
         if engine and observes_default(spec):

@@ -15,7 +15,7 @@ from opbench.hardware.resources import Resources
 from opbench.measure.protocol import RemoteConnect, RemoteSession, RunInput, RunResult
 from opbench.measure.runner._base import Runner
 from opbench.measure.worker import WorkerError
-from opbench.measure.worker.zygotes import forked_worker
+from opbench.measure.worker.zygotes import one_thread_worker
 from opbench.record import Status
 
 
@@ -23,7 +23,7 @@ class _Slot:
     """A client worker and the session it holds (None until connected, or after the device was lost)."""
 
     def __init__(self) -> None:
-        self.worker = forked_worker({"TVM_NUM_THREADS": "1"})
+        self.worker = one_thread_worker()
         self.session: RemoteSession | None = None
         self.lost = False
         self.retired = False

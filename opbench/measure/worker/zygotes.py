@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import threading
 
+from opbench.hardware.resources import Resources
 from opbench.measure.worker._common import KERNEL
 from opbench.measure.worker.process import Worker
 
@@ -24,6 +25,12 @@ def forked_worker(env: dict[str, str] | None = None, cores: tuple[int, ...] | No
             _zygotes[kind] = Worker(env, cores, threads, role, preload=preload)
         zygote = _zygotes[kind]
     return Worker(env, cores, threads, role, zygote=zygote)
+
+
+def one_thread_worker() -> Worker:
+    """A kernel worker that times nothing itself (a builder, an RPC client), forked from the zygote of 1-thread runs."""
+    one = Resources(threads=1)
+    return forked_worker(one.worker_env(), one.cores, one.threads)
 
 
 @atexit.register
