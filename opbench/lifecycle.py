@@ -3,8 +3,11 @@ and tests kill a process at a chosen point (``$OPBENCH_FAULT``) instead of sleep
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
+import threading
+from collections.abc import Iterator
 
 # "POINT:SIGNAL[:N[:TARGET]]": the Nth time a process reaches POINT, send SIGNAL to TARGET: itself ("self",
 # the default), its parent ("parent", while the one it started under lives) or its process group ("group")
@@ -46,6 +49,26 @@ def end_with_parent(parent_pid: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
     if os.getppid() != parent_pid:  # it died before the call
         raise SystemExit(128 + signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """A SIGTERM that arrives inside the block takes effect when it ends (in the main thread, where Python
+    runs signal handlers): for steps that leave shared state half-written if cut short, such as a trial
+    asked but not yet claimed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if pending and callable(previous):
+            previous(signal.SIGTERM, None)
+        elif pending and previous == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _terminate(signum: int, _frame: object) -> None:

@@ -144,3 +144,33 @@ def test_a_trial_another_process_abandoned_is_told_from_its_log_not_measured_aga
     assert told.user_attrs["trial_id"] == "t-logged" and "rejected" not in told.user_attrs
     assert failed.state == optuna.trial.TrialState.FAIL and "died" in failed.user_attrs["rejected"]
     assert finder.study.trials[-1].state == optuna.trial.TrialState.WAITING  # its params queued again
+
+
+def test_a_sigterm_while_a_trial_is_asked_ends_the_process_once_the_trial_is_claimed(tmp_path, monkeypatch):
+    """`tune`'s workers end on SIGTERM when it is killed: one that is asking for a trial then still marks
+    the trial with its host and pid before it ends, so the resume settles it at once instead of waiting
+    for it to go stale (30 s)."""
+    from opbench.engines.optuna.engine import OptunaEngine
+    from opbench.lifecycle import exit_on_sigterm
+    from opbench.testing.engine_contract import TEMPLATE, WORKLOAD
+
+    engine = OptunaEngine(TEMPLATE.search_space(WORKLOAD), 1, "s", f"sqlite:///{tmp_path / 'o.db'}", seed=0, budget=4)
+    ask = engine.study.ask
+
+    def ask_then_terminated(*args, **kwargs):
+        trial = ask(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # as the dying parent's PR_SET_PDEATHSIG sends it
+        return trial
+
+    monkeypatch.setattr(engine.study, "ask", ask_then_terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    exit_on_sigterm()
+    try:
+        with pytest.raises(SystemExit) as ended:
+            engine.ask(1)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert ended.value.code == 128 + signal.SIGTERM
+    (trial,) = engine.study.get_trials(deepcopy=False)
+    assert trial.state == optuna.trial.TrialState.RUNNING
+    assert trial.user_attrs["pid"] == os.getpid() and "host" in trial.user_attrs

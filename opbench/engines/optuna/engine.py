@@ -16,7 +16,7 @@ from opbench.engines._base import Engine, Proposal, Space, space_point, split_th
 from opbench.engines.optuna.heartbeat import Heartbeat
 from opbench.engines.optuna.storage import open_storage, recovered_within, riding_outages
 from opbench.exceptions import OpBenchError
-from opbench.lifecycle import process_alive
+from opbench.lifecycle import process_alive, sigterm_deferred
 from opbench.record import OBJECTIVE_COLUMNS, Record, is_ok
 
 log = logging.getLogger(__name__)
@@ -145,12 +145,7 @@ class OptunaEngine(Engine):
     def ask(self, n: int) -> list[Proposal]:
         out: list[Proposal] = []
         while len(out) < n and self._budget_left():
-            trial = self._db(lambda: self.study.ask(self._distributions))
-            self._in_flight.add(trial._trial_id)
-            if self._heartbeat:  # first: a trial with a heartbeat is failed by the others if this process dies
-                self._heartbeat.beat(trial._trial_id)
-            self._db(functools.partial(trial.set_user_attr, "host", _HOST))
-            self._db(functools.partial(trial.set_user_attr, "pid", os.getpid()))
+            trial = self._claimed()
             config, threads = split_threads(trial.params, self._threads)
             proposal = Proposal(config, threads, trial)
             if self.budget is not None and self._taken_before(trial.number) >= self.budget:
@@ -158,6 +153,19 @@ class OptunaEngine(Engine):
                 continue
             out.append(proposal)
         return out
+
+    def _claimed(self) -> Any:
+        """A new trial, marked as this process's (heartbeat, host and pid) before a SIGTERM may end the
+        process: a terminated worker's trial is then settled by the next process to look, not left to
+        go stale (``STALE_AFTER_S``)."""
+        with sigterm_deferred():
+            trial = self._db(lambda: self.study.ask(self._distributions))
+            self._in_flight.add(trial._trial_id)
+            if self._heartbeat:  # first: a trial with a heartbeat is failed by the others if this process dies
+                self._heartbeat.beat(trial._trial_id)
+            self._db(functools.partial(trial.set_user_attr, "host", _HOST))
+            self._db(functools.partial(trial.set_user_attr, "pid", os.getpid()))
+        return trial
 
     def _budget_left(self, poll_s: float = 1.0) -> bool:
         """Whether a trial may be asked: fewer than ``budget`` measured or in flight; while others'
