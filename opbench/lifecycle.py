@@ -56,8 +56,8 @@ def sigterm_deferred() -> Iterator[None]:
     """A SIGTERM that arrives inside the block takes effect when it ends (in the main thread, where Python
     runs signal handlers): for steps that leave shared state half-written if cut short, such as a trial
     asked but not yet claimed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is None:
+        yield  # only the main thread sets handlers, and one set outside Python cannot be put back
         return
     pending: list[int] = []
     previous = signal.signal(signal.SIGTERM, lambda signum, _frame: pending.append(signum))
