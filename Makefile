@@ -10,7 +10,7 @@ STAMP   := $(VENV)/.installed
 # wheels pip is configured with (this machine's CPU build of torch) is handed to it. Where
 # PYTHONDONTWRITEBYTECODE is set (this machine, CI) a process would compile torch, TVM and MLflow from
 # source at each import (2x the suite's CPU), so make's commands write bytecode, and the install writes it
-# for what OpBench's processes import by importing that, in two processes (the ~5,800 modules: 15 s; uv's
+# for what OpBench's processes import by importing that, in two processes (~6,800 modules: 15-28 s; uv's
 # --compile-bytecode compiles all ~21,000 installed: 38 s; leaving them all to the suite: +46 s, its first
 # processes compiling the same modules at once). The rest is written on first import.
 unexport PYTHONDONTWRITEBYTECODE
