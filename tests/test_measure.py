@@ -173,16 +173,21 @@ def _parent(pid: int) -> int:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="pidfds and /proc are Linux's")
-def test_fresh_workers_are_forked_from_a_zygote_that_runs_nothing():
+def test_fresh_workers_are_forked_from_a_zygote_that_runs_nothing(tmp_path, monkeypatch):
+    import tempfile
+
     from opbench.measure.protocol import LibraryInput
     from opbench.measure.worker import LIBRARY, Worker
     from opbench.measure.worker.layout import stack_start
+    from opbench.measure.worker.process import WorkerError
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     zygote = Worker(threads=1, role=LIBRARY, preload=())
     workers = [Worker(threads=1, role=LIBRARY, zygote=zygote) for _ in range(2)]
     try:
         for worker in workers:
             worker.start()
+        assert not list(tmp_path.iterdir())  # their logs have no names: a killed parent leaves nothing in /tmp
         assert len({w.pid for w in workers}) == 2 and {_parent(w.pid) for w in workers} == {zygote.pid}
         assert stack_start(workers[0].pid) == stack_start(zygote.pid) == _in_worker(stack_start)  # one layout
         done = workers[0].call(LibraryInput("matmul:m=8,n=8,k=8", "numpy"), timeout=120)
@@ -200,6 +205,12 @@ def test_fresh_workers_are_forked_from_a_zygote_that_runs_nothing():
         assert _parent(workers[1].pid) == zygote.pid
         workers[0].kill()
         assert not workers[0].alive
+        os.write(workers[1]._log.fileno(), b"what it said last\n")  # its stderr, as a C++ abort would leave it
+        os.kill(workers[1].pid, signal.SIGSTOP)
+        workers[1].submit(LibraryInput("matmul:m=8,n=8,k=8", "numpy"))
+        os.kill(workers[1].pid, signal.SIGKILL)
+        with pytest.raises(WorkerError, match=r"worker died \(.*\): what it said last"):
+            workers[1].result(timeout=120)
     finally:
         for worker in [*workers, zygote]:
             worker.close()

@@ -107,8 +107,9 @@ class Worker:
         self._forking = threading.Lock()  # a zygote forks one worker at a time
         self._proc: _Process | None = None
         self._conn: Any = None
-        # The worker's stderr (TVM's C++ warnings, crash messages) goes here, not to the terminal.
-        self._log = tempfile.NamedTemporaryFile(prefix="opbench-worker-", suffix=".log", delete=False)
+        # The worker's stderr (TVM's C++ warnings, crash messages) goes here, not to the terminal: a file with no
+        # name, so that nothing is left behind when this process is killed.
+        self._log = tempfile.TemporaryFile(prefix="opbench-worker-", suffix=".log")
 
     @property
     def pid(self) -> int | None:
@@ -184,12 +185,11 @@ class Worker:
         self.kill()
         raise WorkerError(f"worker died ({describe_exit(code)}){self._log_tail()}", timed_out=False) from None
 
-    def _log_tail(self, lines: int = 3) -> str:
-        try:
-            with open(self._log.name, encoding="utf-8", errors="replace") as f:
-                tail = [line.strip() for line in f.readlines()[-lines:] if line.strip()]
-        except OSError:
-            return ""
+    def _log_tail(self, lines: int = 3, window: int = 8192) -> str:
+        fd = self._log.fileno()
+        end = os.fstat(fd).st_size
+        text = os.pread(fd, window, max(0, end - window)).decode("utf-8", errors="replace")
+        tail = [line.strip() for line in text.splitlines()[-lines:] if line.strip()]
         return (": " + " | ".join(tail)) if tail else ""
 
     def _wait_exit(self) -> int | None:
@@ -205,4 +205,3 @@ class Worker:
     def close(self) -> None:
         self.kill()
         self._log.close()
-        os.unlink(self._log.name)
