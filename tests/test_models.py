@@ -88,6 +88,28 @@ def test_model_sources_and_their_errors(tmp_path):
     assert anchor_kind("fused_matmul_add2") == "matmul"
 
 
+def test_a_models_import_is_cached_for_the_next_process_with_the_weights_it_was_checked_with(tmp_path, monkeypatch):
+    import tvm
+
+    from opbench.workloads.models import cache
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    first, second = load_model("small-cnn@tiny"), load_model("small-cnn@tiny")
+    for a, b in zip(first.module.state_dict().values(), second.module.state_dict().values()):
+        assert (a == b).all()  # a model's name means one set of weights: its build is seeded
+    del second._built  # as a new process would have it: nothing built yet
+    made = cache.imported(first, 1, 8)
+    kept = cache.imported(second, 1, 8)
+    assert "_built" not in vars(second)  # read from the cache: the model was not built again
+    tvm.ir.assert_structural_equal(kept.mod, made.mod, map_free_vars=True)
+    np.testing.assert_array_equal(kept.reference, made.reference)
+    assert all((a == b).all() for a, b in zip(kept.inputs, made.inputs)) and len(kept.inputs) == len(first.inputs)
+    (entry,) = tmp_path.glob("*/fused-*.json")
+    entry.write_text("{cut short")  # an entry that cannot be read is made again
+    assert "_built" not in vars(second) and cache.imported(second, 1, 8).reference.shape == made.reference.shape
+    assert "_built" in vars(second)
+
+
 def test_a_model_the_frontend_cannot_convert_is_named(tracking_uri):
     out = run_cli("model-ops", "gpt2@tiny", "--tracking-uri", tracking_uri, "--study", "mo")  # fails before measuring
     assert out.returncode == 2 and "model 'gpt2@tiny': Relax cannot convert it" in out.stderr

@@ -19,7 +19,7 @@ def model_call(req: ModelInput, threads: int, device: Any) -> tuple[Callable[[],
         from opbench.workloads.models.sources import load_model
 
         source = load_model(req.model, req.batch, req.seq_len)
-        if source.module is None:
+        if not source.has_module:
             raise ValueError(f"{req.model} has no PyTorch module to run eagerly")
         module, inputs = source.module.to(device), [x.to(device) for x in source.inputs]
         return (lambda: module(*inputs)), None

@@ -30,7 +30,7 @@ from opbench.studies.verify import Verification, verify_rounds
 from opbench.workloads import Workload, parse_workload
 from opbench.workloads.fused import model_name
 from opbench.workloads.models import cache
-from opbench.workloads.models.extract import FusedOp
+from opbench.workloads.models.extract import FusedOp, fused_ops
 from opbench.workloads.models.sources import load_model
 
 log = logging.getLogger("opbench")
@@ -79,8 +79,9 @@ def tune_model_gpu(spec: GpuModelTune, measurer: Measurer, sink: Callable[[Recor
     """Tune the model's operators that have a template for ``spec.target``, then build it twice into
     ``folder``: with their best schedules, and with dlight's alone."""
     m = spec.model
-    source = load_model(m.model, m.batch, m.seq_len)
-    ops, funcs, mod = cache.extract(m.model, m.batch, m.seq_len)
+    model = cache.imported(load_model(m.model, m.batch, m.seq_len), m.batch, m.seq_len)
+    mod = model.mod
+    ops, funcs = fused_ops(mod)
     cache.save(m.model, m.batch, m.seq_len, ops, funcs)
     resources = Resources(1, target=spec.target)  # one host thread drives the GPU
     target = make_target(spec.target, 1)
@@ -101,7 +102,7 @@ def tune_model_gpu(spec: GpuModelTune, measurer: Measurer, sink: Callable[[Recor
         default = records[0]["latency_ms"] if records[0]["status"] == "ok" else math.nan  # the template default
         rows.append((op.name, op.calls, default, best["latency_ms"]))
     library, dlight = build_gpu_model(mod, tuned, target, folder)
-    inputs = save_inputs(source.numpy_inputs(), folder / INPUTS, source.reference()[0])
+    inputs = save_inputs(model.inputs, folder / INPUTS, model.reference)
     return GpuTunedModel(library, dlight, inputs, rows, trials)
 
 

@@ -18,13 +18,8 @@ from opbench.measure.memory import planned_memory, schedule_memory
 from opbench.measure.models import export_model, save_inputs
 from opbench.measure.protocol import ModelInput, RunResult
 from opbench.record import WORKSPACE_METRIC, Status
-from opbench.workloads.models.extract import (
-    FusedOp,
-    fuse,
-    fused_ops,
-    import_model,
-    mark_shares,
-)
+from opbench.workloads.models.cache import imported
+from opbench.workloads.models.extract import FusedOp, fused_ops, mark_shares
 from opbench.workloads.models.sources import ModelSource
 
 INPUTS, UNTUNED, TUNED = "inputs.npz", "untuned.so", "tuned.so"  # in a model study's folder
@@ -61,7 +56,7 @@ def median_ms(run: RunResult) -> float:
 def torch_ms(measurer: Measurer, source: ModelSource, batch: int, seq_len: int, threads: int) -> float:
     """PyTorch eager: median ms per forward, in a fresh process that never imports TVM (NaN without a
     PyTorch module: an ONNX model)."""
-    if source.module is None:
+    if not source.has_module:
         return math.nan
     return median_ms(measurer.time_models_fresh([ModelInput(source.name, batch, seq_len, resources=Resources(threads))])[0])
 
@@ -80,7 +75,7 @@ def time_built(measurer: Measurer, source: ModelSource, library: Path, inputs: P
 
 
 def reference_name(source: ModelSource) -> str:
-    return "torch" if source.module is not None else "ONNX's reference evaluator"
+    return "torch" if source.has_module else "ONNX's reference evaluator"
 
 
 def profile_model(source: ModelSource, target: Any, measurer: Measurer, folder: Path, threads: int, batch: int,
@@ -93,7 +88,8 @@ def profile_model(source: ModelSource, target: Any, measurer: Measurer, folder: 
     import tvm
 
     eager = torch_ms(measurer, source, batch, seq_len, threads)
-    mod = fuse(import_model(source))
+    model = imported(source, batch, seq_len)
+    mod = model.mod
     ops, funcs = fused_ops(mod)
     for n, op in enumerate(ops, start=1):
         if kept and op.name in kept:
@@ -103,7 +99,7 @@ def profile_model(source: ModelSource, target: Any, measurer: Measurer, folder: 
             op.memory = schedule_memory(tvm.IRModule({"main": funcs[op.name]}), target, funcs[op.name], threads, op.outputs)
         on_op(n, op)
     ops_ms = mark_shares(ops)
-    inputs = save_inputs(source.numpy_inputs(), folder / INPUTS, source.reference()[0])
+    inputs = save_inputs(model.inputs, folder / INPUTS, model.reference)
     library, model_ms, err = None, math.nan, math.nan
     if untuned:
         library = export_model(mod, target, folder / UNTUNED)

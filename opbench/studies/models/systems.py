@@ -71,7 +71,7 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
                 tuned = metaschedule_model(prof.mod, target, folder, trials, cache)
                 prepared.runs[system] = ModelInput(model, library=str(tuned.library), inputs=inputs, resources=resources)
                 prepared.notes[system] = tuned.note
-            elif prof.source.module is None:
+            elif not prof.source.has_module:
                 prepared.failed[system] = f"{model} has no PyTorch module"
             elif system == EAGER_ROW:
                 prepared.runs[system] = ModelInput(model, batch, seq_len, resources=resources)

@@ -1,22 +1,32 @@
-"""Extracted operators on disk, so workers and later runs read a model's fused PrimFuncs without
-importing the model again: ``mlflow/models/<model>-b<batch>-s<seq_len>-p<pipeline>/<func>.json`` (TVM's JSON;
-``$OPBENCH_MODEL_CACHE`` instead of ``mlflow/models`` when set)
-plus ``ops.json`` (kind, calls, outputs, shapes, FLOPs and the last measured share of each)."""
+"""Imported models on disk, so workers and later runs read a model's fused module and PrimFuncs without
+building and importing the model again: ``mlflow/models/<model>-b<batch>-s<seq_len>-p<pipeline>/``
+(``$OPBENCH_MODEL_CACHE`` instead of ``mlflow/models`` when set) holds ``<func>.json`` (TVM's JSON) and
+``ops.json`` (kind, calls, outputs, shapes, FLOPs and the last measured share of each), and the whole fused
+module with its example inputs and reference output, keyed by the libraries and code that made them
+(docs/cli.md#import-cache)."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.metadata
 import json
 import os
-from dataclasses import asdict
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from opbench.exceptions import WorkloadError
 from opbench.paths import safe_name, store_dir
 from opbench.workloads.models.extract import PIPELINE_VERSION, FusedOp, fuse, fused_ops, import_model
-from opbench.workloads.models.sources import load_model
+from opbench.workloads.models.sources import ModelSource, load_model
 
 INDEX = "ops.json"
+MAX_FUSED_JSON_BYTES = 256 << 20  # a larger model (BERT-base: ~590 MB of JSON) is imported anew each time
+_MADE_BY = ("sources.py", "hf.py", "extract.py")  # the code that builds, imports and fuses a model
 
 
 CACHE_ENV = "OPBENCH_MODEL_CACHE"  # another folder for the cache (workers inherit it)
@@ -51,9 +61,62 @@ def save(model: str, batch: int, seq_len: int, ops: list[FusedOp], funcs: dict[s
     return folder
 
 
+@dataclass(frozen=True)
+class Imported:
+    """A model imported and fused, with the example inputs and reference output it was checked with."""
+
+    mod: Any  # the fused Relax module
+    inputs: list[np.ndarray]
+    reference: np.ndarray
+
+
+def imported(source: ModelSource, batch: int, seq_len: int) -> Imported:
+    """``source`` imported and fused: read from the cache when the same libraries and code made it before,
+    else made (building the model) and cached when its JSON is at most :data:`MAX_FUSED_JSON_BYTES`."""
+    import tvm
+
+    base = cache_dir(source.name, batch, seq_len) / f"fused-{_made_by()}"
+    module, arrays = base.with_suffix(".json"), base.with_suffix(".npz")
+    with contextlib.suppress(OSError, ValueError, zipfile.BadZipFile):  # not cached (or cut short): made anew
+        with np.load(arrays) as saved:
+            count = len(saved.files) - 1
+            inputs, reference = [saved[f"arg{i}"] for i in range(count)], saved["reference"]
+        return Imported(tvm.ir.load_json(module.read_text()), inputs, reference)
+    made = Imported(fuse(import_model(source)), source.numpy_inputs(), source.reference()[0])
+    text = tvm.ir.save_json(made.mod)
+    if len(text) <= MAX_FUSED_JSON_BYTES:
+        _write_atomically(module, text.encode())
+        with tempfile.TemporaryFile() as buffer:
+            np.savez(buffer, reference=made.reference, **{f"arg{i}": a for i, a in enumerate(made.inputs)})
+            buffer.seek(0)
+            _write_atomically(arrays, buffer.read())  # last: its presence says the module is whole
+    return made
+
+
+def _made_by() -> str:
+    """A digest of what makes an imported model: torch, transformers, ONNX and TVM's versions and this package's
+    model code."""
+    digest = hashlib.sha256()
+    for dist in ("torch", "transformers", "onnx", "apache-tvm"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            digest.update(f"{dist}={importlib.metadata.version(dist)};".encode())
+    for name in _MADE_BY:
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, whole or not at all, even with another process writing it at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "wb") as out:
+        out.write(data)
+    os.replace(scratch, path)
+
+
 def extract(model: str, batch: int, seq_len: int) -> tuple[list[FusedOp], dict[str, Any], Any]:
-    """Import and fuse the model: its ops, their PrimFuncs, and the fused Relax module."""
-    mod = fuse(import_model(load_model(model, batch, seq_len)))
+    """Import and fuse the model (:func:`imported`): its ops, their PrimFuncs, and the fused Relax module."""
+    mod = imported(load_model(model, batch, seq_len), batch, seq_len).mod
     ops, funcs = fused_ops(mod)
     return ops, funcs, mod
 

@@ -11,7 +11,7 @@ from opbench.workloads.models.sources import ModelSource
 def _program(source: ModelSource):  # -> torch.export.ExportedProgram
     import torch
 
-    if source.module is None:
+    if not source.has_module:
         raise OpBenchError(f"{source.name} has no PyTorch module to export")
     with torch.no_grad():
         return torch.export.export(source.module, source.inputs)

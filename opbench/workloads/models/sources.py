@@ -7,25 +7,55 @@ hidden size) for tests. ``onnx``: any ``.onnx`` file, through Relax's ONNX front
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from opbench.exceptions import OpBenchError
+
+if TYPE_CHECKING:
+    from opbench.workloads import Workload
 
 TINY = "@tiny"
 
 
 @dataclass
 class ModelSource:
+    """A model by name: its module (None for ONNX) and example inputs are made by ``build`` when first asked
+    for, with torch's generator seeded, so a name means one set of weights in every process."""
+
     name: str
     kind: str  # "torch", "simple", "transformers" or "onnx"
-    module: Any = None  # torch.nn.Module (torch, transformers)
-    inputs: tuple[Any, ...] = ()  # example inputs: torch tensors, or numpy arrays for ONNX
+    build: Callable[[], tuple[Any, tuple[Any, ...]]]  # (torch.nn.Module or None, inputs: tensors or numpy arrays)
     onnx_path: Path | None = None
+
+    @functools.cached_property
+    def _built(self) -> tuple[Any, tuple[Any, ...]]:
+        if self.kind == "onnx":
+            return self.build()
+        import torch
+
+        torch.manual_seed(0)
+        module, inputs = self.build()
+        return module.eval(), inputs
+
+    @property
+    def module(self) -> Any:
+        """The torch.nn.Module (torch, simple, transformers; None for ONNX)."""
+        return self._built[0]
+
+    @property
+    def inputs(self) -> tuple[Any, ...]:
+        return self._built[1]
+
+    @property
+    def has_module(self) -> bool:
+        """Whether it is a PyTorch module (known without building it)."""
+        return self.kind != "onnx"
 
     def numpy_inputs(self) -> list[np.ndarray]:
         return [np.asarray(t.numpy() if hasattr(t, "numpy") else t) for t in self.inputs]
@@ -124,13 +154,10 @@ TORCH_MODELS: dict[str, Callable[[bool, int, int], tuple[Any, tuple[Any, ...]]]]
 SIMPLE_PREFIX = "simple:"
 
 
-def _simple(spec: str) -> tuple[Any, tuple[Any, ...]]:
+def _simple(workload: Workload) -> tuple[Any, tuple[Any, ...]]:
     """A single catalogue workload as a model: its PyTorch implementation on its inputs."""
     import torch
 
-    from opbench.workloads import parse_workload
-
-    workload = parse_workload(spec)
     fn = workload.op.torch_impl(workload.params)
 
     class Single(torch.nn.Module):
@@ -148,25 +175,28 @@ def model_names() -> list[str]:
 
 
 def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
-    """The named model (``bert-base``, ``lstm@tiny``, ...) or an ONNX file, ready to import."""
+    """The named model (``bert-base``, ``lstm@tiny``, ...) or an ONNX file, ready to import (an unknown name,
+    a missing or unreadable file is an error now; the module is built when first used)."""
     if name.endswith(".onnx"):
         path = Path(name)
         if not path.is_file():
             raise OpBenchError(f"ONNX file not found: {name}")
-        return ModelSource(path.stem, "onnx", inputs=_onnx_inputs(path), onnx_path=path)
+        inputs = _onnx_inputs(path)
+        return ModelSource(path.stem, "onnx", lambda: (None, inputs), onnx_path=path)
     if name.startswith(SIMPLE_PREFIX):
-        module, inputs = _simple(name.removeprefix(SIMPLE_PREFIX))
-        return ModelSource(name, "simple", module.eval(), inputs)
+        from opbench.workloads import parse_workload
+
+        workload = parse_workload(name.removeprefix(SIMPLE_PREFIX))  # a malformed one fails here
+        return ModelSource(name, "simple", lambda: _simple(workload))
     if batch < 1 or seq_len < 1:
         raise OpBenchError(f"--batch and --seq-len must be >= 1, got {batch} and {seq_len}")
     base, tiny = name.removesuffix(TINY), name.endswith(TINY)
     if base in TORCH_MODELS:
-        module, inputs = TORCH_MODELS[base](tiny, batch, min(seq_len, 8) if tiny else min(seq_len, 32))
-        return ModelSource(name, "torch", module.eval(), inputs)
+        build = TORCH_MODELS[base]
+        return ModelSource(name, "torch", lambda: build(tiny, batch, min(seq_len, 8) if tiny else min(seq_len, 32)))
     from opbench.workloads.models.hf import HF_MODELS, build_hf
 
     if base in HF_MODELS:
-        module, inputs = build_hf(base, tiny, batch, seq_len)
-        return ModelSource(name, "transformers", module.eval(), inputs)
+        return ModelSource(name, "transformers", lambda: build_hf(base, tiny, batch, seq_len))
     raise OpBenchError(f"unknown model '{name}'; models: {', '.join(model_names())}, simple:WORKLOAD, "
                        "or a path to an .onnx file")
