@@ -108,6 +108,15 @@ def test_a_models_import_is_cached_for_the_next_process_with_the_weights_it_was_
     entry.write_text("{cut short")  # an entry that cannot be read is made again
     assert "_built" not in vars(second) and cache.imported(second, 1, 8).reference.shape == made.reference.shape
     assert "_built" in vars(second)
+    import onnx
+
+    path = make_onnx(tmp_path / "mlp.onnx")
+    cache.imported(load_model(str(path)), 1, 128)
+    edited = onnx.load(str(path))
+    edited.graph.doc_string = "the same file, edited"
+    onnx.save(edited, str(path))
+    cache.imported(load_model(str(path)), 1, 128)
+    assert len(list(tmp_path.glob("*mlp.onnx-*/fused-*.json"))) == 2  # keyed by the file's content, not its name
 
 
 def test_a_model_the_frontend_cannot_convert_is_named(tracking_uri):

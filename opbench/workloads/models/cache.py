@@ -75,7 +75,8 @@ def imported(source: ModelSource, batch: int, seq_len: int) -> Imported:
     else made (building the model) and cached when its JSON is at most :data:`MAX_FUSED_JSON_BYTES`."""
     import tvm
 
-    base = cache_dir(source.name, batch, seq_len) / f"fused-{_made_by()}"
+    named = str(source.onnx_path) if source.onnx_path else source.name  # an ONNX file: keyed by its content
+    base = cache_dir(named, batch, seq_len) / f"fused-{_made_by()}"
     module, arrays = base.with_suffix(".json"), base.with_suffix(".npz")
     with contextlib.suppress(OSError, ValueError, zipfile.BadZipFile):  # not cached (or cut short): made anew
         with np.load(arrays) as saved:
