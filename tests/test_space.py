@@ -5,6 +5,7 @@ import dataclasses
 import math
 import os
 import random
+import re
 
 import numpy as np
 import pytest
@@ -370,3 +371,15 @@ def test_a_matmul_read_along_its_columns_defaults_to_a_register_tile_two_vectors
     assert (narrow["j_split"].split("x")[-1], narrow["order"]) == ("16", "SRSRS:outer")
     with shaped_for(CpuShape(512, 32, 4)):  # rows 12 KiB apart share an L1 set: 4 ways, 4 rows
         assert get_template(matmul).default_config(matmul)["i_split"] == "2x16x4"
+
+
+@pytest.mark.parametrize(("j_split", "width"), [("2x6x32", 32), ("2x4x48", min(16, current_shape().fp32_lanes)),
+                                               ("4x32x3", None)])
+def test_a_register_tile_is_vectorised_only_in_power_of_two_widths(j_split, width):
+    """A 48-wide tile runs as 3 x 16 lanes (a 48-lane vector ran 28x slower here), one of odd width not at all."""
+    workload = parse_workload("matmul:m=384,n=384,k=768")
+    template = get_template(workload)
+    config = {"cache_write": "none", "i_split": "3x8x16", "j_split": j_split, "k_inner": 3, "order": "SSRRS:root",
+              "parallel": 1, "unroll_explicit": 1, "unroll_max_step": 16, "vectorize": 1}
+    script = template.schedule(workload, template.validate(config, workload)).script()
+    assert set(re.findall(r"T\.vectorized\(\d+\)", script)) == ({f"T.vectorized({width})"} if width else set()), script

@@ -31,8 +31,10 @@ def vectorize_inner(sch: Any, block: Any, split_long: bool = True) -> None:
     vectorised: that is not this stage's loop, and TVM 0.27 miscompiles a vectorised loop around a
     reduction and its cache copy (``tests/test_space.py::test_tvm_vectorised_reduction_with_cache_copy_is_miscompiled``).
     Loops longer than a vector register's fp32 lanes (:func:`~opbench.hardware.cpu_shape.current_shape`) are
-    split first when ``split_long`` (whole-tensor loops of root stages); register tiles chosen by a knob are
-    vectorised as they are.
+    split first when ``split_long`` (whole-tensor loops of root stages). Register tiles chosen by a knob
+    (``split_long`` False) are vectorised as they are when their extent is a power of two, else only their
+    largest power-of-two factor (at most a register's lanes; not at all when that is 1): TVM's 24- and
+    48-lane vectors ran 10-35x slower than 16 lanes (docs/workloads-and-templates.md#vector-widths).
     """
     loop = sch.get_loops(block)[-1]
     extent = int(sch.get(loop).extent)
@@ -41,6 +43,11 @@ def vectorize_inner(sch: Any, block: Any, split_long: bool = True) -> None:
     lanes = current_shape().fp32_lanes
     if split_long and extent > lanes:
         loop = sch.split(loop, [None, lanes])[-1]
+    elif not split_long and extent & (extent - 1):  # not a power of two
+        width = min(extent & -extent, lanes)
+        if width == 1:
+            return
+        loop = sch.split(loop, [None, width])[-1]
     sch.vectorize(loop)
 
 
