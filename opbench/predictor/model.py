@@ -25,6 +25,9 @@ from opbench.record import FEATURE_PREFIX, Status
 
 SPLITS = {"random": None, "by-op": "op", "by-threads": "threads", "by-model": "source_model"}
 MS_FEATURE_PREFIX = "feat.ms"
+# One thread: XGBoost's OpenMP threads spin while they wait, and two trainings of two threads each on two cores
+# ran 10-100x slower than one after the other (the suite's two ranker tests: 3 s apart, 37-441 s together).
+XGB_THREADS = 1
 
 
 def trainable(frame: pd.DataFrame) -> pd.DataFrame:
@@ -80,7 +83,7 @@ class LatencyModel:
             raise OpBenchError(f"need at least 2 measured trials to train, got {len(rows)}")
         self.columns = self.columns or feature_columns(rows)
         model = xgb.XGBRegressor(n_estimators=self.n_estimators, max_depth=6, learning_rate=0.08, subsample=0.9,
-                                 colsample_bytree=0.8, random_state=self.seed, n_jobs=2)
+                                 colsample_bytree=0.8, random_state=self.seed, n_jobs=XGB_THREADS)
         model.fit(self._matrix(rows), np.log(rows["latency_ms"].to_numpy() / self._scale(rows)))
         self.booster = model
         return self

@@ -16,10 +16,11 @@ import pandas as pd
 
 from opbench.exceptions import OpBenchError
 from opbench.predictor import PREDICTORS
-from opbench.predictor.model import feature_columns, task_keys, trainable
+from opbench.predictor.model import XGB_THREADS, feature_columns, task_keys, trainable
 
 OBJECTIVES = PREDICTORS[1:]
-TREE = {"n_estimators": 300, "max_depth": 6, "learning_rate": 0.08, "subsample": 0.9, "colsample_bytree": 0.8, "n_jobs": 2}
+TREE = {"n_estimators": 300, "max_depth": 6, "learning_rate": 0.08, "subsample": 0.9, "colsample_bytree": 0.8,
+        "n_jobs": XGB_THREADS}
 
 
 class TaskRanker:
