@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
+import io
 import json
 import os
-import tempfile
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from opbench.exceptions import WorkloadError
-from opbench.paths import safe_name, store_dir
+from opbench.paths import safe_name, store_dir, write_private
 from opbench.workloads.models.extract import PIPELINE_VERSION, FusedOp, fuse, fused_ops, import_model
 from opbench.workloads.models.sources import ModelSource, load_model
 
@@ -86,11 +86,11 @@ def imported(source: ModelSource, batch: int, seq_len: int) -> Imported:
     made = Imported(fuse(import_model(source)), source.numpy_inputs(), source.reference()[0])
     text = tvm.ir.save_json(made.mod)
     if len(text) <= MAX_FUSED_JSON_BYTES:
-        _write_atomically(module, text.encode())
-        with tempfile.TemporaryFile() as buffer:
-            np.savez(buffer, reference=made.reference, **{f"arg{i}": a for i, a in enumerate(made.inputs)})
-            buffer.seek(0)
-            _write_atomically(arrays, buffer.read())  # last: its presence says the module is whole
+        module.parent.mkdir(parents=True, exist_ok=True)
+        write_private(module, text.encode())
+        buffer = io.BytesIO()
+        np.savez(buffer, reference=made.reference, **{f"arg{i}": a for i, a in enumerate(made.inputs)})
+        write_private(arrays, buffer.getvalue())  # last: its presence says the module is whole
     return made
 
 
@@ -104,15 +104,6 @@ def _made_by() -> str:
     for name in _MADE_BY:
         digest.update((Path(__file__).parent / name).read_bytes())
     return digest.hexdigest()[:16]
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """``data`` at ``path``, whole or not at all, even with another process writing it at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "wb") as out:
-        out.write(data)
-    os.replace(scratch, path)
 
 
 def extract(model: str, batch: int, seq_len: int) -> tuple[list[FusedOp], dict[str, Any], Any]:
