@@ -6,8 +6,9 @@ largest fused operators of two models (``bert-base@tiny``, ``mobilenet-v2@tiny``
 there is topped up to ``--trials``, so a killed collection resumes.
 
 ``--data DIR``: each idea (a predictor of ``opbench predictor study --predictor``, on the records'
-features or with MetaSchedule's per-store features pooled by sum instead of mean, re-extracted offline
-from each record's config and cached in DIR) left-one-workload-out over the development workloads, 3
+features version 1, with MetaSchedule's per-store features pooled by sum instead of mean, re-extracted offline
+from each record's config and cached in DIR, or with the compute-nest features of version 2 computed from each
+record's config) left-one-workload-out over the development workloads, 3
 seeds (what ideas are chosen on), with every op kind's score; then on the FINAL workloads, set aside and
 never scored while choosing, each idea trained on every development workload with 3 seeds. Targets
 (issue 41) on the final workloads: mean top-1 >= 0.90, top-5 >= 0.95, none below a random pick, better
@@ -29,7 +30,7 @@ from opbench.engines.loop import run_tuning
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import make_target
-from opbench.measure.features import MS_FEATURES, per_store_features
+from opbench.measure.features import MS_FEATURES, NEST_FEATURES, per_store_features, record_nest_features
 from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
@@ -61,6 +62,7 @@ FUSED_PER_MODEL = 2
 SEEDS = 3  # each fold trained with this many seeds: one seed's scores vary by +-0.06 top-1 on this data
 RECORDS, SUMMED = "records.jsonl", "summed_features.parquet"
 MEANS = [f"feat.ms{i:03d}" for i in range(MS_FEATURES)]
+NESTS = [f"feat.{name}" for name in NEST_FEATURES]
 
 
 def model_workloads(measurer: Measurer, folder: Path, threads: int) -> list[str]:
@@ -117,12 +119,22 @@ def summed_store_features(folder: Path) -> pd.DataFrame:
     return frame
 
 
+def nest_frame(folder: Path) -> pd.DataFrame:
+    """Each record's compute-nest features (:func:`~opbench.measure.features.nest_features`) from its config, by
+    trial id: records of features version 1 lack them."""
+    records = [r for r in read_jsonl_records(folder / RECORDS) if is_ok(r) and r.get("template") in TEMPLATES]
+    return pd.DataFrame([{"trial_id": r["trial_id"], **record_nest_features(r)} for r in records])
+
+
 def ideas(folder: Path) -> dict[str, tuple[pd.DataFrame, str]]:
-    """Each idea's rows and predictor: the three predictors on the records' features, the ranker with the
-    per-store features summed instead of averaged."""
-    frame = read_jsonl(folder / RECORDS)
+    """Each idea's rows and predictor: the three predictors on today's features (features version 1), the
+    ranker with the per-store features summed instead of averaged, and each predictor with the compute-nest
+    features added."""
+    frame = read_jsonl(folder / RECORDS).drop(columns=NESTS, errors="ignore")
     summed = frame.drop(columns=MEANS, errors="ignore").merge(summed_store_features(folder), on="trial_id")
-    return {**{name: (frame, name) for name in PREDICTORS}, "pairwise, stores summed": (summed, "pairwise")}
+    nested = frame.merge(nest_frame(folder), on="trial_id", how="left")
+    return {**{name: (frame, name) for name in PREDICTORS}, "pairwise, stores summed": (summed, "pairwise"),
+            **{f"{name} + nest": (nested, name) for name in PREDICTORS}}
 
 
 def by_kind(result: HeldOutResult) -> pd.DataFrame:

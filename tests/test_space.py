@@ -13,9 +13,10 @@ import pytest
 from opbench.exceptions import ConfigError, WorkloadError
 from opbench.hardware.cpu_shape import CpuShape, current_shape, shaped_for, target_shape
 from opbench.hardware.resources import HostFacts, Resources
-from opbench.measure.features import config_features
+from opbench.measure.features import config_features, nest_features
 from opbench.measure.types import TrialSpec
 from opbench.space import TEMPLATES, get_template, winograd
+from opbench.space._base import Nest
 from opbench.space.tiled import alias_free_rows, nest_choices
 from opbench.workloads import PRESETS, parse_workload
 
@@ -100,6 +101,23 @@ def test_config_features_are_tile_sizes_comparable_across_workloads():
     assert a["feat.cfg_write_at"] == 1.0 and math.isnan(a["feat.cfg_inner_split"])
     unpadded = parse_workload("conv2d:n=1,c=8,h=8,w=8,k=8,r=1,s=1,pad=0")
     assert math.isnan(config_features({}, unpadded, "conv2d")["feat.cfg_pad_at"])  # no padding stage: no placement
+
+
+def test_nest_features_say_the_same_of_a_matmul_and_a_conv_in_the_cpus_terms():
+    """A matmul's 8 x 32 register tile and a packed conv's 1 x 8 x 32 one read alike (16 of 16 accumulators on
+    AVX-512, 1.6 vector FMAs a load); a 48-wide vector is flagged, and 3 parallel blocks leave a 2nd thread idle."""
+    avx512 = CpuShape(512, 32)
+    matmul = nest_features(Nest((8, 32), 32, 128, 32), 2, avx512)
+    conv = nest_features(Nest((1, 8, 32), 32, 144, 3), 2, avx512)
+    for name in ("feat.nest_tile", "feat.nest_acc_regs", "feat.nest_vector_fill", "feat.nest_fma_per_load"):
+        assert matmul[name] == conv[name], name
+    assert (matmul["feat.nest_acc_regs"], matmul["feat.nest_fma_per_load"], matmul["feat.nest_vector_pow2"]) == (1.0, 1.6, 1.0)
+    assert (matmul["feat.nest_parallel_balance"], conv["feat.nest_parallel_balance"]) == (1.0, 0.75)
+    wide = nest_features(Nest((4, 48), 48, 8, 4), 2, avx512)
+    assert (wide["feat.nest_vector_pow2"], wide["feat.nest_vector_fill"], wide["feat.nest_acc_regs"]) == (0.0, 3.0, 0.75)
+    scalar = nest_features(Nest((4, 3), 0, 8, 1), 2, avx512)
+    assert (scalar["feat.nest_acc_regs"], scalar["feat.nest_fma_per_load"]) == (0.75, 12 / 7)
+    assert all(math.isnan(v) for v in nest_features(None, 2, avx512).values())
 
 
 def test_unknown_knob_and_value_are_named():
@@ -383,3 +401,32 @@ def test_a_register_tile_is_vectorised_only_in_power_of_two_widths(j_split, widt
               "parallel": 1, "unroll_explicit": 1, "unroll_max_step": 16, "vectorize": 1}
     script = template.schedule(workload, template.validate(config, workload)).script()
     assert set(re.findall(r"T\.vectorized\(\d+\)", script)) == ({f"T.vectorized({width})"} if width else set()), script
+    assert template.nest(template.validate(config, workload), workload).vector == (width or 0)
+
+
+@pytest.mark.parametrize("name", ["matmul:m=96,n=48,k=64", "batch_matmul:b=3,m=32,n=24,k=16", "dense:m=12,n=40,k=32",
+                                  "conv2d:n=1,c=32,h=14,w=14,k=48,r=3,s=3,pad=1",
+                                  "conv2d:n=1,c=32,h=14,w=14,k=96,r=1,s=1,stride=2,pad=0",
+                                  "depthwise_conv2d:n=1,c=96,h=14,w=14,r=3,s=3,pad=1"])
+def test_the_nest_a_config_describes_is_the_one_its_schedule_builds(name):
+    """The anchor's vectorised extent and the extent of its parallel loop, read from the scheduled TIR, are the
+    nest's ``vector`` and ``parallel``, for random configs of each template (a latency model learns from the nest)."""
+    from tvm import s_tir, tirx
+
+    from opbench.workloads.fused import anchor_block
+
+    workload = parse_workload(name)
+    template, rng = get_template(workload), random.Random(name)
+    space = template.search_space(workload)
+    for _ in range(8):
+        config = template.validate({k: rng.choice(v["_value"]) for k, v in space.items()}, workload)
+        nest = template.nest(config, workload)
+        sch = s_tir.Schedule(template.schedule(workload, config))
+        block = sch.get_sblock("batch_gemm_update") if config.get("algorithm") == "winograd" else anchor_block(sch)
+        loops = [sch.get(loop) for loop in sch.get_loops(block)]
+        kinds = {tirx.ForKind.VECTORIZED: 0, tirx.ForKind.PARALLEL: 1}
+        built = [0, 1]
+        for loop in loops:
+            if loop.kind in kinds:
+                built[kinds[loop.kind]] = int(loop.extent)
+        assert (nest.vector, nest.parallel) == tuple(built), (config, nest)

@@ -9,11 +9,14 @@ import functools
 import math
 from typing import Any
 
+from opbench.hardware.cpu_shape import CpuShape, current_shape
 from opbench.hardware.resources import HostFacts, Resources
+from opbench.record import Record, config_of
 from opbench.space import TEMPLATES, Config
-from opbench.workloads import OPERATORS, Workload
+from opbench.space._base import Nest
+from opbench.workloads import OPERATORS, Workload, parse_workload
 
-FEATURES_VERSION = "1"  # bumped whenever a feature's meaning or the set of features changes (records carry it)
+FEATURES_VERSION = "2"  # bumped whenever a feature's meaning or the set of features changes (records carry it)
 MAX_AXES = 7
 MS_FEATURES = 164  # floats per buffer store from MetaSchedule's PerStoreFeature
 
@@ -63,6 +66,53 @@ def config_features(config: Config, workload: Workload, template_name: str | Non
     return feats
 
 
+NEST_FEATURES = ("nest_tile", "nest_acc_regs", "nest_vector", "nest_vector_fill", "nest_vector_pow2",
+                 "nest_fma_per_load", "nest_reduce", "nest_parallel", "nest_parallel_balance")
+
+
+def nest_features(nest: Nest | None, threads: int, shape: CpuShape) -> dict[str, float]:
+    """A config's compute nest in the CPU's terms, alike for every template (NaN where the template does not
+    describe it): accumulators against the registers that hold them, the vector against a register's lanes
+    and whether it is a power of two (other widths ran 10-35x slower, docs/workloads-and-templates.md#vector-widths),
+    vector FMAs per load in one reduction step, the reduction chunk, and how evenly the parallel loop's
+    iterations fill the threads."""
+    if nest is None:
+        return {f"feat.{name}": math.nan for name in NEST_FEATURES}
+    lanes, rows, last = shape.fp32_lanes, math.prod(nest.tile[:-1]), nest.tile[-1]
+    vectors = math.ceil(last / lanes) if nest.vector else last  # accumulators of the vectorised loop
+    loads = rows + (math.ceil(last / min(nest.vector, lanes)) if nest.vector else last)
+    rounds = math.ceil(nest.parallel / threads)
+    values = {
+        "nest_tile": float(rows * last),
+        "nest_acc_regs": rows * vectors / shape.accumulator_registers,
+        "nest_vector": float(nest.vector),
+        "nest_vector_fill": nest.vector / lanes,
+        "nest_vector_pow2": float(nest.vector > 0 and nest.vector & (nest.vector - 1) == 0),
+        "nest_fma_per_load": rows * vectors / loads,
+        "nest_reduce": float(nest.reduce),
+        "nest_parallel": float(nest.parallel),
+        "nest_parallel_balance": nest.parallel / (rounds * threads),
+    }
+    return {f"feat.{name}": values[name] for name in NEST_FEATURES}
+
+
+def config_nest(config: Config, workload: Workload, template_name: str | None) -> Nest | None:
+    """The compute nest of a validated config of ``template_name`` on ``workload``, knobs it lacks (a record
+    of an older template) at their defaults (None: no such template, or no config)."""
+    template = TEMPLATES.get(template_name or "")
+    if template is None or not config:
+        return None
+    return template.nest({**template.default_config(workload), **config}, workload)
+
+
+def record_nest_features(record: Record) -> dict[str, float]:
+    """:func:`nest_features` of a record's config on this host's CPU shape: for records made before they
+    carried them (:data:`FEATURES_VERSION` 1)."""
+    config = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in config_of(record).items() if v == v}
+    nest = config_nest(config, parse_workload(record["workload"]), record.get("template"))
+    return nest_features(nest, int(record["threads"]), current_shape())
+
+
 def resource_features(resources: Resources) -> dict[str, float]:
     return {"feat.threads": float(resources.threads),
             "feat.pinned": float(resources.cores is not None)}
@@ -70,7 +120,9 @@ def resource_features(resources: Resources) -> dict[str, float]:
 
 def static_features(workload: Workload, config: Config, template_name: str | None, resources: Resources, host: HostFacts) -> dict[str, float]:
     """Everything known before building: op, config, resources, host."""
-    return {**op_features(workload), **config_features(config, workload, template_name), **resource_features(resources), **host.features()}
+    nest = nest_features(config_nest(config, workload, template_name), resources.threads, current_shape())
+    return {**op_features(workload), **config_features(config, workload, template_name), **nest,
+            **resource_features(resources), **host.features()}
 
 
 def per_store_features(mod: Any, target: Any) -> Any:

@@ -93,6 +93,22 @@ class Knob:
         return {"_type": "choice", "_value": list(self.choices)}
 
 
+@dataclass(frozen=True)
+class Nest:
+    """The compute loop nest a config makes, in elements, named alike for every template so that a latency
+    model compares configs of different operators (docs/workloads-and-templates.md#nest).
+
+    ``tile``: the register tile (accumulators) per loop, the vectorised loop last; ``vector``: the
+    vectorised loop's extent as built (0: not vectorised); ``reduce``: reduction steps of the innermost
+    reduction chunk; ``parallel``: iterations of the parallel loop (1: none).
+    """
+
+    tile: tuple[int, ...]
+    vector: int
+    reduce: int
+    parallel: int
+
+
 class Template(ABC):
     """Applies a config (a dict of knob values) to a ``tvm.s_tir.Schedule`` of one op kind.
 
@@ -121,6 +137,10 @@ class Template(ABC):
         """:meth:`default_config` for kernels that run on ``target``'s CPU (its vectors and caches)."""
         with shaped_for(target):
             return self.default_config(workload)
+
+    def nest(self, config: Config, workload: Workload) -> Nest | None:
+        """The compute nest a validated ``config`` makes on ``workload`` (None: the template does not say)."""
+        return None
 
     @abstractmethod
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:

@@ -44,11 +44,19 @@ def vectorize_inner(sch: Any, block: Any, split_long: bool = True) -> None:
     if split_long and extent > lanes:
         loop = sch.split(loop, [None, lanes])[-1]
     elif not split_long and extent & (extent - 1):  # not a power of two
-        width = min(extent & -extent, lanes)
-        if width == 1:
+        width = tile_vector_width(extent, lanes)
+        if width == 0:
             return
         loop = sch.split(loop, [None, width])[-1]
     sch.vectorize(loop)
+
+
+def tile_vector_width(extent: int, lanes: int) -> int:
+    """The vector a register tile's innermost loop of ``extent`` is built with (:func:`vectorize_inner`,
+    ``split_long`` False): all of it when a power of two, else its largest power-of-two factor up to
+    ``lanes``; 0 where that is 1 (not vectorised)."""
+    width = extent if extent & (extent - 1) == 0 else min(extent & -extent, lanes)
+    return width if width > 1 else 0
 
 
 def parallel_outer(sch: Any, block: Any) -> Any:

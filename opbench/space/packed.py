@@ -21,12 +21,13 @@ does not divide (3, 24, 40) take the divisors they have.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opbench.hardware.cpu_shape import current_shape
 from opbench.space import winograd
-from opbench.space._base import Config, Knob, Template, divisors
+from opbench.space._base import Config, Knob, Nest, Template, divisors
 from opbench.space._schedule import (
     IN_OP,
     LAYOUT_TRANSFORMS,
@@ -142,6 +143,19 @@ class PackedConvTemplate(Template):
         if config.get("algorithm") == "winograd":  # (a record from before the knob existed: direct)
             return {k: v for k, v in config.items() if k in {*winograd.KNOBS, "algorithm", "layout_transform"}}
         return {k: v for k, v in config.items() if k not in winograd.KNOBS}
+
+    def nest(self, config: Config, workload: Workload) -> Nest:
+        """The register tile ``oh_block x ow_block x`` the channel block (vectorised); the reduction chunk: the
+        window times the input-channel block; parallel: the fused outer loops (batch, channel blocks, rows)."""
+        if config.get("algorithm") == "winograd":
+            return winograd.nest(config, workload)
+        ext, block = self._extents(workload), config[self._block_knob]
+        reduce = math.prod(a.extent for a in workload.axes if a.reduce)
+        if not self.depthwise:
+            reduce = reduce // ext["c"] * config["ic_block"]
+        outer = [workload.axes[0].extent, ext["k"] // block, ext["oh"] // config["oh_block"]]
+        return Nest((config["oh_block"], config["ow_block"], block), block if block > 1 else 0, reduce,
+                    math.prod(outer[: config["parallel"]]))
 
     def _offers_winograd(self, workload: Workload) -> bool:
         """A catalogue conv (its weight transformed in the operator, as it is packed) that Winograd fits."""

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from opbench.hardware.cpu_shape import CpuShape, current_shape
-from opbench.space._base import SPLIT_SEP, Config, Knob, Template, divisors, split_choices, split_factors
-from opbench.space._schedule import TILE_VECTORS, parallel_outer, vectorize_inner
+from opbench.space._base import SPLIT_SEP, Config, Knob, Nest, Template, divisors, split_choices, split_factors
+from opbench.space._schedule import TILE_VECTORS, parallel_outer, tile_vector_width, vectorize_inner
 from opbench.workloads import Workload
 from opbench.workloads._base import Axis
 
@@ -168,6 +168,25 @@ class TiledTemplate(Template):
             _, params[f"{a}_mid"], params[f"{a}_inner"] = split_factors(config[f"{a}_split"])
         params["order"], params["write_at"] = config["order"].split(NEST_SEP)
         return params
+
+    def nest(self, config: Config, workload: Workload) -> Nest:
+        """The register tile: the S2 tiles, the last one vectorised where the order puts S2 innermost; the
+        reduction chunk: the R1 loops; parallel: the fused S0 loops."""
+        params = self.parameters(config, workload)
+        outer, reduce = [], 1
+        for axis in self.axes(workload):
+            if axis.name in self.tiled:
+                outer.append(axis.extent // params[f"{axis.name}_mid"] // params[f"{axis.name}_inner"])
+            elif axis.name in self.reduce_tiled:
+                reduce *= params[f"{axis.name}_inner"]
+            elif axis.reduce:
+                reduce *= axis.extent
+            else:
+                outer.append(axis.extent)
+        tile = tuple(params[f"{a}_inner"] for a in self.tiled)
+        vectorised = params["vectorize"] and ORDERS[params["order"]][-1] == "S2"
+        vector = tile_vector_width(tile[-1], current_shape().fp32_lanes) if vectorised else 0
+        return Nest(tile, vector, reduce, math.prod(outer[: params["parallel"]]))
 
     def parameter_vocabulary(self) -> dict[str, tuple | None]:
         vocab: dict[str, tuple | None] = {f"{a}_{level}": None for a in self.tiled for level in ("mid", "inner")}

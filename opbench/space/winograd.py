@@ -25,7 +25,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from opbench.hardware.cpu_shape import current_shape
-from opbench.space._base import Config, Knob, divisors
+from opbench.space._base import Config, Knob, Nest, divisors
 from opbench.space._schedule import loops_below
 from opbench.workloads import Workload
 
@@ -81,6 +81,14 @@ def default_config(workload: Workload) -> Config:
     m = min(TILES, key=lambda m: (m + 2) ** 2 * (WEIGHT_TILES + tiles(workload, m)))
     return {"winograd_tile": m, "winograd_rows": divisors(tiles(workload, m), DEFAULT_ROWS_CAP)[-1],
             "winograd_cols": _lanes(p["k"]), "winograd_reduce": divisors(p["c"], REDUCE_CAP)[-1]}
+
+
+def nest(config: Config, workload: Workload) -> Nest:
+    """The batched GEMM's nest: a register tile of tiles x output channels (vectors of up to the CPU's lanes),
+    the reduction in chunks of input channels, parallel over the output-channel blocks."""
+    cols = config["winograd_cols"]
+    return Nest((config["winograd_rows"], cols), _lanes(cols) if cols > 1 else 0, config["winograd_reduce"],
+                workload.params["k"] // cols)
 
 
 def preferred(workload: Workload) -> bool:
