@@ -109,3 +109,34 @@ def test_an_unknown_predictor_or_objective_is_named():
         predictor("oracle")
     with pytest.raises(OpBenchError, match="unknown ranking objective 'listwise'"):
         TaskRanker("listwise")
+
+
+def test_a_model_engine_without_update_keeps_the_model_its_warm_start_trained():
+    """TenSet's xgb-no-update arm: the study's own trials never retrain the warm-started model; with updates
+    they do (each ask retrains on what was observed since)."""
+    import random
+
+    from opbench.engines.model_engine import ModelEngine
+    from opbench.hardware.resources import Resources, host_facts
+    from opbench.measure.features import static_features
+    from opbench.space import get_template
+    from opbench.workloads import parse_workload
+
+    other, target = parse_workload("matmul:m=64,n=64,k=128"), parse_workload("matmul:m=64,n=64,k=64")
+    template, rng, resources = get_template(other), random.Random(0), Resources(1)
+    space = template.search_space(other)
+    rows = []
+    for _ in range(40):
+        config = template.validate({k: rng.choice(v["_value"]) for k, v in space.items()}, other)
+        rows.append({**static_features(other, config, template.name, resources, host_facts()), "status": "ok",
+                     "latency_ms": rng.uniform(0.1, 1.0), "workload": other.name})
+    warm = pd.DataFrame(rows)
+    space = template.search_space(target)
+    for update, after in ((False, 40), (True, 42)):
+        engine = ModelEngine(space, resources, target, template, seed=0, warm_start=warm, pool=16, update=update)
+        proposals = engine.ask(2)
+        assert engine.trained_on == 40
+        for proposal in proposals:
+            engine.observe(proposal.config, proposal.threads, 0.5)
+        engine.ask(2)
+        assert engine.trained_on == after

@@ -2,8 +2,9 @@
 latency predictor, measure the most promising batch, retrain on what was measured, repeat.
 
 ``warm_start`` (a record table, e.g. other workloads' logs) trains the first model, so the very
-first batch is already ranked. The model sees only features known before building (op, config,
-resources, host), the same for candidates and for logged records.
+first batch is already ranked; with ``update`` False that model is kept and the study's own trials never
+retrain it (TenSet's ``xgb-no-update``: what learning from them adds). The model sees only features known
+before building (op, config, resources, host), the same for candidates and for logged records.
 """
 from __future__ import annotations
 
@@ -31,12 +32,12 @@ class ModelEngine(Engine):
 
     def __init__(self, space: Space, resources: Resources, workload: Workload, template: Template,
                  seed: int | None = None, warm_start: pd.DataFrame | None = None, pool: int = 512,
-                 explore: float = 0.2) -> None:
+                 explore: float = 0.2, update: bool = True) -> None:
         self._space, self._resources, self._workload, self._template = space, resources, workload, template
         self._rng = random.Random(seed)
         self._seed = seed or 0
         self._host = host_facts()
-        self._pool, self._explore = pool, explore
+        self._pool, self._explore, self._update = pool, explore, update
         self._seen: set[str] = set()
         self._measured: list[Record] = []
         self._warm = trainable(warm_start) if warm_start is not None and len(warm_start) else pd.DataFrame()
@@ -72,6 +73,8 @@ class ModelEngine(Engine):
         return self._trained_on
 
     def _refit(self) -> None:
+        if not self._update and self._model is not None:
+            return
         rows = pd.concat([self._warm, pd.DataFrame(self._measured)], ignore_index=True)
         if len(rows) == self._trained_on or len(rows) < 4 or len(trainable(rows)) < 4:
             return
