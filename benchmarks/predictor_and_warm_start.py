@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 from _results import Results
-from predictor_heldout import FINAL, RECORDS
+from predictor_heldout import FINAL, NESTS, RECORDS, nest_frame
 
 from opbench.engines._base import DefaultFirst, Engine
 from opbench.engines.loop import run_tuning
@@ -32,7 +32,6 @@ from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.registry import default_point
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources
-from opbench.measure.features import record_nest_features
 from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
@@ -54,7 +53,8 @@ def warm_frame(folder: Path, held_out: str) -> pd.DataFrame:
     """The collection's ok records of every task but ``held_out``, with their compute-nest features."""
     records = [r for r in read_jsonl_records(folder / RECORDS) if is_ok(r) and r.get("template") in TEMPLATES
                and (r.get("task_key") or task_key_of(r["workload"])) != held_out]
-    return records_frame([{**r, **record_nest_features(r)} for r in records])
+    frame = records_frame(records).drop(columns=NESTS, errors="ignore")
+    return frame.merge(nest_frame(folder), on="trial_id", how="left")
 
 
 def tune(engine: Engine, workload: Workload, trials: int, measurer: Measurer, resources: Resources,

@@ -60,7 +60,7 @@ FINAL = (  # scored only at the end: one of each kind
 MODELS = ("bert-base@tiny", "mobilenet-v2@tiny")  # their two largest fused operators join the development set
 FUSED_PER_MODEL = 2
 SEEDS = 3  # each fold trained with this many seeds: one seed's scores vary by +-0.06 top-1 on this data
-RECORDS, SUMMED = "records.jsonl", "summed_features.parquet"
+RECORDS, SUMMED, NESTED = "records.jsonl", "summed_features.parquet", "nest_features.parquet"
 MEANS = [f"feat.ms{i:03d}" for i in range(MS_FEATURES)]
 NESTS = [f"feat.{name}" for name in NEST_FEATURES]
 
@@ -120,10 +120,21 @@ def summed_store_features(folder: Path) -> pd.DataFrame:
 
 
 def nest_frame(folder: Path) -> pd.DataFrame:
-    """Each record's compute-nest features (:func:`~opbench.measure.features.nest_features`) from its config, by
-    trial id: records of features version 1 lack them."""
-    records = [r for r in read_jsonl_records(folder / RECORDS) if is_ok(r) and r.get("template") in TEMPLATES]
-    return pd.DataFrame([{"trial_id": r["trial_id"], **record_nest_features(r)} for r in records])
+    """Each ok record's compute-nest features (:func:`~opbench.measure.features.nest_features`) by trial id: its
+    own, or for records of features version 1, computed from its config; cached in ``folder`` as first
+    computed, so that they stay those of the templates that made the records."""
+    cache = folder / NESTED
+    cached = pd.read_parquet(cache) if cache.exists() else pd.DataFrame({"trial_id": []})
+    known = set(cached["trial_id"])
+    records = [r for r in read_jsonl_records(folder / RECORDS) if is_ok(r) and r.get("template") in TEMPLATES
+               and r["trial_id"] not in known]
+    if not records:
+        return cached
+    frame = pd.concat([cached, pd.DataFrame([{"trial_id": r["trial_id"], **({k: r[k] for k in NESTS} if NESTS[0] in r
+                                                                           else record_nest_features(r))}
+                                             for r in records])], ignore_index=True)
+    frame.to_parquet(cache)
+    return frame
 
 
 def ideas(folder: Path) -> dict[str, tuple[pd.DataFrame, str]]:
