@@ -15,8 +15,7 @@ from opbench.hardware.cpu_shape import CpuShape, current_shape, shaped_for, targ
 from opbench.hardware.resources import HostFacts, Resources
 from opbench.measure.features import config_features, nest_features
 from opbench.measure.types import TrialSpec
-from opbench.space import TEMPLATES, get_template, winograd
-from opbench.space._base import Nest
+from opbench.space import TEMPLATES, Nest, get_template, winograd
 from opbench.space.tiled import alias_free_rows, nest_choices
 from opbench.workloads import PRESETS, parse_workload
 

@@ -9,11 +9,10 @@ import functools
 import math
 from typing import Any
 
-from opbench.hardware.cpu_shape import CpuShape, current_shape
+from opbench.hardware.cpu_shape import CpuShape, current_shape, target_shape
 from opbench.hardware.resources import HostFacts, Resources
 from opbench.record import Record, config_of
-from opbench.space import TEMPLATES, Config
-from opbench.space._base import Nest
+from opbench.space import TEMPLATES, Config, Nest
 from opbench.workloads import OPERATORS, Workload, parse_workload
 
 FEATURES_VERSION = "2"  # bumped whenever a feature's meaning or the set of features changes (records carry it)
@@ -120,7 +119,7 @@ def resource_features(resources: Resources) -> dict[str, float]:
 
 def static_features(workload: Workload, config: Config, template_name: str | None, resources: Resources, host: HostFacts) -> dict[str, float]:
     """Everything known before building: op, config, resources, host."""
-    nest = nest_features(config_nest(config, workload, template_name), resources.threads, current_shape())
+    nest = nest_features(config_nest(config, workload, template_name), resources.threads, target_shape(resources.target))
     return {**op_features(workload), **config_features(config, workload, template_name), **nest,
             **resource_features(resources), **host.features()}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from opbench.exceptions import WorkloadError
-from opbench.space._base import Config, Knob, Template
+from opbench.space._base import Config, Knob, Nest, Template
 from opbench.space.fused import FusedTemplate
 from opbench.space.fused_matmul import FusedMatmulTemplate
 from opbench.space.gpu import GPU_TEMPLATES
@@ -14,7 +14,7 @@ from opbench.space.rowwise import FusedRowwiseTemplate, NoScheduleTemplate, Roww
 from opbench.space.tiled import TiledTemplate
 from opbench.workloads import Workload
 
-__all__ = ["Config", "Knob", "Template", "TEMPLATES", "get_template"]
+__all__ = ["Config", "Knob", "Nest", "Template", "TEMPLATES", "get_template"]
 
 _WINDOW: dict[str, Any] = {"untiled_spatial": 1, "has_pad": True}  # n stays whole; a padding stage may exist
 TEMPLATES: dict[str, Template] = {
