@@ -59,6 +59,29 @@ def tile_vector_width(extent: int, lanes: int) -> int:
     return width if width > 1 else 0
 
 
+def vector_lanes(extent: int, lanes: int) -> int:
+    """The vector a channel block of ``extent`` is built with (:func:`vectorize_lanes`): all of it when a power of
+    two or at most a register's ``lanes``, else its largest power-of-two factor up to ``lanes`` (an odd one: its
+    largest divisor up to ``lanes``)."""
+    if extent <= lanes or extent & (extent - 1) == 0:
+        return extent
+    width = min(extent & -extent, lanes)
+    return width if width > 1 else max(d for d in range(1, lanes + 1) if extent % d == 0)
+
+
+def vectorize_lanes(sch: Any, loop: Any) -> None:
+    """Vectorise ``loop`` in :func:`vector_lanes`' width, the vectors of a longer loop unrolled around it: TVM's
+    24- and 48-lane vectors ran 2-25x slower than 16 lanes here (docs/workloads-and-templates.md#vector-widths)."""
+    extent = int(sch.get(loop).extent)
+    width = vector_lanes(extent, current_shape().fp32_lanes)
+    if width <= 1:
+        return
+    if width < extent:
+        outer, loop = sch.split(loop, [None, width])
+        sch.unroll(outer)
+    sch.vectorize(loop)
+
+
 def parallel_outer(sch: Any, block: Any) -> Any:
     """Fuse all but the innermost loop of a root-level ``block`` and parallelise the result."""
     loops = sch.get_loops(block)
@@ -70,15 +93,14 @@ def parallel_outer(sch: Any, block: Any) -> Any:
 def pack_copy(sch: Any, stage: Any, blocks: dict[int, int], order: tuple[int, ...], parallel: int) -> None:
     """Schedule a packing copy: split its source loops into (outer, block) at ``blocks`` (loop index:
     block), visit the pieces in ``order`` (the packed layout's), fuse and parallelise the first
-    ``parallel`` and vectorise the innermost."""
+    ``parallel`` and vectorise the innermost (:func:`vectorize_lanes`)."""
     pieces: list = []
     for index, loop in enumerate(sch.get_loops(stage)):
         pieces.extend(sch.split(loop, [None, blocks[index]]) if index in blocks else [loop])
     loops = [pieces[i] for i in order]
     sch.reorder(*loops)
     sch.parallel(sch.fuse(*loops[:parallel]) if parallel > 1 else loops[0])
-    if int(sch.get(loops[-1]).extent) > 1:
-        sch.vectorize(loops[-1])
+    vectorize_lanes(sch, loops[-1])
 
 
 def mark_prepack(sch: Any, stage: Any) -> None:

@@ -36,6 +36,8 @@ from opbench.space._schedule import (
     loops_below,
     mark_prepack,
     pack_copy,
+    vector_lanes,
+    vectorize_lanes,
 )
 from opbench.space.tiled import UNROLL_STEPS
 from opbench.workloads import Workload
@@ -154,7 +156,8 @@ class PackedConvTemplate(Template):
         if not self.depthwise:
             reduce = reduce // ext["c"] * config["ic_block"]
         outer = [workload.axes[0].extent, ext["k"] // block, ext["oh"] // config["oh_block"]]
-        return Nest((config["oh_block"], config["ow_block"], block), block if block > 1 else 0, reduce,
+        vector = vector_lanes(block, current_shape().fp32_lanes)
+        return Nest((config["oh_block"], config["ow_block"], block), vector if vector > 1 else 0, reduce,
                     math.prod(outer[: config["parallel"]]))
 
     def _offers_winograd(self, workload: Workload) -> bool:
@@ -204,18 +207,17 @@ class PackedConvTemplate(Template):
             sch.unroll(loop)
         sch.unroll(xi)
         sch.unroll(yi)
-        if ob > 1:
-            sch.vectorize(fi)
+        vectorize_lanes(sch, fi)
         init = sch.decompose_reduction(conv, reduction[0])
-        if ob > 1:
-            sch.vectorize(sch.get_loops(init)[-1])
+        if ob > 1:  # else the last loops are other axes'
+            vectorize_lanes(sch, sch.get_loops(init)[-1])
             if unpack is not None:
-                sch.vectorize(sch.get_loops(accumulator)[-1])
+                vectorize_lanes(sch, sch.get_loops(accumulator)[-1])
         self._place_packs(sch, conv, config, data_pack, weight_pack, grouped, ob, ib)
         if unpack is not None:
             loops = sch.get_loops(unpack)
             sch.parallel(sch.fuse(*loops[:3]))
-            sch.vectorize(loops[-1])
+            vectorize_lanes(sch, loops[-1])
 
     def _pack_inputs(self, sch: Schedule, conv: Any, ob: int, ib: int) -> tuple[Any, Any, bool]:
         """Copies of the data and the weight in blocked layouts (data NCHW[ib]c; weight O[ob]o..I[ib]i), the
@@ -267,7 +269,7 @@ class PackedConvTemplate(Template):
                 o, i, r, s = own
                 io, ii = sch.split(i, [None, ib])
                 sch.reorder(io, r, s, ii, o)
-                sch.vectorize(o)
+                vectorize_lanes(sch, o)
         else:
             pack_copy(sch, weight_pack, {0: ob, 1: ib}, (0, 2, 4, 5, 3, 1), parallel=2)
         if self.depthwise or config["weight_pack_at"] == "root":
