@@ -117,14 +117,14 @@ def main() -> None:
                 cold = tune(engines.pop("optuna-tpe, cold"), parse_workload(name), args.trials, measurer, resources)
                 bar = min(r["latency_ms"] for r in cold if is_ok(r))
                 runs = {"optuna-tpe, cold": cold}
+                print(f"{name} seed {seed}: cold TPE's best {bar:.4g} ms ({time.monotonic() - started:.0f} s so far)",
+                      flush=True)
                 for arm, engine in engines.items():
                     runs[arm] = tune(engine, parse_workload(name), args.trials, measurer, resources, bar)
                     to_reach[arm].append(reached(runs[arm], bar, args.trials + 1))
+                    print(f"  {arm}: {to_reach[arm][-1]} trials to reach", flush=True)
                 for arm, records in runs.items():
                     rows.append((name, seed, arm, len(records), f"{bar:.4g}", reached(records, bar, args.trials + 1)))
-                print(f"{name} seed {seed}: bar {bar:.4g} ms; trials to reach: "
-                      + ", ".join(f"{arm} {to_reach[arm][-1]}" for arm in ARMS)
-                      + f" ({time.monotonic() - started:.0f} s so far)", flush=True)
                 if seed == 0:
                     plots.append(engine_curves(runs, {}, f"{name}: warm start vs cold", scratch / f"{safe_name(key)}.png"))
     results.print(f"{len(args.workloads)} held-out workloads x {args.seeds} seeds; warm start: {args.data / RECORDS} "
