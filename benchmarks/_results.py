@@ -35,14 +35,18 @@ class Results:
         self._lines += ["```", text, "```"]
 
     def save(self, folder: Path = RESULTS) -> Path:
-        """Write (or replace) this benchmark's section in ``<folder>/<date>-<host>[-<device>].md``."""
+        """Write (or replace) this benchmark's section in ``<folder>/<date>-<host>[-<device>].md``; where that
+        file holds another machine's results (hosts of one name), in ``...-<CPU model>.md``: a file never mixes
+        machines under one header."""
         facts = host_facts()
         folder.mkdir(parents=True, exist_ok=True)
-        name = "-".join(filter(None, (f"{datetime.date.today():%Y-%m-%d}", facts.hostname, self.device)))
-        path = folder / f"{safe_name(name)}.md"
         header = (f"# Benchmarks on {facts.hostname}, {datetime.date.today():%Y-%m-%d}\n\n"
                   f"{facts.cpu_model}, {facts.cores} cores, L2 {facts.l2_kb:.0f} KB, L3 {facts.l3_kb:.0f} KB, "
                   f"{facts.mem_gb:.0f} GB; TVM {facts.tvm_version}. Written by the benchmarks, as measured.\n")
+        name = "-".join(filter(None, (f"{datetime.date.today():%Y-%m-%d}", facts.hostname, self.device)))
+        path = folder / f"{safe_name(name)}.md"
+        if path.exists() and not path.read_text().startswith(header):
+            path = folder / f"{safe_name(f'{name}-{facts.cpu_model}')}.md"
         sections = _sections(path.read_text()) if path.exists() else {}
         sections[f"{self.benchmark}, finished {datetime.datetime.now():%H:%M}"] = "\n".join(self._lines).rstrip() + "\n"
         body = "\n".join(f"## {name}\n\n{text}" for name, text in sorted(sections.items()))
