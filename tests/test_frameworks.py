@@ -29,6 +29,7 @@ def artifacts(tmp_path_factory):
             INDUCTOR: inductor_package(source, folder / "model.pt2"), ONNXRUNTIME: onnx_file(source, folder / "model.onnx")}
 
 
+@pytest.mark.xdist_group("framework-artifacts")  # one worker compiles the AOTInductor package (~30 s) once
 def test_each_framework_gives_eagers_output_in_a_process_without_tvm(measurer, artifacts):
     runs = [ModelInput(MODEL, library=str(artifacts[system]), inputs=str(artifacts["inputs"]), runtime=system,
                        resources=Resources(2)) for system in (INDUCTOR, ONNXRUNTIME)]
@@ -44,6 +45,7 @@ def test_each_framework_gives_eagers_output_in_a_process_without_tvm(measurer, a
     assert len({r.pid for r in results}) == 3  # three fresh processes
 
 
+@pytest.mark.xdist_group("framework-artifacts")
 def test_a_framework_whose_output_differs_is_a_wrong_result(measurer, artifacts):
     for system in (INDUCTOR, ONNXRUNTIME):
         result = measurer.time_model(ModelInput(MODEL, library=str(artifacts[system]), inputs=str(artifacts["wrong"]),
