@@ -96,19 +96,20 @@ def nest_features(nest: Nest | None, threads: int, shape: CpuShape) -> dict[str,
 
 
 def config_nest(config: Config, workload: Workload, template_name: str | None) -> Nest | None:
-    """The compute nest of a validated config of ``template_name`` on ``workload``, knobs it lacks (a record
-    of an older template) at their defaults (None: no such template, or no config)."""
+    """The compute nest of a validated config of ``template_name`` on ``workload`` (None: no such template, or
+    no config)."""
     template = TEMPLATES.get(template_name or "")
-    if template is None or not config:
-        return None
-    return template.nest({**template.default_config(workload), **config}, workload)
+    return template.nest(config, workload) if template is not None and config else None
 
 
 def record_nest_features(record: Record) -> dict[str, float]:
-    """:func:`nest_features` of a record's config on this host's CPU shape: for records made before they
-    carried them (:data:`FEATURES_VERSION` 1)."""
+    """:func:`nest_features` of a record's config on this host's CPU shape, knobs it lacks (an older template's
+    record) at their defaults: for records made before they carried them (:data:`FEATURES_VERSION` 1)."""
+    workload, template = parse_workload(record["workload"]), TEMPLATES.get(record.get("template") or "")
+    if template is None:
+        return nest_features(None, int(record["threads"]), current_shape())
     config = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in config_of(record).items() if v == v}
-    nest = config_nest(config, parse_workload(record["workload"]), record.get("template"))
+    nest = template.nest({**template.default_config(workload), **config}, workload)
     return nest_features(nest, int(record["threads"]), current_shape())
 
 
