@@ -1,10 +1,22 @@
 """The host-speed probe: its normal time, waiting out spells, and what it gives every record."""
 import json
 import math
+import statistics
 
 import pytest
 
-from opbench.hardware.host_speed import HISTORY, MIN_HISTORY, POLL_S, HostSpeed, Probe, Slowness, furthest_from_usual, probe_cpus, probe_ms
+from opbench.hardware.host_speed import (
+    HISTORY,
+    MIN_HISTORY,
+    POLL_S,
+    HostSpeed,
+    Probe,
+    Slowness,
+    furthest_from_usual,
+    probe_cpus,
+    probe_ms,
+    usual_time,
+)
 
 
 class _Host:
@@ -98,3 +110,16 @@ def test_settle_s_spell_reruns_and_turns_are_measure_options_and_bad_ones_are_re
         with pytest.raises(SystemExit) as exit_:
             main(["measure", "matmul:m=8,n=8,k=8", flag, value])
         assert exit_.value.code == 2 and f"argument {flag}: {message}" in capsys.readouterr().err
+
+
+def test_the_usual_time_of_a_host_switching_between_states_is_the_most_frequent_one(tmp_path):
+    switching = [0.8, 0.81, 0.79] * 3 + [1.0] * 6 + [1.3] * 6  # 9 probes in a fast state, 6 and 6 in two others
+    assert statistics.median(switching) == pytest.approx(1.0)  # ... where the fast state reads 20% off
+    assert usual_time(switching) == pytest.approx(0.8)
+    assert usual_time([1.0, 1.1, 0.9, 1.0, 1.0, 1.6]) == pytest.approx(1.0)  # one state: its median
+    wide = [1.0, 1.2, 1.21]  # one band holds them all: its median moved as little as that needs
+    assert usual_time(wide) == pytest.approx(1.0 / 0.9) and all(abs(x / usual_time(wide) - 1) <= 0.1 + 1e-9 for x in wide)
+    speed, _ = _speed(tmp_path, [(1.0, x) for x in switching] + [(1.0, 0.8), (1.0, 1.0)])
+    for _ in switching:
+        speed.slowness([0, 1])
+    assert speed.slowness([0, 1]).usual and not speed.slowness([0, 1]).usual  # the fast state is the usual one

@@ -382,7 +382,8 @@ def test_a_reference_far_slower_than_the_best_takes_one_short_turn():
               {n: r["latency_ms"] for n, r in records.items()}, rounds=2)
     assert taken == [[2], [2]]  # only the one past 20x the fastest, in both rounds
     short, usual = TimingPolicy().fresh(short=True), TimingPolicy().fresh()
-    assert (short.repeat, short.turns) == (timing.MIN_REPEATS, 1) and (usual.turns, usual.max_remeasures) == (settings.FRESH_TURNS, 0)
+    assert (short.repeat, short.turns) == (timing.MIN_REPEATS, 1)
+    assert (usual.turns, usual.max_remeasures, usual.spell_reruns) == (settings.FRESH_TURNS, 0, 0)  # never taken again
 
 
 def test_a_reference_that_runs_the_best_schedule_shares_its_processes():
@@ -464,10 +465,15 @@ def test_the_turns_of_a_fresh_measurement_share_one_wait_for_the_usual_state(mon
         return RunResult(Status.OK, latencies_s=[1e-3], host_wait_s=4.0)
 
     monkeypatch.setenv("OPBENCH_FRESH_SETTLE_S", "10")
+    monkeypatch.setenv("OPBENCH_SPELL_WAIT_S", "3")
     monkeypatch.setattr(LocalRunner, "_fresh_worker", lambda self, inp: _TurnTaker("a"))
     monkeypatch.setattr(LocalRunner, "_call", call)
     LocalRunner().run_fresh([LibraryInput(MATMUL, "numpy", timing=TimingPolicy(turns=2))] * 2)
     assert waits == [10.0, 6.0, 2.0, 0.0]  # what the turns before spent waiting is gone
+    waits.clear()
+    monkeypatch.setenv("OPBENCH_SPELL_WAIT_S", "0.5")  # four turns: as long as four spell reruns would wait
+    LocalRunner().run_fresh([LibraryInput(MATMUL, "numpy", timing=TimingPolicy(turns=2))] * 2)
+    assert waits == [2.0, 0.0, 0.0, 0.0]
 
 
 def test_a_batch_takes_turns_in_the_runners_own_workers_waiting_as_long_as_a_trial(monkeypatch):

@@ -2,9 +2,9 @@
 
 A probe runs three loops on each of the measurement's cores at once: ``compute`` (a small matrix product
 in L1/L2), ``memory`` (a sum over :data:`MEMORY_PROBE_BYTES`, past L2) and ``sync`` (lock-step rounds of a
-product and a barrier, as a parallel kernel runs). Its slowness is each loop's time over the median of
-this user's last :data:`HISTORY` probes, kept in a file. Why three loops, and what each catches:
-docs/measurement.md#probes.
+product and a barrier, as a parallel kernel runs). Its slowness is each loop's time over its usual time
+among this user's last :data:`HISTORY` probes (:func:`usual_time`; the lock-step loop's median), kept in
+a file. Why three loops, and what each catches: docs/measurement.md#probes.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -29,7 +29,7 @@ MEMORY_PROBE_CALLS = 15  # ~0.2 ms a sum here
 SYNC_PROBE_SIZE = 96  # the lock-step loop's matrices: ~20 us a product, then a barrier
 SYNC_PROBE_ROUNDS = 40  # ~1.8 ms here
 SLOWNESS_COLUMNS = ("host_slowness", "host_memory_slowness", "host_sync_slowness")  # Slowness's fields, as record columns
-HISTORY = 200  # probes whose median is the normal time
+HISTORY = 200  # probes among which the usual time is found (usual_time)
 MIN_HISTORY = 5  # probes taken before the first one is judged
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
 SYNC_TOLERANCE = 0.20  # ... and the lock-step loop at most this much slower (it varies more)
@@ -82,6 +82,24 @@ class Slowness(NamedTuple):
 def furthest_from_usual(slowness: Iterable[float], default: float = math.nan) -> float:
     """The value furthest from 1.0 (the usual state), NaNs left out; ``default`` when all are."""
     return max((x for x in slowness if x == x), key=lambda x: abs(x - 1), default=default)
+
+
+def usual_time(history: Sequence[float]) -> float:
+    """The median of the most probes of ``history`` that one time holds within :data:`TOLERANCE` (moved
+    as little as that needs; of equal bands, the one nearest the median of all). Of a host in one state
+    that is about the median of all; of a host that switches between states, the most frequent one, where
+    the median of all can lie between them, in a state the host is never in (docs/measurement.md#probes)."""
+    ordered = sorted(history)
+    median = statistics.median(ordered)
+    best = (0, 0.0, median)  # (probes within the band, minus its distance from the median of all, its time)
+    lo = 0
+    for hi, taken in enumerate(ordered):
+        while taken * (1 - TOLERANCE) > ordered[lo] * (1 + TOLERANCE):
+            lo += 1
+        middle = (ordered[(lo + hi) // 2] + ordered[(lo + hi + 1) // 2]) / 2
+        centre = min(max(middle, taken / (1 + TOLERANCE)), ordered[lo] / (1 - TOLERANCE))  # holds all of them
+        best = max(best, (hi - lo + 1, -abs(centre - median), centre))
+    return best[2]
 
 
 def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
@@ -173,17 +191,20 @@ class HostSpeed:
         taken = self._probe(cpus)
         slowness = Slowness(self._judge(key, taken.compute_ms, remember),
                             self._judge(f"{key}:memory", taken.memory_ms, remember),
-                            self._judge(f"{key}:sync", taken.sync_ms, remember))
+                            self._judge(f"{key}:sync", taken.sync_ms, remember, statistics.median))
         if remember:
             self._save()
         return slowness
 
-    def _judge(self, key: str, taken: float, remember: bool) -> float:
+    def _judge(self, key: str, taken: float, remember: bool,
+               usual: Callable[[Sequence[float]], float] = usual_time) -> float:
+        """``taken`` over the usual time of ``key``'s history: the lock-step loop, judged only when slower,
+        over their median."""
         assert self._history is not None
         if taken != taken:  # a probe without this loop
             return math.nan
         history = self._history.setdefault(key, [])
-        normal = statistics.median(history) if len(history) >= MIN_HISTORY else math.nan
+        normal = usual(history) if len(history) >= MIN_HISTORY else math.nan
         if remember:
             history.append(taken)
             del history[:-HISTORY]

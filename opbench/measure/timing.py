@@ -79,9 +79,10 @@ class TimingPolicy:
 
     def fresh(self, short: bool = False) -> TimingPolicy:
         """A fresh-process measurement's: :data:`~opbench.settings.FRESH_TURNS` turns of a series never taken
-        again for its spread (its turns are the repeats); one turn of :data:`MIN_REPEATS` calls when
-        ``short`` (a reference far slower than what it is compared with, docs/measurement.md#fresh)."""
-        return dataclasses.replace(self, max_remeasures=0, repeat=MIN_REPEATS if short else self.repeat,
+        again, for its spread or for a spell (its turns are the repeats, and :func:`joined` leaves out a turn
+        found in a spell); one turn of :data:`MIN_REPEATS` calls when ``short`` (a reference far slower than
+        what it is compared with, docs/measurement.md#fresh)."""
+        return dataclasses.replace(self, max_remeasures=0, spell_reruns=0, repeat=MIN_REPEATS if short else self.repeat,
                                    turns=1 if short else settings.FRESH_TURNS)
 
     def turns_disagree(self, turns: list[RunResult]) -> bool:

@@ -39,7 +39,7 @@ class LocalRunner(Runner[Job, RunResult]):
     kernel slows PyTorch down 10-150x. Workers start under the lock's shared side, so a start-up
     (importing TVM and torch) never overlaps a timed run, whichever process times it. With ``speed``,
     every CPU run is preceded by a probe of the host's speed, after waiting for the host's usual state (up
-    to the job's ``settle_s``, or :func:`opbench.settings.fresh_settle_s` for a fresh-process turn), and
+    to the job's ``settle_s``, or a share of :meth:`run_fresh`'s wait for a fresh-process turn), and
     followed by another; the job's :class:`~opbench.measure.timing.TimingPolicy` decides what is taken
     again and kept (:func:`opbench.measure.timing.take`).
     """
@@ -100,11 +100,14 @@ class LocalRunner(Runner[Job, RunResult]):
 
     def run_fresh(self, jobs: list[Job]) -> list[RunResult]:
         """Each job in a new process that has run nothing else (forked from a zygote); all start together,
-        then take their turns (:meth:`_take_turns`)."""
+        then take their turns (:meth:`_take_turns`), which wait for the host's usual state as long as a
+        spell rerun would for each of them, up to :func:`opbench.settings.fresh_settle_s` in all
+        (docs/measurement.md#settle)."""
         workers = [self._fresh_worker(inp) for inp in jobs]
+        turns = sum(inp.timing.turns for inp in jobs)
         try:
             self._start(*workers)
-            return self._take_turns(workers, jobs, settings.fresh_settle_s())
+            return self._take_turns(workers, jobs, min(settings.fresh_settle_s(), turns * settings.spell_wait_s()))
         finally:
             for worker in workers:
                 worker.close()
