@@ -1,23 +1,35 @@
 """Datasets at scale: sealed segments, streamed export, import that merges, stores written before segments."""
+import json
 import math
 import tempfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from opbench.engines.loop import valid_proposals
+from opbench.engines.simple import RandomEngine
+from opbench.hardware.cpu_shape import CpuShape, shaped_for, target_shape
+from opbench.hardware.resources import Resources, host_facts
+from opbench.measure.features import FEATURES_VERSION, config_nest, nest_features, static_features
 from opbench.record import SCHEMA_VERSION, TrialRecord
+from opbench.space import get_template
 from opbench.testing.lan import MlflowServer
 from opbench.tracking import Recorder, read_mlflow_records
-from opbench.tracking.dataset import export_mlflow, load_records
+from opbench.tracking.dataset import export_mlflow, load_records, write_dataset
+from opbench.tracking.dataset.featurize import NEST_COLUMNS
 from opbench.tracking.dataset.formats import read_rows
 from opbench.tracking.dataset.importer import import_dataset
 from opbench.tracking.dataset.sources import Filters, fetch, plan
 from opbench.tracking.mlflow_store import MlflowWriter, _client
 from opbench.tracking.segment_store import SEALED, segment_artifacts
 from opbench.tracking.segments import canonical, read_segment, table_records, write_segment
+from opbench.workloads import parse_workload
+
+from .cli import run_cli
 
 
 def _record(i: int, **extra) -> dict:
@@ -163,3 +175,38 @@ def test_import_then_export_through_an_mlflow_server_is_lossless_and_idempotent(
                 == 70
     finally:
         server.stop()
+
+
+def test_featurize_gives_older_records_the_nest_features_of_the_cpu_they_ran_on(tmp_path):
+    """A features-version-1 record gets the compute-nest features a record made today on its CPU carries: from
+    this host, what the measurer logs; from an AVX2 host, 8-lane vectors; from a board, the board's. Records
+    that carry them, and invalid configs, keep what they have."""
+    workload = parse_workload("matmul-512")
+    template = get_template(workload)
+    engine = RandomEngine(template.search_space(workload), 2, seed=3)
+    configs = [p.config for p in valid_proposals(engine, workload, template, 4, max_rejects=100)]
+    hosts = {"this host": ({}, target_shape("llvm")), "an AVX2 host": ({"feat.avx512": 0.0, "feat.avx2": 1.0}, CpuShape(256, 16)),
+             "rpi4": ({"target": json.dumps({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"})},
+                      target_shape("rpi4"))}
+    rows, expected = [], []
+    for i, (config, (facts, shape)) in enumerate(zip(configs, [*hosts.values(), hosts["this host"]])):
+        made = static_features(workload, config, template.name, Resources(2), host_facts())
+        rows.append({"trial_id": f"t{i}", "workload": workload.name, "template": template.name, "threads": 2, "status": "ok",
+                     "features_version": "1", **{f"knob.{k}": v for k, v in config.items()},
+                     **{k: v for k, v in made.items() if k not in NEST_COLUMNS}, **facts})
+        with shaped_for(shape):
+            expected.append(nest_features(config_nest(config, workload, template.name), 2, shape))
+    assert expected[0] == {k: v for k, v in static_features(workload, configs[0], template.name, Resources(2), host_facts()).items()
+                           if k in NEST_COLUMNS}  # this host's: what the measurer logged
+    rows[3].update(features_version=FEATURES_VERSION, **dict.fromkeys(NEST_COLUMNS, 7.0))  # carries them already
+    rows.append({"trial_id": "bad", "workload": workload.name, "template": template.name, "threads": 2,
+                 "status": "invalid_config", "features_version": "1"})
+    write_dataset(pd.DataFrame(rows), tmp_path / "old.parquet")
+    assert run_cli("dataset", "featurize", str(tmp_path / "old.parquet"), "--out", str(tmp_path / "new.parquet")).returncode == 0
+    new = pd.read_parquet(tmp_path / "new.parquet").set_index("trial_id")
+    for i, want in enumerate(expected[:3]):
+        got = new.loc[f"t{i}", list(NEST_COLUMNS)].astype(float).to_dict()
+        assert got == pytest.approx(want, nan_ok=True) and new.loc[f"t{i}", "features_version"] == FEATURES_VERSION
+    assert expected[1] != pytest.approx(nest_features(config_nest(configs[1], workload, template.name), 2, CpuShape(512, 32)), nan_ok=True)
+    assert (new.loc["t3", list(NEST_COLUMNS)] == 7.0).all()
+    assert new.loc["bad", "features_version"] == "1" and new.loc["bad", list(NEST_COLUMNS)].isna().all()

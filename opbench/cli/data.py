@@ -63,6 +63,18 @@ def cmd_dataset_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dataset_featurize(args: argparse.Namespace) -> int:
+    from opbench.tracking.dataset import write_dataset
+    from opbench.tracking.dataset.export import read_dataset
+    from opbench.tracking.dataset.featurize import add_nest_features
+
+    frame = read_dataset(args.data)
+    frame, added = add_nest_features(frame, lambda done, total: print(f"  {done}/{total} records", flush=True))
+    write_dataset(frame, args.out)
+    print(f"{added} of {len(frame)} records given the compute-nest features (features version 1 -> 2); wrote {args.out}")
+    return 0
+
+
 def _log_predictor_run(args: argparse.Namespace, model, metrics: dict[str, float], plot: Path, n_train: int) -> None:
     import mlflow.xgboost
 
@@ -192,6 +204,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--tracking-uri")
         p.add_argument("--out", type=dataset_file, help="also export the study to F.parquet, F.jsonl or F.csv")
         p.set_defaults(func=cmd_dataset_import)
+
+    p = data.add_parser("featurize", help="add the features a dataset's older records lack (the compute nest of "
+                                          "features version 2), from their configs and the CPU each ran on")
+    p.add_argument("data", help="a dataset from `opbench dataset export` (.parquet, .jsonl or .csv)")
+    p.add_argument("--out", required=True, type=dataset_file, help="F.parquet, F.jsonl or F.csv")
+    p.set_defaults(func=cmd_dataset_featurize)
 
     p = sub.add_parser("predictor", help="train and evaluate the XGBoost latency predictor")
     pred = p.add_subparsers(dest="predictor_command", required=True)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from opbench.hardware.resources import HostFacts, host_facts
 from opbench.hardware.targets import BOARDS
@@ -34,15 +36,41 @@ class CpuShape:
 
     @classmethod
     def of(cls, facts: HostFacts) -> CpuShape:
-        """The shape a CPU's ISA flags and caches give: AVX-512 32 x 512 bits, AVX/AVX2 16 x 256, AArch64
-        ASIMD 32 x 128, ARMv7 NEON and SSE 16 x 128."""
-        isa = set(facts.isa)
-        ways = facts.l1d_ways or DEFAULT_L1D_WAYS
+        """The shape a CPU's ISA flags and caches give (:meth:`of_isa`)."""
+        return cls.of_isa(set(facts.isa), facts.l1d_ways or DEFAULT_L1D_WAYS)
+
+    @classmethod
+    def of_isa(cls, isa: set[str], l1d_ways: int = DEFAULT_L1D_WAYS) -> CpuShape:
+        """AVX-512 32 x 512 bits, AVX/AVX2 16 x 256, AArch64 ASIMD 32 x 128, ARMv7 NEON and SSE 16 x 128."""
         if "avx512f" in isa:
-            return cls(512, 32, ways)
+            return cls(512, 32, l1d_ways)
         if isa & {"avx", "avx2"}:
-            return cls(256, 16, ways)
-        return cls(128, 32 if "asimd" in isa else 16, ways)
+            return cls(256, 16, l1d_ways)
+        return cls(128, 32 if "asimd" in isa else 16, l1d_ways)
+
+
+def record_shape(record: Mapping[str, Any]) -> CpuShape:
+    """The shape of the CPU a record's kernel ran on: its board's (the record's target names the board's
+    triple and CPU), else what the record's host features say (``feat.avx512``, ``feat.avx2``, an AArch64
+    triple); this host's when the record says neither."""
+    target = _target_fields(record.get("target"))
+    triple, mcpu = str(target.get("mtriple", "")), str(target.get("mcpu", ""))
+    board = next((b for b in BOARDS.values() if (b.triple, b.mcpu) == (triple, mcpu)), None)
+    if board is not None:
+        return target_shape(board.name)
+    if "feat.avx2" not in record and not triple:
+        return CpuShape.of(host_facts())
+    isa = {flag for flag, column in (("avx512f", "feat.avx512"), ("avx2", "feat.avx2")) if record.get(column) == 1.0}
+    return CpuShape.of_isa(isa | ({"asimd"} if triple.startswith("aarch64") else set()))
+
+
+def _target_fields(target: Any) -> dict[str, Any]:
+    """A record's ``target``: TVM's JSON of the target (a dict), else nothing to read."""
+    try:
+        fields = json.loads(target) if isinstance(target, str) else target
+    except ValueError:
+        return {}
+    return fields if isinstance(fields, dict) else {}
 
 
 def target_shape(target: str) -> CpuShape:

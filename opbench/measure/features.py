@@ -5,11 +5,13 @@ holds all trials and a predictor can learn across ops.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from typing import Any
 
-from opbench.hardware.cpu_shape import CpuShape, current_shape, target_shape
+from opbench.exceptions import ConfigError
+from opbench.hardware.cpu_shape import CpuShape, record_shape, shaped_for, target_shape
 from opbench.hardware.resources import HostFacts, Resources
 from opbench.record import Record, config_of
 from opbench.space import TEMPLATES, Config, Nest
@@ -103,14 +105,28 @@ def config_nest(config: Config, workload: Workload, template_name: str | None) -
 
 
 def record_nest_features(record: Record) -> dict[str, float]:
-    """:func:`nest_features` of a record's config on this host's CPU shape, knobs it lacks (an older template's
-    record) at their defaults: for records made before they carried them (:data:`FEATURES_VERSION` 1)."""
+    """:func:`nest_features` of a record's config on the CPU it ran on (:func:`record_shape`), knobs it lacks (an
+    older template's record) at their defaults, for records made before they carried them (:data:`FEATURES_VERSION`
+    1); NaN where its template is unknown or no longer takes its config."""
     workload, template = parse_workload(record["workload"]), TEMPLATES.get(record.get("template") or "")
-    if template is None:
-        return nest_features(None, int(record["threads"]), current_shape())
-    config = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in config_of(record).items() if v == v}
-    nest = template.nest({**template.default_config(workload), **config}, workload)
-    return nest_features(nest, int(record["threads"]), current_shape())
+    shape = record_shape(record)
+    config = {k: _typed_knob(v) for k, v in config_of(record).items() if v == v}  # NaN: another template's knob
+    nest = None
+    with shaped_for(shape), contextlib.suppress(ConfigError):  # the defaults completing the config: that CPU's
+        nest = template.nest(template.validate(config, workload), workload) if template else None
+    return nest_features(nest, int(record["threads"]), shape)
+
+
+def _typed_knob(value: Any) -> Any:
+    """A knob's value as its template takes it: a dataset keeps knobs as text where a column mixes types
+    (``"4"``, or ``"4.0"`` from a table with holes)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return int(number) if number.is_integer() else number
 
 
 def resource_features(resources: Resources) -> dict[str, float]:
