@@ -179,6 +179,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    _register_dataset(sub)
+    _register_predictor(sub)
+
+
+def _register_dataset(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dataset", help="tuning logs as datasets")
     data = p.add_subparsers(dest="dataset_command", required=True)
     p = data.add_parser("export", help="the record table (one row per trial, with features) to a file, streamed")
@@ -211,6 +216,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=dataset_file, help="F.parquet, F.jsonl or F.csv")
     p.set_defaults(func=cmd_dataset_featurize)
 
+
+def _register_predictor(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predictor", help="train and evaluate the XGBoost latency predictor")
     pred = p.add_subparsers(dest="predictor_command", required=True)
     p = pred.add_parser("train", help="train on a dataset, report metrics on a held-out split")
