@@ -41,13 +41,13 @@ def _speed(tmp_path, times, name="speed.json"):
     return HostSpeed(tmp_path / name, host.probe, host.sleep, lambda: host.now), host
 
 
-def test_slowness_is_a_probe_over_the_median_of_the_probes_before_it(tmp_path):
+def test_slowness_is_a_probe_over_the_usual_time_of_the_probes_before_it(tmp_path):
     speed, _ = _speed(tmp_path, [1.0, 1.1, 0.9, 1.0, 1.0, 1.6, 0.85])
     for _ in range(MIN_HISTORY):  # nothing to judge by yet
         first = speed.slowness([0, 1])
         assert math.isnan(first.compute) and math.isnan(first.memory) and first.usual
     assert speed.slowness([0, 1]).compute == pytest.approx(1.6)
-    assert speed.slowness([0, 1])[:2] == pytest.approx((0.85, 1.0))  # median of 1.0, 1.1, 0.9, 1.0, 1.0, 1.6
+    assert speed.slowness([0, 1])[:2] == pytest.approx((0.85, 1.0))  # 1.0, 1.1, 0.9, 1.0, 1.0, 1.6: usual 1.0
     again, _ = _speed(tmp_path, [(2.0, 0.7)])  # another process on the same host: the history is in the file
     assert again.slowness([0, 1])[:2] == pytest.approx((2.0, 0.7))
 
