@@ -254,11 +254,22 @@ def from_mlflow_value(key: str, value: Any) -> Any:
     if key in ("schema_version", "threads", "cache_flush", "worker_pid", "kernel_pid", "verify_round"):
         return int(value)
     if key.startswith(KNOB_PREFIX):
-        try:
-            return int(value)
-        except ValueError:
-            return value
+        return _knob_from_text(value)
     return value
+
+
+def _knob_from_text(value: str) -> Any:
+    """A knob kept as text: an integer (``"4"``, or ``"4.0"`` from a table whose column had holes) as an int,
+    anything else as the text."""
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return int(number) if number.is_integer() else value
 
 
 def is_ok(record: Record) -> bool:

@@ -204,6 +204,7 @@ def test_featurize_gives_older_records_the_nest_features_of_the_cpu_they_ran_on(
     write_dataset(pd.DataFrame(rows), tmp_path / "old.parquet")
     assert run_cli("dataset", "featurize", str(tmp_path / "old.parquet"), "--out", str(tmp_path / "new.parquet")).returncode == 0
     new = pd.read_parquet(tmp_path / "new.parquet").set_index("trial_id")
+    assert pa.types.is_integer(pq.read_schema(tmp_path / "new.parquet").field("knob.k_inner").type)  # not "4.0" text
     for i, want in enumerate(expected[:3]):
         got = new.loc[f"t{i}", list(NEST_COLUMNS)].astype(float).to_dict()
         assert got == pytest.approx(want, nan_ok=True) and new.loc[f"t{i}", "features_version"] == FEATURES_VERSION

@@ -13,7 +13,7 @@ from typing import Any
 from opbench.exceptions import ConfigError
 from opbench.hardware.cpu_shape import CpuShape, record_shape, shaped_for, target_shape
 from opbench.hardware.resources import HostFacts, Resources
-from opbench.record import Record, config_of
+from opbench.record import KNOB_PREFIX, Record, config_of, from_mlflow_value
 from opbench.space import TEMPLATES, Config, Nest
 from opbench.workloads import OPERATORS, Workload, parse_workload
 
@@ -110,23 +110,12 @@ def record_nest_features(record: Record) -> dict[str, float]:
     1); NaN where its template is unknown or no longer takes its config."""
     workload, template = parse_workload(record["workload"]), TEMPLATES.get(record.get("template") or "")
     shape = record_shape(record)
-    config = {k: _typed_knob(v) for k, v in config_of(record).items() if v == v}  # NaN: another template's knob
+    config = {k: from_mlflow_value(KNOB_PREFIX + k, v) if isinstance(v, str) else v  # a dataset keeps some as text
+              for k, v in config_of(record).items() if v == v}  # NaN: another template's knob in the same table
     nest = None
     with shaped_for(shape), contextlib.suppress(ConfigError):  # the defaults completing the config: that CPU's
         nest = template.nest(template.validate(config, workload), workload) if template else None
     return nest_features(nest, int(record["threads"]), shape)
-
-
-def _typed_knob(value: Any) -> Any:
-    """A knob's value as its template takes it: a dataset keeps knobs as text where a column mixes types
-    (``"4"``, or ``"4.0"`` from a table with holes)."""
-    if not isinstance(value, str):
-        return value
-    try:
-        number = float(value)
-    except ValueError:
-        return value
-    return int(number) if number.is_integer() else number
 
 
 def resource_features(resources: Resources) -> dict[str, float]:
