@@ -30,7 +30,7 @@ from opbench.engines.loop import run_tuning
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import make_target
-from opbench.measure.features import MS_FEATURES, NEST_FEATURES, per_store_features, record_nest_features
+from opbench.measure.features import MS_FEATURES, per_store_features, record_nest_features
 from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
@@ -40,6 +40,7 @@ from opbench.predictor.model import task_keys
 from opbench.record import config_of, is_ok
 from opbench.report.progress import table
 from opbench.space import TEMPLATES, get_template
+from opbench.tracking.dataset.featurize import NEST_COLUMNS
 from opbench.tracking.jsonl import JsonlWriter, read_jsonl, read_jsonl_records
 from opbench.workloads import parse_workload, task_key_of
 from opbench.workloads.models.extract import anchor_kind
@@ -62,7 +63,7 @@ FUSED_PER_MODEL = 2
 SEEDS = 3  # each fold trained with this many seeds: one seed's scores vary by +-0.06 top-1 on this data
 RECORDS, SUMMED, NESTED = "records.jsonl", "summed_features.parquet", "nest_features.parquet"
 MEANS = [f"feat.ms{i:03d}" for i in range(MS_FEATURES)]
-NESTS = [f"feat.{name}" for name in NEST_FEATURES]
+NESTS = list(NEST_COLUMNS)
 
 
 def model_workloads(measurer: Measurer, folder: Path, threads: int) -> list[str]:
