@@ -109,7 +109,7 @@ def models(measurer: Measurer, specs: dict[str, GpuModelTune], rounds: int, scra
         print(f"--- {name}: its fused matmuls and convolutions tuned on the GPU, {spec.trials_per_op} trials each "
               f"(at most {spec.max_ops} operators); dlight schedules the rest", flush=True)
         with Recorder(f"cuda-model-{name}", tracking, background_lock=HostLock(measurer.options.lock_path)) as recorder:
-            built = tune_model_gpu(spec, measurer, tee(recorder, TrialPrinter(spec.trials_per_op)), scratch / name)
+            built = tune_model_gpu(spec, measurer, tee(recorder, TrialPrinter(None)), scratch / name)
         for op, calls, default_ms, best_ms in built.rows:
             print(f"    {op}: {calls} calls, template default {default_ms:.4f} ms, best {best_ms:.4f} ms", flush=True)
         verified = verify_gpu_model(measurer, spec, built, f"OpBench tuned ({len(built.rows)} ops, {built.trials} trials)",

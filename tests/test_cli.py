@@ -80,6 +80,18 @@ def test_progress_counts_the_trials_and_names_the_references(capsys):
     assert "best 2.0000 ms" in trial and printer.count == 1  # a reference is neither a trial nor the study's best
 
 
+def test_progress_shows_each_workloads_own_best(capsys):
+    import sys
+
+    from opbench.report.progress import TrialPrinter
+
+    printer = TrialPrinter(None, sys.stdout)  # a model's operators tuned one after another
+    for workload, latency in (("a", 0.05), ("b", 0.12), ("a", 0.04)):
+        printer({"workload": workload, "status": "ok", "latency_ms": latency, "gflops": 1.0, "threads": 1})
+    first, second, third = capsys.readouterr().out.splitlines()
+    assert "best 0.0500 ms" in first and "best 0.1200 ms" in second and "best 0.0400 ms" in third
+
+
 def test_a_malformed_setting_in_the_environment_is_named(monkeypatch, capsys):
     monkeypatch.setenv("OPBENCH_SPELL_RERUNS", "many")
     assert main(["measure", "matmul:m=8,n=8,k=8"]) == 2

@@ -33,25 +33,26 @@ def changed_knobs(record: Record, base: dict[str, Any] | None = None) -> str:
 
 class TrialPrinter:
     """Prints ``[i/n] status latency GFLOP/s (best so far) knobs`` as each trial's record arrives, and
-    ``[reference NAME]`` for a reference (neither counted nor a best)."""
+    ``[reference NAME]`` for a reference (neither counted nor a best). The best is its workload's: a run
+    that tunes several operators (a model's) never shows one operator's time as another's best."""
 
     def __init__(self, total: int | None, stream: TextIO | None = None, base: dict[str, Any] | None = None) -> None:
         self.total, self._stream, self.base = total, stream, base
         self.count = 0
-        self.best: float = math.inf
+        self.best: dict[str, float] = {}  # per workload
 
     def __call__(self, record: Record) -> None:
-        latency = record.get("latency_ms")
+        latency, workload = record.get("latency_ms"), record.get("workload", "")
         if record.get("reference"):
             head = f"[reference {record['reference']}]"
         else:
             self.count += 1
             if latency is not None and is_ok(record):
-                self.best = min(self.best, latency)
+                self.best[workload] = min(self.best.get(workload, math.inf), latency)
             head = f"[{self.count}/{self.total}]" if self.total else f"[{self.count}]"
         result = (f"{latency:9.4f} ms {record.get('gflops', 0):7.1f} GFLOP/s" if latency is not None
                   else f"{'':27s}")
-        best = f"best {self.best:.4f} ms" if self.best < math.inf else "best -"
+        best = f"best {self.best[workload]:.4f} ms" if workload in self.best else "best -"
         detail = changed_knobs(record, self.base)
         error = f"  [{record['error'].splitlines()[0][:120]}]" if record.get("error") else ""
         print(f"{head} {record['status']:<14s} {result}  {best:<16s} threads={record.get('threads')} "
