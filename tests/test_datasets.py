@@ -201,8 +201,11 @@ def test_featurize_gives_older_records_the_nest_features_of_the_cpu_they_ran_on(
     rows[3].update(features_version=FEATURES_VERSION, **dict.fromkeys(NEST_COLUMNS, 7.0))  # carries them already
     rows.append({"trial_id": "bad", "workload": workload.name, "template": template.name, "threads": 2,
                  "status": "invalid_config", "features_version": "1"})
+    rows.append({**rows[0], "trial_id": "gone", "workload": "matmul:m=512,n=512,k=512,layout=gone"})  # an older catalogue's
     write_dataset(pd.DataFrame(rows), tmp_path / "old.parquet")
-    assert run_cli("dataset", "featurize", str(tmp_path / "old.parquet"), "--out", str(tmp_path / "new.parquet")).returncode == 0
+    done = run_cli("dataset", "featurize", str(tmp_path / "old.parquet"), "--out", str(tmp_path / "new.parquet"))
+    assert done.returncode == 0 and "left as they were: the records of 'matmul:m=512,n=512,k=512,layout=gone'" in done.stdout
+    assert "3 of 6 records given the compute-nest features" in done.stdout
     new = pd.read_parquet(tmp_path / "new.parquet").set_index("trial_id")
     assert pa.types.is_integer(pq.read_schema(tmp_path / "new.parquet").field("knob.k_inner").type)  # not "4.0" text
     for i, want in enumerate(expected[:3]):
@@ -211,3 +214,4 @@ def test_featurize_gives_older_records_the_nest_features_of_the_cpu_they_ran_on(
     assert expected[1] != pytest.approx(nest_features(config_nest(configs[1], workload, template.name), 2, CpuShape(512, 32)), nan_ok=True)
     assert (new.loc["t3", list(NEST_COLUMNS)] == 7.0).all()
     assert new.loc["bad", "features_version"] == "1" and new.loc["bad", list(NEST_COLUMNS)].isna().all()
+    assert new.loc["gone", "features_version"] == "1" and new.loc["gone", list(NEST_COLUMNS)].isna().all()

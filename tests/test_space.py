@@ -1,6 +1,7 @@
-"""Per-workload spaces: every point validates and applies (odd shapes included), the template default
-is a point, features compare across workloads, bad knobs are named, and every point builds a correct
-kernel (a weighted sample, built and checked)."""
+"""Per-workload spaces: every point validates and applies (odd shapes included; on CUDA, every point whose
+shared-memory tiles fit a block, the others rejected by name), the template default is a point, features
+compare across workloads, bad knobs are named, and every point builds a correct kernel (a weighted sample,
+built and checked)."""
 import dataclasses
 import math
 import os
@@ -16,6 +17,7 @@ from opbench.hardware.resources import HostFacts, Resources
 from opbench.measure.features import config_features, nest_features
 from opbench.measure.types import TrialSpec
 from opbench.space import TEMPLATES, Nest, get_template, winograd
+from opbench.space.gpu import SHARED_BYTES, GpuTiledTemplate
 from opbench.space.tiled import alias_free_rows, nest_choices
 from opbench.workloads import PRESETS, parse_workload
 
@@ -63,7 +65,11 @@ def test_every_sampled_point_validates_and_applies(workload, template):
     default = template.default_config(workload)
     assert template.validate(default, workload) == default  # the default is a point of the space
     for config in uniform(template, workload, SAMPLES // 3 if template.name in PACKED else SAMPLES):  # tiled convs: fewer
-        apply(template, workload, config)
+        if isinstance(template, GpuTiledTemplate) and template.staged_bytes(config, workload) > SHARED_BYTES:
+            with pytest.raises(ConfigError, match="knob 'shared': the tiles staged in shared memory take"):
+                template.validate(config, workload)
+        else:
+            apply(template, workload, config)
 
 
 def test_tiles_are_the_factorizations_of_odd_extents():

@@ -179,6 +179,27 @@ def test_cuda_configs_and_ops_are_checked():
         get_template(parse_workload("bert-base-softmax"), None, "cuda")
 
 
+def test_cuda_tiles_staged_in_shared_memory_fit_a_block():
+    """A stride-2 convolution's input tile spans twice its output tile: the whole-map tile (the old default)
+    stages 100 KB, over a block's 48 KB, and is rejected before a build; the default takes smaller tiles, and
+    the kernel's shared arrays hold no more than the template counted."""
+    import tvm
+
+    from opbench.space.gpu import SHARED_BYTES
+
+    conv = parse_workload("conv2d:n=1,c=128,h=56,w=56,k=128,r=3,s=3,stride=2,pad=1")
+    template = get_template(conv, None, "cuda")
+    whole = {"f_split": "128x1x1", "y_split": "1x7x4", "x_split": "1x7x4", "rc_inner": 8, "shared": 1}
+    with pytest.raises(ConfigError, match=r"knob 'shared'.*take 9\d\.\d KB a block, more than its 48 KB"):
+        template.validate(whole, conv)
+    assert template.validate({**whole, "shared": 0}, conv)["shared"] == 0  # unstaged, it fits
+    default = template.validate({}, conv)
+    assert default["shared"] == 1 and default["y_split"] == "4x7x1" and 0 < template.staged_bytes(default, conv) <= SHARED_BYTES
+    source = tvm.compile(template.schedule(conv, default), make_target("cuda -arch=sm_80", 1)).mod.imports[0].inspect_source()
+    arrays = [int(n) for n in re.findall(r"__shared__ alignas\(\d+\) float \w+\[(\d+)\]", source)]
+    assert len(arrays) == 2 and 4 * sum(arrays) <= template.staged_bytes(default, conv)
+
+
 needs_gpu = pytest.mark.skipif("not __import__('opbench.hardware.targets').hardware.targets.cuda_present()",
                                reason="no CUDA GPU on this machine")
 

@@ -69,9 +69,12 @@ def cmd_dataset_featurize(args: argparse.Namespace) -> int:
     from opbench.tracking.dataset.featurize import add_nest_features
 
     frame = read_dataset(args.data)
-    frame, added = add_nest_features(frame, lambda done, total: print(f"  {done}/{total} records", flush=True))
+    frame, done = add_nest_features(frame, lambda count, total: print(f"  {count}/{total} records", flush=True))
     write_dataset(frame, args.out)
-    print(f"{added} of {len(frame)} records given the compute-nest features (features version 1 -> 2); wrote {args.out}")
+    for workload, why in done.unparsed.items():
+        print(f"  left as they were: the records of '{workload}' ({why})")
+    print(f"{done.added} of {len(frame)} records given the compute-nest features (features version 1 -> 2); "
+          f"wrote {args.out}")
     return 0
 
 

@@ -9,13 +9,18 @@ Each tiled spatial axis ``a`` is split into block / thread / register tiles (``a
 
 The output accumulates in registers (a ``local`` cache) written back per thread. With ``shared``,
 every input tile is staged in shared memory once per outer reduction step, fetched cooperatively
-by all threads of the block in ``vector``-wide loads. ``unroll_max_step`` unrolls the thread's body.
+by all threads of the block in ``vector``-wide loads; a config whose staged tiles overflow a block's static
+shared memory (a strided convolution's input tile spans stride x its output tile) is invalid, and the
+default takes smaller register tiles, or no staging, where its tiles would. ``unroll_max_step`` unrolls
+the thread's body.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opbench.exceptions import ConfigError
 from opbench.space._base import SPLIT_SEP, Config, Knob, Template, divisors, split_choices, split_factors
 from opbench.space._schedule import inline_around_anchor
 from opbench.space.tiled import PAD_STAGE, UNROLL_STEPS, epilogue_name
@@ -30,6 +35,8 @@ REGISTER_TILE_CAP = 8
 REDUCE_TILE_CAP = 32
 VECTOR_WIDTHS = (1, 2, 4)
 MAX_THREADS = 1024  # per block, on every CUDA GPU
+SHARED_BYTES = 48 * 1024  # static shared memory per block, on every CUDA GPU (more takes a dynamic opt-in)
+_STAGED: dict[tuple, int] = {}  # (template, workload, config) -> bytes staged in shared memory per block
 
 
 def vector_width(extent: int) -> int:
@@ -81,6 +88,18 @@ class GpuTiledTemplate(Template):
         return tuple(d for d in divisors(extent, REDUCE_TILE_CAP) if d % vector_width(extent) == 0)
 
     def default_config(self, workload: Workload) -> Config:
+        """16 x 8 threads with 4 x 4 register tiles where the loops allow, staged in shared memory; register
+        tiles of 1 where those tiles overflow shared memory, and no staging where even those do."""
+        config = self._widest_default(workload)
+        if self.staged_bytes(config, workload) > SHARED_BYTES:
+            for a in self.tiled:
+                blocks, thread, inner = split_factors(config[f"{a}_split"])
+                config[f"{a}_split"] = SPLIT_SEP.join(map(str, (blocks * inner, thread, 1)))
+        if self.staged_bytes(config, workload) > SHARED_BYTES:
+            config["shared"] = 0
+        return config
+
+    def _widest_default(self, workload: Workload) -> Config:
         ext = self.extents(workload)
         caps = THREAD_CAPS[len(self.tiled)]
         config: Config = {}
@@ -105,7 +124,30 @@ class GpuTiledTemplate(Template):
         vocab.update(shared=None, vector=None, unroll_max_step=None)
         return vocab
 
+    def check(self, config: Config, workload: Workload) -> None:
+        staged = self.staged_bytes(config, workload)
+        if staged > SHARED_BYTES:
+            raise ConfigError("shared", f"the tiles staged in shared memory take {staged / 1024:.1f} KB a block, more "
+                                        f"than its {SHARED_BYTES // 1024} KB on {workload.name}")
+
+    def staged_bytes(self, config: Config, workload: Workload) -> int:
+        """The bytes a block stages in shared memory under ``config`` (0 without staging), read off its
+        schedule (scheduled here once per config)."""
+        if not config["shared"]:
+            return 0
+        key = (self.name, workload.name, tuple(sorted(config.items())))
+        if key not in _STAGED:
+            import tvm
+            from tvm import s_tir
+
+            _STAGED[key] = self._apply(s_tir.Schedule(tvm.IRModule({"main": workload.prim_func()})), config, workload)
+        return _STAGED[key]
+
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
+        self._apply(sch, config, workload)
+
+    def _apply(self, sch: Schedule, config: Config, workload: Workload) -> int:
+        """Schedule ``sch``; the bytes staged in shared memory per block."""
         config = self.parameters(config, workload)
         block, epilogue = self.stages(sch, workload)
         write_back = sch.cache_write(block, 0, "local")
@@ -131,27 +173,33 @@ class GpuTiledTemplate(Template):
         sch.bind(tx, "threadIdx.x")
         sch.reverse_compute_at(write_back, tx)
         threads = int(sch.get(tx).extent)
-        if config["shared"]:
-            for index in range(len(sch.get(block).reads)):
-                self._stage_in_shared(sch, block, index, groups["R0"][-1], threads, config["vector"])
+        staged = sum(self._stage_in_shared(sch, block, index, groups["R0"][-1], threads, config["vector"])
+                     for index in range(len(sch.get(block).reads))) if config["shared"] else 0
         if config["unroll_max_step"]:
             sch.annotate(tx, "pragma_auto_unroll_max_step", config["unroll_max_step"])
             sch.annotate(tx, "pragma_unroll_explicit", 1)
         sch.decompose_reduction(block, groups["R0"][0])
+        return staged
 
     @staticmethod
-    def _stage_in_shared(sch: Schedule, block, index: int, at, threads: int, vector: int) -> None:
-        """Copy read ``index`` of ``block`` into shared memory at loop ``at``, by all ``threads`` of the block."""
+    def _stage_in_shared(sch: Schedule, block, index: int, at, threads: int, vector: int) -> int:
+        """Copy read ``index`` of ``block`` into shared memory at loop ``at``, by all ``threads`` of the block;
+        the bytes of the tile it stages."""
+        import tvm
+
         stage = sch.cache_read(block, index, "shared")
         sch.compute_at(stage, at)
         loops = sch.get_loops(stage)
         depth = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(at))) + 1
         own = loops[depth:]
+        staged = math.prod(int(sch.get(loop).extent) for loop in own) * \
+            tvm.runtime.DataType(str(sch.get(stage).writes[0].source.dtype)).bits // 8
         fused = sch.fuse(*own) if own else sch.add_unit_loop(stage)  # a one-element tile has no loop left
         if vector > 1:  # the reduction tile is a multiple of ``vector``: the tile splits into whole loads
             fused, lanes = sch.split(fused, [None, vector])
             sch.vectorize(lanes)
         sch.bind(sch.split(fused, [None, threads])[1], "threadIdx.x")  # the last round may leave threads idle
+        return staged
 
 
 @dataclass(frozen=True)
