@@ -155,8 +155,8 @@ class Template(ABC):
         return {}
 
     def check(self, config: Config, workload: Workload) -> None:
-        """Checks of a complete config beyond its knobs' choices (plugin templates; built-in ones
-        have none: their spaces hold only schedules that apply)."""
+        """Checks of a complete config beyond its knobs' choices: a plugin template's, and the CUDA templates'
+        shared-memory budget (a limit across knobs); the CPU templates' spaces hold only schedules that apply."""
 
     def schedule(self, workload: Workload, config: Config) -> IRModule:
         """The scheduled IRModule of ``workload`` under a validated ``config`` (in a worker: imports TVM)."""
