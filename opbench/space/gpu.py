@@ -37,6 +37,7 @@ VECTOR_WIDTHS = (1, 2, 4)
 MAX_THREADS = 1024  # per block, on every CUDA GPU
 SHARED_BYTES = 48 * 1024  # static shared memory per block, on every CUDA GPU (more takes a dynamic opt-in)
 _STAGED: dict[tuple, int] = {}  # (template, workload, config) -> bytes staged in shared memory per block
+STAGED_KEPT = 4096  # configs whose staged bytes are kept: a long study's validations never grow it further
 
 
 def vector_width(extent: int) -> int:
@@ -137,6 +138,8 @@ class GpuTiledTemplate(Template):
             return 0
         key = (self.name, workload.name, tuple(sorted(config.items())))
         if key not in _STAGED:
+            if len(_STAGED) >= STAGED_KEPT:
+                _STAGED.clear()
             import tvm
             from tvm import s_tir
 
