@@ -124,9 +124,20 @@ def test_large_kernel_arguments_start_on_a_huge_page_boundary(monkeypatch):
     placed = kernel._on_huge_pages(big)
     view = np.from_dlpack(placed)
     assert view.ctypes.data % kernel.HUGE_PAGE_BYTES == 0 and np.array_equal(view, big)
+    for size in (75_000, 300_000, 700_000) * 3:  # its last huge page too lies inside the mapping, so it can be one
+        kept = np.from_dlpack(kernel._on_huge_pages(np.ones(size, "float32")))
+        start = kept.ctypes.data
+        assert -(-(start + 4 * size) // kernel.HUGE_PAGE_BYTES) * kernel.HUGE_PAGE_BYTES <= _mapping_end(start)
     assert np.array_equal(np.from_dlpack(kernel._on_huge_pages(small)), small)
     monkeypatch.setenv("OPBENCH_HUGE_ARGS", "0")  # off: where TVM puts it
     assert np.array_equal(np.from_dlpack(kernel._on_huge_pages(big)), big)
+
+
+def _mapping_end(address: int) -> int:
+    """The end of this process's mapping that holds ``address``."""
+    with open("/proc/self/maps") as maps:
+        spans = (tuple(int(x, 16) for x in line.split()[0].split("-")) for line in maps)
+        return next(end for start, end in spans if start <= address < end)
 
 
 def _in_worker(read):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -87,12 +88,13 @@ def read_manifest(artifact: str) -> Prepack | None:
     return Prepack(fields["arg"], tuple(fields["shape"]), fields["dtype"])
 
 
-def prepacked_args(module: Any, args: list[Any], prepack: Prepack | None, dev: Any) -> list[Any]:
-    """``args`` as ``main`` takes them: the weight replaced by its packed copy, made once by ``prepack``."""
+def prepacked_args(module: Any, args: list[Any], prepack: Prepack | None, place: Callable[[Any], Any]) -> list[Any]:
+    """``args`` as ``main`` takes them: the weight replaced by its packed copy, made once by ``prepack`` into
+    a tensor that ``place`` makes from a numpy array, where the other arguments were placed."""
     if prepack is None:
         return args
-    import tvm
+    import numpy as np
 
-    packed = tvm.runtime.empty(prepack.shape, prepack.dtype, dev)
+    packed = place(np.empty(prepack.shape, prepack.dtype))
     module[PREPACK](args[prepack.arg], packed)
     return [packed if i == prepack.arg else a for i, a in enumerate(args)]

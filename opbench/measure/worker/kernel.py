@@ -55,7 +55,8 @@ def _on_huge_pages(array: Any) -> Any:
 
     if not settings.huge_args() or array.nbytes < HUGE_PAGE_MIN_BYTES:
         return tvm.runtime.tensor(array, tvm.cpu(0))
-    space = mmap.mmap(-1, array.nbytes + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    whole_pages = -(-array.nbytes // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES  # a page the mapping ends inside stays on 4 KB pages
+    space = mmap.mmap(-1, whole_pages + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     with contextlib.suppress(AttributeError, OSError):  # no transparent huge pages: aligned all the same
         space.madvise(mmap.MADV_HUGEPAGE)
     raw = np.frombuffer(space, dtype=np.uint8)
@@ -212,7 +213,7 @@ class KernelWorker:
         place = _on_huge_pages if self._session is None and not is_gpu(target) else lambda a: tvm.runtime.tensor(a, dev)
         args = [place(a) for a in arrays]
         args.append(place(np.zeros(expected.shape, expected.dtype)))
-        args = prepacked_args(module, args, read_manifest(artifact), dev)
+        args = prepacked_args(module, args, read_manifest(artifact), place)
         first = time.perf_counter()
         module["main"](*args)
         dev.sync()
