@@ -3,8 +3,9 @@
 1. Repeatability: the same configs of matmul-512 and resnet50-c2 (valid, drawn at random) measured by
    two measurers whose workers are separate processes: Spearman rank correlation and median |delta| %.
 2. Noise: the distribution of the coefficient of variation of every record's repeats.
-3. Best configs: the three fastest configs per workload in run A re-measured in fresh processes (3
-   alternating rounds): their median against run B's measurement, a trial's record that did not choose
+3. Best configs: the three fastest configs per workload in run A re-measured in fresh processes (5
+   alternating rounds: the host's slow spells last seconds, and a median of 3 rounds read 16.5% slow when
+   2 of them fell in one): their median against run B's measurement, a trial's record that did not choose
    them (against run A too, which did, and so counts its lucky draws: the winner's curse).
 4. The torch reference of 5 short tuning studies (the median of 3 fresh processes, taken before the
    study's kernels) against torch timed the same way after them: the range of each side's processes
@@ -42,7 +43,8 @@ from opbench.studies.references import measure_references
 from opbench.workloads import parse_workload
 
 WORKLOADS = ("matmul-512", "resnet50-c2")
-ROUNDS = 3
+ROUNDS = 3  # fresh processes of each torch reference
+BEST_ROUNDS = 5  # fresh rounds of each best config
 
 
 def sample_configs(name: str, count: int, threads: int, seed: int) -> list[dict]:
@@ -61,9 +63,9 @@ def measure_all(name: str, configs: list[dict], resources: Resources) -> list[di
 
 
 def fresh_rounds(measurer: Measurer, specs: list[TrialSpec]) -> list[list[dict]]:
-    """Each spec's records of ``ROUNDS`` alternating rounds, each in a fresh process."""
+    """Each spec's records of :data:`BEST_ROUNDS` alternating rounds, each in a fresh process."""
     out: list[list[dict]] = [[] for _ in specs]
-    for round_ in range(ROUNDS):
+    for round_ in range(BEST_ROUNDS):
         order = list(range(len(specs)))[:: 1 if round_ % 2 == 0 else -1]
         for i, record in zip(order, measurer.measure_fresh([specs[i] for i in order])):
             out[i].append(record)
@@ -160,7 +162,7 @@ def main() -> None:
     results.table(table(repeat_rows, ["workload", "configs", "Spearman", "median |delta| %", "p90 |delta| %"]))
     results.print(f"\nCV of repeats over {len(cvs)} records: median {100 * statistics.median(cvs):.2f}%, "
                   f"p90 {100 * float(np.percentile(cvs, 90)):.2f}%, max {100 * max(cvs):.2f}%")
-    results.print("\nBest configs (the 3 fastest in run A) re-measured in fresh processes (3 alternating rounds), against\n"
+    results.print(f"\nBest configs (the 3 fastest in run A) re-measured in fresh processes ({BEST_ROUNDS} alternating rounds), against\n"
                   "run A, which chose them (so its lucky measurements are among them: the winner's curse), and run B")
     results.table(table(best_rows, ["workload", "run A ms", "run B ms", "B's host state", "fresh ms (median)", "min", "max",
                                     "delta vs A %", "delta vs B %"]))
