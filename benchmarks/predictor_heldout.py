@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -52,6 +53,13 @@ DEVELOPMENT = (
     "resnet50-c2", "resnet50-c5", "conv2d:n=1,c=256,h=56,w=56,k=64,r=1,s=1,stride=1,pad=0",
     "conv2d:n=1,c=64,h=56,w=56,k=128,r=3,s=3,stride=2,pad=1",
     "mobilenetv2-dw", "depthwise_conv2d:n=1,c=32,h=112,w=112,r=3,s=3,stride=1,pad=1",
+    # more data (issue 41's idea): ResNet-50's and MobileNetV2's other layer shapes, and more GEMM shapes
+    "conv2d:n=1,c=128,h=28,w=28,k=128,r=3,s=3,stride=1,pad=1", "conv2d:n=1,c=256,h=14,w=14,k=256,r=3,s=3,stride=1,pad=1",
+    "conv2d:n=1,c=128,h=56,w=56,k=128,r=3,s=3,stride=2,pad=1", "conv2d:n=1,c=256,h=56,w=56,k=512,r=1,s=1,stride=2,pad=0",
+    "depthwise_conv2d:n=1,c=192,h=28,w=28,r=3,s=3,stride=1,pad=1",
+    "depthwise_conv2d:n=1,c=384,h=14,w=14,r=3,s=3,stride=1,pad=1",
+    "depthwise_conv2d:n=1,c=144,h=56,w=56,r=3,s=3,stride=2,pad=1",
+    "dense:m=32,n=3072,k=768", "matmul:m=128,n=1024,k=512", "batch_matmul:b=8,m=64,n=64,k=256",
 )
 FINAL = (  # scored only at the end: one of each kind
     "matmul:m=384,n=384,k=768", "dense:m=16,n=1000,k=2048", "conv2d:n=1,c=512,h=28,w=28,k=128,r=1,s=1,stride=1,pad=0",
@@ -103,37 +111,39 @@ def collect(folder: Path, trials: int, threads: int) -> None:
 def summed_store_features(folder: Path) -> pd.DataFrame:
     """Each ok record's MetaSchedule per-store features summed over its stores (TenSet's pooling), from its
     config scheduled again (lowering only), by trial id; cached in ``folder``."""
-    cache = folder / SUMMED
-    if cache.exists():
-        return pd.read_parquet(cache)
-    records = [r for r in read_jsonl_records(folder / RECORDS) if is_ok(r) and r.get("template") in TEMPLATES]
-    rows = []
-    for n, record in enumerate(records, start=1):
+    def summed(record: dict) -> dict[str, float]:
         workload, template = parse_workload(record["workload"]), TEMPLATES[record["template"]]
         mod = template.schedule(workload, template.validate(config_of(record), workload))
-        summed = per_store_features(mod, make_target("llvm", record["threads"])).sum(axis=0)
-        rows.append({"trial_id": record["trial_id"], **{f"feat.mssum{i:03d}": float(v) for i, v in enumerate(summed)}})
-        if n % 200 == 0:
-            print(f"per-store features pooled by sum: {n}/{len(records)}", flush=True)
-    frame = pd.DataFrame(rows)
-    frame.to_parquet(cache)
-    return frame
+        pooled = per_store_features(mod, make_target("llvm", record["threads"])).sum(axis=0)
+        return {f"feat.mssum{i:03d}": float(v) for i, v in enumerate(pooled)}
+
+    return per_record(folder, SUMMED, summed, "per-store features pooled by sum")
 
 
 def nest_frame(folder: Path) -> pd.DataFrame:
     """Each ok record's compute-nest features (:func:`~opbench.measure.features.nest_features`) by trial id: its
     own, or for records of features version 1, computed from its config; cached in ``folder`` as first
     computed, so that they stay those of the templates that made the records."""
-    cache = folder / NESTED
+    return per_record(folder, NESTED, lambda r: {k: r[k] for k in NESTS} if NESTS[0] in r else record_nest_features(r),
+                      "compute-nest features")
+
+
+def per_record(folder: Path, cache_name: str, compute: Callable[[dict], dict[str, float]], what: str) -> pd.DataFrame:
+    """``compute(record)`` of each ok record of ``folder`` by trial id, cached in ``folder/cache_name`` and
+    topped up with the records collected since."""
+    cache = folder / cache_name
     cached = pd.read_parquet(cache) if cache.exists() else pd.DataFrame({"trial_id": []})
     known = set(cached["trial_id"])
     records = [r for r in read_jsonl_records(folder / RECORDS) if is_ok(r) and r.get("template") in TEMPLATES
                and r["trial_id"] not in known]
     if not records:
         return cached
-    frame = pd.concat([cached, pd.DataFrame([{"trial_id": r["trial_id"], **({k: r[k] for k in NESTS} if NESTS[0] in r
-                                                                           else record_nest_features(r))}
-                                             for r in records])], ignore_index=True)
+    rows = []
+    for n, record in enumerate(records, start=1):
+        rows.append({"trial_id": record["trial_id"], **compute(record)})
+        if n % 200 == 0:
+            print(f"{what}: {n}/{len(records)}", flush=True)
+    frame = pd.concat([cached, pd.DataFrame(rows)], ignore_index=True)
     frame.to_parquet(cache)
     return frame
 
