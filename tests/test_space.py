@@ -324,7 +324,7 @@ def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activat
         for built, packing in ((mod, None), (split, prepack)):
             kernel = tvm.compile(built, "llvm")
             args = [tvm.runtime.tensor(v) for v in (*arrays, np.zeros_like(expected))]
-            args = prepacked_args(kernel, args, packing, tvm.runtime.tensor)
+            args = prepacked_args(kernel, args, packing, lambda shape, dtype: tvm.runtime.empty(shape, dtype))
             kernel["main"](*args)
             np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-5, atol=1e-5)
 

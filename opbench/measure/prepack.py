@@ -88,13 +88,12 @@ def read_manifest(artifact: str) -> Prepack | None:
     return Prepack(fields["arg"], tuple(fields["shape"]), fields["dtype"])
 
 
-def prepacked_args(module: Any, args: list[Any], prepack: Prepack | None, place: Callable[[Any], Any]) -> list[Any]:
+def prepacked_args(module: Any, args: list[Any], prepack: Prepack | None,
+                   empty: Callable[[tuple[int, ...], str], Any]) -> list[Any]:
     """``args`` as ``main`` takes them: the weight replaced by its packed copy, made once by ``prepack`` into
-    a tensor that ``place`` makes from a numpy array, where the other arguments were placed."""
+    ``empty(shape, dtype)`` (where the other arguments were placed)."""
     if prepack is None:
         return args
-    import numpy as np
-
-    packed = place(np.empty(prepack.shape, prepack.dtype))
+    packed = empty(prepack.shape, prepack.dtype)
     module[PREPACK](args[prepack.arg], packed)
     return [packed if i == prepack.arg else a for i, a in enumerate(args)]

@@ -210,10 +210,13 @@ class KernelWorker:
             module = self._session.load_module(os.path.basename(artifact))
         else:
             module = tvm.runtime.load_module(artifact)
-        place = _on_huge_pages if self._session is None and not is_gpu(target) else lambda a: tvm.runtime.tensor(a, dev)
+        local = self._session is None and not is_gpu(target)
+        place = _on_huge_pages if local else lambda a: tvm.runtime.tensor(a, dev)
         args = [place(a) for a in arrays]
         args.append(place(np.zeros(expected.shape, expected.dtype)))
-        args = prepacked_args(module, args, read_manifest(artifact), place)
+        empty = (lambda shape, dtype: _on_huge_pages(np.empty(shape, dtype))) if local else \
+            (lambda shape, dtype: tvm.runtime.empty(shape, dtype, dev))
+        args = prepacked_args(module, args, read_manifest(artifact), empty)
         first = time.perf_counter()
         module["main"](*args)
         dev.sync()
