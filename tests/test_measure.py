@@ -11,7 +11,7 @@ import pytest
 from opbench.hardware.resources import Resources
 from opbench.measure.protocol import RunResult
 from opbench.measure.types import TrialSpec
-from opbench.measure.worker import fork, kernel
+from opbench.measure.worker import fork, kernel, placement
 from opbench.record import Status
 from opbench.workloads import parse_workload
 
@@ -121,16 +121,16 @@ def test_large_kernel_arguments_start_on_a_huge_page_boundary(monkeypatch):
     import numpy as np
 
     big, small = np.arange(300_000, dtype="float32").reshape(600, 500), np.ones(16, "float32")
-    placed = kernel._on_huge_pages(big)
+    placed = placement.on_huge_pages_copy(big)
     view = np.from_dlpack(placed)
-    assert view.ctypes.data % kernel.HUGE_PAGE_BYTES == 0 and np.array_equal(view, big)
+    assert view.ctypes.data % placement.HUGE_PAGE_BYTES == 0 and np.array_equal(view, big)
     for size in (75_000, 300_000, 700_000) * 3:  # its last huge page too lies inside the mapping, so it can be one
-        kept = np.from_dlpack(kernel._on_huge_pages(np.ones(size, "float32")))
+        kept = np.from_dlpack(placement.on_huge_pages_copy(np.ones(size, "float32")))
         start = kept.ctypes.data
-        assert -(-(start + 4 * size) // kernel.HUGE_PAGE_BYTES) * kernel.HUGE_PAGE_BYTES <= _mapping_end(start)
-    assert np.array_equal(np.from_dlpack(kernel._on_huge_pages(small)), small)
+        assert -(-(start + 4 * size) // placement.HUGE_PAGE_BYTES) * placement.HUGE_PAGE_BYTES <= _mapping_end(start)
+    assert np.array_equal(np.from_dlpack(placement.on_huge_pages_copy(small)), small)
     monkeypatch.setenv("OPBENCH_HUGE_ARGS", "0")  # off: where TVM puts it
-    assert np.array_equal(np.from_dlpack(kernel._on_huge_pages(big)), big)
+    assert np.array_equal(np.from_dlpack(placement.on_huge_pages_copy(big)), big)
 
 
 def _mapping_end(address: int) -> int:

@@ -2,16 +2,13 @@
 (in a child forked for the run, or here), on this host, a remote device or beside other kernels."""
 from __future__ import annotations
 
-import contextlib
 import json
-import mmap
 import os
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from opbench import settings
 from opbench.hardware.quiet import wait_until_idle
 from opbench.measure.protocol import (
     BuildInput,
@@ -30,10 +27,8 @@ from opbench.measure.worker._common import FLUSH_BYTES, Inputs, short_error, tim
 from opbench.measure.worker.fork import in_child
 from opbench.measure.worker.layout import fixed_mmap_threshold
 from opbench.measure.worker.model import time_model
+from opbench.measure.worker.placement import argument_placement
 from opbench.record import Status
-
-HUGE_PAGE_BYTES = 2 << 20
-HUGE_PAGE_MIN_BYTES = 256 << 10  # smaller arguments stay where TVM puts them
 
 
 @dataclass
@@ -45,25 +40,6 @@ class _Kernel:
     first_s: float
     max_abs_err: float
     number: int = 1
-
-
-def _on_huge_pages(array: Any) -> Any:
-    """A CPU tensor holding a copy of ``array``, on transparent huge pages from a 2 MB boundary when it is
-    at least :data:`HUGE_PAGE_MIN_BYTES` (``$OPBENCH_HUGE_ARGS=0``: where TVM puts it; docs/measurement.md#huge-pages)."""
-    import numpy as np
-    import tvm
-
-    if not settings.huge_args() or array.nbytes < HUGE_PAGE_MIN_BYTES:
-        return tvm.runtime.tensor(array, tvm.cpu(0))
-    whole_pages = -(-array.nbytes // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES  # a page the mapping ends inside stays on 4 KB pages
-    space = mmap.mmap(-1, whole_pages + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    with contextlib.suppress(AttributeError, OSError):  # no transparent huge pages: aligned all the same
-        space.madvise(mmap.MADV_HUGEPAGE)
-    raw = np.frombuffer(space, dtype=np.uint8)
-    start = -raw.ctypes.data % HUGE_PAGE_BYTES
-    view = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
-    view[...] = array
-    return tvm.runtime.from_dlpack(view)
 
 
 def _import_tvm() -> Any:
@@ -210,12 +186,9 @@ class KernelWorker:
             module = self._session.load_module(os.path.basename(artifact))
         else:
             module = tvm.runtime.load_module(artifact)
-        local = self._session is None and not is_gpu(target)
-        place = _on_huge_pages if local else lambda a: tvm.runtime.tensor(a, dev)
+        place, empty = argument_placement(dev, on_huge_pages=self._session is None and not is_gpu(target))
         args = [place(a) for a in arrays]
         args.append(place(np.zeros(expected.shape, expected.dtype)))
-        empty = (lambda shape, dtype: _on_huge_pages(np.empty(shape, dtype))) if local else \
-            (lambda shape, dtype: tvm.runtime.empty(shape, dtype, dev))
         args = prepacked_args(module, args, read_manifest(artifact), empty)
         first = time.perf_counter()
         module["main"](*args)
