@@ -5,7 +5,7 @@
 2. Noise: the distribution of the coefficient of variation of every record's repeats.
 3. Best configs: the three fastest configs per workload in run A re-measured in fresh processes (5
    alternating rounds: the host's slow spells last seconds, and a median of 3 rounds read 16.5% slow when
-   2 of them fell in one): their median against run B's measurement, a trial's record that did not choose
+   2 of its 3 rounds read slow): their median against run B's measurement, a trial's record that did not choose
    them (against run A too, which did, and so counts its lucky draws: the winner's curse).
 4. The torch reference of 5 short tuning studies (the median of 3 fresh processes, taken before the
    study's kernels) against torch timed the same way after them: the range of each side's processes
