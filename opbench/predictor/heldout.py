@@ -130,7 +130,7 @@ def held_out_study(frame: pd.DataFrame, hold_out: str, folds: int | None = None,
     the fold's, score the fold's tasks; the folds are ``fixed_folds`` when given (e.g. one fold of workloads
     set aside), else :func:`make_folds`'s."""
     model = model or predictor("latency")
-    rows = trainable(frame)
+    rows = trainable(frame).copy()  # one block: a frame merged column by column warns on every assign
     rows = rows.assign(_group=groups_of(rows, hold_out).to_numpy(), _task=groups_of(rows, "workload").to_numpy())
     result = HeldOutResult(hold_out, fixed_folds or make_folds(list(rows["_group"]), folds))
     for seed in range(seeds):
