@@ -8,7 +8,7 @@ there is topped up to ``--trials``, so a killed collection resumes.
 ``--data DIR``: each idea (a predictor of ``opbench predictor study --predictor``, on the records'
 features version 1, with MetaSchedule's per-store features pooled by sum instead of mean, re-extracted offline
 from each record's config and cached in DIR, or with the compute-nest features of version 2 computed from each
-record's config) left-one-workload-out over the development workloads, 3
+record's config, or with those and the register tile's footprint against the caches) left-one-workload-out over the development workloads, 3
 seeds (what ideas are chosen on), with every op kind's score; then on the FINAL workloads, set aside and
 never scored while choosing, each idea trained on every development workload with 3 seeds. Targets
 (issue 41) on the final workloads: mean top-1 >= 0.90, top-5 >= 0.95, none below a random pick, better
@@ -20,10 +20,12 @@ than today's model ("latency").
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from _results import Results
 
@@ -31,7 +33,7 @@ from opbench.engines.loop import run_tuning
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import make_target
-from opbench.measure.features import MS_FEATURES, per_store_features, record_nest_features
+from opbench.measure.features import MS_FEATURES, per_store_features, record_nest, record_nest_features
 from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
@@ -69,7 +71,8 @@ FINAL = (  # scored only at the end: one of each kind
 MODELS = ("bert-base@tiny", "mobilenet-v2@tiny")  # their two largest fused operators join the development set
 FUSED_PER_MODEL = 2
 SEEDS = 3  # each fold trained with this many seeds: one seed's scores vary by +-0.06 top-1 on this data
-RECORDS, SUMMED, NESTED = "records.jsonl", "summed_features.parquet", "nest_features.parquet"
+RECORDS, SUMMED, NESTED, FOOTPRINT = ("records.jsonl", "summed_features.parquet", "nest_features.parquet",
+                                      "footprint_features.parquet")
 MEANS = [f"feat.ms{i:03d}" for i in range(MS_FEATURES)]
 NESTS = list(NEST_COLUMNS)
 
@@ -128,6 +131,23 @@ def nest_frame(folder: Path) -> pd.DataFrame:
                       "compute-nest features")
 
 
+def footprint_frame(folder: Path) -> pd.DataFrame:
+    """Each ok record's register tile over one reduction chunk, by trial id: its rows and vectorised columns, the
+    bytes of the operands and accumulators it touches, and those against the record's L1d and L2; cached in
+    ``folder``."""
+    def footprint(record: dict) -> dict[str, float]:
+        nest = record_nest(record)
+        if nest is None:
+            return {}
+        rows, columns = math.prod(nest.tile[:-1]), nest.tile[-1]
+        touched = np.dtype(record["dtype"]).itemsize * (rows * nest.reduce + nest.reduce * columns + rows * columns)
+        return {"feat.tile_rows": float(rows), "feat.tile_columns": float(columns), "feat.tile_bytes": float(touched),
+                "feat.tile_l1_fill": touched / (record["feat.l1d_kb"] * 1024),
+                "feat.tile_l2_fill": touched / (record["feat.l2_kb"] * 1024)}
+
+    return per_record(folder, FOOTPRINT, footprint, "register-tile footprint")
+
+
 def per_record(folder: Path, cache_name: str, compute: Callable[[dict], dict[str, float]], what: str) -> pd.DataFrame:
     """``compute(record)`` of each ok record of ``folder`` by trial id, cached in ``folder/cache_name`` and
     topped up with the records collected since."""
@@ -150,13 +170,15 @@ def per_record(folder: Path, cache_name: str, compute: Callable[[dict], dict[str
 
 def ideas(folder: Path) -> dict[str, tuple[pd.DataFrame, str]]:
     """Each idea's rows and predictor: the three predictors on today's features (features version 1), the
-    ranker with the per-store features summed instead of averaged, and each predictor with the compute-nest
-    features added."""
+    ranker with the per-store features summed instead of averaged, each predictor with the compute-nest
+    features added, and the ranker with those and its register tile's footprint against the caches."""
     frame = read_jsonl(folder / RECORDS).drop(columns=NESTS, errors="ignore")
     summed = frame.drop(columns=MEANS, errors="ignore").merge(summed_store_features(folder), on="trial_id")
     nested = frame.merge(nest_frame(folder), on="trial_id", how="left")
+    footprint = nested.merge(footprint_frame(folder), on="trial_id", how="left")
     return {**{name: (frame, name) for name in PREDICTORS}, "pairwise, stores summed": (summed, "pairwise"),
-            **{f"{name} + nest": (nested, name) for name in PREDICTORS}}
+            **{f"{name} + nest": (nested, name) for name in PREDICTORS},
+            "pairwise + nest + footprint": (footprint, "pairwise")}
 
 
 def by_kind(result: HeldOutResult) -> pd.DataFrame:

@@ -104,18 +104,21 @@ def config_nest(config: Config, workload: Workload, template_name: str | None) -
     return template.nest(config, workload) if template is not None and config else None
 
 
-def record_nest_features(record: Record) -> dict[str, float]:
-    """:func:`nest_features` of a record's config on the CPU it ran on (:func:`record_shape`), knobs it lacks (an
-    older template's record) at their defaults, for records made before they carried them (:data:`FEATURES_VERSION`
-    1); NaN where its template is unknown or no longer takes its config."""
+def record_nest(record: Record) -> Nest | None:
+    """The compute nest of a record's config on the CPU it ran on (:func:`record_shape`), knobs it lacks (an older
+    template's record) at their defaults; None where its template is unknown or no longer takes its config."""
     workload, template = parse_workload(record["workload"]), TEMPLATES.get(record.get("template") or "")
-    shape = record_shape(record)
     config = {k: from_mlflow_value(KNOB_PREFIX + k, v) if isinstance(v, str) else v  # a dataset keeps some as text
               for k, v in config_of(record).items() if v == v}  # NaN: another template's knob in the same table
-    nest = None
-    with shaped_for(shape), contextlib.suppress(ConfigError):  # the defaults completing the config: that CPU's
-        nest = template.nest(template.validate(config, workload), workload) if template else None
-    return nest_features(nest, int(record["threads"]), shape)
+    with shaped_for(record_shape(record)), contextlib.suppress(ConfigError):  # the defaults completing the config: that CPU's
+        return template.nest(template.validate(config, workload), workload) if template else None
+    return None
+
+
+def record_nest_features(record: Record) -> dict[str, float]:
+    """:func:`nest_features` of :func:`record_nest`, for records made before they carried them
+    (:data:`FEATURES_VERSION` 1)."""
+    return nest_features(record_nest(record), int(record["threads"]), record_shape(record))
 
 
 def resource_features(resources: Resources) -> dict[str, float]:
