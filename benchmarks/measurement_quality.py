@@ -88,9 +88,9 @@ def left_out_a_turn(record: dict) -> bool:
     return record.get("turns_left_out", 0) > 0
 
 
-def torch_references(studies: int, trials: int, resources: Resources, scratch: Path) -> list[tuple[list[float], list[float]]]:
-    """Per short study on matmul-512: (its torch reference's processes, torch's processes after the study),
-    the first of each list being the record's latency (the median process)."""
+def torch_references(studies: int, trials: int, resources: Resources, scratch: Path) -> list[tuple[dict, dict]]:
+    """Per short study on matmul-512: its torch reference's record and torch's record after the study (each the
+    median of :data:`ROUNDS` fresh processes)."""
     workload = parse_workload("matmul-512")
     template = get_template(workload)
     out = []
@@ -102,7 +102,7 @@ def torch_references(studies: int, trials: int, resources: Resources, scratch: P
                                   f"sqlite:///{scratch}/optuna.db", seed=i)
             run_tuning(engine, workload, trials, measurer, lambda r: None, resources, batch=2)
             after = measurer.measure_library(workload, "torch", resources, processes=ROUNDS)
-        out.append((_record_first(refs["torch"]), _record_first(after)))
+        out.append((refs["torch"], after))
     return out
 
 
@@ -110,6 +110,13 @@ def _state(record: dict) -> str:
     """The host's state around a record: its compute, memory and lock-step slowness, and the runs taken
     again."""
     return "/".join(f"{x:.3g}" for x in (*Slowness.of(record), record.get("spell_reruns", float("nan"))))
+
+
+def _torch_row(study: int, before: dict, after: dict) -> tuple:
+    """A study's torch reference and torch after it: each one's latency, its processes' range and host state."""
+    s, f = _record_first(before), _record_first(after)
+    return (study, s[0], f"{min(s):.4g}-{max(s):.4g}", _state(before), f[0], f"{min(f):.4g}-{max(f):.4g}", _state(after),
+            100 * (s[0] / f[0] - 1))
 
 
 def _record_first(record: dict) -> list[float]:
@@ -172,12 +179,12 @@ def main() -> None:
                   "; records with turns left out for a spell: " +
                   ", ".join(f"{what} {100 * share(records, left_out_a_turn):.0f}%" for what, records in measured.items()))
     results.print(f"\ntorch reference of short studies vs torch after each study (matmul-512): the median of {ROUNDS} "
-                  "fresh processes")
-    results.table(table([(i + 1, s[0], f"{min(s):.4g}-{max(s):.4g}", f[0], f"{min(f):.4g}-{max(f):.4g}", 100 * (s[0] / f[0] - 1))
-                         for i, (s, f) in enumerate(refs)],
-                        ["study", "study's torch ms", "its processes", "after ms", "its processes", "delta %"]))
+                  "fresh processes, and the host's state around that process")
+    results.table(table([_torch_row(i + 1, before, after) for i, (before, after) in enumerate(refs)],
+                        ["study", "study's torch ms", "its processes", "its host state", "after ms", "its processes",
+                         "its host state", "delta %"]))
     worst_best = max(abs(r[-1]) for r in best_rows)  # against run B: a trial's record, not the one that chose it
-    worst_ref = max(abs(100 * (s[0] / f[0] - 1)) for s, f in refs)
+    worst_ref = max(abs(100 * (s["latency_ms"] / f["latency_ms"] - 1)) for s, f in refs)
     verdicts = [("median CV <= 2%", 100 * statistics.median(cvs) <= 2),
                 ("best configs within 5% of run B in fresh processes", worst_best <= 5),
                 ("Spearman >= 0.9", min(r[2] for r in repeat_rows) >= 0.9),
