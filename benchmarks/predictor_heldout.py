@@ -8,11 +8,11 @@ there is topped up to ``--trials``, so a killed collection resumes.
 ``--data DIR``: each idea (a predictor of ``opbench predictor study --predictor``, on the records'
 features version 1, with MetaSchedule's per-store features pooled by sum instead of mean, re-extracted offline
 from each record's config and cached in DIR, or with the compute-nest features of version 2 computed from each
-record's config, or with those and the register tile's footprint against the caches) left-one-workload-out over the development workloads, 3
-seeds (what ideas are chosen on), with every op kind's score; then on the FINAL workloads, set aside and
-never scored while choosing, each idea trained on every development workload with 3 seeds. Targets
-(issue 41) on the final workloads: mean top-1 >= 0.90, top-5 >= 0.95, none below a random pick, better
-than today's model ("latency").
+record's config, or with those and the register tile's footprint against the caches) left-one-workload-out
+over the development workloads, 3 seeds (what ideas are chosen on), with every op kind's score; then on the
+FINAL workloads, set aside and never scored while choosing, each idea trained on every development workload
+with 3 seeds. Targets (issue 41) on the final workloads: mean top-1 >= 0.90, top-5 >= 0.95, none below a
+random pick, better than today's model ("latency").
 
     .venv/bin/python benchmarks/predictor_heldout.py --collect DIR [--trials 64]
     .venv/bin/python benchmarks/predictor_heldout.py --data DIR
@@ -20,7 +20,6 @@ than today's model ("latency").
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -139,7 +138,7 @@ def footprint_frame(folder: Path) -> pd.DataFrame:
         nest = record_nest(record)
         if nest is None:
             return {}
-        rows, columns = math.prod(nest.tile[:-1]), nest.tile[-1]
+        rows, columns = nest.rows, nest.columns
         touched = np.dtype(record["dtype"]).itemsize * (rows * nest.reduce + nest.reduce * columns + rows * columns)
         return {"feat.tile_rows": float(rows), "feat.tile_columns": float(columns), "feat.tile_bytes": float(touched),
                 "feat.tile_l1_fill": touched / (record["feat.l1d_kb"] * 1024),

@@ -79,7 +79,7 @@ def nest_features(nest: Nest | None, threads: int, shape: CpuShape) -> dict[str,
     iterations fill the threads."""
     if nest is None:
         return {f"feat.{name}": math.nan for name in NEST_FEATURES}
-    lanes, rows, last = shape.fp32_lanes, math.prod(nest.tile[:-1]), nest.tile[-1]
+    lanes, rows, last = shape.fp32_lanes, nest.rows, nest.columns
     vectors = math.ceil(last / lanes) if nest.vector else last  # accumulators of the vectorised loop
     loads = rows + (math.ceil(last / min(nest.vector, lanes)) if nest.vector else last)
     rounds = math.ceil(nest.parallel / threads)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import math
 import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -107,6 +108,16 @@ class Nest:
     vector: int
     reduce: int
     parallel: int
+
+    @property
+    def rows(self) -> int:
+        """The register tile's rows: every loop of it but the vectorised one."""
+        return math.prod(self.tile[:-1])
+
+    @property
+    def columns(self) -> int:
+        """The register tile's extent along the vectorised loop."""
+        return self.tile[-1]
 
 
 class Template(ABC):
