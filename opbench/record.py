@@ -140,8 +140,9 @@ class TrialRecord:
     verify_round: int | None = _tag()
     worker_pid: int | None = _tag()
     kernel_pid: int | None = _tag()
-    # a library baseline: the latency in each fresh process it was timed in (its record is the median one)
+    # a library baseline: the latency in each fresh process it was timed in (its record is the median usual one)
     process_latencies_ms: list[float] | None = _tag()
+    processes_usual: int | None = _tag()  # how many of them found the host in its usual state
     reused_from: str | None = _tag()  # the trial id of the baseline this one reuses
     knobs: dict[str, Any] = field(default_factory=dict)  # knob.<name> params
     features: dict[str, float] = field(default_factory=dict)  # feat.<name>: one JSON artifact per run

@@ -13,12 +13,45 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
+from opbench.hardware.host_speed import Slowness
 from opbench.hardware.resources import Resources
 from opbench.paths import user_runtime_dir, write_private
 from opbench.record import Record, is_ok, new_trial_id
 from opbench.workloads import Workload
 
 BASELINES_FILE = "baselines.json"
+EXTRA_PROCESSES = 3  # the most processes a baseline takes beyond those asked for, while too few read usual
+
+
+def usual_needed(processes: int) -> int:
+    """How many of a baseline's processes must find the host in its usual state: two (one when one
+    process was asked for)."""
+    return min(2, processes)
+
+
+def wants_another(records: list[Record], processes: int) -> bool:
+    """Whether a baseline measured in ``records`` (one per process) takes another process: fewer than
+    ``processes`` were taken, or fewer than :func:`usual_needed` of the successful ones found the host in
+    its usual state and :data:`EXTRA_PROCESSES` more were not taken yet (docs/measurement.md#baselines)."""
+    if len(records) < processes:
+        return True
+    usual = sum(is_ok(r) and Slowness.of(r).usual for r in records)
+    return usual < usual_needed(processes) and len(records) < processes + EXTRA_PROCESSES
+
+
+def median_process(records: list[Record], processes: int) -> Record:
+    """A baseline's record: the median (the lower of the middle two) of the successful processes whose
+    probes found the host in its usual state when :func:`usual_needed` of them did, of every successful one
+    otherwise; ``process_latencies_ms`` holds every successful process's latency and ``processes_usual``
+    how many were usual. The first record when none succeeded."""
+    ok = sorted((r for r in records if is_ok(r)), key=lambda r: r["latency_ms"])
+    if not ok:
+        return records[0]
+    usual = [r for r in ok if Slowness.of(r).usual]
+    pool = usual if len(usual) >= usual_needed(processes) else ok
+    median = dict(pool[(len(pool) - 1) // 2])
+    median.update(process_latencies_ms=[r["latency_ms"] for r in ok], processes_usual=len(usual))
+    return median
 
 
 def baseline_key(workload: Workload, library: str, resources: Resources, host: str) -> str:

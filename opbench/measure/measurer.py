@@ -16,7 +16,7 @@ from opbench.hardware.devices import parse_device
 from opbench.hardware.host_speed import HostSpeed, default_history
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
-from opbench.measure.baselines import BaselineCache, baseline_key
+from opbench.measure.baselines import BaselineCache, baseline_key, median_process, wants_another
 from opbench.measure.builder import LocalBuilder
 from opbench.measure.corun import CoRunSpec, corun_records
 from opbench.measure.features import FEATURES_VERSION, static_features
@@ -28,7 +28,7 @@ from opbench.measure.runner.corun import CoRunInput, CoRunner
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.paths import build_dir
-from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Record, Status, TrialRecord, is_ok, latency_stats
+from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Record, Status, TrialRecord, latency_stats
 from opbench.space import TEMPLATES, Config, get_template
 from opbench.workloads import PRESETS, Workload
 
@@ -196,8 +196,8 @@ class Measurer:
                         processes: int = LIBRARY_PROCESSES, reuse_s: float = 0.0) -> Record:
         """Time ``torch`` or ``numpy`` on the workload with the same threads and cores in ``processes`` fresh
         processes that never run a TVM kernel (each as :meth:`measure_fresh` times it), one after another so
-        that their start-ups space them out: the record of the median process (the lower of the middle
-        two), every process's latency in ``process_latencies_ms`` (docs/measurement.md#baselines). With
+        that their start-ups space them out, more while too few find the host in its usual state: the record
+        of the median usual process (:func:`~opbench.measure.baselines.median_process`). With
         ``reuse_s``, a baseline this host measured within that many seconds is reused (``reused_from``)
         while a probe finds the host in its usual state."""
         key = baseline_key(workload, library, resources, self.host.hostname)
@@ -205,12 +205,10 @@ class Measurer:
                 and self._local.host_usual(resources):
             return known
         spec = TrialSpec(workload, {}, resources, library)
-        records = [self.measure_fresh([spec])[0] for _ in range(processes)]
-        ok = sorted((r for r in records if is_ok(r)), key=lambda r: r["latency_ms"])
-        if not ok:
-            return records[0]
-        median = ok[(len(ok) - 1) // 2]
-        median["process_latencies_ms"] = [r["latency_ms"] for r in ok]
+        records: list[Record] = []
+        while wants_another(records, processes):
+            records.append(self.measure_fresh([spec])[0])
+        median = median_process(records, processes)
         self._baselines.put(key, median)
         return median
 

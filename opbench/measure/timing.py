@@ -85,12 +85,15 @@ class TimingPolicy:
         return dataclasses.replace(self, max_remeasures=0, spell_reruns=0, repeat=MIN_REPEATS if short else self.repeat,
                                    turns=1 if short else settings.FRESH_TURNS)
 
-    def turns_disagree(self, turns: list[RunResult]) -> bool:
-        """Whether a job's turns disagree: the medians of the turns a probe found in the usual state differ
-        by more than ``max_cv``, so the host changed between them unseen by the probes
-        (docs/measurement.md#extra-turns); never for a failed job or a series past :data:`SERIES_BUDGET_S`."""
-        if any(t.status is not Status.OK or t.run_s > SERIES_BUDGET_S for t in turns):
+    def wants_more_turns(self, turns: list[RunResult]) -> bool:
+        """Whether a job's turns call for ``extra_turns`` more: a probe found every one of them in a spell, or
+        the medians of those it found in the usual state differ by more than ``max_cv``, so the host changed
+        between them unseen by the probes (docs/measurement.md#extra-turns); never for a failed job, a
+        lone turn or a series past :data:`SERIES_BUDGET_S`."""
+        if len(turns) < 2 or any(t.status is not Status.OK or t.run_s > SERIES_BUDGET_S for t in turns):
             return False
+        if not any(Slowness.of(t.load).usual for t in turns):
+            return True
         medians = [statistics.median(t.latencies_s) for t in _usual(turns) if t.latencies_s]
         return len(medians) > 1 and max(medians) > (1 + self.max_cv) * min(medians)
 

@@ -114,8 +114,8 @@ class LocalRunner(Runner[Job, RunResult]):
 
     def _take_turns(self, workers: list[Worker], jobs: list[Job], max_wait_s: float) -> list[RunResult]:
         """Jobs (``jobs[i]`` in ``workers[i]``) take their timing's ``turns`` turns, one series each, in an
-        order that reverses every turn, and the jobs whose turns disagree take their timing's
-        ``extra_turns`` more (:meth:`TimingPolicy.turns_disagree`); a job's result joins its turns
+        order that reverses every turn, and the jobs whose turns call for more (all in a spell, or disagreeing)
+        take their timing's ``extra_turns`` more (:meth:`TimingPolicy.wants_more_turns`); a job's result joins its turns
         (:func:`joined`), so a slow spell of the host that covers a few seconds falls on every job's series
         alike instead of on one job's whole measurement. A job that fails takes no more turns. The turns
         wait ``max_wait_s`` at most in all for the host's usual state (docs/measurement.md#settle)."""
@@ -131,7 +131,7 @@ class LocalRunner(Runner[Job, RunResult]):
         turns = max((inp.timing.turns for inp in jobs), default=0)
         for turn in range(turns):
             take_turn(turn, [i for i, inp in enumerate(jobs) if turn < inp.timing.turns])
-        split = [i for i, inp in enumerate(jobs) if inp.timing.turns_disagree(results[i])]
+        split = [i for i, inp in enumerate(jobs) if inp.timing.wants_more_turns(results[i])]
         for extra in range(max((jobs[i].timing.extra_turns for i in split), default=0)):
             take_turn(turns + extra, [i for i in split if extra < jobs[i].timing.extra_turns])
         return [joined(r) for r in results]
