@@ -57,7 +57,7 @@ postgres:
 # with the longest tests go first so that no worker is left with one at the end.
 SLOWEST_FIRST := tests/test_nnictl.py tests/test_scaleout.py tests/test_models.py tests/test_engines.py tests/test_remote.py tests/test_data.py
 test: lint cross postgres
-	OPBENCH_REQUIRE_CROSS=1 OPBENCH_REQUIRE_USERS=1 OPBENCH_REQUIRE_NAMESPACES=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15 $(SLOWEST_FIRST) tests
+	OPBENCH_REQUIRE_CROSS=1 OPBENCH_REQUIRE_USERS=1 OPBENCH_REQUIRE_NAMESPACES=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=40 $(SLOWEST_FIRST) tests
 
 # ruff (pyflakes, pycodestyle, import order, bugbear, ...) and mypy, as configured in pyproject.toml.
 lint: $(STAMP)
