@@ -58,4 +58,4 @@ class Results:
 def _sections(text: str) -> dict[str, str]:
     """The file's sections by heading: benchmark and when it finished (the header dropped)."""
     parts = re.split(r"^## (.+)\n\n", text, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2]))
+    return {name: body.rstrip() + "\n" for name, body in zip(parts[1::2], parts[2::2])}  # one blank line between

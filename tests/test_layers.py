@@ -120,3 +120,24 @@ def test_modules_and_functions_stay_small(tmp_path):
     long = tmp_path / "long.py"
     long.write_text("def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
     assert oversized(long) == [f"long.py: f is {MAX_FUNCTION_LINES + 1} lines"]
+
+
+def test_a_benchmarks_results_file_keeps_every_section_as_it_was_written(tmp_path, monkeypatch):
+    """Each save rewrites the file with its sections: earlier ones stay as written, not one blank line longer."""
+    import datetime
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("_results", PACKAGE.parent / "benchmarks" / "_results.py")
+    assert spec is not None and spec.loader is not None
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    times = iter(datetime.datetime(2026, 1, 1, 10, minute) for minute in range(3))  # a section per minute
+    monkeypatch.setattr(results, "datetime", SimpleNamespace(date=datetime.date, datetime=SimpleNamespace(now=lambda: next(times))))
+    for name in ("first", "second", "third"):
+        run = results.Results(name)
+        run.print(f"{name} line")
+        path = run.save(tmp_path)
+    text = path.read_text()
+    assert text.count("## ") == 3 and "\n\n\n" not in text
+    assert text.endswith("third line\n") and "first line\n\n## second, finished 10:01\n\n" in text
