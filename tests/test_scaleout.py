@@ -273,9 +273,9 @@ def test_a_resumed_study_settles_a_dead_processs_trial_and_leaves_a_live_hosts_t
 
     dead = engine(resume=False)
     (killed,) = dead.ask(1)
-    dead.close()  # its heartbeats stop, as when its process is killed
     live = engine(resume=True)
-    (measuring,) = live.ask(1)  # another host's trial, its heartbeats going on
+    (measuring,) = live.ask(1)  # another host's trial, its heartbeats going on (asked while dead's still beat:
+    dead.close()  # an ask fails stale trials, and a busy host took a second to get here); dead's heartbeats stop
     storage = live.study._storage
     deadline = time.time() + 30
     while killed.handle._trial_id not in storage._get_stale_trial_ids(live.study._study_id):
