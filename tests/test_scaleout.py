@@ -273,9 +273,11 @@ def test_a_resumed_study_settles_a_dead_processs_trial_and_leaves_a_live_hosts_t
 
     dead = engine(resume=False)
     (killed,) = dead.ask(1)
+    # The live host asks while dead's heartbeats still beat: an ask fails stale trials itself, and on a busy
+    # host more than the 1 s grace passed before it got here (CI), so dead's trial never showed as stale.
     live = engine(resume=True)
-    (measuring,) = live.ask(1)  # another host's trial, its heartbeats going on (asked while dead's still beat:
-    dead.close()  # an ask fails stale trials, and a busy host took a second to get here); dead's heartbeats stop
+    (measuring,) = live.ask(1)  # another host's trial, its heartbeats going on
+    dead.close()  # its heartbeats stop, as when its process is killed
     storage = live.study._storage
     deadline = time.time() + 30
     while killed.handle._trial_id not in storage._get_stale_trial_ids(live.study._study_id):

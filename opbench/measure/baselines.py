@@ -35,8 +35,7 @@ def wants_another(records: list[Record], processes: int) -> bool:
     its usual state and :data:`EXTRA_PROCESSES` more were not taken yet (docs/measurement.md#baselines)."""
     if len(records) < processes:
         return True
-    usual = sum(is_ok(r) and Slowness.of(r).usual for r in records)
-    return usual < usual_needed(processes) and len(records) < processes + EXTRA_PROCESSES
+    return len(_usual(records)) < usual_needed(processes) and len(records) < processes + EXTRA_PROCESSES
 
 
 def median_process(records: list[Record], processes: int) -> Record:
@@ -47,11 +46,16 @@ def median_process(records: list[Record], processes: int) -> Record:
     ok = sorted((r for r in records if is_ok(r)), key=lambda r: r["latency_ms"])
     if not ok:
         return records[0]
-    usual = [r for r in ok if Slowness.of(r).usual]
+    usual = _usual(ok)
     pool = usual if len(usual) >= usual_needed(processes) else ok
     median = dict(pool[(len(pool) - 1) // 2])
     median.update(process_latencies_ms=[r["latency_ms"] for r in ok], processes_usual=len(usual))
     return median
+
+
+def _usual(records: list[Record]) -> list[Record]:
+    """The successful records whose probes found the host in its usual state."""
+    return [r for r in records if is_ok(r) and Slowness.of(r).usual]
 
 
 def baseline_key(workload: Workload, library: str, resources: Resources, host: str) -> str:

@@ -92,9 +92,10 @@ class TimingPolicy:
         lone turn or a series past :data:`SERIES_BUDGET_S`."""
         if len(turns) < 2 or any(t.status is not Status.OK or t.run_s > SERIES_BUDGET_S for t in turns):
             return False
-        if not any(Slowness.of(t.load).usual for t in turns):
+        usual = [t for t in turns if Slowness.of(t.load).usual]
+        if not usual:
             return True
-        medians = [statistics.median(t.latencies_s) for t in _usual(turns) if t.latencies_s]
+        medians = [statistics.median(t.latencies_s) for t in usual if t.latencies_s]
         return len(medians) > 1 and max(medians) > (1 + self.max_cv) * min(medians)
 
     def retake(self, attempt: Attempt, spells: int, noisy: int) -> str | None:
