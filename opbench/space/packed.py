@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opbench.hardware.cpu_shape import current_shape
-from opbench.space import winograd
+from opbench.space import pointwise, winograd
 from opbench.space._base import Config, Knob, Nest, Template, divisors
 from opbench.space._schedule import (
     IN_OP,
@@ -53,7 +53,10 @@ OH_BLOCK_CAP = 4
 # where the input-channel loop sits in the reduction: outer chunk (c), window (rs), inner chunk (c)
 REDUCE_ORDERS = ("c_rs_c", "rs_c_c", "c_c_rs")
 WEIGHT_PACK_AT = ("root", "oc_block")
-ALGORITHMS = ("direct", "winograd")  # a catalogue 3x3 stride-1 conv may also run as Winograd (space/winograd.py)
+# A catalogue 3x3 stride-1 conv may also run as Winograd (space/winograd.py), a 1x1 stride-1 conv as a GEMM on
+# NCHW (space/pointwise.py); each alternative's knobs, by algorithm:
+ALTERNATIVES = {"winograd": winograd, "gemm": pointwise}
+ALGORITHMS = ("direct", *ALTERNATIVES)
 # A catalogue conv with this many output-channel blocks packs its weight block by block by default:
 # resnet50-c5 (32 blocks, a 9.4 MB weight) 1.46-1.47 -> 1.36-1.40 ms in two interleaved pairs (a third,
 # in a slow phase of the host, 3.01 -> 2.47); parallel over the blocks only.
@@ -102,9 +105,11 @@ class PackedConvTemplate(Template):
             knobs.append(Knob("weight_pack_at", WEIGHT_PACK_AT if self._layout_transform == IN_OP else ("root",),
                               "where the weight is packed: all of it before the convolution (root), or each "
                               "output-channel block's slice just before that block, while it is in cache (oc_block)"))
-        if self._offers_winograd(workload):
-            knobs += [Knob("algorithm", ALGORITHMS, "direct (packed NCHW[x]c) or Winograd; the other's knobs are "
-                                                    "ignored"), *winograd.knobs(workload)]
+        alternative = self._alternative(workload)
+        if alternative:
+            knobs += [Knob("algorithm", ("direct", alternative), f"direct (packed NCHW[x]c) or {alternative}; the "
+                                                                 "other's knobs are ignored"),
+                      *ALTERNATIVES[alternative].knobs(workload)]
         knobs += [
             Knob("ow_block", divisors(ext["ow"], OW_BLOCK_CAP), f"register tile along the output width ({ext['ow']})"),
             Knob("oh_block", divisors(ext["oh"], OH_BLOCK_CAP), f"register tile along the output height ({ext['oh']})"),
@@ -133,24 +138,29 @@ class PackedConvTemplate(Template):
         columns = shape.accumulator_registers // (TILE_VECTORS if wide else 1)
         config.update(ow_block=_largest(ext["ow"], columns), oh_block=1, unroll_window=0,
                       unroll_max_step=16, layout_transform=self._layout_transform)
-        if self._offers_winograd(workload):
-            config.update(algorithm="winograd" if winograd.preferred(workload) else "direct",
-                          **winograd.default_config(workload))
+        alternative = self._alternative(workload)
+        if alternative:
+            module = ALTERNATIVES[alternative]
+            config.update(algorithm=alternative if module.preferred(workload) else "direct",
+                          **module.default_config(workload))
         return config
 
     def parameters(self, config: Config, workload: Workload) -> Config:
-        """The knobs the config's algorithm uses: Winograd's, or the direct convolution's."""
-        if not self._offers_winograd(workload):
+        """The knobs the config's algorithm uses: an alternative's (Winograd's, the GEMM's), or the direct
+        convolution's."""
+        alternative = self._alternative(workload)
+        if not alternative:
             return dict(config)
-        if config.get("algorithm") == "winograd":  # (a record from before the knob existed: direct)
-            return {k: v for k, v in config.items() if k in {*winograd.KNOBS, "algorithm", "layout_transform"}}
-        return {k: v for k, v in config.items() if k not in winograd.KNOBS}
+        own = ALTERNATIVES[alternative].KNOBS
+        if config.get("algorithm") == alternative:  # (a record from before the knob existed: direct)
+            return {k: v for k, v in config.items() if k in {*own, "algorithm", "layout_transform"}}
+        return {k: v for k, v in config.items() if k not in own}
 
     def nest(self, config: Config, workload: Workload) -> Nest:
         """The register tile ``oh_block x ow_block x`` the channel block (vectorised); the reduction chunk: the
         window times the input-channel block; parallel: the fused outer loops (batch, channel blocks, rows)."""
-        if config.get("algorithm") == "winograd":
-            return winograd.nest(config, workload)
+        if config.get("algorithm") in ALTERNATIVES:
+            return ALTERNATIVES[config["algorithm"]].nest(config, workload)
         ext, block = self._extents(workload), config[self._block_knob]
         reduce = math.prod(a.extent for a in workload.axes if a.reduce)
         if not self.depthwise:
@@ -160,9 +170,12 @@ class PackedConvTemplate(Template):
         return Nest((config["oh_block"], config["ow_block"], block), vector if vector > 1 else 0, reduce,
                     math.prod(outer[: config["parallel"]]))
 
-    def _offers_winograd(self, workload: Workload) -> bool:
-        """A catalogue conv (its weight transformed in the operator, as it is packed) that Winograd fits."""
-        return self.op == "conv2d" and winograd.applies(workload)
+    def _alternative(self, workload: Workload) -> str:
+        """The algorithm the space offers besides the direct one ("" for none): Winograd on a catalogue conv that it
+        fits (its weight transformed in the operator, as it is packed), the GEMM on a 1x1 stride-1 conv."""
+        if self.op == "conv2d" and winograd.applies(workload):
+            return "winograd"
+        return "gemm" if not self.depthwise and pointwise.applies(workload) else ""
 
     def schedule(self, workload: Workload, config: Config) -> IRModule:
         if config.get("algorithm") == "winograd":
@@ -174,10 +187,14 @@ class PackedConvTemplate(Template):
             ("c_block", "oc_block", "ic_block", "ow_block", "oh_block", "unroll_window", "parallel", "unroll_max_step",
              "packed_output"))
         vocab.update(reduce_order=REDUCE_ORDERS, layout_transform=LAYOUT_TRANSFORMS, weight_pack_at=WEIGHT_PACK_AT,
-                     algorithm=ALGORITHMS, **dict.fromkeys(winograd.KNOBS))
+                     algorithm=ALGORITHMS, **dict.fromkeys(winograd.KNOBS), **dict.fromkeys(pointwise.KNOBS[:-1]),
+                     gemm_order=pointwise.ORDERS)
         return vocab
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
+        if config.get("algorithm") == "gemm":
+            pointwise.apply(sch, config, workload, self._layout_transform)
+            return
         ob = config[self._block_knob]
         ib = ob if self.depthwise else config["ic_block"]
         conv = anchor_block(sch)

@@ -1,0 +1,144 @@
+"""A 1x1 convolution (stride 1, no padding) as the GEMM it is on NCHW: ``out[k, p] = sum_c w[k, c] x[c, p]``
+over the ``p = y * W + x`` output pixels, with no layout transform of the activations.
+
+The direct packed schedule (:mod:`opbench.space.packed`) copies the data to NCHW[x]c and writes its packed
+accumulator back to NCHW a channel vector at a time; here the data is read where it lies, its pixels the
+vectorised loop, and the output (with the epilogue: batch norm, residual add, ReLU) is written in
+contiguous runs of whole rows (docs/workloads-and-templates.md#pointwise-gemm)::
+
+    weight (K, C, 1, 1) -> (K/kt, C, kt)          a register tile's kt weights adjacent (packed once by a model)
+    conv   n | outer: k/kt and pixel tiles (order) | c chunks | c in chunk | kt rows | pixel vectors | lanes
+
+A pixel tile is whole output rows, or a part of one row that divides it: TVM's region of a tile
+that crosses rows partway is the rectangle around it, so the write-back would cover pixels the tile did not
+compute (wrong results, seen with 32- and 64-pixel tiles on 56x56).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from opbench.hardware.cpu_shape import current_shape
+from opbench.space._base import Config, Knob, Nest, divisors
+from opbench.space._schedule import IN_OP, loops_below, mark_prepack, pack_copy
+from opbench.workloads import Workload
+from opbench.workloads.fused import anchor_block, blocks_after
+
+if TYPE_CHECKING:
+    from tvm.s_tir import Schedule
+
+KNOBS = ("gemm_pixels", "gemm_rows", "gemm_reduce", "gemm_order")
+PIXELS_CAP = 256  # pixels of a register tile: its accumulators are rows x pixels / lanes vectors
+ROWS_CAP = 16
+REDUCE_CAP = 64
+ORDERS = ("channels_outer", "pixels_outer")  # which outer loop the parallel loop's iterations walk first
+
+
+def _extents(workload: Workload) -> dict[str, int]:
+    """From the anchor's loops (n, k, oh, ow | c, r, s) and the data's shape (N, C, H, W)."""
+    spatial = [a.extent for a in workload.axes if not a.reduce]
+    reduce = [a.extent for a in workload.axes if a.reduce]
+    data = workload.op.input_shapes(workload.params)[0]
+    return {"k": spatial[1], "oh": spatial[2], "ow": spatial[3], "c": reduce[0], "window": math.prod(reduce[1:]),
+            "h": data[2], "w": data[3]}
+
+
+def pixel_tiles(oh: int, ow: int, lanes: int) -> tuple[int, ...]:
+    """Pixel tiles of whole vectors that are a divisor of one row, or whole rows (a divisor of the row count)."""
+    parts = {t for t in divisors(ow) if t % lanes == 0}
+    rows = {r * ow for r in divisors(oh) if r * ow % lanes == 0}
+    return tuple(sorted(t for t in parts | rows if t <= PIXELS_CAP))
+
+
+def applies(workload: Workload) -> bool:
+    """A 1x1 convolution whose output has the data's height and width (stride 1, no padding) and whose pixels
+    tile into whole vectors of the CPU's lanes."""
+    ext = _extents(workload)
+    return (ext["window"] == 1 and (ext["oh"], ext["ow"]) == (ext["h"], ext["w"])
+            and bool(pixel_tiles(ext["oh"], ext["ow"], current_shape().fp32_lanes)))
+
+
+def knobs(workload: Workload) -> list[Knob]:
+    ext = _extents(workload)
+    pixels, rows, reduce, order = KNOBS
+    return [
+        Knob(pixels, pixel_tiles(ext["oh"], ext["ow"], current_shape().fp32_lanes),
+             f"output pixels per register tile (the vectorised loop; {ext['oh']}x{ext['ow']} pixels)"),
+        Knob(rows, divisors(ext["k"], ROWS_CAP), f"output channels per register tile ({ext['k']})"),
+        Knob(reduce, divisors(ext["c"], REDUCE_CAP), f"input channels per reduction chunk ({ext['c']})"),
+        Knob(order, ORDERS, "the outer loops' order: output-channel tiles outside pixel tiles, or inside"),
+    ]
+
+
+def default_config(workload: Workload) -> Config:
+    """The register tile (pixels, output channels) with the most FMAs per load among those that fit the CPU's
+    accumulator registers (:func:`~opbench.hardware.cpu_shape.current_shape`; each step loads its pixel vectors
+    and broadcasts its weights), the
+    reduction in chunks of up to 64 input channels, pixel tiles outside (a tile's data stays in cache while every
+    output-channel tile reads it)."""
+    ext, shape = _extents(workload), current_shape()
+    lanes = shape.fp32_lanes
+    tiles = [(pixels // lanes, rows) for pixels in pixel_tiles(ext["oh"], ext["ow"], lanes)
+             for rows in divisors(ext["k"], ROWS_CAP) if rows * pixels // lanes <= shape.accumulator_registers]
+    vectors, rows = max(tiles or [(pixel_tiles(ext["oh"], ext["ow"], lanes)[0] // lanes, 1)],
+                        key=lambda t: (t[0] * t[1] / (t[0] + t[1]), t[0] * t[1]))
+    return {"gemm_pixels": vectors * lanes, "gemm_rows": rows,
+            "gemm_reduce": divisors(ext["c"], REDUCE_CAP)[-1], "gemm_order": "pixels_outer"}
+
+
+def nest(config: Config, workload: Workload) -> Nest:
+    """The register tile: output channels x pixels (vectors of the CPU's lanes); the reduction chunk; parallel
+    over every (output-channel tile, pixel tile)."""
+    ext = _extents(workload)
+    pixels, rows = config["gemm_pixels"], config["gemm_rows"]
+    tiles = workload.axes[0].extent * ext["k"] // rows * ext["oh"] * ext["ow"] // pixels
+    return Nest((rows, pixels), current_shape().fp32_lanes, config["gemm_reduce"], tiles)
+
+
+def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: str) -> None:
+    """Schedule the anchor (and its epilogue) as the GEMM; the weight's packing is marked as a layout rewrite
+    (a model's runs once at build time) unless ``layout_transform`` is :data:`IN_OP` (timed in the operator)."""
+    lanes = current_shape().fp32_lanes
+    pixels, rows = config["gemm_pixels"], config["gemm_rows"]
+    conv = anchor_block(sch)
+    epilogue = blocks_after(sch, conv)
+    for block in sch.get_producers(conv):
+        sch.compute_inline(block)
+    weight = sch.cache_read(conv, 1, "global")
+    sch.transform_layout(conv, ("read", 1), lambda o, i, r, s: (o // rows, i, r, s, o % rows))
+    n, k, y, x, c, r, s = sch.get_loops(conv)
+    ko, ki = sch.split(k, [None, rows])
+    po, pv, lane = sch.split(sch.fuse(y, x), [None, pixels // lanes, lanes])
+    co, ci = sch.split(c, [None, config["gemm_reduce"]])
+    outer = [n, ko, po] if config["gemm_order"] == "channels_outer" else [n, po, ko]
+    sch.reorder(*outer, co, r, s, ci, ki, pv, lane)
+    accumulator = sch.cache_write(conv, 0, "local")
+    for name in epilogue:  # into the write-back of each tile
+        sch.reverse_compute_inline(sch.get_sblock(name))
+    sch.reverse_compute_at(accumulator, outer[-1])
+    tiles = sch.fuse(*outer)
+    sch.parallel(tiles)
+    sch.unroll(ki)
+    sch.unroll(pv)
+    sch.vectorize(lane)
+    init = sch.decompose_reduction(conv, co)
+    sch.vectorize(sch.get_loops(init)[-1])
+    _write_back(sch, loops_below(sch, accumulator, tiles)[1 if rows > 1 else 0:], lanes)
+    pack_copy(sch, weight, {0: rows}, (0, 2, 3, 4, 1), parallel=1)
+    if layout_transform != IN_OP:
+        mark_prepack(sch, weight)
+
+
+def _write_back(sch: Schedule, pixel_loops: list[Any], lanes: int) -> None:
+    """A tile's write-back (the epilogue inlined into it): its pixel loops (the tile's rows, where it has more
+    than one, and columns) fused, in vectors of ``lanes``."""
+    pixels = sch.fuse(*pixel_loops) if len(pixel_loops) > 1 else pixel_loops[0]
+    outer, lane = sch.split(pixels, [None, lanes])
+    sch.unroll(outer)
+    sch.vectorize(lane)
+
+
+def preferred(workload: Workload) -> bool:
+    """The default wherever it applies: its default beat the direct one on every ResNet-50 and MobileNetV2 1x1
+    convolution it applies to (docs/workloads-and-templates.md#pointwise-gemm)."""
+    return True

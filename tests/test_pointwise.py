@@ -1,0 +1,96 @@
+"""The 1x1 convolution as a GEMM on NCHW (opbench/space/pointwise.py): where it is offered, its default on
+different CPUs, and correct kernels at every kind of point, a model's fused operator included."""
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+
+import pytest
+
+from opbench.hardware.cpu_shape import CpuShape, shaped_for
+from opbench.hardware.resources import HostFacts, Resources
+from opbench.measure.types import TrialSpec
+from opbench.space import get_template, pointwise
+from opbench.workloads import parse_workload
+
+AVX512 = CpuShape.of(dataclasses.replace(HostFacts.unknown("other"), isa=("avx2", "fma", "avx512f"), l1d_ways=12))
+AVX2 = CpuShape.of(dataclasses.replace(HostFacts.unknown("other"), isa=("avx", "avx2"), l1d_ways=8))
+
+
+def _default(name: str, shape: CpuShape = AVX512, template: str | None = None) -> dict:
+    workload = parse_workload(name)
+    with shaped_for(shape):
+        return get_template(workload, template).default_config(workload)
+
+
+def test_the_gemm_is_offered_to_1x1_stride_1_convs_whose_pixels_tile_into_vectors_and_is_their_default():
+    expansion = _default("conv2d:n=1,c=64,h=56,w=56,k=256,r=1,s=1")  # ResNet-50's 1x1 64 -> 256
+    # two rows of 56 pixels (7 vectors) by 2 output channels: 14 FMAs for 9 loads, in 16 accumulators
+    assert {k: v for k, v in expansion.items() if k.startswith("gemm") or k == "algorithm"} == {
+        "algorithm": "gemm", "gemm_pixels": 112, "gemm_rows": 2, "gemm_reduce": 64, "gemm_order": "pixels_outer"}
+    with shaped_for(AVX512):
+        assert pointwise.pixel_tiles(28, 28, 16) == (112,)  # four rows: no part of a row is whole vectors
+        assert pointwise.pixel_tiles(112, 112, 16) == (16, 112, 224)  # a 7th of a row, a row, two rows
+    for name, template in [("conv2d:n=1,c=64,h=14,w=14,k=256,r=1,s=1", None),  # 14x14: no whole vectors of rows
+                           ("conv2d:n=1,c=64,h=56,w=56,k=256,r=1,s=1,stride=2", None),
+                           ("conv2d:n=1,c=64,h=56,w=56,k=64,r=1,s=1,pad=1", None),  # the output is 58x58
+                           ("resnet50-c2", None), ("depthwise_conv2d:n=1,c=64,h=56,w=56,r=1,s=1", None),
+                           ("conv2d:n=1,c=64,h=56,w=56,k=256,r=1,s=1", "conv2d")]:  # the tiled NCHW template
+        assert _default(name, template=template).get("algorithm") != "gemm", name
+
+
+def test_the_gemm_default_follows_the_cpus_vectors_and_registers():
+    avx2 = _default("conv2d:n=1,c=64,h=56,w=56,k=256,r=1,s=1", AVX2)
+    # 8 lanes, 8 accumulators: one vector of pixels by 8 output channels (8 FMAs for 9 loads) beats 7 by 1
+    assert (avx2["gemm_pixels"], avx2["gemm_rows"]) == (8, 8)
+    assert pointwise.pixel_tiles(28, 28, 8) == (56, 112)  # 8 lanes: two rows of 28 are whole vectors already
+
+
+# Odd shapes: a batch of 2; tiles that are parts of a row (16 of 32 pixels) or several rows (6 rows of 8 pixels);
+# output channels and input channels that no vector divides (12, 5); the weight packed in the operator. Then a
+# model's fused operator (MobileNetV2's 1x1 8 -> 48 with its batch norm and ReLU6): its weight packed once, before.
+GEMM_ODD = ["conv2d:n=2,c=5,h=4,w=32,k=12,r=1,s=1", "conv2d:n=1,c=24,h=6,w=8,k=12,r=1,s=1",
+            "model:mobilenet-v2@tiny/fused_conv2d3_subtract2_divide2_multiply2_add5_tir_clip1"]
+
+
+@pytest.mark.slow
+def test_the_gemm_builds_correct_kernels_on_odd_shapes_and_a_models_fused_operator(measurer):
+    specs = []
+    for index, name in enumerate(GEMM_ODD):
+        workload = parse_workload(name)
+        template = get_template(workload)
+        knobs = {k.name: k.choices for k in template.knobs(workload)}
+        rng = random.Random(index)
+        for order in pointwise.ORDERS:
+            config = {"algorithm": "gemm", "gemm_order": order,
+                      **{k: rng.choice(knobs[k]) for k in ("gemm_pixels", "gemm_rows", "gemm_reduce")}}
+            specs.append(TrialSpec(workload, config, Resources(1 + len(specs) % 2), template.name))
+    records = measurer.measure_batch(specs)
+    wrong = [(r["workload"], r["error"], {k: v for k, v in r.items() if k.startswith("knob.gemm")})
+             for r in records if r["status"] != "ok"]
+    assert not wrong, wrong[:3]
+    assert {r["knob.algorithm"] for r in records} == {"gemm"}
+    assert {r["knob.layout_transform"] for r in records} == {"in_op", "weights_prepacked"}
+    assert {r["knob.gemm_pixels"] for r in records if r["workload"].startswith("conv2d:n=2")} <= {32, 64, 128}
+
+
+def test_the_gemm_writes_each_tile_in_whole_vectors_and_its_nest_is_the_built_one():
+    """The anchor's vectorised and parallel extents are the nest's; the tile's write-back (the epilogue inlined)
+    is vectorised in the CPU's lanes, and no loop of the kernel is vectorised wider."""
+    from tvm import s_tir, tirx
+
+    from opbench.workloads.fused import anchor_block
+
+    workload = parse_workload("conv2d:n=1,c=32,h=8,w=48,k=48,r=1,s=1")
+    template = get_template(workload)
+    with shaped_for(AVX512):
+        for pixels in (16, 48, 96, 192):
+            config = template.validate({"algorithm": "gemm", "gemm_pixels": pixels, "gemm_rows": 3}, workload)
+            nest, module = template.nest(config, workload), template.schedule(workload, config)
+            sch = s_tir.Schedule(module)
+            loops = [sch.get(loop) for loop in sch.get_loops(anchor_block(sch))]
+            built = {loop.kind: int(loop.extent) for loop in loops if loop.kind != tirx.ForKind.SERIAL}
+            assert (nest.vector, nest.parallel) == (built[tirx.ForKind.VECTORIZED], built[tirx.ForKind.PARALLEL])
+            assert nest.tile == (3, pixels) and nest.parallel == 48 // 3 * 8 * 48 // pixels
+            assert set(re.findall(r"T\.vectorized\((\d+)\)", module.script())) <= {"16", "3"}, pixels
