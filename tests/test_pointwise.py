@@ -13,6 +13,7 @@ from opbench.hardware.resources import HostFacts, Resources
 from opbench.measure.types import TrialSpec
 from opbench.space import get_template, pointwise
 from opbench.workloads import parse_workload
+from tests.kernels import failures
 
 AVX512 = CpuShape.of(dataclasses.replace(HostFacts.unknown("other"), isa=("avx2", "fma", "avx512f"), l1d_ways=12))
 AVX2 = CpuShape.of(dataclasses.replace(HostFacts.unknown("other"), isa=("avx", "avx2"), l1d_ways=8))
@@ -59,16 +60,12 @@ def test_the_gemm_builds_correct_kernels_on_odd_shapes_and_a_models_fused_operat
     specs = []
     for index, name in enumerate(GEMM_ODD):
         workload = parse_workload(name)
-        template = get_template(workload)
-        knobs = {k.name: k.choices for k in template.knobs(workload)}
-        rng = random.Random(index)
-        for order in pointwise.ORDERS:
-            config = {"algorithm": "gemm", "gemm_order": order,
-                      **{k: rng.choice(knobs[k]) for k in ("gemm_pixels", "gemm_rows", "gemm_reduce")}}
-            specs.append(TrialSpec(workload, config, Resources(1 + len(specs) % 2), template.name))
+        template, rng = get_template(workload), random.Random(index)
+        drawn = {k.name: k.choices for k in template.knobs(workload) if k.name in pointwise.KNOBS[:-1]}
+        specs += [TrialSpec(workload, {"algorithm": "gemm", "gemm_order": order, **{k: rng.choice(c) for k, c in drawn.items()}},
+                            Resources(1 + turn % 2), template.name) for turn, order in enumerate(pointwise.ORDERS)]
     records = measurer.measure_batch(specs)
-    wrong = [(r["workload"], r["error"], {k: v for k, v in r.items() if k.startswith("knob.gemm")})
-             for r in records if r["status"] != "ok"]
+    wrong = failures(records, "knob.gemm")
     assert not wrong, wrong[:3]
     assert {r["knob.algorithm"] for r in records} == {"gemm"}
     assert {r["knob.layout_transform"] for r in records} == {"in_op", "weights_prepacked"}

@@ -20,6 +20,7 @@ from opbench.space import TEMPLATES, Nest, get_template, winograd
 from opbench.space.gpu import SHARED_BYTES, GpuTiledTemplate
 from opbench.space.tiled import alias_free_rows, nest_choices
 from opbench.workloads import PRESETS, parse_workload
+from tests.kernels import failures
 
 ODD_SHAPES = [  # a prime extent, a 1-sized dim, 7x7 outputs, stride 2 with padding, ...
     "matmul:m=100,n=37,k=129", "matmul:m=1,n=64,k=31", "batch_matmul:b=3,m=17,n=1,k=13", "dense:m=1,n=37,k=64,bias=1",
@@ -212,9 +213,8 @@ def test_every_point_builds_a_correct_kernel(measurer, kind):
         configs = weighted_configs(w, count, CRITICAL_OF[kind], first=len(specs))  # ... across its workloads, each the next
         specs += [TrialSpec(w, config, Resources(1 + index % 2), w.op.name) for index, config in enumerate(configs)]
     records = measurer.measure_batch(specs)
-    statuses = {r["status"] for r in records}
-    wrong = [(r["workload"], {k: v for k, v in r.items() if k.startswith("knob.")}) for r in records if r["status"] != "ok"]
-    assert statuses == {"ok"}, wrong[:3]
+    wrong = failures(records)
+    assert not wrong, wrong[:3]
 
 
 # Packed (NCHW[x]c) templates on odd shapes: stride 2 with padding, 7x7 outputs, channel counts the
@@ -236,7 +236,7 @@ def test_packed_templates_build_correct_kernels_on_odd_shapes(measurer):
             configs.append({**configs[1], "weight_pack_at": other})
         specs += [TrialSpec(w, config, Resources(1 + index % 2), template.name) for index, config in enumerate(configs)]
     records = measurer.measure_batch(specs)
-    wrong = [(r["workload"], r["error"], {k: v for k, v in r.items() if k.startswith("knob.")}) for r in records if r["status"] != "ok"]
+    wrong = failures(records)
     assert not wrong, wrong[:3]
     assert {r["knob.layout_transform"] for r in records} == {"in_op"}  # where the packing runs is in the record
     assert {r.get("knob.weight_pack_at") for r in records if r["workload"].startswith("conv2d")} == {"root", "oc_block"}
@@ -266,8 +266,7 @@ def test_winograd_builds_correct_kernels_on_odd_shapes(measurer):
                 config["winograd_rows"] = partial[-1]
             specs.append(TrialSpec(w, config, Resources(1 + index % 2)))
     records = measurer.measure_batch(specs)
-    wrong = [(r["workload"], r["error"], {k: v for k, v in r.items() if k.startswith("knob.winograd")})
-             for r in records if r["status"] != "ok"]
+    wrong = failures(records, "knob.winograd")
     assert not wrong, wrong[:3]
     assert {(r["knob.algorithm"], r["knob.winograd_tile"]) for r in records} == {("winograd", 2), ("winograd", 4)}
 
