@@ -237,7 +237,8 @@ def test_every_fused_point_builds_a_correct_kernel(measurer):
 
 
 ALTERNATE = {"packed_output": 0, "ow_block": 2, "oh_block": 2, "reduce_order": "rs_c_c", "unroll_window": 1,
-             "cache_write": "global", "order": "SRSRS:outer"}  # another point of each template, where it has the value
+             "cache_write": "global", "order": "SRSRS:outer", "algorithm": "direct"}  # another point of each template,
+# where it has the value (the pointwise conv's default is the GEMM: here the direct algorithm)
 
 
 @pytest.mark.full  # a whole model imported and built
@@ -272,13 +273,18 @@ def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(tmp_path):
                 knobs = {k.name: k.choices for k in templates[w.name].knobs(w)}
                 config = {k: v for k, v in ALTERNATE.items() if v in knobs.get(k, ())} if point == "alternate" else {}
                 tuned.append(TunedOp(w, templates[w.name], templates[w.name].validate(config, w), 1.0))
+        algorithms = {op.workload.name: op.config.get("algorithm", "direct") for op in tuned}
+        assert sorted(algorithms[w.name] for w in packed) == (["direct", "direct", "gemm"] if point == "default"
+                                                               else ["direct"] * 3)
         built = apply_database(mod, write_database(tmp_path / point, tuned, target), target)
-        # the model's convolutions pack their data (5-D buffers); they and the matmul take weights packed at build time
+        # the direct convolutions pack their data (5-D buffers), the GEMM reads it where it lies; the convolutions and
+        # the matmul take weights packed at build time
         assert prepacked(built) == sorted(f"{w.params['func']}_prepacked" for w in workloads if w.name in templates)
         assert not [g for g in built.functions if "weight_prepack" in g.name_hint]  # folded on the constants
         for w in packed:
             sch = s_tir.Schedule(tvm.IRModule({"main": built[f"{w.params['func']}_prepacked"]}))
-            assert any(len(b.shape) == 5 for b in sch.get(sch.get_sblock("root")).alloc_buffers), sch.mod
+            packs_data = any(len(b.shape) == 5 for b in sch.get(sch.get_sblock("root")).alloc_buffers)
+            assert packs_data == (algorithms[w.name] == "direct"), sch.mod
         vm = relax.VirtualMachine(tvm.compile(built, target), tvm.cpu())
         out = vm["main"](*(tvm.runtime.tensor(a) for a in source.numpy_inputs()))
         np.testing.assert_allclose(out.numpy(), source.reference()[0], rtol=1e-3, atol=1e-3, err_msg=point)
