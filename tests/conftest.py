@@ -43,7 +43,8 @@ REAL_STACK_FIXTURES = {"measurer", "farm", "logged", "builder"}
 STARTS_PROCESSES = re.compile(r"subprocess\.|Popen\(|CLI \+|(?<![\w.])(run_cli|run_cli_process|_run|_tune|_model_ops|Measurer|Farm)\(")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The full tier (``-m full``): tests that start workers, CLIs, trackers or nnictl, i.e. run real
     TVM/NNI/MLflow/RPC. The rest is the fast tier (``make test-fast``: ``-m "not full"``)."""
     for item in items:
@@ -51,6 +52,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         source = inspect.getsource(function) if function else ""
         if REAL_STACK_FIXTURES & set(getattr(item, "fixturenames", ())) or STARTS_PROCESSES.search(source):
             item.add_marker(pytest.mark.full)
+    _group_for_xdist(config, items)
+
+
+def _group_for_xdist(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--dist loadgroup`` runs the tests of one ``xdist_group`` on one worker by their node ids' ``@group`` suffix.
+    pytest-xdist 3.8 sets it on ``item._nodeid``, which pytest 9.2 no longer reads (its node id is ``item._id``):
+    the groups were silently spread over both workers, each building the group's expensive fixtures again. Where
+    the suffix is missing, it is set here."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})
+        if groups and "@" not in item.nodeid:
+            from _pytest.nodeid import coerce_node_id  # pytest >= 9.2, where the suffix is missing
+
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")  # type: ignore[attr-defined]
 # The suite's probes and services stay out of the user's own folder (the host-speed history real studies
 # judge by): a private runtime folder for this session and every process it starts, removed at exit.
 os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="opbench-runtime-")

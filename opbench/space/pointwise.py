@@ -6,8 +6,8 @@ accumulator back to NCHW a channel vector at a time; here the data is read where
 vectorised loop, and the output (with the epilogue: batch norm, residual add, ReLU) is written in
 contiguous runs of whole rows (docs/workloads-and-templates.md#pointwise-gemm)::
 
-    weight (K, C, 1, 1) -> (K/kt, C, kt)          a register tile's kt weights adjacent (packed once by a model)
-    conv   n | outer: k/kt and pixel tiles (order) | c chunks | c in chunk | kt rows | pixel vectors | lanes
+    weight (K, C, 1, 1) -> (K/rows, C, 1, 1, rows)   a register tile's weights adjacent (packed once by a model)
+    conv   n | outer: K/rows and pixel tiles (order) | C chunks | C in chunk | rows | pixel vectors | lanes
 
 A pixel tile is whole output rows, or a part of one row that divides it: TVM's region of a tile
 that crosses rows partway is the rectangle around it, so the write-back would cover pixels the tile did not
@@ -73,9 +73,8 @@ def knobs(workload: Workload) -> list[Knob]:
 def default_config(workload: Workload) -> Config:
     """The register tile (pixels, output channels) with the most FMAs per load among those that fit the CPU's
     accumulator registers (:func:`~opbench.hardware.cpu_shape.current_shape`; each step loads its pixel vectors
-    and broadcasts its weights), the
-    reduction in chunks of up to 64 input channels, pixel tiles outside (a tile's data stays in cache while every
-    output-channel tile reads it)."""
+    and broadcasts its weights), the reduction in chunks of up to 64 input channels, pixel tiles outside (a tile's
+    data stays in cache while every output-channel tile reads it)."""
     ext, shape = _extents(workload), current_shape()
     lanes = shape.fp32_lanes
     tiles = [(pixels // lanes, rows) for pixels in pixel_tiles(ext["oh"], ext["ow"], lanes)
