@@ -131,13 +131,13 @@ def of_ceiling(model: str, fused: list[FusedOp], result: ModelTuneResult, built:
         if latency is None:
             lines.append(f"not verified: {what}")
             continue
-        ms = sum(built[n] for n in names) / sum(built.values()) * latency.median
+        theirs, profiled = sum(built[n] for n in names), sum(built.values())
+        ms = theirs / profiled * latency.median
         gflops = sum(ops[n].flops * ops[n].calls for n in names) / (ms * 1e-3) / 1e9
         share = gflops / ceiling
         lines.append(f"{'met' if share >= TARGET_OF_CEILING else 'NOT MET' if named else 'info'}: {what}: "
                      f"{gflops:.1f} GFLOP/s, {share:.0%} of it ({ms:.1f} ms a run: their share of the tuned build's "
-                     f"profile, {sum(built[n] for n in names):.1f} of {sum(built.values()):.1f} ms, times its verified "
-                     f"{latency.median:.4g} ms)")
+                     f"profile, {theirs:.1f} of {profiled:.1f} ms, times its verified {latency.median:.4g} ms)")
     return lines
 
 

@@ -69,6 +69,8 @@ def _group_for_xdist(config: pytest.Config, items: list[pytest.Item]) -> None:
             from _pytest.nodeid import coerce_node_id  # pytest >= 9.2, where the suffix is missing
 
             item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")  # type: ignore[attr-defined]
+
+
 # The suite's probes and services stay out of the user's own folder (the host-speed history real studies
 # judge by): a private runtime folder for this session and every process it starts, removed at exit.
 os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="opbench-runtime-")

@@ -30,9 +30,8 @@ def test_the_gemm_is_offered_to_1x1_stride_1_convs_whose_pixels_tile_into_vector
     # two rows of 56 pixels (7 vectors) by 2 output channels: 14 FMAs for 9 loads, in 16 accumulators
     assert {k: v for k, v in expansion.items() if k.startswith("gemm") or k == "algorithm"} == {
         "algorithm": "gemm", "gemm_pixels": 112, "gemm_rows": 2, "gemm_reduce": 64, "gemm_order": "pixels_outer"}
-    with shaped_for(AVX512):
-        assert pointwise.pixel_tiles(28, 28, 16) == (112,)  # four rows: no part of a row is whole vectors
-        assert pointwise.pixel_tiles(112, 112, 16) == (16, 112, 224)  # a 7th of a row, a row, two rows
+    assert pointwise.pixel_tiles(28, 28, 16) == (112,)  # four rows: no part of a row is whole vectors
+    assert pointwise.pixel_tiles(112, 112, 16) == (16, 112, 224)  # a 7th of a row, a row, two rows
     for name, template in [("conv2d:n=1,c=64,h=14,w=14,k=256,r=1,s=1", None),  # 14x14: no whole vectors of rows
                            ("conv2d:n=1,c=64,h=56,w=56,k=256,r=1,s=1,stride=2", None),
                            ("conv2d:n=1,c=64,h=56,w=56,k=64,r=1,s=1,pad=1", None),  # the output is 58x58

@@ -77,10 +77,10 @@ def default_config(workload: Workload) -> Config:
     data stays in cache while every output-channel tile reads it)."""
     ext, shape = _extents(workload), current_shape()
     lanes = shape.fp32_lanes
-    tiles = [(pixels // lanes, rows) for pixels in pixel_tiles(ext["oh"], ext["ow"], lanes)
-             for rows in divisors(ext["k"], ROWS_CAP) if rows * pixels // lanes <= shape.accumulator_registers]
-    vectors, rows = max(tiles or [(pixel_tiles(ext["oh"], ext["ow"], lanes)[0] // lanes, 1)],
-                        key=lambda t: (t[0] * t[1] / (t[0] + t[1]), t[0] * t[1]))
+    widths = [pixels // lanes for pixels in pixel_tiles(ext["oh"], ext["ow"], lanes)]
+    tiles = [(vectors, rows) for vectors in widths for rows in divisors(ext["k"], ROWS_CAP)
+             if vectors * rows <= shape.accumulator_registers]
+    vectors, rows = max(tiles or [(widths[0], 1)], key=lambda t: (t[0] * t[1] / (t[0] + t[1]), t[0] * t[1]))
     return {"gemm_pixels": vectors * lanes, "gemm_rows": rows,
             "gemm_reduce": divisors(ext["c"], REDUCE_CAP)[-1], "gemm_order": "pixels_outer"}
 
