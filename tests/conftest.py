@@ -43,8 +43,8 @@ REAL_STACK_FIXTURES = {"measurer", "farm", "logged", "builder"}
 STARTS_PROCESSES = re.compile(r"subprocess\.|Popen\(|CLI \+|(?<![\w.])(run_cli|run_cli_process|_run|_tune|_model_ops|Measurer|Farm)\(")
 
 
-@pytest.hookimpl(trylast=True)  # after pytest-xdist's own
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The full tier (``-m full``): tests that start workers, CLIs, trackers or nnictl, i.e. run real
     TVM/NNI/MLflow/RPC. The rest is the fast tier (``make test-fast``: ``-m "not full"``)."""
     for item in items:
@@ -52,7 +52,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         source = inspect.getsource(function) if function else ""
         if REAL_STACK_FIXTURES & set(getattr(item, "fixturenames", ())) or STARTS_PROCESSES.search(source):
             item.add_marker(pytest.mark.full)
-    _group_for_xdist(config, items)
+
+
+class _XdistGroups:
+    @pytest.hookimpl(trylast=True)  # after pytest-xdist's own
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        _group_for_xdist(config, items)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_XdistGroups(), "opbench-xdist-groups")
 
 
 def _group_for_xdist(config: pytest.Config, items: list[pytest.Item]) -> None:

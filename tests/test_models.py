@@ -246,7 +246,8 @@ def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(tmp_path):
     """small-cnn@tiny built with its convolutions packed, their weights at build time (a padded 3x3
     conv with 3 input channels, bias and ReLU; a depthwise 3x3 conv of stride 2 with batch norm; a
     pointwise conv) and its matmul tiled (its weight packed too), at each template's default and at another
-    point, against PyTorch."""
+    point, and with the 3x3 conv as Winograd (its epilogue rebuilt, its weight transformed at build time), against
+    PyTorch."""
     import tvm
     from tvm import relax, s_tir
 
@@ -266,25 +267,28 @@ def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(tmp_path):
     assert {t.name for t in templates.values()} == {"fused_conv2d_nchwc", "fused_depthwise_conv2d_nchwc", "fused_matmul"}
     assert len(packed) == 3
     target = make_target("llvm", 1)
-    for point in ("default", "alternate"):
+    points = {"default": {}, "alternate": ALTERNATE, "winograd": {"algorithm": "winograd"}}
+    expected = {"default": ["direct", "direct", "gemm"], "alternate": ["direct"] * 3,
+                "winograd": ["direct", "gemm", "winograd"]}
+    for point, values in points.items():
         tuned = []
         for w in workloads:
             if w.name in templates:
                 knobs = {k.name: k.choices for k in templates[w.name].knobs(w)}
-                config = {k: v for k, v in ALTERNATE.items() if v in knobs.get(k, ())} if point == "alternate" else {}
+                config = {k: v for k, v in values.items() if v in knobs.get(k, ())}
                 tuned.append(TunedOp(w, templates[w.name], templates[w.name].validate(config, w), 1.0))
         algorithms = {op.workload.name: op.config.get("algorithm", "direct") for op in tuned}
-        assert sorted(algorithms[w.name] for w in packed) == (["direct", "direct", "gemm"] if point == "default"
-                                                               else ["direct"] * 3)
+        assert sorted(algorithms[w.name] for w in packed) == expected[point]
         built = apply_database(mod, write_database(tmp_path / point, tuned, target), target)
-        # the direct convolutions pack their data (5-D buffers), the GEMM reads it where it lies; the convolutions and
-        # the matmul take weights packed at build time
+        # the direct convolutions and Winograd pack their data (5-D buffers), the GEMM reads it where it lies; the
+        # convolutions and the matmul take weights packed (Winograd's: transformed) at build time
         assert prepacked(built) == sorted(f"{w.params['func']}_prepacked" for w in workloads if w.name in templates)
         assert not [g for g in built.functions if "weight_prepack" in g.name_hint]  # folded on the constants
         for w in packed:
             sch = s_tir.Schedule(tvm.IRModule({"main": built[f"{w.params['func']}_prepacked"]}))
             packs_data = any(len(b.shape) == 5 for b in sch.get(sch.get_sblock("root")).alloc_buffers)
-            assert packs_data == (algorithms[w.name] == "direct"), sch.mod
+            assert packs_data == (algorithms[w.name] != "gemm"), sch.mod
+            assert ('"batch_gemm_update"' in sch.mod.script()) == (algorithms[w.name] == "winograd")  # rebuilt, not marked
         vm = relax.VirtualMachine(tvm.compile(built, target), tvm.cpu())
         out = vm["main"](*(tvm.runtime.tensor(a) for a in source.numpy_inputs()))
         np.testing.assert_allclose(out.numpy(), source.reference()[0], rtol=1e-3, atol=1e-3, err_msg=point)

@@ -261,7 +261,7 @@ def test_winograd_builds_correct_kernels_on_odd_shapes(measurer):
                       **{k: rng.choice(knobs[k]) for k in winograd.KNOBS[1:]}}  # rows, cols, reduce
             if m == 4:  # the widest block: several vectors of output channels per block
                 config["winograd_cols"] = knobs["winograd_cols"][-1]
-            partial = [r for r in knobs["winograd_rows"] if m == 2 and winograd.tiles(w, m) % r]
+            partial = [r for r in knobs["winograd_rows"] if m == 2 and winograd.tiles(winograd.conv_shape(w), m) % r]
             if partial:  # rows that divide only F(4x4)'s tile count: F(2x2)'s last step is partial
                 config["winograd_rows"] = partial[-1]
             specs.append(TrialSpec(w, config, Resources(1 + index % 2)))

@@ -134,13 +134,21 @@ def static_features(workload: Workload, config: Config, template_name: str | Non
 
 
 def per_store_features(mod: Any, target: Any) -> Any:
-    """MetaSchedule's PerStoreFeature of a scheduled IRModule: a (buffer stores x :data:`MS_FEATURES`) array."""
+    """MetaSchedule's PerStoreFeature of a scheduled IRModule: a (buffer stores x :data:`MS_FEATURES`) array. A
+    weight layout rewrite the schedule marks is split off first, as a model runs it (PerStoreFeature leaves out
+    a marked copy itself, but fails on a marked computation such as Winograd's weight transform)."""
     from opbench._tvm_compat import light_tensor_intrin
 
     light_tensor_intrin()
+    import tvm
     from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
 
+    from opbench.measure.prepack import MAIN, split_prepack
+
+    split, prepack = split_prepack(mod)
+    if prepack is not None:
+        mod = tvm.IRModule({MAIN: split[MAIN]})
     context = ms.TuneContext(mod=mod, target=target)
     candidate = ms.MeasureCandidate(s_tir.Schedule(mod), [])
     return ms.feature_extractor.PerStoreFeature().extract_from(context, [candidate])[0].numpy()

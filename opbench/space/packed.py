@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opbench.hardware.cpu_shape import current_shape
-from opbench.space import pointwise, winograd
+from opbench.space import pointwise, winograd, winograd_fused
 from opbench.space._base import Config, Knob, Nest, Template, divisors
 from opbench.space._schedule import (
     IN_OP,
@@ -173,7 +173,7 @@ class PackedConvTemplate(Template):
     def _alternative(self, workload: Workload) -> str:
         """The algorithm the space offers besides the direct one ("" for none): Winograd on a catalogue conv that it
         fits (its weight transformed in the operator, as it is packed), the GEMM on a 1x1 stride-1 conv."""
-        if self.op == "conv2d" and winograd.applies(workload):
+        if self.op in ("conv2d", "fused_conv2d") and winograd.applies(workload):
             return "winograd"
         return "gemm" if not self.depthwise and pointwise.applies(workload) else ""
 
@@ -192,6 +192,9 @@ class PackedConvTemplate(Template):
         return vocab
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
+        if config.get("algorithm") == "winograd":  # a model's fused conv: rebuilt, the config only recorded
+            winograd_fused.mark(sch, config)
+            return
         if config.get("algorithm") == "gemm":
             pointwise.apply(sch, config, workload, self._layout_transform)
             return

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Nest, divisors
-from opbench.space._schedule import loops_below
+from opbench.space._schedule import loops_below, mark_prepack
+from opbench.space.winograd_stages import ConvShape, stages
+from opbench.space.winograd_stages import lanes as _lanes
 from opbench.workloads import Workload
 
 if TYPE_CHECKING:
@@ -41,46 +43,65 @@ DEFAULT_ROWS_CAP = 8
 # GEMM tile of the default, in one process: F(2x2) won on 7x7 and 14x14 outputs (512 and 256
 # channels), F(4x4) on 28x28 and 56x56 (128 and 64 channels); any value from 11 to 68 orders them so.
 WEIGHT_TILES = 27
+MIN_FUSED_TILES = 16  # a model's conv with fewer output tiles stays direct by default (preferred())
+
+
+def _fused() -> Any:
+    """The module for a model's fused convolutions (which imports this one)."""
+    from opbench.space import winograd_fused
+
+    return winograd_fused
 
 
 def applies(workload: Workload) -> bool:
-    """A float32 conv2d with a 3x3 window, stride 1 and no dilation."""
+    """A float32 conv2d with a 3x3 window, stride 1 and no dilation; or a model's fused operator around one
+    (:mod:`opbench.space.winograd_fused`)."""
+    if workload.op.name != "conv2d":
+        return _fused().applies(workload)
     p = workload.params
-    return (workload.op.name == "conv2d" and workload.dtype == "float32" and p["r"] == p["s"] == 3
-            and p["stride"] == p["dilation"] == 1)
+    return workload.dtype == "float32" and p["r"] == p["s"] == 3 and p["stride"] == p["dilation"] == 1
 
 
-def tiles(workload: Workload, m: int) -> int:
+def conv_shape(workload: Workload) -> ConvShape:
+    """The convolution's sizes, of a catalogue conv2d or a model's fused one."""
+    if workload.op.name != "conv2d":
+        return _fused().conv_shape(workload)
+    p = workload.params
+    _, _, oh, ow = workload.op.output_shape(p)
+    return ConvShape(p["n"], p["c"], p["h"], p["w"], p["k"], p["pad"], oh, ow)
+
+
+def tiles(shape: ConvShape, m: int) -> int:
     """How many ``m x m`` output tiles cover the output (over the batch)."""
-    _, _, oh, ow = workload.op.output_shape(workload.params)
-    return workload.params["n"] * math.ceil(oh / m) * math.ceil(ow / m)
+    return shape.n * math.ceil(shape.oh / m) * math.ceil(shape.ow / m)
 
 
-def _rows(workload: Workload) -> tuple[int, ...]:
+def _rows(shape: ConvShape) -> tuple[int, ...]:
     """Register-tile rows that divide the tile count of some m (another m's last step is partial)."""
-    return tuple(sorted(set().union(*(divisors(tiles(workload, m), ROWS_CAP) for m in TILES))))
+    return tuple(sorted(set().union(*(divisors(tiles(shape, m), ROWS_CAP) for m in TILES))))
 
 
 def knobs(workload: Workload) -> list[Knob]:
-    p = workload.params
+    s = conv_shape(workload)
     tile, rows, cols, reduce = KNOBS
     return [
         Knob(tile, TILES, "Winograd output tile m (F(m x m, 3 x 3))"),
-        Knob(rows, _rows(workload), "GEMM register tile: tiles per step"),
-        Knob(cols, divisors(p["k"], COLS_CAP), f"GEMM register tile: output channels per step ({p['k']})"),
-        Knob(reduce, divisors(p["c"], REDUCE_CAP), f"GEMM reduction chunk of input channels ({p['c']})"),
+        Knob(rows, _rows(s), "GEMM register tile: tiles per step"),
+        Knob(cols, divisors(s.k, COLS_CAP), f"GEMM register tile: output channels per step ({s.k})"),
+        Knob(reduce, divisors(s.c, REDUCE_CAP), f"GEMM reduction chunk of input channels ({s.c})"),
     ]
 
 
 def default_config(workload: Workload) -> Config:
-    """The m of the cost model (:data:`WEIGHT_TILES`); a register tile of up to 8 tiles (dividing their
-    count) by one vector of output channels, the reduction in chunks of up to 64 input channels. On
-    resnet50-c5 (F(2x2)) 8 x 16 and 16 x 16 measured the same, 8 x 32 was 15% slower; on resnet50-c2
-    (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59, 7 x 32 0.57."""
-    p = workload.params
-    m = min(TILES, key=lambda m: (m + 2) ** 2 * (WEIGHT_TILES + tiles(workload, m)))
-    return {"winograd_tile": m, "winograd_rows": divisors(tiles(workload, m), DEFAULT_ROWS_CAP)[-1],
-            "winograd_cols": _lanes(p["k"]), "winograd_reduce": divisors(p["c"], REDUCE_CAP)[-1]}
+    """The m of the cost model (:data:`WEIGHT_TILES`, none for a model's weight, transformed once); a
+    register tile of up to 8 tiles (dividing their count) by one vector of output channels, the reduction in
+    chunks of up to 64 input channels. On resnet50-c5 (F(2x2)) 8 x 16 and 16 x 16 measured the same, 8 x 32
+    was 15% slower; on resnet50-c2 (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59, 7 x 32 0.57."""
+    s = conv_shape(workload)
+    weight = WEIGHT_TILES if workload.op.name == "conv2d" else 0
+    m = min(TILES, key=lambda m: (m + 2) ** 2 * (weight + tiles(s, m)))
+    return {"winograd_tile": m, "winograd_rows": divisors(tiles(s, m), DEFAULT_ROWS_CAP)[-1],
+            "winograd_cols": _lanes(s.k), "winograd_reduce": divisors(s.c, REDUCE_CAP)[-1]}
 
 
 def nest(config: Config, workload: Workload) -> Nest:
@@ -88,65 +109,34 @@ def nest(config: Config, workload: Workload) -> Nest:
     the reduction in chunks of input channels, parallel over the output-channel blocks."""
     cols = config["winograd_cols"]
     return Nest((config["winograd_rows"], cols), _lanes(cols) if cols > 1 else 0, config["winograd_reduce"],
-                workload.params["k"] // cols)
+                conv_shape(workload).k // cols)
 
 
 def preferred(workload: Workload) -> bool:
     """Whether the default takes Winograd: where both channel counts fill the CPU's vectors. Its default beat the
     direct default on the four resnet50 3x3 shapes, interleaved in one process: 0.55 against 1.13 ms
     (c2, 56x56), 0.48 against 1.11 (28x28, 128 channels), 0.68 against 1.10 (14x14, 256) and 0.97
-    against 1.25 (c5, 7x7, 512)."""
-    p = workload.params
+    against 1.25 (c5, 7x7, 512). A model's, its weight transformed once, also needs :data:`MIN_FUSED_TILES` tiles of
+    its default m: each transformed weight is read once per tile, and ResNet-50's 7x7 (4 tiles of F(4x4); 16 of
+    F(2x2)) took 2.9 (1.8) against the direct 1.1-1.4 ms, where its 14x14 (16 tiles) took 0.75-0.78 against 1.08."""
+    s = conv_shape(workload)
     lanes = current_shape().fp32_lanes
-    return p["c"] % lanes == 0 and p["k"] % lanes == 0
-
-
-def _lanes(extent: int) -> int:
-    return divisors(extent, current_shape().fp32_lanes)[-1]
+    if workload.op.name != "conv2d" and tiles(s, default_config(workload)["winograd_tile"]) < MIN_FUSED_TILES:
+        return False
+    return s.c % lanes == 0 and s.k % lanes == 0
 
 
 def compute(workload: Workload, m: int) -> Any:
-    """The Winograd PrimFunc of ``workload`` (same signature as its direct one: data, weight -> out)."""
+    """The Winograd PrimFunc of ``workload`` (same signature as its direct one: data, weight -> out), the
+    weight transformed inside it."""
     import tvm
-    from tvm import te, tirx
-    from tvm.topi.nn.winograd_util import winograd_transform_matrices
+    from tvm import te
 
-    p = workload.params
-    n_, c_, h_, w_, k_, pad = p["n"], p["c"], p["h"], p["w"], p["k"], p["pad"]
-    _, _, oh, ow = workload.op.output_shape(p)
-    a, nh, nw, cb = m + 2, math.ceil(oh / m), math.ceil(ow / m), _lanes(c_)
-    tiles = n_ * nh * nw
-    data = te.placeholder((n_, c_, h_, w_), "float32", name="data")
-    weight = te.placeholder((k_, c_, 3, 3), "float32", name="weight")
-    A, B, G = winograd_transform_matrices(m, 3, "float32")
-    zero = tirx.const(0.0, "float32")
-    packed = te.compute((n_, c_ // cb, nh * m + 2, nw * m + 2, cb), lambda n, co, y, x, ci: tirx.if_then_else(
-        tirx.all(y >= pad, y < h_ + pad, x >= pad, x < w_ + pad), data[n, co * cb + ci, y - pad, x - pad], zero),
-        name="data_pack")
-    r, s = te.reduce_axis((0, 3), "r"), te.reduce_axis((0, 3), "s")
-    kernel_rows = te.compute((a, 3, c_, k_), lambda e, j, c, k: te.sum(weight[k, c, r, j] * G[e, r], axis=r),
-                             name="kernel_rows")
-    u = te.compute((a, a, c_, k_), lambda e, v, c, k: te.sum(kernel_rows[e, s, c, k] * G[v, s], axis=s),
-                   name="kernel_transform")
-
-    def patch(t: Any, c: Any, dy: Any, dx: Any) -> Any:
-        return packed[t // (nh * nw), c // cb, t // nw % nh * m + dy, t % nw * m + dx, c % cb]
-
-    r1, r2 = te.reduce_axis((0, a), "r1"), te.reduce_axis((0, a), "r2")
-    rows = te.compute((a, a, tiles, c_), lambda e, x, t, c: te.sum(patch(t, c, r1, x) * B[r1, e], axis=r1),
-                      name="input_rows")
-    v = te.compute((a, a, tiles, c_), lambda e, f, t, c: te.sum(rows[e, r2, t, c] * B[r2, f], axis=r2),
-                   name="input_transform")
-    rc = te.reduce_axis((0, c_), "rc")
-    gemm = te.compute((a, a, tiles, k_), lambda e, f, t, k: te.sum(v[e, f, t, rc] * u[e, f, rc, k], axis=rc),
-                      name="batch_gemm")
-    a1, a2 = te.reduce_axis((0, a), "a1"), te.reduce_axis((0, a), "a2")
-    cols = te.compute((a, m, tiles, k_), lambda e, j, t, k: te.sum(gemm[e, a2, t, k] * A[a2, j], axis=a2),
-                      name="inverse_cols")
-    inverse = te.compute((tiles, m, m, k_), lambda t, i, j, k: te.sum(A[a1, i] * cols[a1, j, t, k], axis=a1),
-                         name="inverse_transform")
-    out = te.compute((n_, k_, oh, ow), lambda n, k, y, x: inverse[(n * nh + y // m) * nw + x // m, y % m, x % m, k],
-                     name="output")
+    shape = conv_shape(workload)
+    data = te.placeholder((shape.n, shape.c, shape.h, shape.w), "float32", name="data")
+    weight = te.placeholder((shape.k, shape.c, 3, 3), "float32", name="weight")
+    conv = stages(data, weight, shape, m, prepacked=False)
+    out = te.compute((shape.n, shape.k, shape.oh, shape.ow), lambda *i: conv(i), name="output")
     return tvm.IRModule({"main": te.create_prim_func([data, weight, out])})
 
 
@@ -168,13 +158,19 @@ def _vectorize_init(sch: Any, block: Any, loop: Any, at: Any) -> None:
 
 def module(workload: Workload, config: Config) -> IRModule:
     """``workload`` as Winograd F(m x m, 3 x 3), scheduled by ``config``'s ``winograd_*`` knobs."""
+    if workload.op.name != "conv2d":
+        return _fused().scheduled(workload.prim_func(), config)
+    return schedule(compute(workload, config["winograd_tile"]), config, conv_shape(workload), prepacked=False)
+
+
+def schedule(mod: IRModule, config: Config, shape: ConvShape, prepacked: bool) -> IRModule:
+    """The Winograd PrimFunc ``mod`` (:func:`stages`) scheduled by ``config``'s ``winograd_*`` knobs."""
     from tvm import s_tir
 
-    p = workload.params
-    sch = s_tir.Schedule(compute(workload, config["winograd_tile"]))
+    sch = s_tir.Schedule(mod)
     for name in ("A", "B", "G"):  # the transform matrices: constants folded into the unrolled passes
         sch.compute_inline(sch.get_sblock(name))
-    cb, kb = _lanes(p["c"]), _lanes(p["k"])
+    cb, kb = _lanes(shape.c), _lanes(shape.k)
 
     pack = sch.get_sblock("data_pack")
     n, co, y, _, ci = sch.get_loops(pack)
@@ -203,7 +199,10 @@ def module(workload: Workload, config: Config) -> IRModule:
     sch.vectorize(kii)
     _vectorize_init(sch, gemm, rco, to)
     _vectorize_innermost(sch, accumulator, to)
-    _kernel_transform(sch, ko, config["winograd_tile"] + 2, p["c"], config["winograd_cols"])
+    if prepacked:
+        mark_prepack(sch, sch.get_sblock("kernel_transform"))
+    else:
+        _kernel_transform(sch, ko, config["winograd_tile"] + 2, shape.c, config["winograd_cols"])
 
     # inverse: per (tile, output-channel block), columns then rows, in registers
     second = sch.get_sblock("inverse_transform")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from opbench._tvm_compat import light_tensor_intrin
-from opbench.space import Config, Template, get_template
+from opbench.space import Config, Template, get_template, winograd_fused
 from opbench.workloads import Workload
 
 PREPACKED_SUFFIX = "_prepacked"  # SplitLayoutRewritePreproc's name for an operator taking its packed weight
@@ -69,7 +69,7 @@ def apply_database(mod: Any, database: Any, target: Any) -> Any:
     from tvm import relax
 
     with target, database:
-        mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+        mod = winograd_fused.rebuild_marked(relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod))
     with target:
         return tvm.ir.transform.Sequential([relax.transform.SplitLayoutRewritePreproc(),
                                             relax.transform.FoldConstant(), relax.transform.DeadCodeElimination()])(mod)

@@ -1,0 +1,81 @@
+"""Winograd on a model's fused 3x3 stride-1 convolutions (opbench/space/winograd_fused.py): where it is offered,
+correct kernels with every kind of epilogue and register tile, its features, and a model's tuning record of it.
+(A whole model built with it is checked against PyTorch in tests/test_models.py.)"""
+from __future__ import annotations
+
+import pytest
+
+from opbench.hardware.resources import Resources
+from opbench.measure.types import TrialSpec
+from opbench.space import get_template, winograd, winograd_fused
+from opbench.workloads import parse_workload
+from opbench.workloads.fused import model_name
+from tests.kernels import failures
+
+MODEL = "resnet-50@tiny"  # basic blocks of 16 and 32 channels at 8x8 and 4x4
+BN_RELU = "fused_conv2d1_subtract1_divide1_multiply1_add2_relu1"  # 3x3, stride 1, pad 1: batch norm, ReLU
+RESIDUAL = "fused_conv2d1_subtract1_divide1_multiply1_add2_add3_relu1"  # ... and the residual add before the ReLU
+FOUR_BY_FOUR = "fused_conv2d3_subtract2_divide2_multiply2_add5_add6_relu2"  # 32 channels at 4x4: one F(4x4) tile
+NOT_OFFERED = ("fused_conv2d2_subtract2_divide2_multiply2_add5_relu2",  # 3x3 of stride 2
+               "fused_conv2d4_subtract2_divide2_multiply2_add5",  # 1x1 of stride 2
+               "fused_conv2d_subtract_divide_multiply_add1_relu")  # the 7x7 stem
+
+
+def _workload(func: str):
+    return parse_workload(model_name(MODEL, func, 1, 128))
+
+
+def test_winograd_is_offered_to_a_models_3x3_stride_1_convolutions_alone():
+    for func in (BN_RELU, RESIDUAL, FOUR_BY_FOUR):
+        workload = _workload(func)
+        knobs = {k.name: k.choices for k in get_template(workload).knobs(workload)}
+        assert knobs["algorithm"] == ("direct", "winograd"), func
+        assert winograd.conv_shape(workload).pad == 1
+    for func in NOT_OFFERED:
+        workload = _workload(func)
+        assert "winograd" not in {c for k in get_template(workload).knobs(workload) for c in k.choices}, func
+    # each transformed weight is read once per output tile: with fewer than 16 tiles the direct one is the default
+    assert winograd.tiles(winograd.conv_shape(_workload(BN_RELU)), 4) == 4
+    assert get_template(_workload(BN_RELU)).default_config(_workload(BN_RELU))["algorithm"] == "direct"
+
+
+@pytest.mark.slow
+def test_fused_winograd_kernels_match_the_fused_operator(measurer):
+    """Both tiles, register tiles that leave a partial step, each epilogue: checked against the operator's
+    unscheduled build, the weight transformed once before the timed calls, with the features of what is timed."""
+    configs = [{"winograd_tile": 4, "winograd_rows": 4, "winograd_cols": 16, "winograd_reduce": 16},
+               {"winograd_tile": 2, "winograd_rows": 8, "winograd_cols": 4, "winograd_reduce": 8},
+               {"winograd_tile": 2, "winograd_rows": 16, "winograd_cols": 1, "winograd_reduce": 1}]
+    specs = []
+    for index, func in enumerate((BN_RELU, RESIDUAL, FOUR_BY_FOUR)):
+        workload = _workload(func)
+        template = get_template(workload)
+        rows = {k.name: k.choices for k in template.knobs(workload)}["winograd_rows"]
+        for config in configs:
+            config = {**config, "winograd_rows": max(r for r in rows if r <= config["winograd_rows"])}
+            specs.append(TrialSpec(workload, template.validate({"algorithm": "winograd", **config}, workload),
+                                   Resources(1 + index % 2), template.name))
+    records = measurer.measure_batch(specs)
+    assert not failures(records)
+    assert {r["knob.layout_transform"] for r in records} == {"weights_prepacked"}
+    assert all(r["mem.prepacked"] > 0 and r["feat.ms_stores"] > 0 for r in records)
+
+
+def test_a_models_record_marks_the_config_and_the_model_swaps_in_the_rebuild():
+    """The tuning record's trace only annotates the fused PrimFunc (a trace cannot make another algorithm); the
+    model replaces what is marked by the Winograd rebuild of the same parameters, and nothing else."""
+    import tvm
+    import tvm_ffi
+    from tvm import s_tir
+
+    workload = _workload(RESIDUAL)
+    template = get_template(workload)
+    config = template.validate({"algorithm": "winograd", "winograd_tile": 2}, workload)
+    func = workload.prim_func()
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    template.apply(sch, config, workload)
+    marked, other = sch.mod["main"], _workload(NOT_OFFERED[0]).prim_func()
+    rebuilt = winograd_fused.rebuild_marked(tvm.IRModule({"conv": marked, "other": other}))
+    assert tvm_ffi.structural_equal(rebuilt["other"], other)
+    assert [p.shape for p in rebuilt["conv"].params] == [p.shape for p in func.params]
+    assert "batch_gemm_update" in rebuilt["conv"].script() and rebuilt["conv"].attrs["tirx.is_scheduled"]
