@@ -1,5 +1,5 @@
 """Winograd F(m x m, 3 x 3) for a model's fused 3x3 stride-1 convolution: the convolution's PrimFunc is
-rebuilt as the Winograd stages of :mod:`opbench.space.winograd`, its epilogue (batch norm, residual add,
+rebuilt as the Winograd stages of :mod:`opbench.space.winograd_stages`, its epilogue (batch norm, residual add,
 ReLU; :mod:`opbench.space.epilogue`) applied where the inverse transform is written out, with the
 same parameters as the fused PrimFunc. The weight's transform is one stage reading the weight alone,
 marked as a layout rewrite: a model computes it once at build time on its constant weight, as it packs
@@ -50,13 +50,28 @@ def _shape(func: Any) -> tuple[ConvShape, str, Any, Any]:
     else:
         producer = sch.get(sch.get_producers(anchor_block(sch))[0])
         data = producer.reads[0].source
+        if len(producer.reads) != 1 or not any(data.same_as(b) for b in params):
+            raise Unsupported("the convolution's input is computed in the operator")
         pad = (int(source.shape[2]) - int(data.shape[2])) // 2
-        if int(source.shape[3]) - int(data.shape[3]) != 2 * pad or not any(data.same_as(b) for b in params):
+        offsets = [_offset(producer.reads[0].region[i].min) for i in (2, 3)]
+        if int(source.shape[3]) - int(data.shape[3]) != 2 * pad or offsets != [pad, pad]:
             raise Unsupported("padding that is not the same on every side")
     _, cd, h, w = (int(d) for d in data.shape)
     if cd != c or (oh, ow) != (h + 2 * pad - 2, w + 2 * pad - 2):
         raise Unsupported("output size does not follow from a stride-1 convolution")
     return ConvShape(n, c, h, w, k, pad, oh, ow), anchor.name_hint, data, weight
+
+
+def _offset(index: Any) -> int:
+    """``p`` of a padding block's read index ``y - p`` (0 for ``y``)."""
+    import tvm
+    from tvm import tirx
+
+    if isinstance(index, tirx.Var):
+        return 0
+    if isinstance(index, tirx.Sub) and isinstance(index.a, tirx.Var) and isinstance(index.b, tvm.tirx.IntImm):
+        return int(index.b.value)
+    raise Unsupported(f"a padding read at {index}")
 
 
 def conv_shape(workload: Workload) -> ConvShape:
