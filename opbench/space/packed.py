@@ -171,8 +171,9 @@ class PackedConvTemplate(Template):
                     math.prod(outer[: config["parallel"]]))
 
     def _alternative(self, workload: Workload) -> str:
-        """The algorithm the space offers besides the direct one ("" for none): Winograd on a catalogue conv that it
-        fits (its weight transformed in the operator, as it is packed), the GEMM on a 1x1 stride-1 conv."""
+        """The algorithm the space offers besides the direct one ("" for none): Winograd on a 3x3 stride-1 conv (a
+        catalogue one's weight transformed in the operator, as it is packed; a model's once, at build time), the GEMM
+        on a 1x1 stride-1 conv."""
         if self.op in ("conv2d", "fused_conv2d") and winograd.applies(workload):
             return "winograd"
         return "gemm" if not self.depthwise and pointwise.applies(workload) else ""

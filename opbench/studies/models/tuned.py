@@ -61,8 +61,9 @@ def write_database(folder: Path, tuned: list[TunedOp], target: Any) -> Any:
 
 
 def apply_database(mod: Any, database: Any, target: Any) -> Any:
-    """The fused Relax module with every PrimFunc the database knows replaced by its tuned schedule,
-    and the weight layout rewrites those schedules mark (packed convolutions') computed at build time:
+    """The fused Relax module with every PrimFunc the database knows replaced by its tuned schedule (or, where
+    the record marks a Winograd config, by the Winograd rebuild: :mod:`opbench.space.winograd_fused`), and the
+    weight layout rewrites those mark (packed convolutions', Winograd's weight transform) computed at build time:
     split into functions of their own and folded on the model's constant weights."""
     light_tensor_intrin()
     import tvm
