@@ -79,3 +79,28 @@ def test_a_models_record_marks_the_config_and_the_model_swaps_in_the_rebuild():
     assert tvm_ffi.structural_equal(rebuilt["other"], other)
     assert [p.shape for p in rebuilt["conv"].params] == [p.shape for p in func.params]
     assert "batch_gemm_update" in rebuilt["conv"].script() and rebuilt["conv"].attrs["tirx.is_scheduled"]
+
+
+def test_a_convolution_with_no_epilogue_is_rebuilt_to_compute_the_same():
+    """The anchor writes the output itself (a catalogue conv's own PrimFunc: padding, then the convolution)."""
+    import numpy as np
+    import tvm
+
+    from opbench.hardware.targets import make_target
+    from opbench.measure.prepack import split_prepack
+
+    func = parse_workload("conv2d:n=1,c=16,h=8,w=8,k=16,r=3,s=3,pad=1").prim_func()
+    config = {"winograd_tile": 2, "winograd_rows": 4, "winograd_cols": 16, "winograd_reduce": 16}
+    split, prepack = split_prepack(winograd_fused.scheduled(func, config))
+    assert prepack is not None and prepack.shape == (4, 4, 16, 16)  # (m+2)^2 transformed 16 x 16 weights
+    target, device = make_target("llvm", 1), tvm.cpu()
+    rng = np.random.default_rng(0)
+    data, weight = (rng.random([int(d) for d in b.shape], dtype=np.float32) for b in func.params[:2])
+    expected, got, packed = (tvm.runtime.tensor(np.zeros(s, np.float32), device) for s in
+                             ((1, 16, 8, 8), (1, 16, 8, 8), prepack.shape))
+    tvm.compile(tvm.IRModule({"main": func}), target)["main"](tvm.runtime.tensor(data), tvm.runtime.tensor(weight),
+                                                              expected)
+    rebuilt = tvm.compile(split, target)
+    rebuilt["prepack"](tvm.runtime.tensor(weight), packed)
+    rebuilt["main"](tvm.runtime.tensor(data), packed, got)
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)

@@ -35,7 +35,10 @@ def epilogue(func: Any, anchor_name: str, anchor: Value, params: list[tuple[Any,
     values = [(blocks[names.index(anchor_name)].writes[0].source, anchor), *params]
     for block in blocks[names.index(anchor_name) + 1:]:
         values.append((block.writes[0].source, _block_value(block, values)))
-    return values[-1][1]
+    output = _lookup(values, list(func.params)[-1])
+    if output is None:
+        raise Unsupported("no block writes the output")
+    return output
 
 
 def _block_value(block: Any, values: list[tuple[Any, Value]]) -> Value:
