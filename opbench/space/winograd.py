@@ -46,6 +46,11 @@ WEIGHT_TILES = 27
 MIN_FUSED_TILES = 16  # a model's conv with fewer output tiles stays direct by default (preferred())
 
 
+def _of_a_model(workload: Workload) -> bool:
+    """A model's fused operator (:mod:`opbench.space.winograd_fused`), not a catalogue conv2d."""
+    return workload.op.name != "conv2d"
+
+
 def _fused() -> Any:
     """The module for a model's fused convolutions (which imports this one)."""
     from opbench.space import winograd_fused
@@ -56,7 +61,7 @@ def _fused() -> Any:
 def applies(workload: Workload) -> bool:
     """A float32 conv2d with a 3x3 window, stride 1 and no dilation; or a model's fused operator around one
     (:mod:`opbench.space.winograd_fused`)."""
-    if workload.op.name != "conv2d":
+    if _of_a_model(workload):
         return _fused().applies(workload)
     p = workload.params
     return workload.dtype == "float32" and p["r"] == p["s"] == 3 and p["stride"] == p["dilation"] == 1
@@ -64,7 +69,7 @@ def applies(workload: Workload) -> bool:
 
 def conv_shape(workload: Workload) -> ConvShape:
     """The convolution's sizes, of a catalogue conv2d or a model's fused one."""
-    if workload.op.name != "conv2d":
+    if _of_a_model(workload):
         return _fused().conv_shape(workload)
     p = workload.params
     _, _, oh, ow = workload.op.output_shape(p)
@@ -98,7 +103,7 @@ def default_config(workload: Workload) -> Config:
     chunks of up to 64 input channels. On resnet50-c5 (F(2x2)) 8 x 16 and 16 x 16 measured the same, 8 x 32
     was 15% slower; on resnet50-c2 (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59, 7 x 32 0.57."""
     s = conv_shape(workload)
-    weight = WEIGHT_TILES if workload.op.name == "conv2d" else 0
+    weight = 0 if _of_a_model(workload) else WEIGHT_TILES
     m = min(TILES, key=lambda m: (m + 2) ** 2 * (weight + tiles(s, m)))
     return {"winograd_tile": m, "winograd_rows": divisors(tiles(s, m), DEFAULT_ROWS_CAP)[-1],
             "winograd_cols": _lanes(s.k), "winograd_reduce": divisors(s.c, REDUCE_CAP)[-1]}
@@ -121,7 +126,7 @@ def preferred(workload: Workload) -> bool:
     F(2x2)) took 2.9 (1.8) against the direct 1.1-1.4 ms, where its 14x14 (16 tiles) took 0.75-0.78 against 1.08."""
     s = conv_shape(workload)
     lanes = current_shape().fp32_lanes
-    if workload.op.name != "conv2d" and tiles(s, default_config(workload)["winograd_tile"]) < MIN_FUSED_TILES:
+    if _of_a_model(workload) and tiles(s, default_config(workload)["winograd_tile"]) < MIN_FUSED_TILES:
         return False
     return s.c % lanes == 0 and s.k % lanes == 0
 
@@ -158,7 +163,7 @@ def _vectorize_init(sch: Any, block: Any, loop: Any, at: Any) -> None:
 
 def module(workload: Workload, config: Config) -> IRModule:
     """``workload`` as Winograd F(m x m, 3 x 3), scheduled by ``config``'s ``winograd_*`` knobs."""
-    if workload.op.name != "conv2d":
+    if _of_a_model(workload):
         return _fused().scheduled(workload.prim_func(), config)
     return schedule(compute(workload, config["winograd_tile"]), config, conv_shape(workload), prepacked=False)
 

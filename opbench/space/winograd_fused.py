@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from tvm import IRModule
 
 
+@functools.lru_cache(maxsize=64)  # read by every knob, default and nest of the workload
 def _shape(func: Any) -> tuple[ConvShape, str, Any, Any]:
     """The convolution's sizes, the anchor block's name and the data and weight buffers of a fused PrimFunc
     whose anchor is a float32 3x3 stride-1 NCHW convolution (TOPI's ``conv2d_nchw``, its padding a block
