@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from opbench.exceptions import ConfigError, WorkloadError
-from opbench.hardware.cpu_shape import CpuShape, current_shape, shaped_for, target_shape
+from opbench.hardware.cpu_shape import DEFAULT_L2_KB, CpuShape, current_shape, shaped_for, target_shape
 from opbench.hardware.resources import HostFacts, Resources
 from opbench.measure.features import config_features, nest_features
 from opbench.measure.types import TrialSpec
@@ -336,6 +336,8 @@ def test_kernel_and_packing_defaults_follow_the_cpu_they_are_built_for():
     avx512, avx2 = CpuShape.of(_facts(("avx2", "fma", "avx512f"), 12)), CpuShape.of(_facts(("avx", "avx2"), 8))
     arm64, armv7 = CpuShape.of(_facts(("asimd",), 4)), target_shape("pynq-z2")
     assert [(s.fp32_lanes, s.accumulator_registers) for s in (avx512, avx2, arm64, armv7)] == [(16, 16), (8, 8), (4, 16), (4, 8)]
+    with_l2 = CpuShape.of(dataclasses.replace(_facts(("avx", "avx2"), 8), l2_kb=2048.0))
+    assert [s.l2_kb for s in (with_l2, arm64, target_shape("rpi4"))] == [2048, DEFAULT_L2_KB, 1024]  # (arm64's: unknown)
     matmul, conv = parse_workload("matmul-512"), parse_workload("resnet50-c2")
     defaults = {}
     for shape in (avx512, avx2, arm64):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from opbench.hardware.cpu_shape import CpuShape, shaped_for
 from opbench.hardware.resources import Resources
 from opbench.measure.types import TrialSpec
 from opbench.space import get_template, winograd, winograd_fused
@@ -41,11 +42,12 @@ def test_winograd_is_offered_to_a_models_3x3_stride_1_convolutions_alone():
 
 @pytest.mark.slow
 def test_fused_winograd_kernels_match_the_fused_operator(measurer):
-    """Both tiles, register tiles that leave a partial step, each epilogue: checked against the operator's
-    unscheduled build, the weight transformed once before the timed calls, with the features of what is timed."""
-    configs = [{"winograd_tile": 4, "winograd_rows": 4, "winograd_cols": 16, "winograd_reduce": 16},
-               {"winograd_tile": 2, "winograd_rows": 8, "winograd_cols": 4, "winograd_reduce": 8},
-               {"winograd_tile": 2, "winograd_rows": 16, "winograd_cols": 1, "winograd_reduce": 1}]
+    """Both tiles, register tiles that leave a partial step, each epilogue, the weight transformed in the operator
+    or once before the timed calls: checked against the operator's unscheduled build, with the features of what
+    is timed."""
+    configs = [{"winograd_tile": 4, "winograd_rows": 4, "winograd_cols": 16, "winograd_reduce": 16, "winograd_in_op": 1},
+               {"winograd_tile": 2, "winograd_rows": 8, "winograd_cols": 4, "winograd_reduce": 8, "winograd_in_op": 0},
+               {"winograd_tile": 2, "winograd_rows": 16, "winograd_cols": 1, "winograd_reduce": 1, "winograd_in_op": 1}]
     specs = []
     for index, func in enumerate((BN_RELU, RESIDUAL, FOUR_BY_FOUR)):
         workload = _workload(func)
@@ -58,7 +60,23 @@ def test_fused_winograd_kernels_match_the_fused_operator(measurer):
     records = measurer.measure_batch(specs)
     assert not failures(records)
     assert {r["knob.layout_transform"] for r in records} == {"weights_prepacked"}
-    assert all(r["mem.prepacked"] > 0 and r["feat.ms_stores"] > 0 for r in records)
+    assert all(r["feat.ms_stores"] > 0 for r in records)
+    assert [(r.get("mem.prepacked") or 0) > 0 for r in records] == [not r["knob.winograd_in_op"] for r in records]
+    assert {r["knob.winograd_in_op"] for r in records} == {0, 1}
+
+
+def test_a_models_weight_is_transformed_in_the_operator_where_transformed_it_outgrows_the_l2():
+    """Once transformed, the weight is read whole by each call of the model; in the operator, one block's slice
+    at a time. In the operator the weight's transform is paid each call, so m follows the cost model with it."""
+    workload = _workload(BN_RELU)
+    transformed_kb = winograd.transformed_weight_bytes(winograd.conv_shape(workload), 4) / 1024
+    for l2_kb, in_op, m in ((2 * transformed_kb, 0, 4), (transformed_kb / 2, 1, 2)):
+        with shaped_for(CpuShape(512, 32, 8, l2_kb)):
+            config = get_template(workload).default_config(workload)
+        assert (config["winograd_in_op"], config["winograd_tile"]) == (in_op, m), l2_kb
+    catalogue = parse_workload("resnet50-c2")  # its own weight, transformed in the operator: no such knob
+    assert "winograd_in_op" not in winograd.default_config(catalogue)
+    assert "winograd_in_op" not in {k.name for k in get_template(catalogue).knobs(catalogue)}
 
 
 def test_a_models_record_marks_the_config_and_the_model_swaps_in_the_rebuild():
@@ -103,4 +121,9 @@ def test_a_convolution_with_no_epilogue_is_rebuilt_to_compute_the_same():
     rebuilt = tvm.compile(split, target)
     rebuilt["prepack"](tvm.runtime.tensor(weight), packed)
     rebuilt["main"](tvm.runtime.tensor(data), packed, got)
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
+    in_op = winograd_fused.scheduled(func, {**config, "winograd_in_op": 1})
+    assert split_prepack(in_op)[1] is None  # nothing to compute before the calls
+    got = tvm.runtime.tensor(np.zeros((1, 16, 8, 8), np.float32), device)
+    tvm.compile(in_op, target)["main"](tvm.runtime.tensor(data), tvm.runtime.tensor(weight), got)
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)

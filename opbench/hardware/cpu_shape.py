@@ -1,5 +1,5 @@
-"""What shapes a CPU kernel's micro-kernel: the vector width and registers of the CPU it runs on, and its
-L1 data cache's associativity. Read from the host (or a board preset), never assumed from one vendor;
+"""What shapes a CPU kernel's micro-kernel: the vector width and registers of the CPU it runs on, its
+L1 data cache's associativity and its L2's size. Read from the host (or a board preset), never assumed from one vendor;
 template defaults and schedule helpers read :func:`current_shape`, which a build for another target sets."""
 from __future__ import annotations
 
@@ -14,15 +14,17 @@ from opbench.hardware.resources import HostFacts, host_facts
 from opbench.hardware.targets import BOARDS
 
 DEFAULT_L1D_WAYS = 8  # when the host does not say (a remote device's report, a non-Linux host)
+DEFAULT_L2_KB = 512
 
 
 @dataclass(frozen=True)
 class CpuShape:
-    """A CPU's SIMD registers (width in bits, how many) and its L1 data cache's ways."""
+    """A CPU's SIMD registers (width in bits, how many), its L1 data cache's ways and its L2's size."""
 
     vector_bits: int
     vector_registers: int
     l1d_ways: int = DEFAULT_L1D_WAYS
+    l2_kb: float = DEFAULT_L2_KB
 
     @property
     def fp32_lanes(self) -> int:
@@ -37,16 +39,17 @@ class CpuShape:
     @classmethod
     def of(cls, facts: HostFacts) -> CpuShape:
         """The shape a CPU's ISA flags and caches give (:meth:`of_isa`)."""
-        return cls.of_isa(set(facts.isa), facts.l1d_ways or DEFAULT_L1D_WAYS)
+        return cls.of_isa(set(facts.isa), facts.l1d_ways or DEFAULT_L1D_WAYS,
+                          facts.l2_kb if facts.l2_kb > 0 else DEFAULT_L2_KB)  # (NaN: not known)
 
     @classmethod
-    def of_isa(cls, isa: set[str], l1d_ways: int = DEFAULT_L1D_WAYS) -> CpuShape:
+    def of_isa(cls, isa: set[str], l1d_ways: int = DEFAULT_L1D_WAYS, l2_kb: float = DEFAULT_L2_KB) -> CpuShape:
         """AVX-512 32 x 512 bits, AVX/AVX2 16 x 256, AArch64 ASIMD 32 x 128, ARMv7 NEON and SSE 16 x 128."""
         if "avx512f" in isa:
-            return cls(512, 32, l1d_ways)
+            return cls(512, 32, l1d_ways, l2_kb)
         if isa & {"avx", "avx2"}:
-            return cls(256, 16, l1d_ways)
-        return cls(128, 32 if "asimd" in isa else 16, l1d_ways)
+            return cls(256, 16, l1d_ways, l2_kb)
+        return cls(128, 32 if "asimd" in isa else 16, l1d_ways, l2_kb)
 
 
 def record_shape(record: Mapping[str, Any]) -> CpuShape:
@@ -77,7 +80,7 @@ def target_shape(target: str) -> CpuShape:
     """The shape of the CPU that runs ``target``'s kernels: a board preset's, else this host's."""
     board = BOARDS.get(target)
     if board is not None:
-        return CpuShape(128, 32 if board.triple.startswith("aarch64") else 16, board.l1d_ways)
+        return CpuShape(128, 32 if board.triple.startswith("aarch64") else 16, board.l1d_ways, board.l2_kb)
     return CpuShape.of(host_facts())
 
 

@@ -31,6 +31,7 @@ class BoardPreset:
     elf_machine: str  # what the linked library's ELF header must say
     float_abi: str = ""  # "hard" for armhf: the object must pass floats in VFP registers like its libc
     l1d_ways: int = 4  # its cores' L1 data cache associativity
+    l2_kb: int = 512  # its L2 cache
 
     def tvm_target(self, threads: int) -> Any:
         from tvm.target import Target
@@ -44,9 +45,10 @@ BOARDS = {b.name: b for b in (
     BoardPreset("pynq-z2", "Xilinx PYNQ-Z2: Zynq-7020, 2x Cortex-A9 @ 650 MHz, NEON", "armv7a-linux-gnueabihf",
                 "cortex-a9", ("+neon",), 2, "arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf", "ARM", "hard"),
     BoardPreset("zcu104", "Xilinx ZCU104: Zynq UltraScale+ MPSoC, 4x Cortex-A53 @ 1.2 GHz", "aarch64-linux-gnu",
-                "cortex-a53", ("+neon",), 4, "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu", "AArch64"),
+                "cortex-a53", ("+neon",), 4, "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu", "AArch64", l2_kb=1024),
     BoardPreset("rpi4", "Raspberry Pi 4: BCM2711, 4x Cortex-A72 @ 1.5 GHz", "aarch64-linux-gnu",
-                "cortex-a72", ("+neon",), 4, "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu", "AArch64", l1d_ways=2),
+                "cortex-a72", ("+neon",), 4, "aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu", "AArch64", l1d_ways=2,
+                l2_kb=1024),
 )}
 
 _CUDA = re.compile(r"^cuda(?:\s+-arch=(sm_\d+))?$")

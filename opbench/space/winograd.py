@@ -7,7 +7,9 @@ The output is cut into ``m x m`` tiles; each tile's ``(m+2) x (m+2)`` input patc
 transforms cost memory traffic instead. The weight's transform runs in the operator, timed, one
 output-channel block at a time just before that block's GEMMs, so its slice stays in cache (where the
 whole weight was transformed first, resnet50-c2 took 0.71-0.75 ms against 0.52-0.59 ms, and
-resnet50-c5 6.6-7.6 ms against 0.95-1.1). Error grows with the tile and the input channels (F(4x4) on
+resnet50-c5 6.6-7.6 ms against 0.95-1.1). A model's convolution may instead have its weight transformed
+once, at build time (``winograd_in_op`` 0): then each call reads the whole transformed weight, (m+2)^2/9
+times the weight, from wherever it stays between calls. Error grows with the tile and the input channels (F(4x4) on
 512 channels: 6.5e-4 max abs, inside the float32 check of 1e-3).
 
 Layouts (``P`` tiles, ``a = m + 2``), each transform's channel loop innermost and vectorised::
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from tvm import IRModule
 
 TILES = (2, 4)  # m: F(2x2, 3x3) is the more accurate, F(4x4, 3x3) the fewer multiplications
-KNOBS = ("winograd_tile", "winograd_rows", "winograd_cols", "winograd_reduce")
+KNOBS = ("winograd_tile", "winograd_rows", "winograd_cols", "winograd_reduce", "winograd_in_op")
 ROWS_CAP, COLS_CAP, REDUCE_CAP = 16, 64, 64
 DEFAULT_ROWS_CAP = 8
 # The default tile m minimises (m+2)^2 * (WEIGHT_TILES + tiles(m)): the (m+2)^2 GEMMs each cost one
@@ -88,25 +90,45 @@ def _rows(shape: ConvShape) -> tuple[int, ...]:
 
 def knobs(workload: Workload) -> list[Knob]:
     s = conv_shape(workload)
-    tile, rows, cols, reduce = KNOBS
-    return [
+    tile, rows, cols, reduce, in_op = KNOBS
+    own = [
         Knob(tile, TILES, "Winograd output tile m (F(m x m, 3 x 3))"),
         Knob(rows, _rows(s), "GEMM register tile: tiles per step"),
         Knob(cols, divisors(s.k, COLS_CAP), f"GEMM register tile: output channels per step ({s.k})"),
         Knob(reduce, divisors(s.c, REDUCE_CAP), f"GEMM reduction chunk of input channels ({s.c})"),
     ]
+    if _of_a_model(workload):
+        own.append(Knob(in_op, (0, 1), "the weight transformed in the operator, per output-channel block (1), "
+                                       "or once at build time (0)"))
+    return own
+
+
+def _prepacked_tile(shape: ConvShape) -> int:
+    """The m that minimises the GEMMs' work alone (the weight transformed once, outside the operator)."""
+    return min(TILES, key=lambda m: (m + 2) ** 2 * tiles(shape, m))
+
+
+def transformed_weight_bytes(shape: ConvShape, m: int) -> int:
+    """The float32 weight transformed for F(m x m, 3 x 3): ``(m+2)^2`` matrices of input x output channels."""
+    return (m + 2) ** 2 * shape.c * shape.k * 4
 
 
 def default_config(workload: Workload) -> Config:
-    """The m of the cost model (:data:`WEIGHT_TILES`, none for a model's weight, transformed once); a
-    register tile of up to 8 tiles (dividing their count) by one vector of output channels, the reduction in
-    chunks of up to 64 input channels. On resnet50-c5 (F(2x2)) 8 x 16 and 16 x 16 measured the same, 8 x 32
-    was 15% slower; on resnet50-c2 (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59, 7 x 32 0.57."""
+    """The weight transformed in the operator, unless a model's transformed weight fits the CPU's L2 (where a
+    model's call finds it cached; ResNet-50's 14x14 conv, 9.4 MB transformed at F(4x4), ran its model in
+    40.46 ms as F(2x2) in the operator against 43.56 transformed once, 24 alternating rounds); the m of the cost
+    model (:data:`WEIGHT_TILES`, none where the weight is transformed once); a register tile of up to 8 tiles
+    (dividing their count) by one vector of output channels, the reduction in chunks of up to 64 input
+    channels. On resnet50-c5 (F(2x2)) 8 x 16 and 16 x 16 measured the same, 8 x 32 was 15% slower; on
+    resnet50-c2 (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59, 7 x 32 0.57."""
     s = conv_shape(workload)
-    weight = 0 if _of_a_model(workload) else WEIGHT_TILES
+    model = _of_a_model(workload)
+    in_op = not model or transformed_weight_bytes(s, _prepacked_tile(s)) > current_shape().l2_kb * 1024
+    weight = WEIGHT_TILES if in_op else 0
     m = min(TILES, key=lambda m: (m + 2) ** 2 * (weight + tiles(s, m)))
-    return {"winograd_tile": m, "winograd_rows": divisors(tiles(s, m), DEFAULT_ROWS_CAP)[-1],
-            "winograd_cols": _lanes(s.k), "winograd_reduce": divisors(s.c, REDUCE_CAP)[-1]}
+    config = {"winograd_tile": m, "winograd_rows": divisors(tiles(s, m), DEFAULT_ROWS_CAP)[-1],
+              "winograd_cols": _lanes(s.k), "winograd_reduce": divisors(s.c, REDUCE_CAP)[-1]}
+    return {**config, "winograd_in_op": int(in_op)} if model else config
 
 
 def nest(config: Config, workload: Workload) -> Nest:
@@ -121,12 +143,13 @@ def preferred(workload: Workload) -> bool:
     """Whether the default takes Winograd: where both channel counts fill the CPU's vectors. Its default beat the
     direct default on the four resnet50 3x3 shapes, interleaved in one process: 0.55 against 1.13 ms
     (c2, 56x56), 0.48 against 1.11 (28x28, 128 channels), 0.68 against 1.10 (14x14, 256) and 0.97
-    against 1.25 (c5, 7x7, 512). A model's, its weight transformed once, also needs :data:`MIN_FUSED_TILES` tiles of
-    its default m: each transformed weight is read once per tile, and ResNet-50's 7x7 (4 tiles of F(4x4); 16 of
-    F(2x2)) took 2.9 (1.8) against the direct 1.1-1.4 ms, where its 14x14 (16 tiles) took 0.75-0.78 against 1.08."""
+    against 1.25 (c5, 7x7, 512). A model's also needs :data:`MIN_FUSED_TILES` tiles of the m that suits its weight
+    transformed once: each transformed weight is read once per tile, and ResNet-50's 7x7 (4 tiles of F(4x4); 16 of
+    F(2x2)) took 2.9 (1.8) against the direct 1.1-1.4 ms, where its 14x14 (16 tiles) took 0.75-0.78 against 1.08
+    (in the model, the 7x7 as F(2x2) in the operator ran no faster than direct: 52.93 against 52.41 ms)."""
     s = conv_shape(workload)
     lanes = current_shape().fp32_lanes
-    if _of_a_model(workload) and tiles(s, default_config(workload)["winograd_tile"]) < MIN_FUSED_TILES:
+    if _of_a_model(workload) and tiles(s, _prepacked_tile(s)) < MIN_FUSED_TILES:
         return False
     return s.c % lanes == 0 and s.k % lanes == 0
 

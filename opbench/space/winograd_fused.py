@@ -1,9 +1,10 @@
 """Winograd F(m x m, 3 x 3) for a model's fused 3x3 stride-1 convolution: the convolution's PrimFunc is
 rebuilt as the Winograd stages of :mod:`opbench.space.winograd_stages`, its epilogue (batch norm, residual add,
 ReLU; :mod:`opbench.space.epilogue`) applied where the inverse transform is written out, with the
-same parameters as the fused PrimFunc. The weight's transform is one stage reading the weight alone,
-marked as a layout rewrite: a model computes it once at build time on its constant weight, as it packs
-the direct algorithm's weight, and a ``weights_prepacked`` trial once before its timed calls.
+same parameters as the fused PrimFunc. The weight's transform runs in the operator per output-channel block
+(``winograd_in_op`` 1), or is one stage reading the weight alone, marked as a layout rewrite: a model computes
+it once at build time on its constant weight, as it packs the direct algorithm's weight, and a
+``weights_prepacked`` trial once before its timed calls.
 
 The result is a new PrimFunc, not a schedule of the fused one. A model's tuning record (a schedule's trace)
 therefore only marks the fused PrimFunc with the config (:func:`mark`), and the model swaps the marked
@@ -93,17 +94,18 @@ def _rebuilds(func: Any) -> bool:
     return True
 
 
-def compute(func: Any, m: int) -> IRModule:
+def compute(func: Any, m: int, prepacked: bool = True) -> IRModule:
     """The fused PrimFunc ``func`` with its convolution as Winograd F(m x m, 3 x 3), the weight's transform
-    marked to be computed once; same parameters."""
+    marked to be computed once where ``prepacked``; same parameters."""
     import tvm
     from tvm import te
 
     shape, anchor, data, weight = _shape(func)
     params = list(func.params)
-    holders = [te.placeholder(tuple(b.shape), str(b.dtype), name=b.name) for b in params[:-1]]
+    holders = [te.placeholder(tuple(b.shape), str(b.dtype), name="weight" if b.same_as(weight) else b.name)
+               for b in params[:-1]]  # (the in-operator transform reads the buffer so named)
     index = lambda buffer: next(i for i, b in enumerate(params) if b.same_as(buffer))
-    conv = stages(holders[index(data)], holders[index(weight)], shape, m, prepacked=True)
+    conv = stages(holders[index(data)], holders[index(weight)], shape, m, prepacked)
     reads = [(b, (lambda t: lambda i: t[tuple(i)])(holder)) for b, holder in zip(params, holders)]
     value = epilogue(func, anchor, conv, reads)
     result = te.compute(tuple(params[-1].shape), lambda *i: value(i), name="output")
@@ -111,8 +113,10 @@ def compute(func: Any, m: int) -> IRModule:
 
 
 def scheduled(func: Any, config: Config) -> IRModule:
-    """The fused PrimFunc ``func`` as Winograd, scheduled by ``config``'s ``winograd_*`` knobs."""
-    return winograd.schedule(compute(func, config["winograd_tile"]), config, _shape(func)[0], prepacked=True)
+    """The fused PrimFunc ``func`` as Winograd, scheduled by ``config``'s ``winograd_*`` knobs (a config from
+    before ``winograd_in_op``: the weight transformed once)."""
+    prepacked = not config.get("winograd_in_op", 0)
+    return winograd.schedule(compute(func, config["winograd_tile"], prepacked), config, _shape(func)[0], prepacked)
 
 
 REBUILD_ANNOTATION = "opbench.winograd"  # on a fused PrimFunc's root block: the config to rebuild it with (JSON)
