@@ -7,6 +7,7 @@ import math
 import os
 import random
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,6 +143,16 @@ def test_generic_and_foreign_templates():
         get_template(w, "conv2d")
     with pytest.raises(WorkloadError, match="unknown template"):
         get_template(w, "magic")
+
+
+def test_a_templates_version_covers_every_schedule_module_it_reaches():
+    """A kept tuning is reused only while the schedules its configs name are unchanged: the helpers a template
+    imports as modules (the packed conv's Winograd and GEMM) count, and a template reaches no other's."""
+    from opbench.space._base import source_files
+
+    packed = {Path(f).name for f in source_files(type(TEMPLATES["fused_conv2d_nchwc"]))}
+    assert {"packed.py", "winograd.py", "winograd_fused.py", "winograd_stages.py", "epilogue.py", "pointwise.py"} <= packed
+    assert {Path(f).name for f in source_files(type(TEMPLATES["matmul"]))} == {"_base.py", "_schedule.py", "tiled.py"}
 
 
 def test_tvm_vectorised_reduction_with_cache_copy_is_miscompiled():

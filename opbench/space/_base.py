@@ -198,10 +198,23 @@ class Template(ABC):
 
 @functools.cache
 def _source_hash(cls: type) -> str:
-    """The template's classes' modules and the schedule helpers they import from ``opbench.space``, hashed."""
-    import sys
+    """The sources a template's schedules come from (:func:`source_files`), hashed."""
+    return hashlib.sha256(b"".join(Path(f).read_bytes() for f in source_files(cls))).hexdigest()[:12]
 
-    modules = {c.__module__ for c in cls.__mro__ if c.__module__.startswith("opbench.")}
-    helpers = {getattr(obj, "__module__", "") for m in modules for obj in vars(sys.modules[m]).values()}
-    files = sorted({inspect.getsourcefile(sys.modules[m]) or "" for m in modules | helpers if m.startswith("opbench.space")})
-    return hashlib.sha256(b"".join(Path(f).read_bytes() for f in files if f)).hexdigest()[:12]
+
+def source_files(cls: type) -> list[str]:
+    """The files of the template's classes' modules and of every ``opbench.space`` module they reach through
+    what they import, functions and classes or whole modules (``from opbench.space import winograd``)."""
+    import sys
+    import types
+
+    todo = [c.__module__ for c in cls.__mro__]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or not name.startswith("opbench.space") or name not in sys.modules:
+            continue
+        seen.add(name)
+        todo += [obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", "") or ""
+                 for obj in vars(sys.modules[name]).values()]
+    return sorted(f for f in (inspect.getsourcefile(sys.modules[m]) for m in seen) if f)
