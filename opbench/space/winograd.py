@@ -103,9 +103,10 @@ def knobs(workload: Workload) -> list[Knob]:
     return own
 
 
-def _prepacked_tile(shape: ConvShape) -> int:
-    """The m that minimises the GEMMs' work alone (the weight transformed once, outside the operator)."""
-    return min(TILES, key=lambda m: (m + 2) ** 2 * tiles(shape, m))
+def _cheapest_tile(shape: ConvShape, weight_tiles: int) -> int:
+    """The m that minimises ``(m+2)^2 * (weight_tiles + tiles(m))``: the GEMMs' work, with each weight transform
+    costing ``weight_tiles`` tiles' multiplications (0 where the weight is transformed once, outside the operator)."""
+    return min(TILES, key=lambda m: (m + 2) ** 2 * (weight_tiles + tiles(shape, m)))
 
 
 def transformed_weight_bytes(shape: ConvShape, m: int) -> int:
@@ -123,9 +124,8 @@ def default_config(workload: Workload) -> Config:
     resnet50-c2 (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59, 7 x 32 0.57."""
     s = conv_shape(workload)
     model = _of_a_model(workload)
-    in_op = not model or transformed_weight_bytes(s, _prepacked_tile(s)) > current_shape().l2_kb * 1024
-    weight = WEIGHT_TILES if in_op else 0
-    m = min(TILES, key=lambda m: (m + 2) ** 2 * (weight + tiles(s, m)))
+    in_op = not model or transformed_weight_bytes(s, _cheapest_tile(s, 0)) > current_shape().l2_kb * 1024
+    m = _cheapest_tile(s, WEIGHT_TILES if in_op else 0)
     config = {"winograd_tile": m, "winograd_rows": divisors(tiles(s, m), DEFAULT_ROWS_CAP)[-1],
               "winograd_cols": _lanes(s.k), "winograd_reduce": divisors(s.c, REDUCE_CAP)[-1]}
     return {**config, "winograd_in_op": int(in_op)} if model else config
@@ -149,7 +149,7 @@ def preferred(workload: Workload) -> bool:
     (in the model, the 7x7 as F(2x2) in the operator ran no faster than direct: 52.93 against 52.41 ms)."""
     s = conv_shape(workload)
     lanes = current_shape().fp32_lanes
-    if _of_a_model(workload) and tiles(s, _prepacked_tile(s)) < MIN_FUSED_TILES:
+    if _of_a_model(workload) and tiles(s, _cheapest_tile(s, 0)) < MIN_FUSED_TILES:
         return False
     return s.c % lanes == 0 and s.k % lanes == 0
 
