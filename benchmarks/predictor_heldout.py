@@ -12,16 +12,18 @@ record's config, or with those and the register tile's footprint against the cac
 over the development workloads, 3 seeds (what ideas are chosen on), with every op kind's score; then on the
 FINAL workloads, set aside and never scored while choosing, each idea trained on every development workload
 with 3 seeds. Targets (issue 41) on the final workloads: mean top-1 >= 0.90, top-5 >= 0.95, none below a
-random pick, better than today's model ("latency").
+random pick, better than today's model ("latency"). ``--idea NAME`` (repeatable) scores only those ideas beside
+"latency"; ``--jobs`` ideas are scored at once, one a process.
 
     .venv/bin/python benchmarks/predictor_heldout.py --collect DIR [--trials 64]
-    .venv/bin/python benchmarks/predictor_heldout.py --data DIR
+    .venv/bin/python benchmarks/predictor_heldout.py --data DIR [--idea NAME ...] [--jobs 2]
 """
 from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +63,9 @@ DEVELOPMENT = (
     "depthwise_conv2d:n=1,c=384,h=14,w=14,r=3,s=3,stride=1,pad=1",
     "depthwise_conv2d:n=1,c=144,h=56,w=56,r=3,s=3,stride=2,pad=1",
     "dense:m=32,n=3072,k=768", "matmul:m=128,n=1024,k=512", "batch_matmul:b=8,m=64,n=64,k=256",
+    "conv2d:n=1,c=1024,h=14,w=14,k=256,r=1,s=1,stride=1,pad=0", "conv2d:n=1,c=32,h=112,w=112,k=64,r=3,s=3,stride=1,pad=1",
+    "conv2d:n=1,c=512,h=28,w=28,k=1024,r=1,s=1,stride=2,pad=0", "depthwise_conv2d:n=1,c=576,h=14,w=14,r=3,s=3,stride=1,pad=1",
+    "dense:m=1,n=4096,k=1024", "matmul:m=1024,n=256,k=256",
 )
 FINAL = (  # scored only at the end: one of each kind
     "matmul:m=384,n=384,k=768", "dense:m=16,n=1000,k=2048", "conv2d:n=1,c=512,h=28,w=28,k=128,r=1,s=1,stride=1,pad=0",
@@ -167,17 +172,27 @@ def per_record(folder: Path, cache_name: str, compute: Callable[[dict], dict[str
     return frame
 
 
-def ideas(folder: Path) -> dict[str, tuple[pd.DataFrame, str]]:
-    """Each idea's rows and predictor: the three predictors on today's features (features version 1), the
-    ranker with the per-store features summed instead of averaged, each predictor with the compute-nest
-    features added, and the ranker with those and its register tile's footprint against the caches."""
+IDEAS = (*PREDICTORS, "pairwise, stores summed", *(f"{name} + nest" for name in PREDICTORS),
+         "pairwise + nest + footprint")
+
+
+def ideas(folder: Path, chosen: Collection[str]) -> dict[str, tuple[pd.DataFrame, str]]:
+    """The rows and predictor of each chosen idea (of :data:`IDEAS`): the three predictors on today's features
+    (features version 1), the ranker with the per-store features summed instead of averaged, each predictor with
+    the compute-nest features added, and the ranker with those and its register tile's footprint against the
+    caches. Features an idea needs are computed (and cached) only when it is chosen."""
     frame = read_jsonl(folder / RECORDS).drop(columns=NESTS, errors="ignore")
-    summed = frame.drop(columns=MEANS, errors="ignore").merge(summed_store_features(folder), on="trial_id")
-    nested = frame.merge(nest_frame(folder), on="trial_id", how="left")
-    footprint = nested.merge(footprint_frame(folder), on="trial_id", how="left")
-    return {**{name: (frame, name) for name in PREDICTORS}, "pairwise, stores summed": (summed, "pairwise"),
-            **{f"{name} + nest": (nested, name) for name in PREDICTORS},
-            "pairwise + nest + footprint": (footprint, "pairwise")}
+    out: dict[str, tuple[pd.DataFrame, str]] = {name: (frame, name) for name in PREDICTORS if name in chosen}
+    if "pairwise, stores summed" in chosen:
+        summed = frame.drop(columns=MEANS, errors="ignore").merge(summed_store_features(folder), on="trial_id")
+        out["pairwise, stores summed"] = (summed, "pairwise")
+    if any("+ nest" in name for name in chosen):
+        nested = frame.merge(nest_frame(folder), on="trial_id", how="left")
+        out |= {f"{name} + nest": (nested, name) for name in PREDICTORS if f"{name} + nest" in chosen}
+        if "pairwise + nest + footprint" in chosen:
+            out["pairwise + nest + footprint"] = (nested.merge(footprint_frame(folder), on="trial_id", how="left"),
+                                                  "pairwise")
+    return {name: out[name] for name in IDEAS if name in out}
 
 
 def by_kind(result: HeldOutResult) -> pd.DataFrame:
@@ -199,26 +214,36 @@ def kind_of(task: str) -> str:
     return "conv2d strided" if p.get("stride", "1") != "1" else f"conv2d {p['r']}x{p['s']}"
 
 
-def study(folder: Path) -> None:
-    tried = ideas(folder)
+def score(idea: tuple[pd.DataFrame, str], final: set[str]) -> tuple[HeldOutResult, HeldOutResult]:
+    """An idea's rows and predictor scored left-one-development-workload-out, then on the FINAL workloads (trained
+    on every development workload); :data:`SEEDS` seeds each."""
+    rows, kind = idea
+    development = held_out_study(rows[~task_keys(rows).isin(final)], "workload", seeds=SEEDS, model=predictor(kind))
+    return development, held_out_study(rows, "workload", seeds=SEEDS, model=predictor(kind), fixed_folds=[sorted(final)])
+
+
+def study(folder: Path, chosen: list[str] | None, jobs: int) -> None:
+    unknown = set(chosen or ()) - set(IDEAS)
+    if unknown:
+        raise SystemExit(f"unknown idea(s) {', '.join(sorted(unknown))}; ideas: {'; '.join(IDEAS)}")
+    tried = ideas(folder, {"latency", *chosen} if chosen else IDEAS)
     frame = tried["latency"][0]
     keys = task_keys(frame)
     final = {task_key_of(n) or n for n in FINAL}
     results = Results("predictor_heldout")
     results.print(f"{len(frame)} records, {keys.nunique()} workloads ({len(final)} set aside), from {folder / RECORDS}")
-    summaries = {}
-    for name, (rows, kind) in tried.items():
-        result = held_out_study(rows[~task_keys(rows).isin(final)], "workload", seeds=SEEDS, model=predictor(kind))
-        summaries[name] = result.summaries()
+    with ProcessPoolExecutor(jobs) as pool:  # XGBoost trains on one thread: one idea a core
+        scored = dict(zip(tried, pool.map(score, tried.values(), [final] * len(tried))))
+    for name, (development, _) in scored.items():
         results.print(f"\n{name}: leave one development workload out, {SEEDS} seeds, by op kind")
-        results.table(table(by_kind(result).itertuples(index=False), list(by_kind(result).columns)))
+        results.table(table(by_kind(development).itertuples(index=False), list(by_kind(development).columns)))
     results.print("\ndevelopment summaries (TenSet: mean of the workloads; TLP: pooled)")
+    summaries = {name: development.summaries() for name, (development, _) in scored.items()}
     results.table(table([(n, *(f"{s[f'{w}_top{k}']:.3f}" for w in ("tenset", "tlp") for k in TOP_K), f"{s['below_random']:.0f}")
                          for n, s in summaries.items()],
                         ["predictor", "TenSet top-1", "TenSet top-5", "TLP top-1", "TLP top-5", "below random"]))
     final_rows, verdicts = [], []
-    for name, (rows, kind) in tried.items():
-        result = held_out_study(rows, "workload", seeds=SEEDS, model=predictor(kind), fixed_folds=[sorted(final)])
+    for name, (_, result) in scored.items():
         groups, s = result.by_group(), result.summaries()
         final_rows += [(name, g.group, f"{g.top1:.3f}", f"{g.top5:.3f}", f"{g.spearman:.3f}", f"{g.random_top1:.3f}")
                        for g in groups.itertuples()]
@@ -241,11 +266,14 @@ def main() -> None:
     mode.add_argument("--data", type=Path, help="folder a collection wrote")
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--idea", action="append", help="score only this idea (repeatable; 'latency', today's model, "
+                                                        "is always scored); default: every idea")
+    parser.add_argument("--jobs", type=int, default=2, help="ideas scored at once, one a process")
     args = parser.parse_args()
     if args.collect:
         collect(args.collect, args.trials, args.threads)
     else:
-        study(args.data)
+        study(args.data, args.idea, args.jobs)
 
 
 if __name__ == "__main__":
