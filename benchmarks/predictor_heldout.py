@@ -223,9 +223,6 @@ def score(idea: tuple[pd.DataFrame, str], final: set[str]) -> tuple[HeldOutResul
 
 
 def study(folder: Path, chosen: list[str] | None, jobs: int) -> None:
-    unknown = set(chosen or ()) - set(IDEAS)
-    if unknown:
-        raise SystemExit(f"unknown idea(s) {', '.join(sorted(unknown))}; ideas: {'; '.join(IDEAS)}")
     tried = ideas(folder, {"latency", *chosen} if chosen else IDEAS)
     frame = tried["latency"][0]
     keys = task_keys(frame)
@@ -266,7 +263,7 @@ def main() -> None:
     mode.add_argument("--data", type=Path, help="folder a collection wrote")
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--idea", action="append", help="score only this idea (repeatable; 'latency', today's model, "
+    parser.add_argument("--idea", action="append", choices=IDEAS, help="score only this idea (repeatable; 'latency', today's model, "
                                                         "is always scored); default: every idea")
     parser.add_argument("--jobs", type=int, default=2, help="ideas scored at once, one a process")
     args = parser.parse_args()
