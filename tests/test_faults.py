@@ -30,8 +30,8 @@ HANG_GUARD_S = 600  # a resume that has not ended by then hangs (the study itsel
 pytestmark = pytest.mark.slow
 
 
-def _tune(storage: str, tracking_uri: str, *extra: str) -> list[str]:
-    return [*CLI, "tune", SMALL, "--trials", str(TRIALS), "--storage", storage, "--tracking-uri", tracking_uri,
+def _tune(storage: str, tracking_uri: str, *extra: str, trials: int = TRIALS) -> list[str]:
+    return [*CLI, "tune", SMALL, "--trials", str(trials), "--storage", storage, "--tracking-uri", tracking_uri,
             "--study", "s", "--repeat", "2", "--seed", "1", "--no-references", "--verify-rounds", "0", *extra]
 
 
@@ -50,11 +50,11 @@ def _resumed(argv: list[str]) -> subprocess.CompletedProcess:
     return out
 
 
-def _assert_nothing_lost(storage: str, tracking_uri: str, parent_run_id: str | None = None) -> None:
-    """Optuna counts TRIALS measured trials, each once; MLflow holds exactly those, with the latency Optuna was told."""
+def _assert_nothing_lost(storage: str, tracking_uri: str, parent_run_id: str | None = None, trials: int = TRIALS) -> None:
+    """Optuna counts ``trials`` measured trials, each once; MLflow holds exactly those, with the latency Optuna was told."""
     study = optuna.load_study(study_name="s", storage=open_storage(storage))
     measured = [t for t in study.trials if "status" in t.user_attrs]
-    assert len(measured) == TRIALS and not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(measured) == trials and not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
     frame = read_mlflow(["s"], tracking_uri, parent_run_id or _latest_parent(tracking_uri))
     trials = frame[frame["engine_trial"].notna()]
     assert trials["trial_id"].is_unique and trials["engine_trial"].astype(str).is_unique
@@ -87,22 +87,28 @@ def _latest_parent(tracking_uri: str) -> str:
     return _parents(tracking_uri)[-1]
 
 
-@pytest.mark.parametrize("fault", [
-    "before-record:SIGKILL:3",  # measured, in no log yet: asked again on resume
-    "before-mlflow-write:SIGKILL:3",  # in the write-ahead log only
-    "before-tell:SIGKILL:3",  # in the log and queued for MLflow, Optuna not told
-    "before-tell:SIGTERM:3",
-    "before-segment-upload:SIGKILL:1",  # every trial measured and told, none sealed
-])
-def test_tune_killed_at_the_worst_moment_resumes_with_nothing_lost(tmp_path, tracking_uri, fault):
+# Each point, and the time it is reached in that process when the process is killed there: the study is killed
+# at the first, each resume at the next, and a last resume finishes it (a resume killed in turn is a killed study too).
+SINGLE_HOST_FAULTS = [
+    ("before-record:SIGKILL:3", -signal.SIGKILL),  # measured, in no log yet: asked again on resume
+    ("before-mlflow-write:SIGKILL:1", -signal.SIGKILL),  # in the write-ahead log only
+    ("before-tell:SIGKILL:1", -signal.SIGKILL),  # in the log and queued for MLflow, Optuna not told
+    ("before-tell:SIGTERM:1", 143),
+    ("before-segment-upload:SIGKILL:1", -signal.SIGKILL),  # every trial measured and told, none sealed
+]
+
+
+def test_tune_killed_at_each_worst_moment_in_turn_resumes_with_nothing_lost(tmp_path, tracking_uri):
     storage, log = str(tmp_path / JOURNAL_FILE), tmp_path / "log.jsonl"
     argv = _tune(storage, tracking_uri, "--log", str(log))
-    code = _killed(argv, fault, tmp_path)
-    assert code == (143 if "SIGTERM" in fault else -signal.SIGKILL), (tmp_path / "killed.out").read_text()[-3000:]
+    for n, (fault, code) in enumerate(SINGLE_HOST_FAULTS):
+        logged_before = len(_engine_rows(read_jsonl(log))) if n else 0
+        assert _killed(argv + ["--resume"] * bool(n), fault, tmp_path) == code, (tmp_path / "killed.out").read_text()[-3000:]
+        assert f"({logged_before} already done)" in (tmp_path / "killed.out").read_text()  # what its --log holds counts as done
     logged_before = len(_engine_rows(read_jsonl(log)))
     out = _resumed(argv)
-    assert f"({logged_before} already done)" in out.stderr  # every trial its --log holds counts as done
-    assert len(_parents(tracking_uri)) == 1  # the resume continued the killed invocation's parent run
+    assert f"({logged_before} already done)" in out.stderr
+    assert len(_parents(tracking_uri)) == 1  # every resume continued the killed invocation's parent run
     _assert_nothing_lost(storage, tracking_uri)
     logged = _engine_rows(read_jsonl(log))  # the user's --log holds each trial once, as MLflow does
     assert len(logged) == TRIALS and set(logged["trial_id"]) == set(_engine_rows(read_mlflow(["s"], tracking_uri))["trial_id"])
@@ -136,34 +142,38 @@ def database():
     cluster.close()
 
 
-@pytest.mark.parametrize(("fault", "code"), [
+SHARED_FAULTS = [
     ("before-tell:SIGKILL:2:group", -signal.SIGKILL),  # tune and its workers at once, a worker between record and tell
     ("before-mlflow-write:SIGKILL:2:parent", -signal.SIGKILL),  # tune alone: its workers end with it
     ("before-tell:SIGTERM:2", 1),  # each worker terminated: tune says so and fails
-])
-def test_a_shared_study_killed_and_resumed_at_once_ends_with_nothing_lost(database, tmp_path, tracking_uri, fault,
-                                                                           code):
-    """On PostgreSQL with two worker processes; resumed inside the stale timeout (the dead workers'
-    trials still look fresh by their heartbeats), the resume must not wait on them."""
-    storage = database.url(fault.replace("-", "_").replace(":", "_").lower())
-    argv = _tune(storage, tracking_uri, "--workers", "2")
-    assert _killed(argv, fault, tmp_path) == code, (tmp_path / "killed.out").read_text()[-3000:]
+]
+
+
+def test_a_shared_study_killed_and_resumed_at_once_ends_with_nothing_lost(database, tmp_path, tracking_uri):
+    """On PostgreSQL with two worker processes, killed at each fault in turn (each resume at the next);
+    resumed inside the stale timeout (the dead workers' trials still look fresh by their heartbeats), no
+    resume may wait on them."""
+    trials = 2 * TRIALS  # each resume measures a few before its fault: the last one's must come before the budget's end
+    storage = database.url("shared")
+    argv = _tune(storage, tracking_uri, "--workers", "2", trials=trials)
+    for n, (fault, code) in enumerate(SHARED_FAULTS):
+        assert _killed(argv + ["--resume"] * bool(n), fault, tmp_path) == code, (tmp_path / "killed.out").read_text()[-3000:]
     _resumed(argv)
-    _assert_nothing_lost(storage, tracking_uri)
+    _assert_nothing_lost(storage, tracking_uri, trials=trials)
 
 
-@pytest.mark.parametrize(("fault", "code"), [("before-tell:SIGKILL:2", -signal.SIGKILL), ("before-tell:SIGTERM:2", 143)])
-def test_a_killed_worker_host_replays_its_log_on_rejoining(database, tmp_path, tracking_uri, fault, code):
-    """`opbench worker` killed between its MLflow write and telling Optuna: rejoining, it tells
-    Optuna that record rather than measure the trial again."""
-    storage = database.url(f"rejoin_{code}".replace("-", "m"))
+def test_a_killed_worker_host_replays_its_log_on_rejoining(database, tmp_path, tracking_uri):
+    """`opbench worker` killed between its MLflow write and telling Optuna (SIGKILL, then on rejoining SIGTERM):
+    each time it rejoins, it tells Optuna that record rather than measure the trial again."""
+    storage = database.url("rejoin")
     spec = TuneSpec(SMALL, TRIALS, EngineSpec("optuna", seed=1), study="s", references=False, verify_rounds=0,
                     measure=MeasureOptions(TimingPolicy(repeat=2)), tracking_uri=tracking_uri)
     parent = MlflowWriter("s", tracking_uri)  # a study published by `tune` on another host, measuring nothing here
     publish(optuna.create_study(study_name="s", storage=open_storage(storage)), storage, spec.to_json(),
             parent.parent_run_id)
     worker = [*CLI, "worker", "--study", "s", "--storage", storage]
-    assert _killed(worker, fault, tmp_path) == code
+    for fault, code in [("before-tell:SIGKILL:2", -signal.SIGKILL), ("before-tell:SIGTERM:2", 143)]:
+        assert _killed(worker, fault, tmp_path) == code, (tmp_path / "killed.out").read_text()[-3000:]
     out = subprocess.run(worker, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr[-3000:]
     _assert_nothing_lost(storage, tracking_uri, parent.parent_run_id)

@@ -155,14 +155,14 @@ def test_a_sigterm_while_a_trial_is_asked_ends_the_process_once_the_trial_is_cla
     from opbench.testing.engine_contract import TEMPLATE, WORKLOAD
 
     engine = OptunaEngine(TEMPLATE.search_space(WORKLOAD), 1, "s", f"sqlite:///{tmp_path / 'o.db'}", seed=0, budget=4)
-    ask = engine.study.ask
+    ask = engine._ask_owned
 
-    def ask_then_terminated(*args, **kwargs):
-        trial = ask(*args, **kwargs)
+    def ask_then_terminated():
+        trial = ask()
         os.kill(os.getpid(), signal.SIGTERM)  # as the dying parent's PR_SET_PDEATHSIG sends it
         return trial
 
-    monkeypatch.setattr(engine.study, "ask", ask_then_terminated)
+    monkeypatch.setattr(engine, "_ask_owned", ask_then_terminated)
     before = signal.getsignal(signal.SIGTERM)
     exit_on_sigterm()
     try:
@@ -173,4 +173,28 @@ def test_a_sigterm_while_a_trial_is_asked_ends_the_process_once_the_trial_is_cla
     assert ended.value.code == 128 + signal.SIGTERM
     (trial,) = engine.study.get_trials(deepcopy=False)
     assert trial.state == optuna.trial.TrialState.RUNNING
+    assert trial.user_attrs["pid"] == os.getpid() and "host" in trial.user_attrs
+
+
+class _Killed(BaseException):
+    """Stands for a SIGKILL: nothing after it runs."""
+
+
+def test_a_process_killed_while_the_sampler_picks_leaves_a_trial_marked_as_its_own(tmp_path, monkeypatch):
+    """The trial carries its host and pid from its creation: killed while the sampler picks its params (no
+    handler runs), a process leaves a trial the next process on the host settles at once as abandoned,
+    not an orphan without a host that waits out the stale timeout."""
+    from opbench.engines.optuna.engine import OptunaEngine
+    from opbench.testing.engine_contract import TEMPLATE, WORKLOAD
+
+    engine = OptunaEngine(TEMPLATE.search_space(WORKLOAD), 1, "s", f"sqlite:///{tmp_path / 'o.db'}", seed=0, budget=4)
+
+    def killed(*_args):
+        raise _Killed
+
+    monkeypatch.setattr(engine.study.sampler, "sample_independent", killed)
+    with pytest.raises(_Killed):
+        engine.ask(1)
+    (trial,) = engine.study.get_trials(deepcopy=False)
+    assert trial.state == optuna.trial.TrialState.RUNNING and not trial.params  # killed before any param was picked
     assert trial.user_attrs["pid"] == os.getpid() and "host" in trial.user_attrs

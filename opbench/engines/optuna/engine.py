@@ -155,16 +155,35 @@ class OptunaEngine(Engine):
         return out
 
     def _claimed(self) -> Any:
-        """A new trial, marked as this process's (heartbeat, host and pid) before a SIGTERM may end the
+        """A new trial, marked as this process's (host and pid, then a heartbeat) before a SIGTERM may end the
         process: a terminated worker's trial is then settled by the next process to look, not left to
         go stale (``STALE_AFTER_S``)."""
         with sigterm_deferred():
-            trial = self._db(lambda: self.study.ask(self._distributions))
+            trial = self._db(self._ask_owned)
             self._in_flight.add(trial._trial_id)
-            if self._heartbeat:  # first: a trial with a heartbeat is failed by the others if this process dies
+            if self._heartbeat:
                 self._heartbeat.beat(trial._trial_id)
-            self._db(functools.partial(trial.set_user_attr, "host", _HOST))
-            self._db(functools.partial(trial.set_user_attr, "pid", os.getpid()))
+        return trial
+
+    def _ask_owned(self) -> Any:
+        """``Study.ask`` with the trial's host and pid set as it is created (a queued trial's, as it is popped),
+        before the sampler picks its params: a process killed while the sampler runs leaves a trial the
+        next process on this host settles at once, not an orphan without a host that waits out
+        ``STALE_AFTER_S`` (it could be another host's, asking)."""
+        import optuna
+
+        study, owner = self.study, {"host": _HOST, "pid": os.getpid()}
+        study._thread_local.cached_all_trials = None  # as Study.ask: read the storage afresh once a trial
+        trial_id = study._pop_waiting_trial_id()
+        if trial_id is None:
+            template = optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, user_attrs=owner)
+            trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+        else:
+            for key, value in owner.items():
+                study._storage.set_trial_user_attr(trial_id, key, value)
+        trial = optuna.Trial(study, trial_id)
+        for name, distribution in self._distributions.items():
+            trial._suggest(name, distribution)
         return trial
 
     def _budget_left(self, poll_s: float = 1.0) -> bool:
