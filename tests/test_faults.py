@@ -142,9 +142,11 @@ def database():
     cluster.close()
 
 
+# tune's parent is the test: the parent fault goes first, before any resume has tune replay a dead worker's log
+# (a record tune writes itself, where the fault would fire in tune and kill the test).
 SHARED_FAULTS = [
-    ("before-tell:SIGKILL:2:group", -signal.SIGKILL),  # tune and its workers at once, a worker between record and tell
     ("before-mlflow-write:SIGKILL:2:parent", -signal.SIGKILL),  # tune alone: its workers end with it
+    ("before-tell:SIGKILL:2:group", -signal.SIGKILL),  # tune and its workers at once, a worker between record and tell
     ("before-tell:SIGTERM:2", 1),  # each worker terminated: tune says so and fails
 ]
 
