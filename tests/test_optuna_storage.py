@@ -2,6 +2,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -124,7 +125,7 @@ def test_a_lost_connection_is_an_outage_however_it_is_wrapped_and_a_bad_query_is
 def test_a_trial_another_process_abandoned_is_told_from_its_log_not_measured_again(tmp_path):
     """A process of this host died between logging a trial's record and telling Optuna: the process that
     finds it gone tells that record (it was measured) instead of failing the trial and queueing it again."""
-    from opbench.engines.optuna.engine import OptunaEngine
+    from opbench.engines.optuna.engine import ASKED_BY, OptunaEngine
     from opbench.record import Status
     from opbench.testing.engine_contract import TEMPLATE, WORKLOAD
 
@@ -133,8 +134,9 @@ def test_a_trial_another_process_abandoned_is_told_from_its_log_not_measured_aga
     dead.wait()  # reaped: its pid is no process's now
     asking = OptunaEngine(space, 1, "s", storage, seed=0, budget=4)
     logged, lost = asking.ask(2)
-    for proposal in (logged, lost):
-        asking.study._storage.set_trial_user_attr(proposal.handle._trial_id, "pid", dead.pid)  # the dead one asked it
+    for proposal in (logged, lost):  # the dead one asked them
+        asking.study._storage.set_trial_user_attr(proposal.handle._trial_id, ASKED_BY, [socket.gethostname(), dead.pid])
+        asking.study._storage.set_trial_user_attr(proposal.handle._trial_id, "pid", dead.pid)
     record = {"trial_id": "t-logged", "status": Status.OK.value, "latency_ms": 1.25, "threads": 1}
     finder = OptunaEngine(space, 1, "s", storage, seed=0, resume=True, budget=4)
     finder.logged_by = lambda pid: {str(logged.handle.number): record} if pid == dead.pid else {}
@@ -180,21 +182,27 @@ class _Killed(BaseException):
     """Stands for a SIGKILL: nothing after it runs."""
 
 
-def test_a_process_killed_while_the_sampler_picks_leaves_a_trial_marked_as_its_own(tmp_path, monkeypatch):
-    """The trial carries its host and pid from its creation: killed while the sampler picks its params (no
-    handler runs), a process leaves a trial the next process on the host settles at once as abandoned,
-    not an orphan without a host that waits out the stale timeout."""
-    from opbench.engines.optuna.engine import OptunaEngine
+def test_a_process_killed_while_the_sampler_picks_leaves_a_trial_the_next_one_settles_at_once(tmp_path, monkeypatch):
+    """The trial carries the asking host and pid from its creation (``asked_by``): killed before it marked the
+    trial as its own, a process leaves one the next process on the host settles at once as abandoned (its
+    pid is gone), not an orphan without a host that it would leave to the stale timeout."""
+    from opbench.engines.optuna.engine import ASKED_BY, OptunaEngine
     from opbench.testing.engine_contract import TEMPLATE, WORKLOAD
 
-    engine = OptunaEngine(TEMPLATE.search_space(WORKLOAD), 1, "s", f"sqlite:///{tmp_path / 'o.db'}", seed=0, budget=4)
-
-    def killed(*_args):
-        raise _Killed
-
-    monkeypatch.setattr(engine.study.sampler, "sample_independent", killed)
-    with pytest.raises(_Killed):
-        engine.ask(1)
-    (trial,) = engine.study.get_trials(deepcopy=False)
+    storage = f"sqlite:///{tmp_path / 'o.db'}"
+    killed = OptunaEngine(TEMPLATE.search_space(WORKLOAD), 1, "s", storage, seed=0, budget=4)
+    with monkeypatch.context() as patch:
+        patch.setattr(optuna.trial.Trial, "_suggest", lambda *_: (_ for _ in ()).throw(_Killed()))
+        with pytest.raises(_Killed):
+            killed.ask(1)
+    (trial,) = killed.study.get_trials(deepcopy=False)
     assert trial.state == optuna.trial.TrialState.RUNNING and not trial.params  # killed before any param was picked
-    assert trial.user_attrs["pid"] == os.getpid() and "host" in trial.user_attrs
+    assert trial.user_attrs[ASKED_BY] == [socket.gethostname(), os.getpid()] and "host" not in trial.user_attrs
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process has now: the asking process's, once it was killed
+    killed.study._storage.set_trial_user_attr(trial._trial_id, ASKED_BY, [socket.gethostname(), gone.pid])
+    engine = OptunaEngine(TEMPLATE.search_space(WORKLOAD), 1, "s", storage, seed=0, budget=4, resume=True)
+    (proposal,) = engine.ask(1)
+    settled = engine.study.get_trials(deepcopy=False)[trial.number]
+    assert settled.state == optuna.trial.TrialState.FAIL and f"(pid {gone.pid}) died" in settled.user_attrs["rejected"]
+    assert proposal.handle.number != trial.number

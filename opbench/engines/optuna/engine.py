@@ -21,6 +21,7 @@ from opbench.record import OBJECTIVE_COLUMNS, Record, is_ok
 
 log = logging.getLogger(__name__)
 _HOST = socket.gethostname()  # on each asked trial: which host measures it
+ASKED_BY = "asked_by"  # [host, pid] of the process that asked a trial, set as it is created
 T = TypeVar("T")
 SAMPLERS = ("tpe", "random", "cmaes", "gp", "nsga2", "grid")
 
@@ -155,24 +156,26 @@ class OptunaEngine(Engine):
         return out
 
     def _claimed(self) -> Any:
-        """A new trial, marked as this process's (host and pid, then a heartbeat) before a SIGTERM may end the
+        """A new trial, marked as this process's (heartbeat, host and pid) before a SIGTERM may end the
         process: a terminated worker's trial is then settled by the next process to look, not left to
         go stale (``STALE_AFTER_S``)."""
         with sigterm_deferred():
             trial = self._db(self._ask_owned)
             self._in_flight.add(trial._trial_id)
-            if self._heartbeat:
+            if self._heartbeat:  # first: a trial with a heartbeat is failed by the others if this process dies
                 self._heartbeat.beat(trial._trial_id)
+            self._db(functools.partial(trial.set_user_attr, "host", _HOST))
+            self._db(functools.partial(trial.set_user_attr, "pid", os.getpid()))
         return trial
 
     def _ask_owned(self) -> Any:
-        """``Study.ask`` with the trial's host and pid set as it is created (a queued trial's, as it is popped),
-        before the sampler picks its params: a process killed while the sampler runs leaves a trial the
-        next process on this host settles at once, not an orphan without a host that waits out
-        ``STALE_AFTER_S`` (it could be another host's, asking)."""
+        """``Study.ask`` with the asking host and pid (``asked_by``) set as the trial is created (a queued
+        trial's, as it is popped), before the sampler picks its params: a process killed before it marked
+        the trial as its own leaves one the next process on this host settles at once (its pid is gone),
+        where other hosts wait out ``STALE_AFTER_S`` for a first heartbeat (:meth:`_abandoned`)."""
         import optuna
 
-        study, owner = self.study, {"host": _HOST, "pid": os.getpid()}
+        study, owner = self.study, {ASKED_BY: [_HOST, os.getpid()]}
         study._thread_local.cached_all_trials = None  # as Study.ask: read the storage afresh once a trial
         trial_id = study._pop_waiting_trial_id()
         if trial_id is None:
@@ -224,16 +227,18 @@ class OptunaEngine(Engine):
 
     def _abandoned(self, trials: list[Any]) -> list[tuple[Any, str]]:
         """Other processes' in-flight ``trials`` whose process is gone: on this host, a process no longer
-        alive; anywhere, one that died after asking and before its first heartbeat (no host yet) and was
-        seen so by this process for ``STALE_AFTER_S`` (its own clock: hosts' clocks may disagree)."""
+        alive (:func:`_owner`); of another host, one that died after asking and before its first heartbeat
+        (no host yet) and was seen so by this process for ``STALE_AFTER_S`` (its own clock: hosts' clocks may
+        disagree)."""
         now, out = time.monotonic(), []
         for trial in trials:
             if not _in_flight(trial) or trial._trial_id in self._in_flight:
                 continue
-            attrs = trial.user_attrs
-            if attrs.get("host") == _HOST and "pid" in attrs and not _alive_here(trial):
-                out.append((trial, f"abandoned: its process (pid {attrs['pid']}) died"))
-            elif "host" not in attrs and now - self._first_seen.setdefault(trial._trial_id, now) >= settings.stale_after_s():
+            host, pid = _owner(trial)
+            if host == _HOST and pid is not None and not _alive_here(trial):  # none: its pid is being set
+                out.append((trial, f"abandoned: its process (pid {pid}) died"))
+            elif "host" not in trial.user_attrs and host != _HOST and \
+                    now - self._first_seen.setdefault(trial._trial_id, now) >= settings.stale_after_s():
                 out.append((trial, "orphaned: its process died before its first heartbeat"))
         return out
 
@@ -292,10 +297,18 @@ class OptunaEngine(Engine):
 
 
 
+def _owner(trial: Any) -> tuple[str | None, int | None]:
+    """The host and pid of the process a trial is in flight in: set as the trial was created (``asked_by``),
+    else (a trial asked before trials carried it) those the process marked it with, one call after the other."""
+    attrs = trial.user_attrs
+    host, pid = attrs.get(ASKED_BY) or (attrs.get("host"), attrs.get("pid"))
+    return host, pid if isinstance(pid, int) else None
+
+
 def _alive_here(trial: Any) -> bool:
     """Whether the trial was asked by a process of this host that is still alive."""
-    pid = trial.user_attrs.get("pid")
-    return trial.user_attrs.get("host") == _HOST and isinstance(pid, int) and process_alive(pid)
+    host, pid = _owner(trial)
+    return host == _HOST and pid is not None and process_alive(pid)
 
 
 def _in_flight(trial: Any) -> bool:
