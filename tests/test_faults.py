@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -44,17 +45,27 @@ def _killed(argv: list[str], fault: str, tmp_path) -> int:
     return proc.returncode
 
 
+def _killed_in_turn(argv: list[str], faults: list[tuple[str, int]], tmp_path, done: Callable[[], int] | None = None) -> None:
+    """Kill a study at each of ``faults`` (point, expected exit status) in turn: its first run at the first, each
+    resume at the next. With ``done``, each run must say it found ``done()`` trials already done."""
+    for n, (fault, code) in enumerate(faults):
+        before = done() if done and n else 0
+        assert _killed(argv + ["--resume"] * bool(n), fault, tmp_path) == code, (tmp_path / "killed.out").read_text()[-3000:]
+        if done:
+            assert f"({before} already done)" in (tmp_path / "killed.out").read_text()
+
+
 def _resumed(argv: list[str]) -> subprocess.CompletedProcess:
     out = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 
 
-def _assert_nothing_lost(storage: str, tracking_uri: str, parent_run_id: str | None = None, trials: int = TRIALS) -> None:
-    """Optuna counts ``trials`` measured trials, each once; MLflow holds exactly those, with the latency Optuna was told."""
+def _assert_nothing_lost(storage: str, tracking_uri: str, parent_run_id: str | None = None, expected: int = TRIALS) -> None:
+    """Optuna counts ``expected`` measured trials, each once; MLflow holds exactly those, with the latency Optuna was told."""
     study = optuna.load_study(study_name="s", storage=open_storage(storage))
     measured = [t for t in study.trials if "status" in t.user_attrs]
-    assert len(measured) == trials and not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(measured) == expected and not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
     frame = read_mlflow(["s"], tracking_uri, parent_run_id or _latest_parent(tracking_uri))
     trials = frame[frame["engine_trial"].notna()]
     assert trials["trial_id"].is_unique and trials["engine_trial"].astype(str).is_unique
@@ -101,11 +112,9 @@ SINGLE_HOST_FAULTS = [
 def test_tune_killed_at_each_worst_moment_in_turn_resumes_with_nothing_lost(tmp_path, tracking_uri):
     storage, log = str(tmp_path / JOURNAL_FILE), tmp_path / "log.jsonl"
     argv = _tune(storage, tracking_uri, "--log", str(log))
-    for n, (fault, code) in enumerate(SINGLE_HOST_FAULTS):
-        logged_before = len(_engine_rows(read_jsonl(log))) if n else 0
-        assert _killed(argv + ["--resume"] * bool(n), fault, tmp_path) == code, (tmp_path / "killed.out").read_text()[-3000:]
-        assert f"({logged_before} already done)" in (tmp_path / "killed.out").read_text()  # what its --log holds counts as done
-    logged_before = len(_engine_rows(read_jsonl(log)))
+    logged = lambda: len(_engine_rows(read_jsonl(log)))  # every trial its --log holds counts as done
+    _killed_in_turn(argv, SINGLE_HOST_FAULTS, tmp_path, logged)
+    logged_before = logged()
     out = _resumed(argv)
     assert f"({logged_before} already done)" in out.stderr
     assert len(_parents(tracking_uri)) == 1  # every resume continued the killed invocation's parent run
@@ -158,10 +167,9 @@ def test_a_shared_study_killed_and_resumed_at_once_ends_with_nothing_lost(databa
     trials = 2 * TRIALS  # each resume measures a few before its fault: the last one's must come before the budget's end
     storage = database.url("shared")
     argv = _tune(storage, tracking_uri, "--workers", "2", trials=trials)
-    for n, (fault, code) in enumerate(SHARED_FAULTS):
-        assert _killed(argv + ["--resume"] * bool(n), fault, tmp_path) == code, (tmp_path / "killed.out").read_text()[-3000:]
+    _killed_in_turn(argv, SHARED_FAULTS, tmp_path)
     _resumed(argv)
-    _assert_nothing_lost(storage, tracking_uri, trials=trials)
+    _assert_nothing_lost(storage, tracking_uri, expected=trials)
 
 
 def test_a_killed_worker_host_replays_its_log_on_rejoining(database, tmp_path, tracking_uri):

@@ -191,8 +191,11 @@ def test_a_process_killed_while_the_sampler_picks_leaves_a_trial_the_next_one_se
 
     storage = f"sqlite:///{tmp_path / 'o.db'}"
     killed = OptunaEngine(TEMPLATE.search_space(WORKLOAD), 1, "s", storage, seed=0, budget=4)
+    def killed_while_picking(*_args: object) -> None:
+        raise _Killed
+
     with monkeypatch.context() as patch:
-        patch.setattr(optuna.trial.Trial, "_suggest", lambda *_: (_ for _ in ()).throw(_Killed()))
+        patch.setattr(optuna.trial.Trial, "_suggest", killed_while_picking)
         with pytest.raises(_Killed):
             killed.ask(1)
     (trial,) = killed.study.get_trials(deepcopy=False)

@@ -235,7 +235,7 @@ class OptunaEngine(Engine):
             if not _in_flight(trial) or trial._trial_id in self._in_flight:
                 continue
             host, pid = _owner(trial)
-            if host == _HOST and pid is not None and not _alive_here(trial):  # none: its pid is being set
+            if host == _HOST and pid is not None and not process_alive(pid):  # None: an old trial, its pid being set
                 out.append((trial, f"abandoned: its process (pid {pid}) died"))
             elif "host" not in trial.user_attrs and host != _HOST and \
                     now - self._first_seen.setdefault(trial._trial_id, now) >= settings.stale_after_s():
