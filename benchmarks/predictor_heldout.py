@@ -8,7 +8,8 @@ there is topped up to ``--trials``, so a killed collection resumes.
 ``--data DIR``: each idea (a predictor of ``opbench predictor study --predictor``, on the records'
 features version 1, with MetaSchedule's per-store features pooled by sum instead of mean, re-extracted offline
 from each record's config and cached in DIR, or with the compute-nest features of version 2 computed from each
-record's config, or with those and the register tile's footprint against the caches) left-one-workload-out
+record's config, or with those and the register tile's footprint against the caches, or with those and the
+compiled assembly's of features version 3, each older record's kernel built again) left-one-workload-out
 over the development workloads, 3 seeds (what ideas are chosen on), with every op kind's score; then on the
 FINAL workloads, set aside and never scored while choosing, each idea trained on every development workload
 with 3 seeds. Targets (issue 41) on the final workloads: mean top-1 >= 0.90, top-5 >= 0.95, none below a
@@ -34,6 +35,7 @@ from opbench.engines.loop import run_tuning
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import make_target
+from opbench.measure.assembly import record_assembly_features
 from opbench.measure.features import MS_FEATURES, per_store_features, record_nest, record_nest_features
 from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
@@ -44,7 +46,7 @@ from opbench.predictor.model import task_keys
 from opbench.record import config_of, is_ok
 from opbench.report.progress import table
 from opbench.space import TEMPLATES, get_template
-from opbench.tracking.dataset.featurize import NEST_COLUMNS
+from opbench.tracking.dataset.featurize import ASSEMBLY_COLUMNS, NEST_COLUMNS
 from opbench.tracking.jsonl import JsonlWriter, read_jsonl, read_jsonl_records
 from opbench.workloads import parse_workload, task_key_of
 from opbench.workloads.models.extract import anchor_kind
@@ -75,10 +77,10 @@ FINAL = (  # scored only at the end: one of each kind
 MODELS = ("bert-base@tiny", "mobilenet-v2@tiny")  # their two largest fused operators join the development set
 FUSED_PER_MODEL = 2
 SEEDS = 3  # each fold trained with this many seeds: one seed's scores vary by +-0.06 top-1 on this data
-RECORDS, SUMMED, NESTED, FOOTPRINT = ("records.jsonl", "summed_features.parquet", "nest_features.parquet",
-                                      "footprint_features.parquet")
+RECORDS, SUMMED, NESTED, FOOTPRINT, ASSEMBLY = ("records.jsonl", "summed_features.parquet", "nest_features.parquet",
+                                                "footprint_features.parquet", "assembly_features.parquet")
 MEANS = [f"feat.ms{i:03d}" for i in range(MS_FEATURES)]
-NESTS = list(NEST_COLUMNS)
+NESTS, ASSEMBLIES = list(NEST_COLUMNS), list(ASSEMBLY_COLUMNS)
 
 
 def model_workloads(measurer: Measurer, folder: Path, threads: int) -> list[str]:
@@ -152,6 +154,13 @@ def footprint_frame(folder: Path) -> pd.DataFrame:
     return per_record(folder, FOOTPRINT, footprint, "register-tile footprint")
 
 
+def assembly_frame(folder: Path) -> pd.DataFrame:
+    """Each ok record's compiled-assembly features (:mod:`opbench.measure.assembly`) by trial id: its own, or for
+    records of features version 2 and older, its kernel built again; cached in ``folder``."""
+    return per_record(folder, ASSEMBLY, lambda r: {k: r[k] for k in ASSEMBLIES} if ASSEMBLIES[0] in r
+                      else record_assembly_features(r), "compiled-assembly features")
+
+
 def per_record(folder: Path, cache_name: str, compute: Callable[[dict], dict[str, float]], what: str) -> pd.DataFrame:
     """``compute(record)`` of each ok record of ``folder`` by trial id, cached in ``folder/cache_name`` and
     topped up with the records collected since."""
@@ -173,15 +182,16 @@ def per_record(folder: Path, cache_name: str, compute: Callable[[dict], dict[str
 
 
 IDEAS = (*PREDICTORS, "pairwise, stores summed", *(f"{name} + nest" for name in PREDICTORS),
-         "pairwise + nest + footprint")
+         "pairwise + nest + footprint", "pairwise + nest + footprint + assembly")
 
 
 def ideas(folder: Path, chosen: Collection[str]) -> dict[str, tuple[pd.DataFrame, str]]:
     """The rows and predictor of each chosen idea (of :data:`IDEAS`): the three predictors on today's features
     (features version 1), the ranker with the per-store features summed instead of averaged, each predictor with
-    the compute-nest features added, and the ranker with those and its register tile's footprint against the
-    caches. Features an idea needs are computed (and cached) only when it is chosen."""
-    frame = read_jsonl(folder / RECORDS).drop(columns=NESTS, errors="ignore")
+    the compute-nest features added, the ranker with those and its register tile's footprint against the caches,
+    and with those and the compiled assembly's. Features an idea needs are computed (and cached) only when it is
+    chosen."""
+    frame = read_jsonl(folder / RECORDS).drop(columns=NESTS + ASSEMBLIES, errors="ignore")
     out: dict[str, tuple[pd.DataFrame, str]] = {name: (frame, name) for name in PREDICTORS if name in chosen}
     if "pairwise, stores summed" in chosen:
         summed = frame.drop(columns=MEANS, errors="ignore").merge(summed_store_features(folder), on="trial_id")
@@ -189,9 +199,13 @@ def ideas(folder: Path, chosen: Collection[str]) -> dict[str, tuple[pd.DataFrame
     if any("+ nest" in name for name in chosen):
         nested = frame.merge(nest_frame(folder), on="trial_id", how="left")
         out |= {f"{name} + nest": (nested, name) for name in PREDICTORS if f"{name} + nest" in chosen}
+        footprinted = nested.merge(footprint_frame(folder), on="trial_id", how="left") if any(
+            "footprint" in name for name in chosen) else nested
         if "pairwise + nest + footprint" in chosen:
-            out["pairwise + nest + footprint"] = (nested.merge(footprint_frame(folder), on="trial_id", how="left"),
-                                                  "pairwise")
+            out["pairwise + nest + footprint"] = (footprinted, "pairwise")
+        if "pairwise + nest + footprint + assembly" in chosen:
+            out["pairwise + nest + footprint + assembly"] = (
+                footprinted.merge(assembly_frame(folder), on="trial_id", how="left"), "pairwise")
     return {name: out[name] for name in IDEAS if name in out}
 
 

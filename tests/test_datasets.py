@@ -14,13 +14,15 @@ from opbench.engines.loop import valid_proposals
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.cpu_shape import CpuShape, shaped_for, target_shape
 from opbench.hardware.resources import Resources, host_facts
+from opbench.hardware.targets import make_target
+from opbench.measure.assembly import config_assembly_features
 from opbench.measure.features import FEATURES_VERSION, config_nest, nest_features, static_features
 from opbench.record import SCHEMA_VERSION, TrialRecord
 from opbench.space import get_template
 from opbench.testing.lan import MlflowServer
 from opbench.tracking import Recorder, read_mlflow_records
 from opbench.tracking.dataset import export_mlflow, load_records, write_dataset
-from opbench.tracking.dataset.featurize import NEST_COLUMNS
+from opbench.tracking.dataset.featurize import ASSEMBLY_COLUMNS, NEST_COLUMNS
 from opbench.tracking.dataset.formats import read_rows
 from opbench.tracking.dataset.importer import import_dataset
 from opbench.tracking.dataset.sources import Filters, fetch, plan
@@ -177,10 +179,12 @@ def test_import_then_export_through_an_mlflow_server_is_lossless_and_idempotent(
         server.stop()
 
 
-def test_featurize_gives_older_records_the_nest_features_of_the_cpu_they_ran_on(tmp_path):
+def test_featurize_gives_older_records_the_features_a_record_made_on_their_cpu_carries(tmp_path):
     """A features-version-1 record gets the compute-nest features a record made today on its CPU carries: from
-    this host, what the measurer logs; from an AVX2 host, 8-lane vectors; from a board, the board's. Records
-    that carry them, and invalid configs, keep what they have."""
+    this host, what the measurer logs; from an AVX2 host, 8-lane vectors; from a board, the board's. It and a
+    version-2 record (which keeps its nest) get the assembly of their kernel built again for the x86 target
+    they name, or this host's where they name none and ran on its vectors (none for a board's or another
+    host's). Records that carry them, and invalid configs, keep what they have."""
     workload = parse_workload("matmul-512")
     template = get_template(workload)
     engine = RandomEngine(template.search_space(workload), 2, seed=3)
@@ -199,19 +203,27 @@ def test_featurize_gives_older_records_the_nest_features_of_the_cpu_they_ran_on(
     assert expected[0] == {k: v for k, v in static_features(workload, configs[0], template.name, Resources(2), host_facts()).items()
                            if k in NEST_COLUMNS}  # this host's: what the measurer logged
     rows[3].update(features_version=FEATURES_VERSION, **dict.fromkeys(NEST_COLUMNS, 7.0))  # carries them already
+    rows.append({**rows[0], "trial_id": "v2", "features_version": "2", **dict.fromkeys(NEST_COLUMNS, 5.0)})
     rows.append({"trial_id": "bad", "workload": workload.name, "template": template.name, "threads": 2,
                  "status": "invalid_config", "features_version": "1"})
     rows.append({**rows[0], "trial_id": "gone", "workload": "matmul:m=512,n=512,k=512,layout=gone"})  # an older catalogue's
     write_dataset(pd.DataFrame(rows), tmp_path / "old.parquet")
     done = run_cli("dataset", "featurize", str(tmp_path / "old.parquet"), "--out", str(tmp_path / "new.parquet"))
     assert done.returncode == 0 and "left as they were: the records of 'matmul:m=512,n=512,k=512,layout=gone'" in done.stdout
-    assert "3 of 6 records given the compute-nest features" in done.stdout
+    assert "4 of 7 records given the features they lacked (features version 1 or 2 -> 3)" in done.stdout
     new = pd.read_parquet(tmp_path / "new.parquet").set_index("trial_id")
     assert pa.types.is_integer(pq.read_schema(tmp_path / "new.parquet").field("knob.k_inner").type)  # not "4.0" text
     for i, want in enumerate(expected[:3]):
         got = new.loc[f"t{i}", list(NEST_COLUMNS)].astype(float).to_dict()
         assert got == pytest.approx(want, nan_ok=True) and new.loc[f"t{i}", "features_version"] == FEATURES_VERSION
     assert expected[1] != pytest.approx(nest_features(config_nest(configs[1], workload, template.name), 2, CpuShape(512, 32)), nan_ok=True)
-    assert (new.loc["t3", list(NEST_COLUMNS)] == 7.0).all()
+    assembly = config_assembly_features(workload, template, template.validate(configs[0], workload), make_target("llvm", 2))
+    assert assembly["feat.asm_log_fp"] > 0 and set(assembly) == set(ASSEMBLY_COLUMNS)
+    for built in ("t0", "v2"):
+        assert new.loc[built, list(ASSEMBLY_COLUMNS)].astype(float).to_dict() == pytest.approx(assembly)
+    assert (new.loc["v2", list(NEST_COLUMNS)] == 5.0).all() and new.loc["v2", "features_version"] == FEATURES_VERSION
+    assert new.loc["t2", list(ASSEMBLY_COLUMNS)].isna().all()  # the board's kernel is not x86
+    assert new.loc["t1", list(ASSEMBLY_COLUMNS)].isna().all()  # it names no target, and another host's vectors
+    assert (new.loc["t3", list(NEST_COLUMNS)] == 7.0).all() and new.loc["t3", list(ASSEMBLY_COLUMNS)].isna().all()
     assert new.loc["bad", "features_version"] == "1" and new.loc["bad", list(NEST_COLUMNS)].isna().all()
     assert new.loc["gone", "features_version"] == "1" and new.loc["gone", list(NEST_COLUMNS)].isna().all()

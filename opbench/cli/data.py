@@ -64,17 +64,18 @@ def cmd_dataset_import(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset_featurize(args: argparse.Namespace) -> int:
+    from opbench.measure.features import FEATURES_VERSION
     from opbench.tracking.dataset import write_dataset
     from opbench.tracking.dataset.export import read_dataset
-    from opbench.tracking.dataset.featurize import add_nest_features
+    from opbench.tracking.dataset.featurize import OLDER_VERSIONS, add_features
 
     frame = read_dataset(args.data)
-    frame, done = add_nest_features(frame, lambda count, total: print(f"  {count}/{total} records", flush=True))
+    frame, done = add_features(frame, lambda count, total: print(f"  {count}/{total} records", flush=True), args.jobs)
     write_dataset(frame, args.out)
     for workload, why in done.unparsed.items():
         print(f"  left as they were: the records of '{workload}' ({why})")
-    print(f"{done.added} of {len(frame)} records given the compute-nest features (features version 1 -> 2); "
-          f"wrote {args.out}")
+    print(f"{done.added} of {len(frame)} records given the features they lacked (features version "
+          f"{' or '.join(OLDER_VERSIONS)} -> {FEATURES_VERSION}); wrote {args.out}")
     return 0
 
 
@@ -156,8 +157,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     from opbench.hardware.resources import Resources, host_facts
     from opbench.hardware.targets import make_target
+    from opbench.measure.assembly import config_assembly_features
     from opbench.measure.features import schedule_features, static_features
-    from opbench.predictor.model import LatencyModel
+    from opbench.predictor.model import BUILT_FEATURE_PREFIXES, LatencyModel
     from opbench.space import get_template
     from opbench.workloads import parse_workload
 
@@ -173,8 +175,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     config = template.validate(config, workload)
     resources = Resources(args.threads)
     features = static_features(workload, config, template.name, resources, host_facts())
-    if any(c.startswith("feat.ms") for c in model.columns):
-        features.update(schedule_features(template.schedule(workload, config), make_target("llvm", args.threads)))
+    if any(c.startswith(BUILT_FEATURE_PREFIXES) for c in model.columns):  # trained on what a build tells
+        target = make_target("llvm", args.threads)
+        features.update(schedule_features(template.schedule(workload, config), target))
+        features.update(config_assembly_features(workload, template, config, target))
     latency = float(model.predict(pd.DataFrame([features]))[0])
     print(f"{workload.name} threads={args.threads}: predicted {latency:.4f} ms "
           f"({workload.flops / (latency * 1e-3) / 1e9:.1f} GFLOP/s)")
@@ -213,10 +217,11 @@ def _register_dataset(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--out", type=dataset_file, help="also export the study to F.parquet, F.jsonl or F.csv")
         p.set_defaults(func=cmd_dataset_import)
 
-    p = data.add_parser("featurize", help="add the features a dataset's older records lack (the compute nest of "
-                                          "features version 2), from their configs and the CPU each ran on")
+    p = data.add_parser("featurize", help="add the features a dataset's older records lack (the compute nest, the "
+                                          "compiled assembly's), from their configs and the CPU each ran on")
     p.add_argument("data", help="a dataset from `opbench dataset export` (.parquet, .jsonl or .csv)")
     p.add_argument("--out", required=True, type=dataset_file, help="F.parquet, F.jsonl or F.csv")
+    p.add_argument("--jobs", type=positive_int, default=1, help="processes building the older records' kernels")
     p.set_defaults(func=cmd_dataset_featurize)
 
 

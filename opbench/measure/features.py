@@ -17,7 +17,8 @@ from opbench.record import KNOB_PREFIX, Record, config_of, from_mlflow_value
 from opbench.space import TEMPLATES, Config, Nest
 from opbench.workloads import OPERATORS, Workload, parse_workload
 
-FEATURES_VERSION = "2"  # bumped whenever a feature's meaning or the set of features changes (records carry it)
+FEATURES_VERSION = "3"  # bumped whenever a feature's meaning or the set of features changes (records carry it)
+# 2: the compute-nest features; 3: the compiled assembly's (measure.assembly)
 MAX_AXES = 7
 MS_FEATURES = 164  # floats per buffer store from MetaSchedule's PerStoreFeature
 
@@ -104,14 +105,19 @@ def config_nest(config: Config, workload: Workload, template_name: str | None) -
     return template.nest(config, workload) if template is not None and config else None
 
 
+def record_config(record: Record) -> Config:
+    """A record's knobs as its template takes them (a dataset keeps some as text, and NaN for another template's
+    knobs in the same table)."""
+    return {k: from_mlflow_value(KNOB_PREFIX + k, v) if isinstance(v, str) else v
+            for k, v in config_of(record).items() if v == v}
+
+
 def record_nest(record: Record) -> Nest | None:
     """The compute nest of a record's config on the CPU it ran on (:func:`record_shape`), knobs it lacks (an older
     template's record) at their defaults; None where its template is unknown or no longer takes its config."""
     workload, template = parse_workload(record["workload"]), TEMPLATES.get(record.get("template") or "")
-    config = {k: from_mlflow_value(KNOB_PREFIX + k, v) if isinstance(v, str) else v  # a dataset keeps some as text
-              for k, v in config_of(record).items() if v == v}  # NaN: another template's knob in the same table
     with shaped_for(record_shape(record)), contextlib.suppress(ConfigError):  # the defaults completing the config: that CPU's
-        return template.nest(template.validate(config, workload), workload) if template else None
+        return template.nest(template.validate(record_config(record), workload), workload) if template else None
     return None
 
 

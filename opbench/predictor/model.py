@@ -24,7 +24,7 @@ from opbench.exceptions import OpBenchError
 from opbench.record import FEATURE_PREFIX, Status
 
 SPLITS = {"random": None, "by-op": "op", "by-threads": "threads", "by-model": "source_model"}
-MS_FEATURE_PREFIX = "feat.ms"
+BUILT_FEATURE_PREFIXES = ("feat.ms", "feat.asm_")  # MetaSchedule's per-store features and the assembly's: a build's
 # One thread: XGBoost's OpenMP threads spin while they wait, and two trainings of two threads each on two cores
 # ran 10-100x slower than one after the other (the suite's two ranker tests: 3 s apart, 37-441 s together).
 XGB_THREADS = 1
@@ -38,9 +38,10 @@ def trainable(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def feature_columns(frame: pd.DataFrame, static_only: bool = False) -> list[str]:
-    """``feat.*`` columns (without MetaSchedule's per-store ones when ``static_only``: those need a schedule)."""
+    """``feat.*`` columns (without MetaSchedule's per-store ones and the assembly's when ``static_only``: those need
+    a schedule and a build)."""
     return [c for c in frame.columns if c.startswith(FEATURE_PREFIX)
-            and not (static_only and c.startswith(MS_FEATURE_PREFIX))]
+            and not (static_only and c.startswith(BUILT_FEATURE_PREFIXES))]
 
 
 FLOPS_FEATURE = "feat.flops"

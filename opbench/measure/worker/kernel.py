@@ -88,6 +88,7 @@ class KernelWorker:
         from opbench.exceptions import ConfigError
         from opbench.hardware.cpu_shape import shaped_for
         from opbench.hardware.targets import export_compiler, make_target
+        from opbench.measure.assembly import kernel_assembly_features
         from opbench.measure.features import schedule_features
         from opbench.measure.memory import compile_lowered, lowered, lowered_memory
         from opbench.measure.prepack import split_prepack, write_manifest
@@ -126,7 +127,9 @@ class KernelWorker:
         except Exception as exc:  # noqa: BLE001 - any compiler failure is a build error of this trial
             return BuildResult(Status.BUILD_ERROR, short_error(exc), build_s=time.perf_counter() - start)
         build_s = time.perf_counter() - start
-        features = schedule_features(scheduled, target) if req.extract_features and target.kind.name == "llvm" else {}
+        features = {}
+        if req.extract_features and target.kind.name == "llvm":
+            features = {**schedule_features(scheduled, target), **kernel_assembly_features(executable, target)}
         return BuildResult(Status.OK, artifact=artifact, build_s=build_s, target=str(target), features=features,
                            memory=memory)
 

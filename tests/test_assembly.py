@@ -1,0 +1,62 @@
+"""The compiled assembly's features: read from x86 assembly, logged by the build worker, built again for older
+records."""
+import math
+
+import pytest
+
+from opbench.hardware.resources import Resources
+from opbench.measure.assembly import ASSEMBLY_FEATURES, assembly_features, record_assembly_features
+from opbench.measure.types import TrialSpec
+from opbench.workloads import parse_workload
+
+# An outer loop (.LBB0_1 to .LBB0_3) around an inner one (.LBB0_2): depths 0, 1, 2, 1, 0.
+TWO_LOOPS = """
+main:
+    vxorps %ymm0, %ymm0, %ymm0
+.LBB0_1:                    # outer loop
+    vmovups (%rdi), %ymm1
+.LBB0_2:                    # inner loop
+    vfmadd231ps (%rsi), %ymm1, %ymm0
+    vmovups %ymm2, -64(%rsp)
+    addq $32, %rsi
+    jne .LBB0_2
+.LBB0_3:
+    vaddss %xmm3, %xmm4, %xmm4
+    jne .LBB0_1
+.LBB0_4:
+    vmovups %ymm0, (%rdx)
+    retq
+"""
+
+
+def test_each_basic_block_counts_8_to_the_power_of_its_loop_depth():
+    got = assembly_features(TWO_LOOPS)
+    fp = 64 * 1 + 8 * 1  # the inner loop's FMA, the outer loop's scalar add
+    assert got == pytest.approx({
+        "feat.asm_log_instructions": math.log2(1 + 8 * 1 + 64 * 4 + 8 * 2 + 2 + 1),
+        "feat.asm_log_fp": math.log2(fp + 1),
+        "feat.asm_lanes_per_fp": (64 * 8 * 2 + 8 * 1) / fp,  # a ymm FMA: 8 lanes, twice
+        "feat.asm_fma_share": 64 / fp,
+        "feat.asm_scalar_share": 8 / fp,
+        "feat.asm_spills_per_fp": 64 / fp,  # the vmovups to the stack
+        "feat.asm_memory_moves_per_fp": (8 + 1) / fp,  # the outer loop's load, the store after it
+        "feat.asm_shuffles_per_fp": 0.0,
+        "feat.asm_gathers_per_fp": 0.0,
+        "feat.asm_fp_loop_depth": 2.0,
+    })
+    assert list(got) == [f"feat.{name}" for name in ASSEMBLY_FEATURES]
+
+
+def test_no_floating_point_arithmetic_gives_zeros_not_a_division_by_zero():
+    got = assembly_features("f:\n    movq %rdi, %rax\n    retq\n")
+    assert got["feat.asm_log_instructions"] == math.log2(2 + 1) and got["feat.asm_lanes_per_fp"] == got["feat.asm_fp_loop_depth"] == 0.0
+
+
+def test_a_record_carries_its_kernels_assembly_and_building_its_config_again_gives_the_same(measurer):
+    """What the build worker logs is what ``dataset featurize`` computes for an older record of that config."""
+    workload = parse_workload("matmul:m=64,n=64,k=64")
+    record = measurer.measure(TrialSpec(workload, {}, Resources(1)))
+    assert record["status"] == "ok", record["error"]
+    logged = {f"feat.{name}": record[f"feat.{name}"] for name in ASSEMBLY_FEATURES}
+    assert logged["feat.asm_log_fp"] > 0 and logged["feat.asm_fp_loop_depth"] >= 1
+    assert record_assembly_features(record) == pytest.approx(logged)
