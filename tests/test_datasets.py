@@ -208,7 +208,7 @@ def test_featurize_gives_older_records_the_features_a_record_made_on_their_cpu_c
                  "status": "invalid_config", "features_version": "1"})
     rows.append({**rows[0], "trial_id": "gone", "workload": "matmul:m=512,n=512,k=512,layout=gone"})  # an older catalogue's
     write_dataset(pd.DataFrame(rows), tmp_path / "old.parquet")
-    done = run_cli("dataset", "featurize", str(tmp_path / "old.parquet"), "--out", str(tmp_path / "new.parquet"))
+    done = run_cli("dataset", "featurize", str(tmp_path / "old.parquet"), "--out", str(tmp_path / "new.parquet"), "--jobs", "2")
     assert done.returncode == 0 and "left as they were: the records of 'matmul:m=512,n=512,k=512,layout=gone'" in done.stdout
     assert "4 of 7 records given the features they lacked (features version 1 or 2 -> 3)" in done.stdout
     new = pd.read_parquet(tmp_path / "new.parquet").set_index("trial_id")

@@ -1,6 +1,7 @@
 """Features a dataset's older records lack, computed from what they recorded (``opbench dataset featurize``)."""
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -69,7 +70,7 @@ def _featurized(records: list[dict], jobs: int) -> Iterator[tuple[dict[str, floa
     if jobs <= 1:
         yield from map(missing_features, records)
         return
-    with ProcessPoolExecutor(jobs) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:  # no fork of TVM's threads
         yield from pool.map(missing_features, records, chunksize=8)
 
 
