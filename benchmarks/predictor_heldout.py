@@ -9,7 +9,8 @@ there is topped up to ``--trials``, so a killed collection resumes.
 features version 1, with MetaSchedule's per-store features pooled by sum instead of mean, re-extracted offline
 from each record's config and cached in DIR, or with the compute-nest features of version 2 computed from each
 record's config, or with those and the register tile's footprint against the caches, or with those and the
-compiled assembly's of features version 3, each older record's kernel built again) left-one-workload-out
+compiled assembly's of features version 3, each older record's kernel built again, with or without
+MetaSchedule's per-store means) left-one-workload-out
 over the development workloads, 3 seeds (what ideas are chosen on), with every op kind's score; then on the
 FINAL workloads, set aside and never scored while choosing, each idea trained on every development workload
 with 3 seeds. Targets (issue 41) on the final workloads: mean top-1 >= 0.90, top-5 >= 0.95, none below a
@@ -81,6 +82,7 @@ RECORDS, SUMMED, NESTED, FOOTPRINT, ASSEMBLY = ("records.jsonl", "summed_feature
                                                 "footprint_features.parquet", "assembly_features.parquet")
 MEANS = [f"feat.ms{i:03d}" for i in range(MS_FEATURES)]
 NESTS, ASSEMBLIES = list(NEST_COLUMNS), list(ASSEMBLY_COLUMNS)
+ASSEMBLY_NOT_STORES = "pairwise + nest + footprint + assembly - per-store"  # the pairwise-compiled predictor
 
 
 def model_workloads(measurer: Measurer, folder: Path, threads: int) -> list[str]:
@@ -182,15 +184,15 @@ def per_record(folder: Path, cache_name: str, compute: Callable[[dict], dict[str
 
 
 IDEAS = (*PREDICTORS, "pairwise, stores summed", *(f"{name} + nest" for name in PREDICTORS),
-         "pairwise + nest + footprint", "pairwise + nest + footprint + assembly")
+         "pairwise + nest + footprint", "pairwise + nest + footprint + assembly", ASSEMBLY_NOT_STORES)
 
 
 def ideas(folder: Path, chosen: Collection[str]) -> dict[str, tuple[pd.DataFrame, str]]:
     """The rows and predictor of each chosen idea (of :data:`IDEAS`): the three predictors on today's features
     (features version 1), the ranker with the per-store features summed instead of averaged, each predictor with
     the compute-nest features added, the ranker with those and its register tile's footprint against the caches,
-    and with those and the compiled assembly's. Features an idea needs are computed (and cached) only when it is
-    chosen."""
+    and with those and the compiled assembly's, with and without MetaSchedule's per-store means. Features an idea
+    needs are computed (and cached) only when it is chosen."""
     frame = read_jsonl(folder / RECORDS).drop(columns=NESTS + ASSEMBLIES, errors="ignore")
     out: dict[str, tuple[pd.DataFrame, str]] = {name: (frame, name) for name in PREDICTORS if name in chosen}
     if "pairwise, stores summed" in chosen:
@@ -203,10 +205,11 @@ def ideas(folder: Path, chosen: Collection[str]) -> dict[str, tuple[pd.DataFrame
             "footprint" in name for name in chosen) else nested
         if "pairwise + nest + footprint" in chosen:
             out["pairwise + nest + footprint"] = (footprinted, "pairwise")
-        if "pairwise + nest + footprint + assembly" in chosen:
-            out["pairwise + nest + footprint + assembly"] = (
-                footprinted.merge(assembly_frame(folder), on="trial_id", how="left"), "pairwise")
-    return {name: out[name] for name in IDEAS if name in out}
+        if any("assembly" in name for name in chosen):
+            assembled = footprinted.merge(assembly_frame(folder), on="trial_id", how="left")
+            out["pairwise + nest + footprint + assembly"] = (assembled, "pairwise")
+            out[ASSEMBLY_NOT_STORES] = (assembled, "pairwise-compiled")
+    return {name: out[name] for name in IDEAS if name in out and name in chosen}
 
 
 def by_kind(result: HeldOutResult) -> pd.DataFrame:

@@ -91,7 +91,7 @@ def test_the_study_command_prints_every_group_and_both_summaries_and_saves_the_f
     assert folds["hold_out"] == "op" and sorted(g for f in folds["folds"] for g in f) == sorted(set(_frame()["op"]))
 
 
-@pytest.mark.parametrize("name", ["normalised", "pairwise"])
+@pytest.mark.parametrize("name", ["normalised", "pairwise", "pairwise-compiled"])
 def test_a_task_ranker_orders_the_configs_of_tasks_it_never_saw(name):
     from opbench.predictor.heldout import predictor
 
@@ -101,11 +101,20 @@ def test_a_task_ranker_orders_the_configs_of_tasks_it_never_saw(name):
     assert (groups["top1"] > groups["random_top1"]).all() and (groups["top5"] == 1.0).all()
 
 
+def test_the_compiled_ranker_leaves_out_metaschedules_per_store_means_and_keeps_the_assembly():
+    from opbench.predictor.heldout import predictor
+
+    frame = _frame().assign(**{"feat.ms000": 1.0, "feat.ms_stores": 2.0, "feat.asm_lanes_per_fp": 16.0})
+    kept = predictor("pairwise-compiled")(0).fit(frame).columns
+    assert sorted(kept) == ["feat.asm_lanes_per_fp", "feat.flops", "feat.t", "feat.x"]
+    assert "feat.ms000" in predictor("pairwise")(0).fit(frame).columns
+
+
 def test_an_unknown_predictor_or_objective_is_named():
     from opbench.predictor.heldout import predictor
     from opbench.predictor.ranking import TaskRanker
 
-    with pytest.raises(OpBenchError, match="unknown predictor 'oracle'; predictors: latency, normalised, pairwise"):
+    with pytest.raises(OpBenchError, match="unknown predictor 'oracle'; predictors: latency, normalised, pairwise, pairwise-compiled"):
         predictor("oracle")
     with pytest.raises(OpBenchError, match="unknown ranking objective 'listwise'"):
         TaskRanker("listwise")

@@ -1,3 +1,5 @@
 """Features -> latency: the XGBoost model (``model``: fit, predict, save, load) and its evaluation."""
 
-PREDICTORS = ("latency", "normalised", "pairwise")  # LatencyModel, then TaskRanker's objectives
+# LatencyModel, TaskRanker's objectives, and the pairwise ranker on the compiled kernel's features without
+# MetaSchedule's per-store means (it ranked held-out workloads best: docs/cli.md#predictor)
+PREDICTORS = ("latency", "normalised", "pairwise", "pairwise-compiled")

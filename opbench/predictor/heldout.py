@@ -18,7 +18,7 @@ import pandas as pd
 
 from opbench.exceptions import OpBenchError
 from opbench.predictor import PREDICTORS
-from opbench.predictor.model import LatencyModel, task_keys, trainable
+from opbench.predictor.model import PER_STORE_PREFIX, LatencyModel, task_keys, trainable
 from opbench.predictor.ranking import OBJECTIVES, TaskRanker
 
 HOLD_OUTS = {"workload": "task_key", "op": "op", "model": "source_model"}
@@ -120,6 +120,8 @@ def predictor(name: str) -> Callable[[int], LatencyModel | TaskRanker]:
         return lambda seed: LatencyModel(seed=seed)
     if name in OBJECTIVES:
         return lambda seed: TaskRanker(name, seed)
+    if name == "pairwise-compiled":
+        return lambda seed: TaskRanker("pairwise", seed, without=(PER_STORE_PREFIX,))
     raise OpBenchError(f"unknown predictor '{name}'; predictors: {', '.join(PREDICTORS)}")
 
 

@@ -24,7 +24,8 @@ from opbench.exceptions import OpBenchError
 from opbench.record import FEATURE_PREFIX, Status
 
 SPLITS = {"random": None, "by-op": "op", "by-threads": "threads", "by-model": "source_model"}
-BUILT_FEATURE_PREFIXES = ("feat.ms", "feat.asm_")  # MetaSchedule's per-store features and the assembly's: a build's
+PER_STORE_PREFIX = "feat.ms"  # MetaSchedule's per-store features, averaged
+BUILT_FEATURE_PREFIXES = (PER_STORE_PREFIX, "feat.asm_")  # those and the assembly's: known after a build
 # One thread: XGBoost's OpenMP threads spin while they wait, and two trainings of two threads each on two cores
 # ran 10-100x slower than one after the other (the suite's two ranker tests: 3 s apart, 37-441 s together).
 XGB_THREADS = 1

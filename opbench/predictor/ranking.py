@@ -15,10 +15,9 @@ import numpy as np
 import pandas as pd
 
 from opbench.exceptions import OpBenchError
-from opbench.predictor import PREDICTORS
 from opbench.predictor.model import XGB_THREADS, feature_columns, task_keys, trainable
 
-OBJECTIVES = PREDICTORS[1:]
+OBJECTIVES = ("normalised", "pairwise")
 TREE = {"n_estimators": 300, "max_depth": 6, "learning_rate": 0.08, "subsample": 0.9, "colsample_bytree": 0.8,
         "n_jobs": XGB_THREADS}
 
@@ -26,10 +25,11 @@ TREE = {"n_estimators": 300, "max_depth": 6, "learning_rate": 0.08, "subsample":
 class TaskRanker:
     """XGBoost on feature columns, trained on each task's configs relative to that task's best."""
 
-    def __init__(self, objective: str = "pairwise", seed: int = 0) -> None:
+    def __init__(self, objective: str = "pairwise", seed: int = 0, without: tuple[str, ...] = ()) -> None:
+        """``without``: prefixes of feature columns left out."""
         if objective not in OBJECTIVES:
             raise OpBenchError(f"unknown ranking objective '{objective}'; objectives: {', '.join(OBJECTIVES)}")
-        self.objective, self.seed = objective, seed
+        self.objective, self.seed, self.without = objective, seed, without
         self.columns: list[str] = []
         self.booster: Any = None
 
@@ -40,7 +40,7 @@ class TaskRanker:
         if len(rows) < 2:
             raise OpBenchError(f"need at least 2 measured trials to train, got {len(rows)}")
         rows = rows.assign(_task=task_keys(rows).to_numpy()).sort_values("_task", kind="stable")
-        self.columns = feature_columns(rows)
+        self.columns = [c for c in feature_columns(rows) if not c.startswith(self.without)]
         relative = rows.groupby("_task")["latency_ms"].transform("min") / rows["latency_ms"]  # 1 for a task's best
         if self.objective == "pairwise":
             self.booster = xgb.XGBRanker(objective="rank:pairwise", random_state=self.seed, **TREE)
