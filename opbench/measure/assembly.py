@@ -22,7 +22,7 @@ from opbench.record import Record
 from opbench.space import Config, Template
 from opbench.workloads import Workload
 
-LOOP_WEIGHT = 8  # a loop body's weight over the code around it (8 earned its place: docs/predictor.md)
+LOOP_WEIGHT = 8  # a loop body's weight over the code around it (flat counts ranked held-out workloads worse)
 ASSEMBLY_FEATURES = ("asm_log_instructions", "asm_log_fp", "asm_lanes_per_fp", "asm_fma_share", "asm_scalar_share",
                      "asm_spills_per_fp", "asm_memory_moves_per_fp", "asm_shuffles_per_fp", "asm_gathers_per_fp",
                      "asm_fp_loop_depth")
