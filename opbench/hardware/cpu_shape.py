@@ -56,7 +56,7 @@ def record_shape(record: Mapping[str, Any]) -> CpuShape:
     """The shape of the CPU a record's kernel ran on: its board's (the record's target names the board's
     triple and CPU), else what the record's host features say (``feat.avx512``, ``feat.avx2``, an AArch64
     triple); this host's when the record says neither."""
-    target = _target_fields(record.get("target"))
+    target = target_fields(record.get("target"))
     triple, mcpu = str(target.get("mtriple", "")), str(target.get("mcpu", ""))
     board = next((b for b in BOARDS.values() if (b.triple, b.mcpu) == (triple, mcpu)), None)
     if board is not None:
@@ -67,7 +67,7 @@ def record_shape(record: Mapping[str, Any]) -> CpuShape:
     return CpuShape.of_isa(isa | ({"asimd"} if triple.startswith("aarch64") else set()))
 
 
-def _target_fields(target: Any) -> dict[str, Any]:
+def target_fields(target: Any) -> dict[str, Any]:
     """A record's ``target``: TVM's JSON of the target (a dict), else nothing to read."""
     try:
         fields = json.loads(target) if isinstance(target, str) else target

@@ -11,7 +11,6 @@ stack (spills) and from other memory, shuffles and gathers.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import re
 from collections import Counter
@@ -91,15 +90,12 @@ def _record_target(record: Record) -> Any:
     threads if its host features say this host's vectors, else None (not known)."""
     from tvm.target import Target
 
-    from opbench.hardware.cpu_shape import CpuShape, record_shape
+    from opbench.hardware.cpu_shape import CpuShape, record_shape, target_fields
     from opbench.hardware.resources import host_facts
     from opbench.hardware.targets import make_target
 
-    try:
-        fields = json.loads(record["target"]) if isinstance(record.get("target"), str) else None
-    except ValueError:
-        fields = None
-    if isinstance(fields, dict):
+    fields = target_fields(record.get("target"))
+    if fields:
         return Target(fields)
     same_vectors = record_shape(record).vector_bits == CpuShape.of(host_facts()).vector_bits
     return make_target("llvm", int(record["threads"])) if same_vectors else None
