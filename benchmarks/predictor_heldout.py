@@ -77,6 +77,9 @@ FINAL = (  # scored only at the end: one of each kind
 )
 MODELS = ("bert-base@tiny", "mobilenet-v2@tiny")  # their two largest fused operators join the development set
 FUSED_PER_MODEL = 2
+# A dataset's labels: 3 repeats in turns, a series never taken again for a spell nor given extra turns (on a host
+# whose probes found a spell in half the turns, reruns and waits took 3.5 s a trial; without them 1.4 s: 57 min).
+COLLECTION_TIMING = TimingPolicy(repeat=3, spell_reruns=0, extra_turns=0)
 SEEDS = 3  # each fold trained with this many seeds: one seed's scores vary by +-0.06 top-1 on this data
 RECORDS, SUMMED, NESTED, FOOTPRINT, ASSEMBLY = ("records.jsonl", "summed_features.parquet", "nest_features.parquet",
                                                 "footprint_features.parquet", "assembly_features.parquet")
@@ -105,7 +108,7 @@ def collect(folder: Path, trials: int, threads: int) -> None:
     have = read_jsonl(path)["workload"].value_counts() if path.exists() else pd.Series(dtype=int)
     resources, writer = Resources(threads), JsonlWriter(path)
     started = time.monotonic()
-    with Measurer(MeasureOptions(TimingPolicy(repeat=3), build_workers=2)) as measurer:
+    with Measurer(MeasureOptions(COLLECTION_TIMING, build_workers=2)) as measurer:
         measurer.warm_up(resources)
         names = [*DEVELOPMENT, *FINAL, *model_workloads(measurer, folder, threads)]
         for n, name in enumerate(names, start=1):
