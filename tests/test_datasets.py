@@ -181,7 +181,7 @@ def test_import_then_export_through_an_mlflow_server_is_lossless_and_idempotent(
 
 def test_featurize_gives_older_records_the_features_a_record_made_on_their_cpu_carries(tmp_path):
     """A features-version-1 record gets the compute-nest features a record made today on its CPU carries: from
-    this host, what the measurer logs; from an AVX2 host, 8-lane vectors; from a board, the board's. It and a
+    this host, what the measurer logs; from a host of the other x86 vector width, its vectors; from a board, the board's. It and a
     version-2 record (which keeps its nest) get the assembly of their kernel built again for the x86 target
     they name, or this host's where they name none and ran on its vectors (none for a board's or another
     host's). Records that carry them, and invalid configs, keep what they have."""
@@ -189,7 +189,9 @@ def test_featurize_gives_older_records_the_features_a_record_made_on_their_cpu_c
     template = get_template(workload)
     engine = RandomEngine(template.search_space(workload), 2, seed=3)
     configs = [p.config for p in valid_proposals(engine, workload, template, 4, max_rejects=100)]
-    hosts = {"this host": ({}, target_shape("llvm")), "an AVX2 host": ({"feat.avx512": 0.0, "feat.avx2": 1.0}, CpuShape(256, 16)),
+    other = (({"feat.avx512": 0.0, "feat.avx2": 1.0}, CpuShape(256, 16)) if "avx512f" in host_facts().isa
+             else ({"feat.avx512": 1.0, "feat.avx2": 1.0}, CpuShape(512, 32)))
+    hosts = {"this host": ({}, target_shape("llvm")), "a host of the other vector width": other,
              "rpi4": ({"target": json.dumps({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"})},
                       target_shape("rpi4"))}
     rows, expected = [], []
@@ -216,7 +218,8 @@ def test_featurize_gives_older_records_the_features_a_record_made_on_their_cpu_c
     for i, want in enumerate(expected[:3]):
         got = new.loc[f"t{i}", list(NEST_COLUMNS)].astype(float).to_dict()
         assert got == pytest.approx(want, nan_ok=True) and new.loc[f"t{i}", "features_version"] == FEATURES_VERSION
-    assert expected[1] != pytest.approx(nest_features(config_nest(configs[1], workload, template.name), 2, CpuShape(512, 32)), nan_ok=True)
+    assert expected[1] != pytest.approx(nest_features(config_nest(configs[1], workload, template.name), 2, target_shape("llvm")),
+                                        nan_ok=True)
     assembly = config_assembly_features(workload, template, template.validate(configs[0], workload), make_target("llvm", 2))
     assert assembly["feat.asm_log_fp"] > 0 and set(assembly) == set(ASSEMBLY_COLUMNS)
     for built in ("t0", "v2"):
