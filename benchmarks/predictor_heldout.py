@@ -78,7 +78,7 @@ FINAL = (  # scored only at the end: one of each kind
 MODELS = ("bert-base@tiny", "mobilenet-v2@tiny")  # their two largest fused operators join the development set
 FUSED_PER_MODEL = 2
 # A dataset's labels: 3 repeats in turns, a series never taken again for a spell nor given extra turns (on a host
-# whose probes found a spell in half the turns, reruns and waits took 3.5 s a trial; without them 1.4 s: 57 min).
+# whose probes found a spell in half the turns, matmul-512's 64 trials took 223 s with reruns and waits, 110 s without).
 COLLECTION_TIMING = TimingPolicy(repeat=3, spell_reruns=0, extra_turns=0)
 SEEDS = 3  # each fold trained with this many seeds: one seed's scores vary by +-0.06 top-1 on this data
 RECORDS, SUMMED, NESTED, FOOTPRINT, ASSEMBLY = ("records.jsonl", "summed_features.parquet", "nest_features.parquet",

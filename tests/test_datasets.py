@@ -189,7 +189,7 @@ def test_featurize_gives_older_records_the_features_a_record_made_on_their_cpu_c
     template = get_template(workload)
     engine = RandomEngine(template.search_space(workload), 2, seed=3)
     configs = [p.config for p in valid_proposals(engine, workload, template, 4, max_rejects=100)]
-    other = (({"feat.avx512": 0.0, "feat.avx2": 1.0}, CpuShape(256, 16)) if "avx512f" in host_facts().isa
+    other = (({"feat.avx512": 0.0, "feat.avx2": 1.0}, CpuShape(256, 16)) if target_shape("llvm").vector_bits == 512
              else ({"feat.avx512": 1.0, "feat.avx2": 1.0}, CpuShape(512, 32)))
     hosts = {"this host": ({}, target_shape("llvm")), "a host of the other vector width": other,
              "rpi4": ({"target": json.dumps({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"})},
