@@ -14,6 +14,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from opbench._tvm_compat import leave_torch_to_its_users
+
+leave_torch_to_its_users()  # before anything imports TVM
+
 _API = {
     # studies
     "TuneSpec": "opbench.studies.tune", "StudyResult": "opbench.studies.tune", "run_study": "opbench.studies.tune",

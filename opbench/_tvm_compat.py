@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.util
 import sys
 import types
@@ -26,3 +27,34 @@ def light_tensor_intrin() -> None:
     stub.__package__ = _INTRIN
     sys.modules[_INTRIN] = stub
     importlib.import_module(f"{_INTRIN}.x86")
+
+
+# TVM's optional uses of torch, imported at TVM's import whether or not the process needs them: tvm_ffi's (a
+# workaround for a Windows symbol clash, its torch dtypes and DLPack extension) and Relax's BasePyModule's.
+_TORCH_OPTIONAL_IN = ("tvm_ffi", "tvm.relax.base_py_module")
+
+
+class _TorchLeftToItsUsers(importlib.abc.MetaPathFinder):
+    """Refuses ``import torch`` to TVM's optional uses of it (they carry on without), not to anyone else."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "torch" and _importer().startswith(_TORCH_OPTIONAL_IN):
+            raise ModuleNotFoundError("torch is left to the code that uses it (opbench._tvm_compat)", name=name)
+        return None
+
+
+def _importer() -> str:
+    """The module whose code runs the import being looked up (the first frame outside importlib's)."""
+    frame: types.FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+        frame = frame.f_back
+    return frame.f_globals.get("__name__", "") if frame is not None else ""
+
+
+def leave_torch_to_its_users() -> None:
+    """Keep ``import tvm`` from importing torch in a process that does not use it (docs/measurement.md#process-start).
+
+    A process that imports torch itself, before or after TVM, gets it whole: only TVM's optional uses go without.
+    """
+    if not any(isinstance(finder, _TorchLeftToItsUsers) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _TorchLeftToItsUsers())
