@@ -32,10 +32,11 @@ from opbench.measure.types import MeasureOptions
 from opbench.record import tee
 from opbench.report.progress import TrialPrinter, table
 from opbench.space import get_template
+from opbench.studies.claims import spread_text
 from opbench.studies.models.gpu import EAGER, GpuModelTune, tune_model_gpu, verify_gpu_model
 from opbench.studies.models.tune import ModelSpec
 from opbench.studies.references import measure_references
-from opbench.studies.verify import BEST, spread_text, verify
+from opbench.studies.verify import BEST, verify
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
 

@@ -43,11 +43,12 @@ from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME
 from opbench.measure.types import MeasureOptions
 from opbench.paths import tuned_models_dir
 from opbench.report.progress import table
+from opbench.studies.claims import spread_text
 from opbench.studies.models.eager_ops import OTHER, match, ours, profile_built, profile_eager
 from opbench.studies.models.profile import INPUTS, TUNED
 from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, FRAMEWORK_ROWS, METASCHEDULE
 from opbench.studies.models.tune import ModelSpec, ModelTuneResult, ModelTuneSpec, tune_model
-from opbench.studies.verify import BEST, Spread, Verification, spread_text
+from opbench.studies.verify import BEST, Spread, Verification
 from opbench.workloads.models import cache
 from opbench.workloads.models.extract import FusedOp
 from opbench.workloads.models.sources import load_model

@@ -17,6 +17,8 @@ from opbench.hardware.host_speed import (
     probe_ms,
     usual_time,
 )
+from opbench.hardware.resources import Resources
+from opbench.measure.runner.local import LocalRunner
 
 
 class _Host:
@@ -86,6 +88,21 @@ def test_settle_waits_out_slow_and_fast_spells_but_not_forever(tmp_path):
         stuck.slowness([0, 1])
     assert stuck.settle([0, 1], max_wait_s=3 * POLL_S).compute == pytest.approx(1.7) and host.slept == 3  # gave up
     assert stuck.settle([0, 1], max_wait_s=0).compute == pytest.approx(1.7) and host.slept == 3  # no wait: one probe
+
+
+def test_a_spell_that_outlasts_a_wait_is_not_waited_out_again_until_a_probe_reads_usual(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPBENCH_SPELL_WAIT_S", "0.5")  # the suite's is 0
+    usual = 3 * MIN_HISTORY
+    speed, host = _speed(tmp_path, [1.0] * usual + [1.7] * 6 + [1.7, 1.0] + [1.7] * 10)
+    runner = LocalRunner(speed=speed)
+    two = Resources(threads=2, cores=(0, 1))
+    for _ in range(usual):
+        speed.slowness([0, 1])
+    waits = 5  # 0.5 s, probing every POLL_S
+    assert not runner.host_usual(two) and host.slept == waits  # waited, in vain
+    assert not runner.host_usual(two) and host.slept == waits  # the same spell: one probe, no wait
+    assert runner.host_usual(two) and host.slept == waits  # a probe reads usual ...
+    assert not runner.host_usual(two) and host.slept >= 2 * waits  # ... so the next spell is waited for again
 
 
 def test_the_history_keeps_the_latest_probes_per_cpu_set(tmp_path):

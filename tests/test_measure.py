@@ -75,6 +75,25 @@ def test_two_threads_and_a_core_set(measurer):
     assert record["threads"] == 2 and record["cores"] == "0,1" and record["feat.pinned"] == 1.0
 
 
+def test_fresh_rounds_reusing_builds_build_a_kernel_once_and_delete_it_at_the_end(measurer, monkeypatch):
+    built = []
+    build = measurer._builder.build
+    monkeypatch.setattr(measurer._builder, "build", lambda inputs: built.append(len(inputs)) or build(inputs))
+    spec = TrialSpec(parse_workload(SMALL["matmul"]), TUNED["matmul"])
+    with measurer.reusing_builds():
+        with measurer.reusing_builds():  # re-entrant: the outer one keeps them
+            first = measurer.measure_fresh([spec, spec])
+        second = measurer.measure_fresh([spec])
+        artifacts = os.listdir(measurer._dir)
+        assert artifacts  # kept for later rounds
+    assert built == [1]  # one build for three fresh processes
+    assert all(r["status"] == "ok" and r["latency_ms"] > 0 and r["max_abs_err"] < 1e-2 for r in [*first, *second])
+    assert len({r["worker_pid"] for r in [*first, *second]}) == 3  # each in a process of its own
+    assert not set(os.listdir(measurer._dir)) & set(artifacts)  # deleted with the last round
+    measurer.measure_fresh([spec])
+    assert built == [1, 1] and not set(os.listdir(measurer._dir)) & set(artifacts)  # outside: built and deleted each time
+
+
 def test_invalid_config_is_recorded_without_building(measurer):
     record = measurer.measure(TrialSpec(parse_workload(SMALL["matmul"]), {"k_inner": 64}, Resources(1)))
     assert record["status"] == "invalid_config"

@@ -1,4 +1,5 @@
 """Trustworthy numbers: isolated baselines, a quiet TVM pool, measurement quality, fresh-process verification."""
+import contextlib
 import math
 import time
 from dataclasses import replace
@@ -21,6 +22,7 @@ from opbench.measure.worker import LIBRARY, Worker
 from opbench.record import Status
 from opbench.space import get_template
 from opbench.space.winograd import knobs as winograd_knobs
+from opbench.studies.claims import speedup_table
 from opbench.studies.verify import (
     BEST,
     SELECTION_MARGIN,
@@ -29,6 +31,7 @@ from opbench.studies.verify import (
     Spread,
     Verification,
     Verified,
+    contenders_for,
     contenders_of,
     fastest_trials,
     references,
@@ -36,7 +39,6 @@ from opbench.studies.verify import (
     rounds_for,
     select_best,
     spec_of,
-    speedup_table,
     verify,
     verify_rounds,
 )
@@ -219,8 +221,9 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
     assert len(later) == len(names) + again
 
 
-def test_verification_rounds_grow_with_the_studys_budget():
+def test_verification_rounds_and_contenders_grow_with_the_studys_budget():
     assert [rounds_for(t) for t in (1, 3, 32, 33, 48, 64, 65, 1000)] == [2, 2, 2, 3, 3, 4, 5, 5]
+    assert [contenders_for(t) for t in (0, 3, 16, 17, 32, 33, 1000)] == [1, 1, 1, 2, 2, 3, 3]
 
 
 def test_verify_needs_a_study_with_a_successful_trial(tracking_uri, capsys):
@@ -338,6 +341,9 @@ class _FreshTimes:
     def __init__(self, latencies):
         self.latencies = latencies
 
+    def reusing_builds(self):
+        return contextlib.nullcontext()
+
     def measure_fresh(self, specs, short=()):
         times = [self.latencies[spec.config["k_inner"]] for spec in specs]
         return [{"status": "ok", "latency_ms": t} if t == t else {"status": "runtime_error", "latency_ms": t}
@@ -395,6 +401,8 @@ def test_a_reference_that_runs_the_best_schedule_shares_its_processes():
     timed: list[list[str]] = []
 
     class Spy:
+        reusing_builds = _FreshTimes.reusing_builds
+
         def measure_fresh(self, specs, short=()):
             timed.append(sorted(str(spec.template) for spec in specs))
             return [{"status": "ok", "latency_ms": 2.0 if spec.template == "numpy" else 1.0 + len(timed)}
@@ -462,7 +470,7 @@ def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_s
     assert b.status is Status.TIMEOUT and b.error == "run: timed out"
 
 
-def test_the_turns_of_a_fresh_measurement_share_one_wait_for_the_usual_state(monkeypatch):
+def test_the_turns_of_a_fresh_measurement_share_one_wait_each_as_long_as_a_rerun_waits(monkeypatch):
     waits = []
 
     def call(self, worker, inp, max_wait_s):
@@ -474,11 +482,11 @@ def test_the_turns_of_a_fresh_measurement_share_one_wait_for_the_usual_state(mon
     monkeypatch.setattr(LocalRunner, "_fresh_worker", lambda self, inp: _TurnTaker("a"))
     monkeypatch.setattr(LocalRunner, "_call", call)
     LocalRunner().run_fresh([LibraryInput(MATMUL, "numpy", timing=TimingPolicy(turns=2))] * 2)
-    assert waits == [10.0, 6.0, 2.0, 0.0]  # what the turns before spent waiting is gone
+    assert waits == [3.0, 3.0, 2.0, 0.0]  # a rerun's 3 s each; what the turns before spent waiting is gone
     waits.clear()
     monkeypatch.setenv("OPBENCH_SPELL_WAIT_S", "0.5")  # four turns: as long as four spell reruns would wait
     LocalRunner().run_fresh([LibraryInput(MATMUL, "numpy", timing=TimingPolicy(turns=2))] * 2)
-    assert waits == [2.0, 0.0, 0.0, 0.0]
+    assert waits == [0.5, 0.0, 0.0, 0.0]
 
 
 def test_a_batch_takes_turns_in_the_runners_own_workers_waiting_as_long_as_a_trial(monkeypatch):

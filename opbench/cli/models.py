@@ -138,8 +138,8 @@ def with_schedules(profile: ModelProfile, spec: ModelSpec, schedules: str, measu
 def cmd_tune_model(args: argparse.Namespace) -> int:
     from opbench.engines.registry import EngineSpec
     from opbench.hardware.targets import is_gpu, make_target
+    from opbench.studies.claims import speedup_table
     from opbench.studies.models.tune import ModelTuneSpec, model_speedups, tune_model
-    from opbench.studies.verify import speedup_table
 
     make_target(args.target, 1)  # an unknown target is named
     engine = EngineSpec(args.engine, args.sampler, args.tuner, args.seed, args.storage)
@@ -168,9 +168,9 @@ def _tune_model_gpu(args: argparse.Namespace, engine: EngineSpec) -> int:
     from opbench.measure.timing import TimingPolicy
     from opbench.measure.types import MeasureOptions
     from opbench.record import tee
+    from opbench.studies.claims import spread_text
     from opbench.studies.models.gpu import EAGER, GpuModelTune, tune_model_gpu, verify_gpu_model
     from opbench.studies.models.systems import EAGER_ROW, UNTUNED
-    from opbench.studies.verify import spread_text
     from opbench.tracking import Recorder
     from opbench.tracking.mlflow_store import study_dir
 

@@ -66,7 +66,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def print_study(result: StudyResult) -> None:
     """The speed-up table (verified, or "not verified"), the best config, the plots and the Pareto front."""
     from opbench.report.progress import changed_knobs
-    from opbench.studies.verify import speedup_table
+    from opbench.studies.claims import speedup_table
 
     best = result.best
     print(speedup_table(best, result.references, result.verification))
@@ -107,7 +107,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from opbench.measure.measurer import Measurer
-    from opbench.studies.verify import contenders_of, references, speedup_table, verified_best, verify
+    from opbench.studies.claims import speedup_table
+    from opbench.studies.verify import contenders_of, references, verified_best, verify
     from opbench.tracking import Recorder, read_mlflow_records
     from opbench.tracking.mlflow_read import latest_parent_run
 

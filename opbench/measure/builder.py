@@ -1,15 +1,24 @@
-"""Builds trials in persistent worker processes, several in parallel, each with a timeout."""
+"""Builds trials in persistent worker processes, several in parallel, each with a timeout; builds kept for
+several fresh rounds; built libraries deleted once run."""
 from __future__ import annotations
 
+import json
+import os
 import queue
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from opbench import settings
 from opbench.hardware.lock import HostLock
+from opbench.measure.prepack import manifest_path
 from opbench.measure.protocol import BuildInput, BuildResult
+from opbench.measure.types import TrialSpec
 from opbench.measure.worker import Worker, WorkerError
 from opbench.measure.worker.zygotes import one_thread_worker
 from opbench.record import Status
+from opbench.space import Config
+
+Built = tuple[str, Config, BuildResult]  # (template, validated config, build) of a spec
 
 
 class LocalBuilder:
@@ -44,3 +53,37 @@ class LocalBuilder:
         self._pool.shutdown(wait=True)
         for worker in self._all:
             worker.close()
+
+
+class KeptBuilds:
+    """Kernels built once for several rounds of fresh processes (a fresh process is about the process that
+    runs a kernel, not its build): the successful builds by what they depend on, deleted by :meth:`discard`."""
+
+    def __init__(self) -> None:
+        self._builds: dict[tuple, Built] = {}
+
+    def build(self, specs: list[TrialSpec], build: Callable[[list[TrialSpec]], list[Built]]) -> list[Built]:
+        """Each spec's build: the one kept, or one ``build`` makes (once per distinct spec), kept if it succeeded."""
+        keys = [_build_key(spec) for spec in specs]
+        todo = {key: spec for key, spec in zip(keys, specs) if key not in self._builds}
+        new = dict(zip(todo, build(list(todo.values())))) if todo else {}
+        self._builds.update((key, built) for key, built in new.items() if built[2].status is Status.OK)
+        return [self._builds.get(key) or new[key] for key in keys]
+
+    def discard(self) -> None:
+        discard(*(build for _, _, build in self._builds.values()))
+        self._builds.clear()
+
+
+def _build_key(spec: TrialSpec) -> tuple:
+    """What a kernel's build depends on: workload, template, config, target and threads."""
+    return (spec.workload.spec, spec.template, json.dumps(spec.config, sort_keys=True, default=repr),
+            spec.resources.target, spec.resources.threads)
+
+
+def discard(*builds: BuildResult) -> None:
+    """Delete built libraries once they have run: a long study would otherwise fill the disk."""
+    for build in builds:
+        for path in (build.artifact, build.artifact and manifest_path(build.artifact)):
+            if path and os.path.exists(path):
+                os.remove(path)

@@ -1,13 +1,13 @@
 """A trial: (workload, config, resources, target) -> build -> check -> time -> record."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
-import os
 import shutil
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from opbench.exceptions import ConfigError, ResourceError
@@ -17,10 +17,9 @@ from opbench.hardware.host_speed import HostSpeed, default_history
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
 from opbench.measure.baselines import BaselineCache, baseline_key, median_process, wants_another
-from opbench.measure.builder import LocalBuilder
+from opbench.measure.builder import Built, KeptBuilds, LocalBuilder, discard
 from opbench.measure.corun import CoRunSpec, corun_records
 from opbench.measure.features import FEATURES_VERSION, static_features
-from opbench.measure.prepack import manifest_path
 from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, ModelInput, RunInput, RunResult
 from opbench.measure.rpc import check_device
 from opbench.measure.runner import LocalRunner, RPCRunner, Runner
@@ -49,6 +48,7 @@ class Measurer:
         self._runners: dict[str, Runner[RunInput, RunResult]] = {LOCAL: self._local}  # device spec -> its runner
         self._dir = str(build_dir())
         self._baselines = BaselineCache()
+        self._kept: KeptBuilds | None = None  # while reusing_builds
         self.host = host_facts()
 
     @property
@@ -102,7 +102,7 @@ class Measurer:
             run_started = time.perf_counter()
             if run is not None:  # taken in turns: its own time is its turns' runs and waits
                 run_started -= run.run_s + run.host_wait_s
-                _discard(build)
+                discard(build)
             elif build.status is Status.OK:
                 run = self._run(build, specs[i])
             status, error = (run.status, run.error) if run else (build.status, build.error)
@@ -154,7 +154,7 @@ class Measurer:
                   for i in todo]
         return dict(zip(todo, self._builder.build(inputs)))
 
-    def _build(self, specs: list[TrialSpec]) -> list[tuple[str, Config, BuildResult]]:
+    def _build(self, specs: list[TrialSpec]) -> list[Built]:
         """(template, validated config, build) per spec, built in parallel; invalid configs are not built."""
         checked = [self._validate(spec) for spec in specs]
         builds = self._build_valid(specs, checked)
@@ -187,7 +187,7 @@ class Measurer:
             else:
                 solo, together = None, None
         finally:
-            _discard(*(build for _, _, build in built))
+            discard(*(build for _, _, build in built))
         members = [self._record(m, template, config, started, Status.OK, "", build)
                    for m, (template, config, build) in zip(spec.members, built)]
         return corun_records(spec, members, solo, together, failed)
@@ -225,7 +225,8 @@ class Measurer:
             raise ResourceError(f"fresh-process measurements run on this host only, not on {remote}")
         started = time.perf_counter()
         kernels = [i for i, s in enumerate(specs) if s.template not in LIBRARIES]
-        built = dict(zip(kernels, self._build([specs[i] for i in kernels])))
+        kernel_specs = [specs[i] for i in kernels]
+        built = dict(zip(kernels, self._kept.build(kernel_specs, self._build) if self._kept else self._build(kernel_specs)))
         jobs: dict[int, RunInput | LibraryInput] = {}
         for i, spec in enumerate(specs):
             if i not in built:
@@ -235,7 +236,8 @@ class Measurer:
         try:
             runs = dict(zip(jobs, self._local.run_fresh(list(jobs.values()))))
         finally:
-            _discard(*(build for _, _, build in built.values()))
+            if self._kept is None:
+                discard(*(build for _, _, build in built.values()))
         records = []
         for i, spec in enumerate(specs):
             template, config, build = built.get(i) or (str(spec.template), {}, None)
@@ -244,6 +246,20 @@ class Measurer:
             assert outcome is not None
             records.append(self._record(spec, template, config, started, outcome.status, outcome.error, build, run))
         return records
+
+    @contextlib.contextmanager
+    def reusing_builds(self) -> Iterator[None]:
+        """Within it, :meth:`measure_fresh` builds each kernel once and loads that library in every later fresh
+        process (:class:`~opbench.measure.builder.KeptBuilds`); re-entrant."""
+        if self._kept is not None:
+            yield
+            return
+        self._kept = KeptBuilds()
+        try:
+            yield
+        finally:
+            self._kept.discard()
+            self._kept = None
 
     def time_model(self, model: ModelInput) -> RunResult:
         """A whole model timed once in this measurer's workers (a forked child of the kernel worker, or the
@@ -263,7 +279,7 @@ class Measurer:
         try:
             return self._runner(spec.resources.device).run(self._run_input(build, spec, self.timing))
         finally:
-            _discard(build)
+            discard(build)
 
     def _facts(self, resources: Resources, run: RunResult | None) -> HostFacts:
         """Facts of the machine the trial ran on: this host, or the remote device (as far as it tells)."""
@@ -317,6 +333,7 @@ class Measurer:
         record.cache_flush, record.worker_pid = int(self.timing.cache_flush), run.pid
         record.kernel_pid = run.kernel_pid or None
 
+
 def _knob_value(value: object, limit: int = 200) -> object:
     """A knob's value as a record keeps it: a number or a string of at most ``limit`` characters (a
     rejected config may hold anything; MLflow refuses params over 6,000)."""
@@ -324,11 +341,3 @@ def _knob_value(value: object, limit: int = 200) -> object:
         return value
     text = value if isinstance(value, str) else json.dumps(value, default=repr)
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _discard(*builds: BuildResult) -> None:
-    """Delete built libraries once they have run: a long study would otherwise fill the disk."""
-    for build in builds:
-        for path in (build.artifact, build.artifact and manifest_path(build.artifact)):
-            if path and os.path.exists(path):
-                os.remove(path)

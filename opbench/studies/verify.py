@@ -7,7 +7,7 @@ start, a warm cache or a drifting clock favours no one; within a round the proce
 min-max; it *holds* when it is within :data:`CLAIM_TOLERANCE` of the ratio the study itself measured.
 
 The study's fastest trial is the minimum of many noisy measurements, so it is often one that was
-lucky (the winner's curse). Before the rounds, its :data:`CONTENDERS` fastest distinct configs, and
+lucky (the winner's curse). Before the rounds, its fastest distinct configs (:func:`contenders_for`), and
 its template default when none of them is, are timed again in :data:`SELECTION_ROUNDS` rounds of
 fresh processes, and the one with the lowest median is the verified best (so a study never names a
 best that is slower than its default there); the rounds that report it are measurements of their
@@ -26,7 +26,6 @@ from opbench.hardware.resources import LOCAL, Resources, parse_cores
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
 from opbench.record import Record, config_of, is_ok
-from opbench.report.progress import table
 from opbench.space import TEMPLATES
 from opbench.workloads import parse_workload
 
@@ -36,7 +35,8 @@ CLAIM_TOLERANCE = 0.10
 DEFAULT_ROUNDS = 3
 TRIALS_PER_ROUND = 16  # a study's verification takes a round per this many trials ...
 MIN_ROUNDS, MAX_ROUNDS = 2, 5  # ... within these bounds
-CONTENDERS = 3  # the study's fastest distinct configs timed again (with its default) before one is named its best
+CONTENDERS = 3  # at most this many of the study's fastest distinct configs timed again (with its default) ...
+TRIALS_PER_CONTENDER = 16  # ... one per this many trials (docs/measurement.md#contenders)
 CONTENDER_WINDOW = 1.5  # ... those tuned within this factor of the fastest (docs/measurement.md#contenders)
 SHORT_SERIES_FACTOR = 20.0  # a reference this many times slower takes one short turn (docs/measurement.md#fresh)
 SELECTION_ROUND = -1  # verify_round of the records that chose among them
@@ -170,11 +170,12 @@ def fastest_trials(records: list[Record], count: int = CONTENDERS) -> list[Recor
     return list(out.values())
 
 
-def contenders_of(records: list[Record], count: int = CONTENDERS) -> list[Record]:
-    """:func:`fastest_trials`, then the template default when it is not among them (the study's fastest
-    trial of the default's schedule, or the template_default reference when no trial has it); of these,
-    those tuned within :data:`CONTENDER_WINDOW` of the fastest."""
-    fastest = fastest_trials(records, count)
+def contenders_of(records: list[Record], count: int | None = None) -> list[Record]:
+    """The ``count`` (default: :func:`contenders_for` its ok trials) :func:`fastest_trials`, then the template
+    default when it is not among them (the study's fastest trial of the default's schedule, or the
+    template_default reference when no trial has it); of these, those tuned within :data:`CONTENDER_WINDOW`
+    of the fastest."""
+    fastest = fastest_trials(records, count or contenders_for(len(_trials(records))))
     default = references(records).get("template_default")
     if default is not None and (key := _schedule_key(default)) not in {_schedule_key(r) for r in fastest}:
         fastest = [*fastest, next((r for r in _trials(records) if _schedule_key(r) == key), default)]
@@ -252,18 +253,19 @@ def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[st
     out = {name: Verified(name, tuned_ms.get(name, math.nan)) for name in specs}
     fastest = min(tuned_ms.values(), default=math.nan)
     slow = {name for name, ms in tuned_ms.items() if ms > SHORT_SERIES_FACTOR * fastest}
-    for round_, order in alternating(list(specs), rounds):
-        short = [i for i, name in enumerate(order) if name in slow]
-        for name, record in zip(order, measurer.measure_fresh([specs[n] for n in order], short)):
-            record.update(record_kind=VERIFY_KIND, verified_as=name, verify_round=round_)
-            ok = is_ok(record)
-            out[name].rounds_ms.append(record["latency_ms"] if ok else math.nan)
-            if not ok:
-                out[name].errors.append(f"{record['status']}: {record.get('error', '')}"[:300])
-            if on_record:
-                on_record(record)
-        if until is not None and until(out):
-            break
+    with measurer.reusing_builds():  # each kernel built once, for all rounds
+        for round_, order in alternating(list(specs), rounds):
+            short = [i for i, name in enumerate(order) if name in slow]
+            for name, record in zip(order, measurer.measure_fresh([specs[n] for n in order], short)):
+                record.update(record_kind=VERIFY_KIND, verified_as=name, verify_round=round_)
+                ok = is_ok(record)
+                out[name].rounds_ms.append(record["latency_ms"] if ok else math.nan)
+                if not ok:
+                    out[name].errors.append(f"{record['status']}: {record.get('error', '')}"[:300])
+                if on_record:
+                    on_record(record)
+            if until is not None and until(out):
+                break
     return out
 
 
@@ -273,17 +275,24 @@ def rounds_for(trials: int) -> int:
     return min(MAX_ROUNDS, max(MIN_ROUNDS, math.ceil(trials / TRIALS_PER_ROUND)))
 
 
+def contenders_for(trials: int) -> int:
+    """The fastest configs of a study of ``trials`` ok trials that contend to be its best: the fastest alone (and
+    the default) for a short look, more for a long study, whose fastest is likelier a lucky one."""
+    return min(CONTENDERS, max(1, math.ceil(trials / TRIALS_PER_CONTENDER)))
+
+
 def verify(measurer: Measurer, records: list[Record], study: str, rounds: int = DEFAULT_ROUNDS,
-           on_record: Callable[[Record], None] | None = None, contenders: int = CONTENDERS) -> Verification:
+           on_record: Callable[[Record], None] | None = None, contenders: int | None = None) -> Verification:
     """Name the study's best among its :func:`contenders_of` (:func:`select_best`, in at most as many
     rounds as the verification), then re-measure it and the references (see :func:`references`) in
     fresh processes; a reference that runs the best's own schedule shares its processes."""
-    best = select_best(measurer, contenders_of(records, contenders), on_record, min(rounds, SELECTION_ROUNDS))
-    chosen = {BEST: best, **references(records)}
-    twins = [name for name, record in chosen.items() if name != BEST and _run_key(record) == _run_key(best)]
-    specs = {name: spec_of(record) for name, record in chosen.items() if name not in twins}
-    tuned = {name: float(record["latency_ms"]) for name, record in chosen.items()}
-    timed = remeasure(measurer, specs, tuned, rounds, on_record)
+    with measurer.reusing_builds():  # the best was built for choosing it
+        best = select_best(measurer, contenders_of(records, contenders), on_record, min(rounds, SELECTION_ROUNDS))
+        chosen = {BEST: best, **references(records)}
+        twins = [name for name, record in chosen.items() if name != BEST and _run_key(record) == _run_key(best)]
+        specs = {name: spec_of(record) for name, record in chosen.items() if name not in twins}
+        tuned = {name: float(record["latency_ms"]) for name, record in chosen.items()}
+        timed = remeasure(measurer, specs, tuned, rounds, on_record)
     for name in twins:  # the best's own schedule (the template default nothing beat): its rounds are the best's
         timed[name] = Verified(name, tuned[name], list(timed[BEST].rounds_ms), list(timed[BEST].errors))
     return Verification(study, rounds, {name: timed[name] for name in chosen}, str(best["trial_id"]),
@@ -307,42 +316,3 @@ def verify_rounds(names: list[str], time_round: Callable[[list[str]], dict[str, 
         out[name] = Verified(name, tuned_ms.get(name, math.nan), list(out[same].rounds_ms), list(out[same].errors))
     return Verification(study, rounds, {name: out[name] for name in names},
                         notes={name: f"the same build as {same}, timed once a round as {same}" for name, same in twins.items()})
-
-
-HEADERS = ["schedule", "tuned ms", "verified ms", "min-max", "best is x faster (tuned)",
-           "verified x faster (min-max)", "claim"]
-
-
-def spread_text(spread: Spread | None, digits: int = 4) -> str:
-    """``median (min-max)``, or "not verified" when nothing was measured."""
-    if spread is None or math.isnan(spread.median):
-        return "not verified"
-    return f"{spread.median:.{digits}g} ({spread.lo:.{digits}g}-{spread.hi:.{digits}g})"
-
-
-def _range(spread: Spread | None, digits: int = 4) -> str:
-    return "-" if spread is None else f"{spread.lo:.{digits}g}-{spread.hi:.{digits}g}"
-
-
-def speedup_table(best: Record | None, references: dict[str, Record], verification: Verification | None,
-                  best_label: str = BEST) -> str:
-    """The study's speed-ups as a table: verified ones with their range, or "not verified"."""
-    tuned = {BEST: best, **references} if best else dict(references)
-    rows = []
-    for name, record in tuned.items():
-        tuned_ms = record.get("latency_ms", math.nan) if is_ok(record) else math.nan
-        ratio = tuned_ms / best["latency_ms"] if best and name != BEST else math.nan
-        schedule = verification.schedules.get(name) if verification else None
-        lat = schedule.latency if schedule else None
-        if name == BEST:
-            verified, claim = ("1.0" if lat else "not verified"), ""
-        elif verification is None or lat is None or verification.best.latency is None:
-            verified, claim = "not verified", ""
-        else:
-            up = verification.speedup(name)
-            verified = "not verified" if up is None else f"{up.median:.3g} ({_range(up, 3)})"
-            holds = verification.holds(name)
-            claim = "" if holds is None else "holds" if holds else "DOES NOT HOLD"
-        rows.append((best_label if name == BEST else name, tuned_ms, lat.median if lat else "not verified",
-                     _range(lat), ratio, verified, claim))
-    return table(rows, HEADERS)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -50,6 +51,7 @@ class LocalRunner(Runner[Job, RunResult]):
         self._lock = lock
         self._speed = speed
         self._workers: dict[tuple[str, int, tuple[int, ...] | None], Worker] = {}
+        self._spell_outlasted_wait = False  # until a probe reads the usual state (docs/measurement.md#settle)
 
     @staticmethod
     def _new_worker(resources: Resources, role: str, preload: tuple[str, ...] = ()) -> Worker:
@@ -100,32 +102,34 @@ class LocalRunner(Runner[Job, RunResult]):
 
     def run_fresh(self, jobs: list[Job]) -> list[RunResult]:
         """Each job in a new process that has run nothing else (forked from a zygote); all start together,
-        then take their turns (:meth:`_take_turns`), which wait for the host's usual state as long as a
-        spell rerun would for each of them, up to :func:`opbench.settings.fresh_settle_s` in all
-        (docs/measurement.md#settle)."""
+        then take their turns (:meth:`_take_turns`), each waiting for the host's usual state as long as a
+        spell rerun would, up to :func:`opbench.settings.fresh_settle_s` in all (docs/measurement.md#settle)."""
         workers = [self._fresh_worker(inp) for inp in jobs]
         turns = sum(inp.timing.turns for inp in jobs)
         try:
             self._start(*workers)
-            return self._take_turns(workers, jobs, min(settings.fresh_settle_s(), turns * settings.spell_wait_s()))
+            wait_s = settings.spell_wait_s()
+            return self._take_turns(workers, jobs, min(settings.fresh_settle_s(), turns * wait_s), wait_s)
         finally:
             for worker in workers:
                 worker.close()
 
-    def _take_turns(self, workers: list[Worker], jobs: list[Job], max_wait_s: float) -> list[RunResult]:
+    def _take_turns(self, workers: list[Worker], jobs: list[Job], max_wait_s: float,
+                    turn_wait_s: float = math.inf) -> list[RunResult]:
         """Jobs (``jobs[i]`` in ``workers[i]``) take their timing's ``turns`` turns, one series each, in an
         order that reverses every turn, and the jobs whose turns call for more (all in a spell, or disagreeing)
         take their timing's ``extra_turns`` more (:meth:`TimingPolicy.wants_more_turns`); a job's result joins its turns
         (:func:`joined`), so a slow spell of the host that covers a few seconds falls on every job's series
         alike instead of on one job's whole measurement. A job that fails takes no more turns. The turns
-        wait ``max_wait_s`` at most in all for the host's usual state (docs/measurement.md#settle)."""
+        wait ``max_wait_s`` at most in all for the host's usual state, each ``turn_wait_s`` at most
+        (docs/measurement.md#settle)."""
         results: list[list[RunResult]] = [[] for _ in jobs]
 
         def take_turn(turn: int, who: list[int]) -> None:
             nonlocal max_wait_s
             for i in who if turn % 2 == 0 else reversed(who):
                 if not results[i] or results[i][-1].status is Status.OK:
-                    results[i].append(self._call(workers[i], jobs[i], max_wait_s))
+                    results[i].append(self._call(workers[i], jobs[i], min(max_wait_s, turn_wait_s)))
                     max_wait_s = max(0.0, max_wait_s - results[i][-1].host_wait_s)
 
         turns = max((inp.timing.turns for inp in jobs), default=0)
@@ -166,10 +170,14 @@ class LocalRunner(Runner[Job, RunResult]):
 
     def _settle(self, resources: Resources, max_wait_s: float) -> Slowness | None:
         """The host's slowness for ``resources`` (None: not probed, a GPU run), after waiting up to
-        ``max_wait_s`` for its usual state."""
+        ``max_wait_s`` for its usual state; not waiting again, once a spell outlasted a wait, until a probe
+        reads the usual state (docs/measurement.md#settle)."""
         if self._speed is None or is_gpu(resources.target):
             return None
-        return self._speed.settle(probe_cpus(resources.threads, resources.cores), max_wait_s)
+        waits = max_wait_s > 0 and not self._spell_outlasted_wait
+        slowness = self._speed.settle(probe_cpus(resources.threads, resources.cores), max_wait_s if waits else 0.0)
+        self._spell_outlasted_wait = not slowness.usual and (waits or self._spell_outlasted_wait)
+        return slowness
 
     def close(self) -> None:
         for worker in self._workers.values():
