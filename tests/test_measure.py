@@ -257,6 +257,30 @@ def test_a_fresh_worker_for_torch_comes_from_a_zygote_that_imported_it():
     assert _preload(ModelInput("mobilenet-v2@tiny", library="m.so")) == ()  # TVM's Relax VM
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc is Linux's")
+def test_warm_up_starts_the_zygotes_of_the_library_baselines_beside_the_kernel_worker():
+    from opbench.measure.protocol import LibraryInput
+    from opbench.measure.runner.local import LocalRunner
+    from opbench.measure.worker import LIBRARY
+    from opbench.measure.worker.zygotes import zygote_of
+
+    one = Resources(threads=1, cores=(0,))  # a kind no other test of this process starts
+    zygotes = {lib: zygote_of(one.worker_env(), one.cores, 1, LIBRARY, pre) for lib, pre in (("torch", ("torch",)),
+                                                                                              ("numpy", ()))}
+    assert not any(z.alive for z in zygotes.values())
+    runner = LocalRunner()
+    try:
+        runner.warm_up(one, ("torch", "numpy"))
+        assert all(z.alive for z in zygotes.values())  # started with the kernel worker, not by the first baseline
+        for lib, zygote in zygotes.items():
+            fresh = runner._fresh_worker(LibraryInput("matmul:m=8,n=8,k=8", lib, resources=one))
+            fresh.start()
+            assert _parent(fresh.pid) == zygote.pid  # a baseline's fresh process forks from the zygote warm_up started
+            fresh.close()
+    finally:
+        runner.close()
+
+
 _MAPPED_AFTER_A_FREE = """
 import ctypes
 from opbench.measure.worker.layout import fixed_mmap_threshold

@@ -68,11 +68,14 @@ class Measurer:
             runner.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    def warm_up(self, resources: Resources) -> None:
-        """Start the worker (or get the remote sessions) for ``resources`` now, not in a trial."""
+    def warm_up(self, resources: Resources, libraries: tuple[str, ...] = ()) -> None:
+        """Start the worker (or get the remote sessions) for ``resources`` now, not in a trial; on this host,
+        with it, what fresh processes timing ``libraries`` fork from."""
         if resources.remote:
             check_device(parse_device(resources.device))
-        self._runner(resources.device).warm_up(resources)
+            self._runner(resources.device).warm_up(resources)
+        else:
+            self._local.warm_up(resources, libraries)
 
     def measure(self, spec: TrialSpec) -> Record:
         return self.measure_batch([spec])[0]

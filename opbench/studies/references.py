@@ -25,13 +25,20 @@ def measure_references(measurer: Measurer, workload: Workload, resources: Resour
     refs = {} if is_gpu(resources.target) else {  # unscheduled TE has no thread binding: it cannot run on a GPU
         "te_default": measurer.measure(TrialSpec(workload, {}, resources, "te_default"))}
     refs["template_default"] = measurer.measure(TrialSpec(workload, {}, resources, template))
-    local = not resources.remote  # library baselines run on this host only
     reuse_s, processes = settings.baseline_reuse_s(), 1 if verified else LIBRARY_PROCESSES
-    if workload.op.torch_baseline and local:
-        refs["torch"] = measurer.measure_library(workload, "torch", resources, processes, reuse_s)
-    if workload.op.numpy_impl and local and not is_gpu(resources.target):
-        refs["numpy"] = measurer.measure_library(workload, "numpy", resources, processes, reuse_s)
+    for library in library_references(workload, resources):
+        refs[library] = measurer.measure_library(workload, library, resources, processes, reuse_s)
     for name, record in refs.items():
         record["reference"] = name
         on_record(record)
     return refs
+
+
+def library_references(workload: Workload, resources: Resources) -> list[str]:
+    """The libraries a study of ``workload`` is measured against: PyTorch and numpy where they implement the
+    op, on this host only (numpy never on a GPU target)."""
+    if resources.remote:
+        return []
+    return [library for library, implements in (("torch", workload.op.torch_baseline),
+                                                ("numpy", workload.op.numpy_impl and not is_gpu(resources.target)))
+            if implements]

@@ -31,7 +31,7 @@ from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, pareto_fron
 from opbench.report.plots import tradeoff, tuning_curve
 from opbench.space import get_template
 from opbench.studies.invocation import engine_trials, invocation_records, joined_hosts_records, told_from_logs
-from opbench.studies.references import measure_references
+from opbench.studies.references import library_references, measure_references
 from opbench.studies.shared import WorkerSpec, joined_spec, publish, published_parent
 from opbench.studies.verify import Spread, Verification, references, remeasure, rounds_for, spec_of, verified_best, verify
 from opbench.tracking import Recorder
@@ -203,7 +203,7 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
         refs = references(earlier)  # a resumed invocation keeps its own
         measures_refs = spec.references and not refs
         if measures_refs or spec.workers <= 1 and spec.trials > done:  # it measures here
-            measurer.warm_up(spec.resources)
+            measurer.warm_up(spec.resources, tuple(library_references(workload, spec.resources)) if measures_refs else ())
         sink = tee(recorder, *filter(None, [on_record]))
         if measures_refs:
             refs = measure_references(measurer, workload, spec.resources, sink, spec.template,

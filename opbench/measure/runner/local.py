@@ -15,7 +15,7 @@ from opbench.measure.protocol import FRAMEWORKS, LibraryInput, ModelInput, RunIn
 from opbench.measure.runner._base import Runner
 from opbench.measure.timing import SPELL, Attempt, joined, take
 from opbench.measure.worker import KERNEL, LIBRARY, Worker, WorkerError
-from opbench.measure.worker.zygotes import forked_worker
+from opbench.measure.worker.zygotes import forked_worker, zygote_of
 from opbench.record import Status
 
 Job = RunInput | LibraryInput | ModelInput
@@ -28,9 +28,13 @@ def _role(inp: Job) -> str:
 
 def _preload(inp: Job) -> tuple[str, ...]:
     """What the zygote of a fresh worker for ``inp`` imports beside its role's modules: torch where it runs."""
-    uses_torch = isinstance(inp, LibraryInput) and inp.library == "torch" or isinstance(inp, ModelInput) \
-        and inp.system in FRAMEWORKS
-    return ("torch",) if uses_torch else ()
+    if isinstance(inp, LibraryInput):
+        return _library_preload(inp.library)
+    return ("torch",) if isinstance(inp, ModelInput) and inp.system in FRAMEWORKS else ()
+
+
+def _library_preload(library: str) -> tuple[str, ...]:
+    return ("torch",) if library == "torch" else ()
 
 
 class LocalRunner(Runner[Job, RunResult]):
@@ -88,9 +92,13 @@ class LocalRunner(Runner[Job, RunResult]):
                     with contextlib.suppress(WorkerError):  # reported by the run that needs it
                         future.result()
 
-    def warm_up(self, resources: Resources | None = None) -> None:
-        """Start the kernel worker for ``resources`` now, so its start-up is not charged to a trial."""
-        self._start(self._worker(resources or Resources(), KERNEL))
+    def warm_up(self, resources: Resources | None = None, libraries: tuple[str, ...] = ()) -> None:
+        """Start the kernel worker for ``resources`` now, so its start-up is not charged to a trial, and beside it
+        the zygotes of the fresh processes that will time ``libraries`` (their imports overlap on the cores)."""
+        resources = resources or Resources()
+        zygotes = [zygote_of(resources.worker_env(), resources.cores, resources.threads, LIBRARY, _library_preload(lib))
+                   for lib in libraries]
+        self._start(self._worker(resources, KERNEL), *zygotes)
 
     def run(self, inp: Job) -> RunResult:
         return self._call(self._worker(inp.resources, _role(inp)), inp, inp.timing.settle_s)

@@ -19,12 +19,17 @@ def forked_worker(env: dict[str, str] | None = None, cores: tuple[int, ...] | No
                   role: str = KERNEL, preload: tuple[str, ...] = ()) -> Worker:
     """A new worker (started on its first call) forked from this process's zygote of the same environment,
     cores, threads, role and ``preload``; the zygote starts with the first worker of its kind."""
+    return Worker(env, cores, threads, role, zygote=zygote_of(env, cores, threads, role, preload))
+
+
+def zygote_of(env: dict[str, str] | None = None, cores: tuple[int, ...] | None = None, threads: int = 1,
+              role: str = KERNEL, preload: tuple[str, ...] = ()) -> Worker:
+    """This process's zygote of that kind (started by its first fork, or by starting it)."""
     kind = (role, tuple(sorted((env or {}).items())), cores, threads, preload)
     with _lock:
         if kind not in _zygotes:
             _zygotes[kind] = Worker(env, cores, threads, role, preload=preload)
-        zygote = _zygotes[kind]
-    return Worker(env, cores, threads, role, zygote=zygote)
+        return _zygotes[kind]
 
 
 def one_thread_worker() -> Worker:
