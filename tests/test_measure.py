@@ -264,9 +264,11 @@ def test_warm_up_starts_the_zygotes_of_the_library_baselines_beside_the_kernel_w
     from opbench.measure.worker import LIBRARY
     from opbench.measure.worker.zygotes import zygote_of
 
-    one = Resources(threads=1, cores=(0,))  # a kind no other test of this process starts
+    one = Resources(threads=1, cores=(0,))
     zygotes = {lib: zygote_of(one.worker_env(), one.cores, 1, LIBRARY, pre) for lib, pre in (("torch", ("torch",)),
                                                                                               ("numpy", ()))}
+    for zygote in zygotes.values():
+        zygote.kill()  # whatever an earlier test of this process started: warm_up must start them
     assert not any(z.alive for z in zygotes.values())
     runner = LocalRunner()
     try:
