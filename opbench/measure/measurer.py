@@ -294,6 +294,7 @@ class Measurer:
 
     def _record(self, spec: TrialSpec, template: str, config: Config, started: float, status: Status, error: str,
                 build: BuildResult | None = None, run: RunResult | None = None) -> Record:
+        finished_at = time.time()  # before the bookkeeping below: when the trial's run ended, give or take milliseconds
         workload, res, host = spec.workload, spec.resources, self._facts(spec.resources, run)
         preset = PRESETS.get(workload.preset or "")
         valid = status is not Status.INVALID_CONFIG and template not in LIBRARIES
@@ -315,7 +316,7 @@ class Measurer:
         if run is not None:
             self._timed(record, run, workload.flops / 1e9, host.peak_gflops(res.threads))
         record.trial_s = time.perf_counter() - started
-        record.finished_at = time.time()  # unix seconds: tuning curves against wall time
+        record.finished_at = finished_at  # unix seconds: tuning curves against wall time
         return record.to_row()
 
     def _timed(self, record: TrialRecord, run: RunResult, gflop: float, peak_gflops: float) -> None:
