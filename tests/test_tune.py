@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import optuna
@@ -102,6 +103,33 @@ def test_core_sets_searched_with_the_schedule(tracking_uri):
     assert len(frame) == 4 and set(frame["cores"]) <= {"0", "0,1"} and "knob.cores" not in frame
     bad = run_cli(*["tune", SMALL, "--search-cores", "0;x", "--tracking-uri", tracking_uri])
     assert bad.returncode == 2 and "malformed core set 'x'" in bad.stderr
+
+
+def test_a_new_study_starts_its_workers_before_setting_up_its_mlflow_store(tmp_path, tracking_uri, monkeypatch):
+    """The warm-up (the worker processes' imports) begins before the Recorder opens MLflow's store, so the two
+    overlap, and with it the zygotes of the libraries the study's references time."""
+    from opbench.measure.measurer import Measurer
+    from opbench.studies import tune
+
+    began, warmed = threading.Event(), []
+    warm_up, recorder = Measurer.warm_up, tune.Recorder
+
+    def warm(self, resources, libraries=()):
+        began.set()
+        warm_up(self, resources, libraries)
+        warmed.append(libraries)
+
+    def recording(*args, **kwargs):
+        assert began.wait(60), "the MLflow store was set up before the workers began to start"
+        return recorder(*args, **kwargs)
+
+    monkeypatch.setattr(Measurer, "warm_up", warm)
+    monkeypatch.setattr(tune, "Recorder", recording)
+    monkeypatch.setattr(tune, "measure_references", lambda *args, **kwargs: {})  # the libraries' zygotes suffice
+    spec = tune.TuneSpec(SMALL, trials=1, verify_rounds=0, tracking_uri=tracking_uri, study="w",
+                         engine=tune.EngineSpec(storage=str(tmp_path / JOURNAL_FILE)))
+    result = tune.run_study(spec)
+    assert len(result.records) == 1 and warmed == [("torch", "numpy")]
 
 
 def test_the_readme_python_api_script_runs_a_verified_study(tmp_path, tracking_uri):

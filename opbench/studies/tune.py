@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,53 +176,71 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
     Optuna study: its records (replayed from the write-ahead log where MLflow lacks them) settle the
     trials a kill left running, and its references are kept."""
     workload = parse_workload(spec.workload)
-    study = spec.study_name
     if spec.resources.remote:  # a batch as large as the devices held, so each step keeps them all busy
         spec = dataclasses.replace(spec, batch=max(spec.batch, spec.measure.remote_workers))
     # builds of one batch run in parallel, two at most (this host has few cores for compiling beside timing)
     measure = dataclasses.replace(spec.measure, build_workers=max(spec.measure.build_workers, min(spec.batch, 2)))
-    loop_engine = spec.engine.name in LOOP_ENGINES
-    # The budget is the study's, whoever measures: worker hosts (opbench worker) may take trials of it too.
-    engine = None if loop_engine else make_engine(spec, workload, study, spec.resume, budget=spec.trials,
-                                                  propose_default=not observes_default(spec))
-    resumed = published_parent(engine.study, engine.storage_url) if spec.resume and isinstance(engine, OptunaEngine) \
-        else None
-    with Measurer(measure) as measurer, \
-            Recorder(study, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label}, parent_run_id=resumed,
-                     reopen=True, background_lock=HostLock(measure.lock_path)) as recorder:
-        earlier = invocation_records(recorder) if resumed else []
-        earlier_trials = engine_trials(earlier)
-        if engine:
-            engine.recover(earlier_trials)
-            told_from_logs(engine, recorder)
-        done = engine.done if engine else 0
-        log.info("tuning %s with %s: %d trials (%d already done), %d thread(s), %d worker(s); study '%s'",
-                 workload.name, spec.engine.label, spec.trials, done, spec.resources.threads, spec.workers, study)
-        if isinstance(engine, OptunaEngine):  # without the storage URL: a joining host gives its own
-            published = dataclasses.replace(spec, engine=dataclasses.replace(spec.engine, storage=None))
-            publish(engine.study, engine.storage_url, published.to_json(), recorder.mlflow.parent_run_id)
-        refs = references(earlier)  # a resumed invocation keeps its own
-        measures_refs = spec.references and not refs
-        if measures_refs or spec.workers <= 1 and spec.trials > done:  # it measures here
-            measurer.warm_up(spec.resources, tuple(library_references(workload, spec.resources)) if measures_refs else ())
-        sink = tee(recorder, *filter(None, [on_record]))
-        if measures_refs:
-            refs = measure_references(measurer, workload, spec.resources, sink, spec.template,
-                                      verified=_verify_rounds(spec) > 0)
-        if engine and observes_default(spec):
-            template = get_template(workload, spec.template, spec.resources.target)
-            observe_default(engine, search_space(spec, workload), template.default_for(workload, spec.resources.target),
-                            spec.resources.threads, refs.get("template_default"))
-        records = _tune(spec, engine, workload, spec.trials - done, measurer, sink, recorder, list(earlier_trials.values()))
-        result = StudyResult(study, recorder.mlflow.uri,
-                             sorted([*earlier_trials.values(), *records], key=lambda r: r.get("finished_at", 0.0)),
-                             refs, objectives=spec.engine.objectives, rejected=engine.rejected if engine else 0)
-        result.verification = _verify(spec, measurer, [*refs.values(), *result.records], recorder)
-        _summarize(result, engine, f"{workload.name}: {spec.engine.label}", recorder)
-        result.pareto_verified = _verify_front(spec, measurer, result.pareto, recorder)
+    with Measurer(measure) as measurer, ThreadPoolExecutor(1, thread_name_prefix="warm-up") as background:
+        # A new study's workers start while the engine and the MLflow store are set up (docs/measurement.md#zygote).
+        libraries = None if spec.resume else _timed_libraries(spec, workload, False, 0)
+        warming = None if libraries is None else background.submit(measurer.warm_up, spec.resources, libraries)
+        # The budget is the study's, whoever measures: worker hosts (opbench worker) may take trials of it too.
+        engine = None if spec.engine.name in LOOP_ENGINES else make_engine(
+            spec, workload, spec.study_name, spec.resume, budget=spec.trials, propose_default=not observes_default(spec))
+        resumed = published_parent(engine.study, engine.storage_url) if spec.resume and isinstance(engine, OptunaEngine) \
+            else None
+        with Recorder(spec.study_name, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label},
+                      parent_run_id=resumed, reopen=True, background_lock=HostLock(measure.lock_path)) as recorder:
+            result = _study(spec, workload, engine, measurer, recorder, on_record, resumed, warming)
     if engine:
         engine.close()
     return result
+
+
+def _study(spec: TuneSpec, workload: Workload, engine: Engine | None, measurer: Measurer, recorder: Recorder,
+           on_record: OnRecord | None, resumed: str | None, warming: Future[None] | None) -> StudyResult:
+    """:func:`run_study` once its measurer, engine and parent run are set up (``warming``: their warm-up, begun)."""
+    earlier = invocation_records(recorder) if resumed else []
+    earlier_trials = engine_trials(earlier)
+    if engine:
+        engine.recover(earlier_trials)
+        told_from_logs(engine, recorder)
+    done = engine.done if engine else 0
+    log.info("tuning %s with %s: %d trials (%d already done), %d thread(s), %d worker(s); study '%s'",
+             workload.name, spec.engine.label, spec.trials, done, spec.resources.threads, spec.workers, recorder.study)
+    if isinstance(engine, OptunaEngine):  # without the storage URL: a joining host gives its own
+        published = dataclasses.replace(spec, engine=dataclasses.replace(spec.engine, storage=None))
+        publish(engine.study, engine.storage_url, published.to_json(), recorder.mlflow.parent_run_id)
+    refs = references(earlier)  # a resumed invocation keeps its own
+    if warming is not None:
+        warming.result()
+    elif (libraries := _timed_libraries(spec, workload, bool(refs), done)) is not None:
+        measurer.warm_up(spec.resources, libraries)
+    sink = tee(recorder, *filter(None, [on_record]))
+    if spec.references and not refs:
+        refs = measure_references(measurer, workload, spec.resources, sink, spec.template,
+                                  verified=_verify_rounds(spec) > 0)
+    if engine and observes_default(spec):
+        template = get_template(workload, spec.template, spec.resources.target)
+        observe_default(engine, search_space(spec, workload), template.default_for(workload, spec.resources.target),
+                        spec.resources.threads, refs.get("template_default"))
+    records = _tune(spec, engine, workload, spec.trials - done, measurer, sink, recorder, list(earlier_trials.values()))
+    result = StudyResult(recorder.study, recorder.mlflow.uri,
+                         sorted([*earlier_trials.values(), *records], key=lambda r: r.get("finished_at", 0.0)),
+                         refs, objectives=spec.engine.objectives, rejected=engine.rejected if engine else 0)
+    result.verification = _verify(spec, measurer, [*refs.values(), *result.records], recorder)
+    _summarize(result, engine, f"{workload.name}: {spec.engine.label}", recorder)
+    result.pareto_verified = _verify_front(spec, measurer, result.pareto, recorder)
+    return result
+
+
+def _timed_libraries(spec: TuneSpec, workload: Workload, refs_known: bool, done: int) -> tuple[str, ...] | None:
+    """The library baselines this process times, whose zygotes start with its kernel worker; None when it times
+    nothing (the references known, and worker processes or none left take the trials)."""
+    refs = spec.references and not refs_known
+    if not refs and (spec.workers > 1 or spec.trials <= done):
+        return None
+    return tuple(library_references(workload, spec.resources)) if refs else ()
 
 
 def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0, on_record: OnRecord | None = None,
@@ -298,9 +317,7 @@ def _verify_front(spec: TuneSpec, measurer: Measurer, front: list[Record], recor
 
 def _verify_rounds(spec: TuneSpec) -> int:
     """The fresh-process rounds that verify this study (0: none; remote devices are never verified)."""
-    if spec.resources.remote:
-        return 0
-    return rounds_for(spec.trials) if spec.verify_rounds is None else spec.verify_rounds
+    return 0 if spec.resources.remote else rounds_for(spec.trials) if spec.verify_rounds is None else spec.verify_rounds
 
 
 def _summarize(result: StudyResult, engine: Engine | None, title: str, recorder: Recorder) -> None:
