@@ -73,7 +73,7 @@ docs: $(STAMP)
 	$(BIN)/opbench space --all --out search_spaces
 
 # Unit, schema, contract and CLI-error tests: no worker, CLI process, tracker or nnictl (<= 3 min: on a 2-vCPU
-# Zen 3 host 249 s in one process, 141 s in two).
+# Zen 3 host 136 s in two; a test that starts a measurement service or a study in-process is of the full tier).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not full" tests
 

@@ -39,8 +39,10 @@ def skip_unless_required(switch: str, reason: str) -> None:
 
 
 REAL_STACK_FIXTURES = {"measurer", "farm", "logged", "builder"}
-# Calls in a test's source that start processes: subprocesses, the test files' CLI helpers, measurers, farms.
-STARTS_PROCESSES = re.compile(r"subprocess\.|Popen\(|CLI \+|(?<![\w.])(run_cli|run_cli_process|_run|_tune|_model_ops|Measurer|Farm)\(")
+# Calls in a test's source that start processes: subprocesses, the test files' CLI helpers, measurers, farms,
+# studies and measurement services.
+STARTS_PROCESSES = re.compile(r"subprocess\.|Popen\(|CLI \+|(?<![\w.])(run_cli|run_cli_process|_run|_tune|_model_ops|Measurer|Farm"
+                              r"|run_study|measure|service|MeasurementService)\(")
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker

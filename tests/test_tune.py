@@ -108,8 +108,10 @@ def test_core_sets_searched_with_the_schedule(tracking_uri):
 def test_a_new_study_starts_its_workers_before_setting_up_its_mlflow_store(tmp_path, tracking_uri, monkeypatch):
     """The warm-up (the worker processes' imports) begins before the Recorder opens MLflow's store, so the two
     overlap, and with it the zygotes of the libraries the study's references time."""
+    from opbench.engines.registry import EngineSpec
     from opbench.measure.measurer import Measurer
     from opbench.studies import tune
+    from opbench.studies.tune import TuneSpec, run_study
 
     began, warmed = threading.Event(), []
     warm_up, recorder = Measurer.warm_up, tune.Recorder
@@ -126,9 +128,9 @@ def test_a_new_study_starts_its_workers_before_setting_up_its_mlflow_store(tmp_p
     monkeypatch.setattr(Measurer, "warm_up", warm)
     monkeypatch.setattr(tune, "Recorder", recording)
     monkeypatch.setattr(tune, "measure_references", lambda *args, **kwargs: {})  # the libraries' zygotes suffice
-    spec = tune.TuneSpec(SMALL, trials=1, verify_rounds=0, tracking_uri=tracking_uri, study="w",
-                         engine=tune.EngineSpec(storage=str(tmp_path / JOURNAL_FILE)))
-    result = tune.run_study(spec)
+    spec = TuneSpec(SMALL, trials=1, verify_rounds=0, tracking_uri=tracking_uri, study="w",
+                    engine=EngineSpec(storage=str(tmp_path / JOURNAL_FILE)))
+    result = run_study(spec)
     assert len(result.records) == 1 and warmed == [("torch", "numpy")]
 
 
