@@ -69,6 +69,16 @@ DEVELOPMENT = (
     "conv2d:n=1,c=1024,h=14,w=14,k=256,r=1,s=1,stride=1,pad=0", "conv2d:n=1,c=32,h=112,w=112,k=64,r=3,s=3,stride=1,pad=1",
     "conv2d:n=1,c=512,h=28,w=28,k=1024,r=1,s=1,stride=2,pad=0", "depthwise_conv2d:n=1,c=576,h=14,w=14,r=3,s=3,stride=1,pad=1",
     "dense:m=1,n=4096,k=1024", "matmul:m=1024,n=256,k=256",
+    # more data again: the kinds scored lowest (depthwise, 1x1 and small convolutions), more GEMM shapes
+    "depthwise_conv2d:n=1,c=64,h=56,w=56,r=3,s=3,stride=1,pad=1", "depthwise_conv2d:n=1,c=960,h=7,w=7,r=3,s=3,stride=1,pad=1",
+    "depthwise_conv2d:n=1,c=240,h=28,w=28,r=5,s=5,stride=1,pad=2", "depthwise_conv2d:n=1,c=32,h=56,w=56,r=3,s=3,stride=2,pad=1",
+    "depthwise_conv2d:n=1,c=288,h=28,w=28,r=3,s=3,stride=2,pad=1",
+    "conv2d:n=1,c=96,h=28,w=28,k=32,r=1,s=1,stride=1,pad=0", "conv2d:n=1,c=576,h=14,w=14,k=96,r=1,s=1,stride=1,pad=0",
+    "conv2d:n=1,c=64,h=56,w=56,k=256,r=1,s=1,stride=1,pad=0", "conv2d:n=1,c=320,h=7,w=7,k=1280,r=1,s=1,stride=1,pad=0",
+    "conv2d:n=1,c=64,h=28,w=28,k=96,r=3,s=3,stride=1,pad=1", "conv2d:n=1,c=256,h=7,w=7,k=512,r=3,s=3,stride=1,pad=1",
+    "conv2d:n=1,c=16,h=56,w=56,k=32,r=3,s=3,stride=2,pad=1",
+    "dense:m=64,n=768,k=3072", "dense:m=8,n=512,k=512", "matmul:m=64,n=2048,k=256", "matmul:m=256,n=512,k=64",
+    "batch_matmul:b=4,m=256,n=32,k=64", "batch_matmul:b=16,m=32,n=128,k=32",
 )
 FINAL = (  # scored only at the end: one of each kind
     "matmul:m=384,n=384,k=768", "dense:m=16,n=1000,k=2048", "conv2d:n=1,c=512,h=28,w=28,k=128,r=1,s=1,stride=1,pad=0",
