@@ -1,8 +1,8 @@
 """The latency predictor on workloads it never saw, as TenSet and TLP score theirs, measured in one store.
 
 ``--collect DIR``: random-search trials (``--trials``, 64) of every workload below at 2 threads into
-``DIR/records.jsonl``: matmul, dense, batch_matmul, convolutions (3x3, 1x1, strided, depthwise) and the two
-largest fused operators of two models (``bert-base@tiny``, ``mobilenet-v2@tiny``). A workload already
+``DIR/records.jsonl``: matmul, dense, batch_matmul, convolutions (3x3, 1x1, strided, depthwise) and the
+four largest fused operators of two models (``bert-base@tiny``, ``mobilenet-v2@tiny``). A workload already
 there is topped up to ``--trials``, so a killed collection resumes.
 
 ``--data DIR``: each idea (a predictor of ``opbench predictor study --predictor``, on the records'
@@ -79,14 +79,19 @@ DEVELOPMENT = (
     "conv2d:n=1,c=16,h=56,w=56,k=32,r=3,s=3,stride=2,pad=1",
     "dense:m=64,n=768,k=3072", "dense:m=8,n=512,k=512", "matmul:m=64,n=2048,k=256", "matmul:m=256,n=512,k=64",
     "batch_matmul:b=4,m=256,n=32,k=64", "batch_matmul:b=16,m=32,n=128,k=32",
+    "dense:m=4,n=1024,k=4096", "dense:m=128,n=256,k=1024", "dense:m=2,n=2048,k=512",
+    "depthwise_conv2d:n=1,c=128,h=28,w=28,r=3,s=3,stride=1,pad=1", "depthwise_conv2d:n=1,c=512,h=14,w=14,r=3,s=3,stride=1,pad=1",
+    "depthwise_conv2d:n=1,c=672,h=14,w=14,r=5,s=5,stride=1,pad=2", "depthwise_conv2d:n=1,c=16,h=112,w=112,r=3,s=3,stride=2,pad=1",
+    "conv2d:n=1,c=32,h=56,w=56,k=32,r=3,s=3,stride=1,pad=1", "conv2d:n=1,c=128,h=14,w=14,k=256,r=3,s=3,stride=1,pad=1",
+    "conv2d:n=1,c=3,h=224,w=224,k=32,r=3,s=3,stride=2,pad=1", "matmul:m=512,n=128,k=2048", "matmul:m=200,n=300,k=400",
 )
 FINAL = (  # scored only at the end: one of each kind
     "matmul:m=384,n=384,k=768", "dense:m=16,n=1000,k=2048", "conv2d:n=1,c=512,h=28,w=28,k=128,r=1,s=1,stride=1,pad=0",
     "conv2d:n=1,c=256,h=28,w=28,k=256,r=3,s=3,stride=2,pad=1",
     "depthwise_conv2d:n=1,c=96,h=56,w=56,r=3,s=3,stride=2,pad=1",
 )
-MODELS = ("bert-base@tiny", "mobilenet-v2@tiny")  # their two largest fused operators join the development set
-FUSED_PER_MODEL = 2
+MODELS = ("bert-base@tiny", "mobilenet-v2@tiny")  # their four largest fused operators join the development set
+FUSED_PER_MODEL = 4
 # A dataset's labels: 3 repeats in turns, a series never taken again for a spell nor given extra turns (on a host
 # whose probes found a spell in half the turns, matmul-512's 64 trials took 223 s with reruns and waits, 110 s without).
 COLLECTION_TIMING = TimingPolicy(repeat=3, spell_reruns=0, extra_turns=0)
