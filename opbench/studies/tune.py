@@ -180,15 +180,15 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
         spec = dataclasses.replace(spec, batch=max(spec.batch, spec.measure.remote_workers))
     # builds of one batch run in parallel, two at most (this host has few cores for compiling beside timing)
     measure = dataclasses.replace(spec.measure, build_workers=max(spec.measure.build_workers, min(spec.batch, 2)))
+    # The budget is the study's, whoever measures: worker hosts (opbench worker) may take trials of it too.
+    engine = None if spec.engine.name in LOOP_ENGINES else make_engine(
+        spec, workload, spec.study_name, spec.resume, budget=spec.trials, propose_default=not observes_default(spec))
+    resumed = published_parent(engine.study, engine.storage_url) if spec.resume and isinstance(engine, OptunaEngine) \
+        else None
     with Measurer(measure) as measurer, ThreadPoolExecutor(1, thread_name_prefix="warm-up") as background:
-        # A new study's workers start while the engine and the MLflow store are set up (docs/measurement.md#zygote).
+        # A new study's workers start while the MLflow store is set up (docs/measurement.md#zygote).
         libraries = None if spec.resume else _timed_libraries(spec, workload, False, 0)
         warming = None if libraries is None else background.submit(measurer.warm_up, spec.resources, libraries)
-        # The budget is the study's, whoever measures: worker hosts (opbench worker) may take trials of it too.
-        engine = None if spec.engine.name in LOOP_ENGINES else make_engine(
-            spec, workload, spec.study_name, spec.resume, budget=spec.trials, propose_default=not observes_default(spec))
-        resumed = published_parent(engine.study, engine.storage_url) if spec.resume and isinstance(engine, OptunaEngine) \
-            else None
         with Recorder(spec.study_name, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label},
                       parent_run_id=resumed, reopen=True, background_lock=HostLock(measure.lock_path)) as recorder:
             result = _study(spec, workload, engine, measurer, recorder, on_record, resumed, warming)
