@@ -4,6 +4,7 @@ idle exit) cost at most the trial it held."""
 import contextlib
 import http.server
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -13,10 +14,11 @@ import time
 
 import pytest
 
+from opbench.exceptions import OpBenchError
 from opbench.integration.nni import channel as nni_channel
-from opbench.integration.nni.service.address import socket_path
+from opbench.integration.nni.service.address import authkey, socket_path
 from opbench.integration.nni.service.client import ServiceError, measure, service
-from opbench.integration.nni.service.protocol import TrialRequest
+from opbench.integration.nni.service.protocol import ServiceClosing, ServiceManager, TrialRequest
 from opbench.tracking import read_mlflow
 
 SMALL = "matmul:m=64,n=64,k=64"
@@ -213,3 +215,69 @@ def test_the_first_trials_references_follow_its_reply_and_precede_the_next_trial
     second_started = second.record["finished_at"] - second.record["trial_s"]
     assert refs["finished_at"].max() <= second_started <= first.record["finished_at"] + 600
     assert first.record["finished_at"] < refs["finished_at"].min()  # after the first trial's reply
+
+
+def test_a_service_that_began_to_exit_idle_takes_no_more_calls(tracking_uri):
+    """Deciding to exit and refusing calls are one step: a trial that arrives as the service idles out is
+    refused before anything is measured (the client then asks the next service), never half taken."""
+    from opbench.integration.nni.service.server import MeasurementService
+
+    service = MeasurementService()
+    service.last_active -= 60
+    service.busy = 1  # a trial or references in flight: never idle
+    assert not service.stop_if_idle(10)
+    service.busy = 0
+    service.ping()  # a client that pinged is about to send its trial
+    assert not service.stop_if_idle(10)
+    service.last_active -= 60
+    assert service.stop_if_idle(10) and service.stop_if_idle(10)
+    request = TrialRequest(SMALL, {}, repeat=2, tracking_uri=tracking_uri, study="closing", engine="nni-test")
+    with pytest.raises(ServiceClosing, match="exiting"):
+        service.ping()
+    with pytest.raises(ServiceClosing, match="exiting"):
+        service.measure(request)
+    service.close()
+    assert service.busy == 0
+    with pytest.raises(OpBenchError, match="no MLflow experiment named 'closing'"):  # it made no recorder
+        read_mlflow(["closing"], tracking_uri)
+
+
+class _ClosingServer(ServiceManager):
+    """A real manager server at a service's socket whose service is exiting, as one is between idling out
+    and removing its socket."""
+
+
+def _serve_exiting(socket, refused):
+    """In a process of its own: a service that refuses every call (``refused`` marks the first) and, a second
+    after the first, removes its socket and exits, as one that finished its writes does."""
+    from opbench.integration.nni.service.server import MeasurementService
+
+    exiting = MeasurementService()
+    exiting.last_active -= 60
+    assert exiting.stop_if_idle(1)
+    real_ping = exiting.ping
+
+    def ping_then_go() -> int:
+        refused.touch()
+        threading.Timer(1.0, lambda: (socket.unlink(), os._exit(0))).start()
+        return real_ping()
+
+    exiting.ping = ping_then_go
+    _ClosingServer.register("service", callable=lambda: exiting)
+    _ClosingServer(address=str(socket), authkey=authkey(socket, create=True)).get_server().serve_forever()
+
+
+@pytest.mark.slow
+def test_a_trial_that_finds_the_service_exiting_is_measured_by_the_next_one(service_dir, tracking_uri, tmp_path):
+    socket, refused = socket_path(tracking_uri), tmp_path / "refused"
+    exiting = multiprocessing.get_context("fork").Process(target=_serve_exiting, args=(socket, refused), daemon=True)
+    exiting.start()
+    assert _wait_for(socket.exists, 30)
+    request = TrialRequest(SMALL, {}, repeat=2, tracking_uri=tracking_uri, study="next", engine="nni-test",
+                           nni_experiment="exp1", nni_trial="t0")
+    reply = measure(request, idle_timeout_s=2)
+    assert refused.exists() and reply.record["status"] == "ok"
+    exiting.join(10)
+    assert exiting.exitcode == 0  # it went, and a service of its own measured the trial
+    assert _wait_for(lambda: not socket.exists(), 30)
+    assert list(read_mlflow(["next"], tracking_uri)["nni.trial_id"]) == ["t0"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import os
 import subprocess
 import sys
@@ -13,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from opbench.integration.nni.service.address import authkey, open_private, socket_path
-from opbench.integration.nni.service.protocol import ServiceManager, TrialReply, TrialRequest
+from opbench.integration.nni.service.protocol import ServiceClosing, ServiceManager, TrialReply, TrialRequest
 
 START_TIMEOUT_S = 180.0  # the service imports TVM and starts its workers before it listens
+CLOSE_TIMEOUT_S = 120.0  # a service that is exiting writes what it queued first; a trial waits this long for it
 LOST = (EOFError, ConnectionError, BrokenPipeError, OSError)  # what a dead service looks like to a proxy
 
 
@@ -69,14 +71,38 @@ def service(tracking_uri: str | None, idle_timeout_s: float) -> Any:
 
 
 def measure(request: TrialRequest, idle_timeout_s: float, timings: dict[str, float] | None = None) -> TrialReply:
-    """Measure and record one trial in the service; ServiceError names it if it dies meanwhile.
-    ``timings`` gets the time (epoch s) at which the service answered first (``connected``)."""
-    proxy = service(request.tracking_uri, idle_timeout_s)
-    pid = proxy.ping()
-    if timings is not None:
-        timings["connected"] = time.time()
+    """Measure and record one trial in the service (the next one, when it found one exiting idle); ServiceError
+    names it if it dies meanwhile. ``timings`` gets the time (epoch s) at which the service answered first
+    (``connected``)."""
+    socket = socket_path(request.tracking_uri)
+    while (reply := _measure_in(service(request.tracking_uri, idle_timeout_s), request, socket, timings)) is None:
+        # The refused call's exception and its frame hold each other, and the proxy: collected, the proxy closes
+        # this thread's cached connection to the socket, which the next service will listen on.
+        gc.collect()
+        _wait_until_gone(socket)
+    return reply
+
+
+def _measure_in(proxy: Any, request: TrialRequest, socket: Path, timings: dict[str, float] | None) -> TrialReply | None:
+    """The trial measured by the service behind ``proxy``; None when that service is exiting (nothing measured)."""
+    pid: int | str = "unknown"
     try:
+        pid = proxy.ping()
+        if timings is not None:
+            timings["connected"] = time.time()
         return proxy.measure(request)
+    except ServiceClosing:
+        return None
     except LOST as exc:
-        raise ServiceError(f"the measurement service (pid {pid}, {socket_path(request.tracking_uri)}) died during "
-                           f"the trial ({type(exc).__name__}); the next trial starts a fresh one") from exc
+        raise ServiceError(f"the measurement service (pid {pid}, {socket}) died during the trial "
+                           f"({type(exc).__name__}); the next trial starts a fresh one") from exc
+
+
+def _wait_until_gone(socket: Path) -> None:
+    """Wait for a service that is exiting to remove its socket, :data:`CLOSE_TIMEOUT_S` at most."""
+    deadline = time.monotonic() + CLOSE_TIMEOUT_S
+    while socket.exists():
+        if time.monotonic() > deadline:
+            raise ServiceError(f"the measurement service on {socket} began to exit {CLOSE_TIMEOUT_S:.0f} s ago "
+                               f"and is still there; see {socket.with_suffix('.log')}")
+        time.sleep(0.1)

@@ -33,6 +33,11 @@ class TrialRequest:
     tags: dict[str, str] = field(default_factory=dict)
 
 
+class ServiceClosing(RuntimeError):
+    """The service has begun to exit (idle past its timeout) and takes no more calls: nothing of this call was
+    measured, and the client asks the service that follows it."""
+
+
 @dataclass(frozen=True)
 class TrialReply:
     record: dict[str, Any] | None  # None when the request itself was bad

@@ -13,7 +13,7 @@ from opbench.exceptions import OpBenchError
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources, parse_cores
 from opbench.integration.nni.service.address import authkey, open_private
-from opbench.integration.nni.service.protocol import ServiceManager, TrialReply, TrialRequest
+from opbench.integration.nni.service.protocol import ServiceClosing, ServiceManager, TrialReply, TrialRequest
 from opbench.lifecycle import exit_on_sigterm, fault_point
 from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
@@ -37,10 +37,13 @@ class MeasurementService:
         self._trial = threading.Lock()  # timed runs are exclusive; a trial's builds share its workers
         self._lock = HostLock(MeasureOptions().lock_path)
         self.last_active = time.monotonic()
-        self.busy = 0  # trials being measured or waiting for their turn
+        self.busy = 0  # trials being measured or waiting for their turn, and references being measured
+        self.closing = False  # set once, by stop_if_idle: every later call raises ServiceClosing
         self._busy_lock = threading.Lock()
 
     def ping(self) -> int:
+        """The service's pid; a ping counts as activity, so the trial that follows it finds the service open."""
+        self._count(0)
         return os.getpid()
 
     def measure(self, request: TrialRequest) -> TrialReply:
@@ -50,12 +53,19 @@ class MeasurementService:
         try:
             with self._trial:
                 reply = self._measure(request)
+            if request.references and reply.record is not None:
+                self._count(+1)  # the service is busy until they are recorded
+                threading.Thread(target=self._references, args=(request,), name="references", daemon=True).start()
         finally:
             self._count(-1)
-        if request.references and reply.record is not None:
-            self._count(+1)  # the service is busy until they are recorded
-            threading.Thread(target=self._references, args=(request,), name="references", daemon=True).start()
         return reply
+
+    def stop_if_idle(self, idle_timeout_s: float) -> bool:
+        """Whether the service has been idle for ``idle_timeout_s``; if so it is closing from now on, in the
+        same step, so no call can slip in between the check and the exit."""
+        with self._busy_lock:
+            self.closing = self.closing or (not self.busy and time.monotonic() - self.last_active >= idle_timeout_s)
+            return self.closing
 
     def _references(self, request: TrialRequest) -> None:
         try:
@@ -71,7 +81,10 @@ class MeasurementService:
             self._count(-1)
 
     def _count(self, change: int) -> None:
+        """Count a call in (+1), out (-1) or a ping (0); a call in or a ping raises ServiceClosing once closing."""
         with self._busy_lock:  # the connections' threads and the idle watchdog all read it
+            if self.closing and change >= 0:
+                raise ServiceClosing(f"measurement service pid {os.getpid()} is exiting (idle)")
             self.busy += change
             self.last_active = time.monotonic()
 
@@ -135,14 +148,18 @@ def serve(socket: Path, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
         pid.write(str(os.getpid()))
 
     def stop_when_idle() -> None:
-        while service.busy or time.monotonic() - service.last_active < idle_timeout_s:
+        while not service.stop_if_idle(idle_timeout_s):
             time.sleep(min(1.0, idle_timeout_s / 4))
         log.info("measurement service %s idle for %.0f s: exiting", socket, idle_timeout_s)
-        service.close()
-        socket.unlink(missing_ok=True)
-        socket.with_suffix(".pid").unlink(missing_ok=True)
-        close_zygotes()  # os._exit runs no atexit hooks
-        os._exit(0)  # the manager's server has no clean stop from another thread
+        try:
+            service.close()
+        except Exception:
+            log.exception("closing the measurement service %s", socket)
+        finally:  # whatever closing raised, the process goes (a service left running would never be asked again)
+            socket.unlink(missing_ok=True)
+            socket.with_suffix(".pid").unlink(missing_ok=True)
+            close_zygotes()  # os._exit runs no atexit hooks
+            os._exit(0)  # the manager's server has no clean stop from another thread
 
     threading.Thread(target=stop_when_idle, name="idle-timeout", daemon=True).start()
     log.info("measurement service pid %d on %s", os.getpid(), socket)
