@@ -9,6 +9,8 @@ from opbench.hardware.host_speed import (
     HISTORY,
     MIN_HISTORY,
     POLL_S,
+    RECENT_PROBES,
+    RECENT_S,
     HostSpeed,
     Probe,
     Slowness,
@@ -38,9 +40,9 @@ class _Host:
         self.slept += 1
 
 
-def _speed(tmp_path, times, name="speed.json"):
+def _speed(tmp_path, times, name="speed.json", wall=None):
     host = _Host(times)
-    return HostSpeed(tmp_path / name, host.probe, host.sleep, lambda: host.now), host
+    return HostSpeed(tmp_path / name, host.probe, host.sleep, lambda: host.now, wall or (lambda: host.now)), host
 
 
 def test_slowness_is_a_probe_over_the_usual_time_of_the_probes_before_it(tmp_path):
@@ -81,7 +83,7 @@ def test_settle_waits_out_slow_and_fast_spells_but_not_forever(tmp_path):
         speed.slowness([0, 1])
     assert speed.settle([0, 1], max_wait_s=60)[:2] == pytest.approx((1.05, 1.02)) and host.slept == 3
     kept = json.loads((tmp_path / "speed.json").read_text())
-    assert kept["0,1"] == [1.0] * MIN_HISTORY + [1.6]  # a wait's later probes, taken in the spell, are not kept
+    assert [ms for _, ms in kept["0,1"]] == [1.0] * MIN_HISTORY + [1.6]  # a wait's later probes, taken in the spell, are not kept
     usual = 3 * MIN_HISTORY  # enough usual probes that five slow ones leave the median at 1.0
     stuck, host = _speed(tmp_path, [1.0] * usual + [1.7] * 5, "stuck.json")
     for _ in range(usual):
@@ -140,3 +142,21 @@ def test_the_usual_time_of_a_host_switching_between_states_is_the_most_frequent_
     for _ in switching:
         speed.slowness([0, 1])
     assert speed.slowness([0, 1]).usual and not speed.slowness([0, 1]).usual  # the fast state is the usual one
+
+
+def test_a_host_whose_state_changed_for_good_is_judged_by_its_recent_probes(tmp_path):
+    """An hour of probes in one state, then the host runs 2x faster for good: the new state becomes the usual
+    one once the last RECENT_S seconds hold RECENT_PROBES probes, not after HISTORY / 2 of them."""
+    now = [0.0]
+    speed, _ = _speed(tmp_path, [2.0] * 100 + [1.0] * (RECENT_PROBES + 1), wall=lambda: now[0])
+    for i in range(100):
+        now[0] = i * 36.0  # an hour of studies
+        speed.slowness([0, 1])
+    now[0] = 3600 + RECENT_S
+    fast = [speed.slowness([0, 1]) for _ in range(RECENT_PROBES + 1)]
+    assert [s.compute for s in fast[:RECENT_PROBES]] == pytest.approx([0.5] * RECENT_PROBES)  # the hour's 2.0 still
+    assert not any(s.usual for s in fast[:RECENT_PROBES]) and fast[-1].usual and fast[-1].compute == pytest.approx(1.0)
+    old = json.loads((tmp_path / "speed.json").read_text())
+    (tmp_path / "speed.json").write_text(json.dumps({key: [ms for _, ms in probes] for key, probes in old.items()}))
+    again, _ = _speed(tmp_path, [1.0])  # an older OpBench's history (no times): left out, nothing to judge by
+    assert math.isnan(again.slowness([0, 1]).compute)

@@ -3,8 +3,8 @@
 A probe runs three loops on each of the measurement's cores at once: ``compute`` (a small matrix product
 in L1/L2), ``memory`` (a sum over :data:`MEMORY_PROBE_BYTES`, past L2) and ``sync`` (lock-step rounds of a
 product and a barrier, as a parallel kernel runs). Its slowness is each loop's time over its usual time
-among this user's last :data:`HISTORY` probes (:func:`usual_time`; the lock-step loop's median), kept in
-a file. Why three loops, and what each catches: docs/measurement.md#probes.
+among this user's last :data:`HISTORY` probes, of the last :data:`RECENT_S` seconds when there are enough of
+them (:func:`usual_time`; the lock-step loop's median), kept in a file. Why three loops, and what each catches: docs/measurement.md#probes.
 """
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ MEMORY_PROBE_CALLS = 15  # ~0.2 ms a sum here
 SYNC_PROBE_SIZE = 96  # the lock-step loop's matrices: ~20 us a product, then a barrier
 SYNC_PROBE_ROUNDS = 40  # ~1.8 ms here
 SLOWNESS_COLUMNS = ("host_slowness", "host_memory_slowness", "host_sync_slowness")  # Slowness's fields, as record columns
-HISTORY = 200  # probes among which the usual time is found (usual_time)
+HISTORY = 200  # probes among which the usual time is found (usual_time) ...
+RECENT_S = 600.0  # ... those of the last this many seconds when there are RECENT_PROBES of them (docs/measurement.md#probes)
+RECENT_PROBES = 30
 MIN_HISTORY = 5  # probes taken before the first one is judged
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
 SYNC_TOLERANCE = 0.20  # ... and the lock-step loop at most this much slower (it varies more)
@@ -173,14 +175,15 @@ def probe_cpus(threads: int, cores: tuple[int, ...] | None) -> list[int]:
 
 
 class HostSpeed:
-    """Probes of one host, kept in ``path`` (a JSON map from CPU set, and CPU set + ``:memory``, to the
-    latest probe times): read once, by the first probe, then written after each (the last process to
-    write keeps its history)."""
+    """Probes of one host, kept in ``path`` (a JSON map from CPU set, and CPU set + ``:memory`` or ``:sync``,
+    to the latest probes as [epoch s, ms]): read once, by the first probe, then written after each (the last
+    process to write keeps its history)."""
 
     def __init__(self, path: Path, probe: Callable[[list[int]], Probe] = probe_ms,
-                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
-        self.path, self._probe, self._sleep, self._clock = path, probe, sleep, clock
-        self._history: dict[str, list[float]] | None = None
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.path, self._probe, self._sleep, self._clock, self._wall = path, probe, sleep, clock, wall
+        self._history: dict[str, list[list[float]]] | None = None
 
     def slowness(self, cpus: list[int], remember: bool = True) -> Slowness:
         """Probe the host now: each loop's time over its normal time; the probe joins the history unless
@@ -198,15 +201,18 @@ class HostSpeed:
 
     def _judge(self, key: str, taken: float, remember: bool,
                usual: Callable[[Sequence[float]], float] = usual_time) -> float:
-        """``taken`` over the usual time of ``key``'s history: the lock-step loop, judged only when slower,
-        over their median."""
+        """``taken`` over the usual time of ``key``'s history (its last :data:`RECENT_S` seconds when they hold
+        :data:`RECENT_PROBES` probes: a host whose state changed for good is judged by the new one): the
+        lock-step loop, judged only when slower, over their median."""
         assert self._history is not None
         if taken != taken:  # a probe without this loop
             return math.nan
-        history = self._history.setdefault(key, [])
-        normal = usual(history) if len(history) >= MIN_HISTORY else math.nan
+        history, now = self._history.setdefault(key, []), self._wall()
+        recent = [ms for at, ms in history if now - at <= RECENT_S]
+        pool = recent if len(recent) >= RECENT_PROBES else [ms for _, ms in history]
+        normal = usual(pool) if len(pool) >= MIN_HISTORY else math.nan
         if remember:
-            history.append(taken)
+            history.append([now, taken])
             del history[:-HISTORY]
         return taken / normal
 
@@ -221,11 +227,16 @@ class HostSpeed:
             slowness = self.slowness(cpus, remember=False)
         return slowness
 
-    def _load(self) -> dict[str, list[float]]:
+    def _load(self) -> dict[str, list[list[float]]]:
+        """The history in the file; probes without their time (an older OpBench's) are left out."""
         try:
-            return json.loads(self.path.read_text())
+            loaded = json.loads(self.path.read_text())
         except (OSError, ValueError):
             return {}
+        if not isinstance(loaded, dict):
+            return {}
+        return {key: [p for p in probes if isinstance(p, list) and len(p) == 2] for key, probes in loaded.items()
+                if isinstance(probes, list)}
 
     def _save(self) -> None:
         write_private(self.path, json.dumps(self._history).encode())  # processes that probe at once: no half files
