@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,17 +81,21 @@ def reference_name(source: ModelSource) -> str:
 
 def profile_model(source: ModelSource, target: Any, measurer: Measurer, folder: Path, threads: int, batch: int,
                   seq_len: int, on_op: Callable[[int, FusedOp], None] = lambda i, op: None,
-                  untuned: bool = True, kept: dict[str, OpProfile] | None = None) -> ModelProfile:
+                  untuned: bool = True, kept: dict[str, OpProfile] | None = None,
+                  warming: Future[None] | None = None) -> ModelProfile:
     """Import, fuse and time ``source`` (untuned: TVM's default lowering of every operator, each operator's
     time and memory taken from ``kept`` where it has them); the untuned build (when ``untuned``: BERT-base's
     takes 46 s a run here) and the inputs (with the reference output) are kept in ``folder``; each operator's
-    memory and the model's planned memory beside the times."""
+    memory and the model's planned memory beside the times. ``warming``: the measurer's workers starting, in
+    the background (awaited before anything is timed)."""
     import tvm
 
-    eager = torch_ms(measurer, source, batch, seq_len, threads)
     model = imported(source, batch, seq_len)
     mod = model.mod
     ops, funcs = fused_ops(mod)
+    if warming is not None:
+        warming.result()
+    eager = torch_ms(measurer, source, batch, seq_len, threads)
     for n, op in enumerate(ops, start=1):
         if kept and op.name in kept:
             op.latency_ms, op.memory = kept[op.name].latency_ms, dict(kept[op.name].memory)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,13 +89,16 @@ def profile(spec: ModelSpec, measurer: Measurer, folder: Path, on_op: Callable[[
             untuned: bool = True, kept_in: TunedCache | None = None) -> ModelProfile:
     """Import, fuse and time each fused operator of the model (``on_op`` hears each; their times and memory
     taken from ``kept_in`` when it kept them, kept there when not), and cache them; PyTorch eager and (when
-    ``untuned``) the untuned build timed by ``measurer``, that build kept in ``folder``."""
+    ``untuned``) the untuned build timed by ``measurer``, that build kept in ``folder``. The workers that time
+    them start while the model is imported and fused."""
     source = load_model(spec.model, spec.batch, spec.seq_len)
     set_tvm_threads(spec.threads)
     log.info("%s: importing, fusing and timing each fused operator (%d threads)", source.name, spec.threads)
     kept = kept_in.profile() if kept_in else None
-    result = profile_model(source, make_target("llvm", spec.threads), measurer, folder, spec.threads, spec.batch,
-                           spec.seq_len, on_op or (lambda n, op: None), untuned, kept)
+    with ThreadPoolExecutor(1, thread_name_prefix="warm-up") as background:  # docs/measurement.md#zygote
+        warming = background.submit(measurer.warm_up, Resources(spec.threads), ("torch",) if source.has_module else ())
+        result = profile_model(source, make_target("llvm", spec.threads), measurer, folder, spec.threads, spec.batch,
+                               spec.seq_len, on_op or (lambda n, op: None), untuned, kept, warming)
     if kept_in and kept is None:
         kept_in.save_profile({op.name: OpProfile(op.latency_ms, op.memory) for op in result.ops})
     cache.save(spec.model, spec.batch, spec.seq_len, result.ops, result.funcs)
