@@ -9,8 +9,11 @@ from opbench.hardware.host_speed import (
     HISTORY,
     MIN_HISTORY,
     POLL_S,
+    PROBE_CALLS,
     RECENT_PROBES,
     RECENT_S,
+    SYNC_PROBE_ROUNDS,
+    WARM_MS,
     HostSpeed,
     Probe,
     Slowness,
@@ -160,3 +163,26 @@ def test_a_host_whose_state_changed_for_good_is_judged_by_its_recent_probes(tmp_
     (tmp_path / "speed.json").write_text(json.dumps({key: [ms for _, ms in probes] for key, probes in old.items()}))
     again, _ = _speed(tmp_path, [1.0])  # an older OpBench's history (no times): left out, nothing to judge by
     assert math.isnan(again.slowness([0, 1]).compute)
+
+
+class _FakeClockMatrix:
+    """A probe matrix whose every product takes 1 ms of a fake clock (``now``), counted in ``products``."""
+
+    now, products = 0.0, 0
+
+    def __matmul__(self, other):
+        type(self).now += 1e-3
+        type(self).products += 1
+        return self
+
+
+def test_each_probe_thread_keeps_its_core_busy_before_it_times(monkeypatch):
+    """A core that idled runs its first milliseconds slow (here a core idle for 300 ms read the compute loop
+    1.44x slow, 0.98x after a 10-ms warm-up): every probe first keeps its cores busy for WARM_MS."""
+    from opbench.hardware import host_speed
+
+    monkeypatch.setattr(host_speed, "_probe_matrix", lambda size: _FakeClockMatrix())
+    monkeypatch.setattr(host_speed.time, "perf_counter", lambda: _FakeClockMatrix.now)
+    taken = probe_ms([0])
+    assert _FakeClockMatrix.products == WARM_MS + PROBE_CALLS + SYNC_PROBE_ROUNDS  # 1 ms a product
+    assert taken.compute_ms == pytest.approx(1.0) and taken.sync_ms == pytest.approx(SYNC_PROBE_ROUNDS)

@@ -38,7 +38,7 @@ class MeasurementService:
         self._lock = HostLock(MeasureOptions().lock_path)
         self.last_active = time.monotonic()
         self.busy = 0  # trials being measured or waiting for their turn, and references being measured
-        self.closing = False  # set once, by stop_if_idle: every later call raises ServiceClosing
+        self.closing = False  # set once, by stop_if_idle or close: every later call raises ServiceClosing
         self._busy_lock = threading.Lock()
 
     def ping(self) -> int:
@@ -127,9 +127,12 @@ class MeasurementService:
             recorder.mlflow.flush()
 
     def close(self) -> None:
-        for recorder in self._recorders.values():
+        """Refuse every later call, then end the recorders (writing what they queued) and the measurers."""
+        with self._busy_lock:
+            self.closing = True
+        for recorder in list(self._recorders.values()):
             recorder.__exit__(None)
-        for measurer in self._measurers.values():
+        for measurer in list(self._measurers.values()):
             measurer.__exit__(None, None, None)
 
 
