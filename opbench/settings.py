@@ -44,6 +44,11 @@ def extra_turns() -> int:
     return int(_number("OPBENCH_EXTRA_TURNS", 2, integer=True))
 
 
+def probe_warm_ms() -> float:
+    """Milliseconds each host-speed probe keeps its cores busy before it times (docs/measurement.md#probes)."""
+    return _number("OPBENCH_PROBE_WARM_MS", 10.0)
+
+
 def spell_wait_s() -> float:
     """Seconds such a rerun waits at most for the host's usual state."""
     return _number("OPBENCH_SPELL_WAIT_S", 0.5)

@@ -13,7 +13,6 @@ from opbench.hardware.host_speed import (
     RECENT_PROBES,
     RECENT_S,
     SYNC_PROBE_ROUNDS,
-    WARM_MS,
     HostSpeed,
     Probe,
     Slowness,
@@ -178,11 +177,12 @@ class _FakeClockMatrix:
 
 def test_each_probe_thread_keeps_its_core_busy_before_it_times(monkeypatch):
     """A core that idled runs its first milliseconds slow (here a core idle for 300 ms read the compute loop
-    1.44x slow, 0.98x after a 10-ms warm-up): every probe first keeps its cores busy for WARM_MS."""
+    1.44x slow, 0.98x after a 10-ms warm-up): every probe first keeps its cores busy, 10 ms by default."""
     from opbench.hardware import host_speed
 
+    monkeypatch.delenv("OPBENCH_PROBE_WARM_MS", raising=False)  # the suite's own probes are not warmed
     monkeypatch.setattr(host_speed, "_probe_matrix", lambda size: _FakeClockMatrix())
     monkeypatch.setattr(host_speed.time, "perf_counter", lambda: _FakeClockMatrix.now)
     taken = probe_ms([0])
-    assert _FakeClockMatrix.products == WARM_MS + PROBE_CALLS + SYNC_PROBE_ROUNDS  # 1 ms a product
+    assert _FakeClockMatrix.products == 10 + PROBE_CALLS + SYNC_PROBE_ROUNDS  # 1 ms a product
     assert taken.compute_ms == pytest.approx(1.0) and taken.sync_ms == pytest.approx(SYNC_PROBE_ROUNDS)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from opbench import settings
 from opbench.paths import user_runtime_dir, write_private
 
 HOST_SPEED_FILE = "host-speed.json"  # in the user's private folder: another user cannot poison it
@@ -28,7 +29,6 @@ MEMORY_PROBE_BYTES = 3 << 20  # a float32 vector per thread: past a 1-2 MB L2, w
 MEMORY_PROBE_CALLS = 15  # ~0.2 ms a sum here
 SYNC_PROBE_SIZE = 96  # the lock-step loop's matrices: ~20 us a product, then a barrier
 SYNC_PROBE_ROUNDS = 40  # ~1.8 ms here
-WARM_MS = 10.0  # each probe thread keeps its core busy this long before timing (docs/measurement.md#probes)
 SLOWNESS_COLUMNS = ("host_slowness", "host_memory_slowness", "host_sync_slowness")  # Slowness's fields, as record columns
 HISTORY = 200  # probes among which the usual time is found (usual_time) ...
 RECENT_S = 600.0  # ... those of the last this many seconds when there are RECENT_PROBES of them (docs/measurement.md#probes)
@@ -106,12 +106,14 @@ def usual_time(history: Sequence[float]) -> float:
 
 
 def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
-    """``len(cpus)`` threads, one pinned to each CPU, each busy for :data:`WARM_MS` first, then all at once
-    timing ``calls`` single-threaded ``PROBE_SIZE``-square matrix products, then :data:`MEMORY_PROBE_CALLS` sums of its own
+    """``len(cpus)`` threads, one pinned to each CPU, each busy for :func:`~opbench.settings.probe_warm_ms`
+    first (a core that idled runs slow for its first milliseconds), then all at once timing ``calls``
+    single-threaded ``PROBE_SIZE``-square matrix products, then :data:`MEMORY_PROBE_CALLS` sums of its own
     :data:`MEMORY_PROBE_BYTES` vector: the slowest thread's median of each (ms); then all of them in lock
     step, as a parallel kernel's threads run, :data:`SYNC_PROBE_ROUNDS` rounds of a small product each and
     a barrier: the time of those rounds (ms)."""
     a, small = _probe_matrix(PROBE_SIZE), _probe_matrix(SYNC_PROBE_SIZE)
+    warm_s = settings.probe_warm_ms() / 1e3
     medians: list[Probe] = [Probe(0.0, 0.0)] * len(cpus)
     start = threading.Barrier(len(cpus))
     sync_ms = [0.0]
@@ -127,8 +129,8 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
     def run(i: int) -> None:
         os.sched_setaffinity(0, {cpus[i]})  # this thread only
         vector = _probe_vector(i)
-        warm_until = time.perf_counter() + WARM_MS / 1e3
-        while time.perf_counter() < warm_until:  # a core that idled runs slow for its first milliseconds
+        warm_until = time.perf_counter() + warm_s
+        while time.perf_counter() < warm_until:
             a @ a
         start.wait()
         medians[i] = Probe(median_ms(lambda: a @ a, calls), median_ms(vector.sum, MEMORY_PROBE_CALLS))
