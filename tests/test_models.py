@@ -505,3 +505,42 @@ def test_a_tuned_schedule_slower_inside_the_model_than_its_default_gives_way_to_
         raise AssertionError("built or profiled though no operator left its default")
 
     assert keep_faster_in_model(untouched, untouched, Path("unused"), never, never) == untouched
+
+
+def test_a_models_profile_starts_its_workers_while_it_imports_the_model(tmp_path, monkeypatch):
+    """The kernel worker and the torch zygote (PyTorch eager is timed in a process forked from it) start in the
+    background as the model is imported and fused; nothing is timed before they have started."""
+    import threading
+
+    from opbench.measure.measurer import Measurer
+    from opbench.studies.models import profile as profiling
+    from opbench.studies.models.tune import ModelSpec, profile
+
+    began, importing_began, started, events = threading.Event(), threading.Event(), threading.Event(), []
+    imported = profiling.imported
+
+    def warm_up(self, resources, libraries=()):
+        began.set()
+        events.append(("warm-up", libraries))
+        assert importing_began.wait(60), "the model was imported only after its workers had started"
+        started.set()
+
+    def importing(*args):
+        assert began.wait(60), "the model was imported before its workers began to start"
+        events.append(("import", started.is_set()))
+        importing_began.set()
+        return imported(*args)
+
+    def timed(*args):
+        events.append(("timed", started.is_set()))
+        return 1.0
+
+    monkeypatch.setattr(Measurer, "warm_up", warm_up)
+    monkeypatch.setattr(profiling, "imported", importing)
+    monkeypatch.setattr(profiling, "torch_ms", timed)
+    monkeypatch.setattr(profiling, "time_primfunc", lambda *args: timed() * 1e-3)
+    with Measurer() as measurer:
+        result = profile(ModelSpec("small-cnn@tiny"), measurer, tmp_path, untuned=False)
+    assert result.torch_ms == 1.0 and len(result.ops) > 1
+    assert events[0] == ("warm-up", ("torch",)) and events[1] == ("import", False)  # imported while warming up
+    assert all(started for kind, started in events[2:] if kind == "timed")  # timed once the workers started
