@@ -43,13 +43,13 @@ class MeasurementService:
 
     def ping(self) -> int:
         """The service's pid; a ping counts as activity, so the trial that follows it finds the service open."""
-        self._count(0)
+        self._admit(0)
         return os.getpid()
 
     def measure(self, request: TrialRequest) -> TrialReply:
         """Measure and record one trial; the references it asks for are measured after its reply, before
         the next trial, so an experiment's first trial does not wait for them."""
-        self._count(+1)
+        self._admit()
         try:
             with self._trial:
                 reply = self._measure(request)
@@ -80,13 +80,21 @@ class MeasurementService:
         finally:
             self._count(-1)
 
+    def _admit(self, change: int = +1) -> None:
+        """Count a new call in (a ping: 0, activity only); ServiceClosing, counting nothing, once closing."""
+        with self._busy_lock:
+            if self.closing:
+                raise ServiceClosing(f"measurement service pid {os.getpid()} is exiting")
+            self._count_locked(change)
+
     def _count(self, change: int) -> None:
-        """Count a call in (+1), out (-1) or a ping (0); a call in or a ping raises ServiceClosing once closing."""
+        """Count work of a call already admitted in (+1) or out (-1)."""
         with self._busy_lock:  # the connections' threads and the idle watchdog all read it
-            if self.closing and change >= 0:
-                raise ServiceClosing(f"measurement service pid {os.getpid()} is exiting (idle)")
-            self.busy += change
-            self.last_active = time.monotonic()
+            self._count_locked(change)
+
+    def _count_locked(self, change: int) -> None:
+        self.busy += change
+        self.last_active = time.monotonic()
 
     def _measure(self, request: TrialRequest) -> TrialReply:
         try:
