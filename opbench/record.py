@@ -324,3 +324,12 @@ def tee(*sinks: Callable[[Record], object]) -> Callable[[Record], None]:
         for each in sinks:
             each(record)
     return sink
+
+
+def knob_value(value: object, limit: int = 200) -> object:
+    """A knob's value as a record keeps it: a number or a string of at most ``limit`` characters (a
+    rejected config may hold anything; MLflow refuses params over 6,000)."""
+    if isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and math.isfinite(value):
+        return value
+    text = value if isinstance(value, str) else json.dumps(value, default=repr)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,5 +1,6 @@
 """The ``opbench`` command: real processes, real stores, exit codes."""
 import json
+import subprocess
 import sys
 
 import pytest
@@ -113,3 +114,18 @@ def test_the_generated_references_are_current(tmp_path):
     shipped = {p.name: p.read_text() for p in (ROOT / "search_spaces").glob("*.json")}
     assert shipped == written, "search_spaces/ is stale: run `make docs`"
     assert "matmul-512.matmul.json" in written and "resnet50-c2.conv2d_nchwc.json" in written
+
+
+def test_the_command_leaves_its_imports_out_of_the_teardowns_collections(tmp_path):
+    """The command's objects are frozen before the interpreter tears down (its collections then skip them); a call
+    from Python leaves the caller's collector alone."""
+    probe = ("import atexit, gc, sys\n"
+             "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
+             "from opbench.cli import main\n"
+             "main(['ops'])\n"
+             "print('after a call', gc.get_freeze_count() > 0)\n"
+             "sys.argv = ['opbench', 'ops']\n"
+             "main()\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "after a call False" in out.stdout and out.stdout.rstrip().endswith("frozen True")

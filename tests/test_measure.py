@@ -12,7 +12,7 @@ from opbench.hardware.resources import Resources
 from opbench.measure.protocol import RunResult
 from opbench.measure.types import TrialSpec
 from opbench.measure.worker import fork, kernel, placement
-from opbench.record import Status
+from opbench.record import Status, config_of
 from opbench.workloads import parse_workload
 
 SMALL = {
@@ -92,6 +92,22 @@ def test_fresh_rounds_reusing_builds_build_a_kernel_once_and_delete_it_at_the_en
     assert not set(os.listdir(measurer._dir)) & set(artifacts)  # deleted with the last round
     measurer.measure_fresh([spec])
     assert built == [1, 1] and not set(os.listdir(measurer._dir)) & set(artifacts)  # outside: built and deleted each time
+
+
+def test_a_studys_fastest_trials_keep_their_builds_for_its_fresh_rounds(measurer, monkeypatch):
+    built = []
+    build = measurer._builder.build
+    monkeypatch.setattr(measurer._builder, "build", lambda inputs: built.append(len(inputs)) or build(inputs))
+    w = parse_workload(SMALL["matmul"])
+    with measurer.reusing_builds(fastest=1):
+        records = measurer.measure_batch([TrialSpec(w, TUNED["matmul"]), TrialSpec(w, {})])
+        assert all(r["status"] == "ok" for r in records) and len(os.listdir(measurer._dir)) == 1  # the slower deleted
+        fastest = min(records, key=lambda r: r["latency_ms"])
+        again = measurer.measure_fresh([TrialSpec(w, config_of(fastest))])  # its config as the record keeps it
+        assert built == [2] and again[0]["status"] == "ok"  # the fresh process loaded the trial's own build
+        measurer.measure_batch([TrialSpec(w, config_of(fastest))])  # the same kernel again: its new build deleted
+        assert len(os.listdir(measurer._dir)) == 1
+    assert not os.listdir(measurer._dir)  # deleted with the block
 
 
 def test_invalid_config_is_recorded_without_building(measurer):

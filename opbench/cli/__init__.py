@@ -21,7 +21,7 @@ from opbench.cli._logging import log_to_stderr
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import parse_thread_counts
 from opbench.integration.nni.experiment import EXPERIMENT_TUNERS
-from opbench.lifecycle import exit_on_sigterm
+from opbench.lifecycle import exit_on_sigterm, skip_final_collection
 from opbench.plugins import load_plugins
 from opbench.record import Record, is_ok, tee
 from opbench.report.progress import TrialPrinter, table
@@ -266,5 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     except OpBenchError as exc:
         print(f"opbench {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    finally:
+        if argv is None:
+            skip_final_collection()
 
 

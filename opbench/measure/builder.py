@@ -3,6 +3,7 @@ several fresh rounds; built libraries deleted once run."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 from collections.abc import Callable
@@ -57,28 +58,47 @@ class LocalBuilder:
 
 class KeptBuilds:
     """Kernels built once for several rounds of fresh processes (a fresh process is about the process that
-    runs a kernel, not its build): the successful builds by what they depend on, deleted by :meth:`discard`."""
+    runs a kernel, not its build), by what they depend on (``key``: workload, template, validated config,
+    target, threads), and beside them the builds of the ``fastest`` trials offered as they were timed, so a
+    study's verification builds none of its contenders again; all deleted by :meth:`discard`."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: Callable[[TrialSpec], tuple], fastest: int = 0) -> None:
+        self._key = key
+        self._fastest = fastest
         self._builds: dict[tuple, Built] = {}
+        self._offered: dict[tuple, float] = {}  # the latency of each trial's build kept
 
     def build(self, specs: list[TrialSpec], build: Callable[[list[TrialSpec]], list[Built]]) -> list[Built]:
         """Each spec's build: the one kept, or one ``build`` makes (once per distinct spec), kept if it succeeded."""
-        keys = [_build_key(spec) for spec in specs]
+        keys = [self._key(spec) for spec in specs]
         todo = {key: spec for key, spec in zip(keys, specs) if key not in self._builds}
         new = dict(zip(todo, build(list(todo.values())))) if todo else {}
         self._builds.update((key, built) for key, built in new.items() if built[2].status is Status.OK)
         return [self._builds.get(key) or new[key] for key in keys]
 
+    def offer(self, spec: TrialSpec, built: Built, latency_ms: float) -> None:
+        """A timed trial's build: kept while it is among the ``fastest`` offered, deleted otherwise (or once
+        a faster one takes its place, or when its kernel is kept already)."""
+        key = self._key(spec)
+        if key in self._builds or built[2].status is not Status.OK or not latency_ms < math.inf:
+            discard(built[2])
+            return
+        self._builds[key], self._offered[key] = built, latency_ms
+        if len(self._offered) > self._fastest:
+            slowest = max(self._offered, key=self._offered.__getitem__)
+            del self._offered[slowest]
+            discard(self._builds.pop(slowest)[2])
+
     def discard(self) -> None:
         discard(*(build for _, _, build in self._builds.values()))
         self._builds.clear()
+        self._offered.clear()
 
 
-def _build_key(spec: TrialSpec) -> tuple:
-    """What a kernel's build depends on: workload, template, config, target and threads."""
-    return (spec.workload.spec, spec.template, json.dumps(spec.config, sort_keys=True, default=repr),
-            spec.resources.target, spec.resources.threads)
+def build_key(spec: TrialSpec, template: str, config: Config) -> tuple:
+    """What a kernel's build depends on: workload, template, validated config, target and threads."""
+    return (spec.workload.spec, template, json.dumps(config, sort_keys=True, default=repr), spec.resources.target,
+            spec.resources.threads)
 
 
 def discard(*builds: BuildResult) -> None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import shutil
 import time
@@ -17,7 +16,7 @@ from opbench.hardware.host_speed import HostSpeed, default_history
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
 from opbench.measure.baselines import BaselineCache, baseline_key, median_process, wants_another
-from opbench.measure.builder import Built, KeptBuilds, LocalBuilder, discard
+from opbench.measure.builder import Built, KeptBuilds, LocalBuilder, build_key, discard
 from opbench.measure.corun import CoRunSpec, corun_records
 from opbench.measure.features import FEATURES_VERSION, static_features
 from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, ModelInput, RunInput, RunResult
@@ -27,7 +26,7 @@ from opbench.measure.runner.corun import CoRunInput, CoRunner
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.paths import build_dir
-from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Record, Status, TrialRecord, latency_stats
+from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Record, Status, TrialRecord, knob_value, latency_stats
 from opbench.space import TEMPLATES, Config, get_template
 from opbench.workloads import PRESETS, Workload
 
@@ -102,16 +101,21 @@ class Measurer:
         builds = self._build_valid(specs, checked)
 
         def finish(i: int, build: BuildResult, run: RunResult | None = None) -> Record:
-            run_started = time.perf_counter()
-            if run is not None:  # taken in turns: its own time is its turns' runs and waits
-                run_started -= run.run_s + run.host_wait_s
-                discard(build)
-            elif build.status is Status.OK:
-                run = self._run(build, specs[i])
-            status, error = (run.status, run.error) if run else (build.status, build.error)
-            # A trial's own time: its build (parallel builds overlap) plus its run and bookkeeping.
-            return self._record(specs[i], checked[i][0], checked[i][1], run_started - build.build_s, status,
-                                error or "", build, run)
+            latency_ms = math.inf
+            try:
+                run_started = time.perf_counter()
+                if run is not None:  # taken in turns: its own time is its turns' runs and waits
+                    run_started -= run.run_s + run.host_wait_s
+                elif build.status is Status.OK:
+                    run = self._run(build, specs[i])
+                status, error = (run.status, run.error) if run else (build.status, build.error)
+                # A trial's own time: its build (parallel builds overlap) plus its run and bookkeeping.
+                record = self._record(specs[i], checked[i][0], checked[i][1], run_started - build.build_s, status,
+                                      error or "", build, run)
+                latency_ms = record["latency_ms"] if status is Status.OK else math.inf
+                return record
+            finally:
+                self._done_with(specs[i], (checked[i][0], checked[i][1], build), latency_ms)
 
         parallel = max((self._runner(s.resources.device).slots for s in specs), default=1)
         if parallel == 1:
@@ -251,13 +255,14 @@ class Measurer:
         return records
 
     @contextlib.contextmanager
-    def reusing_builds(self) -> Iterator[None]:
+    def reusing_builds(self, fastest: int = 0) -> Iterator[None]:
         """Within it, :meth:`measure_fresh` builds each kernel once and loads that library in every later fresh
-        process (:class:`~opbench.measure.builder.KeptBuilds`); re-entrant."""
+        process, and the builds of the ``fastest`` trials timed within it are kept for it too
+        (:class:`~opbench.measure.builder.KeptBuilds`); re-entrant (the outermost block's ``fastest`` holds)."""
         if self._kept is not None:
             yield
             return
-        self._kept = KeptBuilds()
+        self._kept = KeptBuilds(lambda spec: build_key(spec, *self._validate(spec)[:2]), fastest)
         try:
             yield
         finally:
@@ -279,10 +284,14 @@ class Measurer:
         return RunInput(build.artifact or "", spec.workload.spec, timing, spec.resources)
 
     def _run(self, build: BuildResult, spec: TrialSpec) -> RunResult:
-        try:
-            return self._runner(spec.resources.device).run(self._run_input(build, spec, self.timing))
-        finally:
-            discard(build)
+        return self._runner(spec.resources.device).run(self._run_input(build, spec, self.timing))
+
+    def _done_with(self, spec: TrialSpec, built: Built, latency_ms: float) -> None:
+        """A timed trial's build: offered to the builds kept for fresh rounds (:meth:`reusing_builds`), or deleted."""
+        if self._kept is not None:
+            self._kept.offer(spec, built, latency_ms)
+        else:
+            discard(built[2])
 
     def _facts(self, resources: Resources, run: RunResult | None) -> HostFacts:
         """Facts of the machine the trial ran on: this host, or the remote device (as far as it tells)."""
@@ -308,7 +317,7 @@ class Measurer:
             tvm_version=host.tvm_version, features_version=FEATURES_VERSION if features else "", device=res.device,
             source_model=preset.model if preset else workload.op.source_model(workload.params),
             status=status.value, error=error[:4000], build_s=build.build_s if build is not None else None,
-            knobs={k: _knob_value(v) for k, v in config.items()},
+            knobs={k: knob_value(v) for k, v in config.items()},
             features={k[len(FEATURE_PREFIX):]: v for k, v in features.items()},
             memory={k[len(MEM_PREFIX):]: v for k, v in {**(build.memory if build is not None else {}),
                                                         **(run.memory if run is not None else {})}.items()})
@@ -337,11 +346,3 @@ class Measurer:
         record.cache_flush, record.worker_pid = int(self.timing.cache_flush), run.pid
         record.kernel_pid = run.kernel_pid or None
 
-
-def _knob_value(value: object, limit: int = 200) -> object:
-    """A knob's value as a record keeps it: a number or a string of at most ``limit`` characters (a
-    rejected config may hold anything; MLflow refuses params over 6,000)."""
-    if isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and math.isfinite(value):
-        return value
-    text = value if isinstance(value, str) else json.dumps(value, default=repr)
-    return text if len(text) <= limit else text[:limit] + "..."

@@ -34,7 +34,7 @@ from opbench.space import get_template
 from opbench.studies.invocation import engine_trials, invocation_records, joined_hosts_records, told_from_logs
 from opbench.studies.references import library_references, measure_references
 from opbench.studies.shared import WorkerSpec, joined_spec, publish, published_parent
-from opbench.studies.verify import Spread, Verification, references, remeasure, rounds_for, spec_of, verified_best, verify
+from opbench.studies.verify import KEPT_BUILDS, Spread, Verification, references, remeasure, rounds_for, spec_of, verified_best, verify
 from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import study_dir
 from opbench.workloads import Workload, parse_workload
@@ -190,7 +190,8 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
         libraries = None if spec.resume else _timed_libraries(spec, workload, False, 0)
         warming = None if libraries is None else background.submit(measurer.warm_up, spec.resources, libraries)
         with Recorder(spec.study_name, spec.tracking_uri, spec.log, extra={"engine": spec.engine.label},
-                      parent_run_id=resumed, reopen=True, background_lock=HostLock(measure.lock_path)) as recorder:
+                      parent_run_id=resumed, reopen=True, background_lock=HostLock(measure.lock_path)) as recorder, \
+                measurer.reusing_builds(fastest=KEPT_BUILDS):  # what the verification times, built once
             result = _study(spec, workload, engine, measurer, recorder, on_record, resumed, warming)
     if engine:
         engine.close()
@@ -293,10 +294,9 @@ def run_worker(worker: WorkerSpec, on_record: OnRecord | None = None) -> None:
 
 
 def _verify(spec: TuneSpec, measurer: Measurer, records: list[Record], recorder: Recorder) -> Verification | None:
-    """The best schedule and the references re-measured in fresh processes, stored on the parent run;
-    None (speed-ups are then "not verified") when skipped, remote, or nothing succeeded."""
+    """The best and the references re-measured in fresh processes, on the parent run; None ("not verified") if skipped."""
     rounds = _verify_rounds(spec)
-    if rounds < 1 or spec.resources.remote or not any(not r.get("reference") for r in ok_records(records)):
+    if rounds < 1 or not any(not r.get("reference") for r in ok_records(records)):
         return None
     log.info("verifying: best and references in fresh processes, %d alternating rounds", rounds)
     verification = verify(measurer, records, recorder.study, rounds, recorder)
@@ -339,7 +339,7 @@ def _summarize(result: StudyResult, engine: Engine | None, title: str, recorder:
 
 
 if __name__ == "__main__":  # a worker of spawn_workers: PARENT_RUN_ID INDEX PARENT_PID, the spec's JSON on stdin
-    from opbench.lifecycle import end_with_parent, exit_on_sigterm
+    from opbench.lifecycle import end_with_parent, exit_on_sigterm, skip_final_collection
     from opbench.plugins import load_plugins
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -347,3 +347,4 @@ if __name__ == "__main__":  # a worker of spawn_workers: PARENT_RUN_ID INDEX PAR
     end_with_parent(int(sys.argv[3]))
     load_plugins()
     join_study(TuneSpec.from_json(sys.stdin.read()), sys.argv[1], int(sys.argv[2]), background=True)
+    skip_final_collection()

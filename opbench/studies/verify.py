@@ -38,6 +38,7 @@ MIN_ROUNDS, MAX_ROUNDS = 2, 5  # ... within these bounds
 CONTENDERS = 3  # at most this many of the study's fastest distinct configs timed again (with its default) ...
 TRIALS_PER_CONTENDER = 16  # ... one per this many trials (docs/measurement.md#contenders)
 CONTENDER_WINDOW = 1.5  # ... those tuned within this factor of the fastest (docs/measurement.md#contenders)
+KEPT_BUILDS = CONTENDERS + 2  # a study's fastest trials' builds kept for its verification: contenders, default, te_default
 SHORT_SERIES_FACTOR = 20.0  # a reference this many times slower takes one short turn (docs/measurement.md#fresh)
 SELECTION_ROUND = -1  # verify_round of the records that chose among them
 SELECTION_ROUNDS = 3  # rounds of fresh processes that choose among the contenders ...

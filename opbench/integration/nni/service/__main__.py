@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from opbench.integration.nni.service.server import IDLE_TIMEOUT_S, serve
+from opbench.lifecycle import skip_final_collection
 from opbench.plugins import load_plugins
 
 if __name__ == "__main__":
@@ -16,3 +17,4 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     load_plugins()
     serve(args.socket, args.idle_timeout)
+    skip_final_collection()
