@@ -141,3 +141,16 @@ def test_a_benchmarks_results_file_keeps_every_section_as_it_was_written(tmp_pat
     text = path.read_text()
     assert text.count("## ") == 3 and "\n\n\n" not in text
     assert text.endswith("third line\n") and "first line\n\n## second, finished 10:01\n\n" in text
+
+
+def test_the_quick_study_benchmark_splits_a_runs_wall_time_at_the_lines_that_end_each_phase(monkeypatch):
+    import importlib
+
+    monkeypatch.syspath_prepend(str(PACKAGE.parent / "benchmarks"))
+    quick = importlib.import_module("quick_study")
+    lines = [(0.5, "opening"), (7.0, "tuning matmul-512 with optuna-tpe: 3 trials"), (12.0, "[reference torch] ok 4.9 ms"),
+             (13.0, "[reference numpy] ok 4.4 ms"), (15.0, "[1/3] ok 9 ms"), (19.0, "[3/3] ok 8 ms"),
+             (20.0, "verifying: best and references"), (40.0, "schedule  tuned ms"), (40.5, "best config: ..."),
+             (41.0, "tuning curve: plots/tuning_curve.png")]  # not the line that ends set-up
+    assert quick.phases(lines, 42.0) == [7.0, 6.0, 6.0, 21.0, 2.0]  # they add up to the wall time
+    assert len(quick.phases(lines, 42.0)) == len(quick.PHASES)
