@@ -87,6 +87,9 @@ DEVELOPMENT = (
     # row-wise operators (softmax, layer norm): a model's fused row-wise operator had none of its kind to learn from
     "bert-base-softmax", "bert-base-layernorm", "softmax:m=4096,n=64", "softmax:m=256,n=1024",
     "layer_norm:m=512,n=1024", "layer_norm:m=64,n=384",
+    # tiny row-wise operators (a few microseconds): a model's fused layer norm of 16-wide rows ranked below a random
+    # pick, its configs ordered as a kernel this short orders them (parallel off wins), which no larger one taught
+    "layer_norm:m=128,n=16", "layer_norm:m=32,n=128", "softmax:m=128,n=32", "softmax:m=16,n=256",
 )
 FINAL = (  # scored only at the end: one of each kind
     "matmul:m=384,n=384,k=768", "dense:m=16,n=1000,k=2048", "conv2d:n=1,c=512,h=28,w=28,k=128,r=1,s=1,stride=1,pad=0",
