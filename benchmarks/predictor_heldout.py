@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -111,8 +111,10 @@ NESTS, ASSEMBLIES = list(NEST_COLUMNS), list(ASSEMBLY_COLUMNS)
 ASSEMBLY_NOT_STORES = "pairwise + nest + footprint + assembly - per-store"  # the pairwise-compiled predictor
 
 
-def model_workloads(measurer: Measurer, folder: Path, threads: int) -> list[str]:
-    """The largest fused operators of each of :data:`MODELS` (profiled, so that their workloads parse)."""
+def model_workloads(measurer: Measurer, folder: Path, threads: int, collected: Iterable[str] = ()) -> list[str]:
+    """The fused operators of each of :data:`MODELS` a collection holds, or, for a model it holds fewer than
+    :data:`FUSED_PER_MODEL` of, its largest ones; each model profiled, so that their workloads parse (a new
+    profile ranks them afresh: a collection topped up keeps the operators it has)."""
     from opbench.studies.models.tune import ModelSpec, profile
     from opbench.workloads.fused import model_name
 
@@ -121,7 +123,9 @@ def model_workloads(measurer: Measurer, folder: Path, threads: int) -> list[str]
         spec = ModelSpec(model, threads=threads)
         prof = profile(spec, measurer, folder / model, untuned=False)
         largest = sorted((o for o in prof.ops if o.outputs == 1), key=lambda o: -o.calls * o.latency_ms)
-        names += [model_name(model, op.name, spec.batch, spec.seq_len) for op in largest[:FUSED_PER_MODEL]]
+        held = sorted(name for name in collected if name.startswith(f"model:{model}/"))
+        names += held if len(held) >= FUSED_PER_MODEL else [model_name(model, op.name, spec.batch, spec.seq_len)
+                                                            for op in largest[:FUSED_PER_MODEL]]
     return names
 
 
@@ -133,7 +137,7 @@ def collect(folder: Path, trials: int, threads: int) -> None:
     started = time.monotonic()
     with Measurer(MeasureOptions(COLLECTION_TIMING, build_workers=2)) as measurer:
         measurer.warm_up(resources)
-        names = [*DEVELOPMENT, *FINAL, *model_workloads(measurer, folder, threads)]
+        names = [*DEVELOPMENT, *FINAL, *model_workloads(measurer, folder, threads, have.index)]
         for n, name in enumerate(names, start=1):
             workload = parse_workload(name)
             left = trials - int(have.get(workload.name, 0))
