@@ -78,8 +78,9 @@ class KeptBuilds:
 
     def offer(self, spec: TrialSpec, built: Built, latency_ms: float) -> None:
         """A timed trial's build: kept while it is among the ``fastest`` offered, deleted otherwise (or once
-        a faster one takes its place, or when its kernel is kept already)."""
-        key = self._key(spec)
+        a faster one takes its place, or when its kernel is kept already); keyed by the template and validated
+        config the build was made of, so the trial is not validated again."""
+        key = build_key(spec, built[0], built[1])
         if key in self._builds or built[2].status is not Status.OK or not latency_ms < math.inf:
             discard(built[2])
             return
