@@ -14,9 +14,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from opbench._tvm_compat import leave_torch_to_its_users
+from opbench._tvm_compat import leave_torch_to_its_users, light_pool_workers
 
 leave_torch_to_its_users()  # before anything imports TVM
+light_pool_workers()
 
 _API = {
     # studies

@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
+import subprocess
 import sys
 import types
+from collections.abc import Sequence
+from typing import Any
 
 _INTRIN = "tvm.s_tir.tensor_intrin"
 
@@ -58,3 +62,48 @@ def leave_torch_to_its_users() -> None:
     """
     if not any(isinstance(finder, _TorchLeftToItsUsers) for finder in sys.meta_path):
         sys.meta_path.insert(0, _TorchLeftToItsUsers())
+
+
+_POOL, _POOL_WORKER = "tvm.support.popen_pool", "tvm.exec.popen_worker"
+POOL_WORKER = "opbench._tvm_pool_worker"
+
+
+class _PoolLauncher:
+    """``subprocess`` as TVM's process pool module sees it: its workers start as :data:`POOL_WORKER`."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(cmd: Sequence[str], *args: Any, **kwargs: Any) -> subprocess.Popen:
+        if list(cmd[1:3]) == ["-m", _POOL_WORKER]:
+            cmd = [cmd[0], "-m", POOL_WORKER, *cmd[3:]]
+        return subprocess.Popen(cmd, *args, **kwargs)
+
+
+class _PoolWorkersStartLight(importlib.abc.MetaPathFinder):
+    """Loads TVM's process pool module with :class:`_PoolLauncher` in place of ``subprocess``."""
+
+    def find_spec(self, name: str, path: Sequence[str] | None = None, target: object = None) -> Any:
+        if name != _POOL:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            execute = spec.loader.exec_module
+
+            def exec_module(module: types.ModuleType) -> None:
+                execute(module)
+                module.subprocess = _PoolLauncher()  # type: ignore[attr-defined]
+
+            spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def light_pool_workers() -> None:
+    """Have TVM's process pools (MetaSchedule's builders and runners, an RPC server's session process) start
+    their workers as ``python -m opbench._tvm_pool_worker``: TVM's own ``tvm.exec.popen_worker`` imports TVM
+    before anything can keep torch out of it (docs/measurement.md#process-start)."""
+    if _POOL in sys.modules:
+        sys.modules[_POOL].subprocess = _PoolLauncher()  # type: ignore[attr-defined]
+    elif not any(isinstance(finder, _PoolWorkersStartLight) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PoolWorkersStartLight())

@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "opbench"
 # Bottom to top. Intra-layer imports are free; a module may import any layer below its own.
 LAYERS = [
     ("opbench.exceptions", "opbench.paths", "opbench.record", "opbench.argtypes", "opbench.lifecycle", "opbench.settings",
-     "opbench.urls", "opbench._tvm_compat"),
+     "opbench.urls", "opbench._tvm_compat", "opbench._tvm_pool_worker"),
     ("opbench.hardware",),
     ("opbench.workloads",),
     ("opbench.space",),

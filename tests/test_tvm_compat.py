@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TVM_THEN_TORCH = """
 import sys
@@ -24,6 +27,19 @@ import opbench, torch, tvm, tvm_ffi._convert
 print("torch for tvm_ffi:", tvm_ffi._convert.torch is torch)
 """
 
+POOL_WORKER = """
+import opbench
+from tvm.support.popen_pool import PopenWorker
+
+def facts():
+    import sys
+    return sys.argv[0], "torch" in sys.modules
+
+worker = PopenWorker()
+worker.send(facts)
+print("pool worker:", worker.recv())
+"""
+
 
 def _run(script: str) -> str:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
@@ -40,3 +56,8 @@ def test_tvm_starts_without_torch_and_torch_imported_later_works_with_it():
 
 def test_a_process_that_imports_torch_first_gives_tvm_all_of_it():
     assert "torch for tvm_ffi: True" in _run(TORCH_THEN_TVM)
+
+
+def test_tvm_pool_workers_of_an_opbench_process_start_without_torch():
+    """MetaSchedule's builders and runners and an RPC server's process are TVM pool workers."""
+    assert f"pool worker: ('{ROOT / 'opbench' / '_tvm_pool_worker.py'}', False)" in _run(POOL_WORKER)
