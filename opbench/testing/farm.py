@@ -19,6 +19,8 @@ from opbench.measure.rpc import list_devices
 from opbench.testing.lan import Network, free_port
 
 CLI = [sys.executable, "-m", "opbench.cli"]
+# TVM's tracker (``python -m tvm.exec.rpc_tracker``) with TVM imported after opbench: it and its pool worker start without torch
+TRACKER = [sys.executable, "-c", "import opbench, runpy; runpy.run_module('tvm.exec.rpc_tracker', run_name='__main__')"]
 KEY = "cpu-farm"
 TRACKER_PORT, BOARD_PORT = 9190, 9090  # TVM's defaults: on hosts of their own, each has its ports to itself
 
@@ -31,7 +33,7 @@ class Farm:
         on: Callable[[str, list[str]], list[str]] = network.on if network else (lambda _host, argv: argv)
         host = network.address if network else (lambda _host: "127.0.0.1")
         self.host, self.port = host("tracker"), TRACKER_PORT if network else free_port()
-        self.tracker = self._spawn(on("tracker", [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", self.host,
+        self.tracker = self._spawn(on("tracker", [*TRACKER, "--host", self.host,
                                                   "--port", str(self.port), "--port-end", str(self.port + 1)]), "tracker")
         self.servers: list[subprocess.Popen] = []
         self._wait(lambda: list_devices(self.host, self.port) is not None)
