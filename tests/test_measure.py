@@ -269,31 +269,35 @@ def test_a_fresh_worker_for_torch_comes_from_a_zygote_that_imported_it():
     assert _preload(LibraryInput("matmul:m=8,n=8,k=8", "torch")) == ("torch",)
     assert _preload(LibraryInput("matmul:m=8,n=8,k=8", "numpy")) == ()  # numpy's processes never import torch
     assert _preload(ModelInput("mobilenet-v2@tiny", runtime=ONNXRUNTIME)) == ("torch",)
-    assert _preload(ModelInput("mobilenet-v2@tiny")) == ("torch",)  # PyTorch eager
+    # PyTorch eager: and the modeling module that building a transformers model imports (seconds a process)
+    assert _preload(ModelInput("mobilenet-v2@tiny")) == ("torch", "transformers.models.mobilenet_v2.modeling_mobilenet_v2")
+    assert _preload(ModelInput("small-cnn@tiny")) == ("torch",)  # written here: nothing more to import
     assert _preload(ModelInput("mobilenet-v2@tiny", library="m.so")) == ()  # TVM's Relax VM
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="/proc is Linux's")
-def test_warm_up_starts_the_zygotes_of_the_library_baselines_beside_the_kernel_worker():
-    from opbench.measure.protocol import LibraryInput
+def test_warm_up_starts_the_zygotes_of_the_library_baselines_and_eager_models_beside_the_kernel_worker():
+    from opbench.measure.protocol import LibraryInput, ModelInput
     from opbench.measure.runner.local import LocalRunner
     from opbench.measure.worker import LIBRARY
     from opbench.measure.worker.zygotes import zygote_of
 
     one = Resources(threads=1, cores=(0,))
-    zygotes = {lib: zygote_of(one.worker_env(), one.cores, 1, LIBRARY, pre) for lib, pre in (("torch", ("torch",)),
-                                                                                              ("numpy", ()))}
+    jobs = {("torch",): LibraryInput("matmul:m=8,n=8,k=8", "torch", resources=one),
+            (): LibraryInput("matmul:m=8,n=8,k=8", "numpy", resources=one),
+            ("torch", "transformers.models.bert.modeling_bert"): ModelInput("bert-base@tiny", resources=one)}
+    zygotes = {pre: zygote_of(one.worker_env(), one.cores, 1, LIBRARY, pre) for pre in jobs}
     for zygote in zygotes.values():
         zygote.kill()  # whatever an earlier test of this process started: warm_up must start them
     assert not any(z.alive for z in zygotes.values())
     runner = LocalRunner()
     try:
-        runner.warm_up(one, ("torch", "numpy"))
-        assert all(z.alive for z in zygotes.values())  # started with the kernel worker, not by the first baseline
-        for lib, zygote in zygotes.items():
-            fresh = runner._fresh_worker(LibraryInput("matmul:m=8,n=8,k=8", lib, resources=one))
+        runner.warm_up(one, ("torch", "numpy"), ("bert-base@tiny",))
+        assert all(z.alive for z in zygotes.values())  # started with the kernel worker, not by the first job
+        for pre, zygote in zygotes.items():
+            fresh = runner._fresh_worker(jobs[pre])
             fresh.start()
-            assert _parent(fresh.pid) == zygote.pid  # a baseline's fresh process forks from the zygote warm_up started
+            assert _parent(fresh.pid) == zygote.pid  # a job's fresh process forks from the zygote warm_up started
             fresh.close()
     finally:
         runner.close()

@@ -508,8 +508,8 @@ def test_a_tuned_schedule_slower_inside_the_model_than_its_default_gives_way_to_
 
 
 def test_a_models_profile_starts_its_workers_while_it_imports_the_model(tmp_path, monkeypatch):
-    """The kernel worker and the torch zygote (PyTorch eager is timed in a process forked from it) start in the
-    background as the model is imported and fused; nothing is timed before they have started."""
+    """The kernel worker and the model's eager zygote (PyTorch eager is timed in a process forked from it) start in
+    the background as the model is imported and fused; nothing is timed before they have started."""
     import threading
 
     from opbench.measure.measurer import Measurer
@@ -519,9 +519,9 @@ def test_a_models_profile_starts_its_workers_while_it_imports_the_model(tmp_path
     began, importing_began, started, events = threading.Event(), threading.Event(), threading.Event(), []
     imported = profiling.imported
 
-    def warm_up(self, resources, libraries=()):
+    def warm_up(self, resources, libraries=(), models=()):
         began.set()
-        events.append(("warm-up", libraries))
+        events.append(("warm-up", libraries, models))
         assert importing_began.wait(60), "the model was imported only after its workers had started"
         started.set()
 
@@ -542,5 +542,5 @@ def test_a_models_profile_starts_its_workers_while_it_imports_the_model(tmp_path
     with Measurer() as measurer:
         result = profile(ModelSpec("small-cnn@tiny"), measurer, tmp_path, untuned=False)
     assert result.torch_ms == 1.0 and len(result.ops) > 1
-    assert events[0] == ("warm-up", ("torch",)) and events[1] == ("import", False)  # imported while warming up
+    assert events[0] == ("warm-up", (), ("small-cnn@tiny",)) and events[1] == ("import", False)  # imported while warming up
     assert all(started for kind, started in events[2:] if kind == "timed")  # timed once the workers started

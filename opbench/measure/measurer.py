@@ -67,14 +67,14 @@ class Measurer:
             runner.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    def warm_up(self, resources: Resources, libraries: tuple[str, ...] = ()) -> None:
+    def warm_up(self, resources: Resources, libraries: tuple[str, ...] = (), models: tuple[str, ...] = ()) -> None:
         """Start the worker (or get the remote sessions) for ``resources`` now, not in a trial; on this host,
-        with it, what fresh processes timing ``libraries`` fork from."""
+        with it, what fresh processes timing ``libraries`` and ``models`` in PyTorch eager fork from."""
         if resources.remote:
             check_device(parse_device(resources.device))
             self._runner(resources.device).warm_up(resources)
         else:
-            self._local.warm_up(resources, libraries)
+            self._local.warm_up(resources, libraries, models)
 
     def measure(self, spec: TrialSpec) -> Record:
         return self.measure_batch([spec])[0]

@@ -5,25 +5,31 @@ from typing import Any
 
 from opbench.exceptions import OpBenchError
 
-# name -> (config class, model class, input kind, full-size overrides, tiny overrides)
-HF_MODELS: dict[str, tuple[str, str, str, dict[str, Any], dict[str, Any]]] = {
-    "bert-base": ("BertConfig", "BertModel", "tokens", {},
+# name -> (module family, config class, model class, input kind, full-size overrides, tiny overrides)
+HF_MODELS: dict[str, tuple[str, str, str, str, dict[str, Any], dict[str, Any]]] = {
+    "bert-base": ("bert", "BertConfig", "BertModel", "tokens", {},
                   {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}),
-    "roberta-base": ("RobertaConfig", "RobertaModel", "tokens", {},
+    "roberta-base": ("roberta", "RobertaConfig", "RobertaModel", "tokens", {},
                      {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
                       "intermediate_size": 128}),
-    "gpt2": ("GPT2Config", "GPT2Model", "tokens", {}, {"n_layer": 2, "n_embd": 64, "n_head": 2}),
-    "vit-base": ("ViTConfig", "ViTModel", "image", {},
+    "gpt2": ("gpt2", "GPT2Config", "GPT2Model", "tokens", {}, {"n_layer": 2, "n_embd": 64, "n_head": 2}),
+    "vit-base": ("vit", "ViTConfig", "ViTModel", "image", {},
                  {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128,
                   "image_size": 32, "patch_size": 8}),
-    "resnet-50": ("ResNetConfig", "ResNetModel", "image", {},
+    "resnet-50": ("resnet", "ResNetConfig", "ResNetModel", "image", {},
                   {"depths": [1, 1], "hidden_sizes": [16, 32], "embedding_size": 16, "layer_type": "basic",
                    "image_size": 32}),
-    "mobilenet-v2": ("MobileNetV2Config", "MobileNetV2Model", "image", {},
+    "mobilenet-v2": ("mobilenet_v2", "MobileNetV2Config", "MobileNetV2Model", "image", {},
                      {"depth_multiplier": 0.35, "image_size": 32}),
-    "convnext-tiny": ("ConvNextConfig", "ConvNextModel", "image", {},
+    "convnext-tiny": ("convnext", "ConvNextConfig", "ConvNextModel", "image", {},
                       {"depths": [1, 1], "hidden_sizes": [16, 32], "num_stages": 2, "image_size": 32}),
 }
+
+
+def hf_module(name: str) -> str:
+    """The ``transformers`` module that defines the model class of ``name`` (importing it takes seconds)."""
+    family = HF_MODELS[name][0]
+    return f"transformers.models.{family}.modeling_{family}"
 
 
 def build_hf(name: str, tiny: bool, batch: int, seq_len: int) -> tuple[Any, tuple[Any, ...]]:
@@ -34,7 +40,7 @@ def build_hf(name: str, tiny: bool, batch: int, seq_len: int) -> tuple[Any, tupl
         raise OpBenchError(f"model '{name}' needs the 'transformers' package: pip install transformers") from exc
     import torch
 
-    config_cls, model_cls, inputs, full, small = HF_MODELS[name]
+    _, config_cls, model_cls, inputs, full, small = HF_MODELS[name]
     config = getattr(transformers, config_cls)(**(small if tiny else full))
     config._attn_implementation = "eager"  # plain matmul/softmax attention, which Relax imports
     torch.manual_seed(0)

@@ -174,6 +174,15 @@ def model_names() -> list[str]:
     return [n + variant for n in (*TORCH_MODELS, *HF_MODELS) for variant in ("", TINY)]
 
 
+def model_imports(name: str) -> tuple[str, ...]:
+    """The modules beside torch that building the named model imports, known without building it: a
+    ``transformers`` model's modeling module (none for the others)."""
+    from opbench.workloads.models.hf import HF_MODELS, hf_module
+
+    base = name.removesuffix(TINY)
+    return (hf_module(base),) if base in HF_MODELS else ()
+
+
 def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
     """The named model (``bert-base``, ``lstm@tiny``, ...) or an ONNX file, ready to import (an unknown name,
     a missing or unreadable file is an error now; the module is built when first used)."""
