@@ -96,8 +96,8 @@ def profile(spec: ModelSpec, measurer: Measurer, folder: Path, on_op: Callable[[
     log.info("%s: importing, fusing and timing each fused operator (%d threads)", source.name, spec.threads)
     kept = kept_in.profile() if kept_in else None
     with ThreadPoolExecutor(1, thread_name_prefix="warm-up") as background:  # docs/measurement.md#zygote
-        warming = background.submit(measurer.warm_up, Resources(spec.threads), (),
-                                    (spec.model,) if source.has_module else ())
+        warming = background.submit(measurer.warm_up, Resources(spec.threads),
+                                    models=(spec.model,) if source.has_module else ())
         result = profile_model(source, make_target("llvm", spec.threads), measurer, folder, spec.threads, spec.batch,
                                spec.seq_len, on_op or (lambda n, op: None), untuned, kept, warming)
     if kept_in and kept is None:

@@ -1,6 +1,7 @@
 """Hugging Face ``transformers`` models built from configs with random weights (never the hub)."""
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from opbench.exceptions import OpBenchError
@@ -44,7 +45,7 @@ def build_hf(name: str, tiny: bool, batch: int, seq_len: int) -> tuple[Any, tupl
     config = getattr(transformers, config_cls)(**(small if tiny else full))
     config._attn_implementation = "eager"  # plain matmul/softmax attention, which Relax imports
     torch.manual_seed(0)
-    model = getattr(transformers, model_cls)(config).eval()
+    model = getattr(importlib.import_module(hf_module(name)), model_cls)(config).eval()  # the module a zygote preloads
 
     class FirstOutput(torch.nn.Module):
         def __init__(self) -> None:
