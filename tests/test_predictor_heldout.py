@@ -91,7 +91,7 @@ def test_the_study_command_prints_every_group_and_both_summaries_and_saves_the_f
     assert folds["hold_out"] == "op" and sorted(g for f in folds["folds"] for g in f) == sorted(set(_frame()["op"]))
 
 
-@pytest.mark.parametrize("name", ["normalised", "pairwise", "pairwise-compiled"])
+@pytest.mark.parametrize("name", ["normalised", "pairwise", "pairwise-compiled", "ensemble-compiled"])
 def test_a_task_ranker_orders_the_configs_of_tasks_it_never_saw(name):
     from opbench.predictor.heldout import predictor
 
@@ -110,11 +110,42 @@ def test_the_compiled_ranker_leaves_out_metaschedules_per_store_means_and_keeps_
     assert "feat.ms000" in predictor("pairwise")(0).fit(frame).columns
 
 
+def test_an_ensemble_sums_its_members_scores_standardised_within_each_task():
+    """Two tasks whose member scores differ by 100x in scale score alike: what counts is each member's order and
+    spacing within a task, and the two members' disagreements are settled by their standardised sum."""
+    from opbench.predictor.ranking import RankerEnsemble
+
+    class Given:
+        columns = ["feat.x"]
+
+        def __init__(self, scores):
+            self.scores = np.asarray(scores, dtype=float)
+
+        def fit(self, frame):
+            return self
+
+        def predict(self, frame):
+            return self.scores
+
+    frame = pd.DataFrame({"workload": ["matmul-512"] * 3 + ["softmax:m=64,n=128"] * 3})
+    ensemble = RankerEnsemble([Given([1, 2, 3, 100, 200, 300]), Given([3, 1, 2, 30, 10, 20])]).fit(frame)
+    score = ensemble.predict(frame)
+
+    def standardised(values):
+        values = np.asarray(values, dtype=float)
+        return (values - values.mean()) / values.std()
+
+    assert score[:3] == pytest.approx(score[3:])
+    assert score[:3] == pytest.approx(standardised([1, 2, 3]) + standardised([3, 1, 2]))
+    assert ensemble.columns == ["feat.x"]
+
+
 def test_an_unknown_predictor_or_objective_is_named():
     from opbench.predictor.heldout import predictor
     from opbench.predictor.ranking import TaskRanker
 
-    with pytest.raises(OpBenchError, match="unknown predictor 'oracle'; predictors: latency, normalised, pairwise, pairwise-compiled"):
+    with pytest.raises(OpBenchError, match="unknown predictor 'oracle'; predictors: latency, normalised, pairwise, pairwise-compiled, "
+                                            "ensemble-compiled"):
         predictor("oracle")
     with pytest.raises(OpBenchError, match="unknown ranking objective 'listwise'"):
         TaskRanker("listwise")

@@ -19,7 +19,7 @@ import pandas as pd
 from opbench.exceptions import OpBenchError
 from opbench.predictor import PREDICTORS
 from opbench.predictor.model import PER_STORE_PREFIX, LatencyModel, task_keys, trainable
-from opbench.predictor.ranking import OBJECTIVES, TaskRanker
+from opbench.predictor.ranking import OBJECTIVES, RankerEnsemble, TaskRanker
 
 HOLD_OUTS = {"workload": "task_key", "op": "op", "model": "source_model"}
 TOP_K = (1, 5)
@@ -114,7 +114,10 @@ def make_folds(groups: list[str], folds: int | None, seed: int = 0) -> list[list
     return [sorted(str(g) for g in order[i::folds]) for i in range(folds)]
 
 
-def predictor(name: str) -> Callable[[int], LatencyModel | TaskRanker]:
+Predictor = LatencyModel | TaskRanker | RankerEnsemble
+
+
+def predictor(name: str) -> Callable[[int], Predictor]:
     """A seed's untrained predictor of kind ``name`` (:data:`PREDICTORS`)."""
     if name == "latency":
         return lambda seed: LatencyModel(seed=seed)
@@ -122,11 +125,14 @@ def predictor(name: str) -> Callable[[int], LatencyModel | TaskRanker]:
         return lambda seed: TaskRanker(name, seed)
     if name == "pairwise-compiled":
         return lambda seed: TaskRanker("pairwise", seed, without=(PER_STORE_PREFIX,))
+    if name == "ensemble-compiled":
+        return lambda seed: RankerEnsemble([TaskRanker(objective, seed, without=(PER_STORE_PREFIX,))
+                                            for objective in OBJECTIVES])
     raise OpBenchError(f"unknown predictor '{name}'; predictors: {', '.join(PREDICTORS)}")
 
 
 def held_out_study(frame: pd.DataFrame, hold_out: str, folds: int | None = None, seeds: int = 1,
-                   model: Callable[[int], LatencyModel | TaskRanker] | None = None,
+                   model: Callable[[int], Predictor] | None = None,
                    fixed_folds: list[list[str]] | None = None) -> HeldOutResult:
     """Train a model per fold and seed (``model(seed)``, by default :class:`LatencyModel`) on every group but
     the fold's, score the fold's tasks; the folds are ``fixed_folds`` when given (e.g. one fold of workloads

@@ -59,3 +59,31 @@ class TaskRanker:
 
     def _matrix(self, frame: pd.DataFrame) -> np.ndarray:
         return frame.reindex(columns=self.columns).astype("float64").to_numpy()
+
+
+class RankerEnsemble:
+    """Rankers trained on the same rows whose scores, each standardised within its task, are summed: the
+    pairwise ranker learns each task's order and the normalised regression how far each config is from the
+    task's best, and where one is unsure of the order of a task's fastest configs the other breaks the tie."""
+
+    def __init__(self, members: list[TaskRanker]) -> None:
+        self.members = members
+
+    @property
+    def columns(self) -> list[str]:
+        """The feature columns every member was trained on."""
+        return sorted(set().union(*(member.columns for member in self.members)))
+
+    def fit(self, frame: pd.DataFrame) -> RankerEnsemble:
+        for member in self.members:
+            member.fit(frame)
+        return self
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """A score per row, lower for configs predicted faster within their task."""
+        tasks = task_keys(frame).to_numpy()
+        total = np.zeros(len(frame))
+        for member in self.members:
+            score = pd.Series(member.predict(frame), index=frame.index).groupby(tasks)
+            total += ((score.obj - score.transform("mean")) / (score.transform("std", ddof=0) + 1e-12)).to_numpy()
+        return total
