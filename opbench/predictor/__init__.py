@@ -1,6 +1,6 @@
 """Features -> latency: the XGBoost model (``model``: fit, predict, save, load) and its evaluation."""
 
 # LatencyModel, TaskRanker's objectives, the pairwise ranker on the compiled kernel's features without
-# MetaSchedule's per-store means, and that ranker with the normalised regression on the same features
-# (RankerEnsemble; docs/cli.md#predictor says which ranked held-out workloads best)
+# MetaSchedule's per-store means, and that ranker with the normalised regression on the same features and
+# the pairwise ranker with the means (RankerEnsemble; docs/cli.md#predictor says which ranked held-out workloads best)
 PREDICTORS = ("latency", "normalised", "pairwise", "pairwise-compiled", "ensemble-compiled")

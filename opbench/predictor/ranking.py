@@ -62,9 +62,10 @@ class TaskRanker:
 
 
 class RankerEnsemble:
-    """Rankers trained on the same rows whose scores, each standardised within its task, are summed: the
-    pairwise ranker learns each task's order and the normalised regression how far each config is from the
-    task's best, and where one is unsure of the order of a task's fastest configs the other breaks the tie."""
+    """Rankers trained on the same rows (each on its own feature columns) whose scores, each standardised
+    within its task, are summed: a pairwise ranker learns each task's order and the normalised regression how
+    far each config is from the task's best, and where one is unsure of the order of a task's fastest configs
+    the others break the tie."""
 
     def __init__(self, members: list[TaskRanker]) -> None:
         self.members = members
