@@ -12,8 +12,8 @@ record's config, or with those and the register tile's footprint against the cac
 compiled assembly's of features version 3, each older record's kernel built again, with or without
 MetaSchedule's per-store means, or both rankers summed with the normalised regression without the means)
 left-one-workload-out over the development workloads, 3 seeds (what ideas are chosen on), with every op kind's
-score; then on the FINAL workloads, set aside and never scored while choosing, each idea trained on every development workload
-with 3 seeds. Targets (issue 41) on the final workloads: mean top-1 >= 0.90, top-5 >= 0.95, none below a
+score; then on the FINAL workloads, set aside and never scored while choosing, each idea trained on every
+development workload with 3 seeds. Targets (issue 41) on the final workloads: mean top-1 >= 0.90, top-5 >= 0.95, none below a
 random pick, better than today's model ("latency"). ``--idea NAME`` (repeatable) scores only those ideas beside
 "latency"; ``--jobs`` ideas are scored at once, one a process.
 

@@ -126,7 +126,8 @@ def predictor(name: str) -> Callable[[int], Predictor]:
     if name == "pairwise-compiled":
         return lambda seed: TaskRanker("pairwise", seed, without=(PER_STORE_PREFIX,))
     if name == "ensemble-compiled":
-        return lambda seed: RankerEnsemble([*(TaskRanker(objective, seed, without=(PER_STORE_PREFIX,)) for objective in OBJECTIVES),
+        compiled = (PER_STORE_PREFIX,)  # the compiled features alone, as pairwise-compiled
+        return lambda seed: RankerEnsemble([*(TaskRanker(objective, seed, without=compiled) for objective in OBJECTIVES),
                                             TaskRanker("pairwise", seed)])
     raise OpBenchError(f"unknown predictor '{name}'; predictors: {', '.join(PREDICTORS)}")
 

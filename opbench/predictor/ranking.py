@@ -72,7 +72,7 @@ class RankerEnsemble:
 
     @property
     def columns(self) -> list[str]:
-        """The feature columns every member was trained on."""
+        """The feature columns any member was trained on."""
         return sorted(set().union(*(member.columns for member in self.members)))
 
     def fit(self, frame: pd.DataFrame) -> RankerEnsemble:
