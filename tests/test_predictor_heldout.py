@@ -64,6 +64,16 @@ def test_no_fold_ever_trains_on_a_held_out_groups_rows():
     assert (groups.loc[groups["group"] == "matmul:m=512,n=512,k=512", "rows"] == 48).all()
 
 
+def test_seeds_studied_apart_and_joined_score_as_the_seeds_studied_together():
+    frame = _frame()
+    model = lambda seed: LatencyModel(seed=seed, n_estimators=20)
+    together = held_out_study(frame, "workload", seeds=2, model=model)
+    apart = HeldOutResult.joined([held_out_study(frame, "workload", seeds=[seed], model=model) for seed in (0, 1)])
+    assert apart.folds == together.folds and {s.seed for s in apart.scores} == {0, 1}
+    pd.testing.assert_frame_equal(apart.by_group(), together.by_group())
+    assert apart.summaries() == together.summaries()
+
+
 def test_folds_and_bad_hold_outs():
     assert make_folds(list("abcdef"), 3, seed=1) == make_folds(list("abcdef"), 3, seed=1)
     assert sorted(g for fold in make_folds(list("abcdef"), 3) for g in fold) == list("abcdef")

@@ -9,7 +9,7 @@ groups' scores, and TLP's, pooled: Σ best latency / Σ latency of the top-k pic
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,11 @@ class HeldOutResult:
     hold_out: str
     folds: list[list[str]]  # the held-out groups of each fold
     scores: list[TaskScore] = field(default_factory=list)
+
+    @classmethod
+    def joined(cls, parts: Sequence[HeldOutResult]) -> HeldOutResult:
+        """One result of studies of the same folds run apart (e.g. one seed each, in parallel)."""
+        return cls(parts[0].hold_out, parts[0].folds, [score for part in parts for score in part.scores])
 
     def by_group(self) -> pd.DataFrame:
         """Per held-out group (over its tasks and seeds, weighted): top-k, Spearman, a random pick's top-k."""
@@ -132,17 +137,17 @@ def predictor(name: str) -> Callable[[int], Predictor]:
     raise OpBenchError(f"unknown predictor '{name}'; predictors: {', '.join(PREDICTORS)}")
 
 
-def held_out_study(frame: pd.DataFrame, hold_out: str, folds: int | None = None, seeds: int = 1,
+def held_out_study(frame: pd.DataFrame, hold_out: str, folds: int | None = None, seeds: int | Sequence[int] = 1,
                    model: Callable[[int], Predictor] | None = None,
                    fixed_folds: list[list[str]] | None = None) -> HeldOutResult:
     """Train a model per fold and seed (``model(seed)``, by default :class:`LatencyModel`) on every group but
     the fold's, score the fold's tasks; the folds are ``fixed_folds`` when given (e.g. one fold of workloads
-    set aside), else :func:`make_folds`'s."""
+    set aside), else :func:`make_folds`'s; ``seeds``: how many (0, 1, ...), or which."""
     model = model or predictor("latency")
     rows = trainable(frame).copy()  # one block: a frame merged column by column warns on every assign
     rows = rows.assign(_group=groups_of(rows, hold_out).to_numpy(), _task=groups_of(rows, "workload").to_numpy())
     result = HeldOutResult(hold_out, fixed_folds or make_folds(list(rows["_group"]), folds))
-    for seed in range(seeds):
+    for seed in range(seeds) if isinstance(seeds, int) else seeds:
         for held in result.folds:
             train, test = rows[~rows["_group"].isin(held)], rows[rows["_group"].isin(held)]
             fitted = model(seed).fit(train.drop(columns=["_group", "_task"]))
