@@ -72,6 +72,8 @@ def test_seeds_studied_apart_and_joined_score_as_the_seeds_studied_together():
     assert apart.folds == together.folds and {s.seed for s in apart.scores} == {0, 1}
     pd.testing.assert_frame_equal(apart.by_group(), together.by_group())
     assert apart.summaries() == together.summaries()
+    with pytest.raises(OpBenchError, match="same hold-out and folds"):
+        HeldOutResult.joined([together, held_out_study(frame, "workload", folds=2, model=model)])
 
 
 def test_folds_and_bad_hold_outs():

@@ -65,6 +65,8 @@ class HeldOutResult:
     @classmethod
     def joined(cls, parts: Sequence[HeldOutResult]) -> HeldOutResult:
         """One result of studies of the same folds run apart (e.g. one seed each, in parallel)."""
+        if not parts or any((part.hold_out, part.folds) != (parts[0].hold_out, parts[0].folds) for part in parts):
+            raise OpBenchError("only studies of the same hold-out and folds join into one result")
         return cls(parts[0].hold_out, parts[0].folds, [score for part in parts for score in part.scores])
 
     def by_group(self) -> pd.DataFrame:
