@@ -103,13 +103,15 @@ def test_the_study_command_prints_every_group_and_both_summaries_and_saves_the_f
     assert folds["hold_out"] == "op" and sorted(g for f in folds["folds"] for g in f) == sorted(set(_frame()["op"]))
 
 
-@pytest.mark.parametrize("name", ["normalised", "pairwise", "pairwise-compiled", "ensemble-compiled"])
+@pytest.mark.parametrize("name", ["normalised", "pairwise", "capped", "graded", "pairwise-compiled", "ensemble-compiled",
+                                  "ensemble-near-best"])
 def test_a_task_ranker_orders_the_configs_of_tasks_it_never_saw(name):
     from opbench.predictor.heldout import predictor
 
     result = held_out_study(_frame(), "workload", model=predictor(name))
     groups = result.by_group()
-    assert len(groups) == 6 and (groups["spearman"] > 0.8).all()  # faster as feat.x falls, in every task
+    ordered = 0.6 if name == "capped" else 0.8  # capped leaves configs slower than CAP times the best unordered
+    assert len(groups) == 6 and (groups["spearman"] > ordered).all()  # faster as feat.x falls, in every task
     assert (groups["top1"] > groups["random_top1"]).all() and (groups["top5"] == 1.0).all()
 
 
@@ -152,12 +154,26 @@ def test_an_ensemble_sums_its_members_scores_standardised_within_each_task():
     assert ensemble.columns == ["feat.x"]
 
 
+def test_near_best_objectives_train_on_a_tasks_fastest_configs():
+    """graded: slowdowns within one step of GRADE are one label (a pair of them is not trained), a step further is
+    the next; capped: slowdowns beyond CAP all count as CAP, rows weighted by their relative throughput."""
+    from opbench.predictor.ranking import CAP, GRADE, task_labels
+
+    relative = np.array([1.0, 1 / GRADE ** 0.5, 1 / GRADE ** 1.5, 1 / CAP, 1 / (4 * CAP)])
+    graded, weight = task_labels("graded", relative)
+    assert list(graded) == [0, 0, -1, graded[3], graded[4]] and weight is None and graded[4] < graded[3] < -1
+    capped, weight = task_labels("capped", relative)
+    assert capped == pytest.approx([0, np.log(GRADE) / 2, 1.5 * np.log(GRADE), np.log(CAP), np.log(CAP)])
+    assert list(weight) == list(relative)
+    assert task_labels("normalised", relative)[0][4] == pytest.approx(np.log(4 * CAP))
+
+
 def test_an_unknown_predictor_or_objective_is_named():
     from opbench.predictor.heldout import predictor
     from opbench.predictor.ranking import TaskRanker
 
-    with pytest.raises(OpBenchError, match="unknown predictor 'oracle'; predictors: latency, normalised, pairwise, pairwise-compiled, "
-                                            "ensemble-compiled"):
+    with pytest.raises(OpBenchError, match="unknown predictor 'oracle'; predictors: latency, normalised, pairwise, capped, "
+                                            "graded, pairwise-compiled, ensemble-compiled, ensemble-near-best"):
         predictor("oracle")
     with pytest.raises(OpBenchError, match="unknown ranking objective 'listwise'"):
         TaskRanker("listwise")

@@ -124,6 +124,18 @@ def make_folds(groups: list[str], folds: int | None, seed: int = 0) -> list[list
 Predictor = LatencyModel | TaskRanker | RankerEnsemble
 
 
+ENSEMBLES = {"ensemble-compiled": ("normalised", "pairwise"),
+             "ensemble-near-best": ("capped", "graded")}  # the same members, aimed at a task's fastest configs
+
+
+def compiled_ensemble(regression: str, ranking: str, seed: int) -> RankerEnsemble:
+    """A regression and a ranker on the compiled kernel's features (without MetaSchedule's per-store means, as
+    pairwise-compiled) and the ranker with the means, their scores summed."""
+    compiled = (PER_STORE_PREFIX,)
+    return RankerEnsemble([TaskRanker(regression, seed, without=compiled), TaskRanker(ranking, seed, without=compiled),
+                           TaskRanker(ranking, seed)])
+
+
 def predictor(name: str) -> Callable[[int], Predictor]:
     """A seed's untrained predictor of kind ``name`` (:data:`PREDICTORS`)."""
     if name == "latency":
@@ -132,10 +144,8 @@ def predictor(name: str) -> Callable[[int], Predictor]:
         return lambda seed: TaskRanker(name, seed)
     if name == "pairwise-compiled":
         return lambda seed: TaskRanker("pairwise", seed, without=(PER_STORE_PREFIX,))
-    if name == "ensemble-compiled":
-        compiled = (PER_STORE_PREFIX,)  # the compiled features alone, as pairwise-compiled
-        return lambda seed: RankerEnsemble([*(TaskRanker(objective, seed, without=compiled) for objective in OBJECTIVES),
-                                            TaskRanker("pairwise", seed)])
+    if name in ENSEMBLES:
+        return lambda seed: compiled_ensemble(*ENSEMBLES[name], seed)
     raise OpBenchError(f"unknown predictor '{name}'; predictors: {', '.join(PREDICTORS)}")
 
 

@@ -3,9 +3,13 @@
 
 A held-out task's best config is chosen by order alone, so a model need not learn how fast one task runs
 against another (TLP ranks within a task; MetaSchedule's XGBModel labels ``min_cost / cost`` per
-workload). Two objectives, grouped by canonical task (:func:`opbench.predictor.model.task_keys`):
+workload). Objectives, grouped by canonical task (:func:`opbench.predictor.model.task_keys`):
 ``normalised`` regresses log(latency / the task's best latency); ``pairwise`` is XGBoost's
-``rank:pairwise`` on the task's relative throughput (best latency / latency).
+``rank:pairwise`` on the task's relative throughput (best latency / latency). Two aim at a task's fastest
+configs, as a top-1 pick needs: ``capped`` regresses the same slowdown capped at :data:`CAP`, each row weighted
+by its relative throughput (how slow a slow config is does not pick the best); ``graded`` is ``pairwise`` on
+slowdowns binned in steps of :data:`GRADE` (configs within one step are not ordered against each other, so
+their measurement noise is not learnt).
 """
 from __future__ import annotations
 
@@ -17,9 +21,25 @@ import pandas as pd
 from opbench.exceptions import OpBenchError
 from opbench.predictor.model import XGB_THREADS, feature_columns, task_keys, trainable
 
-OBJECTIVES = ("normalised", "pairwise")
+OBJECTIVES = ("normalised", "pairwise", "capped", "graded")
+RANKING_OBJECTIVES = ("pairwise", "graded")  # XGBoost rankers: a higher score is faster
+CAP = 3.0  # "capped": a slowdown beyond this counts as this
+GRADE = 1.1  # "graded": slowdowns binned in steps of this ratio
 TREE = {"n_estimators": 300, "max_depth": 6, "learning_rate": 0.08, "subsample": 0.9, "colsample_bytree": 0.8,
         "n_jobs": XGB_THREADS}
+
+
+def task_labels(objective: str, relative: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """An objective's training labels and row weights (None: equal) from each row's relative throughput (its
+    task's best latency / its latency, 1 for the best)."""
+    slowdown = -np.log(relative)
+    if objective == "pairwise":
+        return relative, None
+    if objective == "graded":
+        return -np.floor(slowdown / np.log(GRADE) + 1e-9), None
+    if objective == "capped":
+        return np.minimum(slowdown, np.log(CAP)), relative
+    return slowdown, None
 
 
 class TaskRanker:
@@ -39,15 +59,18 @@ class TaskRanker:
         rows = trainable(frame)
         if len(rows) < 2:
             raise OpBenchError(f"need at least 2 measured trials to train, got {len(rows)}")
-        rows = rows.assign(_task=task_keys(rows).to_numpy()).sort_values("_task", kind="stable")
+        tasks = task_keys(rows).to_numpy()
+        order = np.argsort(tasks, kind="stable")  # a task's rows together, as a ranker's groups must be
+        rows, tasks = rows.iloc[order].reset_index(drop=True), tasks[order]
         self.columns = [c for c in feature_columns(rows) if not c.startswith(self.without)]
-        relative = rows.groupby("_task")["latency_ms"].transform("min") / rows["latency_ms"]  # 1 for a task's best
-        if self.objective == "pairwise":
+        latency = rows["latency_ms"]
+        label, weight = task_labels(self.objective, (latency.groupby(tasks).transform("min") / latency).to_numpy())
+        if self.objective in RANKING_OBJECTIVES:
             self.booster = xgb.XGBRanker(objective="rank:pairwise", random_state=self.seed, **TREE)
-            self.booster.fit(self._matrix(rows), relative.to_numpy(), qid=pd.factorize(rows["_task"])[0])
+            self.booster.fit(self._matrix(rows), label, qid=pd.factorize(tasks)[0])
         else:
             self.booster = xgb.XGBRegressor(random_state=self.seed, **TREE)
-            self.booster.fit(self._matrix(rows), -np.log(relative.to_numpy()))
+            self.booster.fit(self._matrix(rows), label, sample_weight=weight)
         return self
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
@@ -55,7 +78,7 @@ class TaskRanker:
         if self.booster is None:
             raise OpBenchError("the predictor is not trained")
         score = self.booster.predict(self._matrix(frame))
-        return -score if self.objective == "pairwise" else score
+        return -score if self.objective in RANKING_OBJECTIVES else score
 
     def _matrix(self, frame: pd.DataFrame) -> np.ndarray:
         return frame.reindex(columns=self.columns).astype("float64").to_numpy()
