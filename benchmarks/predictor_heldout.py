@@ -11,7 +11,7 @@ from each record's config and cached in DIR, or with the compute-nest features o
 record's config, or with those and the register tile's footprint against the caches, or with those and the
 compiled assembly's of features version 3, each older record's kernel built again, with or without
 MetaSchedule's per-store means, or both rankers summed with the normalised regression without the means, or
-the same aimed at each task's fastest configs: the graded rankers and the capped regression)
+the same aimed at each task's fastest configs: the capped regression, with the pairwise or the graded rankers)
 left-one-workload-out over the development workloads, 3 seeds (what ideas are chosen on), with every op kind's
 score; then on the FINAL workloads, set aside and never scored while choosing, each idea trained on every
 development workload with 3 seeds. Targets (issue 41) on the final workloads: mean top-1 >= 0.90, top-5 >= 0.95, none below a
@@ -127,6 +127,7 @@ MEANS = [f"feat.ms{i:03d}" for i in range(MS_FEATURES)]
 NESTS, ASSEMBLIES = list(NEST_COLUMNS), list(ASSEMBLY_COLUMNS)
 ASSEMBLY_NOT_STORES = "pairwise + nest + footprint + assembly - per-store"  # the pairwise-compiled predictor
 ENSEMBLE = "pairwise ± per-store & normalised + nest + footprint + assembly"  # the ensemble-compiled predictor
+CAPPED = "pairwise ± per-store & capped + nest + footprint + assembly"  # the ensemble-capped predictor
 NEAR_BEST = "graded ± per-store & capped + nest + footprint + assembly"  # the ensemble-near-best predictor
 
 
@@ -233,7 +234,7 @@ def per_record(folder: Path, cache_name: str, compute: Callable[[dict], dict[str
 
 
 IDEAS = (*PREDICTORS, "pairwise, stores summed", *(f"{name} + nest" for name in PREDICTORS),
-         "pairwise + nest + footprint", "pairwise + nest + footprint + assembly", ASSEMBLY_NOT_STORES, ENSEMBLE, NEAR_BEST)
+         "pairwise + nest + footprint", "pairwise + nest + footprint + assembly", ASSEMBLY_NOT_STORES, ENSEMBLE, CAPPED, NEAR_BEST)
 
 
 def ideas(folder: Path, chosen: Collection[str]) -> dict[str, tuple[pd.DataFrame, str]]:
@@ -242,7 +243,7 @@ def ideas(folder: Path, chosen: Collection[str]) -> dict[str, tuple[pd.DataFrame
     the compute-nest features added, the ranker with those and its register tile's footprint against the caches,
     and with those and the compiled assembly's, with and without MetaSchedule's per-store means, and without them
     the pairwise ranker summed with the normalised regression and with the ranker with them (RankerEnsemble), and
-    that ensemble aimed at each task's fastest configs (graded rankers, capped regression).
+    that ensemble aimed at each task's fastest configs (the capped regression, with pairwise or graded rankers).
     Features an idea needs are computed (and cached) only when it is chosen."""
     frame = read_jsonl(folder / RECORDS).drop(columns=NESTS + ASSEMBLIES, errors="ignore")
     out: dict[str, tuple[pd.DataFrame, str]] = {name: (frame, name) for name in PREDICTORS if name in chosen}
@@ -261,6 +262,7 @@ def ideas(folder: Path, chosen: Collection[str]) -> dict[str, tuple[pd.DataFrame
             out["pairwise + nest + footprint + assembly"] = (assembled, "pairwise")
             out[ASSEMBLY_NOT_STORES] = (assembled, "pairwise-compiled")
             out[ENSEMBLE] = (assembled, "ensemble-compiled")
+            out[CAPPED] = (assembled, "ensemble-capped")
             out[NEAR_BEST] = (assembled, "ensemble-near-best")
     return {name: out[name] for name in IDEAS if name in out and name in chosen}
 

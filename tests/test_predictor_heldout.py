@@ -104,7 +104,7 @@ def test_the_study_command_prints_every_group_and_both_summaries_and_saves_the_f
 
 
 @pytest.mark.parametrize("name", ["normalised", "pairwise", "capped", "graded", "pairwise-compiled", "ensemble-compiled",
-                                  "ensemble-near-best"])
+                                  "ensemble-capped", "ensemble-near-best"])
 def test_a_task_ranker_orders_the_configs_of_tasks_it_never_saw(name):
     from opbench.predictor.heldout import predictor
 
@@ -173,7 +173,8 @@ def test_an_unknown_predictor_or_objective_is_named():
     from opbench.predictor.ranking import TaskRanker
 
     with pytest.raises(OpBenchError, match="unknown predictor 'oracle'; predictors: latency, normalised, pairwise, capped, "
-                                            "graded, pairwise-compiled, ensemble-compiled, ensemble-near-best"):
+                                            "graded, pairwise-compiled, ensemble-compiled, ensemble-capped, "
+                                            "ensemble-near-best"):
         predictor("oracle")
     with pytest.raises(OpBenchError, match="unknown ranking objective 'listwise'"):
         TaskRanker("listwise")

@@ -124,8 +124,9 @@ def make_folds(groups: list[str], folds: int | None, seed: int = 0) -> list[list
 Predictor = LatencyModel | TaskRanker | RankerEnsemble
 
 
-ENSEMBLES = {"ensemble-compiled": ("normalised", "pairwise"),
-             "ensemble-near-best": ("capped", "graded")}  # the same members, aimed at a task's fastest configs
+ENSEMBLES = {"ensemble-compiled": ("normalised", "pairwise"),  # (the regression, the ranker)
+             "ensemble-capped": ("capped", "pairwise"),  # the regression aimed at a task's fastest configs
+             "ensemble-near-best": ("capped", "graded")}  # both members aimed there
 
 
 def compiled_ensemble(regression: str, ranking: str, seed: int) -> RankerEnsemble:
