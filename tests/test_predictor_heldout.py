@@ -161,7 +161,9 @@ def test_near_best_objectives_train_on_a_tasks_fastest_configs():
 
     relative = np.array([1.0, 1 / GRADE ** 0.5, 1 / GRADE ** 1.5, 1 / CAP, 1 / (4 * CAP)])
     graded, weight = task_labels("graded", relative)
-    assert list(graded) == [0, 0, -1, graded[3], graded[4]] and weight is None and graded[4] < graded[3] < -1
+    steps = [np.floor(np.log(CAP) / np.log(GRADE)), np.floor(np.log(4 * CAP) / np.log(GRADE))]
+    assert list(graded) == [0, 0, -1, -steps[0], -steps[1]] and weight is None and steps[1] > steps[0] > 1
+    assert list(task_labels("graded", np.array([1.0, 1 / GRADE ** 2]))[0]) == [0, -2]  # exactly two steps
     capped, weight = task_labels("capped", relative)
     assert capped == pytest.approx([0, np.log(GRADE) / 2, 1.5 * np.log(GRADE), np.log(CAP), np.log(CAP)])
     assert list(weight) == list(relative)

@@ -36,7 +36,7 @@ def task_labels(objective: str, relative: np.ndarray) -> tuple[np.ndarray, np.nd
     if objective == "pairwise":
         return relative, None
     if objective == "graded":
-        return -np.floor(slowdown / np.log(GRADE) + 1e-9), None
+        return -np.floor(slowdown / np.log(GRADE) + 1e-9), None  # + 1e-9: exactly n steps is step n, not n - 1
     if objective == "capped":
         return np.minimum(slowdown, np.log(CAP)), relative
     return slowdown, None
