@@ -2,7 +2,7 @@
 
 ``--collect DIR``: random-search trials (``--trials``, 64) of every workload below at 2 threads into
 ``DIR/records.jsonl``: matmul, dense, batch_matmul, convolutions (3x3, 1x1, strided, depthwise) and the
-six largest fused operators of two models (``bert-base@tiny``, ``mobilenet-v2@tiny``). A workload already
+nine largest fused operators of two models (``bert-base@tiny``, ``mobilenet-v2@tiny``). A workload already
 there is topped up to ``--trials``, so a killed collection resumes.
 
 ``--data DIR``: each idea (a predictor of ``opbench predictor study --predictor``, on the records'
@@ -123,6 +123,28 @@ DEVELOPMENT = (
     "depthwise_conv2d:n=1,c=256,h=14,w=14,r=3,s=3,stride=2,pad=1",
     "depthwise_conv2d:n=1,c=480,h=14,w=14,r=5,s=5,stride=1,pad=2",
     "softmax:m=512,n=512", "softmax:m=2048,n=64", "softmax:m=96,n=1000",
+    # more data, a fifth time: 46 more, weighted to the kinds the development set ranked worst (dense, matmul, softmax)
+    "dense:m=16,n=1024,k=1024", "dense:m=16,n=4096,k=1024", "dense:m=24,n=768,k=3072", "dense:m=32,n=2048,k=2048",
+    "dense:m=12,n=1536,k=1536", "dense:m=20,n=1280,k=640", "dense:m=64,n=1024,k=256", "dense:m=10,n=512,k=4096",
+    "dense:m=3,n=1024,k=2048", "dense:m=40,n=640,k=2560", "dense:m=16,n=256,k=256", "dense:m=8,n=1536,k=768",
+    "dense:m=28,n=384,k=1536", "dense:m=192,n=768,k=768", "dense:m=1,n=2048,k=2048", "dense:m=14,n=3072,k=256",
+    "matmul:m=192,n=768,k=384", "matmul:m=512,n=64,k=512", "matmul:m=64,n=64,k=2048", "matmul:m=256,n=1024,k=128",
+    "matmul:m=160,n=480,k=640", "matmul:m=768,n=768,k=64", "matmul:m=448,n=224,k=896", "matmul:m=96,n=192,k=1536",
+    "batch_matmul:b=8,m=32,n=256,k=128", "batch_matmul:b=4,m=64,n=512,k=128", "batch_matmul:b=16,m=64,n=64,k=32",
+    "batch_matmul:b=6,m=48,n=192,k=96", "softmax:m=1280,n=160", "softmax:m=48,n=4096", "softmax:m=192,n=768",
+    "softmax:m=3072,n=32", "softmax:m=640,n=320", "softmax:m=32,n=1024",
+    "conv2d:n=1,c=128,h=28,w=28,k=256,r=1,s=1,stride=1,pad=0",
+    "conv2d:n=1,c=960,h=7,w=7,k=160,r=1,s=1,stride=1,pad=0",
+    "conv2d:n=1,c=144,h=56,w=56,k=24,r=1,s=1,stride=1,pad=0",
+    "conv2d:n=1,c=128,h=14,w=14,k=128,r=3,s=3,stride=1,pad=1",
+    "conv2d:n=1,c=32,h=28,w=28,k=64,r=3,s=3,stride=1,pad=1",
+    "conv2d:n=1,c=128,h=28,w=28,k=256,r=3,s=3,stride=2,pad=1",
+    "conv2d:n=1,c=32,h=112,w=112,k=64,r=3,s=3,stride=2,pad=1",
+    "conv2d:n=1,c=64,h=56,w=56,k=128,r=1,s=1,stride=2,pad=0",
+    "depthwise_conv2d:n=1,c=192,h=56,w=56,r=3,s=3,stride=2,pad=1",
+    "depthwise_conv2d:n=1,c=48,h=56,w=56,r=3,s=3,stride=2,pad=1",
+    "depthwise_conv2d:n=1,c=320,h=14,w=14,r=3,s=3,stride=1,pad=1",
+    "depthwise_conv2d:n=1,c=72,h=28,w=28,r=3,s=3,stride=2,pad=1",
 )
 FINAL = (  # scored only at the end: one of each kind
     "matmul:m=384,n=384,k=768", "dense:m=16,n=1000,k=2048", "conv2d:n=1,c=512,h=28,w=28,k=128,r=1,s=1,stride=1,pad=0",
@@ -131,8 +153,8 @@ FINAL = (  # scored only at the end: one of each kind
     # set aside later (2026-11-29), never scored before: a batch_matmul, a 3x3 convolution, a softmax
     "batch_matmul:b=6,m=96,n=96,k=128", "conv2d:n=1,c=96,h=14,w=14,k=192,r=3,s=3,stride=1,pad=1", "softmax:m=768,n=256",
 )
-MODELS = ("bert-base@tiny", "mobilenet-v2@tiny")  # their six largest fused operators join the development set
-FUSED_PER_MODEL = 6
+MODELS = ("bert-base@tiny", "mobilenet-v2@tiny")  # their nine largest fused operators join the development set
+FUSED_PER_MODEL = 9
 # A dataset's labels: 3 repeats in turns, a series never taken again for a spell nor given extra turns (on a host
 # whose probes found a spell in half the turns, matmul-512's 64 trials took 223 s with reruns and waits, 110 s without).
 COLLECTION_TIMING = TimingPolicy(repeat=3, spell_reruns=0, extra_turns=0)
