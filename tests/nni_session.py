@@ -5,7 +5,8 @@ Brings loopback up (a fresh network namespace has it down), ``nnictl create``s t
 waits until NNI reports it DONE, ``nnictl experiment export``s the trials as CSV and stops it (only
 it: other experiments may be running beside it). NNI's launcher gives its manager about 4 s to answer
 before it kills it and fails (``_check_rest_server``): on a host busy with the rest of the suite a manager
-answered late once in 5 experiments, so a create that failed there is tried again.
+answered late once in 5 experiments, so a create that failed there is tried again. ``nnictl experiment export``
+gives it 5 s and exits 0 without writing the file when it is late, so an export is tried until the file is there.
 """
 import json
 import subprocess
@@ -15,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 NNICTL = str(Path(sys.executable).with_name("nnictl"))
-CREATE_ATTEMPTS = 3
+CREATE_ATTEMPTS = EXPORT_ATTEMPTS = 3
 
 
 def main(config: str, port: str, export: str, timeout_s: float = 400.0) -> int:
@@ -38,10 +39,22 @@ def main(config: str, port: str, export: str, timeout_s: float = 400.0) -> int:
                 break
             time.sleep(1)
         print("status", status, "experiment", experiment, flush=True)
-        subprocess.run([NNICTL, "experiment", "export", experiment, "--filename", export, "--type", "csv"], check=True)
+        exported = _export(experiment, export)
     finally:
         subprocess.run([NNICTL, "stop", experiment], capture_output=True)
-    return 0 if status.get("status") == "DONE" else 1
+    return 0 if status.get("status") == "DONE" and exported else 1
+
+
+def _export(experiment: str, path: str) -> bool:
+    """``nnictl experiment export`` to ``path``, tried again while the file is not there."""
+    for _ in range(EXPORT_ATTEMPTS):
+        out = subprocess.run([NNICTL, "experiment", "export", experiment, "--filename", path, "--type", "csv"],
+                             capture_output=True, text=True, check=True)
+        if Path(path).exists():
+            return True
+        print("export wrote nothing:", out.stdout, out.stderr, flush=True)
+        time.sleep(2)
+    return False
 
 
 if __name__ == "__main__":
