@@ -5,6 +5,9 @@
 nine largest fused operators of two models (``bert-base@tiny``, ``mobilenet-v2@tiny``). A workload already
 there is topped up to ``--trials``, so a killed collection resumes.
 
+``--verify DIR``: the records near their task's fastest, and every FINAL workload's, measured again in a fresh
+measurer (:mod:`_verified_labels`); the study labels each with the faster of its two latencies.
+
 ``--data DIR``: each idea (a predictor of ``opbench predictor study --predictor``, on the records'
 features version 1, with MetaSchedule's per-store features pooled by sum instead of mean, re-extracted offline
 from each record's config and cached in DIR, or with the compute-nest features of version 2 computed from each
@@ -12,14 +15,16 @@ record's config, or with those and the register tile's footprint against the cac
 compiled assembly's of features version 3, each older record's kernel built again, with or without
 MetaSchedule's per-store means, or both rankers summed with the normalised regression without the means, or
 the same aimed at each task's fastest configs: the capped regression, with the pairwise or the graded rankers)
-left-one-workload-out over the development workloads, 3 seeds (what ideas are chosen on), with every op kind's
-score; then on the FINAL workloads, set aside and never scored while choosing, each idea trained on every
-development workload with 3 seeds. Targets (issue 41) on the final workloads: mean top-1 >= 0.90, top-5 >= 0.95, none below a
-random pick, better than today's model ("latency"). ``--idea NAME`` (repeatable) scores only those ideas beside
-"latency"; ``--jobs`` processes score them, an idea's seed each.
+on ``--folds`` folds of the development workloads (10; 0 leaves each out alone), 3 seeds (what ideas are chosen
+on), with every op kind's score and the workloads below a random pick; then on the FINAL workloads, set aside and
+never scored while choosing, each idea trained on every development workload with 3 seeds. Targets (issue 41) on
+the final workloads: mean top-1 >= 0.90, top-5 >= 0.95, none below a random pick, better than today's model
+("latency"). ``--idea NAME`` (repeatable) scores only those ideas beside "latency"; ``--jobs`` processes score
+them, an idea's seed each.
 
     .venv/bin/python benchmarks/predictor_heldout.py --collect DIR [--trials 64]
-    .venv/bin/python benchmarks/predictor_heldout.py --data DIR [--idea NAME ...] [--jobs 2]
+    .venv/bin/python benchmarks/predictor_heldout.py --verify DIR
+    .venv/bin/python benchmarks/predictor_heldout.py --data DIR [--idea NAME ...] [--folds 10] [--recorded-labels] [--jobs 2]
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from _results import Results
+from _verified_labels import verified, verify
 
 from opbench.engines.loop import run_tuning
 from opbench.engines.simple import RandomEngine
@@ -158,6 +164,7 @@ FUSED_PER_MODEL = 9
 # A dataset's labels: 3 repeats in turns, a series never taken again for a spell nor given extra turns (on a host
 # whose probes found a spell in half the turns, matmul-512's 64 trials took 223 s with reruns and waits, 110 s without).
 COLLECTION_TIMING = TimingPolicy(repeat=3, spell_reruns=0, extra_turns=0)
+DEVELOPMENT_FOLDS = 10  # each fold's development workloads held out together (leaving each out alone: 20x the time)
 SEEDS = 3  # each fold trained with this many seeds: one seed's scores vary by +-0.06 top-1 on this data
 RECORDS, SUMMED, NESTED, FOOTPRINT, ASSEMBLY = ("records.jsonl", "summed_features.parquet", "nest_features.parquet",
                                                 "footprint_features.parquet", "assembly_features.parquet")
@@ -275,15 +282,15 @@ IDEAS = (*PREDICTORS, "pairwise, stores summed", *(f"{name} + nest" for name in 
          "pairwise + nest + footprint", "pairwise + nest + footprint + assembly", ASSEMBLY_NOT_STORES, ENSEMBLE, CAPPED, NEAR_BEST)
 
 
-def ideas(folder: Path, chosen: Collection[str]) -> dict[str, tuple[pd.DataFrame, str]]:
+def ideas(folder: Path, chosen: Collection[str], frame: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, str]]:
     """The rows and predictor of each chosen idea (of :data:`IDEAS`): the three predictors on today's features
     (features version 1), the ranker with the per-store features summed instead of averaged, each predictor with
     the compute-nest features added, the ranker with those and its register tile's footprint against the caches,
     and with those and the compiled assembly's, with and without MetaSchedule's per-store means, and without them
     the pairwise ranker summed with the normalised regression and with the ranker with them (RankerEnsemble), and
     that ensemble aimed at each task's fastest configs (the capped regression, with pairwise or graded rankers).
-    Features an idea needs are computed (and cached) only when it is chosen."""
-    frame = read_jsonl(folder / RECORDS).drop(columns=NESTS + ASSEMBLIES, errors="ignore")
+    Features an idea needs are computed (and cached) only when it is chosen; ``frame``: the collection's records."""
+    frame = frame.drop(columns=NESTS + ASSEMBLIES, errors="ignore")
     out: dict[str, tuple[pd.DataFrame, str]] = {name: (frame, name) for name in PREDICTORS if name in chosen}
     if "pairwise, stores summed" in chosen:
         summed = frame.drop(columns=MEANS, errors="ignore").merge(summed_store_features(folder), on="trial_id")
@@ -324,21 +331,25 @@ def kind_of(task: str) -> str:
     return "conv2d strided" if p.get("stride", "1") != "1" else f"conv2d {p['r']}x{p['s']}"
 
 
-def score(idea: tuple[pd.DataFrame, str], final: set[str], seed: int) -> tuple[HeldOutResult, HeldOutResult]:
-    """An idea's rows and predictor scored left-one-development-workload-out, then on the FINAL workloads (trained
-    on every development workload), with one seed."""
+def score(idea: tuple[pd.DataFrame, str], final: set[str], folds: int | None,
+          seed: int) -> tuple[HeldOutResult, HeldOutResult]:
+    """An idea's rows and predictor scored on ``folds`` folds of development workloads (None: leave one out, the same
+    folds for every idea and seed), then on the FINAL workloads (trained on every development workload), with one
+    seed."""
     rows, kind = idea
-    development = held_out_study(rows[~task_keys(rows).isin(final)], "workload", seeds=[seed], model=predictor(kind))
+    development = held_out_study(rows[~task_keys(rows).isin(final)], "workload", folds, seeds=[seed],
+                                 model=predictor(kind))
     return development, held_out_study(rows, "workload", seeds=[seed], model=predictor(kind), fixed_folds=[sorted(final)])
 
 
-def scored_ideas(tried: dict[str, tuple[pd.DataFrame, str]], final: set[str],
+def scored_ideas(tried: dict[str, tuple[pd.DataFrame, str]], final: set[str], folds: int | None,
                  jobs: int) -> dict[str, tuple[HeldOutResult, HeldOutResult]]:
     """Each idea's development and FINAL results over :data:`SEEDS` seeds, an idea's seed a process (XGBoost trains
     on one thread: one a core), today's model ("latency", the quickest) last."""
     runs = [(name, seed) for name in sorted(tried, key=lambda name: name == "latency") for seed in range(SEEDS)]
     with ProcessPoolExecutor(jobs) as pool:
-        parts = list(pool.map(score, [tried[name] for name, _ in runs], [final] * len(runs), [seed for _, seed in runs]))
+        parts = list(pool.map(score, [tried[name] for name, _ in runs], [final] * len(runs), [folds] * len(runs),
+                              [seed for _, seed in runs]))
     by_idea: dict[str, list[tuple[HeldOutResult, HeldOutResult]]] = {name: [] for name in tried}
     for (name, _), part in zip(runs, parts):
         by_idea[name].append(part)
@@ -346,22 +357,34 @@ def scored_ideas(tried: dict[str, tuple[pd.DataFrame, str]], final: set[str],
                    HeldOutResult.joined([final_ for _, final_ in seeds])) for name, seeds in by_idea.items()}
 
 
-def study(folder: Path, chosen: list[str] | None, jobs: int) -> None:
-    tried = ideas(folder, {"latency", *chosen} if chosen else IDEAS)
-    frame = tried["latency"][0]
-    keys = task_keys(frame)
-    final = {task_key_of(n) or n for n in FINAL}
-    results = Results("predictor_heldout")
-    results.print(f"{len(frame)} records, {keys.nunique()} workloads ({len(final)} set aside), from {folder / RECORDS}")
-    scored = scored_ideas(tried, final, jobs)
-    for name, (development, _) in scored.items():
-        results.print(f"\n{name}: leave one development workload out, {SEEDS} seeds, by op kind")
+def print_development(results: Results, scored: dict[str, HeldOutResult], protocol: str) -> None:
+    """Each idea's development scores by op kind, its workloads below a random pick, and both summaries."""
+    for name, development in scored.items():
+        results.print(f"\n{name}: {protocol}, {SEEDS} seeds, by op kind")
         results.table(table(by_kind(development).itertuples(index=False), list(by_kind(development).columns)))
+        groups = development.by_group()
+        below = [f"{g.group} ({g.top1:.3f} < {g.random_top1:.3f})" for g in groups.itertuples() if g.top1 < g.random_top1]
+        results.print(f"below a random pick: {', '.join(below) or 'none'}")
     results.print("\ndevelopment summaries (TenSet: mean of the workloads; TLP: pooled)")
-    summaries = {name: development.summaries() for name, (development, _) in scored.items()}
+    summaries = {name: development.summaries() for name, development in scored.items()}
     results.table(table([(n, *(f"{s[f'{w}_top{k}']:.3f}" for w in ("tenset", "tlp") for k in TOP_K), f"{s['below_random']:.0f}")
                          for n, s in summaries.items()],
                         ["predictor", "TenSet top-1", "TenSet top-5", "TLP top-1", "TLP top-5", "below random"]))
+
+
+def study(folder: Path, chosen: list[str] | None, folds: int | None, recorded: bool, jobs: int) -> None:
+    frame, labels = verified(read_jsonl(folder / RECORDS), folder)
+    if recorded:
+        frame, labels = read_jsonl(folder / RECORDS), "labels as recorded (--recorded-labels)"
+    tried = ideas(folder, {"latency", *chosen} if chosen else IDEAS, frame)
+    keys = task_keys(frame)
+    final = {task_key_of(n) or n for n in FINAL}
+    results = Results("predictor_heldout")
+    results.print(f"{len(frame)} records, {keys.nunique()} workloads ({len(final)} set aside), from {folder / RECORDS}; "
+                  f"{labels}")
+    scored = scored_ideas(tried, final, folds, jobs)
+    print_development(results, {name: development for name, (development, _) in scored.items()},
+                      "leave one development workload out" if folds is None else f"{folds} folds of development workloads")
     final_rows, verdicts = [], []
     for name, (_, result) in scored.items():
         groups, s = result.by_group(), result.summaries()
@@ -383,17 +406,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--collect", type=Path, help="folder to collect records into")
+    mode.add_argument("--verify", type=Path, help="folder of a collection whose records near their task's fastest to "
+                                                  "measure again (the labels become the faster of the two)")
     mode.add_argument("--data", type=Path, help="folder a collection wrote")
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--idea", action="append", choices=IDEAS, help="score only this idea (repeatable; 'latency', today's model, "
                                                         "is always scored); default: every idea")
+    parser.add_argument("--folds", type=int, default=DEVELOPMENT_FOLDS,
+                        help="folds of development workloads (0: leave one out, about 20x slower)")
+    parser.add_argument("--recorded-labels", action="store_true", help="score on the latencies as recorded, "
+                        "not on the verified ones")
     parser.add_argument("--jobs", type=int, default=2, help="processes scoring the ideas, an idea's seed each")
     args = parser.parse_args()
     if args.collect:
         collect(args.collect, args.trials, args.threads)
+    elif args.verify:
+        collected = read_jsonl(args.verify / RECORDS)["workload"].unique()
+        verify(args.verify, RECORDS, COLLECTION_TIMING, lambda m: model_workloads(m, args.verify, args.threads, collected),
+               whole={task_key_of(n) or n for n in FINAL})
     else:
-        study(args.data, args.idea, args.jobs)
+        study(args.data, args.idea, args.folds or None, args.recorded_labels, args.jobs)
 
 
 if __name__ == "__main__":

@@ -211,3 +211,61 @@ def test_a_model_engine_without_update_keeps_the_model_its_warm_start_trained():
             engine.observe(proposal.config, proposal.threads, 0.5)
         engine.ask(2)
         assert engine.trained_on == after
+
+
+def _benchmark_module(monkeypatch, name: str):
+    import importlib
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))
+    return importlib.import_module(name)
+
+
+def test_a_verified_label_is_the_faster_of_two_measurements_and_the_recorded_one_is_kept(tmp_path, monkeypatch):
+    labels = _benchmark_module(monkeypatch, "_verified_labels")
+    frame = pd.DataFrame({"trial_id": ["a", "b", "c"], "status": "ok", "latency_ms": [2.0, 1.0, 3.0]})
+    same, line = labels.verified(frame, tmp_path)
+    assert same is frame and "as recorded" in line
+    pd.DataFrame({"trial_id": ["a", "b"], "verified_latency_ms": [1.5, 1.2]}).to_parquet(tmp_path / labels.VERIFIED)
+    out, line = labels.verified(frame, tmp_path)
+    assert out["latency_ms"].tolist() == [1.5, 1.0, 3.0]  # a: faster again; b: slower again keeps 1.0; c: not measured
+    assert out["recorded_latency_ms"].tolist() == [2.0, 1.0, 3.0]
+    assert "2 records measured again" in line and "1 of them more than 10% faster" in line
+
+
+def test_records_near_their_tasks_fastest_and_whole_tasks_are_the_ones_measured_again(monkeypatch):
+    labels = _benchmark_module(monkeypatch, "_verified_labels")
+    latencies = {"m1": ("matmul-512", 1.0), "m2": ("matmul:m=512,n=512,k=512", 1.9), "m3": ("matmul-512", 2.5),
+                 "d1": ("dense:m=8,n=64,k=64", 4.0), "d2": ("dense:m=8,n=64,k=64", 40.0)}
+    records = [{"trial_id": t, "workload": w, "status": "ok", "latency_ms": ms} for t, (w, ms) in latencies.items()]
+    records.append({"trial_id": "x", "workload": "matmul-512", "status": "error", "latency_ms": 0.0})
+    assert {r["trial_id"] for r in labels.near_best(records, 2.0)} == {"m1", "m2", "d1"}  # one task under two names
+    dense = records[3]["workload"]
+    from opbench.workloads import task_key_of
+
+    assert {r["trial_id"] for r in labels.near_best(records, 2.0, {task_key_of(dense)})} == {"m1", "m2", "d1", "d2"}
+
+
+def test_a_verification_measures_each_record_again_once_and_resumes(tmp_path, monkeypatch, measurer):
+    from opbench.engines.loop import run_tuning
+    from opbench.engines.simple import RandomEngine
+    from opbench.hardware.resources import Resources
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.timing import TimingPolicy
+    from opbench.space import get_template
+    from opbench.tracking.jsonl import JsonlWriter, read_jsonl
+    from opbench.workloads import parse_workload
+
+    labels = _benchmark_module(monkeypatch, "_verified_labels")
+    workload = parse_workload("matmul:m=32,n=32,k=32")
+    engine = RandomEngine(get_template(workload).search_space(workload), 1, seed=0)
+    run_tuning(engine, workload, 3, measurer, JsonlWriter(tmp_path / "records.jsonl").write, Resources(1), batch=3)
+    recorded = read_jsonl(tmp_path / "records.jsonl")
+    ok = set(recorded.loc[recorded["status"] == "ok", "trial_id"])
+    timing = TimingPolicy(repeat=3, min_repeat_ms=5.0, spell_reruns=0, extra_turns=0)
+    labels.verify(tmp_path, "records.jsonl", timing, lambda _: None, near=float("inf"))
+    again = pd.read_parquet(tmp_path / labels.VERIFIED)
+    assert ok and set(again["trial_id"]) == ok and again["verified_latency_ms"].gt(0).all()
+    monkeypatch.setattr(Measurer, "__enter__", lambda self: pytest.fail("a finished verification measured again"))
+    labels.verify(tmp_path, "records.jsonl", timing, lambda _: None, near=float("inf"))
+    assert pd.read_parquet(tmp_path / labels.VERIFIED).equals(again)
