@@ -8,6 +8,7 @@ never changed: the verified latencies live beside them, by trial id, in ``VERIFI
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -40,7 +41,8 @@ def near_best(records: list[dict], near: float, whole: Collection[str] = ()) -> 
 def verify(folder: Path, records_name: str, timing: TimingPolicy, make_parse: Callable[[Measurer], object],
            whole: Collection[str] = (), near: float = NEAR) -> None:
     """Measure again every ok record of ``folder/records_name`` within ``near`` times its task's fastest (of the
-    tasks ``whole``: every one), workload by workload, saving each workload's latencies as it finishes (a killed verification resumes); ``make_parse``
+    tasks ``whole``: every one), workload by workload, saving each workload's latencies as it finishes (a killed
+    verification resumes; a record that fails this time is saved as NaN, keeping its recorded label); ``make_parse``
     registers what the workloads need to parse (a model's fused operators)."""
     path = folder / VERIFIED
     done = pd.read_parquet(path) if path.exists() else pd.DataFrame({"trial_id": [], "verified_latency_ms": []})
@@ -61,8 +63,8 @@ def verify(folder: Path, records_name: str, timing: TimingPolicy, make_parse: Ca
             workload = parse_workload(name)
             specs = [TrialSpec(workload, config_of(r), Resources(r["threads"]), r["template"]) for r in mine]
             again = measurer.measure_batch(specs)
-            fresh = pd.DataFrame([{"trial_id": r["trial_id"], "verified_latency_ms": a["latency_ms"]}
-                                  for r, a in zip(mine, again) if is_ok(a)])
+            fresh = pd.DataFrame({"trial_id": [r["trial_id"] for r in mine],
+                                  "verified_latency_ms": [a["latency_ms"] if is_ok(a) else math.nan for a in again]})
             done = pd.concat([done, fresh], ignore_index=True)
             done.to_parquet(path)
     print(f"verified {len(todo)} records in {time.monotonic() - started:.0f} s: {path}")

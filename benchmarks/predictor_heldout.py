@@ -373,9 +373,8 @@ def print_development(results: Results, scored: dict[str, HeldOutResult], protoc
 
 
 def study(folder: Path, chosen: list[str] | None, folds: int | None, recorded: bool, jobs: int) -> None:
-    frame, labels = verified(read_jsonl(folder / RECORDS), folder)
-    if recorded:
-        frame, labels = read_jsonl(folder / RECORDS), "labels as recorded (--recorded-labels)"
+    records = read_jsonl(folder / RECORDS)
+    frame, labels = (records, "labels as recorded (--recorded-labels)") if recorded else verified(records, folder)
     tried = ideas(folder, {"latency", *chosen} if chosen else IDEAS, frame)
     keys = task_keys(frame)
     final = {task_key_of(n) or n for n in FINAL}

@@ -226,9 +226,10 @@ def test_a_verified_label_is_the_faster_of_two_measurements_and_the_recorded_one
     frame = pd.DataFrame({"trial_id": ["a", "b", "c"], "status": "ok", "latency_ms": [2.0, 1.0, 3.0]})
     same, line = labels.verified(frame, tmp_path)
     assert same is frame and "as recorded" in line
-    pd.DataFrame({"trial_id": ["a", "b"], "verified_latency_ms": [1.5, 1.2]}).to_parquet(tmp_path / labels.VERIFIED)
+    again = pd.DataFrame({"trial_id": ["a", "b", "c"], "verified_latency_ms": [1.5, 1.2, float("nan")]})
+    again.to_parquet(tmp_path / labels.VERIFIED)
     out, line = labels.verified(frame, tmp_path)
-    assert out["latency_ms"].tolist() == [1.5, 1.0, 3.0]  # a: faster again; b: slower again keeps 1.0; c: not measured
+    assert out["latency_ms"].tolist() == [1.5, 1.0, 3.0]  # a: faster again; b: slower again keeps 1.0; c: failed again
     assert out["recorded_latency_ms"].tolist() == [2.0, 1.0, 3.0]
     assert "2 records measured again" in line and "1 of them more than 10% faster" in line
 
