@@ -34,7 +34,7 @@ from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
-from opbench.record import Record, new_trial_id
+from opbench.record import TrialRecord, new_trial_id
 from opbench.report.progress import table
 from opbench.space import get_template
 from opbench.testing.lan import MlflowServer
@@ -56,19 +56,19 @@ writer.close()
 """
 
 
-def real_records(n: int) -> list[Record]:
+def real_records(n: int) -> list[TrialRecord]:
     """``n`` random configs of a small matmul, measured here."""
     workload, resources = parse_workload("matmul:m=128,n=128,k=128"), Resources(2)
     template = get_template(workload)
     engine = create_engine(EngineSpec("random", seed=0), template.search_space(workload), workload, template,
                            resources, "dataset-scale")
-    records: list[Record] = []
+    records: list[TrialRecord] = []
     with Measurer(MeasureOptions(TimingPolicy(repeat=3))) as measurer:
         run_tuning(engine, workload, n, measurer, records.append, resources)
     return records
 
 
-def copies(records: list[Record], n: int) -> list[Record]:
+def copies(records: list[TrialRecord], n: int) -> list[TrialRecord]:
     return [{**records[i % len(records)], "trial_id": new_trial_id()} for i in range(n)]
 
 
@@ -88,7 +88,7 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "opbench.cli", *args]
 
 
-def loop_storage_ms(uri: str, records: list[Record], scratch: Path) -> tuple[float, float]:
+def loop_storage_ms(uri: str, records: list[TrialRecord], scratch: Path) -> tuple[float, float]:
     """Mean and p95 ms a Recorder's call takes in the trial loop (MLflow written in its background thread)."""
     times = []
     with Recorder(f"loop-{new_trial_id()}", uri, background_lock=HostLock(scratch / "lock")) as recorder:
@@ -106,7 +106,7 @@ def parquet_floor(path: Path, scratch: Path) -> float:
     return time.perf_counter() - start
 
 
-def measure_store(name: str, uri: str, sizes: list[int], base: list[Record], scratch: Path, out: Results) -> list[tuple]:
+def measure_store(name: str, uri: str, sizes: list[int], base: list[TrialRecord], scratch: Path, out: Results) -> list[tuple]:
     rows = []
     loop_mean, loop_p95 = loop_storage_ms(uri, copies(base, LOOP_RECORDS), scratch)
     for n in sizes:
@@ -121,7 +121,7 @@ def measure_store(name: str, uri: str, sizes: list[int], base: list[Record], scr
     return rows
 
 
-def before(src: Path, uri: str, name: str, base: list[Record], scratch: Path) -> tuple:
+def before(src: Path, uri: str, name: str, base: list[TrialRecord], scratch: Path) -> tuple:
     """The older code's export of BEFORE_RECORDS records it wrote as it did (a run each)."""
     log = scratch / "before.jsonl"
     writer = JsonlWriter(log)

@@ -36,7 +36,7 @@ from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
 from opbench.paths import safe_name
-from opbench.record import Record, is_ok
+from opbench.record import TrialRecord, is_ok
 from opbench.report.plots import engine_curves
 from opbench.report.progress import table
 from opbench.space import TEMPLATES, get_template
@@ -58,10 +58,10 @@ def warm_frame(folder: Path, held_out: str) -> pd.DataFrame:
 
 
 def tune(engine: Engine, workload: Workload, trials: int, measurer: Measurer, resources: Resources,
-         bar: float = 0.0) -> list[Record]:
+         bar: float = 0.0) -> list[TrialRecord]:
     """Up to ``trials`` trials of ``engine`` (its first the template default), two at a time, stopping at the
     first that reaches ``bar`` (0: never stop early)."""
-    records: list[Record] = []
+    records: list[TrialRecord] = []
     while len(records) < trials and not (bar and reached(records, bar) <= len(records)):
         got = run_tuning(engine, workload, min(2, trials - len(records)), measurer, lambda r: None, resources, batch=2)
         if not got:
@@ -70,7 +70,7 @@ def tune(engine: Engine, workload: Workload, trials: int, measurer: Measurer, re
     return records
 
 
-def reached(records: list[Record], bar: float, never: int = 0) -> int:
+def reached(records: list[TrialRecord], bar: float, never: int = 0) -> int:
     """Trials (counted from the first) until one was within :data:`REACH` of ``bar``; ``never`` (else one past
     the last trial) when none was."""
     return next((i for i, r in enumerate(records, start=1) if is_ok(r) and r["latency_ms"] <= REACH * bar),

@@ -35,7 +35,7 @@ _API = {
     "parse_workload": "opbench.workloads", "Workload": "opbench.workloads", "get_template": "opbench.space",
     "Resources": "opbench.hardware.resources",
     # records and reading them back
-    "Record": "opbench.record", "TrialRecord": "opbench.record", "Status": "opbench.record", "best_ok": "opbench.record",
+    "TrialRecord": "opbench.record", "Status": "opbench.record", "best_ok": "opbench.record",
     "ok_records": "opbench.record", "read_mlflow": "opbench.tracking", "read_mlflow_records": "opbench.tracking",
     "read_dataset": "opbench.tracking.dataset",
     # errors
@@ -49,7 +49,6 @@ __all__ = [
     "ModelSpec",
     "ModelTuneSpec",
     "OpBenchError",
-    "Record",
     "Resources",
     "Status",
     "StudyResult",
@@ -79,7 +78,7 @@ if TYPE_CHECKING:
     from opbench.measure.measurer import Measurer
     from opbench.measure.timing import TimingPolicy
     from opbench.measure.types import MeasureOptions, TrialSpec
-    from opbench.record import Record, Status, TrialRecord, best_ok, ok_records
+    from opbench.record import Status, TrialRecord, best_ok, ok_records
     from opbench.space import get_template
     from opbench.studies.models.tune import ModelSpec, ModelTuneSpec, tune_model
     from opbench.studies.tune import StudyResult, TuneSpec, run_study

@@ -3,8 +3,14 @@ argparse's message naming the flag (``argument --repeat: must be >= 1, got 0``) 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 from collections.abc import Callable
+from typing import TypeVar
+
+from opbench.exceptions import OpBenchError
+
+T = TypeVar("T")
 
 
 def _number(kind: type[int] | type[float], low: float, inclusive: bool) -> Callable[[str], float]:
@@ -35,3 +41,14 @@ def port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"must be a port (1-65535), got {text}")
     return int(value)
+
+
+def checked(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """A library parser as an argument type: the :class:`OpBenchError` it raises becomes argparse's message."""
+    @functools.wraps(parse)
+    def argument(text: str) -> T:
+        try:
+            return parse(text)
+        except OpBenchError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return argument

@@ -6,6 +6,7 @@ import functools
 import importlib
 import os
 
+import opbench.workloads.models  # noqa: F401  (registers where model operators come from)
 from opbench.exceptions import OpBenchError
 
 PLUGIN_ENV = "OPBENCH_PLUGINS"

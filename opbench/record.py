@@ -1,5 +1,6 @@
-"""The record: one trial, a :class:`TrialRecord` where it is made and one flat row (a dict) wherever it is
-stored or read, identical in MLflow, the write-ahead log and datasets.
+"""The record: one trial, a :class:`TrialRecord` wherever the library passes it, and one flat row (a dict,
+:meth:`TrialRecord.to_row`) only where a store writes it or a reader reads it back, identical in MLflow,
+the write-ahead log and datasets.
 
 Every layer touches it (measure builds it, tracking stores it, engines hear it, studies read it), so
 it lives at the bottom beside the exceptions.
@@ -12,15 +13,13 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, get_type_hints
 
 SCHEMA_VERSION = 2  # 2: task_key, cpu_model, template_version, features_version
-Record = dict[str, Any]
 
 
 class Status(StrEnum):
@@ -54,12 +53,16 @@ def _tag(default: Any = None) -> Any:
     return field(default=default, metadata={"kind": "tag"})
 
 
-@dataclass
-class TrialRecord:
-    """One trial as OpBench records it. Built once, where it is measured; :meth:`to_row` is the flat row
-    every store and dataset holds (None left out), :meth:`from_row` reads one back. Each field's kind says
-    where it lives in MLflow; the column lists :data:`PARAMS`, :data:`METRICS` and :data:`TAGS` are derived
-    from it."""
+@dataclass(eq=False)
+class TrialRecord(Mapping[str, Any]):
+    """One trial as OpBench records it, and what every layer passes. Built once, where it is measured;
+    :meth:`to_row` is the flat row every store and dataset holds (None left out), :meth:`from_row` reads one
+    back. Each field's kind says where it lives in MLflow; the column lists :data:`PARAMS`, :data:`METRICS`
+    and :data:`TAGS` are derived from it.
+
+    Fields are typed attributes (``record.latency_ms``); the record also reads as the read-only mapping of
+    its row (``record["latency_ms"]``, ``record.get("knob.vectorize")``), so code written against rows and
+    the public examples keep working. :meth:`set` is the one way to change a column."""
 
     # what was measured, and where (params)
     workload: str = _param()  # its name: a preset (matmul-512) or OP:key=value,...
@@ -157,9 +160,40 @@ class TrialRecord:
             else:
                 self.tags[key] = value
 
-    def to_row(self) -> Record:
+    def replace(self, **values: Any) -> TrialRecord:
+        """A copy (its own knobs, features, memory and tags) with ``values`` :meth:`set`."""
+        copy = replace(self, knobs=dict(self.knobs), features=dict(self.features), memory=dict(self.memory),
+                       tags=dict(self.tags))
+        copy.set(**values)
+        return copy
+
+    def __getitem__(self, key: str) -> Any:
+        """The row's column ``key`` (KeyError when it is not set, as the row leaves it out)."""
+        if key in _NAMES:
+            value = getattr(self, key)
+            if value is None:
+                raise KeyError(key)
+            return value
+        for prefix, kept in _PREFIXED:
+            if key.startswith(prefix):
+                return getattr(self, kept)[key[len(prefix):]]
+        return self.tags[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_row())
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a record or a row with the same columns and values."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return self.to_row() == (other.to_row() if isinstance(other, TrialRecord) else dict(other))
+
+    def __len__(self) -> int:
+        return len(self.to_row())
+
+    def to_row(self) -> dict[str, Any]:
         """The flat row: the fields that are set, ``knob.*`` and ``feat.*`` columns and the other tags."""
-        row: Record = dict(self.tags)
+        row: dict[str, Any] = dict(self.tags)
         row.update({f.name: getattr(self, f.name) for f in _COLUMNS if getattr(self, f.name) is not None})
         row.update({f"{KNOB_PREFIX}{k}": v for k, v in self.knobs.items()})
         row.update({f"{FEATURE_PREFIX}{k}": v for k, v in self.features.items()})
@@ -167,7 +201,7 @@ class TrialRecord:
         return row
 
     @classmethod
-    def from_row(cls, row: Record) -> TrialRecord:
+    def from_row(cls, row: Mapping[str, Any]) -> TrialRecord:
         """The record of a row (:meth:`to_row`'s inverse; unknown columns kept in ``tags``)."""
         known = _NAMES
         return cls(**{k: v for k, v in row.items() if k in known},
@@ -179,7 +213,10 @@ class TrialRecord:
 
 _COLUMNS = tuple(f for f in fields(TrialRecord) if "kind" in f.metadata)
 _NAMES = frozenset(f.name for f in _COLUMNS)
-_PREFIXES = (KNOB_PREFIX, FEATURE_PREFIX, MEM_PREFIX)
+_PREFIXED = ((KNOB_PREFIX, "knobs"), (FEATURE_PREFIX, "features"), (MEM_PREFIX, "memory"))
+_PREFIXES = tuple(prefix for prefix, _ in _PREFIXED)
+_INT_COLUMNS = frozenset(name for name, hint in get_type_hints(TrialRecord).items()
+                         if name in _NAMES and hint in (int, int | None))
 PARAMS = tuple(f.name for f in _COLUMNS if f.metadata["kind"] == "param")
 METRICS = tuple(f.name for f in _COLUMNS if f.metadata["kind"] == "metric")
 TAGS = tuple(f.name for f in _COLUMNS if f.metadata["kind"] == "tag")
@@ -201,28 +238,6 @@ def is_numeric(key: str) -> bool:
     return kind_of(key) in ("metric", "feature")
 
 
-def latency_stats(latencies_s: list[float], turn_sizes: list[int] | None = None) -> dict[str, float]:
-    """Median, mean and standard deviation of all the repeats (ms), and ``latency_cv``: the spread of the
-    repeats within a series. For repeats taken in several turns (``turn_sizes``: each turn's count, in
-    order) that is the pooled within-turn standard deviation over the mean, so the host's changes between
-    turns, which ``latency_ms_std`` includes, do not count as the series' noise."""
-    ms = [t * 1e3 for t in latencies_s]
-    if not ms:
-        return {}
-    mean = statistics.fmean(ms)
-    std = statistics.pstdev(ms)
-    spread = std
-    if turn_sizes and len(turn_sizes) > 1 and sum(turn_sizes) == len(ms) and len(ms) > len(turn_sizes):
-        turns, start = [], 0
-        for size in turn_sizes:
-            turns.append(ms[start:start + size])
-            start += size
-        squares = sum((x - statistics.fmean(turn)) ** 2 for turn in turns for x in turn)
-        spread = math.sqrt(squares / (len(ms) - len(turns)))
-    return {"latency_ms": statistics.median(ms), "latency_ms_mean": mean, "latency_ms_std": std,
-            "latency_cv": spread / mean if mean else math.nan}
-
-
 def new_trial_id() -> str:
     return uuid.uuid4().hex[:16]
 
@@ -237,13 +252,6 @@ def column_order(columns: list[str]) -> list[str]:
     return fixed + other + knobs + feats
 
 
-def to_json_value(key: str, value: Any) -> Any:
-    """A record value as stored in a JSON line (NaN and infinities become null)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def from_mlflow_value(key: str, value: Any) -> Any:
     """Undo MLflow's stringification of params and tags."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -252,7 +260,7 @@ def from_mlflow_value(key: str, value: Any) -> Any:
         return json.loads(value) if isinstance(value, str) else value
     if is_numeric(key):
         return float(value)
-    if key in ("schema_version", "threads", "cache_flush", "worker_pid", "kernel_pid", "verify_round"):
+    if key in _INT_COLUMNS:
         return int(value)
     if key.startswith(KNOB_PREFIX):
         return _knob_from_text(value)
@@ -273,22 +281,24 @@ def _knob_from_text(value: str) -> Any:
     return int(number) if number.is_integer() else value
 
 
-def is_ok(record: Record) -> bool:
+def is_ok(record: Mapping[str, Any]) -> bool:
     """Whether a trial built, ran and matched its reference (``status`` ok)."""
     return record.get("status") == Status.OK
 
 
-def ok_records(records: Iterable[Record], workload: str | None = None) -> list[Record]:
+def ok_records(records: Iterable[TrialRecord], workload: str | None = None) -> list[TrialRecord]:
     """The ok records, of ``workload`` only when it is given."""
-    return [r for r in records if is_ok(r) and (workload is None or r.get("workload") == workload)]
+    return [r for r in records if is_ok(r) and (workload is None or r.workload == workload)]
 
 
-def config_of(record: Record) -> dict[str, Any]:
-    """The knob values a record was measured with (its ``knob.*`` fields, without the prefix)."""
+def config_of(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The knob values a record (or a row) was measured with (its ``knob.*`` columns, without the prefix)."""
+    if isinstance(record, TrialRecord):
+        return dict(record.knobs)
     return {k[len(KNOB_PREFIX):]: v for k, v in record.items() if k.startswith(KNOB_PREFIX)}
 
 
-def best_ok(records: Iterable[Record]) -> Record | None:
+def best_ok(records: Iterable[TrialRecord]) -> TrialRecord | None:
     """The fastest ok record (lowest median latency), or None when none succeeded."""
     return min(ok_records(records), key=lambda r: r["latency_ms"], default=None)
 
@@ -298,29 +308,29 @@ def best_ok(records: Iterable[Record]) -> Record | None:
 OBJECTIVE_COLUMNS = {"latency": "latency_ms", "threads": "threads", "energy": "energy_j", "memory": WORKSPACE_METRIC}
 
 
-def pareto_front(records: Iterable[Record], objectives: tuple[str, ...]) -> list[Record]:
+def pareto_front(records: Iterable[TrialRecord], objectives: tuple[str, ...]) -> list[TrialRecord]:
     """The ok records with every objective measured that no other such record beats on all of them (each
     minimised; equal on all counts once), ordered by the last objective: every front OpBench reports."""
     columns = [OBJECTIVE_COLUMNS[o] for o in objectives]
     points = [(tuple(float(r[c]) for c in columns), r) for r in ok_records(records)
               if all(r.get(c) is not None for c in columns)]
-    front: dict[tuple[float, ...], Record] = {}
+    front: dict[tuple[float, ...], TrialRecord] = {}
     for values, record in points:
         if not any(other != values and all(o <= v for o, v in zip(other, values)) for other, _ in points):
             front.setdefault(values, record)
     return sorted(front.values(), key=lambda r: tuple(float(r[c]) for c in reversed(columns)))
 
 
-def speedup(reference: Record | None, best: Record | None) -> float:
+def speedup(reference: TrialRecord | None, best: TrialRecord | None) -> float:
     """How many times faster ``best`` is than ``reference`` (NaN when either is missing or failed)."""
     if not reference or not best or not is_ok(reference):
         return math.nan
     return reference["latency_ms"] / best["latency_ms"]
 
 
-def tee(*sinks: Callable[[Record], object]) -> Callable[[Record], None]:
+def tee(*sinks: Callable[[TrialRecord], object]) -> Callable[[TrialRecord], None]:
     """One record sink that hands each record to every one of ``sinks`` in turn."""
-    def sink(record: Record) -> None:
+    def sink(record: TrialRecord) -> None:
         for each in sinks:
             each(record)
     return sink

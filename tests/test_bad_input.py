@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from opbench.cli import main
 from opbench.exceptions import ConfigError
+from opbench.record import TrialRecord
 from opbench.space import get_template
 from opbench.testing.lan import free_port
 from opbench.tracking import read_jsonl_records, read_mlflow_records
@@ -160,7 +161,7 @@ def test_a_long_latency_list_survives_mlflow(tracking_uri):
 
     latencies = [1.0 + i / 7 for i in range(2000)]  # ~38,000 characters as JSON
     with Recorder("long", tracking_uri) as recorder:
-        recorder({"workload": WORKLOAD, "status": "ok", "trial_id": "t-long", "latency_ms": 1.0, "latencies_ms": latencies})
+        recorder(TrialRecord(workload=WORKLOAD, trial_id="t-long", latency_ms=1.0, latencies_ms=latencies))
     (back,) = read_mlflow_records(["long"], tracking_uri)
     assert back["latencies_ms"] == latencies
 

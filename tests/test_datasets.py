@@ -34,13 +34,13 @@ from opbench.workloads import parse_workload
 from .cli import run_cli
 
 
-def _record(i: int, **extra) -> dict:
+def _record(i: int, **extra) -> TrialRecord:
     """A record as a study makes one: knobs, features, memory, the latency list and a free-form tag."""
     workload = f"matmul:m={32 * (1 + i % 3)},n=64,k=64"
     return TrialRecord(workload=workload, task_key=workload, op="matmul", threads=1 + i % 2,
                        latency_ms=1.0 + i, latencies_ms=[1.0 + i, 1.5 + i], status="ok" if i % 5 else "run_error",
                        knobs={"i_split": 4 * (i % 4), "order": "SSRRS"}, features={"flops": 2.0 * i, "x": math.pi},
-                       memory={"workspace": 1024.0 * i}, tags={"engine_trial": i, "reference": False, **extra}).to_row()
+                       memory={"workspace": 1024.0 * i}, tags={"engine_trial": i, "reference": False, **extra})
 
 
 def _ids(rows) -> list[str]:
@@ -48,7 +48,7 @@ def _ids(rows) -> list[str]:
 
 
 def test_a_segment_holds_records_as_mlflow_gives_them_back(tmp_path):
-    rows = [_record(i) for i in range(9)]
+    rows = [_record(i).to_row() for i in range(9)]
     rows[3]["knob.i_split"] = "auto"  # a knob of numbers and words in one segment
     rows[4]["knob.huge"] = 2**63  # past int64
     path = write_segment([canonical(r) for r in rows], tmp_path / "s.parquet")
@@ -112,7 +112,7 @@ def test_records_no_segment_holds_export_from_their_runs(tracking_uri, tmp_path)
 
 
 def test_import_merges_and_keeps_provenance(tracking_uri, tmp_path):
-    rows = [_record(i) for i in range(7)]
+    rows = [_record(i).to_row() for i in range(7)]
     path = tmp_path / "d.jsonl"
     path.write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
     first = import_dataset(path, "merged", tracking_uri)
@@ -157,7 +157,7 @@ def test_import_then_export_through_an_mlflow_server_is_lossless_and_idempotent(
     monkeypatch.setattr("opbench.tracking.dataset.importer.SEGMENT_RECORDS", 50)  # segments of 50: a run per record is slow
     server = MlflowServer(f"sqlite:///{tmp_path / 'server.db'}", "127.0.0.1", tmp_path / "artifacts")
     try:
-        rows = [_record(i) for i in range(70)]  # two segments
+        rows = [_record(i).to_row() for i in range(70)]  # two segments
         with tempfile.TemporaryDirectory() as scratch:
             source = write_segment([canonical(r) for r in rows], Path(scratch) / "source.parquet")
             first = import_dataset(source, "remote", server.uri, runs=True)

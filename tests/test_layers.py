@@ -1,4 +1,5 @@
-"""Imports point down the layers only (DESIGN.md), function-level and TYPE_CHECKING imports included."""
+"""Imports point down the layers only (DESIGN.md) and form no cycle, function-level and TYPE_CHECKING imports
+included."""
 from __future__ import annotations
 
 import ast
@@ -7,12 +8,13 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "opbench"
-# Bottom to top. Intra-layer imports are free; a module may import any layer below its own.
+# Bottom to top; a module is in the layer of its longest prefix. A module may import its own layer and any below.
 LAYERS = [
     ("opbench.exceptions", "opbench.paths", "opbench.record", "opbench.argtypes", "opbench.lifecycle", "opbench.settings",
      "opbench.urls", "opbench._tvm_compat", "opbench._tvm_pool_worker"),
     ("opbench.hardware",),
     ("opbench.workloads",),
+    ("opbench.workloads.models",),  # whole models, above the catalogue: registers where fused workloads come from
     ("opbench.space",),
     ("opbench.plugins",),
     ("opbench.measure",),
@@ -29,10 +31,11 @@ FACADE = "opbench"  # opbench/__init__.py re-exports the public API from every l
 
 
 def layer_of(module: str) -> int:
-    for rank, prefixes in enumerate(LAYERS):
-        if any(module == p or module.startswith(p + ".") for p in prefixes):
-            return rank
-    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to DESIGN.md)")
+    ranked = [(len(p), rank) for rank, prefixes in enumerate(LAYERS) for p in prefixes
+              if module == p or module.startswith(p + ".")]
+    if not ranked:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to DESIGN.md)")
+    return max(ranked)[1]
 
 
 def modules() -> dict[str, Path]:
@@ -67,6 +70,82 @@ def upward_edges() -> list[str]:
             if layer_of(target) > layer_of(name):
                 edges.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {name} imports {target}")
     return edges
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the opbench modules it imports (a name imported from a module counts as that module)."""
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        targets = set()
+        for _, target in imported(path):
+            while target not in known and "." in target:
+                target = target.rpartition(".")[0]
+            if target != name and target != FACADE:
+                targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_modules_form_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_function_level_import():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def external_imports(path: Path) -> set[str]:
+    """The top-level packages outside opbench that ``path`` imports, wherever the import statement is."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.partition(".")[0])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.partition(".")[0] for a in node.names}
+    return found
+
+
+def test_the_cli_reaches_storage_only_through_the_store_interface():
+    for path in sorted((PACKAGE / "cli").rglob("*.py")):
+        assert "mlflow" not in external_imports(path), path
+        assert not [t for _, t in imported(path) if t.startswith("opbench.tracking.mlflow_")], path
+        assert ".mlflow." not in path.read_text(), f"{path}: a recorder's MLflow writer"
+
+
+def test_only_the_command_lines_parse_arguments():
+    for layer in ("studies", "engines", "tracking", "measure"):
+        for path in sorted((PACKAGE / layer).rglob("*.py")):
+            assert "argparse" not in external_imports(path), path
 
 
 def test_every_module_has_a_layer():

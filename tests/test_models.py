@@ -12,6 +12,7 @@ import pytest
 
 import mlflow
 from opbench.exceptions import OpBenchError
+from opbench.record import TrialRecord
 from opbench.tracking import read_mlflow
 from opbench.workloads.models.extract import anchor_kind
 from opbench.workloads.models.sources import load_model, model_names
@@ -334,7 +335,7 @@ def test_a_kept_tuning_is_found_again_only_under_the_same_key(tmp_path):
     key = ReuseKey.here("bert-base@tiny", 1, 128, 2, 16, 12, "optuna-tpe, seed 0")
     cache = TunedCache(tmp_path, key)
     assert cache.records() is None and cache.metaschedule(40) is None and cache.note == ""
-    records = {"fused_matmul": [{"status": "ok", "latency_ms": 1.5, "knob.tile": "8x8"}], "softmax": [{"status": "ok", "latency_ms": 0.2}]}
+    records = {"fused_matmul": [TrialRecord(latency_ms=1.5, knobs={"tile": "8x8"})], "softmax": [TrialRecord(latency_ms=0.2)]}
     cache.save_records(records)
     database = tmp_path / "ms-work"
     database.mkdir()

@@ -16,10 +16,11 @@ from opbench.measure import timing
 from opbench.measure.baselines import EXTRA_PROCESSES, median_process, wants_another
 from opbench.measure.protocol import LibraryInput, RunInput, RunResult
 from opbench.measure.runner.local import LocalRunner
-from opbench.measure.timing import Attempt, TimingPolicy, joined, take
+from opbench.measure.runner.retakes import Attempt, joined, take, wants_more_turns
+from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import TrialSpec
 from opbench.measure.worker import LIBRARY, Worker
-from opbench.record import Status
+from opbench.record import Status, TrialRecord
 from opbench.space import get_template
 from opbench.space.winograd import knobs as winograd_knobs
 from opbench.studies.claims import speedup_table
@@ -320,8 +321,7 @@ def test_contenders_differ_in_their_schedules_not_in_knobs_their_algorithm_ignor
 
     def trial(latency_ms, **knobs):
         config = template.validate(knobs, w)
-        return {"status": "ok", "latency_ms": latency_ms, "workload": w.name, "template": template.name,
-                **{f"knob.{k}": v for k, v in config.items()}}
+        return TrialRecord(latency_ms=latency_ms, workload=w.name, template=template.name, knobs=config)
 
     winograd = {"algorithm": "winograd", "winograd_tile": 4}
     records = [trial(1.0, **winograd, ow_block=14), trial(1.1, **winograd, ow_block=7),  # one Winograd schedule
@@ -346,13 +346,12 @@ class _FreshTimes:
 
     def measure_fresh(self, specs, short=()):
         times = [self.latencies[spec.config["k_inner"]] for spec in specs]
-        return [{"status": "ok", "latency_ms": t} if t == t else {"status": "runtime_error", "latency_ms": t}
-                for t in times]
+        return [TrialRecord(latency_ms=t, status="ok" if t == t else "run_error") for t in times]
 
 
 def test_the_best_is_the_contender_fastest_in_fresh_processes():
-    trials = [{"status": "ok", "latency_ms": ms, "trial_id": f"t{ms}", "threads": 1, "workload": MATMUL,
-               "template": "matmul", "knob.k_inner": n} for n, ms in enumerate((1.0, 1.1, 1.2))]
+    trials = [TrialRecord(latency_ms=ms, trial_id=f"t{ms}", workload=MATMUL, template="matmul", knobs={"k_inner": n})
+              for n, ms in enumerate((1.0, 1.1, 1.2))]
     seen = []
     assert select_best(_FreshTimes([1.3, 1.05, math.nan]), trials, seen.append)["trial_id"] == "t1.1"  # study's 1.0 was lucky
     assert sorted((r["verified_as"], r["verify_round"]) for r in seen) == [
@@ -376,7 +375,8 @@ class _ProcessLottery(_FreshTimes):
         records = super().measure_fresh(specs, short)
         for spec, record in zip(specs, records):
             if spec.config["k_inner"] == 0 and self.first:
-                record["latency_ms"], self.first = 1.5, False
+                record.set(latency_ms=1.5)
+                self.first = False
         return records
 
 
@@ -387,8 +387,8 @@ def test_a_reference_far_slower_than_the_best_takes_one_short_turn():
             return super().measure_fresh(specs, short)
 
     taken: list[list[int]] = []
-    records = {name: {"status": "ok", "latency_ms": ms, "threads": 1, "workload": MATMUL, "template": "matmul",
-                      "knob.k_inner": n} for n, (name, ms) in enumerate((("best", 1.0), ("near", 10.0), ("far", 300.0)))}
+    records = {name: TrialRecord(latency_ms=ms, workload=MATMUL, template="matmul", knobs={"k_inner": n})
+               for n, (name, ms) in enumerate((("best", 1.0), ("near", 10.0), ("far", 300.0)))}
     remeasure(Spy([1.0, 10.0, 300.0]), {n: spec_of(r) for n, r in records.items()},
               {n: r["latency_ms"] for n, r in records.items()}, rounds=2)
     assert taken == [[2], [2]]  # only the one past 20x the fastest, in both rounds
@@ -405,13 +405,13 @@ def test_a_reference_that_runs_the_best_schedule_shares_its_processes():
 
         def measure_fresh(self, specs, short=()):
             timed.append(sorted(str(spec.template) for spec in specs))
-            return [{"status": "ok", "latency_ms": 2.0 if spec.template == "numpy" else 1.0 + len(timed)}
-                    for spec in specs]
+            return [TrialRecord(latency_ms=2.0 if spec.template == "numpy" else 1.0 + len(timed)) for spec in specs]
 
     common = {"status": "ok", "threads": 1, "workload": MATMUL, "template": "mine", "finished_at": 1.0}
     default = {**common, "latency_ms": 1.0, "reference": "template_default", "trial_id": "d", "knob.k_inner": 0}
-    records = [default, {**common, "latency_ms": 3.0, "trial_id": "t", "knob.k_inner": 1},  # no contender
-               {**common, "latency_ms": 2.0, "reference": "numpy", "template": "numpy"}]
+    records = [TrialRecord.from_row(r) for r in (
+        default, {**common, "latency_ms": 3.0, "trial_id": "t", "knob.k_inner": 1},  # no contender
+        {**common, "latency_ms": 2.0, "reference": "numpy", "template": "numpy"})]
     verification = verify(Spy(), records, "s", rounds=2)
     assert verification.best_trial == "d" and timed == [["mine", "numpy"]] * 2  # the default once a round
     assert verification.schedules["template_default"].rounds_ms == verification.best.rounds_ms == [2.0, 3.0]
@@ -421,8 +421,8 @@ def test_a_reference_that_runs_the_best_schedule_shares_its_processes():
 
 
 def test_one_slow_process_does_not_decide_the_best():
-    trials = [{"status": "ok", "latency_ms": 1.0, "trial_id": f"t{n}", "threads": 1, "workload": MATMUL,
-               "template": "matmul", "knob.k_inner": n} for n in (1, 0)]
+    trials = [TrialRecord(latency_ms=1.0, trial_id=f"t{n}", workload=MATMUL, template="matmul", knobs={"k_inner": n})
+              for n in (1, 0)]
     assert select_best(_ProcessLottery(), trials)["trial_id"] == "t0"  # medians 1.0 vs 1.2 over 3 rounds
 
 
@@ -535,11 +535,11 @@ def test_more_turns_when_the_usual_turns_differ_by_more_than_max_cv_or_none_is_u
                          load={"host_slowness": slowness, "host_memory_slowness": 1.0})
 
     policy = TimingPolicy(max_cv=0.05)
-    assert not policy.wants_more_turns([turn(1.0), turn(1.04), turn(1.01)])
-    assert policy.wants_more_turns([turn(1.0), turn(1.06)])
-    assert not policy.wants_more_turns([turn(1.0), turn(1.4, slowness=1.5), turn(1.02)])  # a spell's turn is left out anyway
-    assert policy.wants_more_turns([turn(1.4, slowness=1.5), turn(1.3, slowness=1.3)])  # every turn in a spell
-    assert not policy.wants_more_turns([turn(1.0)]) and not policy.wants_more_turns([turn(1.4, slowness=1.5)])
+    assert not wants_more_turns(policy, [turn(1.0), turn(1.04), turn(1.01)])
+    assert wants_more_turns(policy, [turn(1.0), turn(1.06)])
+    assert not wants_more_turns(policy, [turn(1.0), turn(1.4, slowness=1.5), turn(1.02)])  # a spell's turn is left out anyway
+    assert wants_more_turns(policy, [turn(1.4, slowness=1.5), turn(1.3, slowness=1.3)])  # every turn in a spell
+    assert not wants_more_turns(policy, [turn(1.0)]) and not wants_more_turns(policy, [turn(1.4, slowness=1.5)])
 
 
 class _Spells:
@@ -609,7 +609,7 @@ def test_a_run_the_probes_find_in_a_spell_is_taken_again_and_the_nearest_to_usua
 
 
 def test_a_records_cv_is_the_spread_within_its_turns_not_between_them():
-    from opbench.record import latency_stats
+    from opbench.measure.series import latency_stats
 
     turns = [1.0e-3, 1.1e-3, 2.0e-3, 2.1e-3, 1.5e-3, 1.6e-3]  # three steady turns at three host speeds
     together, apart = latency_stats(turns), latency_stats(turns, [2, 2, 2])
@@ -632,9 +632,9 @@ def test_turns_a_probe_found_in_a_spell_are_left_out_unless_all_were():
     assert in_spells.load["host_slowness"] == spell
 
 
-def _process(ms: float, memory: float = 1.0, status: str = "ok") -> dict:
+def _process(ms: float, memory: float = 1.0, status: str = "ok") -> TrialRecord:
     """A baseline's fresh-process record whose memory probe read ``memory`` times its usual time."""
-    return {"status": status, "latency_ms": ms, "trial_id": f"p{ms}", "host_slowness": 1.0, "host_memory_slowness": memory}
+    return TrialRecord(status=status, latency_ms=ms, trial_id=f"p{ms}", host_slowness=1.0, host_memory_slowness=memory)
 
 
 def test_a_baseline_takes_more_processes_while_too_few_read_the_usual_state():

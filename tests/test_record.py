@@ -1,7 +1,9 @@
 """The record type: one constructor, rows that round-trip, column lists derived from its fields."""
+import pytest
+
 from opbench.hardware.resources import Resources
 from opbench.measure.types import TrialSpec
-from opbench.record import METRICS, PARAMS, TAGS, TrialRecord, kind_of
+from opbench.record import METRICS, PARAMS, TAGS, TrialRecord, from_mlflow_value, kind_of
 from opbench.workloads import parse_workload
 
 
@@ -25,8 +27,36 @@ def test_a_row_round_trips_and_unknown_columns_are_kept_as_tags():
     assert TrialRecord().trial_id != TrialRecord().trial_id
 
 
-def test_a_measured_record_is_a_row_of_the_record_type(measurer):
-    row = measurer.measure(TrialSpec(parse_workload("matmul:m=8,n=8,k=8"), {}, Resources(1), tags={"engine_trial": "0"}))
-    assert row["status"] == "ok", row["error"]
-    assert TrialRecord.from_row(row).to_row() == row
-    assert row["engine_trial"] == "0" and row["latencies_ms"] and row["worker_pid"] > 0
+def test_a_record_reads_as_its_row_and_changes_only_through_set():
+    record = TrialRecord(workload="w", latency_ms=2.0, knobs={"tile": 4}, features={"flops": 8.0}, memory={"workspace": 64.0})
+    record.set(reference="torch")
+    row = record.to_row()
+    assert dict(record) == row and len(record) == len(row) and set(record) == set(row)
+    assert record["latency_ms"] == 2.0 and record["knob.tile"] == 4 and record["feat.flops"] == 8.0
+    assert record["mem.workspace"] == 64.0 and record["reference"] == "torch" and record.get("energy_j") is None
+    assert "gflops" not in record and "knob.tile" in record and "knob.other" not in record  # unset: not in the row
+    with pytest.raises(KeyError):
+        record["gflops"]
+    with pytest.raises(TypeError):
+        record["latency_ms"] = 1.0  # type: ignore[index]
+    assert record == row and record == TrialRecord.from_row(row) and record != {**row, "latency_ms": 3.0}
+
+
+def test_a_replaced_record_is_a_copy_that_shares_nothing():
+    record = TrialRecord(workload="w", latency_ms=2.0, knobs={"tile": 4})
+    copy = record.replace(latency_ms=1.0, approach="independent")
+    copy.knobs["tile"] = 8
+    assert (copy.latency_ms, copy["approach"], copy["knob.tile"]) == (1.0, "independent", 8)
+    assert record == {**record.to_row()} and record["knob.tile"] == 4 and "approach" not in record
+
+
+def test_stored_integers_come_back_as_the_fields_types():
+    assert [from_mlflow_value(k, "3") for k in ("threads", "cache_flush", "verify_round", "latency_ms", "study")] == \
+        [3, 3, 3, 3.0, "3"]
+
+
+def test_a_measured_record_is_the_record_type(measurer):
+    record = measurer.measure(TrialSpec(parse_workload("matmul:m=8,n=8,k=8"), {}, Resources(1), tags={"engine_trial": "0"}))
+    assert isinstance(record, TrialRecord) and record.status == "ok", record.error
+    assert TrialRecord.from_row(record.to_row()) == record
+    assert record["engine_trial"] == "0" and record.latencies_ms and record.worker_pid and record.worker_pid > 0

@@ -4,6 +4,7 @@ import math
 import pytest
 
 import mlflow
+from opbench.record import TrialRecord
 from opbench.studies.configs import best_config
 from opbench.studies.threads import Scaling, fit_turning_points
 from opbench.tracking import read_mlflow
@@ -32,10 +33,11 @@ def test_turning_point_fit_recovers_a_linear_law():
 
 
 def test_best_config_ignores_references_and_failures():
-    records = [{"workload": "w", "status": "ok", "latency_ms": 1.0, "template": "torch", "reference": "torch"},
-               {"workload": "w", "status": "wrong_result", "latency_ms": 0.1, "knob.a": 9},
-               {"workload": "w", "status": "ok", "latency_ms": 2.0, "template": "matmul", "knob.a": 4},
-               {"workload": "w", "status": "ok", "latency_ms": 3.0, "template": "matmul", "knob.a": 2}]
+    records = [TrialRecord.from_row(r) for r in (
+        {"workload": "w", "status": "ok", "latency_ms": 1.0, "template": "torch", "reference": "torch"},
+        {"workload": "w", "status": "wrong_result", "latency_ms": 0.1, "knob.a": 9},
+        {"workload": "w", "status": "ok", "latency_ms": 2.0, "template": "matmul", "knob.a": 4},
+        {"workload": "w", "status": "ok", "latency_ms": 3.0, "template": "matmul", "knob.a": 2})]
     assert best_config(records, "w") == {"a": 4} and best_config(records, "other") is None
 
 

@@ -8,6 +8,7 @@ import mlflow
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
 from opbench.measure.types import TrialSpec
+from opbench.record import TrialRecord
 from opbench.tracking import Recorder, read_jsonl, read_mlflow
 from opbench.tracking.mlflow_store import FEATURES_FILE, KIND_TAG
 from opbench.tracking.writer import BackgroundWriter
@@ -62,7 +63,7 @@ def test_a_run_torn_by_a_killed_writer_is_not_read_back(tracking_uri):
     """A writer killed between creating a trial's run and terminating it leaves a RUNNING run with its
     tags but no metrics: readers skip it (a resumed study takes that record from its JSON-lines log)."""
     with Recorder("torn", tracking_uri) as recorder:
-        recorder({"workload": "w", "status": "ok", "latency_ms": 1.0, "trial_id": "whole"})
+        recorder(TrialRecord(workload="w", latency_ms=1.0, trial_id="whole"))
         client = recorder.mlflow.client
         client.create_run(recorder.mlflow.experiment_id, tags={KIND_TAG: "trial", "status": "ok", "trial_id": "torn",
                                                                "mlflow.parentRunId": recorder.mlflow.parent_run_id})

@@ -23,7 +23,7 @@ from opbench.hardware.resources import parse_thread_counts
 from opbench.integration.nni.experiment import EXPERIMENT_TUNERS
 from opbench.lifecycle import exit_on_sigterm, skip_final_collection
 from opbench.plugins import load_plugins
-from opbench.record import Record, is_ok, tee
+from opbench.record import TrialRecord, is_ok, tee
 from opbench.report.progress import TrialPrinter, table
 from opbench.workloads import OPERATORS, PRESETS, Workload, parse_workload
 from opbench.workloads.ops import parse_value
@@ -63,10 +63,10 @@ def _recorder(args: argparse.Namespace, study: str):
     return Recorder(args.study or study, args.tracking_uri, args.log, extra={"engine": args.command})
 
 
-def _print_records(records: list[Record], as_json: bool) -> None:
+def _print_records(records: list[TrialRecord], as_json: bool) -> None:
     if as_json:
-        out = records[0] if len(records) == 1 else records
-        print(json.dumps(out, default=str, allow_nan=True, indent=None))
+        rows = [r.to_row() for r in records]
+        print(json.dumps(rows[0] if len(rows) == 1 else rows, default=str, allow_nan=True, indent=None))
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
@@ -157,7 +157,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                   if k.startswith("knob.") and k[5:] in {g.partition('=')[0] for g in args.grid or []}))
                  for r in ok[: args.top]], ["latency_ms", "GFLOP/s", "threads", "grid point"]))
     failed = len(records) - len(ok)
-    print(f"\n{len(ok)} ok, {failed} failed; MLflow experiment '{recorder.study}' ({recorder.mlflow.uri})")
+    print(f"\n{len(ok)} ok, {failed} failed; MLflow experiment '{recorder.study}' ({recorder.uri})")
     return 0
 
 
@@ -186,15 +186,12 @@ def cmd_nni_new(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    import subprocess
-
-    from opbench.tracking.mlflow_store import default_tracking_uri, ensure_store
+    from opbench.tracking import default_tracking_uri, runs_url, serve_ui, ui_address
 
     uri = args.tracking_uri or default_tracking_uri()
-    ensure_store(uri)
-    print(f"MLflow UI on http://127.0.0.1:{args.port} for {uri} (Ctrl-C stops it)", file=sys.stderr)
-    return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-                            "--host", "127.0.0.1", "--port", str(args.port)])
+    where = runs_url(args.study, uri, args.port) if args.study else ui_address(args.port)
+    print(f"MLflow UI for {uri}: {where} (Ctrl-C stops it)", file=sys.stderr)
+    return serve_ui(uri, args.port)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -248,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_models.register(sub)
     cli_remote.register(sub)
     p = sub.add_parser("ui", help="start the MLflow UI on the store, bound to 127.0.0.1")
+    p.add_argument("study", nargs="?", help="print the address of this study's runs (MLflow opens its GenAI overview otherwise)")
     p.add_argument("--tracking-uri")
     p.add_argument("--port", type=port, default=5000)
     p.set_defaults(func=cmd_ui)

@@ -79,23 +79,6 @@ def cmd_dataset_featurize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _log_predictor_run(args: argparse.Namespace, model, metrics: dict[str, float], plot: Path, n_train: int) -> None:
-    import mlflow.xgboost
-
-    import mlflow
-    from opbench.tracking.mlflow_store import default_tracking_uri, ensure_store, experiment_id
-
-    uri = args.tracking_uri or default_tracking_uri()
-    exp = experiment_id(ensure_store(uri), args.study, uri)
-    mlflow.set_tracking_uri(uri)
-    with mlflow.start_run(experiment_id=exp, run_name=f"xgb-{args.split}", tags={"opbench.kind": "predictor"}):
-        mlflow.log_params({"data": str(args.data), "split": args.split, "seed": args.seed, "n_train": n_train,
-                           "n_features": len(model.columns)})
-        mlflow.log_metrics({k: v for k, v in metrics.items() if v == v})
-        mlflow.log_artifact(str(plot), "plots")
-        mlflow.xgboost.log_model(model.booster, name="model")
-
-
 def _metrics_table(metrics: dict[str, float]) -> str:
     return table([list(metrics.values())], list(metrics))
 
@@ -103,6 +86,7 @@ def _metrics_table(metrics: dict[str, float]) -> str:
 def cmd_predictor_train(args: argparse.Namespace) -> int:
     from opbench.predictor.model import LatencyModel, evaluate, split
     from opbench.report.plots import predicted_vs_measured
+    from opbench.tracking import log_run
     from opbench.tracking.dataset import read_dataset
 
     train, test = split(read_dataset(args.data), args.split, args.seed)
@@ -113,7 +97,9 @@ def cmd_predictor_train(args: argparse.Namespace) -> int:
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     plot = predicted_vs_measured(test["latency_ms"], model.predict(test),
                                  f"held-out ({args.split}): {len(test)} trials", out / "predicted_vs_measured.png")
-    _log_predictor_run(args, model, metrics, plot, len(train))
+    log_run(args.study, f"xgb-{args.split}", "predictor",
+            {"data": str(args.data), "split": args.split, "seed": args.seed, "n_train": len(train),
+             "n_features": len(model.columns)}, metrics, (plot,), model.booster, args.tracking_uri)
     print(f"trained on {len(train)} trials, {len(model.columns)} features; held out {len(test)} ({args.split}):")
     print(_metrics_table(metrics))
     print(f"model, metrics and plot in {out} (and an MLflow run in experiment '{args.study}')")

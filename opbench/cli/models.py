@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from opbench import settings
-from opbench.argtypes import nonneg_int, positive_int
+from opbench.argtypes import checked, nonneg_int, positive_int
 from opbench.engines.optuna.storage import STORAGE_HELP
 from opbench.exceptions import OpBenchError, ResourceError
 from opbench.paths import tuned_models_dir
@@ -17,7 +17,6 @@ from opbench.report.progress import TrialPrinter, table
 if TYPE_CHECKING:
     from opbench.engines.registry import EngineSpec
     from opbench.measure.measurer import Measurer
-    from opbench.record import Record
     from opbench.studies.models.profile import ModelProfile
     from opbench.studies.models.tune import ModelSpec
     from opbench.workloads.models.extract import FusedOp
@@ -46,14 +45,11 @@ def _print_op(n: int, op: FusedOp) -> None:
 
 
 def cmd_model_ops(args: argparse.Namespace) -> int:
-    from opbench.record import MEM_PREFIX
-    from opbench.report.plots import tradeoff
+    from opbench.studies.models.ops_log import record_ops
     from opbench.studies.models.profile import reference_name
     from opbench.studies.models.scheduled import UNTUNED
     from opbench.studies.models.tune import model_measurer
     from opbench.studies.models.tune import profile as profile_ops
-    from opbench.tracking import Recorder
-    from opbench.tracking.mlflow_store import study_dir
     from opbench.workloads.fused import model_name
     from opbench.workloads.models.sources import SIMPLE_PREFIX
 
@@ -81,38 +77,9 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
         print(f"tune it: opbench tune '{args.model.removeprefix(SIMPLE_PREFIX)}' --trials 32")
     elif key is not None:
         print(f"tune one: opbench tune '{model_name(args.model, key.name, args.batch, args.seq_len)}' --trials 32")
-    with Recorder(args.study, args.tracking_uri, extra={"engine": "model-ops"},
-                  parent_tags={"model": args.model}) as recorder:
-        records = [_op_record(args, op) for op in ops]
-        for record in records:
-            recorder(record)
-        plot = tradeoff(records, [], "memory", f"{args.model}: each operator's time and workspace",
-                        study_dir("plots", recorder.study, recorder.mlflow.uri) / "ops_time_memory.png")
-        recorder.mlflow.log_artifact(plot, "plots")
-        print(f"time against memory per operator: {plot} (also an artifact of the run)")
-        recorder.mlflow.log_parent({"model": args.model, "batch": args.batch, "seq_len": args.seq_len,
-                                    "threads": args.threads},
-                                   {"model_ms": profile.model_ms, "ops_sum_ms": profile.ops_ms,
-                                    "torch_ms": profile.torch_ms, "max_abs_err": profile.max_abs_err,
-                                    "fused_ops": len(ops), **{f"planned_{k.removeprefix(MEM_PREFIX)}_bytes": v
-                                                               for k, v in planned.items()}})
+    plot = record_ops(spec, profile, args.study, args.tracking_uri)
+    print(f"time against memory per operator: {plot} (also an artifact of the run)")
     return 0
-
-
-def _op_record(args: argparse.Namespace, op: FusedOp) -> Record:
-    """A model operator's row as model-ops records it (time, share and memory with its schedule)."""
-    from opbench.hardware.resources import host_facts
-    from opbench.record import MEM_PREFIX, TrialRecord
-    from opbench.workloads import task_key_of
-    from opbench.workloads.fused import model_name
-
-    host, name = host_facts(), model_name(args.model, op.name, args.batch, args.seq_len)
-    return TrialRecord(workload=name, op=op.kind, task_key=task_key_of(name) or "", host=host.hostname,
-                       cpu_model=host.cpu_model, tvm_version=host.tvm_version, template=op.schedule, dtype=op.dtype,
-                       shape=";".join("x".join(map(str, s)) for s in op.shapes), source_model=args.model,
-                       threads=args.threads, latency_ms=op.latency_ms, calls=op.calls, share=op.share,
-                       key_op=str(op.key), flops=op.flops, gflops=op.flops / (op.latency_ms * 1e-3) / 1e9,
-                       memory={k.removeprefix(MEM_PREFIX): v for k, v in op.memory.items()}).to_row()
 
 
 def _schedules_label(schedules: str) -> str:
@@ -171,8 +138,7 @@ def _tune_model_gpu(args: argparse.Namespace, engine: EngineSpec) -> int:
     from opbench.studies.claims import spread_text
     from opbench.studies.models.gpu import EAGER, GpuModelTune, tune_model_gpu, verify_gpu_model
     from opbench.studies.models.systems import EAGER_ROW, UNTUNED
-    from opbench.tracking import Recorder
-    from opbench.tracking.mlflow_store import study_dir
+    from opbench.tracking import Recorder, study_dir
 
     cpu_only = [flag for flag, used in (("--threads", args.threads != 1), ("--reuse", args.reuse is not None),
                                         ("--compare", args.compare != (UNTUNED, EAGER_ROW))) if used]
@@ -208,14 +174,14 @@ def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from opbench.engines.nni.engine import TUNERS
-    from opbench.studies.models.scheduled import DEFAULTS, SCHEDULES_HELP, schedules_arg
-    from opbench.studies.models.systems import EAGER_ROW, SYSTEMS, UNTUNED, systems_arg
+    from opbench.studies.models.scheduled import DEFAULTS, SCHEDULES_HELP, parse_schedules
+    from opbench.studies.models.systems import EAGER_ROW, SYSTEMS, UNTUNED, parse_systems
 
     p = sub.add_parser("models", help="models that model-ops can extract operators from")
     p.set_defaults(func=cmd_models)
     p = sub.add_parser("model-ops", help="a model's fused operators: shapes, FLOPs, calls, share of time, memory")
     _model_options(p, "model-ops")
-    p.add_argument("--schedules", type=schedules_arg, default=DEFAULTS, help=SCHEDULES_HELP)
+    p.add_argument("--schedules", type=checked(parse_schedules), default=DEFAULTS, help=SCHEDULES_HELP)
     p.set_defaults(func=cmd_model_ops)
     p = sub.add_parser("tune-model", help="tune a model's key operators, build it with them, compare with PyTorch")
     _model_options(p, None)
@@ -226,7 +192,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verify-rounds", type=nonneg_int, default=3, metavar="N",
                    help="time the tuned model and --compare's systems again, each in fresh processes, N "
                         "alternating rounds (0: skip; speed-ups are then printed as not verified)")
-    p.add_argument("--compare", type=systems_arg, default=(UNTUNED, EAGER_ROW), metavar="SYSTEMS",
+    p.add_argument("--compare", type=checked(parse_systems), default=(UNTUNED, EAGER_ROW), metavar="SYSTEMS",
                    help=f"what the tuned model is verified against, comma-separated: {', '.join(SYSTEMS)} "
                         "(torch: PyTorch eager; torch.compile: AOTInductor, compiled once)")
     p.add_argument("--engine", default="optuna", choices=("optuna", "nni", "random", "model"))

@@ -44,7 +44,7 @@ def record_reference() -> str:
     group of fields (its comment), each column with where it lives in MLflow and its comment."""
     from opbench.record import TrialRecord, kind_of
 
-    parts = ["# Record columns\n\nGenerated from `opbench.record.TrialRecord` (`make docs`). Params and tags are "
+    parts = ["# TrialRecord columns\n\nGenerated from `opbench.record.TrialRecord` (`make docs`). Params and tags are "
              "strings in MLflow, metrics numbers; `knob.<name>` columns are params, `feat.<name>` columns one JSON "
              "artifact per run (`features.json`); `mem.<name>` columns, bytes (`opbench.measure.memory`: "
              "`mem.input`, `mem.output`, `mem.<scope>` peaks, `mem.workspace` their sum, `mem.workspace_total` "

@@ -44,12 +44,13 @@ def tune_spec(args: argparse.Namespace) -> TuneSpec:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from opbench.studies.tune import run_study
+    from opbench.tracking import runs_url
 
     spec = tune_spec(args)
     result = run_study(spec, on_record=TrialPrinter(spec.trials))
     print_study(result)
     print(f"MLflow experiment '{result.study}' in {result.tracking_uri}")
-    print("open the UI: .venv/bin/opbench ui   (MLflow on 127.0.0.1:5000)")
+    print(f"open its runs: .venv/bin/opbench ui '{result.study}', then {runs_url(result.study, result.tracking_uri)}")
     return 0 if result.best else 1
 
 
@@ -88,8 +89,7 @@ def print_study(result: StudyResult) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from opbench.report.summary import summary_table, write_report
-    from opbench.tracking import Recorder, read_mlflow_records
-    from opbench.tracking.mlflow_store import KIND_TAG, study_dir
+    from opbench.tracking import KIND_TAG, Recorder, read_mlflow_records, study_dir
 
     records = read_mlflow_records(args.studies, args.tracking_uri)
     out = Path(args.out) if args.out else study_dir("reports", "+".join(args.studies), args.tracking_uri)
@@ -99,7 +99,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     with Recorder(args.studies[0], args.tracking_uri, parent_tags={KIND_TAG: "report", "mlflow.runName": "report"}) \
             as recorder:
         for path in paths:
-            recorder.mlflow.log_artifact(path, "report")
+            recorder.log_artifact(path, "report")
     print("\n" + "\n".join(f"wrote {p}" for p in paths))
     print(f"(also artifacts of the 'report' run in MLflow experiment '{args.studies[0]}')")
     return 0
@@ -109,8 +109,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from opbench.measure.measurer import Measurer
     from opbench.studies.claims import speedup_table
     from opbench.studies.verify import contenders_of, references, verified_best, verify
-    from opbench.tracking import Recorder, read_mlflow_records
-    from opbench.tracking.mlflow_read import latest_parent_run
+    from opbench.tracking import Recorder, latest_parent_run, read_mlflow_records
 
     parent = args.run or latest_parent_run(args.study, args.tracking_uri)
     with Measurer(measure_options(args)) as measurer, \
@@ -123,22 +122,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
               f"best configs and its default, timed in fresh processes), then it and {', '.join(refs) or 'no reference'} "
               f"in fresh processes, {args.rounds} alternating rounds", file=sys.stderr)
         verification = verify(measurer, records, args.study, args.rounds, recorder)
-        recorder.mlflow.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
+        recorder.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
     print(speedup_table(verified_best(records, verification), refs, verification))
-    print(f"recorded on run {parent} of MLflow experiment '{args.study}' ({recorder.mlflow.uri})")
+    print(f"recorded on run {parent} of MLflow experiment '{args.study}' ({recorder.uri})")
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    argv = ["tune", "matmul-512", "--engine", "optuna", "--sampler", "tpe", "--trials", str(args.trials),
-            "--threads", str(args.threads), "--study", "demo-matmul-512", "--seed", "0", "--batch", "2"]
-    from opbench.cli import main
-
-    return main(argv)
+    """``opbench tune`` on the demo's study, its flags parsed by the tune command's own parser."""
+    return cmd_tune(args.tune_parser.parse_args(
+        ["matmul-512", "--engine", "optuna", "--sampler", "tpe", "--trials", str(args.trials), "--threads",
+         str(args.threads), "--study", "demo-matmul-512", "--seed", "0", "--batch", "2"]))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tune", help="tune a workload with an engine (Optuna, NNI, random, grid, MetaSchedule)")
+    tune = p = sub.add_parser("tune", help="tune a workload with an engine (Optuna, NNI, random, grid, MetaSchedule)")
     add_measure_flags(p)
     p.add_argument("--engine", default="optuna", choices=ENGINES,
                    help="who proposes configs: Optuna, an NNI tuner in-process, random, grid, or TVM's MetaSchedule")
@@ -185,4 +183,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the main job: an Optuna TPE study on matmul-512")
     p.add_argument("--trials", type=nonneg_int, default=60)
     p.add_argument("--threads", type=positive_int, default=min(2, len(os.sched_getaffinity(0))))
-    p.set_defaults(func=cmd_demo)
+    p.set_defaults(func=cmd_demo, tune_parser=tune)

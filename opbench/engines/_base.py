@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbench.record import Record, is_ok
+from opbench.record import TrialRecord, is_ok
 
 if TYPE_CHECKING:
     from opbench.hardware.resources import Resources
@@ -38,7 +38,7 @@ class Engine(ABC):
         """Up to ``n`` proposals (fewer when the engine's space or budget is exhausted)."""
 
     @abstractmethod
-    def tell(self, proposal: Proposal, record: Record) -> None:
+    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
         """Report the record of a proposal (failed trials included, with their status)."""
 
     def reject(self, proposal: Proposal, reason: str) -> None:
@@ -52,7 +52,7 @@ class Engine(ABC):
         """Trials already finished in earlier sessions of a resumed study."""
         return 0
 
-    def recover(self, recorded: dict[str, Record]) -> list[Record]:
+    def recover(self, recorded: dict[str, TrialRecord]) -> list[TrialRecord]:
         """Resume: hear the records of trials of an earlier session (keyed by engine trial) that the
         engine never heard; returns those it took. Engines without resumable state take none."""
         return []
@@ -61,7 +61,7 @@ class Engine(ABC):
         """Release the engine's resources."""
 
 
-ArtifactSink = Callable[[Record | None, Path], None]  # a file for a trial's run (or, with None, the study's)
+ArtifactSink = Callable[[TrialRecord | None, Path], None]  # a file for a trial's run (or, with None, the study's)
 
 
 class LoopEngine(ABC):
@@ -71,8 +71,8 @@ class LoopEngine(ABC):
     name: str
 
     @abstractmethod
-    def run(self, workload: Workload, trials: int, measurer: Measurer, on_record: Callable[[Record], None],
-            resources: Resources, on_artifact: ArtifactSink | None = None) -> list[Record]:
+    def run(self, workload: Workload, trials: int, measurer: Measurer, on_record: Callable[[TrialRecord], None],
+            resources: Resources, on_artifact: ArtifactSink | None = None) -> list[TrialRecord]:
         """Tune; files worth keeping (a candidate's trace, the engine's database) go to ``on_artifact``."""
 
 
@@ -94,7 +94,7 @@ class DefaultFirst(Engine):
         first, self._pending = self._pending, None
         return [first, *self.engine.ask(n - 1)]
 
-    def tell(self, proposal: Proposal, record: Record) -> None:
+    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
         if proposal.handle is not DEFAULT:
             self.engine.tell(proposal, record)
         elif is_ok(record):
@@ -108,7 +108,7 @@ class DefaultFirst(Engine):
     def done(self) -> int:
         return self.engine.done
 
-    def recover(self, recorded: dict[str, Record]) -> list[Record]:
+    def recover(self, recorded: dict[str, TrialRecord]) -> list[TrialRecord]:
         return self.engine.recover(recorded)
 
     def close(self) -> None:

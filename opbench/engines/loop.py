@@ -10,7 +10,7 @@ from opbench.hardware.resources import Resources, parse_cores
 from opbench.lifecycle import fault_point
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
-from opbench.record import Record
+from opbench.record import TrialRecord
 from opbench.space import Template, get_template
 from opbench.workloads import Workload
 
@@ -19,14 +19,14 @@ REJECTS_PER_PROPOSAL = 50
 CORES_KNOB = "cores"  # pseudo-knob of a space that searches core sets
 
 
-def run_tuning(engine: Engine, workload: Workload, count: int, measurer: Measurer, on_record: Callable[[Record], None],
-               resources: Resources, template: str | None = None, batch: int = 1) -> list[Record]:
+def run_tuning(engine: Engine, workload: Workload, count: int, measurer: Measurer, on_record: Callable[[TrialRecord], None],
+               resources: Resources, template: str | None = None, batch: int = 1) -> list[TrialRecord]:
     """Ask the engine for configs in batches until ``count`` more trials are done (or it has no more).
 
     Each record is stored (``on_record``) before the engine hears it, so a kill in between leaves a
     record the engine can recover from on resume rather than a lost or repeated trial.
     """
-    records: list[Record] = []
+    records: list[TrialRecord] = []
     remaining = count
     tmpl = get_template(workload, template, resources.target)
     while remaining > 0:
@@ -36,7 +36,7 @@ def run_tuning(engine: Engine, workload: Workload, count: int, measurer: Measure
         specs = [_spec(workload, p, count - remaining + i, resources, template) for i, p in enumerate(proposals)]
         by_index: dict[str, Proposal] = {s.tags[ENGINE_TRIAL_TAG]: p for s, p in zip(specs, proposals)}
 
-        def settle(record: Record, by_index: dict[str, Proposal] = by_index) -> None:
+        def settle(record: TrialRecord, by_index: dict[str, Proposal] = by_index) -> None:
             fault_point("before-record")
             on_record(record)
             fault_point("before-tell")

@@ -30,7 +30,7 @@ from opbench.hardware.resources import Resources  # noqa: E402
 from opbench.hardware.targets import make_target  # noqa: E402
 from opbench.measure.measurer import Measurer  # noqa: E402
 from opbench.measure.types import TrialSpec  # noqa: E402
-from opbench.record import Record, is_ok  # noqa: E402
+from opbench.record import TrialRecord, is_ok  # noqa: E402
 from opbench.space.prescheduled import IR_FILE  # noqa: E402
 from opbench.workloads import Workload  # noqa: E402
 
@@ -69,7 +69,7 @@ class _Done(PyRunnerFuture):
 class _MeasurerRunner(PyRunner):
     """Measures a batch of saved candidates with the core loop; latency (s) goes back to MetaSchedule."""
 
-    def __init__(self, measure: Callable[[list[str]], list[Record]]) -> None:
+    def __init__(self, measure: Callable[[list[str]], list[TrialRecord]]) -> None:
         super().__init__()
         self.measure = measure
 
@@ -83,7 +83,7 @@ class _MeasurerRunner(PyRunner):
 class _TraceCallback(PyMeasureCallback):
     """Hands each measured candidate's trace to ``sink`` next to its record."""
 
-    def __init__(self, by_file: dict[str, Record], sink: ArtifactSink) -> None:
+    def __init__(self, by_file: dict[str, TrialRecord], sink: ArtifactSink) -> None:
         super().__init__()
         self.by_file, self.sink = by_file, sink
 
@@ -106,14 +106,14 @@ class MetaScheduleTuner(LoopEngine):
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="opbench-ms-"))
         self.seed, self.trials_per_iter = seed, trials_per_iter
 
-    def run(self, workload: Workload, trials: int, measurer: Measurer, on_record: Callable[[Record], None],
-            resources: Resources, on_artifact: ArtifactSink | None = None) -> list[Record]:
+    def run(self, workload: Workload, trials: int, measurer: Measurer, on_record: Callable[[TrialRecord], None],
+            resources: Resources, on_artifact: ArtifactSink | None = None) -> list[TrialRecord]:
         candidates = self.work_dir / "candidates"
         candidates.mkdir(parents=True, exist_ok=True)
-        records: list[Record] = []
-        by_file: dict[str, Record] = {}
+        records: list[TrialRecord] = []
+        by_file: dict[str, TrialRecord] = {}
 
-        def measure(files: list[str]) -> list[Record]:
+        def measure(files: list[str]) -> list[TrialRecord]:
             specs = [TrialSpec(workload, {IR_FILE: f}, resources, self.name,
                                tags={ENGINE_TRIAL_TAG: f"ms{len(records) + i}"}) for i, f in enumerate(files)]
             batch = measurer.measure_batch(specs, on_record=on_record)

@@ -22,7 +22,7 @@ from opbench.exceptions import ConfigError
 from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.features import static_features
 from opbench.predictor.model import LatencyModel, feature_columns, trainable
-from opbench.record import Record, is_ok
+from opbench.record import Status, TrialRecord, is_ok
 from opbench.space import Template
 from opbench.workloads import Workload
 
@@ -39,7 +39,7 @@ class ModelEngine(Engine):
         self._host = host_facts()
         self._pool, self._explore, self._update = pool, explore, update
         self._seen: set[str] = set()
-        self._measured: list[Record] = []
+        self._measured: list[dict[str, Any]] = []  # feature rows of the trials measured
         self._warm = trainable(warm_start) if warm_start is not None and len(warm_start) else pd.DataFrame()
         self._model: LatencyModel | None = None
         self._trained_on = -1
@@ -99,11 +99,11 @@ class ModelEngine(Engine):
             out.append(Proposal(config, threads, key))
         return out
 
-    def tell(self, proposal: Proposal, record: Record) -> None:
+    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
         if is_ok(record):
             self.observe(proposal.config, proposal.threads, record["latency_ms"])
 
     def observe(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
         """Learn one measured latency (what ``tell`` does, for callers without a full record, e.g. NNI)."""
-        self._measured.append({**self._features(config, threads), "status": "ok", "latency_ms": latency_ms,
+        self._measured.append({**self._features(config, threads), "status": Status.OK.value, "latency_ms": latency_ms,
                                "workload": self._workload.name})

@@ -13,7 +13,7 @@ from opbench.engines._base import DefaultFirst, Engine, LoopEngine, Space
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.paths import store_dir
-from opbench.record import Record, is_ok
+from opbench.record import TrialRecord, is_ok
 from opbench.space import Template
 from opbench.workloads import Workload
 
@@ -101,7 +101,7 @@ def default_point(space: Space, default: dict[str, Any], threads: int) -> tuple[
 
 
 def observe_default(engine: Engine, space: Space, default: dict[str, Any], threads: int,
-                    measured: Record | None) -> None:
+                    measured: TrialRecord | None) -> None:
     """Tell ``engine`` the template default's latency as measured outside it (a reference), instead of
     having it propose and measure that config again; nothing when it was not measured ok."""
     if measured is not None and is_ok(measured):

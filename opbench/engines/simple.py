@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from opbench.engines._base import Engine, Proposal, Space, split_threads
-from opbench.record import Record
+from opbench.record import TrialRecord
 
 
 class RandomEngine(Engine):
@@ -24,7 +24,7 @@ class RandomEngine(Engine):
             out.append(Proposal(config, threads))
         return out
 
-    def tell(self, proposal: Proposal, record: Record) -> None:
+    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
         return None
 
 
@@ -43,5 +43,5 @@ class GridEngine(Engine):
     def ask(self, n: int) -> list[Proposal]:
         return [Proposal(*split_threads(point, self._threads)) for point in itertools.islice(self._points, n)]
 
-    def tell(self, proposal: Proposal, record: Record) -> None:
+    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
         return None

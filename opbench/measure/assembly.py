@@ -14,10 +14,10 @@ import contextlib
 import math
 import re
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from opbench.exceptions import ConfigError
-from opbench.record import Record
 from opbench.space import Config, Template
 from opbench.workloads import Workload
 
@@ -53,7 +53,7 @@ def kernel_assembly_features(executable: Any, target: Any) -> dict[str, float]:
     return assembly_features(executable.mod.inspect_source("asm")) if is_x86(target) else {}
 
 
-def record_assembly_features(record: Record) -> dict[str, float]:
+def record_assembly_features(record: Mapping[str, Any]) -> dict[str, float]:
     """:func:`assembly_features` of a record's kernel built again from its config for the target it was built for
     (records made before they carried them: features version 2 and older); none where that target is not x86,
     or the template is unknown or no longer takes the config."""
@@ -85,7 +85,7 @@ def config_assembly_features(workload: Workload, template: Template, config: Con
     return kernel_assembly_features(compile_lowered(lowered(mod, target), target), target)
 
 
-def _record_target(record: Record) -> Any:
+def _record_target(record: Mapping[str, Any]) -> Any:
     """The TVM target a record's kernel was built for (its ``target``); where it names none, this host's for its
     threads if its host features say this host's vectors, else None (not known)."""
     from tvm.target import Target

@@ -16,7 +16,7 @@ from pathlib import Path
 from opbench.hardware.host_speed import Slowness
 from opbench.hardware.resources import Resources
 from opbench.paths import user_runtime_dir, write_private
-from opbench.record import Record, is_ok, new_trial_id
+from opbench.record import TrialRecord, is_ok, new_trial_id
 from opbench.workloads import Workload
 
 BASELINES_FILE = "baselines.json"
@@ -29,7 +29,7 @@ def usual_needed(processes: int) -> int:
     return min(2, processes)
 
 
-def wants_another(records: list[Record], processes: int) -> bool:
+def wants_another(records: list[TrialRecord], processes: int) -> bool:
     """Whether a baseline measured in ``records`` (one per process) takes another process: fewer than
     ``processes`` were taken, or fewer than :func:`usual_needed` of the successful ones found the host in
     its usual state and :data:`EXTRA_PROCESSES` more were not taken yet (docs/measurement.md#baselines)."""
@@ -38,7 +38,7 @@ def wants_another(records: list[Record], processes: int) -> bool:
     return len(_usual(records)) < usual_needed(processes) and len(records) < processes + EXTRA_PROCESSES
 
 
-def median_process(records: list[Record], processes: int) -> Record:
+def median_process(records: list[TrialRecord], processes: int) -> TrialRecord:
     """A baseline's record: the median (the lower of the middle two) of the successful processes whose
     probes found the host in its usual state when :func:`usual_needed` of them did, of every successful one
     otherwise; ``process_latencies_ms`` holds every successful process's latency and ``processes_usual``
@@ -48,12 +48,11 @@ def median_process(records: list[Record], processes: int) -> Record:
         return records[0]
     usual = _usual(ok)
     pool = usual if len(usual) >= usual_needed(processes) else ok
-    median = dict(pool[(len(pool) - 1) // 2])
-    median.update(process_latencies_ms=[r["latency_ms"] for r in ok], processes_usual=len(usual))
-    return median
+    return pool[(len(pool) - 1) // 2].replace(process_latencies_ms=[r["latency_ms"] for r in ok],
+                                             processes_usual=len(usual))
 
 
-def _usual(records: list[Record]) -> list[Record]:
+def _usual(records: list[TrialRecord]) -> list[TrialRecord]:
     """The successful records whose probes found the host in its usual state."""
     return [r for r in records if is_ok(r) and Slowness.of(r).usual]
 
@@ -74,22 +73,21 @@ class BaselineCache:
         self.path = path or user_runtime_dir() / BASELINES_FILE
         self._clock = clock
 
-    def get(self, key: str, max_age_s: float) -> Record | None:
+    def get(self, key: str, max_age_s: float) -> TrialRecord | None:
         """A copy of the baseline stored under ``key`` if it is at most ``max_age_s`` old, marked reused."""
         entry = self._load().get(key)
         if entry is None or not 0 <= self._clock() - entry["measured_at"] <= max_age_s:
             return None
-        record = dict(entry["record"])
-        record.update(reused_from=record["trial_id"], trial_id=new_trial_id(),
-                      baseline_age_s=self._clock() - entry["measured_at"], finished_at=self._clock())
-        return record
+        record = TrialRecord.from_row(entry["record"])
+        return record.replace(reused_from=record.trial_id, trial_id=new_trial_id(),
+                              baseline_age_s=self._clock() - entry["measured_at"], finished_at=self._clock())
 
-    def put(self, key: str, record: Record) -> None:
+    def put(self, key: str, record: TrialRecord) -> None:
         """Remember an ok baseline record (a failed one is never reused)."""
         if not is_ok(record) or record.get("reused_from"):
             return
         entries = self._load()
-        entries[key] = {"measured_at": self._clock(), "record": record}
+        entries[key] = {"measured_at": self._clock(), "record": record.to_row()}
         write_private(self.path, json.dumps(entries, default=str).encode())
 
     def _load(self) -> dict[str, dict]:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from opbench.exceptions import OpBenchError
 from opbench.measure.protocol import BuildResult, CoRunResult
-from opbench.record import Record, Status, TrialRecord, latency_stats, new_trial_id
+from opbench.measure.series import latency_stats
+from opbench.record import Status, TrialRecord, new_trial_id
 
 if TYPE_CHECKING:
     from opbench.measure.types import TrialSpec
@@ -54,26 +55,26 @@ def _median_ms(latencies_s: list[float]) -> float:
     return statistics.median(latencies_s) * 1e3
 
 
-def corun_records(spec: CoRunSpec, members: list[Record], solo: list[CoRunResult] | None,
-                  together: list[CoRunResult] | None, failed: tuple[TrialSpec, BuildResult] | None) -> list[Record]:
+def corun_records(spec: CoRunSpec, members: list[TrialRecord], solo: list[CoRunResult] | None,
+                  together: list[CoRunResult] | None, failed: tuple[TrialSpec, BuildResult] | None) -> list[TrialRecord]:
     """The co-run's own record (``record_kind`` corun) followed by its members' records, all joined by
     ``corun_id``. ``members`` are the members' trial records, completed here with co-run latencies."""
     corun_id = new_trial_id()
-    names = [m["workload"] for m in members]
+    names = [m.workload for m in members]
     for i, record in enumerate(members):
-        record.update(corun_id=corun_id, corun_mode=spec.mode, corun_with="+".join(names[:i] + names[i + 1:]))
+        record.set(corun_id=corun_id, corun_mode=spec.mode, corun_with="+".join(names[:i] + names[i + 1:]))
     parent = TrialRecord(
         record_kind="corun", trial_id=corun_id, corun_mode=spec.mode, workload="+".join(names),
-        op="+".join(m["op"] for m in members), threads=max(m["threads"] for m in members),
-        cores=";".join(m["cores"] for m in members), target=members[0]["target"], host=members[0]["host"],
-        tvm_version=members[0]["tvm_version"], window_s=spec.window_s, shape="", dtype="", template="").to_row()
+        op="+".join(m.op for m in members), threads=max(m.threads for m in members),
+        cores=";".join(m.cores for m in members), target=members[0].target, host=members[0].host,
+        tvm_version=members[0].tvm_version, window_s=spec.window_s)
     error = _first_error(solo, together, failed)
     if error:
         status, text = error
         for record, member in zip(members, spec.members):
             own = failed[1] if failed is not None and failed[0] is member else None
-            record.update(status=(own.status if own else status).value, error=(own.error if own else text)[:4000])
-        parent.update(status=status.value, error=text[:4000])
+            record.set(status=(own.status if own else status).value, error=(own.error if own else text)[:4000])
+        parent.set(status=status.value, error=text[:4000])
         return [_finish(parent, members)] + members
     assert together is not None  # no error: every member ran together
     # per member: (latencies, calls per sample, max |err| of its check), from its own worker or the shared one
@@ -82,8 +83,8 @@ def corun_records(spec: CoRunSpec, members: list[Record], solo: list[CoRunResult
     flops = [m.workload.flops for m in spec.members]
     for record, (member_lat, n, err), f in zip(members, timed, flops):
         stats = latency_stats(member_lat)
-        record.update(stats, status="ok", error="", gflops=f / (stats["latency_ms"] * 1e-3) / 1e9, number=n,
-                      repeat=len(member_lat), max_abs_err=err)
+        record.set(**stats, status=Status.OK.value, error="", gflops=f / (stats["latency_ms"] * 1e-3) / 1e9, number=n,
+                   repeat=len(member_lat), max_abs_err=err)
     co_ms = [r["latency_ms"] for r in members]
     if spec.mode == "stream":
         makespan = _median_ms(together[0].rounds_s)
@@ -91,14 +92,14 @@ def corun_records(spec: CoRunSpec, members: list[Record], solo: list[CoRunResult
     else:
         makespan = max(co_ms)
         gflops_total = sum(f / (ms * 1e-3) / 1e9 for f, ms in zip(flops, co_ms))
-    parent.update(status="ok", error="", makespan_ms=makespan, gflops_total=gflops_total,
+    parent.set(status=Status.OK.value, error="", makespan_ms=makespan, gflops_total=gflops_total,
                   started_late_ms=max(r.started_late_s for r in together) * 1e3)
     if solo is not None:
         solo_ms = [_median_ms(s.latencies_s[0]) for s in solo]
         for record, ms in zip(members, solo_ms):
-            record.update(solo_latency_ms=ms, slowdown=record["latency_ms"] / ms)
+            record.set(solo_latency_ms=ms, slowdown=record["latency_ms"] / ms)
         solo_makespan = sum(solo_ms) if spec.mode == "stream" else max(solo_ms)
-        parent.update(solo_makespan_ms=solo_makespan, slowdown=makespan / solo_makespan)
+        parent.set(solo_makespan_ms=solo_makespan, slowdown=makespan / solo_makespan)
     return [_finish(parent, members)] + members
 
 
@@ -113,7 +114,7 @@ def _first_error(solo: list[CoRunResult] | None, together: list[CoRunResult] | N
     return None
 
 
-def _finish(parent: Record, members: list[Record]) -> Record:
-    parent["finished_at"] = time.time()
-    parent["trial_s"] = max(m["trial_s"] for m in members)  # each member's clock started with the co-run
+def _finish(parent: TrialRecord, members: list[TrialRecord]) -> TrialRecord:
+    parent.set(finished_at=time.time(),
+               trial_s=max(m["trial_s"] for m in members))  # each member's clock started with the co-run
     return parent

@@ -8,12 +8,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from opbench.exceptions import ConfigError
 from opbench.hardware.cpu_shape import CpuShape, record_shape, shaped_for, target_shape
 from opbench.hardware.resources import HostFacts, Resources
-from opbench.record import KNOB_PREFIX, Record, config_of, from_mlflow_value
+from opbench.record import KNOB_PREFIX, config_of, from_mlflow_value
 from opbench.space import TEMPLATES, Config, Nest
 from opbench.workloads import OPERATORS, Workload, parse_workload
 
@@ -105,14 +106,14 @@ def config_nest(config: Config, workload: Workload, template_name: str | None) -
     return template.nest(config, workload) if template is not None and config else None
 
 
-def record_config(record: Record) -> Config:
+def record_config(record: Mapping[str, Any]) -> Config:
     """A record's knobs as its template takes them (a dataset keeps some as text, and NaN for another template's
     knobs in the same table)."""
     return {k: from_mlflow_value(KNOB_PREFIX + k, v) if isinstance(v, str) else v
             for k, v in config_of(record).items() if v == v}
 
 
-def record_nest(record: Record) -> Nest | None:
+def record_nest(record: Mapping[str, Any]) -> Nest | None:
     """The compute nest of a record's config on the CPU it ran on (:func:`record_shape`), knobs it lacks (an older
     template's record) at their defaults; None where its template is unknown or no longer takes its config."""
     workload, template = parse_workload(record["workload"]), TEMPLATES.get(record.get("template") or "")
@@ -121,7 +122,7 @@ def record_nest(record: Record) -> Nest | None:
     return None
 
 
-def record_nest_features(record: Record) -> dict[str, float]:
+def record_nest_features(record: Mapping[str, Any]) -> dict[str, float]:
     """:func:`nest_features` of :func:`record_nest`, for records made before they carried them
     (:data:`FEATURES_VERSION` 1)."""
     return nest_features(record_nest(record), int(record["threads"]), record_shape(record))

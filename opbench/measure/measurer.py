@@ -23,10 +23,11 @@ from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, Mode
 from opbench.measure.rpc import check_device
 from opbench.measure.runner import LocalRunner, RPCRunner, Runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
+from opbench.measure.series import latency_stats
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.paths import build_dir
-from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Record, Status, TrialRecord, knob_value, latency_stats
+from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Status, TrialRecord, knob_value
 from opbench.space import TEMPLATES, Config, get_template
 from opbench.workloads import PRESETS, Workload
 
@@ -76,10 +77,10 @@ class Measurer:
         else:
             self._local.warm_up(resources, libraries, models)
 
-    def measure(self, spec: TrialSpec) -> Record:
+    def measure(self, spec: TrialSpec) -> TrialRecord:
         return self.measure_batch([spec])[0]
 
-    def measure_batch(self, specs: list[TrialSpec], on_record: Callable[[Record], None] | None = None) -> list[Record]:
+    def measure_batch(self, specs: list[TrialSpec], on_record: Callable[[TrialRecord], None] | None = None) -> list[TrialRecord]:
         """Validate all specs, build the valid ones in parallel, then check and time them.
 
         Local runs take turns; remote ones run at once on as many devices as the runner holds. Never
@@ -88,9 +89,9 @@ class Measurer:
         """
         started = time.perf_counter()
         checked = [self._validate(spec) for spec in specs]
-        records: dict[int, Record] = {}
+        records: dict[int, TrialRecord] = {}
 
-        def emit(i: int, record: Record) -> None:
+        def emit(i: int, record: TrialRecord) -> None:
             records[i] = record
             if on_record:
                 on_record(record)
@@ -100,7 +101,7 @@ class Measurer:
                 emit(i, self._record(spec, template, config, started, Status.INVALID_CONFIG, error))
         builds = self._build_valid(specs, checked)
 
-        def finish(i: int, build: BuildResult, run: RunResult | None = None) -> Record:
+        def finish(i: int, build: BuildResult, run: RunResult | None = None) -> TrialRecord:
             latency_ms = math.inf
             try:
                 run_started = time.perf_counter()
@@ -176,7 +177,7 @@ class Measurer:
                                               o.connect_timeout_s)
         return self._runners[device]
 
-    def corun(self, spec: CoRunSpec) -> list[Record]:
+    def corun(self, spec: CoRunSpec) -> list[TrialRecord]:
         """Time the members of a co-run alone and then together; returns [co-run record, *member records].
 
         Every member is built and checked first; each is timed alone (solo, same harness and window)
@@ -200,7 +201,7 @@ class Measurer:
         return corun_records(spec, members, solo, together, failed)
 
     def measure_library(self, workload: Workload, library: str, resources: Resources,
-                        processes: int = LIBRARY_PROCESSES, reuse_s: float = 0.0) -> Record:
+                        processes: int = LIBRARY_PROCESSES, reuse_s: float = 0.0) -> TrialRecord:
         """Time ``torch`` or ``numpy`` on the workload with the same threads and cores in ``processes`` fresh
         processes that never run a TVM kernel (each as :meth:`measure_fresh` times it), one after another so
         that their start-ups space them out, more while too few find the host in its usual state: the record
@@ -212,14 +213,14 @@ class Measurer:
                 and self._local.host_usual(resources):
             return known
         spec = TrialSpec(workload, {}, resources, library)
-        records: list[Record] = []
+        records: list[TrialRecord] = []
         while wants_another(records, processes):
             records.append(self.measure_fresh([spec])[0])
         median = median_process(records, processes)
         self._baselines.put(key, median)
         return median
 
-    def measure_fresh(self, specs: list[TrialSpec], short: Collection[int] = ()) -> list[Record]:
+    def measure_fresh(self, specs: list[TrialSpec], short: Collection[int] = ()) -> list[TrialRecord]:
         """Each spec timed in a new process that has run nothing else (a library baseline when its
         template is in :data:`LIBRARIES`): the processes start together, then take the turns of
         :meth:`TimingPolicy.fresh` (never re-measured for their spread), so each spec's median comes from series
@@ -302,7 +303,7 @@ class Measurer:
         return HostFacts.unknown(run.device_addr if run is not None and run.device_addr else resources.device)
 
     def _record(self, spec: TrialSpec, template: str, config: Config, started: float, status: Status, error: str,
-                build: BuildResult | None = None, run: RunResult | None = None) -> Record:
+                build: BuildResult | None = None, run: RunResult | None = None) -> TrialRecord:
         finished_at = time.time()  # before the bookkeeping below: when the trial's run ended, give or take milliseconds
         workload, res, host = spec.workload, spec.resources, self._facts(spec.resources, run)
         preset = PRESETS.get(workload.preset or "")
@@ -326,7 +327,7 @@ class Measurer:
             self._timed(record, run, workload.flops / 1e9, host.peak_gflops(res.threads))
         record.trial_s = time.perf_counter() - started
         record.finished_at = finished_at  # unix seconds: tuning curves against wall time
-        return record.to_row()
+        return record
 
     def _timed(self, record: TrialRecord, run: RunResult, gflop: float, peak_gflops: float) -> None:
         """What a run adds to its trial's record: its latencies and how they were taken."""

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from opbench.record import OBJECTIVE_COLUMNS, Record, is_ok
+from opbench.record import OBJECTIVE_COLUMNS, TrialRecord, is_ok
 
 
 def _pyplot() -> Any:
@@ -28,7 +28,7 @@ def _save(fig: Any, ax: Any, title: str, path: Path) -> Path:
     return path
 
 
-def best_so_far(records: Iterable[Record]) -> list[float]:
+def best_so_far(records: Iterable[TrialRecord]) -> list[float]:
     """Running minimum of ok latencies, one value per trial (inf until the first ok trial)."""
     best, out = math.inf, []
     for record in records:
@@ -38,13 +38,13 @@ def best_so_far(records: Iterable[Record]) -> list[float]:
     return out
 
 
-def _references(ax: Any, references: dict[str, Record], first_color: int) -> None:
+def _references(ax: Any, references: dict[str, TrialRecord], first_color: int) -> None:
     for n, (name, ref) in enumerate(references.items(), start=first_color):
         if is_ok(ref):
             ax.axhline(ref["latency_ms"], linestyle="--", linewidth=1, color=f"C{n % 10}", label=name)
 
 
-def tuning_curve(records: list[Record], references: dict[str, Record], title: str, path: Path) -> Path:
+def tuning_curve(records: list[TrialRecord], references: dict[str, TrialRecord], title: str, path: Path) -> Path:
     """Best-so-far latency against trial number, each trial's latency as a dot, references as lines."""
     fig, ax = _pyplot().subplots(figsize=(7, 4))
     dots = [(i, r["latency_ms"]) for i, r in enumerate(records, start=1) if is_ok(r)]
@@ -60,7 +60,7 @@ def tuning_curve(records: list[Record], references: dict[str, Record], title: st
     return _save(fig, ax, title, path)
 
 
-def engine_curves(series: dict[str, list[Record]], references: dict[str, Record], title: str, path: Path,
+def engine_curves(series: dict[str, list[TrialRecord]], references: dict[str, TrialRecord], title: str, path: Path,
                   against: str = "trial") -> Path:
     """Best-so-far latency per engine against trial number or wall time (s since its first trial)."""
     fig, ax = _pyplot().subplots(figsize=(7, 4))
@@ -83,7 +83,7 @@ def engine_curves(series: dict[str, list[Record]], references: dict[str, Record]
 AXIS_LABELS = {"threads": "threads (cores used)", "energy": "energy (J per call)", "memory": "workspace (bytes)"}
 
 
-def tradeoff(records: list[Record], front: list[Record], objective: str, title: str, path: Path) -> Path:
+def tradeoff(records: list[TrialRecord], front: list[TrialRecord], objective: str, title: str, path: Path) -> Path:
     """Every ok trial's latency against ``objective`` (threads, energy or memory), the Pareto ``front`` joined."""
     column = OBJECTIVE_COLUMNS[objective]
     fig, ax = _pyplot().subplots(figsize=(6, 4))

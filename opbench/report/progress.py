@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from opbench.record import Record, config_of, is_ok
+from opbench.record import TrialRecord, config_of, is_ok
 
 
 def _fmt(value: Any) -> str:
@@ -23,7 +23,7 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     return "\n".join([line, "  ".join("-" * w for w in widths), *body])
 
 
-def changed_knobs(record: Record, base: dict[str, Any] | None = None) -> str:
+def changed_knobs(record: TrialRecord, base: dict[str, Any] | None = None) -> str:
     """The knob values of a record (only those differing from ``base`` when given)."""
     knobs = config_of(record)
     if base is not None:
@@ -41,7 +41,7 @@ class TrialPrinter:
         self.count = 0
         self.best: dict[str, float] = {}  # per workload
 
-    def __call__(self, record: Record) -> None:
+    def __call__(self, record: TrialRecord) -> None:
         latency, workload = record.get("latency_ms"), record.get("workload", "")
         if record.get("reference"):
             head = f"[reference {record['reference']}]"
@@ -59,7 +59,7 @@ class TrialPrinter:
               f"{detail}{error}", file=self._stream or sys.stderr, flush=True)  # sys.stderr as it is now
 
 
-def corun_line(record: Record) -> str:
+def corun_line(record: TrialRecord) -> str:
     """One line for a co-run's own record: mode, layout, members, makespan and slowdown (or the error)."""
     head = f"co-run {record['corun_mode']} {record['cores']}: {record['workload']}: {record['status']}"
     if not is_ok(record):
@@ -68,11 +68,11 @@ def corun_line(record: Record) -> str:
     return f"{head}, makespan {record['makespan_ms']:.4f} ms{slowdown}, {record['gflops_total']:.1f} GFLOP/s"
 
 
-def corun_printer(total: int | None) -> Callable[[Record], None]:
+def corun_printer(total: int | None) -> Callable[[TrialRecord], None]:
     """A line per co-run and per solo trial (the members of a co-run are summed up in its line)."""
     printer = TrialPrinter(total)
 
-    def show(record: Record) -> None:
+    def show(record: TrialRecord) -> None:
         if record.get("record_kind") == "corun":
             print(corun_line(record), flush=True)
         elif not record.get("corun_id"):

@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from opbench.record import Record, best_ok, config_of, ok_records, pareto_front, speedup
+from opbench.record import TrialRecord, best_ok, config_of, ok_records, pareto_front, speedup
 from opbench.report.plots import best_so_far, engine_curves, tradeoff
 from opbench.report.progress import changed_knobs, table
 
@@ -22,10 +22,10 @@ class EngineSummary:
     vs_torch: float  # torch latency / best latency (> 1: faster than torch)
 
 
-def split_records(records: list[Record]) -> tuple[dict[str, list[Record]], dict[str, Record]]:
+def split_records(records: list[TrialRecord]) -> tuple[dict[str, list[TrialRecord]], dict[str, TrialRecord]]:
     """Tuning trials per engine (in time order) and the latest record of each reference."""
-    series: dict[str, list[Record]] = {}
-    refs: dict[str, Record] = {}
+    series: dict[str, list[TrialRecord]] = {}
+    refs: dict[str, TrialRecord] = {}
     for record in sorted(records, key=lambda r: r.get("finished_at") or 0.0):
         if record.get("reference"):
             refs[record["reference"]] = record
@@ -34,7 +34,7 @@ def split_records(records: list[Record]) -> tuple[dict[str, list[Record]], dict[
     return series, refs
 
 
-def summarize_engine(engine: str, records: list[Record], refs: dict[str, Record]) -> EngineSummary:
+def summarize_engine(engine: str, records: list[TrialRecord], refs: dict[str, TrialRecord]) -> EngineSummary:
     curve = best_so_far(records)
     best = curve[-1] if curve else math.inf
     ok = ok_records(records)
@@ -53,7 +53,7 @@ def summary_table(summaries: list[EngineSummary]) -> str:
                  ["engine", "trials", "ok", "best_ms", "GFLOP/s", "trials_to_10%", "wall_s", "x torch"])
 
 
-def best_tir(record: Record) -> str:
+def best_tir(record: TrialRecord) -> str:
     """The best trial's scheduled TensorIR (what ``tvm.compile`` lowers), rebuilt from its record."""
     from opbench.space import get_template
     from opbench.workloads import parse_workload
@@ -64,7 +64,7 @@ def best_tir(record: Record) -> str:
     return template.schedule(workload, config).script()
 
 
-def write_report(records: list[Record], title: str, out: Path) -> tuple[list[EngineSummary], list[Path]]:
+def write_report(records: list[TrialRecord], title: str, out: Path) -> tuple[list[EngineSummary], list[Path]]:
     """Plots and the best schedule's TIR under ``out``; the per-engine summaries."""
     series, refs = split_records(records)
     if not series:

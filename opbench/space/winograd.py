@@ -27,16 +27,15 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from opbench.hardware.cpu_shape import current_shape
+from opbench.space import winograd_fused
 from opbench.space._base import Config, Knob, Nest, divisors
-from opbench.space._schedule import loops_below, mark_prepack
-from opbench.space.winograd_stages import ConvShape, stages
+from opbench.space.winograd_stages import TILES, ConvShape, schedule, stages
 from opbench.space.winograd_stages import lanes as _lanes
 from opbench.workloads import Workload
 
 if TYPE_CHECKING:
     from tvm import IRModule
 
-TILES = (2, 4)  # m: F(2x2, 3x3) is the more accurate, F(4x4, 3x3) the fewer multiplications
 KNOBS = ("winograd_tile", "winograd_rows", "winograd_cols", "winograd_reduce", "winograd_in_op")
 ROWS_CAP, COLS_CAP, REDUCE_CAP = 16, 64, 64
 DEFAULT_ROWS_CAP = 8
@@ -53,18 +52,11 @@ def _of_a_model(workload: Workload) -> bool:
     return workload.op.name != "conv2d"
 
 
-def _fused() -> Any:
-    """The module for a model's fused convolutions (which imports this one)."""
-    from opbench.space import winograd_fused
-
-    return winograd_fused
-
-
 def applies(workload: Workload) -> bool:
     """A float32 conv2d with a 3x3 window, stride 1 and no dilation; or a model's fused operator around one
     (:mod:`opbench.space.winograd_fused`)."""
     if _of_a_model(workload):
-        return _fused().applies(workload)
+        return winograd_fused.applies(workload)
     p = workload.params
     return workload.dtype == "float32" and p["r"] == p["s"] == 3 and p["stride"] == p["dilation"] == 1
 
@@ -72,7 +64,7 @@ def applies(workload: Workload) -> bool:
 def conv_shape(workload: Workload) -> ConvShape:
     """The convolution's sizes, of a catalogue conv2d or a model's fused one."""
     if _of_a_model(workload):
-        return _fused().conv_shape(workload)
+        return winograd_fused.conv_shape(workload)
     p = workload.params
     _, _, oh, ow = workload.op.output_shape(p)
     return ConvShape(p["n"], p["c"], p["h"], p["w"], p["k"], p["pad"], oh, ow)
@@ -168,153 +160,8 @@ def compute(workload: Workload, m: int) -> Any:
     return tvm.IRModule({"main": te.create_prim_func([data, weight, out])})
 
 
-def _vectorize_innermost(sch: Any, block: Any, at: Any, shared_with: Any = None) -> None:
-    """Vectorise ``block``'s innermost loop inside ``at`` if it is its own (not also ``shared_with``'s)
-    and longer than 1."""
-    below = loops_below(sch, block, at)
-    if shared_with is not None:
-        theirs = [sch.get(loop) for loop in sch.get_loops(shared_with)]
-        below = [loop for loop in below if not any(sch.get(loop).same_as(t) for t in theirs)]
-    if below and int(sch.get(below[-1]).extent) > 1:
-        sch.vectorize(below[-1])
-
-
-def _vectorize_init(sch: Any, block: Any, loop: Any, at: Any) -> None:
-    """Split the reduction's initialisation off at ``loop`` and vectorise its own innermost loop."""
-    _vectorize_innermost(sch, sch.decompose_reduction(block, loop), at, shared_with=block)
-
-
 def module(workload: Workload, config: Config) -> IRModule:
     """``workload`` as Winograd F(m x m, 3 x 3), scheduled by ``config``'s ``winograd_*`` knobs."""
     if _of_a_model(workload):
-        return _fused().scheduled(workload.prim_func(), config)
+        return winograd_fused.scheduled(workload.prim_func(), config)
     return schedule(compute(workload, config["winograd_tile"]), config, conv_shape(workload), prepacked=False)
-
-
-def schedule(mod: IRModule, config: Config, shape: ConvShape, prepacked: bool) -> IRModule:
-    """The Winograd PrimFunc ``mod`` (:func:`stages`) scheduled by ``config``'s ``winograd_*`` knobs."""
-    from tvm import s_tir
-
-    sch = s_tir.Schedule(mod)
-    for name in ("A", "B", "G"):  # the transform matrices: constants folded into the unrolled passes
-        sch.compute_inline(sch.get_sblock(name))
-    cb, kb = _lanes(shape.c), _lanes(shape.k)
-
-    pack = sch.get_sblock("data_pack")
-    n, co, y, _, ci = sch.get_loops(pack)
-    sch.parallel(sch.fuse(n, co, y))
-    sch.vectorize(ci)
-
-    # input: per (tile, channel block), rows then columns of the patch, all in registers
-    second = sch.get_sblock("input_transform")
-    e, f, t, c, r2 = sch.get_loops(second)
-    _two_pass(sch, second, "input_rows", t, (e, f), c, r2, cb)
-
-    # per output-channel block (parallel): its weights' transform, then its (a, a) GEMMs
-    gemm = sch.get_sblock("batch_gemm")
-    e, f, t, k, rc = sch.get_loops(gemm)
-    batch = sch.fuse(e, f)
-    to, ti = sch.split(t, [None, config["winograd_rows"]])
-    ko, ki = sch.split(k, [None, config["winograd_cols"]])
-    rco, rci = sch.split(rc, [None, config["winograd_reduce"]])
-    sch.reorder(ko, batch, to, rco, rci, ti, ki)
-    accumulator = sch.cache_write(gemm, 0, "local")
-    sch.reverse_compute_at(accumulator, to)
-    sch.parallel(ko)
-    sch.unroll(ti)
-    kio, kii = sch.split(ki, [None, _lanes(config["winograd_cols"])])
-    sch.unroll(kio)
-    sch.vectorize(kii)
-    _vectorize_init(sch, gemm, rco, to)
-    _vectorize_innermost(sch, accumulator, to)
-    if prepacked:
-        mark_prepack(sch, sch.get_sblock("kernel_transform"))
-    else:
-        _kernel_transform(sch, ko, config["winograd_tile"] + 2, shape.c, config["winograd_cols"])
-
-    # inverse: per (tile, output-channel block), columns then rows, in registers
-    second = sch.get_sblock("inverse_transform")
-    t, i, j, k, a1 = sch.get_loops(second)
-    _two_pass(sch, second, "inverse_cols", t, (i, j), k, a1, kb)
-
-    n, k, _, _ = sch.get_loops(sch.get_sblock("output"))
-    sch.parallel(sch.fuse(n, k))
-    return sch.mod
-
-
-def _kernel_transform(sch: Any, block_loop: Any, a: int, channels: int, cols: int) -> None:
-    """The weight's transform for the output-channel block of ``block_loop``, input channel by input
-    channel (the block laid out channel-major, so one channel's ``a x a`` vectors are adjacent): the
-    3 x 3 weights of a vector of output channels gathered into registers, transformed by rows, then by
-    columns into registers, then stored."""
-    lanes = _lanes(cols)
-    kernel = sch.get_sblock("kernel_transform")
-    sch.compute_at(kernel, block_loop)
-    sch.transform_layout(kernel, ("write", 0), lambda e, v, c, k: (c, e, v, k))
-    e, v, c, k, s = _loops(sch, kernel, block_loop, (a, a, channels, cols, 3))
-    outer, inner = sch.split(k, [None, lanes]) if cols > lanes else (None, k)
-    at = next(loop for loop in (outer, c, block_loop) if loop is not None)  # body: one vector, one input channel
-    _in_registers(sch, (e, v, s), inner, outside=(c, outer))
-    written = sch.cache_write(kernel, 0, "local")
-    if at is not block_loop:  # (else it is there already)
-        sch.reverse_compute_at(written, at)
-    e2, v2, k2 = _loops(sch, written, at, (a, a, lanes))
-    _in_registers(sch, (e2, v2), k2)
-    _vectorize_init(sch, kernel, e, block_loop)
-
-    rows = sch.get_sblock("kernel_rows")
-    sch.set_scope(rows, 0, "local")
-    sch.compute_at(rows, at)
-    e, j, _, k, r = _loops(sch, rows, at, (a, 3, 1, lanes, 3))
-    _in_registers(sch, (e, j, r), k)
-    _vectorize_init(sch, rows, r, at)
-
-    weights = sch.cache_read(rows, "weight", "local")
-    sch.compute_at(weights, at)
-    sch.transform_layout(weights, ("write", 0), lambda k, c, r, s: (c, r, s, k))
-    k, _, r, s = _loops(sch, weights, at, (lanes, 1, 3, 3))
-    _in_registers(sch, (r, s), k)
-
-
-def _in_registers(sch: Any, unrolled: tuple[Any, ...], lane: Any, outside: tuple[Any, ...] = ()) -> None:
-    """Order the loops ``outside``, ``unrolled`` (unrolled), then ``lane`` (vectorised) innermost; None
-    stands for a loop of extent 1, which was not made."""
-    sch.reorder(*[loop for loop in (*outside, *unrolled, lane) if loop is not None])
-    for loop in unrolled:
-        if loop is not None:
-            sch.unroll(loop)
-    if lane is not None:
-        sch.vectorize(lane)
-
-
-def _loops(sch: Any, block: Any, at: Any, extents: tuple[int, ...]) -> list[Any]:
-    """``block``'s loops inside ``at``, one per axis of ``extents`` in order, None for an axis of extent 1
-    (compute_at makes no loop for it; a loop of extent 1 that another primitive made is passed over)."""
-    loops = iter(loop for loop in loops_below(sch, block, at) if int(sch.get(loop).extent) > 1)
-    return [next(loops) if extent > 1 else None for extent in extents]
-
-
-def _two_pass(sch: Any, second: Any, first_name: str, tile: Any, outputs: tuple[Any, Any], channel: Any,
-              reduce: Any, lanes: int) -> None:
-    """A transform done as two 1-D passes, parallel over tiles, per block of ``lanes`` channels
-    (vectorised): the second pass (``second``: its two ``outputs`` loops and its ``reduce`` loop
-    unrolled) accumulates in a local buffer written back per block; the first (``first_name``) is
-    computed per block into a local buffer, unrolled the same way."""
-    block, inner = sch.split(channel, [None, lanes])
-    sch.reorder(tile, block, *outputs, reduce, inner)
-    sch.parallel(tile)
-    written = sch.cache_write(second, 0, "local")
-    sch.reverse_compute_at(written, block)
-    first = sch.get_sblock(first_name)
-    sch.set_scope(first, 0, "local")
-    sch.compute_at(first, block)
-    x, y, *first_lanes, first_reduce = loops_below(sch, first, block)  # loops of extent 1 are not made
-    sch.reorder(x, y, first_reduce, *first_lanes)
-    for loop in (x, y, first_reduce, *outputs, reduce):
-        sch.unroll(loop)
-    if first_lanes:
-        sch.vectorize(first_lanes[0])
-    sch.vectorize(inner)
-    _vectorize_init(sch, first, first_reduce, block)
-    _vectorize_init(sch, second, outputs[0], block)
-    _vectorize_innermost(sch, written, block)

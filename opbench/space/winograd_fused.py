@@ -16,10 +16,9 @@ import functools
 import json
 from typing import TYPE_CHECKING, Any
 
-from opbench.space import winograd
 from opbench.space._base import Config
 from opbench.space.epilogue import Unsupported, epilogue
-from opbench.space.winograd_stages import ConvShape, stages
+from opbench.space.winograd_stages import TILES, ConvShape, schedule, stages
 from opbench.workloads import Workload
 from opbench.workloads.fused import anchor_block
 
@@ -88,7 +87,7 @@ def applies(workload: Workload) -> bool:
 @functools.lru_cache(maxsize=64)
 def _rebuilds(func: Any) -> bool:
     try:
-        compute(func, winograd.TILES[0])
+        compute(func, TILES[0])
     except Unsupported:
         return False
     return True
@@ -116,14 +115,14 @@ def scheduled(func: Any, config: Config) -> IRModule:
     """The fused PrimFunc ``func`` as Winograd, scheduled by ``config``'s ``winograd_*`` knobs (a config from
     before ``winograd_in_op``: the weight transformed once)."""
     prepacked = not config.get("winograd_in_op", 0)
-    return winograd.schedule(compute(func, config["winograd_tile"], prepacked), config, _shape(func)[0], prepacked)
+    return schedule(compute(func, config["winograd_tile"], prepacked), config, _shape(func)[0], prepacked)
 
 
 REBUILD_ANNOTATION = "opbench.winograd"  # on a fused PrimFunc's root block: the config to rebuild it with (JSON)
 
 
 def mark(sch: Any, config: Config) -> None:
-    """Record ``config`` on the fused PrimFunc's root block (a trace MetaSchedule's database replays)."""
+    """TrialRecord ``config`` on the fused PrimFunc's root block (a trace MetaSchedule's database replays)."""
     sch.annotate(sch.get_sblock("root"), REBUILD_ANNOTATION, json.dumps(dict(config), sort_keys=True))
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from opbench.record import Record, is_ok
+from opbench.record import TrialRecord, is_ok
 from opbench.report.progress import table
 from opbench.studies.verify import BEST, Spread, Verification
 
@@ -22,7 +22,7 @@ def _range(spread: Spread | None, digits: int = 4) -> str:
     return "-" if spread is None else f"{spread.lo:.{digits}g}-{spread.hi:.{digits}g}"
 
 
-def speedup_table(best: Record | None, references: dict[str, Record], verification: Verification | None,
+def speedup_table(best: TrialRecord | None, references: dict[str, TrialRecord], verification: Verification | None,
                   best_label: str = BEST) -> str:
     """The study's speed-ups as a table: verified ones with their range, or "not verified"."""
     tuned = {BEST: best, **references} if best else dict(references)

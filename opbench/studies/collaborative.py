@@ -16,7 +16,7 @@ from opbench.engines.optuna.storage import default_storage
 from opbench.exceptions import ConfigError, OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
-from opbench.record import Record, is_ok, tee
+from opbench.record import TrialRecord, is_ok, tee
 from opbench.space import Config, Template
 from opbench.studies.configs import best_config
 from opbench.studies.corun import Layout, corun_spec
@@ -29,7 +29,7 @@ LAYOUT_KNOB = "layout"
 MAX_REJECTS = 200  # invalid joint configs in a row before giving up (they cost no trial)
 
 
-def objective_value(corun: Record, objective: str) -> float:
+def objective_value(corun: TrialRecord, objective: str) -> float:
     """What tuning minimises: the makespan (ms), or for throughput its inverse (ms per GFLOP)."""
     if objective not in OBJECTIVES:
         raise OpBenchError(f"unknown objective '{objective}'; objectives: {', '.join(OBJECTIVES)}")
@@ -56,7 +56,7 @@ def split_joint(point: dict, members: int) -> tuple[list[Config], str]:
 class Best:
     """The best co-run an approach found: its co-run record, member configs and layout."""
 
-    corun: Record
+    corun: TrialRecord
     configs: list[Config]
     layout: Layout
 
@@ -72,18 +72,18 @@ class CoTuning:
     mode: str
     window_s: float
     objective: str
-    on_record: Callable[[Record], None]
+    on_record: Callable[[TrialRecord], None]
 
-    def corun(self, configs: list[Config], layout: Layout, tags: dict[str, str]) -> Record:
+    def corun(self, configs: list[Config], layout: Layout, tags: dict[str, str]) -> TrialRecord:
         """Co-run ``configs`` in ``layout``; logs every record and returns the co-run's own."""
         records = self.measurer.corun(corun_spec(self.workloads, configs, layout, self.mode, self.window_s, tags,
                                                  solo=False))
         for record in records:
-            record.update(tags)
+            record.set(**tags)
             self.on_record(record)
         return records[0]
 
-    def better(self, best: Best | None, corun: Record, configs: list[Config], layout: Layout) -> Best | None:
+    def better(self, best: Best | None, corun: TrialRecord, configs: list[Config], layout: Layout) -> Best | None:
         if not is_ok(corun):
             return best
         if best is None or objective_value(corun, self.objective) < objective_value(best.corun, self.objective):
@@ -93,11 +93,11 @@ class CoTuning:
     def _valid(self, configs: list[Config]) -> list[Config]:
         return [t.validate(c, w) for t, c, w in zip(self.templates, configs, self.workloads)]
 
-    def jointly(self, engine: Engine, trials: int) -> tuple[Best | None, list[Record]]:
+    def jointly(self, engine: Engine, trials: int) -> tuple[Best | None, list[TrialRecord]]:
         """``trials`` co-run trials proposed by ``engine`` over :func:`joint_space`."""
         by_label = {layout.label: layout for layout in self.layouts}
         best: Best | None = None
-        history: list[Record] = []
+        history: list[TrialRecord] = []
         rejects = 0
         while len(history) < trials:
             proposals = engine.ask(1)
@@ -116,7 +116,7 @@ class CoTuning:
             rejects = 0
             corun = self.corun(configs, by_label[label], {"approach": "collaborative"})
             ok = is_ok(corun)
-            engine.tell(proposal, {**corun, "latency_ms": objective_value(corun, self.objective) if ok else None})
+            engine.tell(proposal, corun.replace(latency_ms=objective_value(corun, self.objective) if ok else None))
             history.append(corun)
             best = self.better(best, corun, configs, by_label[label])
         return best, history
@@ -127,7 +127,7 @@ class CoTuning:
         winners: list[Config] = []
         for engine, workload in zip(engines, self.workloads):
             records = run_tuning(engine, workload, trials, self.measurer,
-                                 tee(lambda r: r.update(approach="independent"), self.on_record), resources)
+                                 tee(lambda r: r.set(approach="independent"), self.on_record), resources)
             winner = best_config(records, workload.name)
             if winner is None:
                 return None, winners
@@ -143,7 +143,7 @@ class CoTuning:
 class Comparison:
     together: Best | None  # collaborative tuning's best co-run
     alone: Best | None  # the best co-run of the independently tuned winners (None when skipped)
-    history: list[Record]  # the collaborative co-runs, in order
+    history: list[TrialRecord]  # the collaborative co-runs, in order
 
     def gain(self, objective: str) -> float:
         """Independent objective / collaborative objective (> 1: collaborative tuning helped)."""
@@ -208,7 +208,7 @@ class TogetherResult:
     plot: Path
 
 
-def tune_together(spec: TogetherSpec, on_record: Callable[[Record], None] | None = None) -> TogetherResult:
+def tune_together(spec: TogetherSpec, on_record: Callable[[TrialRecord], None] | None = None) -> TogetherResult:
     """Run both approaches, log the comparison on the parent run and plot the collaborative curve."""
     import os
 
@@ -227,7 +227,7 @@ def tune_together(spec: TogetherSpec, on_record: Callable[[Record], None] | None
     study = spec.study or "together-" + "-".join(w.name for w in workloads)
     with Measurer(MeasureOptions(build_workers=2, run_timeout_s=spec.run_timeout_s)) as measurer, \
             Recorder(study, spec.tracking_uri, extra={"engine": "tune-together"}) as recorder:
-        state = study_dir("optuna", study, recorder.mlflow.uri)
+        state = study_dir("optuna", study, recorder.uri)
         state.mkdir(parents=True, exist_ok=True)
         tuning = CoTuning(measurer, workloads, [get_template(w) for w in workloads], layouts, spec.mode, spec.window_s,
                           spec.objective, tee(recorder, *filter(None, [on_record])))
@@ -240,12 +240,12 @@ def tune_together(spec: TogetherSpec, on_record: Callable[[Record], None] | None
                 rows.append((label, best.layout.label, best.corun["makespan_ms"], best.corun["gflops_total"], value))
                 metrics[f"{label.split()[0]}_objective"] = value
         metrics["gain"] = result.gain(spec.objective)
-        recorder.mlflow.log_parent({"objective": spec.objective, "mode": spec.mode}, metrics)
-        curve = [{"status": r["status"], "latency_ms": objective_value(r, spec.objective) if is_ok(r) else None}
+        recorder.log_parent({"objective": spec.objective, "mode": spec.mode}, metrics)
+        curve = [TrialRecord(status=r.status, latency_ms=objective_value(r, spec.objective) if is_ok(r) else None)
                  for r in result.history]
-        refs = {"independent + co-run": {"status": "ok", "latency_ms": metrics["independent_objective"]}} \
+        refs = {"independent + co-run": TrialRecord(latency_ms=metrics["independent_objective"])} \
             if result.alone is not None else {}
         plot = engine_curves({"collaborative": curve}, refs, f"{spec.objective}: collaborative vs independent",
-                             study_dir("plots", study, recorder.mlflow.uri) / "together.png")
-        recorder.mlflow.log_artifact(plot, "plots")
+                             study_dir("plots", study, recorder.uri) / "together.png")
+        recorder.log_artifact(plot, "plots")
     return TogetherResult(result, rows, metrics, plot)

@@ -1,12 +1,12 @@
 """Which config a study measures for a workload: its best from earlier studies, else the template default."""
 from __future__ import annotations
 
-from opbench.record import Record, best_ok, config_of, ok_records
+from opbench.record import TrialRecord, best_ok, config_of, ok_records
 from opbench.space import Config, get_template
 from opbench.workloads import Workload, parse_workload
 
 
-def best_config(records: list[Record], workload: str) -> dict | None:
+def best_config(records: list[TrialRecord], workload: str) -> dict | None:
     """Knob values of the fastest ok tuning record of ``workload`` (references excluded)."""
     best = best_ok(r for r in ok_records(records, workload)
                    if not r.get("reference") and r.get("template") not in ("te_default", "metaschedule", "torch", "numpy"))

@@ -17,7 +17,7 @@ from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.corun import CoRunSpec
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
-from opbench.record import Record, is_ok, tee
+from opbench.record import TrialRecord, is_ok, tee
 from opbench.space import Config
 from opbench.workloads import Workload
 
@@ -83,7 +83,7 @@ def corun_spec(workloads: list[Workload], configs: list[Config], layout: Layout,
 
 
 def interference(measurer: Measurer, workloads: list[Workload], configs: list[Config], layouts: list[Layout],
-                 modes: list[str], window_s: float, on_record: Callable[[Record], None]) -> dict[str, pd.DataFrame]:
+                 modes: list[str], window_s: float, on_record: Callable[[TrialRecord], None]) -> dict[str, pd.DataFrame]:
     """Co-run every pair (a workload with itself included) in every layout and mode. Returns, per
     ``"mode layout"``, the slowdown matrix: row = the workload slowed down, column = its partner."""
     names = [w.name for w in workloads]
@@ -134,7 +134,7 @@ class InterferenceResult:
     plot: Path
 
 
-def run_interference_study(spec: InterferenceSpec, on_record: Callable[[Record], None] | None = None) -> InterferenceResult:
+def run_interference_study(spec: InterferenceSpec, on_record: Callable[[TrialRecord], None] | None = None) -> InterferenceResult:
     """The slowdown matrices, recorded to MLflow with a heatmap (a file and an artifact)."""
     from opbench.measure.types import MeasureOptions
     from opbench.report.plots import slowdown_heatmaps
@@ -149,6 +149,6 @@ def run_interference_study(spec: InterferenceSpec, on_record: Callable[[Record],
         matrices = interference(measurer, workloads, configs, layouts, list(spec.modes), spec.window_s,
                                 tee(recorder, *filter(None, [on_record])))
         plot = slowdown_heatmaps(matrices, "co-run slowdown (x solo latency)",
-                                 study_dir("plots", spec.study, recorder.mlflow.uri) / "slowdown.png")
-        recorder.mlflow.log_artifact(plot, "plots")
+                                 study_dir("plots", spec.study, recorder.uri) / "slowdown.png")
+        recorder.log_artifact(plot, "plots")
     return InterferenceResult(matrices, plot)

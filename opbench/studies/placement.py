@@ -21,7 +21,7 @@ from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.corun import CoRunSpec
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
-from opbench.record import Record, is_ok, tee
+from opbench.record import TrialRecord, is_ok, tee
 from opbench.space import Config
 from opbench.workloads import Workload
 
@@ -146,7 +146,7 @@ def price_of_anarchy(equilibrium_cost: float, optimum_cost: float) -> float:
 
 
 def profile_measurer(measurer: Measurer, workloads: list[Workload], configs: list[Config], devices: list[Device],
-                     window_s: float, on_record: Callable[[Record], None]) -> Callable[[Profile], list[float]]:
+                     window_s: float, on_record: Callable[[TrialRecord], None]) -> Callable[[Profile], list[float]]:
     """Measures a profile by co-running its placed players, each on its device's cores."""
     def measure(profile: Profile) -> list[float]:
         placed = [(p, devices[d]) for p, d in enumerate(profile) if d is not None]
@@ -202,7 +202,7 @@ class PlacementResult:
     plot: Path
 
 
-def place(spec: PlacementSpec, on_record: Callable[[Record], None] | None = None) -> PlacementResult:
+def place(spec: PlacementSpec, on_record: Callable[[TrialRecord], None] | None = None) -> PlacementResult:
     """Measure what the strategies need, log them on the parent run, plot every placement's cost."""
     from opbench.measure.types import MeasureOptions
     from opbench.report.plots import placement_costs
@@ -231,13 +231,13 @@ def place(spec: PlacementSpec, on_record: Callable[[Record], None] | None = None
         rows = [(name, describe(p), oracle.social(p, spec.social), oracle.social(p, spec.social) / optimum_cost,
                  *oracle.costs(p)) for name, p in profiles.items()]
         strategies = {name: describe(p) for name, p in profiles.items()}
-        recorder.mlflow.log_parent({"social": spec.social, "devices": spec.devices, **strategies},
+        recorder.log_parent({"social": spec.social, "devices": spec.devices, **strategies},
                                    {"price_of_anarchy": poa, "greedy_ratio": oracle.social(start, spec.social) / optimum_cost,
                                     "equilibrium_cost_ms": equilibrium_cost, "optimum_cost_ms": optimum_cost,
                                     "profiles_measured": oracle.measured})
         every = {describe(p): oracle.social(p, spec.social) for p in itertools.product(range(count), repeat=players)}
         plot = placement_costs(every, strategies, f"placements by {spec.social} (price of anarchy {poa:.3f})",
-                               study_dir("plots", spec.study, recorder.mlflow.uri) / "placement.png")
-        recorder.mlflow.log_artifact(plot, "plots")
+                               study_dir("plots", spec.study, recorder.uri) / "placement.png")
+        recorder.log_artifact(plot, "plots")
     return PlacementResult([w.name for w in workloads], strategies, rows, dynamics,
                            is_equilibrium(oracle, dynamics.profile, count, spec.eps), poa, oracle.measured, plot)

@@ -10,13 +10,13 @@ from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
 from opbench.measure.measurer import LIBRARY_PROCESSES, Measurer
 from opbench.measure.types import TrialSpec
-from opbench.record import Record
+from opbench.record import TrialRecord
 from opbench.workloads import Workload
 
 
 def measure_references(measurer: Measurer, workload: Workload, resources: Resources,
-                       on_record: Callable[[Record], None], template: str | None = None,
-                       verified: bool = False) -> dict[str, Record]:
+                       on_record: Callable[[TrialRecord], None], template: str | None = None,
+                       verified: bool = False) -> dict[str, TrialRecord]:
     """TVM's TE default schedule, the default config of ``template`` (the op's default when None),
     PyTorch and numpy (where they implement the op), with the same threads; a baseline measured here
     within :func:`opbench.settings.baseline_reuse_s` is reused while the host reads its usual state.
@@ -29,7 +29,7 @@ def measure_references(measurer: Measurer, workload: Workload, resources: Resour
     for library in library_references(workload, resources):
         refs[library] = measurer.measure_library(workload, library, resources, processes, reuse_s)
     for name, record in refs.items():
-        record["reference"] = name
+        record.set(reference=name)
         on_record(record)
     return refs
 

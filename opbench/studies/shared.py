@@ -28,7 +28,7 @@ LEGACY_HOSTS_ATTR = "opbench.hosts"  # the list studies published before that st
 
 
 def register_host(study: Any, storage: str, host: str | None = None) -> None:
-    """Record ``host`` (default: this one) among the hosts that joined ``study``. Each host writes a
+    """TrialRecord ``host`` (default: this one) among the hosts that joined ``study``. Each host writes a
     key of its own: a shared list rewritten by hosts joining at the same time kept only the last."""
     _set_attrs(study, storage, {f"{HOST_ATTR_PREFIX}{host or socket.gethostname()}": True})
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from opbench import settings
 from opbench.exceptions import OpBenchError
-from opbench.record import Record, is_ok, tee
+from opbench.record import TrialRecord, is_ok, tee
 
 
 @dataclass
@@ -75,7 +75,7 @@ class ThreadStudyResult:
     plots: list[Path]
 
 
-def run_thread_study(spec: ThreadStudySpec, on_record: Callable[[Record], None] | None = None) -> ThreadStudyResult:
+def run_thread_study(spec: ThreadStudySpec, on_record: Callable[[TrialRecord], None] | None = None) -> ThreadStudyResult:
     """Measure every config at every thread count; one plot per workload (a file and an MLflow artifact)."""
     from opbench.hardware.resources import Resources
     from opbench.measure.features import op_features
@@ -111,8 +111,8 @@ def run_thread_study(spec: ThreadStudySpec, on_record: Callable[[Record], None] 
                 mine.append(Scaling(workload.name, label, threads, latencies, op_features(workload)))
             plot = thread_scaling({s.config_name: (s.threads, s.latency_ms, s.efficiency) for s in mine},
                                   f"{workload.name}: thread scaling",
-                                  study_dir("plots", spec.study, recorder.mlflow.uri) / f"{safe_name(workload.name)}.png")
-            recorder.mlflow.log_artifact(plot, "plots")
+                                  study_dir("plots", spec.study, recorder.uri) / f"{safe_name(workload.name)}.png")
+            recorder.log_artifact(plot, "plots")
             result.scalings += mine
             result.plots.append(plot)
     return result

@@ -28,7 +28,7 @@ from opbench.hardware.resources import Resources, parse_cores
 from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
-from opbench.record import KNOB_PREFIX, Record, best_ok, ok_records, pareto_front, speedup, tee
+from opbench.record import KNOB_PREFIX, TrialRecord, best_ok, ok_records, pareto_front, speedup, tee
 from opbench.report.plots import tradeoff, tuning_curve
 from opbench.space import get_template
 from opbench.studies.invocation import engine_trials, invocation_records, joined_hosts_records, told_from_logs
@@ -40,7 +40,7 @@ from opbench.tracking.mlflow_store import study_dir
 from opbench.workloads import Workload, parse_workload
 
 log = logging.getLogger("opbench")
-OnRecord = Callable[[Record], None]
+OnRecord = Callable[[TrialRecord], None]
 
 
 @dataclass(frozen=True)
@@ -110,17 +110,17 @@ class StudyResult:
 
     study: str
     tracking_uri: str
-    records: list[Record] = field(default_factory=list)  # the engine's trials of this invocation (resumed ones too)
-    references: dict[str, Record] = field(default_factory=dict)
+    records: list[TrialRecord] = field(default_factory=list)  # the engine's trials of this invocation (resumed ones too)
+    references: dict[str, TrialRecord] = field(default_factory=dict)
     verification: Verification | None = None
     objectives: tuple[str, ...] = ("latency",)  # what the engine minimised (more than one: a Pareto front)
-    pareto: list[Record] = field(default_factory=list)  # multi-objective studies: the front, by the second objective
+    pareto: list[TrialRecord] = field(default_factory=list)  # multi-objective studies: the front, by the second objective
     pareto_verified: dict[str, Spread] = field(default_factory=dict)  # the front's latencies in fresh processes, by trial id
     rejected: int = 0  # invalid configs turned away before measuring
     plots: dict[str, Path] = field(default_factory=dict)
 
     @property
-    def best(self) -> Record | None:
+    def best(self) -> TrialRecord | None:
         """The verified best (the fastest of the study's contenders in a fresh process: a trial, or the
         template_default reference) when verified, else the fastest trial the study measured."""
         return verified_best([*self.records, *self.references.values()], self.verification) or best_ok(self.records)
@@ -211,7 +211,7 @@ def _study(spec: TuneSpec, workload: Workload, engine: Engine | None, measurer: 
              workload.name, spec.engine.label, spec.trials, done, spec.resources.threads, spec.workers, recorder.study)
     if isinstance(engine, OptunaEngine):  # without the storage URL: a joining host gives its own
         published = dataclasses.replace(spec, engine=dataclasses.replace(spec.engine, storage=None))
-        publish(engine.study, engine.storage_url, published.to_json(), recorder.mlflow.parent_run_id)
+        publish(engine.study, engine.storage_url, published.to_json(), recorder.parent_run_id)
     refs = references(earlier)  # a resumed invocation keeps its own
     if warming is not None:
         warming.result()
@@ -226,7 +226,7 @@ def _study(spec: TuneSpec, workload: Workload, engine: Engine | None, measurer: 
         observe_default(engine, search_space(spec, workload), template.default_for(workload, spec.resources.target),
                         spec.resources.threads, refs.get("template_default"))
     records = _tune(spec, engine, workload, spec.trials - done, measurer, sink, recorder, list(earlier_trials.values()))
-    result = StudyResult(recorder.study, recorder.mlflow.uri,
+    result = StudyResult(recorder.study, recorder.uri,
                          sorted([*earlier_trials.values(), *records], key=lambda r: r.get("finished_at", 0.0)),
                          refs, objectives=spec.engine.objectives, rejected=engine.rejected if engine else 0)
     result.verification = _verify(spec, measurer, [*refs.values(), *result.records], recorder)
@@ -260,7 +260,7 @@ def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0, on_rec
         told_from_logs(engine, recorder)
         measurer.warm_up(spec.resources)
 
-        def sink(record: Record) -> None:
+        def sink(record: TrialRecord) -> None:
             recorder(record)
             if on_record:
                 on_record(record)
@@ -271,15 +271,15 @@ def join_study(spec: TuneSpec, parent_run_id: str, worker_index: int = 0, on_rec
 
 
 def _tune(spec: TuneSpec, engine: Engine | None, workload: Workload, todo: int, measurer: Measurer, sink: OnRecord,
-          recorder: Recorder, earlier: list[Record]) -> list[Record]:
+          recorder: Recorder, earlier: list[TrialRecord]) -> list[TrialRecord]:
     """The invocation's trials: by a loop engine (MetaSchedule), by ``--workers`` processes, or here (with
     whatever other hosts measured meanwhile)."""
     if engine is None:
         owner = create_loop_engine(spec.engine, study_dir(spec.engine.name, recorder.study, spec.tracking_uri))
         return owner.run(workload, todo, measurer, sink, spec.resources, on_artifact=lambda record, path:
-                         recorder.mlflow.log_artifact(path, owner.name, record["trial_id"] if record else None))
+                         recorder.log_artifact(path, owner.name, record["trial_id"] if record else None))
     if spec.workers > 1:
-        spawn_workers(spec, todo, recorder.mlflow.parent_run_id)
+        spawn_workers(spec, todo, recorder.parent_run_id)
         return joined_hosts_records(recorder, earlier)
     records = run_tuning(engine, workload, todo, measurer, sink, spec.resources, spec.template, spec.batch)
     if engine.done > len(earlier) + len(records):  # other hosts (opbench worker) measured some
@@ -293,18 +293,18 @@ def run_worker(worker: WorkerSpec, on_record: OnRecord | None = None) -> None:
     join_study(TuneSpec.from_json(spec_json), parent_run_id, on_record=on_record)
 
 
-def _verify(spec: TuneSpec, measurer: Measurer, records: list[Record], recorder: Recorder) -> Verification | None:
+def _verify(spec: TuneSpec, measurer: Measurer, records: list[TrialRecord], recorder: Recorder) -> Verification | None:
     """The best and the references re-measured in fresh processes, on the parent run; None ("not verified") if skipped."""
     rounds = _verify_rounds(spec)
     if rounds < 1 or not any(not r.get("reference") for r in ok_records(records)):
         return None
     log.info("verifying: best and references in fresh processes, %d alternating rounds", rounds)
     verification = verify(measurer, records, recorder.study, rounds, recorder)
-    recorder.mlflow.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
+    recorder.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
     return verification
 
 
-def _verify_front(spec: TuneSpec, measurer: Measurer, front: list[Record], recorder: Recorder) -> dict[str, Spread]:
+def _verify_front(spec: TuneSpec, measurer: Measurer, front: list[TrialRecord], recorder: Recorder) -> dict[str, Spread]:
     """The Pareto front's latencies re-measured in fresh processes, as any speed-up is, by trial id (the other
     objective, threads, bytes or joules, is not a timing); empty when the study is not verified."""
     rounds = _verify_rounds(spec)
@@ -322,12 +322,12 @@ def _verify_rounds(spec: TuneSpec) -> int:
 
 def _summarize(result: StudyResult, engine: Engine | None, title: str, recorder: Recorder) -> None:
     """Plots as files and artifacts, the best result and the Pareto front on the parent run."""
-    plots = study_dir("plots", recorder.study, recorder.mlflow.uri)
+    plots = recorder.folder("plots")
     result.plots["tuning_curve"] = tuning_curve(result.records, result.references, title, plots / "tuning_curve.png")
-    recorder.mlflow.log_artifact(result.plots["tuning_curve"], "plots")
+    recorder.log_artifact(result.plots["tuning_curve"], "plots")
     best = result.best
     if best:
-        recorder.mlflow.log_parent(
+        recorder.log_parent(
             params={"best." + k: v for k, v in best.items() if k.startswith(KNOB_PREFIX)},
             metrics={"best_latency_ms": best["latency_ms"], "best_gflops": best["gflops"],
                      **{f"tuned_speedup_vs_{n}": speedup(r, best) for n, r in result.references.items()}})
@@ -335,7 +335,7 @@ def _summarize(result: StudyResult, engine: Engine | None, title: str, recorder:
         result.pareto = pareto_front(result.records, engine.objectives)
         result.plots["pareto_front"] = tradeoff(result.records, result.pareto, engine.objectives[1],
                                                 f"{title}: Pareto front", plots / "pareto_front.png")
-        recorder.mlflow.log_artifact(result.plots["pareto_front"], "plots")
+        recorder.log_artifact(result.plots["pareto_front"], "plots")
 
 
 if __name__ == "__main__":  # a worker of spawn_workers: PARENT_RUN_ID INDEX PARENT_PID, the spec's JSON on stdin

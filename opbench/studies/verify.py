@@ -25,7 +25,7 @@ from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import LOCAL, Resources, parse_cores
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
-from opbench.record import Record, config_of, is_ok
+from opbench.record import TrialRecord, config_of, is_ok
 from opbench.space import TEMPLATES
 from opbench.workloads import parse_workload
 
@@ -127,7 +127,7 @@ class Verification:
         return {**tags, "verified_best_trial": self.best_trial} if self.best_trial else tags
 
 
-def _measured(records: list[Record]) -> list[Record]:
+def _measured(records: list[TrialRecord]) -> list[TrialRecord]:
     """The study's own ok records (trials and references), not fresh-process ones."""
     return [r for r in records if is_ok(r) and r.get("record_kind", "trial") == "trial"]
 
@@ -135,7 +135,7 @@ def _measured(records: list[Record]) -> list[Record]:
 _workload = functools.cache(parse_workload)  # a study's records share a few workloads
 
 
-def schedule_of(record: Record) -> dict:
+def schedule_of(record: TrialRecord) -> dict:
     """What a trial's schedule is made of: its template's parameters for its config (knobs the config
     ignores left out), or its knob values where the template is not known."""
     template = TEMPLATES.get(str(record.get("template")))
@@ -144,24 +144,24 @@ def schedule_of(record: Record) -> dict:
     return template.parameters(config_of(record), _workload(record["workload"]))
 
 
-def _schedule_key(record: Record) -> tuple:
+def _schedule_key(record: TrialRecord) -> tuple:
     return tuple(sorted(schedule_of(record).items()))
 
 
-def _run_key(record: Record) -> tuple:
+def _run_key(record: TrialRecord) -> tuple:
     """What a fresh process runs for ``record``: its workload, template, resources and schedule."""
     return (record.get("workload"), record.get("template"), record.get("threads"), record.get("cores", "any"),
             record.get("target"), _schedule_key(record))
 
 
-def _trials(records: list[Record]) -> list[Record]:
+def _trials(records: list[TrialRecord]) -> list[TrialRecord]:
     """The study's ok trials, fastest first."""
     return sorted((r for r in _measured(records) if not r.get("reference")), key=lambda r: r["latency_ms"])
 
 
-def fastest_trials(records: list[Record], count: int = CONTENDERS) -> list[Record]:
+def fastest_trials(records: list[TrialRecord], count: int = CONTENDERS) -> list[TrialRecord]:
     """The study's ``count`` fastest ok trials with distinct schedules, fastest first."""
-    out: dict[tuple, Record] = {}
+    out: dict[tuple, TrialRecord] = {}
     for record in _trials(records):
         out.setdefault(_schedule_key(record), record)
         if len(out) == count:
@@ -171,7 +171,7 @@ def fastest_trials(records: list[Record], count: int = CONTENDERS) -> list[Recor
     return list(out.values())
 
 
-def contenders_of(records: list[Record], count: int | None = None) -> list[Record]:
+def contenders_of(records: list[TrialRecord], count: int | None = None) -> list[TrialRecord]:
     """The ``count`` (default: :func:`contenders_for` its ok trials) :func:`fastest_trials`, then the template
     default when it is not among them (the study's fastest trial of the default's schedule, or the
     template_default reference when no trial has it); of these, those tuned within :data:`CONTENDER_WINDOW`
@@ -184,22 +184,22 @@ def contenders_of(records: list[Record], count: int | None = None) -> list[Recor
     return [r for r in fastest if r["latency_ms"] <= CONTENDER_WINDOW * floor]
 
 
-def references(records: list[Record]) -> dict[str, Record]:
+def references(records: list[TrialRecord]) -> dict[str, TrialRecord]:
     """The study's latest ok reference of each kind (te_default, template_default, torch, ...)."""
     refs = sorted((r for r in _measured(records) if r.get("reference")), key=lambda r: r.get("finished_at", 0.0))
     return {str(r["reference"]): r for r in refs}
 
 
-def select_best(measurer: Measurer, trials: list[Record], on_record: Callable[[Record], None] | None = None,
-                rounds: int = SELECTION_ROUNDS) -> Record:
+def select_best(measurer: Measurer, trials: list[TrialRecord], on_record: Callable[[TrialRecord], None] | None = None,
+                rounds: int = SELECTION_ROUNDS) -> TrialRecord:
     """The trial among ``trials`` (fastest first) with the lowest median over ``rounds`` alternating
     rounds of fresh processes, or fewer once one leads by :data:`SELECTION_MARGIN`
     (docs/measurement.md#contenders); the first where none of them ran there."""
     if len(trials) < 2:
         return trials[0]
 
-    def selection(record: Record) -> None:
-        record["verify_round"] = SELECTION_ROUND
+    def selection(record: TrialRecord) -> None:
+        record.set(verify_round=SELECTION_ROUND)
         if on_record:
             on_record(record)
 
@@ -216,22 +216,20 @@ def _decided(timed: dict[str, Verified]) -> bool:
     return medians[0] * SELECTION_MARGIN < medians[1]
 
 
-def verified_best(records: list[Record], verification: Verification | None) -> Record | None:
+def verified_best(records: list[TrialRecord], verification: Verification | None) -> TrialRecord | None:
     """The record of the verified best among ``records`` (None: not verified, or not among them)."""
     chosen = verification.best_trial if verification else None
-    return next((r for r in records if r.get("trial_id") == chosen), None) if chosen else None
+    return next((r for r in records if r.trial_id == chosen), None) if chosen else None
 
 
-def spec_of(record: Record) -> TrialSpec:
+def spec_of(record: TrialRecord) -> TrialSpec:
     """The trial a record describes, to measure again on this host."""
-    if record.get("device", LOCAL) != LOCAL:
-        raise OpBenchError(f"records measured on {record['device']} are verified on this host only; "
+    if record.device != LOCAL:
+        raise OpBenchError(f"records measured on {record.device} are verified on this host only; "
                            f"re-run the study locally to verify it")
-    target = "cuda" if "cuda" in str(record.get("target", "")) else "llvm"
-    resources = Resources(int(record["threads"]), parse_cores(str(record.get("cores", "any"))), target)
-    config = config_of(record)
-    template = str(record["template"])
-    return TrialSpec(parse_workload(str(record["workload"])), config, resources, template)
+    target = "cuda" if "cuda" in record.target else "llvm"
+    resources = Resources(int(record.threads), parse_cores(record.cores), target)
+    return TrialSpec(parse_workload(record.workload), dict(record.knobs), resources, record.template)
 
 
 def alternating(names: list[str], rounds: int) -> Iterator[tuple[int, list[str]]]:
@@ -243,7 +241,7 @@ def alternating(names: list[str], rounds: int) -> Iterator[tuple[int, list[str]]
 
 
 def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[str, float], rounds: int,
-              on_record: Callable[[Record], None] | None = None,
+              on_record: Callable[[TrialRecord], None] | None = None,
               until: Callable[[dict[str, Verified]], bool] | None = None) -> dict[str, Verified]:
     """Each named spec timed once per round in a fresh process, in :func:`alternating` order; no more
     rounds once ``until`` says so of what has been timed.
@@ -258,7 +256,7 @@ def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[st
         for round_, order in alternating(list(specs), rounds):
             short = [i for i, name in enumerate(order) if name in slow]
             for name, record in zip(order, measurer.measure_fresh([specs[n] for n in order], short)):
-                record.update(record_kind=VERIFY_KIND, verified_as=name, verify_round=round_)
+                record.set(record_kind=VERIFY_KIND, verified_as=name, verify_round=round_)
                 ok = is_ok(record)
                 out[name].rounds_ms.append(record["latency_ms"] if ok else math.nan)
                 if not ok:
@@ -282,8 +280,8 @@ def contenders_for(trials: int) -> int:
     return min(CONTENDERS, max(1, math.ceil(trials / TRIALS_PER_CONTENDER)))
 
 
-def verify(measurer: Measurer, records: list[Record], study: str, rounds: int = DEFAULT_ROUNDS,
-           on_record: Callable[[Record], None] | None = None, contenders: int | None = None) -> Verification:
+def verify(measurer: Measurer, records: list[TrialRecord], study: str, rounds: int = DEFAULT_ROUNDS,
+           on_record: Callable[[TrialRecord], None] | None = None, contenders: int | None = None) -> Verification:
     """Name the study's best among its :func:`contenders_of` (:func:`select_best`, in at most as many
     rounds as the verification), then re-measure it and the references (see :func:`references`) in
     fresh processes; a reference that runs the best's own schedule shares its processes."""

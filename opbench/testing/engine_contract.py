@@ -16,7 +16,7 @@ from opbench.engines._base import Engine, Space
 from opbench.engines.loop import ENGINE_TRIAL_TAG, run_tuning
 from opbench.hardware.resources import Resources
 from opbench.measure.types import TrialSpec
-from opbench.record import KNOB_PREFIX, Record, Status, new_trial_id
+from opbench.record import Status, TrialRecord
 from opbench.space import get_template
 from opbench.workloads import parse_workload
 
@@ -36,30 +36,29 @@ class FakeMeasurer:
     def latency(config: dict) -> float:
         return 1.0 + zlib.crc32(repr(sorted(config.items())).encode()) % 1000 / 1000
 
-    def measure_batch(self, specs: list[TrialSpec], on_record: Callable[[Record], None]) -> list[Record]:
+    def measure_batch(self, specs: list[TrialSpec], on_record: Callable[[TrialRecord], None]) -> list[TrialRecord]:
         out = []
         for spec in specs:
             self.configs.append(spec.config)
             failed = self.fail(spec.config)
-            record: Record = {"trial_id": new_trial_id(), "workload": WORKLOAD.name, "threads": spec.resources.threads,
-                              "status": (Status.RUN_ERROR if failed else Status.OK).value,
-                              "error": "fake crash" if failed else "", **spec.tags,
-                              **{KNOB_PREFIX + k: v for k, v in spec.config.items()}}
-            if not failed:
-                record["latency_ms"] = self.latency(spec.config)
+            record = TrialRecord(workload=WORKLOAD.name, threads=spec.resources.threads,
+                                 status=(Status.RUN_ERROR if failed else Status.OK).value,
+                                 error="fake crash" if failed else "", knobs=dict(spec.config),
+                                 latency_ms=None if failed else self.latency(spec.config))
+            record.set(**spec.tags)
             on_record(record)
             out.append(record)
         return out
 
 
-def tune_fake(engine: Engine, measurer: FakeMeasurer, count: int, batch: int = 3) -> list[Record]:
+def tune_fake(engine: Engine, measurer: FakeMeasurer, count: int, batch: int = 3) -> list[TrialRecord]:
     """``count`` trials of ``engine`` through the real tuning loop, checking that every record is stored
     before the loop returns it and that the engine hears each one once, after it is stored."""
-    stored: list[Record] = []
+    stored: list[TrialRecord] = []
     told: list[str] = []
     tell = engine.tell
 
-    def spy(proposal: Any, record: Record) -> None:
+    def spy(proposal: Any, record: TrialRecord) -> None:
         told.append(record["trial_id"] if record in stored else "told before it was stored")
         tell(proposal, record)
 
@@ -106,7 +105,7 @@ def check_the_loop_ends_at_its_budget_inside_the_space(make: MakeEngine) -> None
         assert set(config) == set(space()) and all(v in space()[k]["_value"] for k, v in config.items())
 
 
-def check_failed_trials_are_heard_and_the_study_goes_on(make: MakeEngine) -> tuple[Engine, list[Record]]:
+def check_failed_trials_are_heard_and_the_study_goes_on(make: MakeEngine) -> tuple[Engine, list[TrialRecord]]:
     """Trials that fail (here: every ``vectorize=1``) are told as failures and the loop still ends at its
     budget; returns the (closed) engine and the records, for engine-specific checks."""
     engine = make(space(), True)

@@ -3,18 +3,20 @@
 value, lists as lists and missing numbers as missing, whatever the store does with types underneath.
 
 ``write`` takes the rows of :func:`sample_rows` one at a time; ``read`` returns what the store holds, as
-records (dicts) in any order. OpBench's own suite runs :func:`check_round_trip` over its JSON-lines log,
+records or rows in any order. OpBench's own suite runs :func:`check_round_trip` over its JSON-lines log,
 its write-ahead log and MLflow.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from opbench.record import Record, Status, TrialRecord
+from opbench.record import Status, TrialRecord
+from opbench.tracking.row import Row
 
 
-def sample_rows(study: str = "contract") -> list[Record]:
+def sample_rows(study: str = "contract") -> list[Row]:
     """An ok trial with latencies, knobs and features; a rejected config whose knob values are odd; a
     failed run with a missing number; a library baseline with its processes' latencies."""
     ok = TrialRecord(workload="matmul-8", op="matmul", shape="8x8x8", dtype="float32", template="matmul", threads=2,
@@ -33,7 +35,7 @@ def sample_rows(study: str = "contract") -> list[Record]:
     return [r.to_row() for r in (ok, rejected, crashed, torch)]
 
 
-def check_round_trip(write: Callable[[Record], None], read: Callable[[], list[Record]]) -> None:
+def check_round_trip(write: Callable[[Row], object], read: Callable[[], Sequence[Mapping[str, Any]]]) -> None:
     """Every row of :func:`sample_rows` written comes back from ``read`` once, equal column by column
     (a NaN written may come back missing)."""
     written = sample_rows()
@@ -51,5 +53,5 @@ def _missing(value: object) -> bool:
     return value is None or isinstance(value, float) and math.isnan(value)
 
 
-def _diff(want: Record, got: Record) -> dict[str, tuple[object, object]]:
+def _diff(want: Mapping[str, Any], got: Mapping[str, Any]) -> dict[str, tuple[object, object]]:
     return {k: (want.get(k), got.get(k)) for k in set(want) | set(got) if want.get(k) != got.get(k)}

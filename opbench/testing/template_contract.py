@@ -14,6 +14,7 @@ from opbench.exceptions import ConfigError
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
+from opbench.record import is_ok
 from opbench.space import Config
 from opbench.space._base import Template
 from opbench.workloads import Workload
@@ -63,5 +64,5 @@ def check_builds_correct_kernels(measurer: Measurer, template: Template, workloa
     record's status is ok (an invalid config is a template bug: its space offered it)."""
     configs = [template.default_config(workload), *sample_configs(template, workload, samples, seed)]
     records = measurer.measure_batch([TrialSpec(workload, c, Resources(threads), template.name) for c in configs])
-    failed = [(r["status"], r.get("error", "")[:300]) for r in records if r["status"] != "ok"]
+    failed = [(r["status"], r.get("error", "")[:300]) for r in records if not is_ok(r)]
     assert not failed, f"{template.name} on {workload.name}: {failed}"

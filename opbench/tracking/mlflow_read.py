@@ -13,8 +13,9 @@ from typing import Any
 import pandas as pd
 
 from opbench.paths import default_tracking_uri
-from opbench.record import Record, from_mlflow_value
+from opbench.record import TrialRecord, from_mlflow_value
 from opbench.tracking.mlflow_store import FEATURES_FILE, FEATURES_TAG, KIND_TAG, _client
+from opbench.tracking.row import Row
 
 
 def read_mlflow(experiments: list[str], tracking_uri: str | None = None,
@@ -24,12 +25,16 @@ def read_mlflow(experiments: list[str], tracking_uri: str | None = None,
     the co-runs' own records with ``kind="corun"``)."""
     from opbench.tracking.jsonl import records_frame
 
-    return records_frame(read_mlflow_records(experiments, tracking_uri, parent_run_id, kind))
+    return records_frame(_rows(experiments, tracking_uri, parent_run_id, kind))
 
 
 def read_mlflow_records(experiments: list[str], tracking_uri: str | None = None,
-                        parent_run_id: str | None = None, kind: str = "trial") -> list[Record]:
-    """Like :func:`read_mlflow`, as record dicts with their original types, oldest first."""
+                        parent_run_id: str | None = None, kind: str = "trial") -> list[TrialRecord]:
+    """Like :func:`read_mlflow`, as records with their original types, oldest first."""
+    return [TrialRecord.from_row(row) for row in _rows(experiments, tracking_uri, parent_run_id, kind)]
+
+
+def _rows(experiments: list[str], tracking_uri: str | None, parent_run_id: str | None, kind: str) -> list[Row]:
     uri = tracking_uri or default_tracking_uri()
     client = _client(uri)
     query = f"tags.`{KIND_TAG}` = '{kind}'"
@@ -52,7 +57,7 @@ def experiment_ids(client: Any, experiments: list[str], uri: str) -> list[str]:
 
 
 def runs_records(client: Any, experiment_ids: list[str], query: str, skip: set[str] | frozenset[str] = frozenset()
-                 ) -> Iterator[Record]:
+                 ) -> Iterator[Row]:
     """The records of the finished runs ``query`` finds, oldest first, but for those whose trial id is in
     ``skip`` (their features are not even fetched)."""
     token = None

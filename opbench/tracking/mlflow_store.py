@@ -15,7 +15,8 @@ from opbench.exceptions import OpBenchError
 from opbench.hardware.lock import HostLock
 from opbench.lifecycle import fault_point
 from opbench.paths import default_tracking_uri, safe_name, store_dir
-from opbench.record import JSON_TAGS, Record, is_ok, kind_of
+from opbench.record import JSON_TAGS, is_ok, kind_of
+from opbench.tracking.row import Row
 from opbench.tracking.segment_store import INVOCATION_TAG, OPEN, SEALED, upload_segment, writer_name
 from opbench.tracking.segments import write_segment
 from opbench.tracking.store_uri import check_tracking_uri
@@ -87,7 +88,7 @@ def experiment_id(client: Any, name: str, uri: str) -> str:
         return exp.experiment_id
 
 
-def _split(record: Record) -> tuple[list[Any], list[Any], dict[str, str], dict[str, Any]]:
+def _split(record: Row) -> tuple[list[Any], list[Any], dict[str, str], dict[str, Any]]:
     """A record as MLflow params, metrics and tags, and what goes to the run's artifact: the features and
     the lists (raw latencies), which MLflow would truncate as tags (8,000 characters)."""
     from mlflow.entities import Metric, Param
@@ -157,7 +158,7 @@ class MlflowWriter:
         self._trial_runs: dict[str, str] = {}  # trial_id -> run_id of the trials written here
         self._background = BackgroundWriter(self._write, background_lock) if background_lock else None
 
-    def write(self, record: Record) -> None:
+    def write(self, record: Row) -> None:
         """A run nested under the study's parent run, or under its co-run's run (written before it)."""
         self._unsealed.add(str(record.get("trial_id")))
         if self._background:
@@ -176,7 +177,7 @@ class MlflowWriter:
         self.flush()
         return self._trial_runs
 
-    def _write(self, record: Record) -> None:
+    def _write(self, record: Row) -> None:
         fault_point("before-mlflow-write")
         params, metrics, tags, features = _split(record)
         run_name = f"{record.get('workload', 'trial')}-{record.get('trial_id', '')[:8]}"
@@ -191,7 +192,7 @@ class MlflowWriter:
         self.client.set_terminated(run_id, "FINISHED" if is_ok(record) else "FAILED")
         self._trial_runs[str(record.get("trial_id"))] = run_id
 
-    def seal(self, rows: list[Record]) -> None:
+    def seal(self, rows: list[Row]) -> None:
         """``rows`` (canonical records) as a segment of the parent run, after what is queued before them."""
         self.held_in_segments([str(r.get("trial_id")) for r in rows])
         if not rows:
@@ -201,7 +202,7 @@ class MlflowWriter:
         path = study_dir("segments", self.study, self.uri) / self.parent_run_id / name
         self.call(lambda: self._upload(rows, path), f"segment {name}")
 
-    def _upload(self, rows: list[Record], path: Path) -> None:
+    def _upload(self, rows: list[Row], path: Path) -> None:
         try:
             fault_point("before-segment-upload")
             upload_segment(self.client, self.parent_run_id, write_segment(rows, path), len(rows))

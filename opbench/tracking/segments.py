@@ -14,7 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from opbench.record import JSON_TAGS, KNOB_PREFIX, Record, column_order, from_mlflow_value, is_numeric
+from opbench.record import JSON_TAGS, KNOB_PREFIX, column_order, from_mlflow_value, is_numeric
+from opbench.tracking.row import Row
 
 SEGMENT_RECORDS = 512  # a segment is sealed at this many records ...
 SEGMENT_SECONDS = 300.0  # ... or this long after its first record, whichever comes first
@@ -22,10 +23,10 @@ SEGMENTS_DIR = "segments"  # under the invocation's parent run's artifacts: segm
 INT_COLUMNS = ("schema_version", "threads", "cache_flush", "worker_pid", "kernel_pid", "verify_round")
 
 
-def canonical(record: Record) -> Record:
+def canonical(record: Row) -> Row:
     """``record`` exactly as MLflow gives it back (what every reader returns): None and NaN left out,
     params and tags as strings, but for the integer columns and knobs that read as integers."""
-    out: Record = {}
+    out: Row = {}
     for key, value in record.items():
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
@@ -58,7 +59,7 @@ def _is_int64(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
 
 
-def to_table(rows: list[Record]) -> Any:
+def to_table(rows: list[Row]) -> Any:
     """Canonical rows as one Arrow table, columns in the dataset's order."""
     import pyarrow as pa
 
@@ -66,7 +67,7 @@ def to_table(rows: list[Record]) -> Any:
     return pa.table({name: arrow_column(name, [row.get(name) for row in rows]) for name in names})
 
 
-def write_segment(rows: list[Record], path: Path) -> Path:
+def write_segment(rows: list[Row], path: Path) -> Path:
     """Canonical rows as a Parquet segment at ``path``, a row group per workload (written whole or not at all)."""
     import pyarrow.parquet as pq
 
@@ -110,7 +111,7 @@ def trial_ids(paths: Iterable[Path]) -> set[str]:
             if t is not None}
 
 
-def table_records(table: Any) -> list[Record]:
+def table_records(table: Any) -> list[Row]:
     """An Arrow table's rows as records (absent values left out; a knob stored as words where its column
     mixes them with numbers reads back as :func:`canonical` gives it)."""
     knobs = [name for name in table.column_names if name.startswith(KNOB_PREFIX)]
@@ -133,10 +134,10 @@ class SegmentBuffer:
         self.max_records, self.max_age_s = max_records, max_age_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._rows: list[Record] = []
+        self._rows: list[Row] = []
         self._since = 0.0
 
-    def add(self, record: Record) -> bool:
+    def add(self, record: Row) -> bool:
         """Keep ``record``; whether it is the first since the last segment."""
         with self._lock:
             if not self._rows:
@@ -148,7 +149,7 @@ class SegmentBuffer:
         with self._lock:
             return len(self._rows) >= self.max_records or bool(self._rows) and self._clock() - self._since >= self.max_age_s
 
-    def take(self) -> list[Record]:
+    def take(self) -> list[Row]:
         """The rows to seal, and a fresh start."""
         with self._lock:
             rows, self._rows = self._rows, []

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from opbench.lifecycle import process_alive
-from opbench.record import Record
+from opbench.record import TrialRecord
 from opbench.tracking.jsonl import JsonlWriter, read_jsonl_records
+from opbench.tracking.row import Row
 
 REPLAY_LOCK = ".replay.lock"
 
@@ -29,18 +30,18 @@ class WriteAheadLog:
         self.directory = directory
         self._writer = JsonlWriter(directory / f"{socket.gethostname()}-{os.getpid()}.jsonl")
 
-    def append(self, record: Record) -> None:
+    def append(self, record: TrialRecord | Row) -> None:
         """On disk when this returns (fsync)."""
         self._writer.write(record)
 
 
-def logged_by(directory: Path, pid: int) -> list[Record]:
+def logged_by(directory: Path, pid: int) -> list[TrialRecord]:
     """What this host's process ``pid`` logged ahead in ``directory`` (nothing when it logged nothing)."""
     path = directory / f"{socket.gethostname()}-{pid}.jsonl"
     return read_jsonl_records(path) if path.exists() else []
 
 
-def dead_processes_logs(directory: Path) -> dict[tuple[str, int], list[Record]]:
+def dead_processes_logs(directory: Path) -> dict[tuple[str, int], list[TrialRecord]]:
     """(host, pid) -> the records in the log of each of this host's processes that are gone (a live
     process writes its own)."""
     return {(host, int(pid)): read_jsonl_records(path) for path in sorted(directory.glob("*.jsonl"))

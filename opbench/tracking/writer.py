@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 
 from opbench.hardware.lock import HostLock
-from opbench.record import Record
+from opbench.tracking.row import Row
 
 log = logging.getLogger("opbench")
 HOLD_S = 5.0  # a write to a reachable store takes well under a second
@@ -21,7 +21,7 @@ class BackgroundWriter:
     up every timed run on the host. A store that fails is logged, not raised: the JSON-lines log has
     the record and the engine has heard it."""
 
-    def __init__(self, write: Callable[[Record], object], lock: HostLock, name: str = "record-writer",
+    def __init__(self, write: Callable[[Row], object], lock: HostLock, name: str = "record-writer",
                  hold_s: float = HOLD_S) -> None:
         self._write = write
         self._lock = lock
@@ -30,7 +30,7 @@ class BackgroundWriter:
         self._thread = threading.Thread(target=self._drain, name=name, daemon=True)
         self._thread.start()
 
-    def put(self, record: Record) -> None:
+    def put(self, record: Row) -> None:
         copy = dict(record)  # the caller goes on with its own
         self.call(lambda: self._write(copy), f"trial {copy.get('trial_id')}")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from opbench.engines._base import Engine, Proposal, Space, space_point, split_threads
 from opbench.exceptions import OpBenchError
-from opbench.record import Record, is_ok
+from opbench.record import TrialRecord, is_ok
 
 TUNERS = ("TPE", "Anneal", "Evolution", "GridSearch", "Random")
 EVOLUTION_POPULATION = 16
@@ -69,7 +69,7 @@ class NniEngine(Engine):
         if point is not None:
             self._tuner.import_data([{"parameter": point, "value": latency_ms}])
 
-    def tell(self, proposal: Proposal, record: Record) -> None:
+    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
         parameter_id, params = proposal.handle
         ok = is_ok(record)
         if ok:

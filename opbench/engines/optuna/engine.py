@@ -17,7 +17,7 @@ from opbench.engines.optuna.heartbeat import Heartbeat
 from opbench.engines.optuna.storage import open_storage, recovered_within, riding_outages
 from opbench.exceptions import OpBenchError
 from opbench.lifecycle import process_alive, sigterm_deferred
-from opbench.record import OBJECTIVE_COLUMNS, Record, is_ok
+from opbench.record import OBJECTIVE_COLUMNS, TrialRecord, is_ok
 
 log = logging.getLogger(__name__)
 _HOST = socket.gethostname()  # on each asked trial: which host measures it
@@ -88,7 +88,7 @@ class OptunaEngine(Engine):
         self._in_flight: set[int] = set()  # trial ids asked here and not yet told
         self._first_seen: dict[int, float] = {}  # others' trials without a host yet: when this process saw them
         # What a dead process of this host logged ahead, by engine trial (its write-ahead log; set by the study)
-        self.logged_by: Callable[[int], dict[str, Record]] = lambda pid: {}
+        self.logged_by: Callable[[int], dict[str, TrialRecord]] = lambda pid: {}
         beats = getattr(storage, "get_heartbeat_interval", lambda: None)()  # a database server's storage (shared by hosts)
         self._heartbeat = Heartbeat(storage, self._in_flight) if beats and budget is not None else None
 
@@ -102,7 +102,7 @@ class OptunaEngine(Engine):
             trial = optuna.trial.create_trial(params=point, distributions=self._distributions, value=latency_ms)
             self._db(lambda: self.study.add_trial(trial))
 
-    def recover(self, recorded: dict[str, Record]) -> list[Record]:
+    def recover(self, recorded: dict[str, TrialRecord]) -> list[TrialRecord]:
         """Settle trials a killed process left RUNNING: tell those whose record was written (keyed by
         ``engine_trial``), fail the rest and queue their params again, so nothing is lost or run twice.
         On a database other hosts share, a trial whose process is alive (a fresh heartbeat, or asked
@@ -266,7 +266,7 @@ class OptunaEngine(Engine):
         if self._heartbeat:
             self._heartbeat.stop()
 
-    def tell(self, proposal: Proposal, record: Record) -> None:
+    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
         try:
             self._tell(proposal, record)
         except (ValueError, RuntimeError):
@@ -278,7 +278,7 @@ class OptunaEngine(Engine):
                         proposal.handle.number, record["trial_id"])
         self._in_flight.discard(proposal.handle._trial_id)
 
-    def _tell(self, proposal: Proposal, record: Record) -> None:
+    def _tell(self, proposal: Proposal, record: TrialRecord) -> None:
         import optuna
 
         trial = proposal.handle

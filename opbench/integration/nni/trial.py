@@ -23,7 +23,7 @@ import time
 from opbench import settings
 from opbench.argtypes import positive_float, positive_int
 from opbench.engines._base import split_threads
-from opbench.record import is_ok
+from opbench.record import TrialRecord, is_ok
 from opbench.report.progress import TrialPrinter
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if reply.record is None:
         print(f"opbench nni trial: error: {reply.error}", file=sys.stderr)
         return 2
-    record = reply.record
+    record = TrialRecord.from_row(reply.record)
     TrialPrinter(None, sys.stdout)(record)
     if not is_ok(record):
         return 1

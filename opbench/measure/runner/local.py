@@ -13,7 +13,7 @@ from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
 from opbench.measure.protocol import EAGER, FRAMEWORKS, LibraryInput, ModelInput, RunInput, RunResult
 from opbench.measure.runner._base import Runner
-from opbench.measure.timing import SPELL, Attempt, joined, take
+from opbench.measure.runner.retakes import SPELL, Attempt, joined, take, wants_more_turns
 from opbench.measure.worker import KERNEL, LIBRARY, Worker, WorkerError
 from opbench.measure.worker.zygotes import forked_worker, zygote_of
 from opbench.record import Status
@@ -138,7 +138,7 @@ class LocalRunner(Runner[Job, RunResult]):
                     turn_wait_s: float = math.inf) -> list[RunResult]:
         """Jobs (``jobs[i]`` in ``workers[i]``) take their timing's ``turns`` turns, one series each, in an
         order that reverses every turn, and the jobs whose turns call for more (all in a spell, or disagreeing)
-        take their timing's ``extra_turns`` more (:meth:`TimingPolicy.wants_more_turns`); a job's result joins its turns
+        take their timing's ``extra_turns`` more (:func:`~opbench.measure.runner.retakes.wants_more_turns`); a job's result joins its turns
         (:func:`joined`), so a slow spell of the host that covers a few seconds falls on every job's series
         alike instead of on one job's whole measurement. A job that fails takes no more turns. The turns
         wait ``max_wait_s`` at most in all for the host's usual state, each ``turn_wait_s`` at most
@@ -155,7 +155,7 @@ class LocalRunner(Runner[Job, RunResult]):
         turns = max((inp.timing.turns for inp in jobs), default=0)
         for turn in range(turns):
             take_turn(turn, [i for i, inp in enumerate(jobs) if turn < inp.timing.turns])
-        split = [i for i, inp in enumerate(jobs) if inp.timing.wants_more_turns(results[i])]
+        split = [i for i, inp in enumerate(jobs) if wants_more_turns(inp.timing, results[i])]
         for extra in range(max((jobs[i].timing.extra_turns for i in split), default=0)):
             take_turn(turns + extra, [i for i in split if extra < jobs[i].timing.extra_turns])
         return [joined(r) for r in results]

@@ -20,7 +20,7 @@ from opbench.hardware.targets import make_target
 from opbench.measure.measurer import Measurer
 from opbench.measure.models import export_model, save_inputs
 from opbench.measure.protocol import ModelInput
-from opbench.record import Record, Status, best_ok
+from opbench.record import Status, TrialRecord, best_ok, is_ok
 from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
 from opbench.studies.models.profile import INPUTS, TUNED, median_ms
@@ -74,7 +74,7 @@ def gpu_tunable(model: ModelSpec, ops: list[FusedOp], target: str) -> list[tuple
     return chosen
 
 
-def tune_model_gpu(spec: GpuModelTune, measurer: Measurer, sink: Callable[[Record], None], folder: Path,
+def tune_model_gpu(spec: GpuModelTune, measurer: Measurer, sink: Callable[[TrialRecord], None], folder: Path,
                    study: str = "") -> GpuTunedModel:
     """Tune the model's operators that have a template for ``spec.target``, then build it twice into
     ``folder``: with their best schedules, and with dlight's alone."""
@@ -99,7 +99,7 @@ def tune_model_gpu(spec: GpuModelTune, measurer: Measurer, sink: Callable[[Recor
             log.info("    no config of %s ran: dlight schedules it", op.name)
             continue
         tuned.append(TunedOp(workload, template, template.validate(config, workload), best["latency_ms"]))
-        default = records[0]["latency_ms"] if records[0]["status"] == "ok" else math.nan  # the template default
+        default = records[0]["latency_ms"] if is_ok(records[0]) else math.nan  # the template default
         rows.append((op.name, op.calls, default, best["latency_ms"]))
     library, dlight = build_gpu_model(mod, tuned, target, folder)
     inputs = save_inputs(model.inputs, folder / INPUTS, model.reference)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from opbench.hardware.resources import host_facts
 from opbench.paths import safe_name
-from opbench.record import Record
+from opbench.record import TrialRecord
 from opbench.studies.models.profile import OpProfile
 from opbench.tracking.jsonl import JsonlWriter, read_jsonl_records
 
@@ -62,18 +62,18 @@ class TunedCache:
         self.key, self.folder = key, key.folder(root)
         self.reused: list[str] = []  # what this run took from the cache
 
-    def records(self) -> dict[str, list[Record]] | None:
+    def records(self) -> dict[str, list[TrialRecord]] | None:
         """Each operator's records, as the run that tuned it measured them (None: nothing kept)."""
         path = self.folder / RECORDS
         if not path.exists():
             return None
-        kept: dict[str, list[Record]] = {}
+        kept: dict[str, list[TrialRecord]] = {}
         for record in read_jsonl_records(path):
-            kept.setdefault(record.pop("reuse.op"), []).append(record)
+            kept.setdefault(record.tags.pop("reuse.op"), []).append(record)
         self.reused.append(f"operator records of {self._when(path)}")
         return kept
 
-    def save_records(self, records: dict[str, list[Record]]) -> None:
+    def save_records(self, records: dict[str, list[TrialRecord]]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / KEY).write_text(json.dumps(asdict(self.key), indent=2))
         partial = self.folder / f"{RECORDS}.partial"

@@ -7,7 +7,6 @@ operator whose PrimFunc changed is timed alone and its memory read again, a pack
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 from pathlib import Path
@@ -33,14 +32,14 @@ SCHEDULES_HELP = (f"the schedules the operators are profiled with: '{UNTUNED}' (
                   "(tune-model's: the tuned operators, the rest untuned)")
 
 
-def schedules_arg(value: str) -> str:
+def parse_schedules(value: str) -> str:
     """``--schedules``: untuned, defaults, or a folder holding a MetaSchedule JSON database."""
     if value in (UNTUNED, DEFAULTS):
         return value
     missing = [name for name in DATABASE_FILES if not (Path(value) / name).is_file()]
     if missing:
-        raise argparse.ArgumentTypeError(f"'{value}' is neither {UNTUNED}, {DEFAULTS} nor a MetaSchedule database "
-                                         f"folder (no {' or '.join(missing)})")
+        raise OpBenchError(f"'{value}' is neither {UNTUNED}, {DEFAULTS} nor a MetaSchedule database "
+                           f"folder (no {' or '.join(missing)})")
     return value
 
 

@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.models import export_model
 from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, ModelInput
@@ -26,14 +27,12 @@ SYSTEMS = (UNTUNED, DEFAULTS, METASCHEDULE, EAGER_ROW, INDUCTOR, ONNXRUNTIME)
 FRAMEWORK_ROWS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME)  # what a user would pick instead of TVM
 
 
-def systems_arg(value: str) -> tuple[str, ...]:
+def parse_systems(value: str) -> tuple[str, ...]:
     """``--compare``: comma-separated names from :data:`SYSTEMS`."""
-    import argparse
-
     names = tuple(v.strip() for v in value.split(",") if v.strip())
     unknown = [n for n in names if n not in SYSTEMS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown system {', '.join(unknown) or repr(value)}; systems: {', '.join(SYSTEMS)}")
+        raise OpBenchError(f"unknown system {', '.join(unknown) or repr(value)}; systems: {', '.join(SYSTEMS)}")
     return names
 
 

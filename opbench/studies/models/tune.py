@@ -24,7 +24,7 @@ from opbench.measure.models import export_model
 from opbench.measure.protocol import ModelInput
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
-from opbench.record import Record, best_ok, is_ok, tee
+from opbench.record import TrialRecord, best_ok, is_ok, tee
 from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
 from opbench.studies.models.eager_ops import profile_built
@@ -111,7 +111,7 @@ def model_measurer(spec: ModelSpec) -> Measurer:
     return Measurer(MeasureOptions(TimingPolicy(repeat=spec.repeat)))
 
 
-def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None = None) -> ModelTuneResult:
+def tune_model(spec: ModelTuneSpec, on_record: Callable[[TrialRecord], None] | None = None) -> ModelTuneResult:
     """Profile the model, measure every operator's template default, tune the key operators by their time
     after the defaults (in the untuned profile TVM's default lowering of matmuls and convolutions dwarfs
     operators that matter once those are tuned), build the model with the results: rows and metrics."""
@@ -148,18 +148,18 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[Record], None] | None =
         metrics = {"torch_ms": prof.torch_ms, "untuned_ms": prof.model_ms, "tuned_ms": tuned_ms, "trials": trials,
                    "speedup_vs_untuned": prof.model_ms / tuned_ms, "speedup_vs_torch": prof.torch_ms / tuned_ms,
                    "max_abs_err": err, "tuned_ops": len(tuned), "prepacked_ops": len(prepacked(build.last))}
-        recorder.mlflow.log_parent({"model": m.model, "batch": m.batch, "seq_len": m.seq_len, "threads": m.threads,
+        recorder.log_parent({"model": m.model, "batch": m.batch, "seq_len": m.seq_len, "threads": m.threads,
                                     "trials_per_op": spec.trials_per_op},
                                    {**metrics, **(verification.parent_metrics() if verification else {})},
                                    verification.parent_tags() if verification else {})
         for name in DATABASE_FILES:
-            recorder.mlflow.log_artifact(folder / name, "database")
+            recorder.log_artifact(folder / name, "database")
     return ModelTuneResult(rows, metrics, folder, verification, study, cache.note if cache else "")
 
 
 def _operator_records(spec: ModelTuneSpec, tunable: list[FusedOp], workloads: dict[str, Workload], measurer: Measurer,
-                      sink: Callable[[Record], None], study: str, cache: TunedCache | None
-                      ) -> tuple[dict[str, list[Record]], set[str], dict[str, float]]:
+                      sink: Callable[[TrialRecord], None], study: str, cache: TunedCache | None
+                      ) -> tuple[dict[str, list[TrialRecord]], set[str], dict[str, float]]:
     """Each operator's records (its template default first, then a key operator's trials), the key operators
     and each one's time after the defaults: measured, and kept in ``cache``, or what ``cache`` kept."""
     m, resources = spec.model, Resources(spec.model.threads)
@@ -189,7 +189,7 @@ def _operator_records(spec: ModelTuneSpec, tunable: list[FusedOp], workloads: di
     return records, key, after_ms
 
 
-def _best_schedules(ops: list[FusedOp], workloads: dict[str, Workload], records: dict[str, list[Record]]
+def _best_schedules(ops: list[FusedOp], workloads: dict[str, Workload], records: dict[str, list[TrialRecord]]
                     ) -> tuple[dict[str, TunedOp], dict[str, TunedOp | None]]:
     """Each operator's fastest schedule measured, where it beat TVM's default lowering, and its template
     default's (None where that did not beat it), by operator name."""
@@ -246,7 +246,7 @@ def _default_engine(workload: Workload, threads: int) -> GridEngine:
 
 
 def _engine_past_default(spec: EngineSpec, workload: Workload, template: Template, resources: Resources, study: str,
-                         default: Record | None) -> Engine:
+                         default: TrialRecord | None) -> Engine:
     """An engine that learns the template default's measured latency (``default``) instead of measuring it again."""
     space = template.search_space(workload)
     engine = create_engine(spec, space, workload, template, resources, study, propose_default=False)
@@ -254,7 +254,7 @@ def _engine_past_default(spec: EngineSpec, workload: Workload, template: Templat
     return engine
 
 
-def _best_ms(records: list[Record]) -> float:
+def _best_ms(records: list[TrialRecord]) -> float:
     best = best_ok(records)
     return best["latency_ms"] if best else math.inf
 
@@ -296,14 +296,14 @@ def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, t
     return verification
 
 
-def model_speedups(result: ModelTuneResult) -> tuple[Record, dict[str, Record]]:
+def model_speedups(result: ModelTuneResult) -> tuple[TrialRecord, dict[str, TrialRecord]]:
     """The tuned model and what it is compared with as records for a speed-up table: untuned and PyTorch as
     the study measured them, every other verified system by its fresh-process times alone."""
     m = result.metrics
-    refs = {"untuned": {"status": "ok", "latency_ms": m["untuned_ms"]}}
+    refs = {"untuned": TrialRecord(latency_ms=m["untuned_ms"])}
     if not math.isnan(m["torch_ms"]):
-        refs["torch"] = {"status": "ok", "latency_ms": m["torch_ms"]}
+        refs["torch"] = TrialRecord(latency_ms=m["torch_ms"])
     for name in result.verification.schedules if result.verification else ():
-        refs.setdefault(name, {"status": "verified only", "latency_ms": math.nan})
+        refs.setdefault(name, TrialRecord(status="verified only", latency_ms=math.nan))
     refs.pop(BEST, None)
-    return {"status": "ok", "latency_ms": m["tuned_ms"]}, refs
+    return TrialRecord(latency_ms=m["tuned_ms"]), refs

@@ -12,9 +12,10 @@ import pandas as pd
 
 from opbench.exceptions import OpBenchError
 from opbench.paths import default_tracking_uri
-from opbench.record import FEATURE_PREFIX, KNOB_PREFIX, Record
+from opbench.record import FEATURE_PREFIX, KNOB_PREFIX
 from opbench.tracking.dataset.formats import FORMATS, open_writer, read_rows
 from opbench.tracking.dataset.sources import Filters, conform, fetch, plan
+from opbench.tracking.row import Row
 from opbench.tracking.segments import table_records
 
 CARD_COLUMNS = ("op", "host", "status", "study")
@@ -81,7 +82,7 @@ def load_records(source: str = "mlflow", experiments: Sequence[str] = (), logs: 
 
 
 def read_records(source: str, experiments: Sequence[str], logs: Sequence[Path | str], tracking_uri: str | None,
-                 filters: Filters) -> list[Record]:
+                 filters: Filters) -> list[Row]:
     """The records of some studies in MLflow (``source`` mlflow) or of JSON-lines logs (jsonl), filtered."""
     if source == "mlflow":
         uri = tracking_uri or default_tracking_uri()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from opbench.exceptions import OpBenchError
-from opbench.record import Record, to_json_value
+from opbench.tracking.row import Row, json_line
 from opbench.tracking.segments import canonical, table_records, to_table
 
 FORMATS = (".parquet", ".jsonl", ".csv")
@@ -36,8 +36,7 @@ class _JsonlOut:
 
     def write(self, table: Any) -> None:
         for record in table_records(table):
-            values = {k: to_json_value(k, v) for k, v in record.items()}
-            self._file.write(json.dumps({k: v for k, v in values.items() if v is not None}, allow_nan=False) + "\n")
+            self._file.write(json_line(record) + "\n")
 
     def close(self) -> None:
         self._file.close()
@@ -83,7 +82,7 @@ def open_writer(path: Path, schema: Any) -> Iterator[Any]:
     writer.close()
 
 
-def iter_rows(path: Path, batch: int) -> Iterator[list[Record]]:
+def iter_rows(path: Path, batch: int) -> Iterator[list[Row]]:
     """The records of a Parquet or JSON-lines dataset ``batch`` at a time, as :func:`canonical` gives them."""
     if path.suffix == ".parquet":
         import pyarrow as pa
@@ -100,12 +99,12 @@ def iter_rows(path: Path, batch: int) -> Iterator[list[Record]]:
         yield rows[start:start + batch]
 
 
-def read_rows(path: Path, filters: Any | None) -> list[Record]:
+def read_rows(path: Path, filters: Any | None) -> list[Row]:
     """The records of a Parquet or JSON-lines dataset (or log), as :func:`canonical` gives them, filtered."""
-    from opbench.tracking.jsonl import read_jsonl_records
+    from opbench.tracking.jsonl import read_jsonl_rows
 
     if path.suffix == ".jsonl":
-        rows = [canonical(r) for r in read_jsonl_records(path)]
+        rows = [canonical(r) for r in read_jsonl_rows(path)]
         return table_records(filters.apply(to_table(rows))) if filters is not None and rows else rows
     if path.suffix != ".parquet":
         raise OpBenchError(f"{path}: records are read from .parquet or .jsonl files")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from opbench.exceptions import OpBenchError
 from opbench.paths import default_tracking_uri
-from opbench.record import Record
 from opbench.tracking.dataset.formats import iter_rows
 from opbench.tracking.dataset.sources import held_trial_ids, plan
 from opbench.tracking.mlflow_store import KIND_TAG, MlflowWriter, ensure_store, experiment_id
+from opbench.tracking.row import Row
 from opbench.tracking.segments import SEGMENT_RECORDS, canonical
 
 IMPORT_KIND = "import"  # the parent run of an import: never an invocation that --resume or verify takes
@@ -36,7 +36,7 @@ class Imported:
         return self.read - self.added
 
 
-def source_batches(path: Path, study: str) -> Iterator[list[Record]]:
+def source_batches(path: Path, study: str) -> Iterator[list[Row]]:
     """The records of a dataset file or a MetaSchedule database folder, a segment's worth at a time."""
     if path.is_dir():
         from opbench.tracking.dataset.metaschedule_import import import_metaschedule
@@ -82,7 +82,7 @@ def import_dataset(path: Path | str, study: str, tracking_uri: str | None = None
     return Imported(read, added, writer.parent_run_id)
 
 
-def _new(rows: list[Record], held: set[str]) -> list[Record]:
+def _new(rows: list[Row], held: set[str]) -> list[Row]:
     """The rows whose trial id is not in ``held`` (which takes them in), each once, in order."""
     out = []
     for row in rows:

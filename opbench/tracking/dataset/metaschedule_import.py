@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from opbench.exceptions import OpBenchError
-from opbench.record import Record, TrialRecord, latency_stats
+from opbench.measure.series import latency_stats
+from opbench.record import Status, TrialRecord
+from opbench.tracking.row import Row
 
 FAILED_RUN_S = 1e9  # MetaSchedule stores 1e10 s for a failed run
 
@@ -34,7 +36,7 @@ def _trial_id(workload: str, trace: Any, target: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def import_metaschedule(folder: Path | str, study: str) -> list[Record]:
+def import_metaschedule(folder: Path | str, study: str) -> list[Row]:
     """Every tuning record of the database in ``folder`` as a record (in the database's order), its trial
 id derived from the record itself (:func:`_trial_id`)."""
     from opbench._tvm_compat import light_tensor_intrin
@@ -67,7 +69,7 @@ id derived from the record itself (:func:`_trial_id`)."""
         workload = f"tir:{name}-{tvm_ffi.structural_hash(mod) & 0xFFFFFFFF:08x}"
         record = TrialRecord(
             workload=workload, task_key=workload, op="tir", template="metaschedule", trial_id=_trial_id(workload, tuning.trace, target),
-            threads=threads, cores="", target=str(target), host="imported", status="ok" if ok else "run_error",
+            threads=threads, cores="", target=str(target), host="imported", status=(Status.OK if ok else Status.RUN_ERROR).value,
             error="" if ok else "MetaSchedule recorded no successful run", study=study, engine="metaschedule-import",
             features={"flops": flops, "log_flops": math.log10(max(flops, 1.0)), "threads": float(threads)})
         if ok:

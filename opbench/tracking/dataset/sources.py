@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opbench.record import Record, column_order
+from opbench.record import column_order
 from opbench.tracking.mlflow_read import experiment_ids, runs_records
 from opbench.tracking.mlflow_store import KIND_TAG, _client
+from opbench.tracking.row import Row
 from opbench.tracking.segment_store import INVOCATION_TAG, all_sealed, fetch_segments, segment_artifacts, writers
 from opbench.tracking.segments import to_table, trial_ids
 from opbench.workloads import task_key_of
@@ -135,7 +136,7 @@ def held_trial_ids(store: StorePlan, scratch: Path) -> set[str]:
     return held
 
 
-def _unsealed_records(store: StorePlan, kind: str, held: set[str]) -> Iterator[Record]:
+def _unsealed_records(store: StorePlan, kind: str, held: set[str]) -> Iterator[Row]:
     """Records no segment holds, each once (``held`` grows with them)."""
     query = f"tags.`{KIND_TAG}` = '{kind}'"
     queries = [(store.experiment_ids, f"{query} and tags.`{INVOCATION_TAG}` = '{parent}'") for parent in store.unsealed]

@@ -73,7 +73,7 @@ class MeasurementService:
                 workload = parse_workload(request.workload)
                 resources = Resources(request.threads, parse_cores(request.cores), request.target, request.device)
                 recorder, tags = self._recorder(request, request.study or f"nni-{workload.name}"), _nni_tags(request)
-                measure_references(self._measurer(request), workload, resources, lambda r: recorder({**r, **tags}),
+                measure_references(self._measurer(request), workload, resources, lambda r: recorder(r.replace(**tags)),
                                    request.template)
         except Exception:
             log.exception("references of %s", request.workload)
@@ -110,7 +110,7 @@ class MeasurementService:
         record = self._measurer(request).measure(spec)
         recorder(record)
         fault_point("before-reply")
-        return TrialReply(record)
+        return TrialReply(record.to_row())
 
     def _measurer(self, request: TrialRequest) -> Measurer:
         """The warm measurer of the request's measure options."""
@@ -132,7 +132,7 @@ class MeasurementService:
     def flush(self) -> None:
         """Return when every record measured so far is in MLflow."""
         for recorder in list(self._recorders.values()):
-            recorder.mlflow.flush()
+            recorder.flush()
 
     def close(self) -> None:
         """Refuse every later call, then end the recorders (writing what they queued) and the measurers."""
