@@ -89,9 +89,9 @@ def operators(measurer: Measurer, names: list[str], trials: int, rounds: int, sc
         with Recorder(f"cuda-{workload.name}", tracking, background_lock=HostLock(measurer.options.lock_path)) as recorder:
             refs = measure_references(measurer, workload, GPU, recorder, verified=True)
             engine = OptunaEngine(template.search_space(workload), 1, name, default_storage(scratch), seed=0,
-                                  initial=template.default_config(workload), budget=trials)
+                                  budget=trials)
             print(f"--- {name}: {trials} trials on the GPU", flush=True)
-            records = run_tuning(engine, workload, trials, measurer, tee(recorder, TrialPrinter(trials)), GPU)
+            records = run_tuning(engine, workload, trials, measurer, tee(recorder, TrialPrinter(trials)), GPU, fresh=True)
             verified = verify(measurer, [*refs.values(), *records], name, rounds, on_record=recorder)
         for label, schedule in verified.schedules.items():
             lat = schedule.latency

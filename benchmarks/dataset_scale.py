@@ -64,7 +64,7 @@ def real_records(n: int) -> list[TrialRecord]:
                            resources, "dataset-scale")
     records: list[TrialRecord] = []
     with Measurer(MeasureOptions(TimingPolicy(repeat=3))) as measurer:
-        run_tuning(engine, workload, n, measurer, records.append, resources)
+        run_tuning(engine, workload, n, measurer, records.append, resources, fresh=True)
     return records
 
 

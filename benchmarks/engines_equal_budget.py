@@ -58,7 +58,7 @@ def tune(engine: str, name: str, trials: int, measurer: Measurer, sink, resource
         return create_loop_engine(spec, work_dir).run(workload, trials, measurer, sink, resources)
     template = get_template(workload)
     proposer = create_engine(spec, template.search_space(workload), workload, template, resources, f"{name}-{engine}")
-    return run_tuning(proposer, workload, trials, measurer, sink, resources, batch=2)
+    return run_tuning(proposer, workload, trials, measurer, sink, resources, batch=2, fresh=True)
 
 
 def verify_bests(measurer: Measurer, series: dict, refs: dict, recorder) -> Verification:

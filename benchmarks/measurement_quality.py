@@ -28,7 +28,7 @@ import numpy as np
 from _results import Results
 from scipy.stats import spearmanr
 
-from opbench.engines.loop import run_tuning, valid_proposals
+from opbench.engines.loop import run_tuning, template_check, valid_proposals
 from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.host_speed import Slowness
@@ -51,7 +51,7 @@ def sample_configs(name: str, count: int, threads: int, seed: int) -> list[dict]
     workload = parse_workload(name)
     template = get_template(workload)
     engine = RandomEngine(template.search_space(workload), threads, seed)
-    return [p.config for p in valid_proposals(engine, workload, template, count, max_rejects=1000)]
+    return [p.config for p in valid_proposals(engine, template_check(workload, template), count, max_rejects=1000)]
 
 
 def measure_all(name: str, configs: list[dict], resources: Resources) -> list[dict]:

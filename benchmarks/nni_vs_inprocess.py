@@ -62,7 +62,7 @@ def in_process(trials: int, scratch: Path) -> dict:
             Recorder("inprocess", f"sqlite:///{scratch}/mlflow.db", background_lock=HostLock(MeasureOptions().lock_path)) as recorder:
         measurer.warm_up(resources)
         started = time.time()
-        records = run_tuning(engine, workload, trials, measurer, recorder, resources)
+        records = run_tuning(engine, workload, trials, measurer, recorder, resources, fresh=True)
     engine.close()
     ends = [r["finished_at"] for r in records]
     starts = [started, *ends[:-1]]  # one at a time: a trial starts when the one before it ended

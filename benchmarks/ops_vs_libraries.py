@@ -62,12 +62,12 @@ def main() -> None:
             refs = measure_references(measurer, workload, resources, lambda r: None)
             template = get_template(workload)
             engine = OptunaEngine(template.search_space(workload), args.threads, name, storage, seed=0,
-                                  initial=template.default_config(workload), budget=args.trials)  # as tune runs it
+                                  budget=args.trials)
             with Recorder(f"bench-{name}", tracking, background_lock=HostLock(measurer.options.lock_path)) as recorder:
                 started = time.perf_counter()
                 print(f"--- {name}: {args.trials} trials", flush=True)  # progress, as `opbench tune` prints it
                 records = run_tuning(engine, workload, args.trials, measurer, tee(recorder, TrialPrinter(args.trials)),
-                                     resources)
+                                     resources, fresh=True)  # as tune runs it
                 wall = time.perf_counter() - started
             work = sum(r.get("build_s", 0.0) + r.get("run_s", 0.0) for r in records)
             waits = sum(r.get("host_wait_s", 0.0) for r in records)

@@ -25,11 +25,10 @@ import pandas as pd
 from _results import Results
 from predictor_heldout import FINAL, NESTS, RECORDS, nest_frame
 
-from opbench.engines._base import DefaultFirst, Engine
+from opbench.engines._base import Engine
 from opbench.engines.loop import run_tuning
 from opbench.engines.model_engine import ModelEngine
 from opbench.engines.optuna.engine import OptunaEngine
-from opbench.engines.registry import default_point
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
@@ -63,7 +62,8 @@ def tune(engine: Engine, workload: Workload, trials: int, measurer: Measurer, re
     first that reaches ``bar`` (0: never stop early)."""
     records: list[TrialRecord] = []
     while len(records) < trials and not (bar and reached(records, bar) <= len(records)):
-        got = run_tuning(engine, workload, min(2, trials - len(records)), measurer, lambda r: None, resources, batch=2)
+        got = run_tuning(engine, workload, min(2, trials - len(records)), measurer, lambda r: None, resources, batch=2,
+                         fresh=not records)
         if not got:
             break
         records += got
@@ -82,17 +82,16 @@ def geomean(values: list[float]) -> float:
 
 
 def arms(name: str, seed: int, warm: pd.DataFrame, resources: Resources, scratch: Path) -> dict[str, Engine]:
-    """The engines of one workload and seed, each proposing the template default first (cold TPE enqueues it)."""
+    """The engines of one workload and seed (:func:`tune` gives each the template default first)."""
     workload = parse_workload(name)
     template = get_template(workload)
-    space, default = template.search_space(workload), template.default_config(workload)
-    point = default_point(space, default, resources.threads)
+    space = template.search_space(workload)
     model = lambda update: ModelEngine(space, resources, workload, template, seed, warm, update=update)
     return {"optuna-tpe, cold": OptunaEngine(space, resources.threads, f"{workload.name}-{seed}",
-                                             f"sqlite:///{scratch}/optuna.db", seed=seed, initial=default),
-            "random": DefaultFirst(RandomEngine(space, resources.threads, seed), *point),
-            "model, warm": DefaultFirst(model(True), *point),
-            "model, warm, no update": DefaultFirst(model(False), *point)}
+                                             f"sqlite:///{scratch}/optuna.db", seed=seed),
+            "random": RandomEngine(space, resources.threads, seed),
+            "model, warm": model(True),
+            "model, warm, no update": model(False)}
 
 
 def main() -> None:

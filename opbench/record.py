@@ -153,10 +153,14 @@ class TrialRecord(Mapping[str, Any]):
     tags: dict[str, Any] = field(default_factory=dict)  # any other column (engine ids, references, ...)
 
     def set(self, **values: Any) -> None:
-        """Set columns by name: fields where there is one, other tags otherwise."""
+        """Set columns by name: fields where there is one, ``knob.*``, ``feat.*`` and ``mem.*`` in their own
+        dicts, other tags otherwise."""
         for key, value in values.items():
+            kept = next((kept for prefix, kept in _PREFIXED if key.startswith(prefix)), None)
             if key in _NAMES:
                 setattr(self, key, value)
+            elif kept is not None:
+                getattr(self, kept)[key.split(".", 1)[1]] = value
             else:
                 self.tags[key] = value
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from opbench.engines.loop import valid_proposals
+from opbench.engines.loop import template_check, valid_proposals
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.cpu_shape import CpuShape, shaped_for, target_shape
 from opbench.hardware.resources import Resources, host_facts
@@ -188,7 +188,7 @@ def test_featurize_gives_older_records_the_features_a_record_made_on_their_cpu_c
     workload = parse_workload("matmul-512")
     template = get_template(workload)
     engine = RandomEngine(template.search_space(workload), 2, seed=3)
-    configs = [p.config for p in valid_proposals(engine, workload, template, 4, max_rejects=100)]
+    configs = [p.config for p in valid_proposals(engine, template_check(workload, template), 4, max_rejects=100)]
     other = (({"feat.avx512": 0.0, "feat.avx2": 1.0}, CpuShape(256, 16)) if target_shape("llvm").vector_bits == 512
              else ({"feat.avx512": 1.0, "feat.avx2": 1.0}, CpuShape(512, 32)))
     hosts = {"this host": ({}, target_shape("llvm")), "a host of the other vector width": other,

@@ -26,17 +26,15 @@ SPECS = {
 SEEDED = ("optuna-tpe", "optuna-random", "random", "grid")
 
 
-def _engine(name: str, tmp_path, study: str = "contract", resume: bool = False, storage: str | None = None,
-            propose_default: bool = True):
+def _engine(name: str, tmp_path, study: str = "contract", resume: bool = False, storage: str | None = None):
     spec = SPECS[name]
     if spec.name == "optuna":  # a store on disk only where a second engine must find the study again
         spec = EngineSpec(spec.name, spec.sampler, seed=spec.seed, storage=storage or "sqlite:///:memory:")
-    return create_engine(spec, TEMPLATE.search_space(WORKLOAD), WORKLOAD, TEMPLATE, Resources(), study, resume,
-                         propose_default=propose_default)
+    return create_engine(spec, TEMPLATE.search_space(WORKLOAD), WORKLOAD, TEMPLATE, Resources(), study, resume)
 
 
 def _make(name: str, tmp_path) -> contract.MakeEngine:
-    return lambda space, propose_default: _engine(name, tmp_path, propose_default=propose_default)
+    return lambda space: _engine(name, tmp_path)
 
 
 def test_the_registry_covers_every_engine(tmp_path):
@@ -52,16 +50,16 @@ def test_the_first_trial_of_a_fresh_study_is_the_template_default(name, tmp_path
     contract.check_the_first_trial_is_the_template_default(_make(name, tmp_path), learns_by_repeating=name == "model")
 
 
-@pytest.mark.parametrize("name", SPECS)
-def test_an_engine_that_observed_the_measured_default_goes_past_it(name, tmp_path):
-    """tune and tune-model measure the default as a reference; the engines learn it (``observe``) rather
-    than spend a trial on it again."""
-    engine = contract.check_an_observed_default_is_not_measured_again(_make(name, tmp_path))
-    if name.startswith("optuna"):
-        assert engine.done == 4  # the learnt default is not one of the study's measured trials
-        learnt = [t for t in engine.study.trials if t.state.name == "COMPLETE" and "status" not in t.user_attrs]
-        default = TEMPLATE.default_config(WORKLOAD)
-        assert len(learnt) == 1 and learnt[0].value == contract.FakeMeasurer.latency(default)
+@pytest.mark.parametrize("name", [n for n in SPECS if SPECS[n].name == "optuna"])
+def test_an_optuna_study_holds_its_budget_of_trials_the_default_first_each_linked_to_its_record(name, tmp_path):
+    engine = _engine(name, tmp_path)
+    records = contract.tune_fake(engine, contract.FakeMeasurer(), 4, batch=2)
+    trials = engine.study.trials
+    assert len(trials) == engine.done == 4 and all(t.state.name == "COMPLETE" for t in trials)
+    assert [t.user_attrs["trial_id"] for t in trials] == [r["trial_id"] for r in records]
+    assert trials[0].params == {k: v for k, v in TEMPLATE.default_config(WORKLOAD).items() if k in trials[0].params}
+    engine.enqueue(TEMPLATE.default_config(WORKLOAD), 1)  # already run: a shared or resumed study is not given it twice
+    assert len(engine.study.trials) == 4
 
 
 @pytest.mark.parametrize("name", SPECS)

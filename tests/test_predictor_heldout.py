@@ -208,7 +208,7 @@ def test_a_model_engine_without_update_keeps_the_model_its_warm_start_trained():
         proposals = engine.ask(2)
         assert engine.trained_on == 40
         for proposal in proposals:
-            engine.observe(proposal.config, proposal.threads, 0.5)
+            engine.learn(proposal.config, proposal.threads, 0.5)
         engine.ask(2)
         assert engine.trained_on == after
 

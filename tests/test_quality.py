@@ -285,7 +285,7 @@ def test_a_build_that_is_anothers_is_timed_once_a_round_for_both():
 
 
 def test_contenders_are_the_fastest_distinct_configs_and_references_the_latest_of_each_kind():
-    records = [
+    records = [TrialRecord.from_row(r) for r in (
         {"status": "ok", "latency_ms": 3.0, "reference": "torch", "finished_at": 1.0},
         {"status": "ok", "latency_ms": 2.0, "knob.t": 2, "finished_at": 2.0},
         {"status": "ok", "latency_ms": 0.5, "knob.t": 5, "record_kind": "verify", "finished_at": 3.0},  # not a trial
@@ -294,7 +294,7 @@ def test_contenders_are_the_fastest_distinct_configs_and_references_the_latest_o
         {"status": "ok", "latency_ms": 1.6, "knob.t": 1, "finished_at": 5.5},  # the same config again
         {"status": "ok", "latency_ms": 2.5, "reference": "torch", "finished_at": 6.0},
         {"status": "ok", "latency_ms": 2.2, "knob.t": 3, "finished_at": 7.0},
-    ]
+    )]
     assert [r["latency_ms"] for r in fastest_trials(records, 3)] == [1.5, 2.0, 2.2]
     assert [r["latency_ms"] for r in fastest_trials(records, 1)] == [1.5]
     chosen = references(records)
@@ -303,17 +303,18 @@ def test_contenders_are_the_fastest_distinct_configs_and_references_the_latest_o
 
 
 def test_the_template_default_contends_as_its_fastest_trial_or_as_its_reference():
-    default = {"status": "ok", "latency_ms": 1.4, "reference": "template_default", "knob.t": 9, "finished_at": 1.0}
-    trials = [{"status": "ok", "latency_ms": ms, "knob.t": t, "finished_at": 2.0} for t, ms in ((1, 1.0), (2, 1.1))]
+    default = TrialRecord.from_row({"latency_ms": 1.4, "reference": "template_default", "knob.t": 9, "finished_at": 1.0})
+    trials = [TrialRecord(latency_ms=ms, knobs={"t": t}, finished_at=2.0) for t, ms in ((1, 1.0), (2, 1.1))]
     assert contenders_of([default, *trials], 2) == [*trials, default]  # no trial has the default's config: its reference
     assert contenders_of([default, *trials], 1) == [trials[0], default]
-    of_default = [{"status": "ok", "latency_ms": ms, "knob.t": 9, "finished_at": 3.0} for ms in (1.45, 1.3)]
+    of_default = [TrialRecord(latency_ms=ms, knobs={"t": 9}, finished_at=3.0) for ms in (1.45, 1.3)]
     assert contenders_of([default, *trials, *of_default], 1) == [trials[0], of_default[1]]  # the default's fastest trial
     assert contenders_of([default, *trials, *of_default], 3) == [*trials, of_default[1]]  # among the fastest already
     assert contenders_of(trials, 1) == trials[:1]  # no template_default reference: nothing to add
-    far = [{**trials[0], "latency_ms": 3.0, "knob.t": 7}]  # tuned 3x slower than the fastest: cannot win
-    assert contenders_of([{**default, "latency_ms": 4.0}, *trials, *far], 3) == trials
-    assert contenders_of([{**default, "latency_ms": 0.5}, *trials], 2) == [{**default, "latency_ms": 0.5}]
+    far = [trials[0].replace(latency_ms=3.0, **{"knob.t": 7})]  # tuned 3x slower than the fastest: cannot win
+    assert contenders_of([default.replace(latency_ms=4.0), *trials, *far], 3) == trials
+    fast_default = default.replace(latency_ms=0.5)
+    assert contenders_of([fast_default, *trials], 2) == [fast_default]
 
 def test_contenders_differ_in_their_schedules_not_in_knobs_their_algorithm_ignores():
     w = parse_workload("resnet50-c2")

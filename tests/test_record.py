@@ -44,9 +44,8 @@ def test_a_record_reads_as_its_row_and_changes_only_through_set():
 
 def test_a_replaced_record_is_a_copy_that_shares_nothing():
     record = TrialRecord(workload="w", latency_ms=2.0, knobs={"tile": 4})
-    copy = record.replace(latency_ms=1.0, approach="independent")
-    copy.knobs["tile"] = 8
-    assert (copy.latency_ms, copy["approach"], copy["knob.tile"]) == (1.0, "independent", 8)
+    copy = record.replace(latency_ms=1.0, approach="independent", **{"knob.tile": 8, "feat.flops": 2.0})
+    assert (copy.latency_ms, copy["approach"], copy.knobs, copy.features) == (1.0, "independent", {"tile": 8}, {"flops": 2.0})
     assert record == {**record.to_row()} and record["knob.tile"] == 4 and "approach" not in record
 
 

@@ -209,7 +209,7 @@ def test_worker_hosts_measure_on_boards_behind_a_tracker_on_hosts_of_their_own(h
     records = read_mlflow(["boards"], server.uri)
     trials = records[records["engine_trial"].notna()]
     assert len(trials) == 8 and set(trials["status"]) == {"ok"} and (trials["max_abs_err"] < 1e-3).all()
-    assert set(records["reference"].dropna()) == {"te_default", "template_default"}  # no torch/numpy remotely
+    assert set(records["reference"].dropna()) == {"te_default"}  # no torch/numpy remotely; the default is the first trial
     assert set(records["device"]) == {farm.device} and set(records["device_addr"]) == boards  # both boards
     board_of = {network.address(b): b for b in ("board-0", "board-1")}
     assert (records["host"] == records["device_addr"].str.split(":").str[0].map(board_of)).all()  # the boards' facts
@@ -294,6 +294,25 @@ def test_a_resumed_study_settles_a_dead_processs_trial_and_leaves_a_live_hosts_t
     (again,) = resumed.ask(1)
     resumed.close()
     assert again.config == killed.config  # the dead process's params, asked again
+
+
+def test_a_two_worker_study_holds_its_budget_of_trials_the_default_first_each_linked_to_its_run(local_database,
+                                                                                               tracking_uri):
+    """With references (as users run it), 12 trials are 12 Optuna trials, each carrying its MLflow run's trial id:
+    the template default is the first of them, not an extra trial learnt from its reference."""
+    from opbench.space import get_template
+    from opbench.workloads import parse_workload
+
+    run_cli("tune", SMALL, "--workers", "2", "--trials", "12", "--storage", local_database, "--tracking-uri",
+            tracking_uri, "--study", "pg2", "--seed", "4", "--repeat", "2", "--verify-rounds", "0", check=True)
+    trials = _study(local_database, "pg2").trials
+    assert len(trials) == 12 and {t.state.name for t in trials} <= {"COMPLETE", "FAIL"}
+    runs = read_mlflow(["pg2"], tracking_uri)
+    assert sorted(t.user_attrs["trial_id"] for t in trials) == sorted(runs[runs["reference"].isna()]["trial_id"])
+    workload = parse_workload(SMALL)
+    assert trials[0].params == {k: v for k, v in get_template(workload).default_config(workload).items()
+                                if k in trials[0].params}
+    assert set(runs["reference"].dropna()) == {"te_default", "torch", "numpy"}
 
 
 def test_hosts_joining_a_study_at_once_are_all_recorded(local_database):

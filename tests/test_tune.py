@@ -12,7 +12,9 @@ import pytest
 
 import mlflow
 from opbench.engines.optuna.storage import JOURNAL_FILE, open_storage
+from opbench.space import get_template
 from opbench.tracking import read_mlflow
+from opbench.workloads import parse_workload
 
 from .cli import run_cli
 
@@ -39,19 +41,18 @@ def test_random_engine_with_thread_search_and_references(tmp_path, tracking_uri)
     png = client.download_artifacts(parent.info.run_id, "plots/tuning_curve.png", str(tmp_path))
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     frame = read_mlflow(["r"], tracking_uri)
-    assert set(frame["reference"].dropna()) == {"te_default", "template_default", "torch", "numpy"}
+    assert set(frame["reference"].dropna()) == {"te_default", "torch", "numpy"}
     tuned = frame[frame["reference"].isna()]
     assert len(tuned) == 4 and set(tuned["engine"]) == {"random"}
     assert set(tuned["threads"]) <= {1, 2}
-    knobs = [c for c in frame.columns if c.startswith("knob.")]
-    default = frame[frame["reference"] == "template_default"][knobs].iloc[0]
-    # the template default is measured once, as the reference: the engine learnt it, no trial repeats it
-    assert not (tuned[knobs] == default).all(axis=1).any()
+    workload = parse_workload(SMALL)
+    default = get_template(workload).default_config(workload)
+    # the template default is measured once, as the budget's first trial, and is the study's reference of that name
+    is_default = [all(row[f"knob.{k}"] == v for k, v in default.items()) for _, row in tuned.iterrows()]
+    assert is_default[0] and sum(is_default) == 1 and "template_default" in out.stdout
 
 
 def test_grid_engine_walks_the_space_in_order(tmp_path, tracking_uri):
-    from opbench.space import get_template
-    from opbench.workloads import parse_workload
 
     run_cli(*["tune", SMALL, "--verify-rounds", "0", "--engine", "grid", "--trials", "4", "--no-references",
                           "--tracking-uri", tracking_uri, "--study", "g", "--repeat", "2"], check=True)
@@ -64,32 +65,30 @@ def test_grid_engine_walks_the_space_in_order(tmp_path, tracking_uri):
 
 
 def test_built_in_spaces_never_reject_and_the_guard_still_catches_foreign_points(tmp_path):
-    from opbench.engines.loop import valid_proposals
+    from opbench.engines.loop import template_check, valid_proposals
     from opbench.engines.optuna.engine import OptunaEngine
     from opbench.engines.simple import RandomEngine
-    from opbench.space import get_template
-    from opbench.workloads import parse_workload
 
     workload = parse_workload("conv2d:n=1,c=16,h=15,w=15,k=24,r=3,s=3,stride=2,pad=1")  # 8x8 out, odd extents
     template = get_template(workload, "conv2d")
     engine = RandomEngine(template.search_space(workload), 1, seed=0)
-    assert len(valid_proposals(engine, workload, template, 200)) == 200 and engine.rejected == 0
+    assert len(valid_proposals(engine, template_check(workload, template), 200)) == 200 and engine.rejected == 0
 
     # a space not derived from the workload (a plugin's, an edited file): its foreign points are rejected
     foreign = {**template.search_space(workload), "x_split": {"_type": "choice", "_value": ["1x1x16", "2x1x4"]}}
     engine = RandomEngine(foreign, 1, seed=0)
     reasons = []
     engine.reject = lambda proposal, reason: reasons.append(reason)
-    out = valid_proposals(engine, workload, template, 8)
+    out = valid_proposals(engine, template_check(workload, template), 8)
     assert len(out) == 8 and all(p.config["x_split"] == "2x1x4" for p in out)
     assert reasons and engine.rejected == len(reasons) and "knob 'x_split'" in reasons[0]
 
     hopeless = RandomEngine({"x_split": {"_type": "choice", "_value": ["1x1x16"]}}, 1)
-    out = valid_proposals(hopeless, workload, template, 1, max_rejects=3)
+    out = valid_proposals(hopeless, template_check(workload, template), 1, max_rejects=3)
     assert len(out) == 1 and hopeless.rejected == 3  # then one passes, to be recorded as invalid_config
 
     study = OptunaEngine(foreign, 1, "rej", f"sqlite:///{tmp_path / 'o.db'}", seed=0)
-    out = valid_proposals(study, workload, template, 4)
+    out = valid_proposals(study, template_check(workload, template), 4)
     rejected = [t for t in study.study.trials if "rejected" in t.user_attrs]
     assert len(out) == 4 and study.rejected == len(rejected) > 0
     assert study.done == 0  # rejected trials are not measured trials: a resumed study does not count them

@@ -107,8 +107,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from opbench.measure.measurer import Measurer
+    from opbench.report.study_records import references
     from opbench.studies.claims import speedup_table
-    from opbench.studies.verify import contenders_of, references, verified_best, verify
+    from opbench.studies.verify import contenders_of, verified_best, verify
     from opbench.tracking import Recorder, latest_parent_run, read_mlflow_records
 
     parent = args.run or latest_parent_run(args.study, args.tracking_uri)

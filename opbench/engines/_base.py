@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from opbench.exceptions import OpBenchError
 from opbench.record import TrialRecord, is_ok
 
 if TYPE_CHECKING:
@@ -41,11 +42,13 @@ class Engine(ABC):
     def tell(self, proposal: Proposal, record: TrialRecord) -> None:
         """Report the record of a proposal (failed trials included, with their status)."""
 
+    @abstractmethod
+    def enqueue(self, config: dict[str, Any], threads: int) -> None:
+        """Propose ``config`` next, before the engine's own picks, and learn its record like any other trial's
+        (as Optuna's ``enqueue_trial``): how the tuning loop starts a fresh study from the template default."""
+
     def reject(self, proposal: Proposal, reason: str) -> None:
         """Hear that a proposal is an invalid config, found before measuring (it is not a trial)."""
-
-    def observe(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
-        """Learn a measured config the engine did not propose (the template default, measured first)."""
 
     @property
     def done(self) -> int:
@@ -59,6 +62,49 @@ class Engine(ABC):
 
     def close(self) -> None:
         """Release the engine's resources."""
+
+
+QUEUED = object()  # the handle of a proposal an in-process engine had enqueued
+
+
+class InProcessEngine(Engine):
+    """An engine over ``space`` whose state lives in this process: what is enqueued waits in a queue of its own
+    and is proposed before :meth:`propose`'s picks; the engine learns such a config's latency through :meth:`learn`."""
+
+    def __init__(self, space: Space, threads: int) -> None:
+        self._space, self._threads = space, threads
+        self._queue: list[Proposal] = []
+
+    def enqueue(self, config: dict[str, Any], threads: int) -> None:
+        self._queue.append(Proposal(*split_threads(point_of(self._space, config, threads), threads), QUEUED))
+
+    def ask(self, n: int) -> list[Proposal]:
+        taken = self._queue[:max(n, 0)]
+        del self._queue[:len(taken)]
+        return [*taken, *(self.propose(n - len(taken)) if n > len(taken) else [])]
+
+    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
+        if proposal.handle is not QUEUED:
+            self.hear(proposal, record)
+        elif is_ok(record):
+            self.learn(proposal.config, proposal.threads, record["latency_ms"])
+
+    def reject(self, proposal: Proposal, reason: str) -> None:
+        if proposal.handle is not QUEUED:
+            self.refuse(proposal, reason)
+
+    @abstractmethod
+    def propose(self, n: int) -> list[Proposal]:
+        """Up to ``n`` configs of the engine's own choosing."""
+
+    def hear(self, proposal: Proposal, record: TrialRecord) -> None:
+        """The record of one of :meth:`propose`'s proposals (failed trials included)."""
+
+    def learn(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
+        """The latency of a config the engine did not pick (an enqueued one)."""
+
+    def refuse(self, proposal: Proposal, reason: str) -> None:
+        """One of :meth:`propose`'s proposals is an invalid config (see :meth:`Engine.reject`)."""
 
 
 ArtifactSink = Callable[[TrialRecord | None, Path], None]  # a file for a trial's run (or, with None, the study's)
@@ -76,51 +122,23 @@ class LoopEngine(ABC):
         """Tune; files worth keeping (a candidate's trace, the engine's database) go to ``on_artifact``."""
 
 
-DEFAULT = "default"  # the handle of the proposal :class:`DefaultFirst` adds
-
-
-class DefaultFirst(Engine):
-    """Proposes the template default as the first trial of a fresh study, then the wrapped engine's
-    configs; the wrapped engine learns the default's latency (:meth:`Engine.observe`). A study's best
-    is then never worse than the default it reports against."""
-
-    def __init__(self, engine: Engine, default: dict[str, Any], threads: int) -> None:
-        self.engine, self.name, self.objectives = engine, engine.name, engine.objectives
-        self._pending = None if engine.done else Proposal(default, threads, DEFAULT)
-
-    def ask(self, n: int) -> list[Proposal]:
-        if self._pending is None or n < 1:
-            return self.engine.ask(n)
-        first, self._pending = self._pending, None
-        return [first, *self.engine.ask(n - 1)]
-
-    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
-        if proposal.handle is not DEFAULT:
-            self.engine.tell(proposal, record)
-        elif is_ok(record):
-            self.engine.observe(proposal.config, proposal.threads, record["latency_ms"])
-
-    def reject(self, proposal: Proposal, reason: str) -> None:
-        if proposal.handle is not DEFAULT:
-            self.engine.reject(proposal, reason)
-
-    @property
-    def done(self) -> int:
-        return self.engine.done
-
-    def recover(self, recorded: dict[str, TrialRecord]) -> list[TrialRecord]:
-        return self.engine.recover(recorded)
-
-    def close(self) -> None:
-        self.engine.close()
-
-
 def space_point(space: Space, config: dict[str, Any], threads: int) -> dict[str, Any] | None:
-    """``config`` with ``threads`` as a point of ``space`` (its knobs only), or None where it is not one."""
+    """``config`` with ``threads`` as a point of ``space`` (its knobs only), or None where a value it gives is not
+    one of the space's; what it leaves out (a searched core set, a thread count the space does not offer) takes
+    the space's first value."""
     params = {**config, "threads": threads}
-    if all(k in params and params[k] in spec["_value"] for k, spec in space.items()):
-        return {k: params[k] for k in space}
-    return None
+    if any(k in params and params[k] not in spec["_value"] for k, spec in space.items() if k != "threads"):
+        return None
+    return {k: params[k] if k in params and params[k] in spec["_value"] else spec["_value"][0]
+            for k, spec in space.items()}
+
+
+def point_of(space: Space, config: dict[str, Any], threads: int) -> dict[str, Any]:
+    """:func:`space_point`, which must be one (an error naming the config otherwise)."""
+    point = space_point(space, config, threads)
+    if point is None:
+        raise OpBenchError(f"{config} (threads {threads}) is not a point of the engine's space")
+    return point
 
 
 def split_threads(config: dict[str, Any], default: int) -> tuple[dict[str, Any], int]:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from opbench.engines._base import Engine, Proposal, Space, split_threads
+from opbench.engines._base import InProcessEngine, Proposal, Space, split_threads
 from opbench.exceptions import ConfigError
 from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.features import static_features
@@ -27,13 +27,14 @@ from opbench.space import Template
 from opbench.workloads import Workload
 
 
-class ModelEngine(Engine):
+class ModelEngine(InProcessEngine):
     name = "model"
 
     def __init__(self, space: Space, resources: Resources, workload: Workload, template: Template,
                  seed: int | None = None, warm_start: pd.DataFrame | None = None, pool: int = 512,
                  explore: float = 0.2, update: bool = True) -> None:
-        self._space, self._resources, self._workload, self._template = space, resources, workload, template
+        super().__init__(space, resources.threads)
+        self._resources, self._workload, self._template = resources, workload, template
         self._rng = random.Random(seed)
         self._seed = seed or 0
         self._host = host_facts()
@@ -81,7 +82,7 @@ class ModelEngine(Engine):
         self._model = LatencyModel(self._columns, seed=self._seed, n_estimators=200).fit(rows)
         self._trained_on = len(rows)
 
-    def ask(self, n: int) -> list[Proposal]:
+    def propose(self, n: int) -> list[Proposal]:
         self._refit()
         candidates = self._candidates()
         if self._model is not None and candidates:
@@ -99,11 +100,11 @@ class ModelEngine(Engine):
             out.append(Proposal(config, threads, key))
         return out
 
-    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
+    def hear(self, proposal: Proposal, record: TrialRecord) -> None:
         if is_ok(record):
-            self.observe(proposal.config, proposal.threads, record["latency_ms"])
+            self.learn(proposal.config, proposal.threads, record["latency_ms"])
 
-    def observe(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
+    def learn(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
         """Learn one measured latency (what ``tell`` does, for callers without a full record, e.g. NNI)."""
         self._measured.append({**self._features(config, threads), "status": Status.OK.value, "latency_ms": latency_ms,
                                "workload": self._workload.name})

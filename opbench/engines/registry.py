@@ -7,13 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from opbench.engines._base import DefaultFirst, Engine, LoopEngine, Space
+from opbench.engines._base import Engine, LoopEngine, Space
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.paths import store_dir
-from opbench.record import TrialRecord, is_ok
 from opbench.space import Template
 from opbench.workloads import Workload
 
@@ -51,12 +49,10 @@ class EngineSpec:
 
 
 def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: Template, resources: Resources,
-                  study: str, resume: bool = False, budget: int | None = None, propose_default: bool = True) -> Engine:
+                  study: str, resume: bool = False, budget: int | None = None) -> Engine:
     """An ask/tell engine over ``space`` (a thread count in the space overrides ``resources.threads``);
-    an Optuna study given a ``budget`` stops at that many measured trials, whoever measures them. It
-    proposes the template default first unless ``propose_default`` is False (the caller measured it, and
-    tells the engine with :meth:`Engine.observe`)."""
-    default = template.default_for(workload, resources.target)
+    an Optuna study given a ``budget`` stops at that many measured trials, whoever measures them. The tuning
+    loop gives a fresh study the template default first (:func:`opbench.engines.loop.run_tuning`)."""
     threads = resources.threads
     if spec.name == "optuna":
         from opbench.engines.optuna.engine import OptunaEngine
@@ -64,48 +60,27 @@ def create_engine(spec: EngineSpec, space: Space, workload: Workload, template: 
 
         storage = spec.storage or default_storage(store_dir())
         return OptunaEngine(space, threads, study, storage, spec.sampler, spec.seed, resume,
-                            initial=default if propose_default else None,
                             objectives=spec.objectives, budget=budget)
     if spec.name == "nni":
         from opbench.engines.nni.engine import NniEngine
 
-        engine: Engine = NniEngine(spec.tuner, space, threads, spec.seed)
-    elif spec.name == "random":
+        return NniEngine(spec.tuner, space, threads, spec.seed)
+    if spec.name == "random":
         from opbench.engines.simple import RandomEngine
 
-        engine = RandomEngine(space, threads, spec.seed)
-    elif spec.name == "grid":
+        return RandomEngine(space, threads, spec.seed)
+    if spec.name == "grid":
         from opbench.engines.simple import GridEngine
 
-        engine = GridEngine(space, threads)
-    elif spec.name == "model":
+        return GridEngine(space, threads)
+    if spec.name == "model":
         from opbench.engines.model_engine import ModelEngine
         from opbench.tracking.dataset import read_dataset
 
         warm = read_dataset(spec.warm_start) if spec.warm_start else None
-        engine = ModelEngine(space, resources, workload, template, spec.seed, warm)
-    else:
-        raise OpBenchError(f"engine '{spec.name}' runs its own search loop; engines proposing configs one by one: "
-                           f"{', '.join(e for e in ENGINES if e not in LOOP_ENGINES)}")
-    if not propose_default:
-        return engine
-    return DefaultFirst(engine, *default_point(space, default, threads))  # Optuna enqueues it
-
-
-def default_point(space: Space, default: dict[str, Any], threads: int) -> tuple[dict[str, Any], int]:
-    """The template default as a point of ``space``: searched resources (thread counts, core sets) take
-    the study's value where the space offers it, else the space's first."""
-    extra = {k: spec["_value"][0] for k, spec in space.items() if k not in default and k != "threads"}
-    offered = space.get("threads", {}).get("_value", [threads])
-    return {**default, **extra}, threads if threads in offered else offered[0]
-
-
-def observe_default(engine: Engine, space: Space, default: dict[str, Any], threads: int,
-                    measured: TrialRecord | None) -> None:
-    """Tell ``engine`` the template default's latency as measured outside it (a reference), instead of
-    having it propose and measure that config again; nothing when it was not measured ok."""
-    if measured is not None and is_ok(measured):
-        engine.observe(*default_point(space, default, threads), measured["latency_ms"])
+        return ModelEngine(space, resources, workload, template, spec.seed, warm)
+    raise OpBenchError(f"engine '{spec.name}' runs its own search loop; engines proposing configs one by one: "
+                       f"{', '.join(e for e in ENGINES if e not in LOOP_ENGINES)}")
 
 
 def create_loop_engine(spec: EngineSpec, work_dir: Path) -> LoopEngine:

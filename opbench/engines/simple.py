@@ -6,17 +6,17 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from opbench.engines._base import Engine, Proposal, Space, split_threads
-from opbench.record import TrialRecord
+from opbench.engines._base import InProcessEngine, Proposal, Space, split_threads
 
 
-class RandomEngine(Engine):
+class RandomEngine(InProcessEngine):
     name = "random"
 
     def __init__(self, space: Space, threads: int, seed: int | None = None) -> None:
-        self._space, self._threads, self._rng = space, threads, random.Random(seed)
+        super().__init__(space, threads)
+        self._rng = random.Random(seed)
 
-    def ask(self, n: int) -> list[Proposal]:
+    def propose(self, n: int) -> list[Proposal]:
         out = []
         for _ in range(n):
             config = {k: self._rng.choice(v["_value"]) for k, v in self._space.items()}
@@ -24,24 +24,18 @@ class RandomEngine(Engine):
             out.append(Proposal(config, threads))
         return out
 
-    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
-        return None
 
-
-class GridEngine(Engine):
+class GridEngine(InProcessEngine):
     """Every point of the space in order (NNI GridSearch semantics); stops when exhausted."""
 
     name = "grid"
 
     def __init__(self, space: Space, threads: int) -> None:
+        super().__init__(space, threads)
         names = list(space)
         self._points: Iterator[dict[str, Any]] = (
             dict(zip(names, values)) for values in itertools.product(*(space[k]["_value"] for k in names))
         )
-        self._threads = threads
 
-    def ask(self, n: int) -> list[Proposal]:
+    def propose(self, n: int) -> list[Proposal]:
         return [Proposal(*split_threads(point, self._threads)) for point in itertools.islice(self._points, n)]
-
-    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
-        return None

@@ -28,11 +28,10 @@ from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.paths import build_dir
 from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Status, TrialRecord, knob_value
-from opbench.space import TEMPLATES, Config, get_template
+from opbench.space import LIBRARY_TEMPLATES, TEMPLATES, Config, get_template
 from opbench.workloads import PRESETS, Workload
 
 LIBRARY_PROCESSES = 3  # fresh processes that time a library baseline; the median one is its record
-LIBRARIES = ("torch", "numpy")  # baselines: a TrialSpec whose template is one of these times the library
 
 
 class Measurer:
@@ -222,7 +221,7 @@ class Measurer:
 
     def measure_fresh(self, specs: list[TrialSpec], short: Collection[int] = ()) -> list[TrialRecord]:
         """Each spec timed in a new process that has run nothing else (a library baseline when its
-        template is in :data:`LIBRARIES`): the processes start together, then take the turns of
+        template is in :data:`LIBRARY_TEMPLATES`): the processes start together, then take the turns of
         :meth:`TimingPolicy.fresh` (never re-measured for their spread), so each spec's median comes from series
         spread over the whole measurement and interleaved with the others' (docs/measurement.md#fresh). The
         specs at the indices ``short`` (references far slower than what they are compared with) take one
@@ -232,7 +231,7 @@ class Measurer:
         if remote:
             raise ResourceError(f"fresh-process measurements run on this host only, not on {remote}")
         started = time.perf_counter()
-        kernels = [i for i, s in enumerate(specs) if s.template not in LIBRARIES]
+        kernels = [i for i, s in enumerate(specs) if s.template not in LIBRARY_TEMPLATES]
         kernel_specs = [specs[i] for i in kernels]
         built = dict(zip(kernels, self._kept.build(kernel_specs, self._build) if self._kept else self._build(kernel_specs)))
         jobs: dict[int, RunInput | LibraryInput] = {}
@@ -307,7 +306,7 @@ class Measurer:
         finished_at = time.time()  # before the bookkeeping below: when the trial's run ended, give or take milliseconds
         workload, res, host = spec.workload, spec.resources, self._facts(spec.resources, run)
         preset = PRESETS.get(workload.preset or "")
-        valid = status is not Status.INVALID_CONFIG and template not in LIBRARIES
+        valid = status is not Status.INVALID_CONFIG and template not in LIBRARY_TEMPLATES
         features = static_features(workload, config if valid else {}, template if valid else None, res, host)
         features.update(build.features if build is not None else {})
         record = TrialRecord(

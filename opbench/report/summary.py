@@ -8,6 +8,7 @@ from pathlib import Path
 from opbench.record import TrialRecord, best_ok, config_of, ok_records, pareto_front, speedup
 from opbench.report.plots import best_so_far, engine_curves, tradeoff
 from opbench.report.progress import changed_knobs, table
+from opbench.report.study_records import references
 
 
 @dataclass
@@ -23,15 +24,12 @@ class EngineSummary:
 
 
 def split_records(records: list[TrialRecord]) -> tuple[dict[str, list[TrialRecord]], dict[str, TrialRecord]]:
-    """Tuning trials per engine (in time order) and the latest record of each reference."""
+    """Tuning trials per engine (in time order) and the study's references (:func:`references`)."""
     series: dict[str, list[TrialRecord]] = {}
-    refs: dict[str, TrialRecord] = {}
     for record in sorted(records, key=lambda r: r.get("finished_at") or 0.0):
-        if record.get("reference"):
-            refs[record["reference"]] = record
-        else:
+        if not record.get("reference"):
             series.setdefault(record.get("engine") or "unknown", []).append(record)
-    return series, refs
+    return series, references(records)
 
 
 def summarize_engine(engine: str, records: list[TrialRecord], refs: dict[str, TrialRecord]) -> EngineSummary:

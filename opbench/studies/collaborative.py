@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opbench import settings
-from opbench.engines._base import Engine, Space
-from opbench.engines.loop import run_tuning
+from opbench.engines._base import Engine, Proposal, Space
+from opbench.engines.loop import Settle, run_tuning, tune
 from opbench.engines.optuna.storage import default_storage
-from opbench.exceptions import ConfigError, OpBenchError
+from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
 from opbench.record import TrialRecord, is_ok, tee
@@ -26,7 +26,6 @@ log = logging.getLogger("opbench")
 
 OBJECTIVES = ("makespan", "throughput")
 LAYOUT_KNOB = "layout"
-MAX_REJECTS = 200  # invalid joint configs in a row before giving up (they cost no trial)
 
 
 def objective_value(corun: TrialRecord, objective: str) -> float:
@@ -74,12 +73,14 @@ class CoTuning:
     objective: str
     on_record: Callable[[TrialRecord], None]
 
-    def corun(self, configs: list[Config], layout: Layout, tags: dict[str, str]) -> TrialRecord:
-        """Co-run ``configs`` in ``layout``; logs every record and returns the co-run's own."""
+    def corun(self, configs: list[Config], layout: Layout, tags: dict[str, str], store_parent: bool = True) -> TrialRecord:
+        """Co-run ``configs`` in ``layout``; stores the members' records (and the co-run's own, unless not
+        ``store_parent``: the tuning loop stores it) and returns the co-run's own."""
         records = self.measurer.corun(corun_spec(self.workloads, configs, layout, self.mode, self.window_s, tags,
                                                  solo=False))
         for record in records:
             record.set(**tags)
+        for record in records if store_parent else records[1:]:
             self.on_record(record)
         return records[0]
 
@@ -90,35 +91,13 @@ class CoTuning:
             return Best(corun, configs, layout)
         return best
 
-    def _valid(self, configs: list[Config]) -> list[Config]:
-        return [t.validate(c, w) for t, c, w in zip(self.templates, configs, self.workloads)]
-
     def jointly(self, engine: Engine, trials: int) -> tuple[Best | None, list[TrialRecord]]:
-        """``trials`` co-run trials proposed by ``engine`` over :func:`joint_space`."""
-        by_label = {layout.label: layout for layout in self.layouts}
+        """``trials`` co-run trials proposed by ``engine`` over :func:`joint_space`, through the one tuning loop."""
+        joint = JointTrials(self)
+        history = tune(engine, joint, trials, self.on_record)
         best: Best | None = None
-        history: list[TrialRecord] = []
-        rejects = 0
-        while len(history) < trials:
-            proposals = engine.ask(1)
-            if not proposals:
-                break
-            proposal = proposals[0]
-            configs, label = split_joint(proposal.config, len(self.workloads))
-            try:
-                configs = self._valid(configs)
-            except ConfigError as exc:
-                engine.reject(proposal, str(exc))
-                rejects += 1
-                if rejects > MAX_REJECTS:
-                    raise OpBenchError(f"{MAX_REJECTS} invalid joint configs in a row: is the space satisfiable?") from exc
-                continue
-            rejects = 0
-            corun = self.corun(configs, by_label[label], {"approach": "collaborative"})
-            ok = is_ok(corun)
-            engine.tell(proposal, corun.replace(latency_ms=objective_value(corun, self.objective) if ok else None))
-            history.append(corun)
-            best = self.better(best, corun, configs, by_label[label])
+        for corun in history:
+            best = self.better(best, corun, *joint.chosen[corun.trial_id])
         return best, history
 
     def independently(self, engines: Sequence[Engine], trials: int, cores: tuple[int, ...]) -> tuple[Best | None, list]:
@@ -127,7 +106,7 @@ class CoTuning:
         winners: list[Config] = []
         for engine, workload in zip(engines, self.workloads):
             records = run_tuning(engine, workload, trials, self.measurer,
-                                 tee(lambda r: r.set(approach="independent"), self.on_record), resources)
+                                 tee(lambda r: r.set(approach="independent"), self.on_record), resources, fresh=True)
             winner = best_config(records, workload.name)
             if winner is None:
                 return None, winners
@@ -137,6 +116,31 @@ class CoTuning:
             corun = self.corun(winners, layout, {"approach": "independent"})
             best = self.better(best, corun, winners, layout)
         return best, winners
+
+
+class JointTrials:
+    """A joint proposal measured as one co-run (:class:`~opbench.engines.loop.Trials`): its members' records stored
+    first, the engine told the co-run's objective as its latency."""
+
+    def __init__(self, tuning: CoTuning) -> None:
+        self.tuning, self.layouts = tuning, {layout.label: layout for layout in tuning.layouts}
+        self.chosen: dict[str, tuple[list[Config], Layout]] = {}  # co-run trial id -> its configs and layout
+
+    def _configs(self, proposal: Proposal) -> tuple[list[Config], Layout]:
+        t = self.tuning
+        configs, label = split_joint(proposal.config, len(t.workloads))
+        return [m.validate(c, w) for m, c, w in zip(t.templates, configs, t.workloads)], self.layouts[label]
+
+    def check(self, proposal: Proposal) -> None:
+        self._configs(proposal)
+
+    def measure(self, proposals: list[Proposal], first: int, settle: Settle) -> None:
+        for proposal in proposals:
+            configs, layout = self._configs(proposal)
+            corun = self.tuning.corun(configs, layout, {"approach": "collaborative"}, store_parent=False)
+            self.chosen[corun.trial_id] = (configs, layout)
+            objective = objective_value(corun, self.tuning.objective) if is_ok(corun) else None
+            settle(proposal, corun, corun.replace(latency_ms=objective))
 
 
 @dataclass
@@ -163,16 +167,16 @@ def compare(tuning: CoTuning, trials: int, storage: str, study: str, sampler: st
     defaults = [t.default_config(w) for t, w in zip(tuning.templates, tuning.workloads)]
     initial = {f"{i}.{k}": v for i, d in enumerate(defaults) for k, v in d.items()}
     initial[LAYOUT_KNOB] = tuning.layouts[0].label
-    joint = OptunaEngine(joint_space(spaces, tuning.layouts), len(cores), f"{study}-joint", storage, sampler, seed,
-                         initial=initial)
+    joint = OptunaEngine(joint_space(spaces, tuning.layouts), len(cores), f"{study}-joint", storage, sampler, seed)
+    joint.enqueue(initial, len(cores))
     log.info("--- collaborative: %d co-run trials (layouts %s)", trials, ", ".join(l.label for l in tuning.layouts))
     together, history = tuning.jointly(joint, trials)
     alone = None
     if baseline:
         log.info("--- independent: each operator tuned alone (%d trials, %d threads), then the winners co-run in "
                  "every layout", trials, len(cores))
-        engines = [OptunaEngine(space, len(cores), f"{study}-alone-{i}", storage, sampler, seed, initial=d)
-                   for i, (space, d) in enumerate(zip(spaces, defaults))]
+        engines = [OptunaEngine(space, len(cores), f"{study}-alone-{i}", storage, sampler, seed)
+                   for i, space in enumerate(spaces)]
         alone, _ = tuning.independently(engines, trials, cores)
     return Comparison(together, alone, history)
 

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 from opbench.record import TrialRecord, best_ok, config_of, ok_records
-from opbench.space import Config, get_template
+from opbench.space import SPECIAL_TEMPLATES, Config, get_template
 from opbench.workloads import Workload, parse_workload
 
 
 def best_config(records: list[TrialRecord], workload: str) -> dict | None:
     """Knob values of the fastest ok tuning record of ``workload`` (references excluded)."""
     best = best_ok(r for r in ok_records(records, workload)
-                   if not r.get("reference") and r.get("template") not in ("te_default", "metaschedule", "torch", "numpy"))
+                   if not r.get("reference") and r.template not in SPECIAL_TEMPLATES)
     if best is None:
         return None
     return config_of(best)

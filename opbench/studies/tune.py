@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opbench.engines._base import Engine, Space
-from opbench.engines.loop import CORES_KNOB, run_tuning
+from opbench.engines.loop import CORES_KNOB, enqueue_default, run_tuning
 from opbench.engines.optuna.engine import OptunaEngine
-from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine, observe_default
+from opbench.engines.registry import LOOP_ENGINES, EngineSpec, create_engine, create_loop_engine
 from opbench.exceptions import OpBenchError, StudyInterrupted
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources, parse_cores
@@ -30,11 +30,12 @@ from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
 from opbench.record import KNOB_PREFIX, TrialRecord, best_ok, ok_records, pareto_front, speedup, tee
 from opbench.report.plots import tradeoff, tuning_curve
+from opbench.report.study_records import TEMPLATE_DEFAULT, references
 from opbench.space import get_template
 from opbench.studies.invocation import engine_trials, invocation_records, joined_hosts_records, told_from_logs
 from opbench.studies.references import library_references, measure_references
 from opbench.studies.shared import WorkerSpec, joined_spec, publish, published_parent
-from opbench.studies.verify import KEPT_BUILDS, Spread, Verification, references, remeasure, rounds_for, spec_of, verified_best, verify
+from opbench.studies.verify import KEPT_BUILDS, Spread, Verification, remeasure, rounds_for, spec_of, verified_best, verify
 from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import study_dir
 from opbench.workloads import Workload, parse_workload
@@ -136,18 +137,10 @@ def search_space(spec: TuneSpec, workload: Workload) -> Space:
     return space
 
 
-def make_engine(spec: TuneSpec, workload: Workload, study: str, resume: bool, budget: int | None = None,
-                propose_default: bool = True) -> Engine:
+def make_engine(spec: TuneSpec, workload: Workload, study: str, resume: bool, budget: int | None = None) -> Engine:
     template = get_template(workload, spec.template, spec.resources.target)
     return create_engine(spec.engine, search_space(spec, workload), workload, template, spec.resources, study, resume,
-                         budget, propose_default)
-
-
-def observes_default(spec: TuneSpec) -> bool:
-    """Whether a fresh study's engine learns the template default from its reference instead of measuring it
-    as a trial (one measurement of the default: a latency-only study of an ask/tell engine with references)."""
-    return (spec.references and not spec.resume and spec.engine.name not in LOOP_ENGINES
-            and len(spec.engine.objectives) == 1)
+                         budget)
 
 
 def spawn_workers(spec: TuneSpec, todo: int, parent_run_id: str) -> None:
@@ -182,7 +175,7 @@ def run_study(spec: TuneSpec, on_record: OnRecord | None = None) -> StudyResult:
     measure = dataclasses.replace(spec.measure, build_workers=max(spec.measure.build_workers, min(spec.batch, 2)))
     # The budget is the study's, whoever measures: worker hosts (opbench worker) may take trials of it too.
     engine = None if spec.engine.name in LOOP_ENGINES else make_engine(
-        spec, workload, spec.study_name, spec.resume, budget=spec.trials, propose_default=not observes_default(spec))
+        spec, workload, spec.study_name, spec.resume, budget=spec.trials)
     resumed = published_parent(engine.study, engine.storage_url) if spec.resume and isinstance(engine, OptunaEngine) \
         else None
     with Measurer(measure) as measurer, ThreadPoolExecutor(1, thread_name_prefix="warm-up") as background:
@@ -218,17 +211,15 @@ def _study(spec: TuneSpec, workload: Workload, engine: Engine | None, measurer: 
     elif (libraries := _timed_libraries(spec, workload, bool(refs), done)) is not None:
         measurer.warm_up(spec.resources, libraries)
     sink = tee(recorder, *filter(None, [on_record]))
-    if spec.references and not refs:
+    if spec.references and not refs:  # an ask/tell engine's first trial is the template default
         refs = measure_references(measurer, workload, spec.resources, sink, spec.template,
-                                  verified=_verify_rounds(spec) > 0)
-    if engine and observes_default(spec):
-        template = get_template(workload, spec.template, spec.resources.target)
-        observe_default(engine, search_space(spec, workload), template.default_for(workload, spec.resources.target),
-                        spec.resources.threads, refs.get("template_default"))
+                                  verified=_verify_rounds(spec) > 0, template_default=engine is None)
     records = _tune(spec, engine, workload, spec.trials - done, measurer, sink, recorder, list(earlier_trials.values()))
-    result = StudyResult(recorder.study, recorder.uri,
-                         sorted([*earlier_trials.values(), *records], key=lambda r: r.get("finished_at", 0.0)),
-                         refs, objectives=spec.engine.objectives, rejected=engine.rejected if engine else 0)
+    trials = sorted([*earlier_trials.values(), *records], key=lambda r: r.get("finished_at", 0.0))
+    if spec.references and TEMPLATE_DEFAULT not in refs and (default := references(trials).get(TEMPLATE_DEFAULT)):
+        refs[TEMPLATE_DEFAULT] = default  # the loop's first trial
+    result = StudyResult(recorder.study, recorder.uri, trials, refs, objectives=spec.engine.objectives,
+                         rejected=engine.rejected if engine else 0)
     result.verification = _verify(spec, measurer, [*refs.values(), *result.records], recorder)
     _summarize(result, engine, f"{workload.name}: {spec.engine.label}", recorder)
     result.pareto_verified = _verify_front(spec, measurer, result.pareto, recorder)
@@ -279,9 +270,12 @@ def _tune(spec: TuneSpec, engine: Engine | None, workload: Workload, todo: int, 
         return owner.run(workload, todo, measurer, sink, spec.resources, on_artifact=lambda record, path:
                          recorder.log_artifact(path, owner.name, record["trial_id"] if record else None))
     if spec.workers > 1:
+        if not spec.resume:
+            enqueue_default(engine, workload, get_template(workload, spec.template, spec.resources.target), spec.resources)
         spawn_workers(spec, todo, recorder.parent_run_id)
         return joined_hosts_records(recorder, earlier)
-    records = run_tuning(engine, workload, todo, measurer, sink, spec.resources, spec.template, spec.batch)
+    records = run_tuning(engine, workload, todo, measurer, sink, spec.resources, spec.template, spec.batch,
+                         fresh=not spec.resume)
     if engine.done > len(earlier) + len(records):  # other hosts (opbench worker) measured some
         records += joined_hosts_records(recorder, [*earlier, *records])
     return records

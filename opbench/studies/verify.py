@@ -15,7 +15,6 @@ own, so the choice does not bias what they report.
 """
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from collections.abc import Callable, Iterator
@@ -25,8 +24,8 @@ from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import LOCAL, Resources, parse_cores
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
-from opbench.record import TrialRecord, config_of, is_ok
-from opbench.space import TEMPLATES
+from opbench.record import TrialRecord, is_ok
+from opbench.report.study_records import measured, references, schedule_key
 from opbench.workloads import parse_workload
 
 BEST = "best"
@@ -127,43 +126,22 @@ class Verification:
         return {**tags, "verified_best_trial": self.best_trial} if self.best_trial else tags
 
 
-def _measured(records: list[TrialRecord]) -> list[TrialRecord]:
-    """The study's own ok records (trials and references), not fresh-process ones."""
-    return [r for r in records if is_ok(r) and r.get("record_kind", "trial") == "trial"]
-
-
-_workload = functools.cache(parse_workload)  # a study's records share a few workloads
-
-
-def schedule_of(record: TrialRecord) -> dict:
-    """What a trial's schedule is made of: its template's parameters for its config (knobs the config
-    ignores left out), or its knob values where the template is not known."""
-    template = TEMPLATES.get(str(record.get("template")))
-    if template is None or "workload" not in record:
-        return config_of(record)
-    return template.parameters(config_of(record), _workload(record["workload"]))
-
-
-def _schedule_key(record: TrialRecord) -> tuple:
-    return tuple(sorted(schedule_of(record).items()))
-
-
 def _run_key(record: TrialRecord) -> tuple:
     """What a fresh process runs for ``record``: its workload, template, resources and schedule."""
     return (record.get("workload"), record.get("template"), record.get("threads"), record.get("cores", "any"),
-            record.get("target"), _schedule_key(record))
+            record.get("target"), schedule_key(record))
 
 
 def _trials(records: list[TrialRecord]) -> list[TrialRecord]:
     """The study's ok trials, fastest first."""
-    return sorted((r for r in _measured(records) if not r.get("reference")), key=lambda r: r["latency_ms"])
+    return sorted((r for r in measured(records) if not r.get("reference")), key=lambda r: r["latency_ms"])
 
 
 def fastest_trials(records: list[TrialRecord], count: int = CONTENDERS) -> list[TrialRecord]:
     """The study's ``count`` fastest ok trials with distinct schedules, fastest first."""
     out: dict[tuple, TrialRecord] = {}
     for record in _trials(records):
-        out.setdefault(_schedule_key(record), record)
+        out.setdefault(schedule_key(record), record)
         if len(out) == count:
             break
     if not out:
@@ -178,16 +156,10 @@ def contenders_of(records: list[TrialRecord], count: int | None = None) -> list[
     of the fastest."""
     fastest = fastest_trials(records, count or contenders_for(len(_trials(records))))
     default = references(records).get("template_default")
-    if default is not None and (key := _schedule_key(default)) not in {_schedule_key(r) for r in fastest}:
-        fastest = [*fastest, next((r for r in _trials(records) if _schedule_key(r) == key), default)]
+    if default is not None and (key := schedule_key(default)) not in {schedule_key(r) for r in fastest}:
+        fastest = [*fastest, next((r for r in _trials(records) if schedule_key(r) == key), default)]
     floor = min(r["latency_ms"] for r in fastest)
     return [r for r in fastest if r["latency_ms"] <= CONTENDER_WINDOW * floor]
-
-
-def references(records: list[TrialRecord]) -> dict[str, TrialRecord]:
-    """The study's latest ok reference of each kind (te_default, template_default, torch, ...)."""
-    refs = sorted((r for r in _measured(records) if r.get("reference")), key=lambda r: r.get("finished_at", 0.0))
-    return {str(r["reference"]): r for r in refs}
 
 
 def select_best(measurer: Measurer, trials: list[TrialRecord], on_record: Callable[[TrialRecord], None] | None = None,

@@ -2,9 +2,9 @@
 ``optuna/testing/pytest_samplers.py``): run the ``check_*`` functions over your engine, as OpBench's own
 suite runs them over every engine of its registry, in seconds and without TVM (a fake measurer).
 
-``make`` is a function of ``(space, propose_default)`` returning a fresh engine over ``space`` (the
-search space of :data:`TEMPLATE` for :data:`WORKLOAD`): with ``propose_default`` it proposes the template
-default first (``create_engine`` wraps engines in ``DefaultFirst`` for that).
+``make`` is a function of ``space`` returning a fresh engine over it (the search space of :data:`TEMPLATE` for
+:data:`WORKLOAD`). The tuning loop gives a fresh study the template default through :meth:`Engine.enqueue`,
+the one way an engine is given it: an engine proposes it first, once, and learns its record.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from opbench.workloads import parse_workload
 
 WORKLOAD = parse_workload("matmul:m=64,n=64,k=64")
 TEMPLATE = get_template(WORKLOAD)
-MakeEngine = Callable[[Space, bool], Engine]
+MakeEngine = Callable[[Space], Engine]
 
 
 class FakeMeasurer:
@@ -51,9 +51,10 @@ class FakeMeasurer:
         return out
 
 
-def tune_fake(engine: Engine, measurer: FakeMeasurer, count: int, batch: int = 3) -> list[TrialRecord]:
-    """``count`` trials of ``engine`` through the real tuning loop, checking that every record is stored
-    before the loop returns it and that the engine hears each one once, after it is stored."""
+def tune_fake(engine: Engine, measurer: FakeMeasurer, count: int, batch: int = 3, fresh: bool = True) -> list[TrialRecord]:
+    """``count`` trials of ``engine`` through the real tuning loop (of a ``fresh`` study: the template default
+    first), checking that every record is stored before the loop returns it and that the engine hears each one
+    once, after it is stored."""
     stored: list[TrialRecord] = []
     told: list[str] = []
     tell = engine.tell
@@ -63,7 +64,8 @@ def tune_fake(engine: Engine, measurer: FakeMeasurer, count: int, batch: int = 3
         tell(proposal, record)
 
     engine.tell = spy  # type: ignore[method-assign]
-    records = run_tuning(engine, WORKLOAD, count, measurer, stored.append, Resources(), batch=batch)  # type: ignore[arg-type]
+    records = run_tuning(engine, WORKLOAD, count, measurer, stored.append, Resources(), batch=batch,  # type: ignore[arg-type]
+                         fresh=fresh)
     assert stored == records, "a record reached the engine's loop result without being stored"
     assert told == [r["trial_id"] for r in records], "the engine did not hear each record once, after it was stored"
     return records
@@ -74,29 +76,23 @@ def space() -> Space:
 
 
 def check_the_first_trial_is_the_template_default(make: MakeEngine, learns_by_repeating: bool = False) -> None:
-    """A fresh study measures the template default first, and (unless the engine ``learns_by_repeating``)
-    does not propose it again."""
-    engine, measurer = make(space(), True), FakeMeasurer()
-    tune_fake(engine, measurer, 4, batch=2)
+    """A fresh study measures the template default first, once, as one of its budget's trials (unless the
+    engine ``learns_by_repeating``, it does not propose it again); a study that is not fresh does not."""
+    engine, measurer = make(space()), FakeMeasurer()
+    records = tune_fake(engine, measurer, 4, batch=2)
     engine.close()
-    assert measurer.configs[0] == TEMPLATE.default_config(WORKLOAD)
-    assert learns_by_repeating or measurer.configs.count(measurer.configs[0]) == 1
-
-
-def check_an_observed_default_is_not_measured_again(make: MakeEngine) -> Engine:
-    """An engine told the default's latency (``observe``) goes past it; returns the (closed) engine."""
     default = TEMPLATE.default_config(WORKLOAD)
-    engine, measurer = make(space(), False), FakeMeasurer()
-    engine.observe(default, Resources().threads, FakeMeasurer.latency(default))
-    tune_fake(engine, measurer, 4, batch=2)
+    assert len(records) == 4 and measurer.configs[0] == default
+    assert learns_by_repeating or measurer.configs.count(default) == 1
+    engine, measurer = make(space()), FakeMeasurer()
+    tune_fake(engine, measurer, 3, fresh=False)
     engine.close()
-    assert measurer.configs[0] != default and len(measurer.configs) == 4
-    return engine
+    assert len(measurer.configs) == 3
 
 
 def check_the_loop_ends_at_its_budget_inside_the_space(make: MakeEngine) -> None:
     """Ten trials end the loop; each reaches the engine once; every measured config is a valid point."""
-    engine, measurer = make(space(), True), FakeMeasurer()
+    engine, measurer = make(space()), FakeMeasurer()
     records = tune_fake(engine, measurer, 10)
     engine.close()
     assert len(records) == 10 and len({r[ENGINE_TRIAL_TAG] for r in records}) == 10
@@ -108,7 +104,7 @@ def check_the_loop_ends_at_its_budget_inside_the_space(make: MakeEngine) -> None
 def check_failed_trials_are_heard_and_the_study_goes_on(make: MakeEngine) -> tuple[Engine, list[TrialRecord]]:
     """Trials that fail (here: every ``vectorize=1``) are told as failures and the loop still ends at its
     budget; returns the (closed) engine and the records, for engine-specific checks."""
-    engine = make(space(), True)
+    engine = make(space())
     records = tune_fake(engine, FakeMeasurer(fail=lambda config: config.get("vectorize") == 1), 8, batch=2)
     engine.close()
     assert len(records) == 8 and any(r["status"] == Status.RUN_ERROR for r in records)
@@ -118,6 +114,6 @@ def check_failed_trials_are_heard_and_the_study_goes_on(make: MakeEngine) -> tup
 def check_a_seeded_engine_repeats_itself(make: MakeEngine) -> None:
     """Two engines made alike (the same seed) propose the same configs."""
     first, second = FakeMeasurer(), FakeMeasurer()
-    tune_fake(make(space(), True), first, 6)
-    tune_fake(make(space(), True), second, 6)
+    tune_fake(make(space()), first, 6)
+    tune_fake(make(space()), second, 6)
     assert first.configs == second.configs

@@ -5,7 +5,7 @@ import itertools
 import logging
 from typing import Any
 
-from opbench.engines._base import Engine, Proposal, Space, space_point, split_threads
+from opbench.engines._base import InProcessEngine, Proposal, Space, space_point, split_threads
 from opbench.exceptions import OpBenchError
 from opbench.record import TrialRecord, is_ok
 
@@ -36,7 +36,7 @@ def make_tuner(name: str, seed: int | None = None) -> Any:
     raise OpBenchError(f"unknown NNI tuner '{name}'; tuners: {', '.join(TUNERS)}")
 
 
-class NniEngine(Engine):
+class NniEngine(InProcessEngine):
     """Asks an NNI tuner for parameters and reports latency (ms) back; failures end the trial unsuccessful."""
 
     def __init__(self, tuner: str, space: Space, threads: int, seed: int | None = None) -> None:
@@ -44,10 +44,10 @@ class NniEngine(Engine):
         self.name = f"nni-{tuner.lower()}"
         self._tuner = make_tuner(tuner, seed)
         self._tuner.update_search_space(space)
-        self._space, self._threads = space, threads
+        super().__init__(space, threads)
         self._ids = itertools.count()
 
-    def ask(self, n: int) -> list[Proposal]:
+    def propose(self, n: int) -> list[Proposal]:
         import nni
 
         out = []
@@ -61,15 +61,15 @@ class NniEngine(Engine):
             out.append(Proposal(config, threads, (parameter_id, params)))
         return out
 
-    def reject(self, proposal: Proposal, reason: str) -> None:
+    def refuse(self, proposal: Proposal, reason: str) -> None:
         self._tuner.trial_end(proposal.handle[0], False)
 
-    def observe(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
+    def learn(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
         point = space_point(self._space, config, threads)
         if point is not None:
             self._tuner.import_data([{"parameter": point, "value": latency_ms}])
 
-    def tell(self, proposal: Proposal, record: TrialRecord) -> None:
+    def hear(self, proposal: Proposal, record: TrialRecord) -> None:
         parameter_id, params = proposal.handle
         ok = is_ok(record)
         if ok:

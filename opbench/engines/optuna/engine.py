@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from opbench import settings
-from opbench.engines._base import Engine, Proposal, Space, space_point, split_threads
+from opbench.engines._base import Engine, Proposal, Space, point_of, split_threads
 from opbench.engines.optuna.heartbeat import Heartbeat
 from opbench.engines.optuna.storage import open_storage, recovered_within, riding_outages
 from opbench.exceptions import OpBenchError
@@ -60,8 +60,7 @@ class OptunaEngine(Engine):
     """
 
     def __init__(self, space: Space, threads: int, study: str, storage: str, sampler: str = "tpe",
-                 seed: int | None = None, resume: bool = False, initial: dict[str, Any] | None = None,
-                 objectives: tuple[str, ...] = ("latency",), budget: int | None = None) -> None:
+                 seed: int | None = None, resume: bool = False, objectives: tuple[str, ...] = ("latency",), budget: int | None = None) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -82,8 +81,6 @@ class OptunaEngine(Engine):
         self.study: optuna.Study = self._db(lambda: optuna.create_study(
             study_name=study, storage=storage, sampler=_sampler(sampler, space, seed),
             directions=["minimize"] * len(objectives), load_if_exists=True))
-        if initial is not None and not self._db(lambda: self.study.trials):  # start a fresh study from the template default
-            self._db(lambda: self.study.enqueue_trial({k: v for k, v in initial.items() if k in space}))
         self.budget = budget
         self._in_flight: set[int] = set()  # trial ids asked here and not yet told
         self._first_seen: dict[int, float] = {}  # others' trials without a host yet: when this process saw them
@@ -92,15 +89,11 @@ class OptunaEngine(Engine):
         beats = getattr(storage, "get_heartbeat_interval", lambda: None)()  # a database server's storage (shared by hosts)
         self._heartbeat = Heartbeat(storage, self._in_flight) if beats and budget is not None else None
 
-    def observe(self, config: dict[str, Any], threads: int, latency_ms: float) -> None:
-        """Learn a config measured outside the study: a complete trial without a ``status``, so neither
-        :attr:`done` nor a budget counts it. Latency-only studies (the other objectives were not measured)."""
-        import optuna
-
-        point = space_point(self._space, config, threads)
-        if point is not None and self.objectives == ("latency",):
-            trial = optuna.trial.create_trial(params=point, distributions=self._distributions, value=latency_ms)
-            self._db(lambda: self.study.add_trial(trial))
+    def enqueue(self, config: dict[str, Any], threads: int) -> None:
+        """A waiting trial in the study's storage, which whichever process asks next takes (none when a trial
+        with these params is already there: a resumed or shared study is not given it twice)."""
+        point = point_of(self._space, config, threads)
+        self._db(lambda: self.study.enqueue_trial(point, skip_if_exists=True))
 
     def recover(self, recorded: dict[str, TrialRecord]) -> list[TrialRecord]:
         """Settle trials a killed process left RUNNING: tell those whose record was written (keyed by

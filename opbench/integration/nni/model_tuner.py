@@ -68,7 +68,7 @@ class ModelTuner(Tuner):
         proposal = self._issued.pop(parameter_id)
         latency = value["default"] if isinstance(value, dict) else value
         assert self._engine is not None, "NNI reports results only of parameters this tuner generated"
-        self._engine.observe(proposal.config, proposal.threads, float(latency))
+        self._engine.learn(proposal.config, proposal.threads, float(latency))
 
     def trial_end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:
         self._issued.pop(parameter_id, None)  # a failed trial teaches nothing; a finished one was received

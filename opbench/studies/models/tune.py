@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from opbench import settings
-from opbench.engines._base import Engine
 from opbench.engines.loop import run_tuning
-from opbench.engines.registry import EngineSpec, create_engine, observe_default
-from opbench.engines.simple import GridEngine
+from opbench.engines.registry import EngineSpec, create_engine
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, set_tvm_threads
 from opbench.hardware.targets import make_target
@@ -23,9 +21,9 @@ from opbench.measure.measurer import Measurer
 from opbench.measure.models import export_model
 from opbench.measure.protocol import ModelInput
 from opbench.measure.timing import TimingPolicy
-from opbench.measure.types import MeasureOptions
+from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.record import TrialRecord, best_ok, is_ok, tee
-from opbench.space import Template, get_template
+from opbench.space import get_template
 from opbench.studies.configs import best_config
 from opbench.studies.models.eager_ops import profile_built
 from opbench.studies.models.in_model import keep_faster_in_model
@@ -162,15 +160,15 @@ def _operator_records(spec: ModelTuneSpec, tunable: list[FusedOp], workloads: di
                       ) -> tuple[dict[str, list[TrialRecord]], set[str], dict[str, float]]:
     """Each operator's records (its template default first, then a key operator's trials), the key operators
     and each one's time after the defaults: measured, and kept in ``cache``, or what ``cache`` kept."""
-    m, resources = spec.model, Resources(spec.model.threads)
+    resources = Resources(spec.model.threads)
     kept = cache.records() if cache else None
     if cache is not None and kept is not None:
         log.info("--- the operators' records a run with the same key kept: %s", cache.folder)
         records = {op.name: kept.get(op.name, []) for op in tunable}
     else:
         log.info("--- the template default of each of %d operators (they rank the key operators)", len(tunable))
-        records = {op.name: run_tuning(_default_engine(workloads[op.name], m.threads), workloads[op.name], 1,
-                                       measurer, sink, resources) for op in tunable}
+        records = {op.name: measurer.measure_batch([TrialSpec(workloads[op.name], {}, resources)], sink)
+                   for op in tunable}
     after_ms = {op.name: min(op.latency_ms, _best_ms(records[op.name][:1])) for op in tunable}  # the default's
     total_ms = sum(op.calls * after_ms[op.name] for op in tunable)
     key = {o.name for o in key_ops(tunable, lambda o: after_ms[o.name])[:spec.max_ops]}
@@ -180,8 +178,9 @@ def _operator_records(spec: ModelTuneSpec, tunable: list[FusedOp], workloads: di
         workload = workloads[op.name]
         log.info("--- %s: %.1f%% of the model after the defaults, %d trials", workload.name,
                  100 * op.calls * after_ms[op.name] / total_ms, spec.trials_per_op)
-        engine = _engine_past_default(spec.engine, workload, get_template(workload), resources, f"{study}-{op.name}",
-                                      best_ok(records[op.name]))
+        template = get_template(workload)  # its default was measured above: the engine goes on from there
+        engine = create_engine(spec.engine, template.search_space(workload), workload, template, resources,
+                               f"{study}-{op.name}")
         records[op.name] += run_tuning(engine, workload, spec.trials_per_op, measurer, sink, resources)
         engine.close()
     if cache is not None:
@@ -237,21 +236,6 @@ def _cache(spec: ModelTuneSpec) -> TunedCache | None:
     m, engine = spec.model, spec.engine
     return TunedCache(spec.reuse, ReuseKey.here(m.model, m.batch, m.seq_len, m.threads, spec.trials_per_op, spec.max_ops,
                                                 f"{engine.label}, seed {engine.seed}"))
-
-
-def _default_engine(workload: Workload, threads: int) -> GridEngine:
-    """One trial: the template's default schedule."""
-    default = get_template(workload).default_config(workload)
-    return GridEngine({k: {"_type": "choice", "_value": [v]} for k, v in default.items()}, threads)
-
-
-def _engine_past_default(spec: EngineSpec, workload: Workload, template: Template, resources: Resources, study: str,
-                         default: TrialRecord | None) -> Engine:
-    """An engine that learns the template default's measured latency (``default``) instead of measuring it again."""
-    space = template.search_space(workload)
-    engine = create_engine(spec, space, workload, template, resources, study, propose_default=False)
-    observe_default(engine, space, template.default_config(workload), resources.threads, default)
-    return engine
 
 
 def _best_ms(records: list[TrialRecord]) -> float:
