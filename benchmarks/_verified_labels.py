@@ -20,7 +20,7 @@ from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.predictor.model import task_keys, trainable
-from opbench.record import config_of, is_ok
+from opbench.record import TrialRecord, config_of, is_ok
 from opbench.tracking.jsonl import read_jsonl_records
 from opbench.workloads import parse_workload
 
@@ -28,7 +28,7 @@ VERIFIED = "verified_latency.parquet"
 NEAR = 2.0  # records within this factor of their task's fastest are measured again (the held-out tasks': all)
 
 
-def near_best(records: list[dict], near: float, whole: Collection[str] = ()) -> list[dict]:
+def near_best(records: list[TrialRecord], near: float, whole: Collection[str] = ()) -> list[TrialRecord]:
     """The ok records within ``near`` times their task's fastest recorded latency, and every one of the tasks
     ``whole``."""
     frame = trainable(pd.DataFrame(records))
@@ -51,7 +51,7 @@ def verify(folder: Path, records_name: str, timing: TimingPolicy, make_parse: Ca
             if r["trial_id"] not in known]
     if not todo:
         return
-    by_workload: dict[str, list[dict]] = {}
+    by_workload: dict[str, list[TrialRecord]] = {}
     for record in todo:
         by_workload.setdefault(record["workload"], []).append(record)
     started = time.monotonic()

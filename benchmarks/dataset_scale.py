@@ -69,7 +69,7 @@ def real_records(n: int) -> list[TrialRecord]:
 
 
 def copies(records: list[TrialRecord], n: int) -> list[TrialRecord]:
-    return [{**records[i % len(records)], "trial_id": new_trial_id()} for i in range(n)]
+    return [records[i % len(records)].replace(trial_id=new_trial_id()) for i in range(n)]
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, float]:
@@ -94,7 +94,7 @@ def loop_storage_ms(uri: str, records: list[TrialRecord], scratch: Path) -> tupl
     with Recorder(f"loop-{new_trial_id()}", uri, background_lock=HostLock(scratch / "lock")) as recorder:
         for record in records:
             start = time.perf_counter()
-            recorder(dict(record))
+            recorder(record.replace())  # a copy: the recorder stamps its study on it
             times.append((time.perf_counter() - start) * 1e3)
     return statistics.fmean(times), statistics.quantiles(times, n=20)[-1]
 

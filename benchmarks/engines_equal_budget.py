@@ -131,12 +131,12 @@ def main() -> None:
                     printer = TrialPrinter(trials)
                     print(f"--- {name}: {engine}, {trials} trials", flush=True)
                     started = time.perf_counter()
-                    sink = lambda r, e=engine, p=printer: (r.update(engine=e), recorder(r), p(r))
+                    sink = lambda r, e=engine, p=printer: (r.set(engine=e), recorder(r), p(r))
                     series[engine] = tune(engine, name, trials, measurer, sink, resources, scratch, args.seed)
                     wall = time.perf_counter() - started
                     summaries.append(dataclasses.replace(summarize_engine(engine, series[engine], refs), wall_s=wall))
                 plot = engine_curves(series, refs, f"{name}: {args.trials} trials per engine", out / f"{name}.png")
-                recorder.mlflow.log_artifact(plot, "plots")
+                recorder.log_artifact(plot, "plots")
             verified = verify_bests(measurer, series, refs, recorder)
             for s in summaries:
                 ratios = [_spread(verified, s.engine, other) for other in others]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, get_type_hints
 
-SCHEMA_VERSION = 2  # 2: task_key, cpu_model, template_version, features_version
+SCHEMA_VERSION = 3  # 2: task_key, cpu_model, template_version, features_version; 3: device_key
 
 
 class Status(StrEnum):
@@ -76,7 +76,8 @@ class TrialRecord(Mapping[str, Any]):
     cores: str = _param("any")  # the core set it was pinned to (any: not pinned)
     target: str = _param()  # the full TVM target it was built for
     host: str = _param()  # the machine it ran on
-    cpu_model: str = _param()  # that machine's CPU, as /proc/cpuinfo names it
+    cpu_model: str = _param()  # that machine's CPU, as /proc/cpuinfo names it (readable, not precise)
+    device_key: str = _param()  # the device precisely: CPU identity, cores, ISA and caches; or GPU name and arch
     tvm_version: str = _param()
     features_version: str = _param()  # the feature extractor that made its feat.* columns (measure.features)
     source_model: str = _param()  # the model the operator comes from, where known
@@ -151,10 +152,13 @@ class TrialRecord(Mapping[str, Any]):
     features: dict[str, float] = field(default_factory=dict)  # feat.<name>: one JSON artifact per run
     memory: dict[str, float] = field(default_factory=dict)  # mem.<name>: bytes (opbench.measure.memory)
     tags: dict[str, Any] = field(default_factory=dict)  # any other column (engine ids, references, ...)
+    # columns a row read back lacked (a record of an older schema): left out of its row until they are set
+    absent: frozenset[str] = field(default=frozenset(), repr=False)
 
     def set(self, **values: Any) -> None:
         """Set columns by name: fields where there is one, ``knob.*``, ``feat.*`` and ``mem.*`` in their own
         dicts, other tags otherwise."""
+        self.absent -= values.keys()
         for key, value in values.items():
             kept = next((kept for prefix, kept in _PREFIXED if key.startswith(prefix)), None)
             if key in _NAMES:
@@ -175,7 +179,7 @@ class TrialRecord(Mapping[str, Any]):
         """The row's column ``key`` (KeyError when it is not set, as the row leaves it out)."""
         if key in _NAMES:
             value = getattr(self, key)
-            if value is None:
+            if value is None or key in self.absent:
                 raise KeyError(key)
             return value
         for prefix, kept in _PREFIXED:
@@ -198,7 +202,8 @@ class TrialRecord(Mapping[str, Any]):
     def to_row(self) -> dict[str, Any]:
         """The flat row: the fields that are set, ``knob.*`` and ``feat.*`` columns and the other tags."""
         row: dict[str, Any] = dict(self.tags)
-        row.update({f.name: getattr(self, f.name) for f in _COLUMNS if getattr(self, f.name) is not None})
+        row.update({f.name: getattr(self, f.name) for f in _COLUMNS
+                    if getattr(self, f.name) is not None and f.name not in self.absent})
         row.update({f"{KNOB_PREFIX}{k}": v for k, v in self.knobs.items()})
         row.update({f"{FEATURE_PREFIX}{k}": v for k, v in self.features.items()})
         row.update({f"{MEM_PREFIX}{k}": v for k, v in self.memory.items()})
@@ -206,9 +211,10 @@ class TrialRecord(Mapping[str, Any]):
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> TrialRecord:
-        """The record of a row (:meth:`to_row`'s inverse; unknown columns kept in ``tags``)."""
+        """The record of a row (:meth:`to_row`'s inverse, a row of an older schema included: the columns it lacks
+        stay out of the record's row; unknown columns kept in ``tags``)."""
         known = _NAMES
-        return cls(**{k: v for k, v in row.items() if k in known},
+        return cls(**{k: v for k, v in row.items() if k in known}, absent=_DEFAULTED - row.keys(),
                    knobs={k[len(KNOB_PREFIX):]: v for k, v in row.items() if k.startswith(KNOB_PREFIX)},
                    features={k[len(FEATURE_PREFIX):]: v for k, v in row.items() if k.startswith(FEATURE_PREFIX)},
                    memory={k[len(MEM_PREFIX):]: v for k, v in row.items() if k.startswith(MEM_PREFIX)},
@@ -217,6 +223,7 @@ class TrialRecord(Mapping[str, Any]):
 
 _COLUMNS = tuple(f for f in fields(TrialRecord) if "kind" in f.metadata)
 _NAMES = frozenset(f.name for f in _COLUMNS)
+_DEFAULTED = frozenset(f.name for f in _COLUMNS if f.default is not None)  # columns a new record always has
 _PREFIXED = ((KNOB_PREFIX, "knobs"), (FEATURE_PREFIX, "features"), (MEM_PREFIX, "memory"))
 _PREFIXES = tuple(prefix for prefix, _ in _PREFIXED)
 _INT_COLUMNS = frozenset(name for name, hint in get_type_hints(TrialRecord).items()
@@ -244,16 +251,6 @@ def is_numeric(key: str) -> bool:
 
 def new_trial_id() -> str:
     return uuid.uuid4().hex[:16]
-
-
-def column_order(columns: list[str]) -> list[str]:
-    """Canonical column order of a dataset: fixed columns, then knobs, then features."""
-    fixed = [c for c in (*PARAMS, *METRICS, *TAGS) if c in columns]
-    rest = sorted(c for c in columns if c not in fixed)
-    knobs = [c for c in rest if c.startswith(KNOB_PREFIX)]
-    feats = [c for c in rest if c.startswith(FEATURE_PREFIX)]
-    other = [c for c in rest if c not in knobs and c not in feats]
-    return fixed + other + knobs + feats
 
 
 def from_mlflow_value(key: str, value: Any) -> Any:

@@ -150,6 +150,7 @@ def test_report_draws_curves_per_engine_and_the_best_tir(tmp_path, tracking_uri)
     out = run_cli(*["report", "rep", "--tracking-uri", tracking_uri, "--out", str(tmp_path / "r")], check=True)
     lines = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line[:1].isalpha()}
     assert lines["random"][1] == "3" and lines["grid"][1] == "2"
+    assert " ".join(lines["random"][-2:]) == "not verified"  # --verify-rounds 0: no speed-up over torch is claimed
     pngs = sorted(p.name for p in (tmp_path / "r").glob("*.png"))
     assert pngs == ["curve_vs_time.png", "curve_vs_trial.png", "latency_vs_threads.png"]
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in (tmp_path / "r").glob("*.png"))

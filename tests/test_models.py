@@ -345,7 +345,7 @@ def test_a_kept_tuning_is_found_again_only_under_the_same_key(tmp_path):
     assert again.records() == records and (again.metaschedule(40) / "database_tuning_record.json").exists()
     assert again.metaschedule(41) is None  # another budget: MetaSchedule tunes anew
     assert again.note.startswith(f"reused from {again.folder}: operator records of ") and "MetaSchedule's database" in again.note
-    for changed in (replace(key, cpu_model="Intel Xeon"), replace(key, tvm_version="0.28.0"), replace(key, threads=1),
+    for changed in (replace(key, device_key="GenuineIntel/6.143.8/2c/0badf00d"), replace(key, tvm_version="0.28.0"), replace(key, threads=1),
                     replace(key, trials_per_op=32), replace(key, seq_len=64), replace(key, templates="edited"),
                     replace(key, pipeline=key.pipeline + 1)):
         assert TunedCache(tmp_path, changed).records() is None  # another host, TVM, budget, shape, template or fusion

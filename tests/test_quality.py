@@ -21,6 +21,7 @@ from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import TrialSpec
 from opbench.measure.worker import LIBRARY, Worker
 from opbench.record import Status, TrialRecord
+from opbench.report.study_records import references
 from opbench.space import get_template
 from opbench.space.winograd import knobs as winograd_knobs
 from opbench.studies.claims import speedup_table
@@ -29,13 +30,13 @@ from opbench.studies.verify import (
     SELECTION_MARGIN,
     SELECTION_ROUND,
     SELECTION_ROUNDS,
+    VERIFY_KIND,
     Spread,
     Verification,
     Verified,
     contenders_for,
     contenders_of,
     fastest_trials,
-    references,
     remeasure,
     rounds_for,
     select_best,
@@ -303,7 +304,7 @@ def test_contenders_are_the_fastest_distinct_configs_and_references_the_latest_o
 
 
 def test_the_template_default_contends_as_its_fastest_trial_or_as_its_reference():
-    default = TrialRecord.from_row({"latency_ms": 1.4, "reference": "template_default", "knob.t": 9, "finished_at": 1.0})
+    default = TrialRecord(latency_ms=1.4, knobs={"t": 9}, finished_at=1.0, tags={"reference": "template_default"})
     trials = [TrialRecord(latency_ms=ms, knobs={"t": t}, finished_at=2.0) for t, ms in ((1, 1.0), (2, 1.1))]
     assert contenders_of([default, *trials], 2) == [*trials, default]  # no trial has the default's config: its reference
     assert contenders_of([default, *trials], 1) == [trials[0], default]
@@ -707,3 +708,20 @@ def test_a_verified_studys_references_take_one_process_per_baseline(measurer):
     for name in ("torch", "numpy"):  # one process, more only while none reads the host's usual state
         taken, usual = len(refs[name]["process_latencies_ms"]), refs[name]["processes_usual"]
         assert taken == 1 or usual <= 1 and taken <= 1 + EXTRA_PROCESSES, (taken, usual)
+
+
+def test_a_study_stored_at_schema_2_reads_back_unchanged_and_verifies(measurer, tracking_uri, capsys):
+    """A store written before the device key (schema 3) reads back without one, and `opbench verify` re-measures it."""
+    from opbench.tracking import Recorder
+
+    measured = measurer.measure(TrialSpec(parse_workload("matmul:m=32,n=32,k=32"), {}, Resources(1)))
+    old = {k: v for k, v in measured.to_row().items() if k != "device_key"} | {"schema_version": 2, "engine_trial": "0"}
+    with Recorder("schema2", tracking_uri) as recorder:
+        recorder(TrialRecord.from_row(old))
+    (back,) = read_mlflow_records(["schema2"], tracking_uri)
+    assert back.schema_version == 2 and "device_key" not in back and back.trial_id == measured.trial_id
+    assert {k: back[k] for k in ("workload", "template", "threads", "latency_ms")} == \
+        {k: old[k] for k in ("workload", "template", "threads", "latency_ms")}
+    assert main(["verify", "schema2", "--rounds", "1", "--tracking-uri", tracking_uri]) == 0
+    fresh = read_mlflow_records(["schema2"], tracking_uri, kind=VERIFY_KIND)
+    assert fresh and all(r.schema_version == 3 and r.device_key for r in fresh)  # re-measured here, as schema 3

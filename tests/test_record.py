@@ -59,3 +59,34 @@ def test_a_measured_record_is_the_record_type(measurer):
     assert isinstance(record, TrialRecord) and record.status == "ok", record.error
     assert TrialRecord.from_row(record.to_row()) == record
     assert record["engine_trial"] == "0" and record.latencies_ms and record.worker_pid and record.worker_pid > 0
+    from opbench.hardware.resources import host_facts
+
+    assert record.device_key == host_facts().device_key and record.schema_version == 3
+
+
+def test_a_row_of_an_older_schema_reads_back_unchanged():
+    row = {"workload": "w", "status": "ok", "latency_ms": 1.0, "schema_version": 1, "trial_id": "t", "knob.a": 1}
+    record = TrialRecord.from_row(row)
+    assert record.to_row() == row and "task_key" not in record and record.task_key == ""  # typed, but not in its row
+    record.set(task_key="matmul:m=1,n=1,k=1")
+    assert record.to_row() == {**row, "task_key": "matmul:m=1,n=1,k=1"}  # set: now a column of its row
+
+
+ZEN3 = "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nstepping\t: 1\n"
+ZEN4 = "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\nstepping\t: 1\n"
+GRAVITON = "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x1\nCPU part\t: 0xd40\nCPU revision\t: 1\n"
+
+
+def test_two_cpus_that_share_a_model_name_have_different_device_keys():
+    from dataclasses import replace
+
+    from opbench.hardware.resources import cpu_identity, host_facts
+
+    assert (cpu_identity(ZEN3), cpu_identity(ZEN4)) == ("AuthenticAMD/25.1.1", "AuthenticAMD/25.17.1")
+    assert cpu_identity(GRAVITON) == "arm/0x41.0xd40.0x1.1" and cpu_identity("") == ""
+    here = host_facts()
+    zen3, zen4 = replace(here, cpu_id=cpu_identity(ZEN3)), replace(here, cpu_id=cpu_identity(ZEN4))
+    assert zen3.cpu_model == zen4.cpu_model and zen3.device_key != zen4.device_key
+    assert zen3.device_key != replace(zen3, isa=zen3.isa[:-1]).device_key  # an ISA flag hidden (a VM): another device
+    assert zen3.device_key != replace(zen3, l2_kb=zen3.l2_kb * 2).device_key != replace(zen3, cores=64).device_key
+    assert zen3.device_key == replace(zen3, hostname="elsewhere", mhz=1.0).device_key  # the same device elsewhere

@@ -61,3 +61,16 @@ def test_threads_study_command(tmp_path, tracking_uri):
     parent = client.search_runs([exp.experiment_id], filter_string="tags.`opbench.kind` = 'study'")[0]
     assert [a.path for a in client.list_artifacts(parent.info.run_id, "plots")] == \
         ["plots/add_relu_n_1_c_32_h_28_w_28.png"]
+
+
+def test_a_report_claims_a_speed_up_only_as_its_study_verified_it():
+    from opbench.report.summary import summarize_engine
+
+    trials = [TrialRecord(latency_ms=ms, gflops=1.0 / ms, finished_at=float(i)) for i, ms in enumerate((2.0, 1.0))]
+    torch = TrialRecord(latency_ms=3.0, template="torch")
+    verified = {trials[1].trial_id: {"verified_speedup_vs_torch": 2.5, "verified_speedup_vs_torch_min": 2.4,
+                                     "verified_speedup_vs_torch_max": 2.7}}
+    assert summarize_engine("random", trials, {"torch": torch}).vs_torch == "not verified"  # 3x as recorded: no claim
+    assert summarize_engine("random", trials, {"torch": torch}, verified).vs_torch == "2.5x (2.4-2.7)"
+    other = {trials[0].trial_id: verified[trials[1].trial_id]}  # a study verified another best: not this one's claim
+    assert summarize_engine("random", trials, {"torch": torch}, other).vs_torch == "not verified"

@@ -89,12 +89,12 @@ def print_study(result: StudyResult) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from opbench.report.summary import summary_table, write_report
-    from opbench.tracking import KIND_TAG, Recorder, read_mlflow_records, study_dir
+    from opbench.tracking import KIND_TAG, Recorder, read_mlflow_records, study_dir, verified_claims
 
     records = read_mlflow_records(args.studies, args.tracking_uri)
     out = Path(args.out) if args.out else study_dir("reports", "+".join(args.studies), args.tracking_uri)
     title = ", ".join(sorted({r.get("workload", "?") for r in records}))
-    summaries, paths = write_report(records, title, out)
+    summaries, paths = write_report(records, title, out, verified_claims(args.studies, args.tracking_uri))
     print(summary_table(summaries))
     with Recorder(args.studies[0], args.tracking_uri, parent_tags={KIND_TAG: "report", "mlflow.runName": "report"}) \
             as recorder:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import os
 import platform
 import re
@@ -128,6 +129,14 @@ class HostFacts:
     isa: tuple[str, ...]
     tvm_version: str
     l1d_ways: int = 0  # 0: not known
+    cpu_id: str = ""  # the CPU's identity as /proc/cpuinfo numbers it (:func:`cpu_identity`); empty: not known
+
+    @property
+    def device_key(self) -> str:
+        """Where a number was measured, precise enough to compare like with like (what ``cpu_model``, "AMD EPYC" on
+        three generations, is not): the CPU's identity, its core count and a digest of its ISA and caches."""
+        detail = f"{','.join(self.isa)}|{self.l1d_kb:g}|{self.l1d_ways}|{self.l2_kb:g}|{self.l3_kb:g}"
+        return f"{self.cpu_id or 'unknown'}/{self.cores}c/{hashlib.sha256(detail.encode()).hexdigest()[:8]}"
 
     @classmethod
     def from_dict(cls, facts: dict) -> HostFacts:
@@ -190,6 +199,20 @@ def _l1d_ways() -> int:
         return 0
 
 
+def cpu_identity(cpuinfo: str) -> str:
+    """Vendor, family, model and stepping of an x86 CPU (``AuthenticAMD/25.1.1``); implementer, part, variant and
+    revision of an Arm one; empty where /proc/cpuinfo says neither."""
+    def field_of(name: str) -> str:
+        found = re.search(rf"^{name}\s*:\s*(.*)$", cpuinfo, re.MULTILINE)
+        return found.group(1).strip() if found else ""
+
+    x86 = [field_of(n) for n in ("vendor_id", "cpu family", "model", "stepping")]
+    if x86[0]:
+        return f"{x86[0]}/{'.'.join(x86[1:])}"
+    arm = [field_of(n) for n in ("CPU implementer", "CPU part", "CPU variant", "CPU revision")]
+    return f"arm/{'.'.join(arm)}" if arm[0] else ""
+
+
 @functools.cache
 def host_facts() -> HostFacts:
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
@@ -215,4 +238,5 @@ def host_facts() -> HostFacts:
         isa=tuple(f for f in wanted if flags and f in flags.group(1).split()),
         tvm_version=tvm_version,
         l1d_ways=_l1d_ways(),
+        cpu_id=cpu_identity(cpuinfo),
     )

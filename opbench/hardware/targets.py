@@ -6,6 +6,7 @@ the board.
 """
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 from dataclasses import dataclass
@@ -87,6 +88,15 @@ def cuda_present() -> bool:
     import tvm
 
     return bool(tvm.runtime.enabled("cuda")) and tvm.cuda(0).exist
+
+
+@functools.cache
+def gpu_device_key() -> str:
+    """The local GPU as a device key: its name and compute capability (``cuda/NVIDIA H200/9.0``)."""
+    import tvm
+
+    device = tvm.cuda(0)
+    return f"cuda/{device.device_name}/{device.compute_version}"
 
 
 def export_compiler(name: str) -> Any:

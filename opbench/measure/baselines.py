@@ -1,7 +1,7 @@
 """Library baselines remembered on this host for a while, so a quick study does not time torch and numpy
 in three fresh processes again (docs/measurement.md#baselines).
 
-A baseline is reused only when it was measured on this host for the same workload, library version,
+A baseline is reused only when it was measured on this device (its key) for the same workload, library version,
 threads and cores within ``max_age_s``, and the caller has just found the host in its usual state; the
 reused record is a copy with a new trial id that names the original in ``reused_from``.
 """
@@ -57,13 +57,14 @@ def _usual(records: list[TrialRecord]) -> list[TrialRecord]:
     return [r for r in records if is_ok(r) and Slowness.of(r).usual]
 
 
-def baseline_key(workload: Workload, library: str, resources: Resources, host: str) -> str:
-    """What a baseline depends on: host, library and its version, workload, threads, cores and target."""
+def baseline_key(workload: Workload, library: str, resources: Resources, device: str) -> str:
+    """What a baseline depends on: the device (its key), library and its version, workload, threads, cores and
+    target."""
     try:
         version = metadata.version(library)
     except metadata.PackageNotFoundError:
         version = "?"
-    return f"{host}|{library}=={version}|{workload.spec}|{resources.threads}|{resources.cores_label}|{resources.target}"
+    return f"{device}|{library}=={version}|{workload.spec}|{resources.threads}|{resources.cores_label}|{resources.target}"
 
 
 class BaselineCache:

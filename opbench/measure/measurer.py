@@ -15,6 +15,7 @@ from opbench.hardware.devices import parse_device
 from opbench.hardware.host_speed import HostSpeed, default_history
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
+from opbench.hardware.targets import gpu_device_key, is_gpu
 from opbench.measure.baselines import BaselineCache, baseline_key, median_process, wants_another
 from opbench.measure.builder import Built, KeptBuilds, LocalBuilder, build_key, discard
 from opbench.measure.corun import CoRunSpec, corun_records
@@ -207,7 +208,7 @@ class Measurer:
         of the median usual process (:func:`~opbench.measure.baselines.median_process`). With
         ``reuse_s``, a baseline this host measured within that many seconds is reused (``reused_from``)
         while a probe finds the host in its usual state."""
-        key = baseline_key(workload, library, resources, self.host.hostname)
+        key = baseline_key(workload, library, resources, self.host.device_key)
         if reuse_s > 0 and (known := self._baselines.get(key, reuse_s)) is not None \
                 and self._local.host_usual(resources):
             return known
@@ -314,6 +315,7 @@ class Measurer:
             dtype=workload.dtype, template=template, template_version=TEMPLATES[template].version if template in TEMPLATES
             else "", threads=res.threads, cores=res.cores_label,
             target=build.target if build and build.target else res.target, host=host.hostname, cpu_model=host.cpu_model,
+            device_key=gpu_device_key() if is_gpu(res.target) and not res.remote else host.device_key,
             tvm_version=host.tvm_version, features_version=FEATURES_VERSION if features else "", device=res.device,
             source_model=preset.model if preset else workload.op.source_model(workload.params),
             status=status.value, error=error[:4000], build_s=build.build_s if build is not None else None,

@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from opbench.record import TrialRecord, best_ok, config_of, ok_records, pareto_front, speedup
+from opbench.record import TrialRecord, best_ok, config_of, ok_records, pareto_front
 from opbench.report.plots import best_so_far, engine_curves, tradeoff
 from opbench.report.progress import changed_knobs, table
 from opbench.report.study_records import references
@@ -20,7 +20,7 @@ class EngineSummary:
     best_gflops: float
     trials_to_10pct: int  # first trial whose best-so-far is within 10% of the engine's best
     wall_s: float
-    vs_torch: float  # torch latency / best latency (> 1: faster than torch)
+    vs_torch: str  # the best's speed-up over torch as its study verified it in fresh processes, or "not verified"
 
 
 def split_records(records: list[TrialRecord]) -> tuple[dict[str, list[TrialRecord]], dict[str, TrialRecord]]:
@@ -32,7 +32,19 @@ def split_records(records: list[TrialRecord]) -> tuple[dict[str, list[TrialRecor
     return series, references(records)
 
 
-def summarize_engine(engine: str, records: list[TrialRecord], refs: dict[str, TrialRecord]) -> EngineSummary:
+def verified_text(claims: dict[str, float], name: str) -> str:
+    """A verified speed-up over ``name`` with its range (``claims``: a parent run's ``verified_speedup_vs_*``), or
+    "not verified"."""
+    key = f"verified_speedup_vs_{name}"
+    if key not in claims:
+        return "not verified"
+    return f"{claims[key]:.3g}x ({claims.get(key + '_min', math.nan):.3g}-{claims.get(key + '_max', math.nan):.3g})"
+
+
+def summarize_engine(engine: str, records: list[TrialRecord], refs: dict[str, TrialRecord],
+                     claims: dict[str, dict[str, float]] | None = None) -> EngineSummary:
+    """An engine's trials summarised; its speed-up over torch only as verified for its best trial (``claims``: the
+    verified speed-ups by the trial id each study verified as its best)."""
     curve = best_so_far(records)
     best = curve[-1] if curve else math.inf
     ok = ok_records(records)
@@ -42,13 +54,13 @@ def summarize_engine(engine: str, records: list[TrialRecord], refs: dict[str, Tr
     wall = (max(times) - min(times) + records[0].get("trial_s", 0.0)) if times else math.nan
     return EngineSummary(engine, len(records), len(ok), best if best < math.inf else math.nan,
                          best_record["gflops"] if best_record else math.nan, reach, wall,
-                         speedup(refs.get("torch"), best_record))
+                         verified_text((claims or {}).get(best_record.trial_id, {}) if best_record else {}, "torch"))
 
 
 def summary_table(summaries: list[EngineSummary]) -> str:
     return table([(s.engine, s.trials, s.ok, s.best_ms, s.best_gflops, s.trials_to_10pct, s.wall_s, s.vs_torch)
                   for s in summaries],
-                 ["engine", "trials", "ok", "best_ms", "GFLOP/s", "trials_to_10%", "wall_s", "x torch"])
+                 ["engine", "trials", "ok", "best_ms", "GFLOP/s", "trials_to_10%", "wall_s", "x torch (verified)"])
 
 
 def best_tir(record: TrialRecord) -> str:
@@ -62,14 +74,16 @@ def best_tir(record: TrialRecord) -> str:
     return template.schedule(workload, config).script()
 
 
-def write_report(records: list[TrialRecord], title: str, out: Path) -> tuple[list[EngineSummary], list[Path]]:
-    """Plots and the best schedule's TIR under ``out``; the per-engine summaries."""
+def write_report(records: list[TrialRecord], title: str, out: Path, claims: dict[str, dict[str, float]] | None = None
+                 ) -> tuple[list[EngineSummary], list[Path]]:
+    """Plots and the best schedule's TIR under ``out``; the per-engine summaries (``claims``: see
+    :func:`summarize_engine`)."""
     series, refs = split_records(records)
     if not series:
         from opbench.exceptions import OpBenchError
 
         raise OpBenchError(f"{title}: no tuning trials recorded")
-    summaries = [summarize_engine(e, rs, refs) for e, rs in series.items()]
+    summaries = [summarize_engine(e, rs, refs, claims) for e, rs in series.items()]
     trials = [r for rs in series.values() for r in rs]
     paths = [engine_curves(series, refs, f"{title}: best so far vs trial", out / "curve_vs_trial.png"),
              engine_curves(series, refs, f"{title}: best so far vs wall time", out / "curve_vs_time.png", "time"),

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from opbench.record import TrialRecord, column_order, is_numeric
-from opbench.tracking.row import Row, json_line
+from opbench.record import TrialRecord, is_numeric
+from opbench.tracking.row import Row, column_order, json_line
 
 
 class JsonlWriter:

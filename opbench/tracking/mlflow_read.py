@@ -77,6 +77,18 @@ def runs_records(client: Any, experiment_ids: list[str], query: str, skip: set[s
             return
 
 
+def verified_claims(experiments: list[str], tracking_uri: str | None = None) -> dict[str, dict[str, float]]:
+    """The verified speed-ups (``verified_speedup_vs_<name>`` with ``_min`` and ``_max``) of the studies' parent runs,
+    by the trial id of the best they verified; the latest run's where several verified the same best."""
+    uri = tracking_uri or default_tracking_uri()
+    client = _client(uri)
+    runs = client.search_runs(experiment_ids(client, experiments, uri), filter_string=f"tags.`{KIND_TAG}` = 'study'",
+                              order_by=["attributes.start_time ASC"])
+    return {run.data.tags["verified_best_trial"]: {k: v for k, v in run.data.metrics.items()
+                                                    if k.startswith("verified_speedup_vs_")}
+            for run in runs if "verified_best_trial" in run.data.tags}
+
+
 def latest_parent_run(study: str, tracking_uri: str | None = None) -> str:
     """The run id of the study's most recent parent run (``opbench tune`` makes one per invocation)."""
     from opbench.exceptions import OpBenchError

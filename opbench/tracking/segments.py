@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from opbench.record import JSON_TAGS, KNOB_PREFIX, column_order, from_mlflow_value, is_numeric
-from opbench.tracking.row import Row
+from opbench.record import JSON_TAGS, KNOB_PREFIX, from_mlflow_value, is_numeric
+from opbench.tracking.row import Row, column_order
 
 SEGMENT_RECORDS = 512  # a segment is sealed at this many records ...
 SEGMENT_SECONDS = 300.0  # ... or this long after its first record, whichever comes first

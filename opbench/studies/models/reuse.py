@@ -33,7 +33,7 @@ class ReuseKey:
     trials_per_op: int
     max_ops: int | None
     engine: str  # the engine spec's repr: name, sampler, seed
-    cpu_model: str
+    device_key: str  # where it was tuned (HostFacts.device_key)
     tvm_version: str
     templates: str  # a hash of every template's source hash: a changed template schedules a config anew
     pipeline: int  # the extraction's PIPELINE_VERSION: a changed fusion makes other operators
@@ -46,7 +46,7 @@ class ReuseKey:
 
         host = host_facts()
         sources = ",".join(f"{name}:{template.version}" for name, template in sorted(TEMPLATES.items()))
-        return cls(model, batch, seq_len, threads, trials_per_op, max_ops, engine, host.cpu_model, host.tvm_version,
+        return cls(model, batch, seq_len, threads, trials_per_op, max_ops, engine, host.device_key, host.tvm_version,
                    hashlib.sha256(sources.encode()).hexdigest()[:16], PIPELINE_VERSION)
 
     def folder(self, root: Path) -> Path:

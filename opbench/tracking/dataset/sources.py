@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opbench.record import column_order
 from opbench.tracking.mlflow_read import experiment_ids, runs_records
 from opbench.tracking.mlflow_store import KIND_TAG, _client
-from opbench.tracking.row import Row
+from opbench.tracking.row import Row, column_order
 from opbench.tracking.segment_store import INVOCATION_TAG, all_sealed, fetch_segments, segment_artifacts, writers
 from opbench.tracking.segments import to_table, trial_ids
 from opbench.workloads import task_key_of
