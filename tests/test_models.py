@@ -564,3 +564,19 @@ def test_each_transformers_model_names_the_module_its_eager_zygote_preloads():
 
     for name in HF_MODELS:
         assert importlib.util.find_spec(hf_module(name)) is not None, name
+
+
+@pytest.mark.parametrize("model", ["resnet-18", "resnet-34", "resnet-101", "resnet-152"])
+def test_every_resnet_depth_is_a_model_its_tiny_variant_extracts(model):
+    """The ResNets of He et al. by name (random weights, transformers' ResNetConfig): basic blocks to 34 layers,
+    bottlenecks beyond; the tiny variant imports into Relax and fuses around its convolutions."""
+    from opbench.workloads.models.cache import extract
+    from opbench.workloads.models.hf import HF_MODELS
+
+    assert model in model_names() and f"{model}@tiny" in model_names()
+    depths, kind = HF_MODELS[model][4]["depths"], HF_MODELS[model][4]["layer_type"]
+    assert 2 + (2 if kind == "basic" else 3) * sum(depths) == int(model.split("-")[1])  # stem, blocks' convs, fc
+    ops = extract(f"{model}@tiny", 1, 32)[0]
+    convs = [op for op in ops if op.kind == "conv2d"]
+    shortcuts = 1 if kind == "basic" else 2  # a 1x1 convolution where a stage changes the width or stride
+    assert sum(op.calls for op in convs) == 1 + (2 if kind == "basic" else 3) * 2 + shortcuts  # stem, 2 blocks

@@ -20,6 +20,14 @@ HF_MODELS: dict[str, tuple[str, str, str, str, dict[str, Any], dict[str, Any]]] 
     "resnet-50": ("resnet", "ResNetConfig", "ResNetModel", "image", {},
                   {"depths": [1, 1], "hidden_sizes": [16, 32], "embedding_size": 16, "layer_type": "basic",
                    "image_size": 32}),
+    **{f"resnet-{depth}": ("resnet", "ResNetConfig", "ResNetModel", "image",
+                           {"depths": depths, "layer_type": kind, "hidden_sizes": widths},
+                           {"depths": [1, 1], "hidden_sizes": [w // (4 if kind == "basic" else 8) for w in widths[:2]],
+                            "embedding_size": 16, "layer_type": kind, "image_size": 32})
+       for depth, depths, kind, widths in (  # He et al. 2016, table 1: basic blocks to 34 layers, bottlenecks beyond
+           (18, [2, 2, 2, 2], "basic", [64, 128, 256, 512]), (34, [3, 4, 6, 3], "basic", [64, 128, 256, 512]),
+           (101, [3, 4, 23, 3], "bottleneck", [256, 512, 1024, 2048]),
+           (152, [3, 8, 36, 3], "bottleneck", [256, 512, 1024, 2048]))},
     "mobilenet-v2": ("mobilenet_v2", "MobileNetV2Config", "MobileNetV2Model", "image", {},
                      {"depth_multiplier": 0.35, "image_size": 32}),
     "convnext-tiny": ("convnext", "ConvNextConfig", "ConvNextModel", "image", {},
