@@ -230,3 +230,37 @@ def test_featurize_gives_older_records_the_features_a_record_made_on_their_cpu_c
     assert (new.loc["t3", list(NEST_COLUMNS)] == 7.0).all() and new.loc["t3", list(ASSEMBLY_COLUMNS)].isna().all()
     assert new.loc["bad", "features_version"] == "1" and new.loc["bad", list(NEST_COLUMNS)].isna().all()
     assert new.loc["gone", "features_version"] == "1" and new.loc["gone", list(NEST_COLUMNS)].isna().all()
+
+
+ANSOR_LOG = Path(__file__).parent / "data" / "ansor_matmul_record.json"  # a public TenSet line (../shared/data)
+
+
+def test_an_ansor_log_imports_as_catalogue_workloads_and_raw_tasks_with_their_latencies(tmp_path, tracking_uri):
+    import json
+
+    from opbench.tracking.dataset.importer import import_dataset
+
+    line = json.loads(ANSOR_LOG.read_text())
+    hashed = {**line, "i": [[json.dumps(["9e3bd222c4bd9bab1d4a9ac5c1ff3bd1", 1, 56, 56, 64]), *line["i"][0][1:]],
+                            line["i"][1]], "r": [[1e-4, 3e-4], 0, 0.1, 1714270207]}
+    failed = {**line, "r": [[1e10], 4, 0.1, 1714270208]}
+    log = tmp_path / "task.json"
+    log.write_text("".join(json.dumps(entry) + "\n" for entry in (line, hashed, failed)))
+    assert import_dataset(log, "tenset", tracking_uri).added == 3
+    assert import_dataset(log, "tenset", tracking_uri).added == 0  # its ids come from the lines: nothing twice
+    frame = load_records("mlflow", ["tenset"], tracking_uri=tracking_uri).sort_values("finished_at")
+    matmul, raw, bad = (TrialRecord.from_row(row.dropna().to_dict()) for _, row in frame.iterrows())
+    assert (matmul.workload, matmul.task_key, matmul.threads) == ("matmul:m=512,n=64,k=1024", "matmul:m=512,n=64,k=1024", 16)
+    assert matmul.latency_ms == pytest.approx(1.9849, abs=1e-4) and len(matmul.latencies_ms) == 10  # the line's median
+    assert matmul.gflops == pytest.approx(2 * 512 * 64 * 1024 / 1.9849e-3 / 1e9, rel=1e-3)
+    assert raw.workload.startswith("ansor:") and "9e3bd222c4bd9bab1d4a9ac5c1ff3bd1" in raw.task_key
+    assert raw.latency_ms == pytest.approx(0.2) and raw.status == "ok"
+    assert bad.status == "run_error" and "latency_ms" not in bad and "error number 4" in bad.error
+
+
+def test_a_line_that_is_not_ansor_names_itself():
+    from opbench.exceptions import OpBenchError
+    from opbench.tracking.dataset.ansor_import import ansor_record
+
+    with pytest.raises(OpBenchError, match="not an Ansor log line"):
+        ansor_record('{"i": [], "r": []}', "s")

@@ -192,11 +192,12 @@ def _register_dataset(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=dataset_file,
                    help="F.parquet or F.jsonl (every value kept), or F.csv (a view)")
     p.set_defaults(func=cmd_dataset_export)
-    for name, what in (("import", "a .parquet or .jsonl dataset or a MetaSchedule database folder"),
+    for name, what in (("import", "a .parquet or .jsonl dataset, an Ansor (TenSet) .json log or a MetaSchedule "
+                                  "database folder"),
                        ("import-metaschedule", "a MetaSchedule database folder (as `dataset import`)")):
         p = data.add_parser(name, help=f"{what} into a study; records it holds already are skipped")
-        p.add_argument("path", help="F.parquet, F.jsonl, or a folder with database_workload.json and "
-                                    "database_tuning_record.json")
+        p.add_argument("path", help="F.parquet, F.jsonl, an Ansor log F.json, or a folder with database_workload.json "
+                                    "and database_tuning_record.json")
         p.add_argument("--study", help="MLflow experiment (default import-<name>)")
         p.add_argument("--runs", action="store_true", help="also a run per record, to compare them in the MLflow UI")
         p.add_argument("--tracking-uri")

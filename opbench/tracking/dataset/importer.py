@@ -1,4 +1,5 @@
-"""``opbench dataset import``: records from a Parquet or JSON-lines dataset, or a MetaSchedule database, into
+"""``opbench dataset import``: records from a Parquet or JSON-lines dataset, a MetaSchedule database or an Ansor
+(TenSet) log, into
 a study of any store, as segments of an import run (per-trial runs only when asked), one segment's worth
 in memory at a time. A record whose trial id the study holds is skipped, so importing twice adds nothing;
 each keeps where it came from."""
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from opbench.exceptions import OpBenchError
 from opbench.paths import default_tracking_uri
+from opbench.tracking.dataset.ansor_import import ansor_rows, is_ansor_log
 from opbench.tracking.dataset.formats import iter_rows
 from opbench.tracking.dataset.sources import held_trial_ids, plan
 from opbench.tracking.mlflow_store import KIND_TAG, MlflowWriter, ensure_store, experiment_id
@@ -37,15 +39,20 @@ class Imported:
 
 
 def source_batches(path: Path, study: str) -> Iterator[list[Row]]:
-    """The records of a dataset file or a MetaSchedule database folder, a segment's worth at a time."""
+    """The records of a dataset file, a MetaSchedule database folder or an Ansor log, a segment's worth at a time."""
     if path.is_dir():
         from opbench.tracking.dataset.metaschedule_import import import_metaschedule
 
         rows = [canonical(r) for r in import_metaschedule(path, study)]
         return iter([rows[i:i + SEGMENT_RECORDS] for i in range(0, len(rows), SEGMENT_RECORDS)])
     if not path.is_file():
-        raise OpBenchError(f"nothing to import at {path}: give a .parquet or .jsonl dataset or a MetaSchedule database folder")
-    batches = iter_rows(path, SEGMENT_RECORDS)
+        raise OpBenchError(f"nothing to import at {path}: give a .parquet or .jsonl dataset, an Ansor .json log or "
+                           "a MetaSchedule database folder")
+    if path.suffix == ".json" and is_ansor_log(path):
+        lines = (canonical(r) for r in ansor_rows(path, study))
+        batches = iter(lambda: list(itertools.islice(lines, SEGMENT_RECORDS)), [])
+    else:
+        batches = iter_rows(path, SEGMENT_RECORDS)
     first = next(batches, [])  # a file that cannot be read fails here, before the study is touched
     return itertools.chain([first], batches)
 
