@@ -3,6 +3,7 @@ import threading
 import time
 
 import pandas as pd
+import pytest
 
 import mlflow
 from opbench.hardware.lock import HostLock
@@ -107,3 +108,15 @@ def test_a_write_to_a_store_that_is_away_does_not_hold_up_timed_runs(tmp_path):
     assert timed.wait(60) and not store_back.is_set()  # the run took the lock while the write was still waiting
     store_back.set()
     writer.close()
+
+
+def test_a_studys_ui_address_opens_its_runs_not_the_genai_overview(tracking_uri):
+    from opbench.exceptions import OpBenchError
+    from opbench.tracking import runs_url
+
+    with Recorder("ui", tracking_uri) as recorder:
+        recorder(TrialRecord(workload="w", latency_ms=1.0))
+    experiment = mlflow.tracking.MlflowClient(tracking_uri).get_experiment_by_name("ui").experiment_id
+    assert runs_url("ui", tracking_uri, 5001) == f"http://127.0.0.1:5001/#/experiments/{experiment}/runs"
+    with pytest.raises(OpBenchError, match="no MLflow experiment named 'nope'"):
+        runs_url("nope", tracking_uri)
