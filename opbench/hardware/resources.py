@@ -131,7 +131,7 @@ class HostFacts:
     l1d_ways: int = 0  # 0: not known
     cpu_id: str = ""  # the CPU's identity as /proc/cpuinfo numbers it (:func:`cpu_identity`); empty: not known
 
-    @property
+    @functools.cached_property
     def device_key(self) -> str:
         """Where a number was measured, precise enough to compare like with like (what ``cpu_model``, "AMD EPYC" on
         three generations, is not): the CPU's identity, its core count and a digest of its ISA and caches."""

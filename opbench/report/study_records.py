@@ -44,14 +44,17 @@ def is_default(record: TrialRecord) -> bool:
                                                                                    record.target)
 
 
+def default_trial(records: list[TrialRecord]) -> TrialRecord | None:
+    """The study's earliest ok trial of its template's default schedule (the tuning loop's first), if any."""
+    ok = sorted(measured(records), key=lambda r: r.get("finished_at", 0.0))
+    return next((r for r in ok if not r.get("reference") and is_default(r)), None)
+
+
 def references(records: list[TrialRecord]) -> dict[str, TrialRecord]:
     """The study's latest ok reference of each kind (te_default, torch, ...); its template default is the
-    reference of that name where one was measured (a loop engine's study), else its earliest ok trial of the
-    default schedule."""
+    reference of that name where one was measured (a loop engine's study), else :func:`default_trial`."""
     ok = sorted(measured(records), key=lambda r: r.get("finished_at", 0.0))
     refs = {str(r["reference"]): r for r in ok if r.get("reference")}
-    if TEMPLATE_DEFAULT not in refs:
-        default = next((r for r in ok if not r.get("reference") and is_default(r)), None)
-        if default is not None:
-            refs[TEMPLATE_DEFAULT] = default
+    if TEMPLATE_DEFAULT not in refs and (default := default_trial(records)) is not None:
+        refs[TEMPLATE_DEFAULT] = default
     return refs

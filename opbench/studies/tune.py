@@ -30,7 +30,7 @@ from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
 from opbench.record import KNOB_PREFIX, TrialRecord, best_ok, ok_records, pareto_front, speedup, tee
 from opbench.report.plots import tradeoff, tuning_curve
-from opbench.report.study_records import TEMPLATE_DEFAULT, references
+from opbench.report.study_records import TEMPLATE_DEFAULT, default_trial, references
 from opbench.space import get_template
 from opbench.studies.invocation import engine_trials, invocation_records, joined_hosts_records, told_from_logs
 from opbench.studies.references import library_references, measure_references
@@ -216,7 +216,7 @@ def _study(spec: TuneSpec, workload: Workload, engine: Engine | None, measurer: 
                                   verified=_verify_rounds(spec) > 0, template_default=engine is None)
     records = _tune(spec, engine, workload, spec.trials - done, measurer, sink, recorder, list(earlier_trials.values()))
     trials = sorted([*earlier_trials.values(), *records], key=lambda r: r.get("finished_at", 0.0))
-    if spec.references and TEMPLATE_DEFAULT not in refs and (default := references(trials).get(TEMPLATE_DEFAULT)):
+    if spec.references and TEMPLATE_DEFAULT not in refs and (default := default_trial(trials)) is not None:
         refs[TEMPLATE_DEFAULT] = default  # the loop's first trial
     result = StudyResult(recorder.study, recorder.uri, trials, refs, objectives=spec.engine.objectives,
                          rejected=engine.rejected if engine else 0)

@@ -84,10 +84,11 @@ def check_the_first_trial_is_the_template_default(make: MakeEngine, learns_by_re
     default = TEMPLATE.default_config(WORKLOAD)
     assert len(records) == 4 and measurer.configs[0] == default
     assert learns_by_repeating or measurer.configs.count(default) == 1
-    engine, measurer = make(space()), FakeMeasurer()
+    engine, measurer, enqueued = make(space()), FakeMeasurer(), []
+    engine.enqueue = lambda config, threads: enqueued.append(config)  # type: ignore[method-assign]
     tune_fake(engine, measurer, 3, fresh=False)
     engine.close()
-    assert len(measurer.configs) == 3
+    assert len(measurer.configs) == 3 and enqueued == []  # a study that is not fresh is not given the default
 
 
 def check_the_loop_ends_at_its_budget_inside_the_space(make: MakeEngine) -> None:

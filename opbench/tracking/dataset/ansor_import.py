@@ -61,9 +61,9 @@ def ansor_record(line: str, study: str) -> TrialRecord:
         study=study, engine="ansor-import")
     if ok:
         latencies_ms = [float(c) * 1e3 for c in costs]
-        record.set(latency_ms=statistics.median(latencies_ms), latency_ms_mean=statistics.fmean(latencies_ms),
-                   latencies_ms=latencies_ms, repeat=len(latencies_ms), **({
-                       "gflops": spec.flops / (statistics.median(latencies_ms) * 1e-3) / 1e9} if spec else {}))
+        median = statistics.median(latencies_ms)
+        record.set(latency_ms=median, latency_ms_mean=statistics.fmean(latencies_ms), latencies_ms=latencies_ms,
+                   repeat=len(latencies_ms), gflops=spec.flops / (median * 1e-3) / 1e9 if spec else None)
     return record
 
 
