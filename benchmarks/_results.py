@@ -7,6 +7,7 @@ import datetime
 import os
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,7 +24,7 @@ class Results:
     def __init__(self, benchmark: str, device: str = "") -> None:
         self.benchmark = benchmark
         self.device = device  # an accelerator the results are of: its own file beside the host's
-        self._lines = [f"`{shlex.join(['python', *sys.argv])}`", ""]
+        self._lines = [f"`{shlex.join(['python', *sys.argv])}` at commit {_commit()}", ""]
 
     def print(self, text: str = "") -> None:
         print(text, flush=True)
@@ -53,6 +54,18 @@ class Results:
         path.write_text(f"{header}\n{body}")
         print(f"results: {path}")
         return path
+
+
+def _commit() -> str:
+    """The checkout's commit, ``+changes`` when its tracked files differ from it ("unknown" outside git)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=RESULTS.parent, capture_output=True, text=True, check=True).stdout
+
+    try:
+        head = git("rev-parse", "--short", "HEAD").strip()
+        return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no").strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def _sections(text: str) -> dict[str, str]:

@@ -7,9 +7,9 @@
    alternating rounds: the host's slow spells last seconds, and a median of 3 rounds read 16.5% slow when
    2 of its 3 rounds read slow): their median against run B's measurement, a trial's record that did not choose
    them (against run A too, which did, and so counts its lucky draws: the winner's curse).
-4. The torch reference of 5 short tuning studies (the median of the usual ones of 3 or more fresh
-   processes, taken before the study's kernels) against torch timed the same way after them: the range
-   of each side's processes shows the host's own process-to-process noise.
+4. The torch reference of 5 short tuning studies (its placements each a fresh process, taken before the
+   study's kernels) against torch timed the same way after them: each side's interval shows the host's own
+   process-to-process noise.
 
 Targets (issue 13): median CV <= 2%, best configs within 5% in fresh processes, Spearman >= 0.9,
 torch references within 10%. Plot: run A vs run B latencies.
@@ -43,7 +43,6 @@ from opbench.studies.references import measure_references
 from opbench.workloads import parse_workload
 
 WORKLOADS = ("matmul-512", "resnet50-c2")
-ROUNDS = 3  # fresh processes of each torch reference
 BEST_ROUNDS = 5  # fresh rounds of each best config
 
 
@@ -83,14 +82,14 @@ def outside_usual(record: dict) -> bool:
     return not Slowness.of(record).usual
 
 
-def left_out_a_turn(record: dict) -> bool:
-    """Whether the record left out a turn a probe found in a spell of the host."""
-    return record.get("turns_left_out", 0) > 0
+def placements_disagreed(record: dict) -> bool:
+    """Whether the record's placements never agreed (its estimate is the median of all of them)."""
+    return record.get("placements_agreeing", 0) < 2
 
 
 def torch_references(studies: int, trials: int, resources: Resources, scratch: Path) -> list[tuple[dict, dict]]:
-    """Per short study on matmul-512: its torch reference's record and torch's record after the study (each the
-    median of :data:`ROUNDS` fresh processes)."""
+    """Per short study on matmul-512: its torch reference's record and torch's record after the study (each over
+    placements in fresh processes)."""
     workload = parse_workload("matmul-512")
     template = get_template(workload)
     out = []
@@ -101,27 +100,25 @@ def torch_references(studies: int, trials: int, resources: Resources, scratch: P
             engine = OptunaEngine(template.search_space(workload), resources.threads, f"ref{i}",
                                   f"sqlite:///{scratch}/optuna.db", seed=i)
             run_tuning(engine, workload, trials, measurer, lambda r: None, resources, batch=2)
-            after = measurer.measure_library(workload, "torch", resources, processes=ROUNDS)
+            after = measurer.measure_library(workload, "torch", resources)
         out.append((refs["torch"], after))
     return out
 
 
 def _state(record: dict) -> str:
-    """The host's state around a record: its compute, memory and lock-step slowness, and the runs taken
-    again."""
-    return "/".join(f"{x:.3g}" for x in (*Slowness.of(record), record.get("spell_reruns", float("nan"))))
+    """The host's state around a record: its compute, memory and lock-step slowness."""
+    return "/".join(f"{x:.3g}" for x in Slowness.of(record))
 
 
 def _torch_row(study: int, before: dict, after: dict) -> tuple:
-    """A study's torch reference and torch after it: each one's latency, its processes' range and host state."""
-    return (study, before["latency_ms"], _processes(before), _state(before), after["latency_ms"], _processes(after),
+    """A study's torch reference and torch after it: each one's latency, its interval and host state."""
+    return (study, before["latency_ms"], _interval(before), _state(before), after["latency_ms"], _interval(after),
             _state(after), 100 * (before["latency_ms"] / after["latency_ms"] - 1))
 
 
-def _processes(record: dict) -> str:
-    """A baseline's processes: the range of their latencies, and how many read the host's usual state."""
-    ms = record["process_latencies_ms"]
-    return f"{min(ms):.4g}-{max(ms):.4g} ({record['processes_usual']}/{len(ms)} usual)"
+def _interval(record: dict) -> str:
+    """A record's interval and its placements (fresh processes for a baseline)."""
+    return f"{record['latency_lo_ms']:.4g}-{record['latency_hi_ms']:.4g} ({record['placements']} placements)"
 
 
 def main() -> None:
@@ -175,12 +172,12 @@ def main() -> None:
     results.print("records a probe found outside the host's usual state (compute or memory off by more than 10%, "
                   "lock step slower by more than 20%): " +
                   ", ".join(f"{what} {100 * share(records, outside_usual):.0f}%" for what, records in measured.items()) +
-                  "; records with turns left out for a spell: " +
-                  ", ".join(f"{what} {100 * share(records, left_out_a_turn):.0f}%" for what, records in measured.items()))
-    results.print(f"\ntorch reference of short studies vs torch after each study (matmul-512): the median of {ROUNDS} "
-                  "or more fresh processes (of those that read the host's usual state), and the host's state around it")
+                  "; records whose placements never agreed: " +
+                  ", ".join(f"{what} {100 * share(records, placements_disagreed):.0f}%" for what, records in measured.items()))
+    results.print("\ntorch reference of short studies vs torch after each study (matmul-512): each placement a fresh "
+                  "process, and the host's state around it")
     results.table(table([_torch_row(i + 1, before, after) for i, (before, after) in enumerate(refs)],
-                        ["study", "study's torch ms", "its processes", "its host state", "after ms", "its processes",
+                        ["study", "study's torch ms", "its interval", "its host state", "after ms", "its interval",
                          "its host state", "delta %"]))
     worst_best = max(abs(r[-1]) for r in best_rows)  # against run B: a trial's record, not the one that chose it
     worst_ref = max(abs(100 * (s["latency_ms"] / f["latency_ms"] - 1)) for s, f in refs)

@@ -161,9 +161,7 @@ FINAL = (  # scored only at the end: one of each kind
 )
 MODELS = ("bert-base@tiny", "mobilenet-v2@tiny")  # their nine largest fused operators join the development set
 FUSED_PER_MODEL = 9
-# A dataset's labels: 3 repeats in turns, a series never taken again for a spell nor given extra turns (on a host
-# whose probes found a spell in half the turns, matmul-512's 64 trials took 223 s with reruns and waits, 110 s without).
-COLLECTION_TIMING = TimingPolicy(repeat=3, spell_reruns=0, extra_turns=0)
+COLLECTION_TIMING = TimingPolicy()  # a dataset's labels: the estimate over placements, as every trial's
 DEVELOPMENT_FOLDS = 10  # each fold's development workloads held out together (leaving each out alone: 20x the time)
 SEEDS = 3  # each fold trained with this many seeds: one seed's scores vary by +-0.06 top-1 on this data
 RECORDS, SUMMED, NESTED, FOOTPRINT, ASSEMBLY = ("records.jsonl", "summed_features.parquet", "nest_features.parquet",

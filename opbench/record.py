@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, get_type_hints
 
-SCHEMA_VERSION = 3  # 2: task_key, cpu_model, template_version, features_version; 3: device_key
+SCHEMA_VERSION = 3  # 2: task_key, cpu_model, template_version, features_version; 3: device_key, the estimate over
+# placements (latency_lo_ms, latency_hi_ms, placements, placements_agreeing) in place of retakes and turns
 
 
 class Status(StrEnum):
@@ -38,7 +39,8 @@ KNOB_PREFIX = "knob."
 FEATURE_PREFIX = "feat."
 MEM_PREFIX = "mem."  # what a schedule needs in memory (opbench.measure.memory) ...
 WORKSPACE_METRIC = "mem.workspace"  # ... this one an MLflow metric, the others beside the features
-JSON_TAGS = ("latencies_ms", "process_latencies_ms")  # tags whose value is a list, JSON-encoded in MLflow
+JSON_TAGS = ("latencies_ms", "process_latencies_ms")  # tags whose value is a list, JSON-encoded in MLflow (the
+# second a schema-2 baseline's)
 
 
 def _param(default: Any = "") -> Any:
@@ -85,10 +87,14 @@ class TrialRecord(Mapping[str, Any]):
     device_addr: str | None = _param(None)  # the remote server (HOST:PORT) it ran on
     cache_flush: int | None = _param(None)  # 1: the CPU caches were flushed before every timed call
     # how long it took (metrics): the latency statistics of its repeats, and throughput
-    latency_ms: float | None = _metric()  # the median of the kept repeats (per call)
+    latency_ms: float | None = _metric()  # the estimate over its placements (per call; docs/measurement.md#placements)
+    latency_lo_ms: float | None = _metric()  # its interval: a re-measure in another process lands within it
+    latency_hi_ms: float | None = _metric()
+    placements: int | None = _metric()  # independent placements its repeats were taken in
+    placements_agreeing: int | None = _metric()  # of them, the fast mode the estimate is the median of (0: none agreed)
     latency_ms_mean: float | None = _metric()
-    latency_ms_std: float | None = _metric()  # over all repeats: includes the host's changes between turns
-    latency_cv: float | None = _metric()  # the spread of repeats within a turn, pooled over turns
+    latency_ms_std: float | None = _metric()  # over all repeats: includes the differences between placements
+    latency_cv: float | None = _metric()  # the spread of repeats within a placement, pooled over placements
     gflops: float | None = _metric()  # the workload's FLOPs over latency_ms
     peak_frac: float | None = _metric()  # gflops over the host's peak at these threads
     build_s: float | None = _metric()  # compiling it
@@ -98,17 +104,13 @@ class TrialRecord(Mapping[str, Any]):
     number: int | None = _metric()  # calls per timed repeat
     repeat: int | None = _metric()  # timed repeats kept
     max_abs_err: float | None = _metric()  # largest difference from the reference output
-    # measurement quality (docs/measurement.md): retakes, the host's load and speed while timing, turns
-    remeasures: int | None = _metric()  # series taken again for a high CV
+    # measurement quality (docs/measurement.md): the host's load and speed while timing
     load_1m: float | None = _metric()  # the host's 1-minute load average
     other_busy_frac: float | None = _metric()  # the share of its cores other processes kept busy while timing
     host_slowness: float | None = _metric()  # the compute probe over its usual time (1.0 usual; docs/measurement.md#probes)
     host_memory_slowness: float | None = _metric()  # the memory probe's
     host_sync_slowness: float | None = _metric()  # the lock-step probe's
-    spell_reruns: int | None = _metric()  # series taken again because a probe found a spell
-    host_wait_s: float | None = _metric()  # probing the host and waiting for its usual state
-    turns: int | None = _metric()  # interleaved turns its repeats were taken in
-    turns_left_out: int | None = _metric()  # turns left out as a probe found them in a spell
+    host_wait_s: float | None = _metric()  # probing the host
     # energy, where a meter could be read (opbench.hardware.energy)
     energy_j: float | None = _metric()  # joules per call
     power_w: float | None = _metric()  # watts while timing
@@ -144,9 +146,6 @@ class TrialRecord(Mapping[str, Any]):
     verify_round: int | None = _tag()
     worker_pid: int | None = _tag()
     kernel_pid: int | None = _tag()
-    # a library baseline: the latency in each fresh process it was timed in (its record is the median usual one)
-    process_latencies_ms: list[float] | None = _tag()
-    processes_usual: int | None = _tag()  # how many of them found the host in its usual state
     reused_from: str | None = _tag()  # the trial id of the baseline this one reuses
     knobs: dict[str, Any] = field(default_factory=dict)  # knob.<name> params
     features: dict[str, float] = field(default_factory=dict)  # feat.<name>: one JSON artifact per run

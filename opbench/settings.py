@@ -8,50 +8,19 @@ import os
 
 from opbench.exceptions import OpBenchError
 
-REPEAT = 5  # timed repeats of a series (each at least MIN_REPEAT_MS)
+REPEAT = 3  # timed repeats of a placement's series (each at least MIN_REPEAT_MS)
 MIN_REPEAT_MS = 50.0  # the default of min_repeat_ms()
-MAX_CV = 0.05  # a series whose repeats vary more is measured again ...
-MAX_REMEASURES = 2  # ... at most this many times; the steadiest kept
-TURNS = 3  # the trials of a batch take their repeats in this many interleaved turns (and extra_turns() more)
-FRESH_TURNS = 4  # a fresh-process measurement takes this many turns of a trial's series, interleaved
+PLACEMENTS = 3  # a trial takes at least this many placements ...
+MAX_PLACEMENTS = 6  # ... and more, up to this many, until two of them agree within AGREE (the fast mode)
+AGREE = 0.03
 BUILD_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 120.0
 CONNECT_TIMEOUT_S = 60.0  # waiting for a free remote device
 
 
-def settle_s() -> float:
-    """Seconds a trial waits at most for the host's usual speed before it is timed (0: only record it)."""
-    return _number("OPBENCH_SETTLE_S", 0.0)
-
-
-def fresh_settle_s() -> float:
-    """The longest wait for the host's usual speed, in all, of a fresh-process measurement's turns."""
-    return _number("OPBENCH_FRESH_SETTLE_S", 10.0)
-
-
-def spell_reruns() -> int:
-    """Times a short run that the host-speed probes found outside the host's usual state is taken again."""
-    return int(_number("OPBENCH_SPELL_RERUNS", 1, integer=True))
-
-
 def min_repeat_ms() -> float:
     """Milliseconds a timed repeat lasts at least (calls per repeat are sized to it)."""
     return _number("OPBENCH_MIN_REPEAT_MS", MIN_REPEAT_MS)
-
-
-def extra_turns() -> int:
-    """Turns a trial takes beyond its own when its turns disagree by more than MAX_CV."""
-    return int(_number("OPBENCH_EXTRA_TURNS", 2, integer=True))
-
-
-def probe_warm_ms() -> float:
-    """Milliseconds each host-speed probe keeps its cores busy before it times (docs/measurement.md#probes)."""
-    return _number("OPBENCH_PROBE_WARM_MS", 10.0)
-
-
-def spell_wait_s() -> float:
-    """Seconds such a rerun waits at most for the host's usual state."""
-    return _number("OPBENCH_SPELL_WAIT_S", 0.5)
 
 
 def baseline_reuse_s() -> float:
@@ -87,6 +56,23 @@ def fixed_layout() -> bool:
 def huge_args() -> bool:
     """Whether large kernel arguments go to huge pages (``OPBENCH_HUGE_ARGS=0`` turns it off)."""
     return os.environ.get("OPBENCH_HUGE_ARGS", "1") != "0"
+
+
+REMOVED = {  # variables of earlier releases, now an error when set: what replaced each
+    "OPBENCH_SETTLE_S": "a trial no longer waits for the host's usual state: its placements outvote a spell",
+    "OPBENCH_FRESH_SETTLE_S": "fresh-process measurements no longer wait for the host's usual state",
+    "OPBENCH_SPELL_RERUNS": "a run in a spell is no longer taken again: it is one placement of several",
+    "OPBENCH_SPELL_WAIT_S": "a run in a spell is no longer taken again: it is one placement of several",
+    "OPBENCH_EXTRA_TURNS": "turns are gone: a trial takes placements until its fastest agree (--max-placements)",
+    "OPBENCH_PROBE_WARM_MS": "the host-speed probe's warm-up is fixed",
+}
+
+
+def check_removed() -> None:
+    """Refuse a variable this release no longer reads, naming what replaced it (docs/measurement.md)."""
+    for name, why in REMOVED.items():
+        if os.environ.get(name):
+            raise OpBenchError(f"${name} is no longer read ({why}); unset it (docs/measurement.md)")
 
 
 def _number(name: str, default: float, integer: bool = False) -> float:

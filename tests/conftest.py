@@ -11,13 +11,9 @@ from pathlib import Path
 
 import pytest
 
-# Two test workers share these two cores, so the host-speed probe often finds the other one busy: the
-# suite's runs (and the processes it starts, which inherit this) record the host's slowness but never
-# wait, run again or take extra turns (those rules are tested with stand-ins in test_quality.py), their
-# probes are not warmed first (what they read decides nothing), and their repeats are short.
-os.environ.update(OPBENCH_SETTLE_S="0", OPBENCH_FRESH_SETTLE_S="0", OPBENCH_SPELL_RERUNS="0",
-                  OPBENCH_SPELL_WAIT_S="0", OPBENCH_EXTRA_TURNS="0", OPBENCH_MIN_REPEAT_MS="5",
-                  OPBENCH_PROBE_WARM_MS="0", OPBENCH_BASELINE_REUSE_S="0")  # each test's references its own
+# The suite's runs (and the processes it starts, which inherit this) take short repeats, and each test's
+# references are its own.
+os.environ.update(OPBENCH_MIN_REPEAT_MS="5", OPBENCH_BASELINE_REUSE_S="0")
 
 from opbench.plugins import load_plugins
 

@@ -65,7 +65,7 @@ def test_random_configs_are_invalid_config_records_through_the_nni_service(track
     assert [r["trial_id"] for r in read_jsonl_records(log)] == replies
 
 
-FLAGS = ["--threads", "--repeat", "--max-cv", "--max-remeasures", "--turns", "--settle-s", "--spell-reruns", "--max-workspace",
+FLAGS = ["--threads", "--repeat", "--placements", "--max-placements", "--agree", "--max-workspace",
          "--build-timeout", "--run-timeout", "--cores", "--target", "--template", "--device", "--tracker", "--key",
          "--remote-workers", "--connect-timeout", "--bogus"]
 VALUES = st.sampled_from(["0", "-1", "1", "2", "x", "1e9", "nan", "inf", "0-999999999", "3-1", "cuda", "llvm",
@@ -127,10 +127,10 @@ def test_an_unknown_grid_knob_exits_2_before_anything_runs(tracking_uri, capsys)
 
 
 @pytest.mark.parametrize("argv,flag", [
-    (["measure", WORKLOAD, "--repeat", "0"], "--repeat"), (["measure", WORKLOAD, "--max-remeasures", "-1"], "--max-remeasures"),
+    (["measure", WORKLOAD, "--repeat", "0"], "--repeat"), (["measure", WORKLOAD, "--placements", "-1"], "--placements"),
     (["measure", WORKLOAD, "--max-workspace", "0"], "--max-workspace"),
     (["tune", WORKLOAD, "--batch", "0"], "--batch"), (["measure", WORKLOAD, "--run-timeout", "-1"], "--run-timeout"),
-    (["tune", WORKLOAD, "--workers", "0"], "--workers"), (["measure", WORKLOAD, "--max-cv", "nan"], "--max-cv"),
+    (["tune", WORKLOAD, "--workers", "0"], "--workers"), (["measure", WORKLOAD, "--agree", "nan"], "--agree"),
     (["ui", "--port", "70000"], "--port")])
 def test_numeric_flags_are_checked_when_parsed(argv, flag, capsys):
     with pytest.raises(SystemExit) as exit_:

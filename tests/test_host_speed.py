@@ -8,7 +8,6 @@ import pytest
 from opbench.hardware.host_speed import (
     HISTORY,
     MIN_HISTORY,
-    POLL_S,
     PROBE_CALLS,
     RECENT_PROBES,
     RECENT_S,
@@ -21,30 +20,23 @@ from opbench.hardware.host_speed import (
     probe_ms,
     usual_time,
 )
-from opbench.hardware.resources import Resources
-from opbench.measure.runner.local import LocalRunner
 
 
 class _Host:
-    """Probe times in turn (a compute time, or a (compute, memory[, lock step]) tuple), and a clock that only
-    sleeping advances."""
+    """Probe times in turn (a compute time, or a (compute, memory[, lock step]) tuple)."""
 
     def __init__(self, times):
-        self.times, self.now, self.slept = list(times), 0.0, 0
+        self.times, self.now = list(times), 0.0
 
     def probe(self, cpus):
         assert cpus == [0, 1]
         taken = self.times.pop(0)
         return Probe(*taken) if isinstance(taken, tuple) else Probe(taken, 1.0)
 
-    def sleep(self, seconds):
-        self.now += seconds
-        self.slept += 1
-
 
 def _speed(tmp_path, times, name="speed.json", wall=None):
     host = _Host(times)
-    return HostSpeed(tmp_path / name, host.probe, host.sleep, lambda: host.now, wall or (lambda: host.now)), host
+    return HostSpeed(tmp_path / name, host.probe, wall or (lambda: host.now)), host
 
 
 def test_slowness_is_a_probe_over_the_usual_time_of_the_probes_before_it(tmp_path):
@@ -79,36 +71,6 @@ def test_the_lock_step_loop_counts_only_when_slower_than_its_wider_tolerance(tmp
     assert len(json.loads((tmp_path / "speed.json").read_text())["0,1:sync"]) == MIN_HISTORY + 1  # no loop: no entry
 
 
-def test_settle_waits_out_slow_and_fast_spells_but_not_forever(tmp_path):
-    speed, host = _speed(tmp_path, [1.0] * MIN_HISTORY + [1.6, 0.8, (1.0, 0.7), (1.05, 1.02)])
-    for _ in range(MIN_HISTORY):
-        speed.slowness([0, 1])
-    assert speed.settle([0, 1], max_wait_s=60)[:2] == pytest.approx((1.05, 1.02)) and host.slept == 3
-    kept = json.loads((tmp_path / "speed.json").read_text())
-    assert [ms for _, ms in kept["0,1"]] == [1.0] * MIN_HISTORY + [1.6]  # a wait's later probes, taken in the spell, are not kept
-    usual = 3 * MIN_HISTORY  # enough usual probes that five slow ones leave the median at 1.0
-    stuck, host = _speed(tmp_path, [1.0] * usual + [1.7] * 5, "stuck.json")
-    for _ in range(usual):
-        stuck.slowness([0, 1])
-    assert stuck.settle([0, 1], max_wait_s=3 * POLL_S).compute == pytest.approx(1.7) and host.slept == 3  # gave up
-    assert stuck.settle([0, 1], max_wait_s=0).compute == pytest.approx(1.7) and host.slept == 3  # no wait: one probe
-
-
-def test_a_spell_that_outlasts_a_wait_is_not_waited_out_again_until_a_probe_reads_usual(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPBENCH_SPELL_WAIT_S", "0.5")  # the suite's is 0
-    usual = 3 * MIN_HISTORY
-    speed, host = _speed(tmp_path, [1.0] * usual + [1.7] * 6 + [1.7, 1.0] + [1.7] * 10)
-    runner = LocalRunner(speed=speed)
-    two = Resources(threads=2, cores=(0, 1))
-    for _ in range(usual):
-        speed.slowness([0, 1])
-    waits = 5  # 0.5 s, probing every POLL_S
-    assert not runner.host_usual(two) and host.slept == waits  # waited, in vain
-    assert not runner.host_usual(two) and host.slept == waits  # the same spell: one probe, no wait
-    assert runner.host_usual(two) and host.slept == waits  # a probe reads usual ...
-    assert not runner.host_usual(two) and host.slept >= 2 * waits  # ... so the next spell is waited for again
-
-
 def test_the_history_keeps_the_latest_probes_per_cpu_set(tmp_path):
     speed, _ = _speed(tmp_path, [1.0] * (HISTORY + 3))
     for _ in range(HISTORY + 3):
@@ -123,14 +85,15 @@ def test_the_probe_runs_a_thread_on_each_cpu_of_the_measurement():
     assert taken.compute_ms > 0 and taken.memory_ms > 0 and taken.sync_ms > 0
 
 
-def test_settle_s_spell_reruns_and_turns_are_measure_options_and_bad_ones_are_refused(capsys):
+def test_placement_flags_are_measure_options_and_bad_ones_are_refused(capsys):
     from opbench.cli import main
 
-    for flag, value, message in (("--settle-s", "-1", "must be >= 0, got -1"), ("--spell-reruns", "-1", "must be >= 0, got -1"),
-                                 ("--turns", "0", "must be >= 1, got 0")):
+    for flag, value in (("--placements", "0"), ("--max-placements", "-1"), ("--agree", "nan")):
         with pytest.raises(SystemExit) as exit_:
             main(["measure", "matmul:m=8,n=8,k=8", flag, value])
-        assert exit_.value.code == 2 and f"argument {flag}: {message}" in capsys.readouterr().err
+        assert exit_.value.code == 2 and f"argument {flag}: " in capsys.readouterr().err
+    assert main(["measure", "matmul:m=8,n=8,k=8", "--placements", "4", "--max-placements", "3"]) == 2
+    assert "--max-placements 3 is below --placements 4" in capsys.readouterr().err
 
 
 def test_the_usual_time_of_a_host_switching_between_states_is_the_most_frequent_one(tmp_path):
@@ -180,7 +143,6 @@ def test_each_probe_thread_keeps_its_core_busy_before_it_times(monkeypatch):
     1.44x slow, 0.98x after a 10-ms warm-up): every probe first keeps its cores busy, 10 ms by default."""
     from opbench.hardware import host_speed
 
-    monkeypatch.delenv("OPBENCH_PROBE_WARM_MS", raising=False)  # the suite's own probes are not warmed
     monkeypatch.setattr(host_speed, "_probe_matrix", lambda size: _FakeClockMatrix())
     monkeypatch.setattr(host_speed.time, "perf_counter", lambda: _FakeClockMatrix.now)
     taken = probe_ms([0])

@@ -91,8 +91,8 @@ def test_a_records_memory_reaches_mlflow(measurer, tracking_uri):
 
 def test_a_library_baseline_reports_only_the_memory_its_library_states(measurer):
     workload = MATMUL
-    torch = measurer.measure_library(workload, "torch", Resources(2), processes=1)
-    numpy = measurer.measure_library(workload, "numpy", Resources(2), processes=1)
+    torch = measurer.measure_library(workload, "torch", Resources(2))
+    numpy = measurer.measure_library(workload, "numpy", Resources(2))
     assert torch["status"] == numpy["status"] == "ok"
     m, n = workload.params["m"], workload.params["n"]
     assert torch["mem.torch_allocated"] >= m * n * 4  # its output, as PyTorch's profiler saw it allocated

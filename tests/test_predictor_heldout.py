@@ -263,7 +263,7 @@ def test_a_verification_measures_each_record_again_once_and_resumes(tmp_path, mo
     run_tuning(engine, workload, 3, measurer, JsonlWriter(tmp_path / "records.jsonl").write, Resources(1), batch=3)
     recorded = read_jsonl(tmp_path / "records.jsonl")
     ok = set(recorded.loc[recorded["status"] == "ok", "trial_id"])
-    timing = TimingPolicy(repeat=3, min_repeat_ms=5.0, spell_reruns=0, extra_turns=0)
+    timing = TimingPolicy(repeat=3, min_repeat_ms=5.0)
     labels.verify(tmp_path, "records.jsonl", timing, lambda _: None, near=float("inf"))
     again = pd.read_parquet(tmp_path / labels.VERIFIED)
     assert ok and set(again["trial_id"]) == ok and again["verified_latency_ms"].gt(0).all()

@@ -10,13 +10,10 @@ import pytest
 import mlflow
 from opbench import settings
 from opbench.cli import main
-from opbench.hardware.host_speed import Slowness
 from opbench.hardware.resources import Resources
 from opbench.measure import timing
-from opbench.measure.baselines import EXTRA_PROCESSES, median_process, wants_another
-from opbench.measure.protocol import LibraryInput, RunInput, RunResult
+from opbench.measure.protocol import LibraryInput, RunInput
 from opbench.measure.runner.local import LocalRunner
-from opbench.measure.runner.retakes import Attempt, joined, take, wants_more_turns
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import TrialSpec
 from opbench.measure.worker import LIBRARY, Worker
@@ -56,23 +53,20 @@ def _maps(pid: int) -> str:
         return f.read()
 
 
-def test_library_baselines_are_the_median_of_fresh_processes_that_never_load_tvm(measurer):
+def test_library_baselines_take_their_placements_in_fresh_processes_that_never_load_tvm(measurer):
     """(That a library worker never loads TVM: test_workers_refuse_work_of_the_other_role.)"""
     from opbench.workloads import parse_workload
 
     workload = parse_workload(MATMUL)
     kernel = measurer.measure(TrialSpec(workload, {}, Resources(2)))
     torch = measurer.measure_library(workload, "torch", Resources(2))
-    numpy = measurer.measure_library(workload, "numpy", Resources(2), processes=2)
+    numpy = measurer.measure_library(workload, "numpy", Resources(2))
     assert kernel["status"] == torch["status"] == numpy["status"] == "ok", (kernel["error"], torch["error"])
     assert torch["template"] == "torch" and torch["threads"] == 2
-    for baseline, asked in ((torch, 3), (numpy, 2)):  # more processes only while too few read usual
-        ms = baseline["process_latencies_ms"]
-        assert asked <= len(ms) <= asked + EXTRA_PROCESSES and baseline["latency_ms"] in ms
-        if baseline["processes_usual"] == len(ms):  # all usual: the median (lower middle) of them all
-            assert len(ms) == asked and baseline["latency_ms"] == sorted(ms)[(asked - 1) // 2]
-    assert torch["turns"] + torch["turns_left_out"] == settings.FRESH_TURNS and torch["remeasures"] == 0
-    assert torch["repeat"] == torch["turns"] * kernel["repeat"]
+    for record in (kernel, torch, numpy):  # the same policy for kernels and baselines
+        assert settings.PLACEMENTS <= record["placements"] <= settings.MAX_PLACEMENTS
+        assert record["latency_lo_ms"] <= record["latency_ms"] <= record["latency_hi_ms"]
+        assert record["repeat"] == record["placements"] * settings.REPEAT
     assert len({kernel["worker_pid"], torch["worker_pid"], numpy["worker_pid"]}) == 3
     assert all(not Path(f"/proc/{r['worker_pid']}").exists() for r in (torch, numpy))  # gone: nothing else ran there
 
@@ -104,27 +98,10 @@ def test_a_series_is_sized_by_a_warm_call_not_the_cold_first_one():
     assert len(calls) == 1
 
 
-def _series(*latencies, run_s=0.3):
-    return Attempt(RunResult(Status.OK, latencies_s=list(latencies), run_s=run_s))
-
-
-def test_a_slow_kernels_series_takes_fewer_repeats_and_is_not_measured_again(monkeypatch):
+def test_a_slow_kernels_series_takes_fewer_repeats():
     five = TimingPolicy(repeat=5)
     assert [five.repeats(s) for s in (0.05, 0.2, 0.25, 0.3, 5.0)] == [5, 5, 4, 3, 3]
     assert TimingPolicy(repeat=2).repeats(5.0) == 2  # never more than asked for
-    noisy = iter([_series(1.0, 2.0), _series(1.0, 1.5), _series(1.0, 1.1)])
-    reasons = []
-    kept = take(TimingPolicy(max_remeasures=2), lambda reason: reasons.append(reason) or next(noisy))
-    assert kept.remeasures == 2 and kept.latencies_s == [1.0, 1.1] and reasons == [None, "noisy", "noisy"]
-    assert kept.run_s == pytest.approx(0.9)  # every attempt's run time: the steadiest of three kept
-    steady = iter([_series(1.0, 1.5), _series(1.0, 1.01)])
-    assert take(TimingPolicy(max_remeasures=5), lambda _: next(steady)).remeasures == 1  # steady enough: done
-    long = iter([_series(1.0, 2.0, run_s=timing.SERIES_BUDGET_S + 0.1)])
-    kept = take(TimingPolicy(max_remeasures=2), lambda _: next(long))
-    assert kept.remeasures == 0 and kept.latencies_s == [1.0, 2.0]  # a run past the budget is never taken again
-    failed = iter([_series(1.0, 2.0), Attempt(RunResult(Status.TIMEOUT, "run: timed out"))])
-    kept = take(TimingPolicy(max_remeasures=2), lambda _: next(failed))
-    assert kept.status is Status.OK and kept.latencies_s == [1.0, 2.0]  # a failed retake keeps the first attempt
 
 
 def test_the_tvm_pool_is_idle_once_a_timed_run_returns(measurer):
@@ -141,30 +118,27 @@ def test_the_tvm_pool_is_idle_once_a_timed_run_returns(measurer):
     # (the worker that forked it lives on: had the kernel run there, its pid would still be in /proc)
 
 
-def test_noisy_series_are_measured_again_and_every_record_has_the_hosts_load(measurer):
+def test_every_record_has_its_interval_placements_and_the_hosts_load(measurer):
     from opbench.workloads import parse_workload
 
     workload = parse_workload("matmul:m=32,n=32,k=32")
     options = measurer.options
     saved = options.timing
     try:
-        options.timing = replace(saved, max_cv=1e-12, max_remeasures=2)  # no series is that steady: both retakes
-        noisy = measurer.measure(TrialSpec(workload, {}, Resources(1)))
+        record = measurer.measure(TrialSpec(workload, {}, Resources(1)))
         baseline = measurer.measure_library(workload, "numpy", Resources(1))
-        options.timing = replace(saved, max_cv=10.0, cache_flush=True)  # every series passes; one call a repeat, flushed
+        options.timing = replace(saved, cache_flush=True)  # one call a repeat, flushed
         flushed = measurer.measure(TrialSpec(workload, {}, Resources(1)))
     finally:
         options.timing = saved
-    assert noisy["remeasures"] == 2 and flushed["remeasures"] == 0
-    assert baseline["remeasures"] == 0 and baseline["turns"] + baseline["turns_left_out"] == settings.FRESH_TURNS  # more turns
-    assert baseline["repeat"] == baseline["turns"] * noisy["repeat"]  # instead; those a probe found in a spell left out
-    assert noisy["cache_flush"] == 0 and flushed["cache_flush"] == 1 and flushed["number"] == 1
-    for record in (noisy, baseline, flushed):
-        assert record["status"] == "ok", record["error"]
-        assert 0.0 <= record["other_busy_frac"] <= 1.0 and record["load_1m"] >= 0.0
-        assert {"host_slowness", "host_memory_slowness", "host_sync_slowness"} <= set(record)  # NaN: first 5 probes
-        assert record["spell_reruns"] == 0 and record["host_wait_s"] > 0  # no rerun in the suite (conftest); probes
-    assert all(flushed[k] > 0 for k in ("host_slowness", "host_memory_slowness", "host_sync_slowness"))  # probed before
+    assert record["cache_flush"] == 0 and flushed["cache_flush"] == 1 and flushed["number"] == 1
+    for r in (record, baseline, flushed):
+        assert r["status"] == "ok", r["error"]
+        assert 0.0 <= r["other_busy_frac"] <= 1.0 and r["load_1m"] >= 0.0
+        assert {"host_slowness", "host_memory_slowness", "host_sync_slowness"} <= set(r)  # NaN: first 5 probes
+        assert r["host_wait_s"] > 0 and r["placements"] >= settings.PLACEMENTS  # probed before each placement
+        assert r["latency_lo_ms"] <= r["latency_ms"] <= r["latency_hi_ms"]
+        assert not {"remeasures", "spell_reruns", "turns", "turns_left_out"} & set(r)  # schema 2's, gone
 
 
 @pytest.mark.full
@@ -382,7 +356,7 @@ class _ProcessLottery(_FreshTimes):
         return records
 
 
-def test_a_reference_far_slower_than_the_best_takes_one_short_turn():
+def test_a_reference_far_slower_than_the_best_takes_one_short_placement():
     class Spy(_FreshTimes):
         def measure_fresh(self, specs, short=()):
             taken.append(sorted(specs[i].config["k_inner"] for i in short))
@@ -394,9 +368,8 @@ def test_a_reference_far_slower_than_the_best_takes_one_short_turn():
     remeasure(Spy([1.0, 10.0, 300.0]), {n: spec_of(r) for n, r in records.items()},
               {n: r["latency_ms"] for n, r in records.items()}, rounds=2)
     assert taken == [[2], [2]]  # only the one past 20x the fastest, in both rounds
-    short, usual = TimingPolicy().fresh(short=True), TimingPolicy().fresh()
-    assert (short.repeat, short.turns) == (timing.MIN_REPEATS, 1)
-    assert (usual.turns, usual.max_remeasures, usual.spell_reruns) == (settings.FRESH_TURNS, 0, 0)  # never taken again
+    short = TimingPolicy().short()
+    assert (short.repeat, short.placements, short.max_placements) == (timing.MIN_REPEATS, 1, 1)
 
 
 def test_a_reference_that_runs_the_best_schedule_shares_its_processes():
@@ -435,238 +408,6 @@ def test_run_workers_get_a_short_pool_spin_unless_the_user_sets_one(monkeypatch)
     assert Resources(2).worker_env()["TVM_THREAD_POOL_SPIN_COUNT"] == "0"
 
 
-class _TurnTaker:
-    """Stands in for a fresh worker: answers each call with one latency, or a failure on its ``fail_on``th."""
-
-    def __init__(self, name, fail_on=None):
-        self.name, self.fail_on, self.alive, self.taken = name, fail_on, True, 0
-
-    def close(self):
-        self.alive = False
-
-
-def test_fresh_processes_take_turns_in_an_order_that_reverses_and_a_failed_one_stops(monkeypatch):
-    calls = []
-    workers = iter([_TurnTaker("a"), _TurnTaker("b", fail_on=2), _TurnTaker("c")])
-
-    def call(self, worker, inp, max_wait_s):
-        assert max_wait_s == settings.fresh_settle_s()  # fresh processes wait for the host's usual state
-        calls.append(worker.name)
-        worker.taken += 1
-        if worker.taken == worker.fail_on:
-            return RunResult(Status.TIMEOUT, "run: timed out")
-        slowness = math.nan if worker.taken == 1 else 1.0 - 0.02 * worker.taken  # NaN: the host's first probes
-        return RunResult(Status.OK, latencies_s=[worker.taken * 1e-3], run_s=1.0, spell_reruns=1,
-                         load={"load_1m": 0.5, "other_busy_frac": 0.1 * worker.taken, "host_slowness": slowness,
-                               "host_memory_slowness": 1.0 + 0.03 * worker.taken})
-
-    monkeypatch.setattr(LocalRunner, "_fresh_worker", lambda self, inp: next(workers))
-    monkeypatch.setattr(LocalRunner, "_call", call)
-    jobs = [LibraryInput(MATMUL, "numpy", timing=TimingPolicy(turns=3, extra_turns=0))] * 3  # their turns disagree
-    a, b, c = LocalRunner().run_fresh(jobs)
-    assert calls == ["a", "b", "c", "c", "b", "a", "a", "c"]  # b failed on its second turn and took no third
-    assert a.status is Status.OK and a.latencies_s == [1e-3, 2e-3, 3e-3] and a.run_s == 3.0
-    assert a.load == {"load_1m": 0.5, "other_busy_frac": pytest.approx(0.3), "host_slowness": pytest.approx(0.94),
-                      "host_memory_slowness": pytest.approx(1.09)}  # the busiest turn's, the furthest from usual
-    assert a.spell_reruns == 3
-    assert b.status is Status.TIMEOUT and b.error == "run: timed out"
-
-
-def test_the_turns_of_a_fresh_measurement_share_one_wait_each_as_long_as_a_rerun_waits(monkeypatch):
-    waits = []
-
-    def call(self, worker, inp, max_wait_s):
-        waits.append(max_wait_s)
-        return RunResult(Status.OK, latencies_s=[1e-3], host_wait_s=4.0)
-
-    monkeypatch.setenv("OPBENCH_FRESH_SETTLE_S", "10")
-    monkeypatch.setenv("OPBENCH_SPELL_WAIT_S", "3")
-    monkeypatch.setattr(LocalRunner, "_fresh_worker", lambda self, inp: _TurnTaker("a"))
-    monkeypatch.setattr(LocalRunner, "_call", call)
-    LocalRunner().run_fresh([LibraryInput(MATMUL, "numpy", timing=TimingPolicy(turns=2))] * 2)
-    assert waits == [3.0, 3.0, 2.0, 0.0]  # a rerun's 3 s each; what the turns before spent waiting is gone
-    waits.clear()
-    monkeypatch.setenv("OPBENCH_SPELL_WAIT_S", "0.5")  # four turns: as long as four spell reruns would wait
-    LocalRunner().run_fresh([LibraryInput(MATMUL, "numpy", timing=TimingPolicy(turns=2))] * 2)
-    assert waits == [0.5, 0.0, 0.0, 0.0]
-
-
-def test_a_batch_takes_turns_in_the_runners_own_workers_waiting_as_long_as_a_trial(monkeypatch):
-    calls = []
-
-    def call(self, worker, inp, max_wait_s):
-        calls.append((inp.workload, max_wait_s, worker))
-        return _ok(len(calls))
-
-    monkeypatch.setattr(LocalRunner, "_call", call)
-    runner, waiting = LocalRunner(), TimingPolicy(settle_s=0.25, extra_turns=0)  # the turns disagree: no more here
-    first, second = runner.run_turns([RunInput("", MATMUL, waiting), RunInput("", "matmul:m=8,n=8,k=8", waiting)])
-    small = "matmul:m=8,n=8,k=8"
-    assert [(w, wait) for w, wait, _ in calls] == [(w, 0.25) for w in (MATMUL, small, small, MATMUL, MATMUL, small)]
-    assert len({id(worker) for _, _, worker in calls}) == 1 and list(runner._workers.values())[0] is calls[0][2]
-    assert first.turns == second.turns == 3 and first.latencies_s == [1e-3, 4e-3, 5e-3]
-    runner.close()
-
-
-def test_jobs_whose_turns_disagree_take_extra_turns_in_the_same_reversing_order(monkeypatch):
-    latencies = {"steady": iter([1.0, 1.02, 1.01]), "split": iter([1.0, 1.3, 1.3, 1.01, 1.02]),
-                 "failed": iter([1.0, None]), "long": iter([1.0, 2.0, 1.0])}
-    calls = []
-
-    def call(self, worker, inp, max_wait_s):
-        calls.append(inp.workload)
-        ms = next(latencies[inp.workload])
-        if ms is None:
-            return RunResult(Status.RUN_ERROR, "run: crashed")
-        return RunResult(Status.OK, latencies_s=[ms * 1e-3, ms * 1e-3], run_s=2.0 if inp.workload == "long" else 0.25)
-
-    monkeypatch.setattr(LocalRunner, "_call", call)
-    monkeypatch.setattr(LocalRunner, "_worker", lambda self, resources, role: _TurnTaker(role))
-    jobs = [RunInput("", name, TimingPolicy(extra_turns=2)) for name in ("steady", "split", "failed", "long")]
-    steady, split, failed, long = LocalRunner().run_turns(jobs)
-    assert calls == ["steady", "split", "failed", "long", "long", "failed", "split", "steady",
-                     "steady", "split", "long", "split", "split"]  # only split's turns disagree by more than 5%
-    assert steady.turns == 3 and split.turns == 5 and long.turns == 3  # a series past the budget: no more turns
-    assert split.latencies_s == pytest.approx([x * 1e-3 for x in (1.0, 1.0, 1.3, 1.3, 1.3, 1.3, 1.01, 1.01, 1.02, 1.02)])
-    assert failed.status is Status.RUN_ERROR
-
-
-def test_more_turns_when_the_usual_turns_differ_by_more_than_max_cv_or_none_is_usual():
-    def turn(ms, slowness=1.0):
-        return RunResult(Status.OK, latencies_s=[ms * 1e-3, ms * 1.01e-3], run_s=0.2,
-                         load={"host_slowness": slowness, "host_memory_slowness": 1.0})
-
-    policy = TimingPolicy(max_cv=0.05)
-    assert not wants_more_turns(policy, [turn(1.0), turn(1.04), turn(1.01)])
-    assert wants_more_turns(policy, [turn(1.0), turn(1.06)])
-    assert not wants_more_turns(policy, [turn(1.0), turn(1.4, slowness=1.5), turn(1.02)])  # a spell's turn is left out anyway
-    assert wants_more_turns(policy, [turn(1.4, slowness=1.5), turn(1.3, slowness=1.3)])  # every turn in a spell
-    assert not wants_more_turns(policy, [turn(1.0)]) and not wants_more_turns(policy, [turn(1.4, slowness=1.5)])
-
-
-class _Spells:
-    """Stands in for the host-speed probe: the slowness of each probe in turn."""
-
-    def __init__(self, *probes):
-        self.probes, self.waits = list(probes), []
-
-    def settle(self, cpus, max_wait_s):
-        self.waits.append(max_wait_s)
-        return self.probes.pop(0)
-
-
-class _Runs:
-    """Stands in for a kernel worker: answers each call with the next result."""
-
-    alive = True
-
-    def __init__(self, *results):
-        self.results, self.calls = list(results), 0
-
-    def call(self, inp, timeout_s):
-        self.calls += 1
-        return self.results.pop(0)
-
-
-def _ok(ms):
-    return RunResult(Status.OK, latencies_s=[ms * 1e-3], run_s=0.25, load={"other_busy_frac": 0.0})
-
-
-def _spelled(reruns, wait_s):
-    return RunInput("", MATMUL, TimingPolicy(spell_reruns=reruns, spell_wait_s=wait_s))
-
-
-def test_a_run_the_probes_find_in_a_spell_is_taken_again_and_the_nearest_to_usual_kept():
-    usual, fast, slow = Slowness(1.0, 1.02, 1.1), Slowness(1.0, 0.7, 1.0), Slowness(1.0, 1.0, 1.5)
-    inp = RunInput("", MATMUL)
-    # memory fast before the first run, lock step slow after the second: the third, usual on both sides, is kept
-    worker = _Runs(_ok(1.3), _ok(1.9), _ok(1.6))
-    spells = _Spells(fast, usual, usual, slow, usual, usual)
-    kept = LocalRunner(speed=spells)._call(worker, _spelled(2, 1.5), 0.0)
-    assert worker.calls == 3 and kept.latencies_s == [1.6e-3] and kept.spell_reruns == 2
-    assert spells.waits == [0.0, 0.0, 1.5, 0.0, 1.5, 0.0]  # a rerun waits for the usual state, a probe after never
-    assert kept.run_s == pytest.approx(0.75)  # every attempt's run time
-    assert kept.load == {"other_busy_frac": 0.0, "host_slowness": 1.0, "host_memory_slowness": 1.02,
-                         "host_sync_slowness": 1.1}
-    # back in a spell after every rerun: the attempt nearest the usual state (0.85 memory beats 0.7)
-    worker = _Runs(_ok(1.3), _ok(1.4))
-    runner = LocalRunner(speed=_Spells(fast, usual, usual, Slowness(1.0, 0.85)))
-    kept = runner._call(worker, _spelled(1, 0.5), 0.0)
-    assert kept.latencies_s == [1.4e-3] and kept.load["host_memory_slowness"] == 0.85 and kept.spell_reruns == 1
-    # a spell that outlasts the wait before a rerun ends the reruns: the first attempt is kept, flagged
-    worker = _Runs(_ok(1.3), _ok(1.4))
-    spells = _Spells(fast, usual, slow)
-    kept = LocalRunner(speed=spells)._call(worker, _spelled(2, 0.5), 0.0)
-    assert worker.calls == 1 and kept.latencies_s == _ok(1.3).latencies_s and kept.spell_reruns == 0
-    assert kept.load["host_memory_slowness"] == 0.7 and spells.waits == [0.0, 0.0, 0.5]
-    # a run that took long keeps its flag: taking it again would cost seconds
-    worker = _Runs(RunResult(Status.OK, latencies_s=[0.4], run_s=3.0))
-    kept = LocalRunner(speed=_Spells(fast, usual))._call(worker, _spelled(2, 0.5), 0.0)
-    assert worker.calls == 1 and kept.spell_reruns == 0 and kept.load["host_memory_slowness"] == 0.7
-    # a failed run is not taken again, and an unprobed runner runs once
-    worker = _Runs(RunResult(Status.RUN_ERROR, "run: crashed"))
-    assert LocalRunner(speed=_Spells(fast, usual))._call(worker, inp, 0.0).status is Status.RUN_ERROR
-    worker = _Runs(_ok(1.3))
-    assert LocalRunner()._call(worker, inp, 0.0).spell_reruns == 0 and worker.calls == 1
-
-
-def test_a_records_cv_is_the_spread_within_its_turns_not_between_them():
-    from opbench.measure.series import latency_stats
-
-    turns = [1.0e-3, 1.1e-3, 2.0e-3, 2.1e-3, 1.5e-3, 1.6e-3]  # three steady turns at three host speeds
-    together, apart = latency_stats(turns), latency_stats(turns, [2, 2, 2])
-    assert together["latency_cv"] > 0.25 and apart["latency_cv"] == pytest.approx(0.0707 / 1.55, rel=1e-3)
-    assert apart["latency_ms_std"] == together["latency_ms_std"] and apart["latency_ms"] == pytest.approx(1.55)
-    assert latency_stats(turns[:3], [1, 1, 1])["latency_cv"] == latency_stats(turns[:3])["latency_cv"]  # no spread within
-
-
-def test_turns_a_probe_found_in_a_spell_are_left_out_unless_all_were():
-    def turn(ms, slowness):
-        return RunResult(Status.OK, latencies_s=[ms * 1e-3], run_s=1.0,
-                         load={"host_slowness": slowness, "host_memory_slowness": 1.0})
-
-    spell, usual = 1.5, 1.02
-    result = joined([turn(1.0, usual), turn(2.0, spell), turn(1.1, usual)])
-    assert result.latencies_s == [1e-3, 1.1e-3] and result.turns == 2 and result.turns_left_out == 1
-    assert result.run_s == 3.0 and result.load["host_slowness"] == usual  # every turn's time, the kept turns' state
-    in_spells = joined([turn(2.0, spell), turn(2.2, 1.4)])
-    assert in_spells.latencies_s == [2e-3, 2.2e-3] and in_spells.turns_left_out == 0
-    assert in_spells.load["host_slowness"] == spell
-
-
-def _process(ms: float, memory: float = 1.0, status: str = "ok") -> TrialRecord:
-    """A baseline's fresh-process record whose memory probe read ``memory`` times its usual time."""
-    return TrialRecord(status=status, latency_ms=ms, trial_id=f"p{ms}", host_slowness=1.0, host_memory_slowness=memory)
-
-
-def test_a_baseline_takes_more_processes_while_too_few_read_the_usual_state():
-    usual, off = [_process(1.0), _process(1.2)], _process(1.6, memory=1.3)
-    assert wants_another([], 3) and wants_another(usual, 3)  # fewer than asked for
-    assert not wants_another([*usual, off], 3)  # two usual of three
-    assert wants_another([off, off, usual[0]], 3) and wants_another([off], 1)
-    assert wants_another([usual[0], _process(0.9, status="run_error"), off], 3)  # a failed process is not usual
-    assert not wants_another([usual[0]], 1)
-    assert not wants_another([off] * (3 + EXTRA_PROCESSES), 3)  # the host stayed off: measured as it was
-
-
-def test_a_baselines_record_is_its_median_usual_process():
-    fast_spell = _process(0.9, memory=0.72)
-    processes = [_process(1.2), _process(1.6, memory=1.3), fast_spell, _process(1.0), _process(0.5, status="run_error")]
-    record = median_process(processes, 3)
-    assert record["latency_ms"] == 1.0 and record["processes_usual"] == 2  # 1.0 and 1.2, not 0.9 or 1.6
-    assert record["process_latencies_ms"] == [0.9, 1.0, 1.2, 1.6]  # every successful process
-    assert "processes_usual" not in processes[3]  # a copy
-    assert median_process([fast_spell, _process(1.6, memory=1.3), _process(1.2)], 3)["latency_ms"] == 1.2  # too few usual: all
-    assert median_process([_process(1.2, memory=1.3)], 1)["processes_usual"] == 0
-    failed = _process(1.0, status="build_error")
-    assert median_process([failed], 3) is failed
-
-
-def test_one_turn_is_its_own_result():
-    only = RunResult(Status.OK, latencies_s=[1e-3], load={"other_busy_frac": 0.2})
-    assert joined([only]) is only
-
-
 def test_a_baseline_is_reused_only_while_young_and_the_host_reads_usual(measurer, monkeypatch, tmp_path):
     from opbench.measure.baselines import BaselineCache, baseline_key
     from opbench.workloads import parse_workload
@@ -677,7 +418,7 @@ def test_a_baseline_is_reused_only_while_young_and_the_host_reads_usual(measurer
     workload = parse_workload("matmul:m=16,n=16,k=16")
 
     def numpy(reuse_s=3600.0):
-        record = measurer.measure_library(workload, "numpy", Resources(1), processes=1, reuse_s=reuse_s)
+        record = measurer.measure_library(workload, "numpy", Resources(1), reuse_s=reuse_s)
         assert record["status"] == "ok", record["error"]
         return record
 
@@ -696,18 +437,6 @@ def test_a_baseline_is_reused_only_while_young_and_the_host_reads_usual(measurer
     assert baseline_key(workload, "numpy", one, "h") != baseline_key(workload, "numpy", two, "h")
     assert baseline_key(workload, "numpy", one, "h") != baseline_key(workload, "torch", one, "h")
     assert "numpy==" in baseline_key(workload, "numpy", one, "h")  # its version: a new numpy measures anew
-
-
-def test_a_verified_studys_references_take_one_process_per_baseline(measurer):
-    from opbench.studies.references import measure_references
-    from opbench.workloads import parse_workload
-
-    workload, seen = parse_workload("matmul:m=16,n=16,k=16"), []
-    refs = measure_references(measurer, workload, Resources(1), seen.append, verified=True)
-    assert set(refs) == {"te_default", "template_default", "torch", "numpy"} and len(seen) == 4
-    for name in ("torch", "numpy"):  # one process, more only while none reads the host's usual state
-        taken, usual = len(refs[name]["process_latencies_ms"]), refs[name]["processes_usual"]
-        assert taken == 1 or usual <= 1 and taken <= 1 + EXTRA_PROCESSES, (taken, usual)
 
 
 def test_a_study_stored_at_schema_2_reads_back_unchanged_and_verifies(measurer, tracking_uri, capsys):

@@ -48,6 +48,24 @@ def test_a_server_killed_mid_study_costs_its_trial_and_the_study_finishes_on_the
         farm.close()
 
 
+def test_a_remote_trial_takes_its_placements_as_a_local_one_does(tmp_path):
+    """The one placement policy on a loopback RPC device: each placement fresh arguments on the board, the
+    library uploaded once a session (loading it again would end the session)."""
+    import json
+
+    farm = Farm(tmp_path, servers=1)
+    try:
+        out = run_cli("measure", SMALL, "--device", farm.device, "--placements", "3", "--json",
+                      "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}")
+        assert out.returncode == 0, out.stderr
+        record = json.loads(out.stdout)
+        assert record["status"] == "ok" and record["device_addr"], record["error"]
+        assert 3 <= record["placements"] <= 6 and record["repeat"] == 3 * record["placements"]
+        assert record["latency_lo_ms"] <= record["latency_ms"] <= record["latency_hi_ms"]
+    finally:
+        farm.close()
+
+
 def test_a_stopped_tracker_is_a_clear_error(tmp_path):
     farm = Farm(tmp_path, servers=0)
     farm.kill(farm.tracker)

@@ -5,7 +5,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from opbench import settings
-from opbench.argtypes import nonneg_float, nonneg_int, positive_float, positive_int
+from opbench.argtypes import positive_float, positive_int
 from opbench.cli import remote as cli_remote
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
@@ -24,10 +24,10 @@ def measure_options(args: argparse.Namespace) -> MeasureOptions:
 
     remote = {"remote_workers": args.remote_workers, "connect_timeout_s": args.connect_timeout} \
         if hasattr(args, "remote_workers") else {}
-    from_environment = {k: v for k, v in (("settle_s", args.settle_s), ("spell_reruns", args.spell_reruns))
-                        if v is not None}  # else TimingPolicy reads $OPBENCH_SETTLE_S, $OPBENCH_SPELL_RERUNS
-    timing = TimingPolicy(repeat=args.repeat, max_cv=args.max_cv, max_remeasures=args.max_remeasures,
-                          cache_flush=args.cache_flush, turns=args.turns, **from_environment)
+    if args.max_placements < args.placements:
+        raise UsageError(f"--max-placements {args.max_placements} is below --placements {args.placements}")
+    timing = TimingPolicy(repeat=args.repeat, cache_flush=args.cache_flush, placements=args.placements,
+                          max_placements=args.max_placements, agree=args.agree)
     return MeasureOptions(timing, build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout,
                           max_workspace=args.max_workspace, **remote)
 
@@ -53,20 +53,16 @@ def add_measure_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_timing_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repeat", type=positive_int, default=settings.REPEAT, help="timed repeats (each >= 50 ms)")
-    p.add_argument("--max-cv", type=positive_float, default=0.05,
-                   help="repeats varying more than this (std/mean) are measured again (see --max-remeasures)")
-    p.add_argument("--max-remeasures", type=nonneg_int, default=2, help="extra attempts for a noisy result; the steadiest kept")
+    p.add_argument("--repeat", type=positive_int, default=settings.REPEAT,
+                   help=f"timed repeats of each placement (each >= 50 ms; default {settings.REPEAT})")
+    p.add_argument("--placements", type=positive_int, default=settings.PLACEMENTS,
+                   help="independent placements each trial takes at least: a process forked for each, with its own "
+                        f"arguments (default {settings.PLACEMENTS}; docs/measurement.md#placements)")
+    p.add_argument("--max-placements", type=positive_int, default=settings.MAX_PLACEMENTS,
+                   help=f"more placements, up to this many, until the two fastest agree (default {settings.MAX_PLACEMENTS})")
+    p.add_argument("--agree", type=positive_float, default=settings.AGREE,
+                   help=f"placements within this fraction of the fastest agree (default {settings.AGREE})")
     p.add_argument("--cache-flush", action="store_true", help="evict the CPU caches before every timed call")
-    p.add_argument("--settle-s", type=nonneg_float, default=None,
-                   help="a trial waits up to this long for the host's usual speed (its probe within 10%%; 0: only "
-                        "record host_slowness; default: $OPBENCH_SETTLE_S or 0)")
-    p.add_argument("--spell-reruns", type=nonneg_int, default=None,
-                   help="a run of at most 1 s that the host-speed probes before or after it found outside the "
-                        "host's usual state is taken again at most this many times (default: $OPBENCH_SPELL_RERUNS or 1)")
-    p.add_argument("--turns", type=positive_int, default=settings.TURNS,
-                   help="the trials of a batch (--batch, or several configs) take their repeats in this many turns, "
-                        "interleaved with each other's, so that a spell of the host falls on all alike (default 3)")
     p.add_argument("--max-workspace", type=positive_int, metavar="BYTES",
                    help="a config whose schedule allocates more workspace than this is an invalid_config record, not built")
     p.add_argument("--build-timeout", type=positive_float, default=settings.BUILD_TIMEOUT_S)

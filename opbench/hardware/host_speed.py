@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from opbench import settings
 from opbench.paths import user_runtime_dir, write_private
 
 HOST_SPEED_FILE = "host-speed.json"  # in the user's private folder: another user cannot poison it
@@ -34,9 +33,9 @@ HISTORY = 200  # probes among which the usual time is found (usual_time) ...
 RECENT_S = 600.0  # ... those of the last this many seconds when there are RECENT_PROBES of them (docs/measurement.md#probes)
 RECENT_PROBES = 30
 MIN_HISTORY = 5  # probes taken before the first one is judged
+PROBE_WARM_MS = 10.0  # each probe thread keeps its core busy this long before it times
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
 SYNC_TOLERANCE = 0.20  # ... and the lock-step loop at most this much slower (it varies more)
-POLL_S = 0.1  # between the probes of a wait: most spells last a fraction of a second
 
 
 class Probe(NamedTuple):
@@ -106,14 +105,14 @@ def usual_time(history: Sequence[float]) -> float:
 
 
 def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
-    """``len(cpus)`` threads, one pinned to each CPU, each busy for :func:`~opbench.settings.probe_warm_ms`
+    """``len(cpus)`` threads, one pinned to each CPU, each busy for :data:`PROBE_WARM_MS`
     first (a core that idled runs slow for its first milliseconds), then all at once timing ``calls``
     single-threaded ``PROBE_SIZE``-square matrix products, then :data:`MEMORY_PROBE_CALLS` sums of its own
     :data:`MEMORY_PROBE_BYTES` vector: the slowest thread's median of each (ms); then all of them in lock
     step, as a parallel kernel's threads run, :data:`SYNC_PROBE_ROUNDS` rounds of a small product each and
     a barrier: the time of those rounds (ms)."""
     a, small = _probe_matrix(PROBE_SIZE), _probe_matrix(SYNC_PROBE_SIZE)
-    warm_s = settings.probe_warm_ms() / 1e3
+    warm_s = PROBE_WARM_MS / 1e3
     medians: list[Probe] = [Probe(0.0, 0.0)] * len(cpus)
     start = threading.Barrier(len(cpus))
     sync_ms = [0.0]
@@ -186,27 +185,23 @@ class HostSpeed:
     process to write keeps its history)."""
 
     def __init__(self, path: Path, probe: Callable[[list[int]], Probe] = probe_ms,
-                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
-        self.path, self._probe, self._sleep, self._clock, self._wall = path, probe, sleep, clock, wall
+        self.path, self._probe, self._wall = path, probe, wall
         self._history: dict[str, list[list[float]]] | None = None
 
-    def slowness(self, cpus: list[int], remember: bool = True) -> Slowness:
-        """Probe the host now: each loop's time over its normal time; the probe joins the history unless
-        ``remember`` is False."""
+    def slowness(self, cpus: list[int]) -> Slowness:
+        """Probe the host now: each loop's time over its normal time; the probe joins the history."""
         if self._history is None:
             self._history = self._load()
         key = ",".join(map(str, cpus))
         taken = self._probe(cpus)
-        slowness = Slowness(self._judge(key, taken.compute_ms, remember),
-                            self._judge(f"{key}:memory", taken.memory_ms, remember),
-                            self._judge(f"{key}:sync", taken.sync_ms, remember, statistics.median))
-        if remember:
-            self._save()
+        slowness = Slowness(self._judge(key, taken.compute_ms),
+                            self._judge(f"{key}:memory", taken.memory_ms),
+                            self._judge(f"{key}:sync", taken.sync_ms, statistics.median))
+        self._save()
         return slowness
 
-    def _judge(self, key: str, taken: float, remember: bool,
-               usual: Callable[[Sequence[float]], float] = usual_time) -> float:
+    def _judge(self, key: str, taken: float, usual: Callable[[Sequence[float]], float] = usual_time) -> float:
         """``taken`` over the usual time of ``key``'s history (its last :data:`RECENT_S` seconds when they hold
         :data:`RECENT_PROBES` probes: a host whose state changed for good is judged by the new one): the
         lock-step loop, judged only when slower, over their median."""
@@ -217,21 +212,9 @@ class HostSpeed:
         recent = [ms for at, ms in history if now - at <= RECENT_S]
         pool = recent if len(recent) >= RECENT_PROBES else [ms for _, ms in history]
         normal = usual(pool) if len(pool) >= MIN_HISTORY else math.nan
-        if remember:
-            history.append([now, taken])
-            del history[:-HISTORY]
+        history.append([now, taken])
+        del history[:-HISTORY]
         return taken / normal
-
-    def settle(self, cpus: list[int], max_wait_s: float) -> Slowness:
-        """Probe until the host is in its usual state (both loops within :data:`TOLERANCE`) or
-        ``max_wait_s`` has passed: the last probe's slowness. Only the first probe joins the history: the
-        others are taken because the host was in a spell, and would pull its normal time towards them."""
-        deadline = self._clock() + max_wait_s
-        slowness = self.slowness(cpus)
-        while not slowness.usual and self._clock() < deadline:  # NaN: nothing to judge by yet
-            self._sleep(POLL_S)
-            slowness = self.slowness(cpus, remember=False)
-        return slowness
 
     def _load(self) -> dict[str, list[list[float]]]:
         """The history in the file; probes without their time (an older OpBench's) are left out."""

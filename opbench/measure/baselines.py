@@ -1,5 +1,5 @@
 """Library baselines remembered on this host for a while, so a quick study does not time torch and numpy
-in three fresh processes again (docs/measurement.md#baselines).
+in fresh processes again (docs/measurement.md#baselines).
 
 A baseline is reused only when it was measured on this device (its key) for the same workload, library version,
 threads and cores within ``max_age_s``, and the caller has just found the host in its usual state; the
@@ -13,48 +13,12 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from opbench.hardware.host_speed import Slowness
 from opbench.hardware.resources import Resources
 from opbench.paths import user_runtime_dir, write_private
 from opbench.record import TrialRecord, is_ok, new_trial_id
 from opbench.workloads import Workload
 
 BASELINES_FILE = "baselines.json"
-EXTRA_PROCESSES = 3  # the most processes a baseline takes beyond those asked for, while too few read usual
-
-
-def usual_needed(processes: int) -> int:
-    """How many of a baseline's processes must find the host in its usual state: two (one when one
-    process was asked for)."""
-    return min(2, processes)
-
-
-def wants_another(records: list[TrialRecord], processes: int) -> bool:
-    """Whether a baseline measured in ``records`` (one per process) takes another process: fewer than
-    ``processes`` were taken, or fewer than :func:`usual_needed` of the successful ones found the host in
-    its usual state and :data:`EXTRA_PROCESSES` more were not taken yet (docs/measurement.md#baselines)."""
-    if len(records) < processes:
-        return True
-    return len(_usual(records)) < usual_needed(processes) and len(records) < processes + EXTRA_PROCESSES
-
-
-def median_process(records: list[TrialRecord], processes: int) -> TrialRecord:
-    """A baseline's record: the median (the lower of the middle two) of the successful processes whose
-    probes found the host in its usual state when :func:`usual_needed` of them did, of every successful one
-    otherwise; ``process_latencies_ms`` holds every successful process's latency and ``processes_usual``
-    how many were usual. The first record when none succeeded."""
-    ok = sorted((r for r in records if is_ok(r)), key=lambda r: r["latency_ms"])
-    if not ok:
-        return records[0]
-    usual = _usual(ok)
-    pool = usual if len(usual) >= usual_needed(processes) else ok
-    return pool[(len(pool) - 1) // 2].replace(process_latencies_ms=[r["latency_ms"] for r in ok],
-                                             processes_usual=len(usual))
-
-
-def _usual(records: list[TrialRecord]) -> list[TrialRecord]:
-    """The successful records whose probes found the host in its usual state."""
-    return [r for r in records if is_ok(r) and Slowness.of(r).usual]
 
 
 def baseline_key(workload: Workload, library: str, resources: Resources, device: str) -> str:

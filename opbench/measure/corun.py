@@ -82,7 +82,7 @@ def corun_records(spec: CoRunSpec, members: list[TrialRecord], solo: list[CoRunR
         else list(zip(together[0].latencies_s, together[0].numbers, together[0].max_abs_err))
     flops = [m.workload.flops for m in spec.members]
     for record, (member_lat, n, err), f in zip(members, timed, flops):
-        stats = latency_stats(member_lat)
+        stats = latency_stats([member_lat])
         record.set(**stats, status=Status.OK.value, error="", gflops=f / (stats["latency_ms"] * 1e-3) / 1e9, number=n,
                    repeat=len(member_lat), max_abs_err=err)
     co_ms = [r["latency_ms"] for r in members]

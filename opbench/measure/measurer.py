@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
+from opbench import settings
 from opbench.exceptions import ConfigError, ResourceError
 from opbench.hardware.cpu_shape import shaped_for
 from opbench.hardware.devices import parse_device
@@ -16,9 +17,10 @@ from opbench.hardware.host_speed import HostSpeed, default_history
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
 from opbench.hardware.targets import gpu_device_key, is_gpu
-from opbench.measure.baselines import BaselineCache, baseline_key, median_process, wants_another
+from opbench.measure.baselines import BaselineCache, baseline_key
 from opbench.measure.builder import Built, KeptBuilds, LocalBuilder, build_key, discard
 from opbench.measure.corun import CoRunSpec, corun_records
+from opbench.measure.estimate import estimate, placement_value, split
 from opbench.measure.features import FEATURES_VERSION, static_features
 from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, ModelInput, RunInput, RunResult
 from opbench.measure.rpc import check_device
@@ -32,13 +34,12 @@ from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Status, TrialRecord, knob
 from opbench.space import LIBRARY_TEMPLATES, TEMPLATES, Config, get_template
 from opbench.workloads import PRESETS, Workload
 
-LIBRARY_PROCESSES = 3  # fresh processes that time a library baseline; the median one is its record
-
 
 class Measurer:
     """Measures trials in persistent workers. Use as a context manager so workers are stopped."""
 
     def __init__(self, options: MeasureOptions | None = None) -> None:
+        settings.check_removed()
         self.options = options or MeasureOptions()
         lock = HostLock(self.options.lock_path)
         self._builder = LocalBuilder(self.options.build_workers, self.options.build_timeout_s, lock)
@@ -105,7 +106,7 @@ class Measurer:
             latency_ms = math.inf
             try:
                 run_started = time.perf_counter()
-                if run is not None:  # taken in turns: its own time is its turns' runs and waits
+                if run is not None:  # taken with the batch's: its own time is its placements' runs and waits
                     run_started -= run.run_s + run.host_wait_s
                 elif build.status is Status.OK:
                     run = self._run(build, specs[i])
@@ -120,9 +121,9 @@ class Measurer:
 
         parallel = max((self._runner(s.resources.device).slots for s in specs), default=1)
         if parallel == 1:
-            in_turns = self._run_in_turns(specs, builds)
+            local = self._run_local(specs, builds)
             for i, build in builds.items():
-                emit(i, finish(i, build, in_turns.get(i)))
+                emit(i, finish(i, build, local.get(i)))
         else:
             with ThreadPoolExecutor(parallel, thread_name_prefix="opbench-remote") as pool:
                 futures = {pool.submit(finish, i, build): i for i, build in builds.items()}
@@ -130,16 +131,11 @@ class Measurer:
                     emit(futures[future], future.result())
         return [records[i] for i in range(len(specs))]
 
-    def _run_in_turns(self, specs: list[TrialSpec], builds: dict[int, BuildResult]) -> dict[int, RunResult]:
-        """Time the built kernels of a batch that run on this host in ``timing.turns`` interleaved turns
-        (:meth:`LocalRunner.run_turns`), the repeats shared among them; by spec index. Empty for fewer
-        than two such kernels: a lone trial's turns would follow each other, all within one of the host's
-        spells."""
+    def _run_local(self, specs: list[TrialSpec], builds: dict[int, BuildResult]) -> dict[int, RunResult]:
+        """Time the built kernels of a batch that run on this host, their placements interleaved
+        (:meth:`LocalRunner.run_batch`); by spec index."""
         local = [i for i, b in builds.items() if b.status is Status.OK and specs[i].resources.device == LOCAL]
-        if len(local) < 2 or self.timing.turns < 2:
-            return {}
-        timing = self.timing.per_turn()
-        runs = self._local.run_turns([self._run_input(builds[i], specs[i], timing) for i in local])
+        runs = self._local.run_batch([self._run_input(builds[i], specs[i], self.timing) for i in local]) if local else []
         return dict(zip(local, runs))
 
     @staticmethod
@@ -162,8 +158,9 @@ class Measurer:
                   for i in todo]
         return dict(zip(todo, self._builder.build(inputs)))
 
-    def _build(self, specs: list[TrialSpec]) -> list[Built]:
-        """(template, validated config, build) per spec, built in parallel; invalid configs are not built."""
+    def build(self, specs: list[TrialSpec]) -> list[Built]:
+        """(template, validated config, build) per spec, built in parallel; invalid configs are not built (the
+        caller discards the builds: :func:`~opbench.measure.builder.discard`)."""
         checked = [self._validate(spec) for spec in specs]
         builds = self._build_valid(specs, checked)
         return [(template, config, builds.get(i) or BuildResult(Status.INVALID_CONFIG, error or ""))
@@ -185,7 +182,7 @@ class Measurer:
         """
         spec.validate()
         started = time.perf_counter()
-        built = self._build(list(spec.members))
+        built = self.build(list(spec.members))
         try:
             failed = next(((m, b) for m, (_, _, b) in zip(spec.members, built) if b.status is not Status.OK), None)
             if failed is None:
@@ -201,40 +198,32 @@ class Measurer:
         return corun_records(spec, members, solo, together, failed)
 
     def measure_library(self, workload: Workload, library: str, resources: Resources,
-                        processes: int = LIBRARY_PROCESSES, reuse_s: float = 0.0) -> TrialRecord:
-        """Time ``torch`` or ``numpy`` on the workload with the same threads and cores in ``processes`` fresh
-        processes that never run a TVM kernel (each as :meth:`measure_fresh` times it), one after another so
-        that their start-ups space them out, more while too few find the host in its usual state: the record
-        of the median usual process (:func:`~opbench.measure.baselines.median_process`). With
-        ``reuse_s``, a baseline this host measured within that many seconds is reused (``reused_from``)
-        while a probe finds the host in its usual state."""
+                        reuse_s: float = 0.0) -> TrialRecord:
+        """Time ``torch`` or ``numpy`` on the workload with the same threads and cores, each placement in a fresh
+        process that never runs a TVM kernel (:meth:`measure_fresh`). With ``reuse_s``, a baseline this host
+        measured within that many seconds is reused (``reused_from``) while a probe finds the host in its usual
+        state."""
         key = baseline_key(workload, library, resources, self.host.device_key)
         if reuse_s > 0 and (known := self._baselines.get(key, reuse_s)) is not None \
                 and self._local.host_usual(resources):
             return known
-        spec = TrialSpec(workload, {}, resources, library)
-        records: list[TrialRecord] = []
-        while wants_another(records, processes):
-            records.append(self.measure_fresh([spec])[0])
-        median = median_process(records, processes)
-        self._baselines.put(key, median)
-        return median
+        record = self.measure_fresh([TrialSpec(workload, {}, resources, library)])[0]
+        self._baselines.put(key, record)
+        return record
 
     def measure_fresh(self, specs: list[TrialSpec], short: Collection[int] = ()) -> list[TrialRecord]:
-        """Each spec timed in a new process that has run nothing else (a library baseline when its
-        template is in :data:`LIBRARY_TEMPLATES`): the processes start together, then take the turns of
-        :meth:`TimingPolicy.fresh` (never re-measured for their spread), so each spec's median comes from series
-        spread over the whole measurement and interleaved with the others' (docs/measurement.md#fresh). The
-        specs at the indices ``short`` (references far slower than what they are compared with) take one
-        short turn."""
-        timings = [self.timing.fresh(short=i in short) for i in range(len(specs))]
+        """Each spec's placements each in a new process that has run nothing else (a library baseline when its
+        template is in :data:`LIBRARY_TEMPLATES`), interleaved with the others' (docs/measurement.md#fresh). The
+        specs at the indices ``short`` (references far slower than what they are compared with) take one short
+        placement (:meth:`TimingPolicy.short`)."""
+        timings = [self.timing.short() if i in short else self.timing for i in range(len(specs))]
         remote = next((s.resources.device for s in specs if s.resources.remote), None)
         if remote:
             raise ResourceError(f"fresh-process measurements run on this host only, not on {remote}")
         started = time.perf_counter()
         kernels = [i for i, s in enumerate(specs) if s.template not in LIBRARY_TEMPLATES]
         kernel_specs = [specs[i] for i in kernels]
-        built = dict(zip(kernels, self._kept.build(kernel_specs, self._build) if self._kept else self._build(kernel_specs)))
+        built = dict(zip(kernels, self._kept.build(kernel_specs, self.build) if self._kept else self.build(kernel_specs)))
         jobs: dict[int, RunInput | LibraryInput] = {}
         for i, spec in enumerate(specs):
             if i not in built:
@@ -276,9 +265,8 @@ class Measurer:
         return self._local.run(dataclasses.replace(model, timing=self.timing))
 
     def time_models_fresh(self, models: list[ModelInput]) -> list[RunResult]:
-        """Whole models, each in a new process, taking turns as :meth:`measure_fresh` takes them."""
-        timing = self.timing.fresh()
-        return self._local.run_fresh([dataclasses.replace(m, timing=timing) for m in models])
+        """Whole models, each placement in a new process, as :meth:`measure_fresh` takes them."""
+        return self._local.run_fresh([dataclasses.replace(m, timing=self.timing) for m in models])
 
     @staticmethod
     def _run_input(build: BuildResult, spec: TrialSpec, timing: TimingPolicy) -> RunInput:
@@ -331,20 +319,22 @@ class Measurer:
         return record
 
     def _timed(self, record: TrialRecord, run: RunResult, gflop: float, peak_gflops: float) -> None:
-        """What a run adds to its trial's record: its latencies and how they were taken."""
+        """What a run adds to its trial's record: its estimate, interval and placements, its repeats and how
+        they were taken."""
         record.run_s, record.device_addr = run.run_s, run.device_addr or None
         if run.max_abs_err == run.max_abs_err:
             record.max_abs_err = run.max_abs_err
         if run.status is not Status.OK:
             return
-        record.set(**latency_stats(run.latencies_s, run.turn_sizes), **run.load)
-        assert record.latency_ms is not None
-        record.gflops = gflop / (record.latency_ms * 1e-3)
+        placements = split(run.latencies_s, run.placement_sizes)
+        est = estimate([placement_value(p) for p in placements], self.timing.agree)
+        record.set(**latency_stats(placements), **run.load)
+        record.latency_ms, record.latency_lo_ms, record.latency_hi_ms = est.latency_s * 1e3, est.lo_s * 1e3, est.hi_s * 1e3
+        record.placements, record.placements_agreeing = est.placements, est.agreeing
+        record.gflops = gflop / (est.latency_s)
         record.peak_frac = record.gflops / peak_gflops
         record.number, record.repeat, record.latencies_ms = run.number, len(run.latencies_s), [t * 1e3 for t in run.latencies_s]
         record.energy_j, record.power_w = run.energy_j, run.power_w
-        record.remeasures, record.spell_reruns, record.turns = run.remeasures, run.spell_reruns, run.turns
-        record.turns_left_out, record.host_wait_s = run.turns_left_out, run.host_wait_s
+        record.host_wait_s = run.host_wait_s
         record.cache_flush, record.worker_pid = int(self.timing.cache_flush), run.pid
         record.kernel_pid = run.kernel_pid or None
-

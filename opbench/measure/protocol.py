@@ -92,20 +92,17 @@ class RunResult:
     power_w: float | None = None
     device_addr: str = ""  # the remote server (HOST:PORT) the kernel ran on; empty when local
     device_facts: dict[str, Any] = field(default_factory=dict)  # that server's HostFacts, when it reports them
-    remeasures: int = 0  # series taken again because the repeats varied more than TimingPolicy.max_cv
-    spell_reruns: int = 0  # runs taken again because a probe found the host outside its usual state
-    turn_sizes: list[int] = field(default_factory=list)  # each turn's repeats, in latencies_s's order (LocalRunner.run_turns)
-    turns_left_out: int = 0  # turns taken in a spell of the host and left out, as others were not (runner.local.joined)
-    host_wait_s: float = 0.0  # spent probing the host's speed and waiting for its usual state
+    placement_sizes: list[int] = field(default_factory=list)  # each placement's repeats, in latencies_s's order
+    host_wait_s: float = 0.0  # spent probing the host's speed
     load: dict[str, float] = field(default_factory=dict)  # the host's load while timing (HostLoad.stop)
     pid: int = 0  # the worker that ran it
     kernel_pid: int = 0  # the process that ran the kernel: a child forked from the worker for it, or the worker
     memory: dict[str, float] = field(default_factory=dict)  # mem.* a library states about its own call
 
     @property
-    def turns(self) -> int:
-        """Series taken at different times, interleaved with other trials' (1: one series)."""
-        return max(1, len(self.turn_sizes))
+    def placements(self) -> int:
+        """Placements its repeats were taken in (docs/measurement.md#placements)."""
+        return max(1, len(self.placement_sizes))
 
 
 @dataclass(frozen=True)

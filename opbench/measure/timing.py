@@ -1,14 +1,14 @@
-"""How one trial is timed, set in one place (docs/measurement.md, "One trial, in five sentences").
+"""How one trial is timed, set in one place (docs/measurement.md).
 
-A worker only times one series as :meth:`TimingPolicy.series_shape` sizes it; whether a series is taken
-again, which attempt is kept and how a job's turns are joined follow the same policy in the runner's process
-(:mod:`opbench.measure.runner.retakes`), for every timed run: kernels, library baselines and fresh processes.
+A worker only times one series, as :meth:`TimingPolicy.series_shape` sizes it: one placement. How many
+placements a job takes, and how they make its estimate, the runner decides by the same policy
+(:mod:`opbench.measure.runner.placements`, :mod:`opbench.measure.estimate`), for every timed run: kernels,
+library baselines, whole models, here, on RPC devices and GPUs.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,25 +22,20 @@ WARM_CALL_S = 0.05  # a first call this long leaves nothing to warm up (docs/mea
 
 @dataclass(frozen=True)
 class TimingPolicy:
-    """Every setting of how a run is timed: the series a worker takes, and when the runner takes it again.
+    """Every setting of how a run is timed: the series a worker takes, and the placements the runner takes.
 
-    A series is ``repeat`` repeats of ``number`` calls, each repeat at least ``min_repeat_ms`` (one call with
-    ``cache_flush``). An attempt is taken again when a host-speed probe found the host outside its usual
-    state (at most ``spell_reruns`` times, each once the host is back within ``spell_wait_s``) or its
-    repeats vary more than ``max_cv`` (at most ``max_remeasures`` times); a trial waits up to
-    ``settle_s`` for the usual state first; a batch's trials share their repeats in ``turns`` turns.
+    A series (one placement) is ``repeat`` repeats of ``number`` calls, each repeat at least ``min_repeat_ms``
+    (one call in a cold cache state, ``cache_flush``: every input but the first flushed before each call). A
+    job takes at least ``placements`` placements, and more, up to ``max_placements``, until its two fastest
+    agree within ``agree`` (a fraction).
     """
 
     repeat: int = settings.REPEAT
     min_repeat_ms: float = field(default_factory=settings.min_repeat_ms)
     cache_flush: bool = False
-    max_cv: float = settings.MAX_CV
-    max_remeasures: int = settings.MAX_REMEASURES
-    spell_reruns: int = field(default_factory=settings.spell_reruns)
-    spell_wait_s: float = field(default_factory=settings.spell_wait_s)
-    settle_s: float = field(default_factory=settings.settle_s)
-    turns: int = settings.TURNS
-    extra_turns: int = field(default_factory=settings.extra_turns)
+    placements: int = settings.PLACEMENTS
+    max_placements: int = settings.MAX_PLACEMENTS
+    agree: float = settings.AGREE
 
     def series_shape(self, first_s: float, call: Callable[[], object]) -> tuple[int, int]:
         """Calls per timed repeat (``number``) and repeats of a series of ``call``, whose first call took
@@ -66,23 +61,10 @@ class TimingPolicy:
         first call of :data:`WARM_CALL_S` or more, which warmed everything up."""
         return 0 if first_s >= WARM_CALL_S else 1
 
-    def per_turn(self) -> TimingPolicy:
-        """The series of one of ``turns`` turns: the repeats shared among them."""
-        return dataclasses.replace(self, repeat=math.ceil(self.repeat / self.turns))
-
-    def fresh(self, short: bool = False) -> TimingPolicy:
-        """A fresh-process measurement's: :data:`~opbench.settings.FRESH_TURNS` turns of a series never taken
-        again, for its spread or for a spell (its turns are the repeats, and :func:`joined` leaves out a turn
-        found in a spell); one turn of :data:`MIN_REPEATS` calls when ``short`` (a reference far slower than
-        what it is compared with, docs/measurement.md#fresh)."""
-        return dataclasses.replace(self, max_remeasures=0, spell_reruns=0, repeat=MIN_REPEATS if short else self.repeat,
-                                   turns=1 if short else settings.FRESH_TURNS)
-
-
-def cv(latencies: list[float]) -> float:
-    """The spread of a series: standard deviation over mean (0 for fewer than two repeats)."""
-    mean = statistics.fmean(latencies) if latencies else 0.0
-    return statistics.pstdev(latencies) / mean if mean > 0 and len(latencies) > 1 else 0.0
+    def short(self) -> TimingPolicy:
+        """One placement of :data:`MIN_REPEATS` repeats: a reference far slower than what it is compared with
+        (docs/measurement.md#fresh)."""
+        return dataclasses.replace(self, repeat=MIN_REPEATS, placements=1, max_placements=1)
 
 
 def calls_per_repeat(min_repeat_ms: float, one_call_s: float) -> int:

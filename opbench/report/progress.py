@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from opbench.record import TrialRecord, config_of, is_ok
@@ -31,8 +31,16 @@ def changed_knobs(record: TrialRecord, base: dict[str, Any] | None = None) -> st
     return " ".join(f"{k}={v}" for k, v in knobs.items())
 
 
+def interval(record: Mapping[str, Any]) -> str:
+    """A record's interval as ``±H% of P``: its half-width and placements (empty without one)."""
+    lo, hi, latency = record.get("latency_lo_ms"), record.get("latency_hi_ms"), record.get("latency_ms")
+    if lo is None or hi is None or not latency:
+        return ""
+    return f"±{100 * (hi - lo) / 2 / latency:.1f}% of {record.get('placements', 1)}"
+
+
 class TrialPrinter:
-    """Prints ``[i/n] status latency GFLOP/s (best so far) knobs`` as each trial's record arrives, and
+    """Prints ``[i/n] status latency interval GFLOP/s (best so far) knobs`` as each trial's record arrives, and
     ``[reference NAME]`` for a reference (neither counted nor a best). The best is its workload's: a run
     that tunes several operators (a model's) never shows one operator's time as another's best."""
 
@@ -50,8 +58,8 @@ class TrialPrinter:
             if latency is not None and is_ok(record):
                 self.best[workload] = min(self.best.get(workload, math.inf), latency)
             head = f"[{self.count}/{self.total}]" if self.total else f"[{self.count}]"
-        result = (f"{latency:9.4f} ms {record.get('gflops', 0):7.1f} GFLOP/s" if latency is not None
-                  else f"{'':27s}")
+        result = (f"{latency:9.4f} ms {interval(record):>14s} {record.get('gflops', 0):7.1f} GFLOP/s"
+                  if latency is not None else f"{'':42s}")
         best = f"best {self.best[workload]:.4f} ms" if workload in self.best else "best -"
         detail = changed_knobs(record, self.base)
         error = f"  [{record['error'].splitlines()[0][:120]}]" if record.get("error") else ""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from opbench import settings
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
-from opbench.measure.measurer import LIBRARY_PROCESSES, Measurer
+from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
 from opbench.record import TrialRecord
 from opbench.workloads import Workload
@@ -16,20 +16,17 @@ from opbench.workloads import Workload
 
 def measure_references(measurer: Measurer, workload: Workload, resources: Resources,
                        on_record: Callable[[TrialRecord], None], template: str | None = None,
-                       verified: bool = False, template_default: bool = True) -> dict[str, TrialRecord]:
+                       template_default: bool = True) -> dict[str, TrialRecord]:
     """TVM's TE default schedule, the default config of ``template`` (the op's default when None; not when
     ``template_default`` is False: a study whose tuning loop measures it first), PyTorch and numpy (where they
     implement the op), with the same threads; a baseline measured here
-    within :func:`opbench.settings.baseline_reuse_s` is reused while the host reads its usual state.
-    A baseline takes one fresh process, not three, when the study will be ``verified`` (its speed-ups
-    are then quoted from the verification's fresh processes, never from these)."""
+    within :func:`opbench.settings.baseline_reuse_s` is reused while the host reads its usual state."""
     refs = {} if is_gpu(resources.target) else {  # unscheduled TE has no thread binding: it cannot run on a GPU
         "te_default": measurer.measure(TrialSpec(workload, {}, resources, "te_default"))}
     if template_default:
         refs["template_default"] = measurer.measure(TrialSpec(workload, {}, resources, template))
-    reuse_s, processes = settings.baseline_reuse_s(), 1 if verified else LIBRARY_PROCESSES
     for library in library_references(workload, resources):
-        refs[library] = measurer.measure_library(workload, library, resources, processes, reuse_s)
+        refs[library] = measurer.measure_library(workload, library, resources, settings.baseline_reuse_s())
     for name, record in refs.items():
         record.set(reference=name)
         on_record(record)

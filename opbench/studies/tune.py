@@ -213,7 +213,7 @@ def _study(spec: TuneSpec, workload: Workload, engine: Engine | None, measurer: 
     sink = tee(recorder, *filter(None, [on_record]))
     if spec.references and not refs:  # an ask/tell engine's first trial is the template default
         refs = measure_references(measurer, workload, spec.resources, sink, spec.template,
-                                  verified=_verify_rounds(spec) > 0, template_default=engine is None)
+                                  template_default=engine is None)
     records = _tune(spec, engine, workload, spec.trials - done, measurer, sink, recorder, list(earlier_trials.values()))
     trials = sorted([*earlier_trials.values(), *records], key=lambda r: r.get("finished_at", 0.0))
     if spec.references and TEMPLATE_DEFAULT not in refs and (default := default_trial(trials)) is not None:

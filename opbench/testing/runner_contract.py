@@ -20,7 +20,7 @@ from opbench.workloads import parse_workload
 
 WORKLOAD = "matmul:m=32,n=32,k=32"
 ONE_THREAD = Resources(1)
-QUICK = TimingPolicy(repeat=2, min_repeat_ms=1.0, max_remeasures=0, spell_reruns=0, settle_s=0.0)
+QUICK = TimingPolicy(repeat=2, min_repeat_ms=1.0, placements=2, max_placements=2)
 
 
 def built_input(out_dir: Path, workload: str = WORKLOAD, resources: Resources = ONE_THREAD) -> RunInput:

@@ -30,7 +30,7 @@ def sample_rows(study: str = "contract") -> list[Row]:
     crashed = TrialRecord(workload="matmul-8", op="matmul", template="matmul", status=Status.RUN_ERROR.value,
                           error="run: killed by SIGSEGV", build_s=0.5, max_abs_err=math.nan, study=study, engine="contract")
     torch = TrialRecord(workload="matmul-8", op="matmul", template="torch", latency_ms=0.9, study=study, engine="contract",
-                        process_latencies_ms=[0.9, 0.95, 1.1])
+                        latencies_ms=[0.9, 0.95, 1.1])
     torch.set(reference="torch")
     return [r.to_row() for r in (ok, rejected, crashed, torch)]
 

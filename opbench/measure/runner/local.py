@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,7 +12,7 @@ from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
 from opbench.measure.protocol import EAGER, FRAMEWORKS, LibraryInput, ModelInput, RunInput, RunResult
 from opbench.measure.runner._base import Runner
-from opbench.measure.runner.retakes import SPELL, Attempt, joined, take, wants_more_turns
+from opbench.measure.runner.placements import place
 from opbench.measure.worker import KERNEL, LIBRARY, Worker, WorkerError
 from opbench.measure.worker.zygotes import forked_worker, zygote_of
 from opbench.record import Status
@@ -51,11 +50,10 @@ class LocalRunner(Runner[Job, RunResult]):
 
     Library baselines run in workers of their own that never import TVM: a process that ran a TVM
     kernel slows PyTorch down 10-150x. Workers start under the lock's shared side, so a start-up
-    (importing TVM and torch) never overlaps a timed run, whichever process times it. With ``speed``,
-    every CPU run is preceded by a probe of the host's speed, after waiting for the host's usual state (up
-    to the job's ``settle_s``, or a share of :meth:`run_fresh`'s wait for a fresh-process turn), and
-    followed by another; the job's :class:`~opbench.measure.timing.TimingPolicy` decides what is taken
-    again and kept (:func:`opbench.measure.timing.take`).
+    (importing TVM and torch) never overlaps a timed run, whichever process times it. Every job takes its
+    placements (:func:`~opbench.measure.runner.placements.place`): a child forked from its worker for each
+    (:meth:`run`, :meth:`run_batch`), or a new process for each (:meth:`run_fresh`). With ``speed``, the host's
+    speed is probed before every CPU placement, and the record keeps the furthest from usual.
     """
 
     def __init__(self, timeout_s: float = settings.RUN_TIMEOUT_S, lock: HostLock | None = None,
@@ -64,7 +62,6 @@ class LocalRunner(Runner[Job, RunResult]):
         self._lock = lock
         self._speed = speed
         self._workers: dict[tuple[str, int, tuple[int, ...] | None], Worker] = {}
-        self._spell_outlasted_wait = False  # until a probe reads the usual state (docs/measurement.md#settle)
 
     @staticmethod
     def _new_worker(resources: Resources, role: str, preload: tuple[str, ...] = ()) -> Worker:
@@ -113,91 +110,54 @@ class LocalRunner(Runner[Job, RunResult]):
         self._start(self._worker(resources, KERNEL), *zygotes)
 
     def run(self, inp: Job) -> RunResult:
-        return self._call(self._worker(inp.resources, _role(inp)), inp, inp.timing.settle_s)
+        return self.run_batch([inp])[0]
 
-    def run_turns(self, jobs: list[Job]) -> list[RunResult]:
-        """Each job in its (persistent) worker, in turns taken as :meth:`run_fresh` takes them."""
+    def run_batch(self, jobs: list[Job]) -> list[RunResult]:
+        """Each job's placements in its (persistent) worker, interleaved with the others'."""
         workers = [self._worker(inp.resources, _role(inp)) for inp in jobs]
-        return self._take_turns(workers, jobs, max((inp.timing.settle_s for inp in jobs), default=0.0))
+        return place(jobs, lambda i: self._call(workers[i], jobs[i]))
 
     def run_fresh(self, jobs: list[Job]) -> list[RunResult]:
-        """Each job in a new process that has run nothing else (forked from a zygote); all start together,
-        then take their turns (:meth:`_take_turns`), each waiting for the host's usual state as long as a
-        spell rerun would, up to :func:`opbench.settings.fresh_settle_s` in all (docs/measurement.md#settle)."""
-        workers = [self._fresh_worker(inp) for inp in jobs]
-        turns = sum(inp.timing.turns for inp in jobs)
-        try:
-            self._start(*workers)
-            wait_s = settings.spell_wait_s()
-            return self._take_turns(workers, jobs, min(settings.fresh_settle_s(), turns * wait_s), wait_s)
-        finally:
-            for worker in workers:
+        """Each placement of each job in a new process that has run nothing else (forked from a zygote),
+        interleaved with the others' (docs/measurement.md#fresh)."""
+        def in_new_process(i: int) -> RunResult:
+            worker = self._fresh_worker(jobs[i])
+            try:
+                return self._call(worker, jobs[i])
+            finally:
                 worker.close()
 
-    def _take_turns(self, workers: list[Worker], jobs: list[Job], max_wait_s: float,
-                    turn_wait_s: float = math.inf) -> list[RunResult]:
-        """Jobs (``jobs[i]`` in ``workers[i]``) take their timing's ``turns`` turns, one series each, in an
-        order that reverses every turn, and the jobs whose turns call for more (all in a spell, or disagreeing)
-        take their timing's ``extra_turns`` more (:func:`~opbench.measure.runner.retakes.wants_more_turns`); a job's result joins its turns
-        (:func:`joined`), so a slow spell of the host that covers a few seconds falls on every job's series
-        alike instead of on one job's whole measurement. A job that fails takes no more turns. The turns
-        wait ``max_wait_s`` at most in all for the host's usual state, each ``turn_wait_s`` at most
-        (docs/measurement.md#settle)."""
-        results: list[list[RunResult]] = [[] for _ in jobs]
+        return place(jobs, in_new_process)
 
-        def take_turn(turn: int, who: list[int]) -> None:
-            nonlocal max_wait_s
-            for i in who if turn % 2 == 0 else reversed(who):
-                if not results[i] or results[i][-1].status is Status.OK:
-                    results[i].append(self._call(workers[i], jobs[i], min(max_wait_s, turn_wait_s)))
-                    max_wait_s = max(0.0, max_wait_s - results[i][-1].host_wait_s)
-
-        turns = max((inp.timing.turns for inp in jobs), default=0)
-        for turn in range(turns):
-            take_turn(turn, [i for i, inp in enumerate(jobs) if turn < inp.timing.turns])
-        split = [i for i, inp in enumerate(jobs) if wants_more_turns(inp.timing, results[i])]
-        for extra in range(max((jobs[i].timing.extra_turns for i in split), default=0)):
-            take_turn(turns + extra, [i for i in split if extra < jobs[i].timing.extra_turns])
-        return [joined(r) for r in results]
-
-    def _call(self, worker: Worker, inp: Job, max_wait_s: float) -> RunResult:
-        """One job's series in ``worker``, taken again as its timing policy says; the host probed around each."""
-        def attempt(reason: str | None) -> Attempt:
-            try:
-                self._start(worker)
-                with self._exclusive():
-                    tick = time.perf_counter()
-                    before = self._settle(inp.resources, inp.timing.spell_wait_s if reason == SPELL else max_wait_s)
-                    if reason == SPELL and before is not None and not before.usual:
-                        return Attempt(None, wait_s=time.perf_counter() - tick)  # a rerun would fall in the spell too
-                    tock = time.perf_counter()
-                    result = worker.call(inp, self.timeout_s)
-                    tack = time.perf_counter()
-                    after = self._settle(inp.resources, 0.0) if before is not None else None
-            except WorkerError as exc:
-                return Attempt(RunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"run: {exc}"))
-            slowness = before.worse(after) if before is not None and after is not None else None
-            return Attempt(result, slowness, (tock - tick) + (time.perf_counter() - tack))
-
-        return take(inp.timing, attempt)
+    def _call(self, worker: Worker, inp: Job) -> RunResult:
+        """One placement of a job in ``worker`` (a CPU kernel's in a child forked for it), under the host
+        lock, the host probed just before it."""
+        try:
+            self._start(worker)
+            with self._exclusive():
+                tick = time.perf_counter()
+                slowness = self._probe(inp.resources)
+                probed_s = time.perf_counter() - tick
+                result = worker.call(inp, self.timeout_s)
+        except WorkerError as exc:
+            return RunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"run: {exc}")
+        if slowness is not None:
+            result.load.update(slowness.as_load())
+        result.host_wait_s = probed_s
+        return result
 
     def host_usual(self, resources: Resources) -> bool:
-        """Whether the host is in its usual state for ``resources`` now, or within a spell rerun's wait
-        (False when this runner does not probe)."""
+        """Whether a probe finds the host in its usual state for ``resources`` now (False when this runner
+        does not probe)."""
         with self._exclusive():
-            slowness = self._settle(resources, settings.spell_wait_s())
+            slowness = self._probe(resources)
         return slowness is not None and slowness.usual
 
-    def _settle(self, resources: Resources, max_wait_s: float) -> Slowness | None:
-        """The host's slowness for ``resources`` (None: not probed, a GPU run), after waiting up to
-        ``max_wait_s`` for its usual state; not waiting again, once a spell outlasted a wait, until a probe
-        reads the usual state (docs/measurement.md#settle)."""
+    def _probe(self, resources: Resources) -> Slowness | None:
+        """The host's slowness for ``resources`` now (None: not probed, a GPU run)."""
         if self._speed is None or is_gpu(resources.target):
             return None
-        waits = max_wait_s > 0 and not self._spell_outlasted_wait
-        slowness = self._speed.settle(probe_cpus(resources.threads, resources.cores), max_wait_s if waits else 0.0)
-        self._spell_outlasted_wait = not slowness.usual and (waits or self._spell_outlasted_wait)
-        return slowness
+        return self._speed.slowness(probe_cpus(resources.threads, resources.cores))
 
     def close(self) -> None:
         for worker in self._workers.values():

@@ -2,7 +2,8 @@
 
 Each runner slot is a client worker process holding one session across trials (getting one costs
 seconds), so a hung upload or a lost device costs a trial, never the study. With several slots,
-trials run at once on as many devices of the key.
+trials run at once on as many devices of the key. A trial's placements are fresh allocations of its
+arguments on the device it got (the library uploaded once).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from opbench.hardware.devices import RemoteDevice
 from opbench.hardware.resources import Resources
 from opbench.measure.protocol import RemoteConnect, RemoteSession, RunInput, RunResult
 from opbench.measure.runner._base import Runner
+from opbench.measure.runner.placements import place
 from opbench.measure.worker import WorkerError
 from opbench.measure.worker.zygotes import one_thread_worker
 from opbench.record import Status
@@ -66,7 +68,7 @@ class RPCRunner(Runner[RunInput, RunResult]):
     def run(self, inp: RunInput) -> RunResult:
         slot = self._idle.get()
         try:
-            return self._run_on(slot, inp)
+            return place([inp], lambda _: self._run_on(slot, inp))[0]
         finally:
             self._release(slot)
 

@@ -32,7 +32,7 @@ from opbench.record import Status
 
 
 @dataclass
-class _Kernel:
+class LoadedKernel:
     """A loaded, checked kernel with its argument tensors (the module keeps its function alive)."""
 
     module: Any
@@ -67,9 +67,10 @@ class KernelWorker:
         self._cores, self._threads = cores, threads
         self._pool_pid = 0  # the process whose TVM thread pool is sized and pinned: none yet
         self._inputs_for = Inputs()
-        self._corun: list[_Kernel] = []
+        self._corun: list[LoadedKernel] = []
         self._session: Any = None  # an RPC session: kernels are uploaded to and run on its device
         self._addr = ""  # its server's HOST:PORT
+        self._loaded: dict[str, Any] = {}  # the latest artifact -> its module on the session's device
         self._meters: dict[bool, Any] = {}
 
     def _pool_here(self) -> None:
@@ -139,7 +140,7 @@ class KernelWorker:
         from opbench.hardware.board import BOARD_INFO
         from opbench.measure.rpc import RemoteDevice, request_session
 
-        self._session, self._meters = None, {}
+        self._session, self._meters, self._loaded = None, {}, {}
         try:
             session, addr = request_session(RemoteDevice(req.host, req.port, req.key))
         except ResourceError as exc:
@@ -170,7 +171,7 @@ class KernelWorker:
             self._meters[gpu] = BoardMeter.of(self._session) if self._session else local_meter(gpu)
         return self._meters[gpu]
 
-    def _load_checked(self, artifact: str, spec: str, target: str = "llvm") -> _Kernel | RunResult:
+    def load_checked(self, artifact: str, spec: str, target: str = "llvm") -> LoadedKernel | RunResult:
         """Load a kernel (on the remote device, when in a session), pack its weight when it takes it
         packed, call it once on the workload's inputs and check the output against the reference
         computed here."""
@@ -184,9 +185,11 @@ class KernelWorker:
         workload = parse_workload(spec)
         arrays, expected = self._inputs_for(spec)
         dev = self._device(target)
-        if self._session is not None:
-            self._session.upload(artifact)
-            module = self._session.load_module(os.path.basename(artifact))
+        if self._session is not None:  # each later placement of the artifact: fresh arguments, the module kept
+            if artifact not in self._loaded:
+                self._session.upload(artifact)
+                self._loaded = {artifact: self._session.load_module(os.path.basename(artifact))}
+            module = self._loaded[artifact]
         else:
             module = tvm.runtime.load_module(artifact)
         place, empty = argument_placement(dev, on_huge_pages=self._session is None and not is_gpu(target))
@@ -203,7 +206,7 @@ class KernelWorker:
         if not np.allclose(got, expected, rtol=rtol, atol=atol, equal_nan=False):
             return RunResult(Status.WRONG_RESULT, f"{workload.name}: output differs from the reference: "
                                                   f"max |err| = {err:.3g}", max_abs_err=err)
-        return _Kernel(module, args, first, err)
+        return LoadedKernel(module, args, first, err)
 
     def run(self, req: RunInput) -> RunResult:
         fixed_mmap_threshold()  # here only: PyTorch and the Relax VM allocate per call, glibc's threshold serves them
@@ -247,7 +250,7 @@ class KernelWorker:
         start = time.perf_counter()
         if self._session is None:
             self._pool_here()
-        kernel = self._load_checked(req.artifact, req.workload, req.target)
+        kernel = self.load_checked(req.artifact, req.workload, req.target)
         if isinstance(kernel, RunResult):
             kernel.run_s = time.perf_counter() - start
             return kernel
@@ -292,7 +295,7 @@ class KernelWorker:
         self._pool_here()
         self._corun = []
         for artifact, spec in zip(req.artifacts, req.workloads):
-            kernel = self._load_checked(artifact, spec)
+            kernel = self.load_checked(artifact, spec)
             if isinstance(kernel, RunResult):
                 return CoRunResult(kernel.status, kernel.error)
             kernel.number = calls_per_repeat(req.sample_ms, kernel.first_s)

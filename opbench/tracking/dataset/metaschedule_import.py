@@ -73,7 +73,7 @@ id derived from the record itself (:func:`_trial_id`)."""
             error="" if ok else "MetaSchedule recorded no successful run", study=study, engine="metaschedule-import",
             features={"flops": flops, "log_flops": math.log10(max(flops, 1.0)), "threads": float(threads)})
         if ok:
-            stats = latency_stats(run_secs)
+            stats = latency_stats([run_secs])
             record.set(**stats, gflops=flops / (stats["latency_ms"] * 1e-3) / 1e9,
                        latencies_ms=[s * 1e3 for s in run_secs], repeat=len(run_secs))
         row = record.to_row()

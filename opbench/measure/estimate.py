@@ -1,0 +1,73 @@
+"""A trial's latency from its placements (docs/measurement.md#placements): the estimate and its interval.
+
+A placement is one independent setting of a kernel in memory: a process forked for the run with its own
+arguments and code mapping on this host, a fresh allocation on a GPU or a board. Its value is the median of
+its repeats. Timing noise mostly adds delay, so the estimate is the median of the fastest placements that
+agree within ``agree`` (the fast mode); the interval spans them, widened by ``agree`` / 2 each way (so its
+half-width is at most ``agree``). Placements that never agree give the median of all, with an interval from
+the fastest to the slowest.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Estimate:
+    latency_s: float
+    lo_s: float
+    hi_s: float
+    placements: int  # placements taken
+    agreeing: int  # of them, those of the fast mode the estimate is the median of (0: they never agreed)
+
+    @property
+    def half_width(self) -> float:
+        """The interval's half-width over the estimate."""
+        return (self.hi_s - self.lo_s) / 2 / self.latency_s
+
+
+def placement_value(latencies_s: Sequence[float]) -> float:
+    """One placement's latency: the median of its repeats (an interruption of one repeat does not move it)."""
+    return statistics.median(latencies_s)
+
+
+def fast_mode(values: Sequence[float], agree: float, needed: int = 2) -> list[float]:
+    """The fastest group of at least ``needed`` placements that agree: those within ``agree`` (a fraction) of
+    the fastest value that has ``needed - 1`` others within it, ascending; empty when no such group exists
+    (a lone faster value, a fast spell of the host, is left out)."""
+    ordered = sorted(values)
+    for start, low in enumerate(ordered):
+        group = [v for v in ordered[start:] if v <= low * (1 + agree)]
+        if len(group) >= needed:
+            return group
+    return []
+
+
+def estimate(values: Sequence[float], agree: float) -> Estimate:
+    """The latency and its interval from the placements' values (at least one)."""
+    if not values:
+        raise ValueError("an estimate needs at least one placement")
+    mode = fast_mode(values, agree)
+    kept = mode or sorted(values)
+    margin = agree / 2
+    return Estimate(statistics.median(kept), kept[0] * (1 - margin), kept[-1] * (1 + margin), len(values), len(mode))
+
+
+def wants_placement(values: Sequence[float], agree: float, least: int, most: int) -> bool:
+    """Whether a trial whose placements gave ``values`` takes another: fewer than ``least`` so far, or its
+    fastest two do not agree yet and fewer than ``most`` were taken."""
+    return len(values) < least or (len(values) < most and not fast_mode(values, agree))
+
+
+def split(latencies_s: Sequence[float], sizes: Sequence[int]) -> list[list[float]]:
+    """A run's repeats cut into its placements' (``sizes``: each placement's count, in order; all one
+    placement without sizes)."""
+    if not sizes:
+        return [list(latencies_s)]
+    out, start = [], 0
+    for size in sizes:
+        out.append(list(latencies_s[start:start + size]))
+        start += size
+    return out

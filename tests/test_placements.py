@@ -1,0 +1,133 @@
+"""A trial's estimate over placements and its interval, and the one placement loop every runner applies."""
+import random
+
+import pytest
+
+from opbench.hardware.host_speed import Slowness
+from opbench.measure.estimate import estimate, fast_mode, split, wants_placement
+from opbench.measure.protocol import RunInput, RunResult
+from opbench.measure.runner.local import LocalRunner
+from opbench.measure.runner.placements import joined, place
+from opbench.measure.series import latency_stats
+from opbench.measure.timing import TimingPolicy
+from opbench.record import Status
+
+MATMUL = "matmul:m=8,n=8,k=8"
+
+
+def test_a_slow_placement_is_not_the_estimate_and_the_interval_holds_the_fast_mode():
+    est = estimate([1.00, 1.60, 1.01, 1.02], agree=0.03)  # one process in four runs 60% slow
+    assert est.latency_s == pytest.approx(1.01) and est.agreeing == 3 and est.placements == 4
+    assert est.lo_s == pytest.approx(1.00 * 0.985) and est.hi_s == pytest.approx(1.02 * 1.015)
+    assert est.lo_s <= 1.005 <= est.hi_s and not est.lo_s <= 1.6 <= est.hi_s  # a known value held, the slow one not
+    assert est.half_width <= 0.03  # at most ``agree`` when placements agree
+
+
+def test_a_lone_fast_placement_is_left_out_and_disagreeing_placements_give_a_wide_interval():
+    assert fast_mode([0.80, 1.00, 1.01, 1.3], agree=0.03) == [1.00, 1.01]  # a fast spell alone is no mode
+    est = estimate([1.0, 1.2, 1.5], agree=0.03)
+    assert est.agreeing == 0 and est.latency_s == 1.2  # the median of all
+    assert est.lo_s < 1.0 and est.hi_s > 1.5 and est.half_width > 0.2  # wide: the number is this uncertain
+    one = estimate([2.0], agree=0.03)
+    assert one.latency_s == 2.0 and one.agreeing == 0 and one.lo_s < 2.0 < one.hi_s
+    with pytest.raises(ValueError):
+        estimate([], agree=0.03)
+
+
+def test_a_trial_takes_placements_until_two_agree_within_its_bounds():
+    assert wants_placement([], 0.03, least=3, most=6)
+    assert wants_placement([1.0, 1.01], 0.03, least=3, most=6)  # fewer than the least
+    assert not wants_placement([1.0, 1.01, 1.5], 0.03, least=3, most=6)  # two agree
+    assert wants_placement([1.0, 1.1, 1.2], 0.03, least=3, most=6)  # none agree yet
+    assert not wants_placement([1.0, 1.1, 1.2, 1.3, 1.4, 1.5], 0.03, least=3, most=6)  # the most: stop
+
+
+def test_a_records_cv_is_the_spread_within_its_placements_not_between_them():
+    placements = [[1.0e-3, 1.1e-3], [2.0e-3, 2.1e-3], [1.5e-3, 1.6e-3]]  # three steady placements, three speeds
+    apart, together = latency_stats(placements), latency_stats([[t for p in placements for t in p]])
+    assert together["latency_cv"] > 0.25 and apart["latency_cv"] == pytest.approx(0.0707 / 1.55, rel=1e-3)
+    assert apart["latency_ms_std"] == together["latency_ms_std"] and apart["latency_ms"] == pytest.approx(1.55)
+    assert split([1, 2, 3, 4, 5], [2, 3]) == [[1, 2], [3, 4, 5]] and split([1, 2], []) == [[1, 2]]
+
+
+class _Job:
+    def __init__(self, name, **timing):
+        self.name, self.timing = name, TimingPolicy(**timing)
+
+
+def test_placements_are_taken_in_rounds_in_random_order_and_a_failure_stops_its_job():
+    values = {"steady": iter([1.0, 1.01, 1.02]), "split": iter([1.0, 1.2, 1.4, 1.5, 1.21]),
+              "failed": iter([1.0, None])}
+    calls = []
+
+    def call(i):
+        name = jobs[i].name
+        calls.append(name)
+        ms = next(values[name])
+        if ms is None:
+            return RunResult(Status.RUN_ERROR, "run: crashed")
+        return RunResult(Status.OK, latencies_s=[ms * 1e-3] * 2, run_s=0.1, load={"other_busy_frac": ms - 1})
+
+    jobs = [_Job(n, placements=3, max_placements=5, agree=0.03) for n in ("steady", "split", "failed")]
+    steady, split_, failed = place(jobs, call, random.Random(1))
+    assert sorted(calls[:3]) == sorted(calls[3:6]) == ["failed", "split", "steady"]  # every job once a round
+    assert sorted(calls[6:8]) == ["split", "steady"]  # failed stopped at its failure
+    assert calls[8:] == ["split", "split"]  # steady agreed after three; split only on its fifth
+    assert steady.placements == 3 and steady.latencies_s == pytest.approx([1e-3, 1e-3, 1.01e-3, 1.01e-3, 1.02e-3, 1.02e-3])
+    assert split_.placements == 5 and split_.run_s == pytest.approx(0.5)  # 1.2 and 1.21 agree on the fifth
+    assert split_.load["other_busy_frac"] == pytest.approx(0.5)  # the busiest placement's
+    assert failed.status is Status.RUN_ERROR and failed.error == "run: crashed"
+    orders = set()
+    for seed in range(8):  # the order within a round is random, not fixed
+        calls.clear()
+        values.update(steady=iter([1.0] * 3), split=iter([1.0] * 3), failed=iter([1.0] * 3))
+        place(jobs, call, random.Random(seed))
+        orders.add(tuple(calls[:3]))
+    assert len(orders) > 1
+
+
+def test_one_placement_is_its_own_result():
+    only = RunResult(Status.OK, latencies_s=[1e-3], load={"other_busy_frac": 0.2})
+    assert joined([only]) is only and only.placements == 1
+
+
+class _Probe:
+    def __init__(self, *slowness):
+        self.slowness_of = list(slowness)
+
+    def slowness(self, cpus):
+        return self.slowness_of.pop(0)
+
+
+class _Worker:
+    alive = True
+
+    def __init__(self, *ms):
+        self.ms, self.closed = list(ms), False
+
+    def call(self, inp, timeout_s):
+        return RunResult(Status.OK, latencies_s=[self.ms.pop(0) * 1e-3], run_s=0.1, load={"other_busy_frac": 0.0})
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_local_runner_probes_before_each_placement_and_keeps_the_furthest_from_usual(monkeypatch):
+    worker = _Worker(1.0, 1.3, 1.01)
+    monkeypatch.setattr(LocalRunner, "_worker", lambda self, resources, role: worker)
+    probe = _Probe(Slowness(1.0, 1.0), Slowness(1.4, 1.0), Slowness(0.98, 1.02))
+    (result,) = LocalRunner(speed=probe).run_batch([RunInput("", MATMUL, TimingPolicy(placements=3))])
+    assert result.placements == 3 and result.latencies_s == pytest.approx([1e-3, 1.3e-3, 1.01e-3])
+    assert result.load["host_slowness"] == 1.4 and result.host_wait_s > 0 and not probe.slowness_of
+
+
+def test_a_fresh_measurement_takes_each_placement_in_a_new_process(monkeypatch):
+    made = []
+
+    def fresh(self, inp):
+        made.append(_Worker(1.0))
+        return made[-1]
+
+    monkeypatch.setattr(LocalRunner, "_fresh_worker", fresh)
+    (result,) = LocalRunner().run_fresh([RunInput("", MATMUL, TimingPolicy(placements=3))])
+    assert result.placements == 3 and len(made) == 3 and all(w.closed for w in made)
