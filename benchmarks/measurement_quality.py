@@ -3,10 +3,10 @@
 1. Repeatability: the same configs of matmul-512 and resnet50-c2 (valid, drawn at random) measured by
    two measurers whose workers are separate processes: Spearman rank correlation and median |delta| %.
 2. Noise: the distribution of the coefficient of variation of every record's repeats.
-3. Best configs: the three fastest configs per workload in run A re-measured in fresh processes (5
-   alternating rounds: the host's slow spells last seconds, and a median of 3 rounds read 16.5% slow when
-   2 of its 3 rounds read slow): their median against run B's measurement, a trial's record that did not choose
-   them (against run A too, which did, and so counts its lucky draws: the winner's curse).
+3. Best configs: the three fastest configs per workload in run A re-measured in fresh processes (at least 5
+   placements each, interleaved: the host's slow spells last seconds): their estimate against run B's
+   measurement, a trial's record that did not choose them (against run A too, which did, and so counts its
+   lucky draws: the winner's curse).
 4. The torch reference of 5 short tuning studies (its placements each a fresh process, taken before the
    study's kernels) against torch timed the same way after them: each side's interval shows the host's own
    process-to-process noise.
@@ -43,7 +43,7 @@ from opbench.studies.references import measure_references
 from opbench.workloads import parse_workload
 
 WORKLOADS = ("matmul-512", "resnet50-c2")
-BEST_ROUNDS = 5  # fresh rounds of each best config
+BEST_ROUNDS = 5  # fresh-process placements of each best config
 
 
 def sample_configs(name: str, count: int, threads: int, seed: int) -> list[dict]:
@@ -61,14 +61,9 @@ def measure_all(name: str, configs: list[dict], resources: Resources) -> list[di
         return measurer.measure_batch([TrialSpec(workload, c, resources) for c in configs])
 
 
-def fresh_rounds(measurer: Measurer, specs: list[TrialSpec]) -> list[list[dict]]:
-    """Each spec's records of :data:`BEST_ROUNDS` alternating rounds, each in a fresh process."""
-    out: list[list[dict]] = [[] for _ in specs]
-    for round_ in range(BEST_ROUNDS):
-        order = list(range(len(specs)))[:: 1 if round_ % 2 == 0 else -1]
-        for i, record in zip(order, measurer.measure_fresh([specs[i] for i in order])):
-            out[i].append(record)
-    return out
+def fresh_rounds(measurer: Measurer, specs: list[TrialSpec]) -> list[dict]:
+    """Each spec's record over at least :data:`BEST_ROUNDS` placements, each in a fresh process."""
+    return measurer.measure_fresh(specs, placements=BEST_ROUNDS)
 
 
 def share(records: list[dict], which: Callable[[dict], bool]) -> float:
@@ -150,10 +145,10 @@ def main() -> None:
         top = sorted(pairs, key=lambda p: p[0]["latency_ms"])[:3]  # chosen by run A: B is independent of the choice
         specs = [TrialSpec(parse_workload(name), configs[first.index(a)], resources) for a, _ in top]
         with Measurer() as measurer:
-            for (a, b), records in zip(top, fresh_rounds(measurer, specs)):
-                measured["fresh rounds"] += records
-                rounds = [r["latency_ms"] if is_ok(r) else float("nan") for r in records]
-                fresh = statistics.median(rounds)
+            for (a, b), record in zip(top, fresh_rounds(measurer, specs)):
+                measured["fresh rounds"].append(record)
+                rounds = record["placement_ms"] if is_ok(record) else [float("nan")]
+                fresh = record["latency_ms"] if is_ok(record) else float("nan")
                 best_rows.append((name, a["latency_ms"], b["latency_ms"], _state(b), fresh,
                                   min(rounds), max(rounds), 100 * (fresh / a["latency_ms"] - 1),
                                   100 * (fresh / b["latency_ms"] - 1)))
@@ -165,9 +160,9 @@ def main() -> None:
     results.table(table(repeat_rows, ["workload", "configs", "Spearman", "median |delta| %", "p90 |delta| %"]))
     results.print(f"\nCV of repeats over {len(cvs)} records: median {100 * statistics.median(cvs):.2f}%, "
                   f"p90 {100 * float(np.percentile(cvs, 90)):.2f}%, max {100 * max(cvs):.2f}%")
-    results.print(f"\nBest configs (the 3 fastest in run A) re-measured in fresh processes ({BEST_ROUNDS} alternating rounds), against\n"
+    results.print(f"\nBest configs (the 3 fastest in run A) re-measured in fresh processes (at least {BEST_ROUNDS} placements), against\n"
                   "run A, which chose them (so its lucky measurements are among them: the winner's curse), and run B")
-    results.table(table(best_rows, ["workload", "run A ms", "run B ms", "B's host state", "fresh ms (median)", "min", "max",
+    results.table(table(best_rows, ["workload", "run A ms", "run B ms", "B's host state", "fresh ms (estimate)", "min", "max",
                                     "delta vs A %", "delta vs B %"]))
     results.print("records a probe found outside the host's usual state (compute or memory off by more than 10%, "
                   "lock step slower by more than 20%): " +

@@ -28,7 +28,7 @@ from pathlib import Path
 from _results import Results
 
 from opbench.report.progress import table
-from opbench.studies.verify import SELECTION_ROUND, VERIFY_KIND
+from opbench.studies.verify import CONTENDER, VERIFY_KIND
 from opbench.tracking.mlflow_read import read_mlflow_records
 
 TARGET_S = 45.0
@@ -55,9 +55,11 @@ def phases(lines: list[tuple[float, str]], wall_s: float) -> list[float]:
 
 
 def fresh_processes(study: str, tracking_uri: str) -> tuple[int, int]:
-    """How many fresh processes the study's verification started: choosing the best, and in its rounds."""
-    rounds = [r["verify_round"] for r in read_mlflow_records([study], tracking_uri, kind=VERIFY_KIND)]
-    return sum(r == SELECTION_ROUND for r in rounds), sum(r != SELECTION_ROUND for r in rounds)
+    """How many fresh processes the study's verification started (one per placement): choosing the best, and
+    re-measuring it and the references."""
+    records = read_mlflow_records([study], tracking_uri, kind=VERIFY_KIND)
+    choosing = [r for r in records if str(r.get("verified_as", "")).startswith(CONTENDER)]
+    return sum(r.get("placements", 1) for r in choosing), sum(r.get("placements", 1) for r in records if r not in choosing)
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ KNOB_PREFIX = "knob."
 FEATURE_PREFIX = "feat."
 MEM_PREFIX = "mem."  # what a schedule needs in memory (opbench.measure.memory) ...
 WORKSPACE_METRIC = "mem.workspace"  # ... this one an MLflow metric, the others beside the features
-JSON_TAGS = ("latencies_ms", "process_latencies_ms")  # tags whose value is a list, JSON-encoded in MLflow (the
+JSON_TAGS = ("latencies_ms", "placement_ms", "process_latencies_ms")  # tags whose value is a list, JSON-encoded in MLflow (the
 # second a schema-2 baseline's)
 
 
@@ -91,6 +91,7 @@ class TrialRecord(Mapping[str, Any]):
     latency_lo_ms: float | None = _metric()  # its interval: a re-measure in another process lands within it
     latency_hi_ms: float | None = _metric()
     placements: int | None = _metric()  # independent placements its repeats were taken in
+    placement_ms: list[float] | None = _tag()  # each placement's value (the median of its repeats), in order
     placements_agreeing: int | None = _metric()  # of them, the fast mode the estimate is the median of (0: none agreed)
     latency_ms_mean: float | None = _metric()
     latency_ms_std: float | None = _metric()  # over all repeats: includes the differences between placements
@@ -141,9 +142,8 @@ class TrialRecord(Mapping[str, Any]):
     corun_mode: str | None = _tag()
     corun_with: str | None = _tag()
     key_op: str | None = _tag()
-    # fresh-process verification (opbench verify): which schedule a record re-measures, in which round
+    # fresh-process verification (opbench verify): which schedule a record re-measures
     verified_as: str | None = _tag()
-    verify_round: int | None = _tag()
     worker_pid: int | None = _tag()
     kernel_pid: int | None = _tag()
     reused_from: str | None = _tag()  # the trial id of the baseline this one reuses

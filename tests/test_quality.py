@@ -1,6 +1,7 @@
 """Trustworthy numbers: isolated baselines, a quiet TVM pool, measurement quality, fresh-process verification."""
 import contextlib
 import math
+import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +13,7 @@ from opbench import settings
 from opbench.cli import main
 from opbench.hardware.resources import Resources
 from opbench.measure import timing
-from opbench.measure.protocol import LibraryInput, RunInput
+from opbench.measure.protocol import LibraryInput, RunInput, RunResult
 from opbench.measure.runner.local import LocalRunner
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import TrialSpec
@@ -24,9 +25,7 @@ from opbench.space.winograd import knobs as winograd_knobs
 from opbench.studies.claims import speedup_table
 from opbench.studies.verify import (
     BEST,
-    SELECTION_MARGIN,
-    SELECTION_ROUND,
-    SELECTION_ROUNDS,
+    CONTENDER,
     VERIFY_KIND,
     Spread,
     Verification,
@@ -39,7 +38,7 @@ from opbench.studies.verify import (
     select_best,
     spec_of,
     verify,
-    verify_rounds,
+    verify_runs,
 )
 from opbench.tracking import read_mlflow, read_mlflow_records
 from opbench.workloads import parse_workload
@@ -158,41 +157,36 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
     fresh = read_mlflow([study], tracking_uri, kind="verify")
     shared = "note_template_default" in tags  # the best is the default's schedule: timed once a round, as best
     timed = ["best", "te_default", "torch", "numpy", *(["template_default"] if not shared else [])]
-    for name in REPORTED:  # the parent's spread is the rounds'
-        rounds = fresh[fresh["verified_as"] == (name if name in timed else "best")]["latency_ms"]
-        assert len(rounds) == 2
+    for name in REPORTED:  # the parent's spread is the rounds': the placements of its fresh-process record
+        (record,) = fresh[fresh["verified_as"] == (name if name in timed else "best")].to_dict("records")
+        rounds = record["placement_ms"]
+        assert len(rounds) == record["placements"] and record["status"] == "ok"
+        assert record["placements"] >= 2 or name == "te_default"  # unscheduled, 20x slower: one short placement
         assert (metrics[f"verified_{name}_min_ms"], metrics[f"verified_{name}_ms"], metrics[f"verified_{name}_max_ms"]) \
-            == pytest.approx((rounds.min(), rounds.median(), rounds.max()))
+            == pytest.approx((min(rounds), statistics.median(rounds), max(rounds)))
     for ref in ("te_default", "template_default", "torch", "numpy"):
         low, mid, high = (metrics[f"verified_speedup_vs_{ref}{s}"] for s in ("_min", "", "_max"))
         assert 0 < low <= mid <= high
         assert tags[f"claim_vs_{ref}"] in ("holds", "does not hold")
 
     trials = read_mlflow([study], tracking_uri)
-    selection = fresh[fresh["verify_round"] == SELECTION_ROUND]  # the contenders, timed in 3 rounds
+    selection = fresh[fresh["verified_as"].str.startswith(CONTENDER)]  # the contenders, each over its placements
     ranked = [r["trial_id"] for r in contenders_of(read_mlflow_records([study], tracking_uri))]
     assert 1 <= len(ranked) <= 4  # the 3 fastest trials and the default (unless one of them), within 1.5x of the fastest
     chosen = len(ranked) > 1  # a lone contender is the best without a choice
-    assert sorted(set(selection["verified_as"])) == [f"contender-{n}" for n in range(1, len(ranked) + 1) if chosen]
-    taken = len(selection) // len(ranked) if chosen else 0  # at most the verification's rounds, fewer when one leads
-    assert len(selection) == taken * len(ranked) and taken <= min(SELECTION_ROUNDS, rounds_for(3))
-    medians = sorted(selection.groupby("verified_as")["latency_ms"].median())
-    assert taken == min(SELECTION_ROUNDS, rounds_for(3)) * chosen or medians[0] * SELECTION_MARGIN < medians[1]
-    assert len(fresh) == 2 * len(timed) + len(selection) and set(fresh["status"]) == {"ok"}
-    winner = int(selection.groupby("verified_as")["latency_ms"].median().idxmin().split("-")[1]) if chosen else 1
-    assert tags["verified_best_trial"] == ranked[winner - 1]  # the lowest median in fresh processes is the best
-    assert fresh["worker_pid"].is_unique  # one new process per schedule and round ...
-    assert not set(fresh["worker_pid"]) & set(trials["worker_pid"])  # ... none of the study's workers
-    order = [list(fresh[fresh["verify_round"] == r].sort_values("finished_at")["verified_as"]) for r in (0, 1)]
-    assert order[1] == order[0][::-1]  # rounds alternate their order
+    assert sorted(selection["verified_as"]) == [f"{CONTENDER}{n}" for n in range(1, len(ranked) + 1) if chosen]
+    assert len(fresh) == len(timed) + len(selection) and set(fresh["status"]) == {"ok"}
+    winner = int(selection.set_index("verified_as")["latency_ms"].idxmin().split("-")[1]) if chosen else 1
+    assert tags["verified_best_trial"] == ranked[winner - 1]  # the lowest estimate in fresh processes is the best
+    assert not set(fresh["worker_pid"]) & set(trials["worker_pid"])  # new processes, none of the study's workers
 
     assert main(["verify", study, "--rounds", "1", "--repeat", "3", "--tracking-uri", tracking_uri]) == 0
     assert "verified x faster (min-max)" in capsys.readouterr().out
-    again = len(ranked) * chosen  # verify chooses among the same contenders, in its one round
+    again = len(ranked) * chosen  # verify chooses among the same contenders
     assert client.get_run(parent.info.run_id).data.metrics["verify_rounds"] == 1  # the latest verification
     later = read_mlflow([study], tracking_uri, kind="verify")
     later = later[later["finished_at"] > fresh["finished_at"].max()]
-    names = sorted(later[later["verify_round"] == 0]["verified_as"])  # the default shares the best's where it is it
+    names = sorted(n for n in later["verified_as"] if not n.startswith(CONTENDER))  # the default shares the best's
     assert names in (sorted(REPORTED), sorted(set(REPORTED) - {"template_default"}))
     assert len(later) == len(names) + again
 
@@ -243,20 +237,18 @@ def test_failed_rounds_leave_a_speedup_not_verified():
                                            {"torch": {"status": "ok", "latency_ms": 2.0}}, None)
 
 
-def test_a_build_that_is_anothers_is_timed_once_a_round_for_both():
-    timed = []
-
-    def time_round(order):  # a fresh process per name, each slower than the one before
-        timed.append(order)
-        return {name: (1.0 + len(timed) + 0.1 * i, "") for i, name in enumerate(order)}
-
-    v = verify_rounds([BEST, "defaults", "torch"], time_round, {BEST: 1.0, "defaults": 1.2}, "s", 3,
-                      twins={"defaults": BEST})
-    assert all("defaults" not in order for order in timed) and len(timed) == 3
+def test_a_build_that_is_anothers_is_timed_once_for_both_and_its_placements_are_its_rounds():
+    best = RunResult(Status.OK, latencies_s=[1e-3, 1.2e-3, 2e-3, 2e-3, 3e-3, 3e-3], placement_sizes=[2, 2, 2])
+    runs = {BEST: best, "torch": RunResult(Status.RUN_ERROR, "run: crashed"), "ort": "could not be exported"}
+    v = verify_runs([BEST, "defaults", "torch", "ort"], runs, {BEST: 1.0, "defaults": 1.2}, "s", 3,
+                    twins={"defaults": BEST})
+    assert v.schedules[BEST].rounds_ms == pytest.approx([1.1, 2.0, 3.0])  # each placement's median, ms
     assert v.schedules["defaults"].rounds_ms == v.schedules[BEST].rounds_ms  # its rounds are the best's ...
     assert v.schedules["defaults"].rounds_ms is not v.schedules[BEST].rounds_ms  # ... copied
-    assert v.schedules["defaults"].tuned_ms == 1.2 and list(v.schedules) == [BEST, "defaults", "torch"]
-    assert v.ratio("defaults", BEST).median == 1.0 and "timed once a round as best" in v.notes["defaults"]
+    assert v.schedules["defaults"].tuned_ms == 1.2 and list(v.schedules) == [BEST, "defaults", "torch", "ort"]
+    assert v.ratio("defaults", BEST).median == 1.0 and "timed as best" in v.notes["defaults"]
+    assert v.speedup("torch") is None and v.schedules["torch"].errors == ["run_error: run: crashed"]
+    assert v.schedules["ort"].errors == ["could not be exported"]
 
 
 def test_contenders_are_the_fastest_distinct_configs_and_references_the_latest_of_each_kind():
@@ -311,63 +303,46 @@ def test_contenders_differ_in_their_schedules_not_in_knobs_their_algorithm_ignor
 
 
 class _FreshTimes:
-    """A measurer whose fresh-process latency of each matmul config is given by its ``k_inner`` (NaN: the run
-    failed), in every round."""
+    """A measurer whose fresh-process estimate of each matmul config is given by its ``k_inner`` (NaN: the run
+    failed), the same in each of its placements."""
 
     def __init__(self, latencies):
-        self.latencies = latencies
+        self.latencies, self.calls = latencies, 0
 
     def reusing_builds(self):
         return contextlib.nullcontext()
 
-    def measure_fresh(self, specs, short=()):
+    def measure_fresh(self, specs, short=(), placements=None):
+        self.calls += 1
         times = [self.latencies[spec.config["k_inner"]] for spec in specs]
-        return [TrialRecord(latency_ms=t, status="ok" if t == t else "run_error") for t in times]
+        return [TrialRecord(latency_ms=t, status="ok" if t == t else "run_error", placement_ms=[t] * (placements or 3))
+                for t in times]
 
 
 def test_the_best_is_the_contender_fastest_in_fresh_processes():
     trials = [TrialRecord(latency_ms=ms, trial_id=f"t{ms}", workload=MATMUL, template="matmul", knobs={"k_inner": n})
               for n, ms in enumerate((1.0, 1.1, 1.2))]
-    seen = []
-    assert select_best(_FreshTimes([1.3, 1.05, math.nan]), trials, seen.append)["trial_id"] == "t1.1"  # study's 1.0 was lucky
-    assert sorted((r["verified_as"], r["verify_round"]) for r in seen) == [
-        (f"contender-{n}", SELECTION_ROUND) for n in (1, 2, 3) for _ in range(SELECTION_ROUNDS)]
-    seen.clear()
-    assert select_best(_FreshTimes([1.4, 1.0, 1.31]), trials, seen.append)["trial_id"] == "t1.1"
-    assert len(seen) == 3  # one round: the leader is 1.3x faster than every other contender
+    seen, fresh = [], _FreshTimes([1.3, 1.05, math.nan])
+    assert select_best(fresh, trials, seen.append)["trial_id"] == "t1.1"  # the study's 1.0 was lucky
+    assert sorted(r["verified_as"] for r in seen) == [f"{CONTENDER}{n}" for n in (1, 2, 3)] and fresh.calls == 1
+    assert all(r["record_kind"] == VERIFY_KIND for r in seen)
     assert select_best(_FreshTimes([0.9, math.nan, 1.0]), trials)["trial_id"] == "t1.0"  # a failed run never wins
     assert select_best(_FreshTimes([math.nan] * 3), trials)["trial_id"] == "t1.0"  # none ran: the study's fastest
     assert select_best(_FreshTimes([]), trials[:1])["trial_id"] == "t1.0"  # one contender: nothing to time
 
 
-class _ProcessLottery(_FreshTimes):
-    """Fresh processes of the default (``k_inner`` 0) come out 1.0 ms, but its first one 1.5 ms; the rival's 1.2."""
-
-    def __init__(self):
-        super().__init__([1.0, 1.2])
-        self.first = True
-
-    def measure_fresh(self, specs, short=()):
-        records = super().measure_fresh(specs, short)
-        for spec, record in zip(specs, records):
-            if spec.config["k_inner"] == 0 and self.first:
-                record.set(latency_ms=1.5)
-                self.first = False
-        return records
-
-
 def test_a_reference_far_slower_than_the_best_takes_one_short_placement():
     class Spy(_FreshTimes):
-        def measure_fresh(self, specs, short=()):
-            taken.append(sorted(specs[i].config["k_inner"] for i in short))
-            return super().measure_fresh(specs, short)
+        def measure_fresh(self, specs, short=(), placements=None):
+            taken.append((sorted(specs[i].config["k_inner"] for i in short), placements))
+            return super().measure_fresh(specs, short, placements)
 
     taken: list[list[int]] = []
     records = {name: TrialRecord(latency_ms=ms, workload=MATMUL, template="matmul", knobs={"k_inner": n})
                for n, (name, ms) in enumerate((("best", 1.0), ("near", 10.0), ("far", 300.0)))}
     remeasure(Spy([1.0, 10.0, 300.0]), {n: spec_of(r) for n, r in records.items()},
               {n: r["latency_ms"] for n, r in records.items()}, rounds=2)
-    assert taken == [[2], [2]]  # only the one past 20x the fastest, in both rounds
+    assert taken == [([2], 2)]  # only the one past 20x the fastest; the others at least 2 placements (the rounds)
     short = TimingPolicy().short()
     assert (short.repeat, short.placements, short.max_placements) == (timing.MIN_REPEATS, 1, 1)
 
@@ -378,9 +353,10 @@ def test_a_reference_that_runs_the_best_schedule_shares_its_processes():
     class Spy:
         reusing_builds = _FreshTimes.reusing_builds
 
-        def measure_fresh(self, specs, short=()):
+        def measure_fresh(self, specs, short=(), placements=None):
             timed.append(sorted(str(spec.template) for spec in specs))
-            return [TrialRecord(latency_ms=2.0 if spec.template == "numpy" else 1.0 + len(timed)) for spec in specs]
+            return [TrialRecord(latency_ms=2.0, status="ok", placement_ms=[2.0, 3.0] if spec.template == "mine" else [2.0] * 2)
+                    for spec in specs]
 
     common = {"status": "ok", "threads": 1, "workload": MATMUL, "template": "mine", "finished_at": 1.0}
     default = {**common, "latency_ms": 1.0, "reference": "template_default", "trial_id": "d", "knob.k_inner": 0}
@@ -388,17 +364,11 @@ def test_a_reference_that_runs_the_best_schedule_shares_its_processes():
         default, {**common, "latency_ms": 3.0, "trial_id": "t", "knob.k_inner": 1},  # no contender
         {**common, "latency_ms": 2.0, "reference": "numpy", "template": "numpy"})]
     verification = verify(Spy(), records, "s", rounds=2)
-    assert verification.best_trial == "d" and timed == [["mine", "numpy"]] * 2  # the default once a round
+    assert verification.best_trial == "d" and timed == [["mine", "numpy"]]  # the default once, as the best
     assert verification.schedules["template_default"].rounds_ms == verification.best.rounds_ms == [2.0, 3.0]
     assert verification.speedup("template_default") == Spread(1.0, 1.0, 1.0) and "template_default" in verification.notes
     verification.schedules["template_default"].rounds_ms.append(9.0)
     assert verification.best.rounds_ms == [2.0, 3.0]  # copies, not one list
-
-
-def test_one_slow_process_does_not_decide_the_best():
-    trials = [TrialRecord(latency_ms=1.0, trial_id=f"t{n}", workload=MATMUL, template="matmul", knobs={"k_inner": n})
-              for n in (1, 0)]
-    assert select_best(_ProcessLottery(), trials)["trial_id"] == "t0"  # medians 1.0 vs 1.2 over 3 rounds
 
 
 def test_run_workers_get_a_short_pool_spin_unless_the_user_sets_one(monkeypatch):

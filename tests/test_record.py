@@ -50,7 +50,7 @@ def test_a_replaced_record_is_a_copy_that_shares_nothing():
 
 
 def test_stored_integers_come_back_as_the_fields_types():
-    assert [from_mlflow_value(k, "3") for k in ("threads", "cache_flush", "verify_round", "latency_ms", "study")] == \
+    assert [from_mlflow_value(k, "3") for k in ("threads", "cache_flush", "placements", "latency_ms", "study")] == \
         [3, 3, 3, 3.0, "3"]
 
 

@@ -61,6 +61,11 @@ def wants_placement(values: Sequence[float], agree: float, least: int, most: int
     return len(values) < least or (len(values) < most and not fast_mode(values, agree))
 
 
+def placement_values(latencies_s: Sequence[float], sizes: Sequence[int], scale: float = 1.0) -> list[float]:
+    """Each placement's value (times ``scale``: 1e3 for ms), in the order they were taken."""
+    return [placement_value(p) * scale for p in split(latencies_s, sizes)]
+
+
 def split(latencies_s: Sequence[float], sizes: Sequence[int]) -> list[list[float]]:
     """A run's repeats cut into its placements' (``sizes``: each placement's count, in order; all one
     placement without sizes)."""

@@ -20,7 +20,7 @@ from opbench.hardware.targets import gpu_device_key, is_gpu
 from opbench.measure.baselines import BaselineCache, baseline_key
 from opbench.measure.builder import Built, KeptBuilds, LocalBuilder, build_key, discard
 from opbench.measure.corun import CoRunSpec, corun_records
-from opbench.measure.estimate import estimate, placement_value, split
+from opbench.measure.estimate import estimate, placement_values, split
 from opbench.measure.features import FEATURES_VERSION, static_features
 from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, ModelInput, RunInput, RunResult
 from opbench.measure.rpc import check_device
@@ -211,12 +211,14 @@ class Measurer:
         self._baselines.put(key, record)
         return record
 
-    def measure_fresh(self, specs: list[TrialSpec], short: Collection[int] = ()) -> list[TrialRecord]:
+    def measure_fresh(self, specs: list[TrialSpec], short: Collection[int] = (),
+                      placements: int | None = None) -> list[TrialRecord]:
         """Each spec's placements each in a new process that has run nothing else (a library baseline when its
         template is in :data:`LIBRARY_TEMPLATES`), interleaved with the others' (docs/measurement.md#fresh). The
         specs at the indices ``short`` (references far slower than what they are compared with) take one short
-        placement (:meth:`TimingPolicy.short`)."""
-        timings = [self.timing.short() if i in short else self.timing for i in range(len(specs))]
+        placement (:meth:`TimingPolicy.short`); the others at least ``placements`` (default: the timing's)."""
+        timing = self.timing.at_least(placements)
+        timings = [self.timing.short() if i in short else timing for i in range(len(specs))]
         remote = next((s.resources.device for s in specs if s.resources.remote), None)
         if remote:
             raise ResourceError(f"fresh-process measurements run on this host only, not on {remote}")
@@ -264,9 +266,10 @@ class Measurer:
         library worker for PyTorch eager), with the measurer's timing."""
         return self._local.run(dataclasses.replace(model, timing=self.timing))
 
-    def time_models_fresh(self, models: list[ModelInput]) -> list[RunResult]:
+    def time_models_fresh(self, models: list[ModelInput], placements: int | None = None) -> list[RunResult]:
         """Whole models, each placement in a new process, as :meth:`measure_fresh` takes them."""
-        return self._local.run_fresh([dataclasses.replace(m, timing=self.timing) for m in models])
+        timing = self.timing.at_least(placements)
+        return self._local.run_fresh([dataclasses.replace(m, timing=timing) for m in models])
 
     @staticmethod
     def _run_input(build: BuildResult, spec: TrialSpec, timing: TimingPolicy) -> RunInput:
@@ -326,11 +329,12 @@ class Measurer:
             record.max_abs_err = run.max_abs_err
         if run.status is not Status.OK:
             return
-        placements = split(run.latencies_s, run.placement_sizes)
-        est = estimate([placement_value(p) for p in placements], self.timing.agree)
-        record.set(**latency_stats(placements), **run.load)
+        values = placement_values(run.latencies_s, run.placement_sizes)
+        est = estimate(values, self.timing.agree)
+        record.set(**latency_stats(split(run.latencies_s, run.placement_sizes)), **run.load)
         record.latency_ms, record.latency_lo_ms, record.latency_hi_ms = est.latency_s * 1e3, est.lo_s * 1e3, est.hi_s * 1e3
         record.placements, record.placements_agreeing = est.placements, est.agreeing
+        record.placement_ms = [v * 1e3 for v in values]
         record.gflops = gflop / (est.latency_s)
         record.peak_frac = record.gflops / peak_gflops
         record.number, record.repeat, record.latencies_ms = run.number, len(run.latencies_s), [t * 1e3 for t in run.latencies_s]

@@ -292,7 +292,7 @@ def _verify(spec: TuneSpec, measurer: Measurer, records: list[TrialRecord], reco
     rounds = _verify_rounds(spec)
     if rounds < 1 or not any(not r.get("reference") for r in ok_records(records)):
         return None
-    log.info("verifying: best and references in fresh processes, %d alternating rounds", rounds)
+    log.info("verifying: best and references in fresh processes, %d rounds", rounds)
     verification = verify(measurer, records, recorder.study, rounds, recorder)
     recorder.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
     return verification

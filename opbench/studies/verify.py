@@ -1,30 +1,32 @@
 """Claims verified in fresh processes: a study's best schedule and its references timed again.
 
-Every schedule is re-measured in a process of its own that has run nothing else (the library
-baselines in one that never imports TVM), in ``rounds`` rounds whose order alternates, so a slow
-start, a warm cache or a drifting clock favours no one; within a round the processes take turns
-(:meth:`Measurer.measure_fresh`). A speed-up is the median of the per-round ratios with their
-min-max; it *holds* when it is within :data:`CLAIM_TOLERANCE` of the ratio the study itself measured.
+Every schedule is re-measured by :meth:`Measurer.measure_fresh`: at least ``rounds`` placements each, each
+placement a process of its own that has run nothing else (the library baselines one that never imports TVM),
+the schedules' placements interleaved in random order round by round, so a slow start, a warm cache or a
+drifting clock favours no one. A schedule's rounds are its placements; a speed-up is the median of the
+per-round ratios with their min-max; it *holds* when it is within :data:`CLAIM_TOLERANCE` of the ratio the
+study itself measured.
 
 The study's fastest trial is the minimum of many noisy measurements, so it is often one that was
-lucky (the winner's curse). Before the rounds, its fastest distinct configs (:func:`contenders_for`), and
-its template default when none of them is, are timed again in :data:`SELECTION_ROUNDS` rounds of
-fresh processes, and the one with the lowest median is the verified best (so a study never names a
-best that is slower than its default there); the rounds that report it are measurements of their
-own, so the choice does not bias what they report.
+lucky (the winner's curse). Before that, its fastest distinct configs (:func:`contenders_for`), and
+its template default when none of them is, are measured again in fresh processes, and the one with the
+lowest estimate is the verified best (so a study never names a best that is slower than its default
+there); the re-measurement that reports it is a measurement of its own, so the choice does not bias it.
 """
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import LOCAL, Resources, parse_cores
+from opbench.measure.estimate import placement_values
 from opbench.measure.measurer import Measurer
+from opbench.measure.protocol import RunResult
 from opbench.measure.types import TrialSpec
-from opbench.record import TrialRecord, is_ok
+from opbench.record import Status, TrialRecord, is_ok
 from opbench.report.study_records import measured, references, schedule_key
 from opbench.workloads import parse_workload
 
@@ -38,10 +40,8 @@ CONTENDERS = 3  # at most this many of the study's fastest distinct configs time
 TRIALS_PER_CONTENDER = 16  # ... one per this many trials (docs/measurement.md#contenders)
 CONTENDER_WINDOW = 1.5  # ... those tuned within this factor of the fastest (docs/measurement.md#contenders)
 KEPT_BUILDS = CONTENDERS + 2  # a study's fastest trials' builds kept for its verification: contenders, default, te_default
-SHORT_SERIES_FACTOR = 20.0  # a reference this many times slower takes one short turn (docs/measurement.md#fresh)
-SELECTION_ROUND = -1  # verify_round of the records that chose among them
-SELECTION_ROUNDS = 3  # rounds of fresh processes that choose among the contenders ...
-SELECTION_MARGIN = 1.3  # ... fewer once one is faster than all others by this factor (docs/measurement.md#contenders)
+SHORT_SERIES_FACTOR = 20.0  # a reference this many times slower takes one short placement (docs/measurement.md#fresh)
+CONTENDER = "contender-"  # verified_as of the records that chose among the contenders: contender-1, -2, ...
 
 
 @dataclass(frozen=True)
@@ -162,30 +162,21 @@ def contenders_of(records: list[TrialRecord], count: int | None = None) -> list[
     return [r for r in fastest if r["latency_ms"] <= CONTENDER_WINDOW * floor]
 
 
-def select_best(measurer: Measurer, trials: list[TrialRecord], on_record: Callable[[TrialRecord], None] | None = None,
-                rounds: int = SELECTION_ROUNDS) -> TrialRecord:
-    """The trial among ``trials`` (fastest first) with the lowest median over ``rounds`` alternating
-    rounds of fresh processes, or fewer once one leads by :data:`SELECTION_MARGIN`
+def select_best(measurer: Measurer, trials: list[TrialRecord], on_record: Callable[[TrialRecord], None] | None = None
+                ) -> TrialRecord:
+    """The trial among ``trials`` (fastest first) with the lowest estimate in fresh processes
     (docs/measurement.md#contenders); the first where none of them ran there."""
     if len(trials) < 2:
         return trials[0]
-
-    def selection(record: TrialRecord) -> None:
-        record.set(verify_round=SELECTION_ROUND)
+    specs = {f"{CONTENDER}{rank}": spec_of(record) for rank, record in enumerate(trials, 1)}
+    with measurer.reusing_builds():
+        records = measurer.measure_fresh(list(specs.values()))
+    for name, record in zip(specs, records):
+        record.set(record_kind=VERIFY_KIND, verified_as=name)
         if on_record:
             on_record(record)
-
-    specs = {f"contender-{rank}": spec_of(record) for rank, record in enumerate(trials, 1)}
-    timed = remeasure(measurer, specs, {}, rounds, selection, until=_decided)
-    medians = [(lat.median, i) for i, schedule in enumerate(timed.values()) if (lat := schedule.latency)]
-    return trials[min(medians)[1]] if medians else trials[0]
-
-
-def _decided(timed: dict[str, Verified]) -> bool:
-    """Whether one contender's median so far is faster than every other's by :data:`SELECTION_MARGIN` (a
-    contender that never ran counts as slower)."""
-    medians = sorted(lat.median if (lat := schedule.latency) else math.inf for schedule in timed.values())
-    return medians[0] * SELECTION_MARGIN < medians[1]
+    estimates = [(record["latency_ms"], i) for i, record in enumerate(records) if is_ok(record)]
+    return trials[min(estimates)[1]] if estimates else trials[0]
 
 
 def verified_best(records: list[TrialRecord], verification: Verification | None) -> TrialRecord | None:
@@ -204,40 +195,36 @@ def spec_of(record: TrialRecord) -> TrialSpec:
     return TrialSpec(parse_workload(record.workload), dict(record.knobs), resources, record.template)
 
 
-def alternating(names: list[str], rounds: int) -> Iterator[tuple[int, list[str]]]:
-    """(round, order) for ``rounds`` rounds, the order reversed every other round."""
-    if rounds < 1:
-        raise OpBenchError(f"verification needs at least one round, got {rounds}")
-    for round_ in range(rounds):
-        yield round_, list(names) if round_ % 2 == 0 else list(reversed(names))
-
-
 def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[str, float], rounds: int,
-              on_record: Callable[[TrialRecord], None] | None = None,
-              until: Callable[[dict[str, Verified]], bool] | None = None) -> dict[str, Verified]:
-    """Each named spec timed once per round in a fresh process, in :func:`alternating` order; no more
-    rounds once ``until`` says so of what has been timed.
+              on_record: Callable[[TrialRecord], None] | None = None) -> dict[str, Verified]:
+    """Each named spec measured again in fresh processes, at least ``rounds`` placements each (its rounds);
+    a spec tuned at more than :data:`SHORT_SERIES_FACTOR` times the fastest takes one short placement.
 
     ``on_record`` sees every fresh-process record (``record_kind`` verify, tagged with the name it
-    re-measures and its round), so the evidence is stored beside the claim.
+    re-measures), so the evidence is stored beside the claim.
     """
-    out = {name: Verified(name, tuned_ms.get(name, math.nan)) for name in specs}
+    if rounds < 1:
+        raise OpBenchError(f"verification needs at least one round, got {rounds}")
+    names = list(specs)
     fastest = min(tuned_ms.values(), default=math.nan)
-    slow = {name for name, ms in tuned_ms.items() if ms > SHORT_SERIES_FACTOR * fastest}
-    with measurer.reusing_builds():  # each kernel built once, for all rounds
-        for round_, order in alternating(list(specs), rounds):
-            short = [i for i, name in enumerate(order) if name in slow]
-            for name, record in zip(order, measurer.measure_fresh([specs[n] for n in order], short)):
-                record.set(record_kind=VERIFY_KIND, verified_as=name, verify_round=round_)
-                ok = is_ok(record)
-                out[name].rounds_ms.append(record["latency_ms"] if ok else math.nan)
-                if not ok:
-                    out[name].errors.append(f"{record['status']}: {record.get('error', '')}"[:300])
-                if on_record:
-                    on_record(record)
-            if until is not None and until(out):
-                break
+    short = [i for i, name in enumerate(names) if tuned_ms.get(name, math.nan) > SHORT_SERIES_FACTOR * fastest]
+    with measurer.reusing_builds():  # each kernel built once, for all its placements
+        records = measurer.measure_fresh([specs[name] for name in names], short, placements=rounds)
+    out = {}
+    for name, record in zip(names, records):
+        record.set(record_kind=VERIFY_KIND, verified_as=name)
+        out[name] = _verified(name, tuned_ms.get(name, math.nan), record.get("placement_ms") if is_ok(record) else None,
+                              f"{record['status']}: {record.get('error', '')}")
+        if on_record:
+            on_record(record)
     return out
+
+
+def _verified(name: str, tuned_ms: float, rounds_ms: list[float] | None, error: str) -> Verified:
+    """A schedule's rounds (its placements' values), or one failed round saying why."""
+    if rounds_ms:
+        return Verified(name, tuned_ms, list(rounds_ms))
+    return Verified(name, tuned_ms, [math.nan], [error[:300]])
 
 
 def rounds_for(trials: int) -> int:
@@ -254,11 +241,11 @@ def contenders_for(trials: int) -> int:
 
 def verify(measurer: Measurer, records: list[TrialRecord], study: str, rounds: int = DEFAULT_ROUNDS,
            on_record: Callable[[TrialRecord], None] | None = None, contenders: int | None = None) -> Verification:
-    """Name the study's best among its :func:`contenders_of` (:func:`select_best`, in at most as many
-    rounds as the verification), then re-measure it and the references (see :func:`references`) in
-    fresh processes; a reference that runs the best's own schedule shares its processes."""
+    """Name the study's best among its :func:`contenders_of` (:func:`select_best`), then re-measure it and the
+    references (see :func:`references`) in fresh processes; a reference that runs the best's own schedule
+    shares its processes."""
     with measurer.reusing_builds():  # the best was built for choosing it
-        best = select_best(measurer, contenders_of(records, contenders), on_record, min(rounds, SELECTION_ROUNDS))
+        best = select_best(measurer, contenders_of(records, contenders), on_record)
         chosen = {BEST: best, **references(records)}
         twins = [name for name, record in chosen.items() if name != BEST and _run_key(record) == _run_key(best)]
         specs = {name: spec_of(record) for name, record in chosen.items() if name not in twins}
@@ -267,23 +254,24 @@ def verify(measurer: Measurer, records: list[TrialRecord], study: str, rounds: i
     for name in twins:  # the best's own schedule (the template default nothing beat): its rounds are the best's
         timed[name] = Verified(name, tuned[name], list(timed[BEST].rounds_ms), list(timed[BEST].errors))
     return Verification(study, rounds, {name: timed[name] for name in chosen}, str(best["trial_id"]),
-                        dict.fromkeys(twins, f"the best's own schedule, timed once a round as {BEST}"))
+                        dict.fromkeys(twins, f"the best's own schedule, timed as {BEST}"))
 
 
-def verify_rounds(names: list[str], time_round: Callable[[list[str]], dict[str, tuple[float, str]]],
-                  tuned_ms: dict[str, float], study: str, rounds: int = DEFAULT_ROUNDS,
-                  twins: dict[str, str] | None = None) -> Verification:
-    """Like :func:`verify` for what a TrialSpec cannot describe (whole models): ``time_round(order)`` times
-    every name once, in fresh processes, as (ms, "") or (NaN, why it failed), in :func:`alternating` rounds.
-    A name in ``twins`` is the same build as the name it maps to: it is not timed, its rounds are that one's."""
+def verify_runs(names: list[str], runs: dict[str, RunResult | str], tuned_ms: dict[str, float], study: str,
+                rounds: int, twins: dict[str, str] | None = None) -> Verification:
+    """Like :func:`verify` for what a TrialSpec cannot describe (whole models): each name's run in fresh
+    processes (its placements are its rounds), or why it could not run. A name in ``twins`` is the same
+    build as the name it maps to: it was not timed, its rounds are that one's."""
     twins = twins or {}
-    out = {name: Verified(name, tuned_ms.get(name, math.nan)) for name in names if name not in twins}
-    for _, order in alternating(list(out), rounds):
-        for name, (ms, error) in time_round(order).items():
-            out[name].rounds_ms.append(ms)
-            if error:
-                out[name].errors.append(error[:300])
-    for name, same in twins.items():
-        out[name] = Verified(name, tuned_ms.get(name, math.nan), list(out[same].rounds_ms), list(out[same].errors))
-    return Verification(study, rounds, {name: out[name] for name in names},
-                        notes={name: f"the same build as {same}, timed once a round as {same}" for name, same in twins.items()})
+    out = {}
+    for name in names:
+        run = runs.get(twins.get(name, name), "not timed")
+        if isinstance(run, str):
+            out[name] = _verified(name, tuned_ms.get(name, math.nan), None, run)
+        else:
+            ok = run.status is Status.OK
+            out[name] = _verified(name, tuned_ms.get(name, math.nan),
+                                  placement_values(run.latencies_s, run.placement_sizes, 1e3) if ok else None,
+                                  f"{run.status.value}: {run.error}")
+    return Verification(study, rounds, out,
+                        notes={name: f"the same build as {same}, timed as {same}" for name, same in twins.items()})

@@ -19,14 +19,14 @@ from opbench.hardware.resources import Resources
 from opbench.hardware.targets import make_target
 from opbench.measure.measurer import Measurer
 from opbench.measure.models import export_model, save_inputs
-from opbench.measure.protocol import ModelInput
-from opbench.record import Status, TrialRecord, best_ok, is_ok
+from opbench.measure.protocol import ModelInput, RunResult
+from opbench.record import TrialRecord, best_ok, is_ok
 from opbench.space import Template, get_template
 from opbench.studies.configs import best_config
-from opbench.studies.models.profile import INPUTS, TUNED, median_ms
+from opbench.studies.models.profile import INPUTS, TUNED
 from opbench.studies.models.tune import ModelSpec
 from opbench.studies.models.tuned import TunedOp, apply_database, write_database
-from opbench.studies.verify import Verification, verify_rounds
+from opbench.studies.verify import Verification, verify_runs
 from opbench.workloads import Workload, parse_workload
 from opbench.workloads.fused import model_name
 from opbench.workloads.models import cache
@@ -116,16 +116,11 @@ def build_gpu_model(mod: Any, tuned: list[TunedOp], target: Any, folder: Path) -
 
 def verify_gpu_model(measurer: Measurer, spec: GpuModelTune, built: GpuTunedModel, tuned_row: str, rounds: int
                      ) -> Verification:
-    """The tuned build beside the dlight build and PyTorch eager, each timed on the GPU in fresh processes
-    taking turns, over ``rounds`` alternating rounds (a build that fails is a row saying why)."""
+    """The tuned build beside the dlight build and PyTorch eager, each timed on the GPU in fresh processes,
+    at least ``rounds`` placements each (a build that fails is a row saying why)."""
     gpu, name = Resources(1, target=spec.target), spec.model.model
     runs = {EAGER: ModelInput(name, resources=gpu),
             DLIGHT_ROW: ModelInput(name, library=str(built.dlight), inputs=str(built.inputs), resources=gpu),
             tuned_row: ModelInput(name, library=str(built.tuned), inputs=str(built.inputs), resources=gpu)}
-
-    def time_round(order: list[str]) -> dict[str, tuple[float, str]]:
-        timed = measurer.time_models_fresh([runs[n] for n in order])
-        return {n: (median_ms(run), "" if run.status is Status.OK else f"{run.status.value}: {run.error}")
-                for n, run in zip(order, timed)}
-
-    return verify_rounds(list(runs), time_round, {}, f"{name}-{spec.target}", rounds)
+    timed: dict[str, RunResult | str] = dict(zip(runs, measurer.time_models_fresh(list(runs.values()), placements=rounds)))
+    return verify_runs(list(runs), timed, {}, f"{name}-{spec.target}", rounds)

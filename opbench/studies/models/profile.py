@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from opbench import settings
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
+from opbench.measure.estimate import estimate, placement_values
 from opbench.measure.inprocess import time_primfunc
 from opbench.measure.measurer import Measurer
 from opbench.measure.memory import planned_memory, schedule_memory
@@ -49,9 +49,11 @@ class ModelProfile:
     planned: dict[str, float]  # mem.weights, mem.activations (after Relax's memory planning), mem.largest_workspace
 
 
-def median_ms(run: RunResult) -> float:
-    """A whole-model timing's median ms per run (NaN when it failed)."""
-    return float(np.median(run.latencies_s)) * 1e3 if run.status is Status.OK and run.latencies_s else math.nan
+def estimated_ms(run: RunResult) -> float:
+    """A whole-model timing's estimate, ms per run, over its placements (NaN when it failed)."""
+    if run.status is not Status.OK or not run.latencies_s:
+        return math.nan
+    return estimate(placement_values(run.latencies_s, run.placement_sizes), settings.AGREE).latency_s * 1e3
 
 
 def torch_ms(measurer: Measurer, source: ModelSource, batch: int, seq_len: int, threads: int) -> float:
@@ -59,7 +61,7 @@ def torch_ms(measurer: Measurer, source: ModelSource, batch: int, seq_len: int, 
     PyTorch module: an ONNX model)."""
     if not source.has_module:
         return math.nan
-    return median_ms(measurer.time_models_fresh([ModelInput(source.name, batch, seq_len, resources=Resources(threads))])[0])
+    return estimated_ms(measurer.time_models_fresh([ModelInput(source.name, batch, seq_len, resources=Resources(threads))])[0])
 
 
 def time_built(measurer: Measurer, source: ModelSource, library: Path, inputs: Path, threads: int, what: str
@@ -72,7 +74,7 @@ def time_built(measurer: Measurer, source: ModelSource, library: Path, inputs: P
                            f"(max |err| {run.max_abs_err:.3g})")
     if run.status is not Status.OK:
         raise OpBenchError(f"{source.name}: {what} did not run: {run.error}")
-    return median_ms(run), run.max_abs_err
+    return estimated_ms(run), run.max_abs_err
 
 
 def reference_name(source: ModelSource) -> str:

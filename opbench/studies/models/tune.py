@@ -19,7 +19,7 @@ from opbench.hardware.resources import Resources, set_tvm_threads
 from opbench.hardware.targets import make_target
 from opbench.measure.measurer import Measurer
 from opbench.measure.models import export_model
-from opbench.measure.protocol import ModelInput
+from opbench.measure.protocol import ModelInput, RunResult
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.record import TrialRecord, best_ok, is_ok, tee
@@ -27,11 +27,11 @@ from opbench.space import get_template
 from opbench.studies.configs import best_config
 from opbench.studies.models.eager_ops import profile_built
 from opbench.studies.models.in_model import keep_faster_in_model
-from opbench.studies.models.profile import TUNED, ModelProfile, OpProfile, median_ms, profile_model, time_built
+from opbench.studies.models.profile import TUNED, ModelProfile, OpProfile, profile_model, time_built
 from opbench.studies.models.reuse import ReuseKey, TunedCache
 from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, UNTUNED, prepare_systems
 from opbench.studies.models.tuned import DATABASE_FILES, TunedOp, apply_database, default_op, is_default, prepacked, write_database
-from opbench.studies.verify import BEST, Verification, verify_rounds
+from opbench.studies.verify import BEST, Verification, verify_runs
 from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import study_dir
 from opbench.workloads import Workload, parse_workload
@@ -252,7 +252,7 @@ def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, t
                   study: str, target: Any, folder: Path, trials: int, cache: TunedCache | None, kept_defaults: bool
                   ) -> Verification | None:
     """The tuned build and each of ``spec.systems`` (MetaSchedule with the tuned model's ``trials``), each
-    timed in fresh processes that take turns, in alternating rounds (None with no rounds); a system that
+    timed in fresh processes, at least ``verify_rounds`` placements each (None with no rounds); a system that
     could not be prepared is a row saying why. A tuning that ``kept_defaults`` built the template defaults'
     model: it is timed once a round for both."""
     if spec.verify_rounds < 1:
@@ -263,17 +263,12 @@ def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, t
                                m.threads, target, folder, trials, cache)
     models = {BEST: ModelInput(m.model, library=str(tuned), inputs=str(prof.inputs), resources=Resources(m.threads)),
               **prepared.runs}
-    log.info("verifying: %s in fresh processes, %d alternating rounds", ", ".join(models), spec.verify_rounds)
-
-    def time_round(order: list[str]) -> dict[str, tuple[float, str]]:
-        timed = [name for name in order if name in models]
-        runs = dict(zip(timed, measurer.time_models_fresh([models[name] for name in timed])))
-        return {name: (median_ms(runs[name]), runs[name].error) if name in runs else (math.nan, prepared.failed[name])
-                for name in order}
-
+    log.info("verifying: %s in fresh processes, %d rounds", ", ".join(models), spec.verify_rounds)
+    runs: dict[str, RunResult | str] = {**prepared.failed, **dict(zip(models, measurer.time_models_fresh(
+        list(models.values()), placements=spec.verify_rounds)))}
     measured = {BEST: tuned_ms, UNTUNED: prof.model_ms, EAGER_ROW: prof.torch_ms}
     names = [BEST, *(s for s in spec.systems if s in models or s in twins or s in prepared.failed)]
-    verification = verify_rounds(names, time_round, measured, study, spec.verify_rounds, twins)
+    verification = verify_runs(names, runs, measured, study, spec.verify_rounds, twins)
     verification.notes.update(prepared.notes)
     if cache is not None and cache.note:
         verification.notes[BEST] = cache.note
