@@ -131,3 +131,35 @@ def test_a_fresh_measurement_takes_each_placement_in_a_new_process(monkeypatch):
     monkeypatch.setattr(LocalRunner, "_fresh_worker", fresh)
     (result,) = LocalRunner().run_fresh([RunInput("", MATMUL, TimingPolicy(placements=3))])
     assert result.placements == 3 and len(made) == 3 and all(w.closed for w in made)
+
+
+def test_the_peak_is_measured_once_per_key_and_kept(tmp_path):
+    from opbench.hardware.peak import PeakCache, peak_flops, vector_lanes
+
+    assert vector_lanes(("sse2", "avx", "avx2", "fma")) == 8 and vector_lanes(("avx512f", "avx2")) == 16
+    assert vector_lanes(("neon",)) == 4 and vector_lanes(("avx2",), "float16") == 16
+    assert peak_flops(2, 8, chains=12, iterations=10) == 2 * 2 * 12 * 8 * 10
+    cache, measured = PeakCache(tmp_path / "peaks.json"), []
+    key = PeakCache.key("AuthenticAMD/25.1.1/2c/x", 2, "any", "float32")
+    assert cache.get_or_measure(key, lambda: measured.append(1) or 150.0) == 150.0
+    assert cache.get_or_measure(key, lambda: measured.append(1) or 99.0) == 150.0 and len(measured) == 1  # kept
+    other = PeakCache.key("AuthenticAMD/25.17.0/2c/y", 2, "any", "float32")  # another CPU: measured anew
+    assert cache.get_or_measure(other, lambda: None) is None and key in (tmp_path / "peaks.json").read_text()
+    assert other not in (tmp_path / "peaks.json").read_text()  # a failed measurement is not kept
+    assert (tmp_path / "peaks.json").stat().st_mode & 0o077 == 0
+
+
+def test_peak_frac_divides_by_the_measured_peak_and_is_absent_without_one(measurer, monkeypatch):
+    from opbench.hardware.resources import Resources
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.types import TrialSpec
+    from opbench.workloads import parse_workload
+
+    peak = measurer.peak_gflops(Resources(1))
+    assert peak is not None and peak > 1.0  # measured by its kernel, through the runner
+    assert measurer.peak_gflops(Resources(1)) == peak  # kept: not measured again
+    spec = TrialSpec(parse_workload("matmul:m=64,n=64,k=64"), {}, Resources(1))
+    record = measurer.measure(spec)
+    assert record["peak_frac"] == pytest.approx(record["gflops"] / peak)
+    monkeypatch.setattr(Measurer, "peak_gflops", lambda self, resources, dtype="float32": None)
+    assert "peak_frac" not in measurer.measure(spec) and measurer.measure(spec)["gflops"] > 0

@@ -150,18 +150,6 @@ class HostFacts:
         nan = float("nan")
         return cls(name, "unknown", 0, nan, nan, nan, nan, nan, (), "unknown")
 
-    @property
-    def flops_per_cycle(self) -> int:
-        """fp32 FLOPs per cycle per core: 2 FMA pipes x vector lanes x 2 (AMD runs AVX-512 as 2x256)."""
-        if "avx512f" in self.isa and "AMD" not in self.cpu_model:
-            return 64
-        if "fma" in self.isa and "avx2" in self.isa:
-            return 32
-        return 16 if "avx" in self.isa else 8
-
-    def peak_gflops(self, threads: int) -> float:
-        return self.mhz * 1e-3 * self.flops_per_cycle * min(threads, self.cores or threads)
-
     def features(self) -> dict[str, float]:
         return {
             "feat.host_cores": self.cores, "feat.host_mhz": self.mhz, "feat.l1d_kb": self.l1d_kb,

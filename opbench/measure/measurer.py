@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import shutil
 import time
@@ -15,6 +16,7 @@ from opbench.hardware.cpu_shape import shaped_for
 from opbench.hardware.devices import parse_device
 from opbench.hardware.host_speed import HostSpeed, default_history
 from opbench.hardware.lock import HostLock
+from opbench.hardware.peak import PeakCache, peak_flops, vector_lanes
 from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
 from opbench.hardware.targets import gpu_device_key, is_gpu
 from opbench.measure.baselines import BaselineCache, baseline_key
@@ -22,7 +24,7 @@ from opbench.measure.builder import Built, KeptBuilds, LocalBuilder, build_key, 
 from opbench.measure.corun import CoRunSpec, corun_records
 from opbench.measure.estimate import estimate, placement_values, split
 from opbench.measure.features import FEATURES_VERSION, static_features
-from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, ModelInput, RunInput, RunResult
+from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, ModelInput, PeakInput, RunInput, RunResult
 from opbench.measure.rpc import check_device
 from opbench.measure.runner import LocalRunner, RPCRunner, Runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
@@ -33,6 +35,8 @@ from opbench.paths import build_dir
 from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Status, TrialRecord, knob_value
 from opbench.space import LIBRARY_TEMPLATES, TEMPLATES, Config, get_template
 from opbench.workloads import PRESETS, Workload
+
+log = logging.getLogger(__name__)
 
 
 class Measurer:
@@ -49,6 +53,7 @@ class Measurer:
         self._runners: dict[str, Runner[RunInput, RunResult]] = {LOCAL: self._local}  # device spec -> its runner
         self._dir = str(build_dir())
         self._baselines = BaselineCache()
+        self._peaks = PeakCache()
         self._kept: KeptBuilds | None = None  # while reusing_builds
         self.host = host_facts()
 
@@ -271,6 +276,24 @@ class Measurer:
         timing = self.timing.at_least(placements)
         return self._local.run_fresh([dataclasses.replace(m, timing=timing) for m in models])
 
+    def peak_gflops(self, resources: Resources, dtype: str = "float32") -> float | None:
+        """This host's measured peak for ``resources`` (:mod:`opbench.hardware.peak`): the fastest repeat of the
+        peak kernel's placements, measured once per device key, threads, cores and dtype; None on a GPU or a
+        remote device, or when it could not be measured."""
+        if resources.remote or is_gpu(resources.target):
+            return None
+
+        def measure() -> float | None:
+            timing = TimingPolicy(min_repeat_ms=self.timing.min_repeat_ms)
+            run = self._local.run(PeakInput(dtype, timing, resources))
+            if run.status is not Status.OK:
+                log.warning("the host's peak could not be measured (no peak_frac): %s", run.error)
+                return None
+            return peak_flops(resources.threads, vector_lanes(self.host.isa, dtype)) / min(run.latencies_s) / 1e9
+
+        return self._peaks.get_or_measure(PeakCache.key(self.host.device_key, resources.threads, resources.cores_label,
+                                                        dtype), measure)
+
     @staticmethod
     def _run_input(build: BuildResult, spec: TrialSpec, timing: TimingPolicy) -> RunInput:
         return RunInput(build.artifact or "", spec.workload.spec, timing, spec.resources)
@@ -316,12 +339,13 @@ class Measurer:
                                                         **(run.memory if run is not None else {})}.items()})
         record.set(**spec.tags)
         if run is not None:
-            self._timed(record, run, workload.flops / 1e9, host.peak_gflops(res.threads))
+            peak = self.peak_gflops(res) if run.status is Status.OK else None
+            self._timed(record, run, workload.flops / 1e9, peak)
         record.trial_s = time.perf_counter() - started
         record.finished_at = finished_at  # unix seconds: tuning curves against wall time
         return record
 
-    def _timed(self, record: TrialRecord, run: RunResult, gflop: float, peak_gflops: float) -> None:
+    def _timed(self, record: TrialRecord, run: RunResult, gflop: float, peak_gflops: float | None) -> None:
         """What a run adds to its trial's record: its estimate, interval and placements, its repeats and how
         they were taken."""
         record.run_s, record.device_addr = run.run_s, run.device_addr or None
@@ -336,7 +360,7 @@ class Measurer:
         record.placements, record.placements_agreeing = est.placements, est.agreeing
         record.placement_ms = [v * 1e3 for v in values]
         record.gflops = gflop / (est.latency_s)
-        record.peak_frac = record.gflops / peak_gflops
+        record.peak_frac = record.gflops / peak_gflops if peak_gflops else None
         record.number, record.repeat, record.latencies_ms = run.number, len(run.latencies_s), [t * 1e3 for t in run.latencies_s]
         record.energy_j, record.power_w = run.energy_j, run.power_w
         record.host_wait_s = run.host_wait_s

@@ -55,6 +55,15 @@ class LibraryInput:
     resources: Resources = Resources()
 
 
+@dataclass(frozen=True)
+class PeakInput:
+    """Time the host's peak kernel (:mod:`opbench.hardware.peak`) of ``dtype`` with the resources' threads."""
+
+    dtype: str = "float32"
+    timing: TimingPolicy = field(default_factory=TimingPolicy)
+    resources: Resources = Resources()
+
+
 TVM, EAGER, INDUCTOR, ONNXRUNTIME = "tvm", "eager", "torch.compile", "onnxruntime"  # what runs a whole model
 FRAMEWORKS = (EAGER, INDUCTOR, ONNXRUNTIME)  # run in a library worker: a process that never imports TVM
 

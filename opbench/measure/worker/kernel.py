@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from opbench.measure.protocol import (
     CoRunPrepare,
     CoRunResult,
     ModelInput,
+    PeakInput,
     RemoteConnect,
     RemoteSession,
     RunInput,
@@ -213,13 +215,7 @@ class KernelWorker:
         if self._session is None:
             if self._pristine(req.target):
                 self._inputs_for(req.workload)  # made here once: every child has them
-                result = in_child(lambda: self._run(req))
-                result.pid = os.getpid()
-                return result
-            result = self._run(req)
-            result.kernel_pid = os.getpid()
-            wait_until_idle()  # our pool stops spinning before the timing lock is released
-            return result
+            return self._placed(req.target, lambda: self._run(req))
         try:
             return self._run(req)
         except Exception as exc:
@@ -228,6 +224,46 @@ class KernelWorker:
             self._session = None
             return RunResult(Status.DEVICE_ERROR, f"session to {self._addr} ended during the run (device lost, or "
                                                   f"the kernel crashed its server): {short_error(exc, 400)}")
+
+    def _placed(self, target: str, run: Callable[[], RunResult]) -> RunResult:
+        """``run()`` in a child forked for it (one placement: its own arguments, pages and library mapping) while
+        this process is pristine, else here, its pool idle again before it returns."""
+        if self._pristine(target):
+            result = in_child(run)
+            result.pid = os.getpid()
+            return result
+        result = run()
+        result.kernel_pid = os.getpid()
+        wait_until_idle()  # our pool stops spinning before the timing lock is released
+        return result
+
+    def peak(self, req: PeakInput) -> RunResult:
+        """Time the host's peak kernel for the request's threads (built here, then placed as a kernel run is)."""
+        import numpy as np
+        import tvm
+
+        from opbench.hardware.peak import CHAINS, peak_kernel, vector_lanes
+        from opbench.hardware.resources import host_facts
+        from opbench.hardware.targets import make_target
+
+        threads, lanes = req.resources.threads, vector_lanes(host_facts().isa, req.dtype)
+        module = tvm.compile(tvm.IRModule({"main": peak_kernel(threads, lanes, req.dtype)}), make_target("llvm", threads)).mod
+
+        def timed() -> RunResult:
+            self._pool_here()
+            args = [tvm.runtime.tensor(np.ones((threads, CHAINS, lanes), req.dtype)) for _ in range(2)]
+            main, device = module["main"], tvm.cpu(0)
+            tick = time.perf_counter()
+            main(*args)
+            first_s = time.perf_counter() - tick
+
+            def evaluate(number: int, repeat: int) -> list[float]:
+                return list(module.time_evaluator("main", device, number=number, repeat=repeat)(*args).results)
+
+            latencies, number, load = time_series(req.timing, first_s, lambda: main(*args), evaluate)
+            return RunResult(Status.OK, latencies_s=latencies, number=number, load=load, pid=os.getpid())
+
+        return self._placed("llvm", timed)
 
     def _pristine(self, target: str) -> bool:
         """Whether a CPU run of ``target`` goes to a child forked from this process, which then never runs a
@@ -278,14 +314,7 @@ class KernelWorker:
 
     def model(self, req: ModelInput) -> RunResult:
         """Time a whole model on the Relax VM, in a child forked for the run as a kernel is."""
-        if self._pristine("llvm"):
-            result = in_child(lambda: self._model(req))
-            result.pid = os.getpid()
-            return result
-        result = self._model(req)
-        result.kernel_pid = os.getpid()
-        wait_until_idle()
-        return result
+        return self._placed("llvm", lambda: self._model(req))
 
     def _model(self, req: ModelInput) -> RunResult:
         self._pool_here()

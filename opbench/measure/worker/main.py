@@ -21,6 +21,7 @@ from opbench.measure.protocol import (
     CoRunResult,
     LibraryInput,
     ModelInput,
+    PeakInput,
     RemoteConnect,
     RemoteSession,
     RunInput,
@@ -38,7 +39,7 @@ def handlers_for(role: str, cores: tuple[int, ...] | None, threads: int) -> dict
         library = LibraryWorker(cores, threads)
         return {LibraryInput: library.library, ModelInput: library.model}
     worker = KernelWorker(cores, threads)
-    return {BuildInput: worker.build, RunInput: worker.run, ModelInput: worker.model,
+    return {BuildInput: worker.build, RunInput: worker.run, ModelInput: worker.model, PeakInput: worker.peak,
             CoRunPrepare: worker.corun_prepare, CoRunGo: worker.corun_go, RemoteConnect: worker.connect}
 
 

@@ -1,0 +1,87 @@
+"""The host's measured peak, what ``peak_frac`` divides by (docs/measurement.md#peak).
+
+Nominal peaks are guesses: /proc/cpuinfo's MHz is the base clock, not the boost one, and how wide a core
+runs a vector (AMD Zen 4 halves AVX-512, Zen 5 does not) differs from generation to generation, so a fast
+kernel read up to 1.5x "peak". The peak here is measured: independent chains of vector FMAs, one thread per
+core of the run, as many chains as hide the FMA latency on every core we know, and the fastest repeat of
+them counts. It is measured once per device key, threads, cores and dtype, through the runner as any kernel
+is, and kept in a private file.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from opbench.paths import user_runtime_dir, write_private
+
+PEAKS_FILE = "peaks.json"
+CHAINS = 12  # independent accumulators a thread keeps: 2 FMA pipes x a latency of 4-6 cycles, with room
+ITERATIONS = 100_000  # FMA rounds of a call: ~0.2 ms a thread at 100 GFLOP/s
+LANE_BYTES = {"avx512f": 64, "avx2": 32, "avx": 32}  # vector width by the widest ISA flag present (else 16: SSE, NEON)
+
+
+def vector_lanes(isa: tuple[str, ...], dtype: str = "float32") -> int:
+    """Lanes of ``dtype`` in the host's widest vector register."""
+    width = next((bytes_ for flag, bytes_ in LANE_BYTES.items() if flag in isa), 16)
+    return width // {"float32": 4, "float16": 2}[dtype]
+
+
+def peak_flops(threads: int, lanes: int, chains: int = CHAINS, iterations: int = ITERATIONS) -> float:
+    """FLOPs of one call of :func:`peak_kernel`: a multiply and an add per lane, chain, round and thread."""
+    return 2.0 * threads * chains * lanes * iterations
+
+
+def peak_kernel(threads: int, lanes: int, dtype: str = "float32", chains: int = CHAINS,
+                iterations: int = ITERATIONS) -> Any:
+    """A PrimFunc whose every thread runs ``chains`` independent FMA chains of ``lanes``-wide vectors in
+    registers; its inputs seed them and its output keeps them live."""
+    from tvm.script import tirx as T
+
+    shape = (threads, chains, lanes)
+
+    @T.prim_func
+    def main(seed: T.Buffer(shape, dtype), out: T.Buffer(shape, dtype)) -> None:  # type: ignore[valid-type]
+        acc = T.alloc_buffer(shape, dtype, scope="local")
+        for t in T.parallel(threads):
+            for c in T.unroll(chains):
+                for lane in T.vectorized(lanes):
+                    acc[t, c, lane] = seed[t, c, lane]
+            for _ in range(iterations):
+                for c in T.unroll(chains):
+                    for lane in T.vectorized(lanes):
+                        acc[t, c, lane] = acc[t, c, lane] * T.Cast(dtype, 0.999999) + T.Cast(dtype, 1e-7)
+            for c in T.unroll(chains):
+                for lane in T.vectorized(lanes):
+                    out[t, c, lane] = acc[t, c, lane]
+
+    return main
+
+
+class PeakCache:
+    """Measured peaks (GFLOP/s) of this user's hosts by device key, threads, cores and dtype, in a private file."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or user_runtime_dir() / PEAKS_FILE
+
+    @staticmethod
+    def key(device_key: str, threads: int, cores: str, dtype: str) -> str:
+        return f"{device_key}|{threads}|{cores}|{dtype}"
+
+    def get_or_measure(self, key: str, measure: Callable[[], float | None]) -> float | None:
+        """The peak kept under ``key``, else ``measure()``'s, kept when it succeeded (None: it did not)."""
+        known = self._load().get(key)
+        if isinstance(known, (int, float)) and known > 0:
+            return float(known)
+        peak = measure()
+        if peak is not None and peak > 0:
+            write_private(self.path, json.dumps({**self._load(), key: peak}).encode())
+        return peak
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            loaded = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return loaded if isinstance(loaded, dict) else {}
