@@ -38,16 +38,18 @@ from _results import Results
 
 from opbench.engines.loop import template_check, valid_proposals
 from opbench.engines.simple import RandomEngine
+from opbench.hardware.lock import DEFAULT_LOCK, HostLock
 from opbench.hardware.quiet import wait_until_idle
 from opbench.hardware.resources import Resources, set_tvm_threads
-from opbench.measure.builder import discard
 from opbench.measure.estimate import placement_value
 from opbench.measure.measurer import Measurer
+from opbench.measure.protocol import RunInput, RunResult
+from opbench.measure.runner.local import LocalRunner
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.measure.worker._common import time_series
 from opbench.measure.worker.kernel import KernelWorker, LoadedKernel
-from opbench.record import is_ok
+from opbench.record import Status, is_ok
 from opbench.report.progress import table
 from opbench.space import get_template
 from opbench.workloads import parse_workload
@@ -61,46 +63,50 @@ ONE_PLACEMENT = TimingPolicy(placements=1, max_placements=1)
 
 def cause(name: str, samples: int, resources: Resources, rng: random.Random) -> dict[str, list[float]]:
     """``samples`` latencies (ms, one placement's value each) of the workload's template default per condition,
-    the conditions' samples in one random order."""
+    the conditions' samples in one random order; the kernel built once."""
     spec = TrialSpec(parse_workload(name), {}, resources)
     os.environ.update(resources.worker_env())  # this process's pool as a worker's, before TVM starts it
     here = KernelWorker(resources.cores, resources.threads)
     set_tvm_threads(resources.threads)
-    with Measurer(MeasureOptions(ONE_PLACEMENT, build_workers=1)) as measurer, \
-            Measurer(MeasureOptions(replace(ONE_PLACEMENT, cache_flush=True))) as flushing:
-        measurer.warm_up(resources)
-        flushing.warm_up(resources)
-        built = measurer.build([spec])[0][2]
-        artifact = built.artifact or ""
-        kept = _loaded(here, artifact, name)
+    runner = LocalRunner(lock=HostLock(DEFAULT_LOCK))
+    measurer = Measurer(MeasureOptions(ONE_PLACEMENT, build_workers=1))  # its build folder lives until closed
+    built = measurer.build([spec])[0][2]
+    artifact = built.artifact or ""
+    kept = _loaded(here, artifact, name)
+    runs = {flush: RunInput(artifact, spec.workload.spec, replace(ONE_PLACEMENT, cache_flush=flush), resources)
+            for flush in (False, True)}
 
-        def in_here(kernel: Callable[[], LoadedKernel]) -> float:
-            loaded = kernel()
-            main = loaded.module["main"]
-            import tvm
+    def in_here(kernel: Callable[[], LoadedKernel]) -> float:
+        import tvm
 
-            def evaluate(number: int, repeat: int) -> list[float]:
-                return list(loaded.module.time_evaluator("main", tvm.cpu(0), number=number, repeat=repeat)(*loaded.args).results)
-            latencies, _, _ = time_series(ONE_PLACEMENT, loaded.first_s, lambda: main(*loaded.args), evaluate)
-            wait_until_idle()  # this process's pool stops spinning before the next condition runs
-            return placement_value(latencies) * 1e3
+        loaded = kernel()
+        main = loaded.module["main"]
 
-        def record_ms(record) -> float:
-            return record["latency_ms"] if is_ok(record) else math.nan
+        def evaluate(number: int, repeat: int) -> list[float]:
+            return list(loaded.module.time_evaluator("main", tvm.cpu(0), number=number, repeat=repeat)(*loaded.args).results)
+        latencies, _, _ = time_series(ONE_PLACEMENT, loaded.first_s, lambda: main(*loaded.args), evaluate)
+        wait_until_idle()  # this process's pool stops spinning before the next condition runs
+        return placement_value(latencies) * 1e3
 
-        take: dict[str, Callable[[], float]] = {
-            "time": lambda: in_here(lambda: kept),
-            "buffers": lambda: in_here(lambda: _loaded(here, artifact, name)),
-            "child": lambda: record_ms(measurer.measure(spec)),
-            "process": lambda: record_ms(measurer.measure_fresh([spec])[0]),
-            "child, cache flushed": lambda: record_ms(flushing.measure(spec)),
-        }
-        order = [c for c in CONDITIONS for _ in range(samples)]
-        rng.shuffle(order)
-        out: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    def run_ms(run: RunResult) -> float:
+        return placement_value(run.latencies_s) * 1e3 if run.status is Status.OK else math.nan
+
+    take: dict[str, Callable[[], float]] = {
+        "time": lambda: in_here(lambda: kept),
+        "buffers": lambda: in_here(lambda: _loaded(here, artifact, name)),
+        "child": lambda: run_ms(runner.run(runs[False])),
+        "process": lambda: run_ms(runner.run_fresh([runs[False]])[0]),
+        "child, cache flushed": lambda: run_ms(runner.run(runs[True])),
+    }
+    order = [c for c in CONDITIONS for _ in range(samples)]
+    rng.shuffle(order)
+    out: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    try:
         for condition in order:
             out[condition].append(take[condition]())
-        discard(built)
+    finally:
+        runner.close()
+        measurer.close()
     return out
 
 
@@ -174,7 +180,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=8, help="samples of each condition in the cause experiment")
     parser.add_argument("--configs", type=int, default=5, help="random configs per workload beside the default")
-    parser.add_argument("--processes", type=int, default=5, help="separate processes measuring each config")
+    parser.add_argument("--processes", type=int, default=5, help="separate processes measuring each config (0: skip part 2)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-cause", action="store_true")
@@ -192,6 +198,9 @@ def main() -> None:
                       "and as a share of the new-process variance (the conditions nest: time; + buffers; + a forked "
                       "child; + a new process)")
         results.table(table(rows, ["workload", "condition", "median ms", "max/min", "var x1e4", "% of process var"]))
+    if args.processes < 2:
+        results.save()
+        return
     records: dict[tuple[str, int], list[dict]] = {}
     for i, name in enumerate(TARGET_WORKLOADS):
         seed = args.seed + i

@@ -48,14 +48,30 @@ def lock_wait_s() -> float:
     return _number("OPBENCH_LOCK_WAIT_S", 900.0)
 
 
+ISOLATIONS = ("layout", "huge-pages")  # what OPBENCH_ISOLATION names, all on by default
+
+
+def isolation() -> frozenset[str]:
+    """The isolations worker processes apply (``$OPBENCH_ISOLATION``: comma-separated, ``none`` for none):
+    ``layout``, one address-space layout without randomisation; ``huge-pages``, large arguments on huge pages
+    (docs/measurement.md)."""
+    text = os.environ.get("OPBENCH_ISOLATION")
+    if text is None or text == "":
+        return frozenset(ISOLATIONS)
+    named = {part.strip() for part in text.split(",")} - {"none"}
+    if unknown := named - set(ISOLATIONS):
+        raise OpBenchError(f"$OPBENCH_ISOLATION names {', '.join(sorted(unknown))}; it takes {', '.join(ISOLATIONS)} or none")
+    return frozenset(named)
+
+
 def fixed_layout() -> bool:
-    """Whether worker processes run without address-space randomisation (``OPBENCH_FIXED_LAYOUT=0`` turns it off)."""
-    return os.environ.get("OPBENCH_FIXED_LAYOUT", "1") != "0"
+    """Whether worker processes run without address-space randomisation."""
+    return "layout" in isolation()
 
 
 def huge_args() -> bool:
-    """Whether large kernel arguments go to huge pages (``OPBENCH_HUGE_ARGS=0`` turns it off)."""
-    return os.environ.get("OPBENCH_HUGE_ARGS", "1") != "0"
+    """Whether large kernel arguments go to huge pages."""
+    return "huge-pages" in isolation()
 
 
 REMOVED = {  # variables of earlier releases, now an error when set: what replaced each
@@ -65,14 +81,18 @@ REMOVED = {  # variables of earlier releases, now an error when set: what replac
     "OPBENCH_SPELL_WAIT_S": "a run in a spell is no longer taken again: it is one placement of several",
     "OPBENCH_EXTRA_TURNS": "turns are gone: a trial takes placements until its fastest agree (--max-placements)",
     "OPBENCH_PROBE_WARM_MS": "the host-speed probe's warm-up is fixed",
+    "OPBENCH_FIXED_LAYOUT": "OPBENCH_ISOLATION names the isolations: OPBENCH_ISOLATION=huge-pages keeps the rest",
+    "OPBENCH_HUGE_ARGS": "OPBENCH_ISOLATION names the isolations: OPBENCH_ISOLATION=layout keeps the rest",
 }
 
 
-def check_removed() -> None:
-    """Refuse a variable this release no longer reads, naming what replaced it (docs/measurement.md)."""
+def check_environment() -> None:
+    """Refuse a variable this release no longer reads, naming what replaced it (docs/measurement.md), and a
+    malformed one that only worker processes read (they would fail to start)."""
     for name, why in REMOVED.items():
         if os.environ.get(name):
             raise OpBenchError(f"${name} is no longer read ({why}); unset it (docs/measurement.md)")
+    isolation()
 
 
 def _number(name: str, default: float, integer: bool = False) -> float:

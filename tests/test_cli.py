@@ -101,6 +101,10 @@ def test_a_malformed_or_removed_setting_in_the_environment_is_named(monkeypatch,
     monkeypatch.setenv("OPBENCH_SPELL_RERUNS", "1")  # an earlier release's: refused, not ignored
     assert main(["measure", "matmul:m=8,n=8,k=8"]) == 2
     assert "$OPBENCH_SPELL_RERUNS is no longer read (a run in a spell is no longer taken again" in capsys.readouterr().err
+    monkeypatch.delenv("OPBENCH_SPELL_RERUNS")
+    monkeypatch.setenv("OPBENCH_ISOLATION", "layout,pinning")
+    assert main(["measure", "matmul:m=8,n=8,k=8"]) == 2
+    assert "$OPBENCH_ISOLATION names pinning; it takes layout, huge-pages or none" in capsys.readouterr().err
 
 
 def test_the_generated_references_are_current(tmp_path):

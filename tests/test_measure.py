@@ -161,7 +161,7 @@ def test_large_kernel_arguments_start_on_a_huge_page_boundary(monkeypatch):
         start = kept.ctypes.data
         assert -(-(start + 4 * size) // placement.HUGE_PAGE_BYTES) * placement.HUGE_PAGE_BYTES <= _mapping_end(start)
     assert np.array_equal(np.from_dlpack(placement.on_huge_pages_copy(small)), small)
-    monkeypatch.setenv("OPBENCH_HUGE_ARGS", "0")  # off: where TVM puts it
+    monkeypatch.setenv("OPBENCH_ISOLATION", "layout")  # huge pages off: where TVM puts it
     assert np.array_equal(np.from_dlpack(placement.on_huge_pages_copy(big)), big)
 
 
@@ -195,7 +195,7 @@ def test_workers_run_with_one_address_space_layout_unless_told_not_to(monkeypatc
     from opbench.measure.worker.layout import ADDR_NO_RANDOMIZE
 
     assert _in_worker(_personality) & ADDR_NO_RANDOMIZE
-    monkeypatch.setenv("OPBENCH_FIXED_LAYOUT", "0")
+    monkeypatch.setenv("OPBENCH_ISOLATION", "huge-pages")  # no fixed layout
     assert not _in_worker(_personality) & ADDR_NO_RANDOMIZE
 
 
@@ -319,7 +319,7 @@ def test_workers_map_a_large_block_on_its_own_whatever_they_freed_before(monkeyp
         return out.stdout.strip() == "2"
 
     assert mapped()
-    monkeypatch.setenv("OPBENCH_FIXED_LAYOUT", "0")  # glibc's own threshold: the 512 KB block comes from the heap
+    monkeypatch.setenv("OPBENCH_ISOLATION", "none")  # glibc's own threshold: the 512 KB block comes from the heap
     assert not mapped()
 
 

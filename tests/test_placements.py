@@ -23,6 +23,13 @@ def test_a_slow_placement_is_not_the_estimate_and_the_interval_holds_the_fast_mo
     assert est.half_width <= 0.03  # at most ``agree`` when placements agree
 
 
+def test_placements_slower_than_the_mode_widen_the_interval_to_their_median():
+    est = estimate([1.0, 1.01, 1.3, 1.4, 1.5], agree=0.03)  # the host slowed for three of five placements
+    assert est.latency_s == pytest.approx(1.005) and est.agreeing == 2
+    assert est.hi_s == pytest.approx(1.3 * 1.015) and est.lo_s == pytest.approx(0.985)
+    assert estimate([1.0, 1.01, 1.3], agree=0.03).hi_s == pytest.approx(1.01 * 1.015)  # the median is in the mode
+
+
 def test_a_lone_fast_placement_is_left_out_and_disagreeing_placements_give_a_wide_interval():
     assert fast_mode([0.80, 1.00, 1.01, 1.3], agree=0.03) == [1.00, 1.01]  # a fast spell alone is no mode
     est = estimate([1.0, 1.2, 1.5], agree=0.03)
@@ -149,14 +156,17 @@ def test_the_peak_is_measured_once_per_key_and_kept(tmp_path):
     assert (tmp_path / "peaks.json").stat().st_mode & 0o077 == 0
 
 
-def test_peak_frac_divides_by_the_measured_peak_and_is_absent_without_one(measurer, monkeypatch):
+def test_peak_frac_divides_by_the_measured_peak_and_is_absent_without_one(measurer, monkeypatch, tmp_path):
+    from opbench.hardware.peak import PeakCache
     from opbench.hardware.resources import Resources
     from opbench.measure.measurer import Measurer
     from opbench.measure.types import TrialSpec
     from opbench.workloads import parse_workload
 
+    monkeypatch.setattr(measurer, "_peaks", PeakCache(tmp_path / "peaks.json"))  # nothing known yet
     peak = measurer.peak_gflops(Resources(1))
-    assert peak is not None and peak > 1.0  # measured by its kernel, through the runner
+    assert peak is not None and peak > 1.0  # measured by its kernel, in a kernel worker, through the runner
+    assert str(peak) in (tmp_path / "peaks.json").read_text()
     assert measurer.peak_gflops(Resources(1)) == peak  # kept: not measured again
     spec = TrialSpec(parse_workload("matmul:m=64,n=64,k=64"), {}, Resources(1))
     record = measurer.measure(spec)

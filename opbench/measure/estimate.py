@@ -3,9 +3,10 @@
 A placement is one independent setting of a kernel in memory: a process forked for the run with its own
 arguments and code mapping on this host, a fresh allocation on a GPU or a board. Its value is the median of
 its repeats. Timing noise mostly adds delay, so the estimate is the median of the fastest placements that
-agree within ``agree`` (the fast mode); the interval spans them, widened by ``agree`` / 2 each way (so its
-half-width is at most ``agree``). Placements that never agree give the median of all, with an interval from
-the fastest to the slowest.
+agree within ``agree`` (the fast mode); the interval spans them, up to the median of all placements where that
+is slower (their host changed while they were taken, and another process may find it so), widened by
+``agree`` / 2 each way. Placements that never agree give the median of all, with an interval from the fastest
+to the slowest.
 """
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def estimate(values: Sequence[float], agree: float) -> Estimate:
     mode = fast_mode(values, agree)
     kept = mode or sorted(values)
     margin = agree / 2
-    return Estimate(statistics.median(kept), kept[0] * (1 - margin), kept[-1] * (1 + margin), len(values), len(mode))
+    high = max(kept[-1], statistics.median(values))  # placements slower than the mode witnessed a host that changes
+    return Estimate(statistics.median(kept), kept[0] * (1 - margin), high * (1 + margin), len(values), len(mode))
 
 
 def wants_placement(values: Sequence[float], agree: float, least: int, most: int) -> bool:

@@ -22,13 +22,12 @@ from opbench.hardware.targets import gpu_device_key, is_gpu
 from opbench.measure.baselines import BaselineCache, baseline_key
 from opbench.measure.builder import Built, KeptBuilds, LocalBuilder, build_key, discard
 from opbench.measure.corun import CoRunSpec, corun_records
-from opbench.measure.estimate import estimate, placement_values, split
 from opbench.measure.features import FEATURES_VERSION, static_features
 from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, ModelInput, PeakInput, RunInput, RunResult
 from opbench.measure.rpc import check_device
 from opbench.measure.runner import LocalRunner, RPCRunner, Runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
-from opbench.measure.series import latency_stats
+from opbench.measure.series import add_run
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.paths import build_dir
@@ -43,7 +42,7 @@ class Measurer:
     """Measures trials in persistent workers. Use as a context manager so workers are stopped."""
 
     def __init__(self, options: MeasureOptions | None = None) -> None:
-        settings.check_removed()
+        settings.check_environment()
         self.options = options or MeasureOptions()
         lock = HostLock(self.options.lock_path)
         self._builder = LocalBuilder(self.options.build_workers, self.options.build_timeout_s, lock)
@@ -340,29 +339,7 @@ class Measurer:
         record.set(**spec.tags)
         if run is not None:
             peak = self.peak_gflops(res) if run.status is Status.OK else None
-            self._timed(record, run, workload.flops / 1e9, peak)
+            add_run(record, run, self.timing, workload.flops / 1e9, peak)
         record.trial_s = time.perf_counter() - started
         record.finished_at = finished_at  # unix seconds: tuning curves against wall time
         return record
-
-    def _timed(self, record: TrialRecord, run: RunResult, gflop: float, peak_gflops: float | None) -> None:
-        """What a run adds to its trial's record: its estimate, interval and placements, its repeats and how
-        they were taken."""
-        record.run_s, record.device_addr = run.run_s, run.device_addr or None
-        if run.max_abs_err == run.max_abs_err:
-            record.max_abs_err = run.max_abs_err
-        if run.status is not Status.OK:
-            return
-        values = placement_values(run.latencies_s, run.placement_sizes)
-        est = estimate(values, self.timing.agree)
-        record.set(**latency_stats(split(run.latencies_s, run.placement_sizes)), **run.load)
-        record.latency_ms, record.latency_lo_ms, record.latency_hi_ms = est.latency_s * 1e3, est.lo_s * 1e3, est.hi_s * 1e3
-        record.placements, record.placements_agreeing = est.placements, est.agreeing
-        record.placement_ms = [v * 1e3 for v in values]
-        record.gflops = gflop / (est.latency_s)
-        record.peak_frac = record.gflops / peak_gflops if peak_gflops else None
-        record.number, record.repeat, record.latencies_ms = run.number, len(run.latencies_s), [t * 1e3 for t in run.latencies_s]
-        record.energy_j, record.power_w = run.energy_j, run.power_w
-        record.host_wait_s = run.host_wait_s
-        record.cache_flush, record.worker_pid = int(self.timing.cache_flush), run.pid
-        record.kernel_pid = run.kernel_pid or None

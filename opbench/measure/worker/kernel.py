@@ -29,6 +29,7 @@ from opbench.measure.worker._common import FLUSH_BYTES, Inputs, short_error, tim
 from opbench.measure.worker.fork import in_child
 from opbench.measure.worker.layout import fixed_mmap_threshold
 from opbench.measure.worker.model import time_model
+from opbench.measure.worker.peak import peak_timer
 from opbench.measure.worker.placement import argument_placement
 from opbench.record import Status
 
@@ -239,31 +240,7 @@ class KernelWorker:
 
     def peak(self, req: PeakInput) -> RunResult:
         """Time the host's peak kernel for the request's threads (built here, then placed as a kernel run is)."""
-        import numpy as np
-        import tvm
-
-        from opbench.hardware.peak import CHAINS, peak_kernel, vector_lanes
-        from opbench.hardware.resources import host_facts
-        from opbench.hardware.targets import make_target
-
-        threads, lanes = req.resources.threads, vector_lanes(host_facts().isa, req.dtype)
-        module = tvm.compile(tvm.IRModule({"main": peak_kernel(threads, lanes, req.dtype)}), make_target("llvm", threads)).mod
-
-        def timed() -> RunResult:
-            self._pool_here()
-            args = [tvm.runtime.tensor(np.ones((threads, CHAINS, lanes), req.dtype)) for _ in range(2)]
-            main, device = module["main"], tvm.cpu(0)
-            tick = time.perf_counter()
-            main(*args)
-            first_s = time.perf_counter() - tick
-
-            def evaluate(number: int, repeat: int) -> list[float]:
-                return list(module.time_evaluator("main", device, number=number, repeat=repeat)(*args).results)
-
-            latencies, number, load = time_series(req.timing, first_s, lambda: main(*args), evaluate)
-            return RunResult(Status.OK, latencies_s=latencies, number=number, load=load, pid=os.getpid())
-
-        return self._placed("llvm", timed)
+        return self._placed("llvm", peak_timer(req, self._pool_here))
 
     def _pristine(self, target: str) -> bool:
         """Whether a CPU run of ``target`` goes to a child forked from this process, which then never runs a

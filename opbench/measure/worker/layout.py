@@ -21,7 +21,7 @@ def fixed_layout() -> None:
     """Re-execute this process with address-space randomisation off and its arguments and environment
     padded to one size, so a kernel finds its stack (to the byte), heap and libraries where every other
     worker's found them (docs/measurement.md#layout). Runs on where it cannot (not Linux, the kernel
-    refuses, or ``OPBENCH_FIXED_LAYOUT=0``)."""
+    refuses, or ``$OPBENCH_ISOLATION`` leaves out ``layout``)."""
     if sys.platform != "linux" or not settings.fixed_layout():
         return
     libc = ctypes.CDLL(None, use_errno=True)
@@ -50,7 +50,7 @@ def _stack_padding() -> int | None:
 @functools.cache
 def fixed_mmap_threshold() -> None:
     """Fix malloc's mmap threshold (glibc raises it as large blocks are freed), so a kernel's large workspace
-    is mapped on its own whatever this process freed before (``OPBENCH_FIXED_LAYOUT=0``: glibc's way). For
+    is mapped on its own whatever this process freed before (without the ``layout`` isolation: glibc's way). For
     processes that time kernels only: code that allocates large blocks on every call (PyTorch eager) would
     map and fault them in each time. Once per process."""
     if sys.platform == "linux" and settings.fixed_layout():

@@ -29,7 +29,7 @@ def argument_placement(dev: Any, on_huge_pages: bool) -> tuple[Place, Empty]:
 
 def on_huge_pages_copy(array: Any) -> Any:
     """A CPU tensor holding a copy of ``array``, on transparent huge pages from a 2 MB boundary when it is
-    at least :data:`HUGE_PAGE_MIN_BYTES` (``$OPBENCH_HUGE_ARGS=0``: where TVM puts it). Its mapping spans
+    at least :data:`HUGE_PAGE_MIN_BYTES` (without the ``huge-pages`` isolation: where TVM puts it). Its mapping spans
     whole huge pages: a page the mapping ends inside stays on 4 KB pages."""
     import numpy as np
     import tvm
