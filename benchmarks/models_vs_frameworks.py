@@ -39,12 +39,13 @@ from _ceiling import ceiling_line, gemm_ceiling
 from _results import Results
 
 from opbench.engines.registry import EngineSpec
+from opbench.hardware.resources import Resources
+from opbench.measure.measurer import Measurer
 from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME
-from opbench.measure.types import MeasureOptions
 from opbench.paths import tuned_models_dir
 from opbench.report.progress import table
 from opbench.studies.claims import spread_text
-from opbench.studies.models.eager_ops import OTHER, match, ours, profile_built, profile_eager
+from opbench.studies.models.eager_ops import OTHER, match, ours, profile_eager
 from opbench.studies.models.profile import INPUTS, TUNED
 from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, FRAMEWORK_ROWS, METASCHEDULE
 from opbench.studies.models.tune import ModelSpec, ModelTuneResult, ModelTuneSpec, tune_model
@@ -91,7 +92,8 @@ def main() -> None:
         assert verified is not None, "--rounds must be >= 1: every number printed here is verified"
         rows += model_rows(model, verified, footnotes)
         ops = cache.extract(model, 1, 128)[0]
-        built = profile_built(result.database / TUNED, result.database / INPUTS, args.threads, MeasureOptions().lock_path)
+        with Measurer() as measurer:
+            built = measurer.profile_models([(result.database / TUNED, result.database / INPUTS)], Resources(args.threads))[0]
         verdicts += targets(model, verified) + of_ceiling(model, ops, result, built, ceiling)
         split += where_time_goes(model, ops, built, args.threads)
         walls.append(f"{model} {(time.monotonic() - model_started) / 60:.1f}")

@@ -213,10 +213,13 @@ def main() -> None:
             taken.append(measure_in_new_process(name, taken[0]["config"], args.threads))
     for taken in records.values():
         taken.pop(0)
+    failures = [f"{name} config {index}: {r.get('status')}: {str(r.get('error', ''))[-200:]}"
+                for (name, index), taken in records.items() for r in taken if not is_ok(r)]
     rows, ratios, hits, widths = target_rows(records)
     results.print(f"\n2. Each config in {args.processes} separate `opbench measure` processes, round-robin")
     results.table(table(rows, ["workload", "config", "ok", "median ms", "max/min", "intervals hold", "half-width % (median)",
                                "peak_frac max"]))
+    results.print("".join(f"\nfailed: {line}" for line in failures))
     share = sum(r <= 1.06 for r in ratios) / max(1, len(ratios))
     held = sum(hits) / max(1, len(hits))
     verdicts = [(f"max/min <= 1.06 for 90% of configs >= 50 us ({100 * share:.0f}%)", share >= 0.9),

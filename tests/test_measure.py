@@ -346,21 +346,31 @@ def test_cpu_runs_fork_until_the_worker_runs_a_kernel_itself():
     assert not worker._pristine("llvm")
 
 
-def test_in_process_model_timings_wait_for_the_host_lock(tmp_path):
-    """model-ops and tune-model time operators and whole models in-process: under the host lock, as every
-    timed run (before, they ran beside other processes' timed runs)."""
+def test_a_models_operator_is_timed_in_a_worker_under_the_lock_with_placements(tmp_path):
+    """model-ops and tune-model time operators compiled alone through the runner: in a kernel worker's child per
+    placement, under the host lock, never in the study's own process."""
     from tvm import te
 
     from opbench.hardware.lock import HostLock, LockTimeout
-    from opbench.measure.inprocess import time_primfunc
+    from opbench.hardware.targets import make_target
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.types import MeasureOptions
 
     a = te.placeholder((16, 16), name="A")
     b = te.compute((16, 16), lambda i, j: a[i, j] * 2.0, name="B")
     func = te.create_prim_func([a, b])
-    lock = HostLock(tmp_path / "timing.lock", wait_s=0.5)
-    with HostLock(tmp_path / "timing.lock").exclusive(), pytest.raises(LockTimeout):
-        time_primfunc(func, "llvm", repeat=1, lock=lock)  # another process's timed run holds the host
-    assert time_primfunc(func, "llvm", repeat=1, lock=lock) > 0  # free: it times
+    lock_path = tmp_path / "timing.lock"
+    with Measurer(MeasureOptions(lock_path=lock_path)) as measurer:
+        measurer._lock.wait_s = 0.5
+        with HostLock(lock_path).exclusive(), pytest.raises(LockTimeout):
+            measurer.time_primfunc(func, "llvm", Resources(1))  # another process's timed run holds the host
+        assert measurer.time_primfunc(func, make_target("llvm", 1), Resources(1)) > 0  # free: it times
+
+        class Unparsable:
+            def script(self):
+                return "not TVMScript"
+
+        assert math.isnan(measurer.time_primfunc(Unparsable(), "llvm", Resources(1)))  # a failed run, not a dead study
 
 
 def _worker_children() -> set[int]:

@@ -12,6 +12,7 @@ import pytest
 
 import mlflow
 from opbench.exceptions import OpBenchError
+from opbench.hardware.resources import Resources
 from opbench.record import TrialRecord
 from opbench.tracking import read_mlflow
 from opbench.workloads.models.extract import anchor_kind
@@ -449,18 +450,20 @@ def bert_tiny(tmp_path_factory):
         return built, export_model(built, target, folder / f"{name}.so")
 
     return SimpleNamespace(ops=ops, matmuls=matmuls, schedule=schedule, build=build,
-                           inputs=save_inputs(source.numpy_inputs(), folder / "inputs.npz"), lock=folder / "lock")
+                           inputs=save_inputs(source.numpy_inputs(), folder / "inputs.npz"))
 
 
 @pytest.mark.xdist_group("bert-tiny")
-def test_a_built_models_operators_are_timed_call_by_call_inside_it(bert_tiny):
-    from opbench.studies.models.eager_ops import ours, profile_built
+def test_a_built_models_operators_are_timed_call_by_call_inside_it_in_a_worker(bert_tiny, measurer):
+    from opbench.studies.models.eager_ops import ours
     from opbench.studies.models.tuned import prepacked
 
     ops = bert_tiny.ops
     built, library = bert_tiny.build([bert_tiny.schedule(name) for name in bert_tiny.matmuls], "defaults")
     assert prepacked(built)  # the template defaults: weights prepacked
-    per_run = profile_built(library, bert_tiny.inputs, 1, bert_tiny.lock)
+    per_run, failed = measurer.profile_models([(library, bert_tiny.inputs), (Path("missing.so"), bert_tiny.inputs)],
+                                              Resources(1))
+    assert failed == {}  # a build that cannot load: no profile, not a dead study
     anchors = {op.name for op in ops if op.kind in ("matmul", "softmax", "layer_norm")}
     assert anchors <= set(per_run)  # a prepacked operator under its own name (a plain reshape is no kernel)
     assert all(ms > 0 for ms in per_run.values()) and not any(n.endswith("_prepacked") for n in per_run)
@@ -477,12 +480,11 @@ def _poor(schedule, name):
 
 
 @pytest.mark.xdist_group("bert-tiny")
-def test_a_tuned_schedule_slower_inside_the_model_than_its_default_gives_way_to_it(bert_tiny):
+def test_a_tuned_schedule_slower_inside_the_model_than_its_default_gives_way_to_it(bert_tiny, measurer):
     """Real builds profiled inside the model: an operator whose tuned schedule is the slower one there goes
     back to its default, one whose default is the slower keeps its tuned schedule, and the rest are untouched.
     The two operators' times come from the profile of the real build, set by which schedule is the poor one
     there: a busy host can reorder real timings of a model this small."""
-    from opbench.studies.models.eager_ops import profile_built
     from opbench.studies.models.in_model import keep_faster_in_model
     from opbench.studies.models.tuned import is_default
 
@@ -500,11 +502,14 @@ def test_a_tuned_schedule_slower_inside_the_model_than_its_default_gives_way_to_
 
     tuned = bert_tiny.build(list(chosen.values()), "tuned")[1]
 
-    def profile(library, runs):
-        measured = profile_built(library, bert_tiny.inputs, 1, bert_tiny.lock, runs)
-        assert {first, second} <= set(measured)  # both operators timed under their own names in either build
-        poor = first if library == tuned else second
-        return {**measured, first: 1.0, second: 1.0, poor: 10.0}
+    def profile(libraries, runs):
+        out = []
+        for library, measured in zip(libraries, measurer.profile_models([(lib, bert_tiny.inputs) for lib in libraries],
+                                                                        Resources(1), runs)):
+            assert {first, second} <= set(measured)  # both operators timed under their own names in either build
+            poor = first if library == tuned else second
+            out.append({**measured, first: 1.0, second: 1.0, poor: 10.0})
+        return out
 
     kept = keep_faster_in_model(chosen, defaults, tuned, build, profile)
     assert kept == {**chosen, first: defaults[first]}
@@ -548,7 +553,7 @@ def test_a_models_profile_starts_its_workers_while_it_imports_the_model(tmp_path
     monkeypatch.setattr(Measurer, "warm_up", warm_up)
     monkeypatch.setattr(profiling, "imported", importing)
     monkeypatch.setattr(profiling, "torch_ms", timed)
-    monkeypatch.setattr(profiling, "time_primfunc", lambda *args: timed() * 1e-3)
+    monkeypatch.setattr(Measurer, "time_primfunc", lambda *args: timed() * 1e-3)
     with Measurer() as measurer:
         result = profile(ModelSpec("small-cnn@tiny"), measurer, tmp_path, untuned=False)
     assert result.torch_ms == 1.0 and len(result.ops) > 1  # the stub's value: what was timed is not this test's

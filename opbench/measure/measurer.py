@@ -9,6 +9,8 @@ import shutil
 import time
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
 
 from opbench import settings
 from opbench.exceptions import ConfigError, ResourceError
@@ -22,8 +24,19 @@ from opbench.hardware.targets import gpu_device_key, is_gpu
 from opbench.measure.baselines import BaselineCache, baseline_key
 from opbench.measure.builder import Built, KeptBuilds, LocalBuilder, build_key, discard
 from opbench.measure.corun import CoRunSpec, corun_records
+from opbench.measure.estimate import estimate, placement_values
 from opbench.measure.features import FEATURES_VERSION, static_features
-from opbench.measure.protocol import BuildInput, BuildResult, LibraryInput, ModelInput, PeakInput, RunInput, RunResult
+from opbench.measure.protocol import (
+    BuildInput,
+    BuildResult,
+    LibraryInput,
+    ModelInput,
+    ModelProfileInput,
+    PeakInput,
+    PrimFuncInput,
+    RunInput,
+    RunResult,
+)
 from opbench.measure.rpc import check_device
 from opbench.measure.runner import LocalRunner, RPCRunner, Runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
@@ -220,8 +233,8 @@ class Measurer:
         """Each spec's placements each in a new process that has run nothing else (a library baseline when its
         template is in :data:`LIBRARY_TEMPLATES`), interleaved with the others' (docs/measurement.md#fresh). The
         specs at the indices ``short`` (references far slower than what they are compared with) take one short
-        placement (:meth:`TimingPolicy.short`); the others at least ``placements`` (default: the timing's)."""
-        timing = self.timing.at_least(placements)
+        placement (:meth:`TimingPolicy.short`); the others ``placements`` each (default: as the timing takes them)."""
+        timing = self.timing.exactly(placements)
         timings = [self.timing.short() if i in short else timing for i in range(len(specs))]
         remote = next((s.resources.device for s in specs if s.resources.remote), None)
         if remote:
@@ -272,8 +285,23 @@ class Measurer:
 
     def time_models_fresh(self, models: list[ModelInput], placements: int | None = None) -> list[RunResult]:
         """Whole models, each placement in a new process, as :meth:`measure_fresh` takes them."""
-        timing = self.timing.at_least(placements)
+        timing = self.timing.exactly(placements)
         return self._local.run_fresh([dataclasses.replace(m, timing=timing) for m in models])
+
+    def profile_models(self, built: list[tuple[Path, Path]], resources: Resources, runs: int = 3) -> list[dict[str, float]]:
+        """Each built model (library, inputs) profiled call by call in this measurer's workers, their placements
+        interleaved: ms a model run per operator name, each the median over the placements (empty: it failed)."""
+        jobs = [ModelProfileInput(str(library), str(inputs), runs, self.timing, resources) for library, inputs in built]
+        return [run.op_ms for run in self._local.run_batch(list(jobs))]
+
+    def time_primfunc(self, func: Any, target: Any, resources: Resources) -> float:
+        """A model's operator (a PrimFunc) compiled alone for ``target`` and timed on random inputs in this
+        measurer's workers, with its timing and placements: the estimate, ms (NaN when it failed)."""
+        run = self._local.run(PrimFuncInput(func.script(), str(target), self.timing, resources))
+        if run.status is not Status.OK:
+            log.warning("an operator could not be timed: %s", run.error[:300])
+            return math.nan
+        return estimate(placement_values(run.latencies_s, run.placement_sizes), self.timing.agree).latency_s * 1e3
 
     def peak_gflops(self, resources: Resources, dtype: str = "float32") -> float | None:
         """This host's measured peak for ``resources`` (:mod:`opbench.hardware.peak`): the fastest repeat of the

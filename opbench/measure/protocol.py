@@ -56,10 +56,34 @@ class LibraryInput:
 
 
 @dataclass(frozen=True)
+class ModelProfileInput:
+    """Profile a built model call by call: ms a model run of each function it calls (its kernels by operator
+    name), over ``runs`` runs after one warm-up, by the Relax VM's instrumentation (``RunResult.op_ms``)."""
+
+    library: str
+    inputs: str
+    runs: int = 3
+    timing: TimingPolicy = field(default_factory=TimingPolicy)
+    resources: Resources = Resources()
+
+
+@dataclass(frozen=True)
 class PeakInput:
     """Time the host's peak kernel (:mod:`opbench.hardware.peak`) of ``dtype`` with the resources' threads."""
 
     dtype: str = "float32"
+    timing: TimingPolicy = field(default_factory=TimingPolicy)
+    resources: Resources = Resources()
+
+
+@dataclass(frozen=True)
+class PrimFuncInput:
+    """Time a PrimFunc given as TVMScript (a model's fused operator as TVM lowers it) compiled alone for
+    ``target`` (a TVM target's JSON, or a name such as ``llvm``), on random inputs: there is no reference to
+    check it against."""
+
+    script: str
+    target: str
     timing: TimingPolicy = field(default_factory=TimingPolicy)
     resources: Resources = Resources()
 
@@ -107,6 +131,7 @@ class RunResult:
     pid: int = 0  # the worker that ran it
     kernel_pid: int = 0  # the process that ran the kernel: a child forked from the worker for it, or the worker
     memory: dict[str, float] = field(default_factory=dict)  # mem.* a library states about its own call
+    op_ms: dict[str, float] = field(default_factory=dict)  # a profiled model: ms a run per operator (ModelProfileInput)
 
     @property
     def placements(self) -> int:

@@ -61,11 +61,11 @@ class TimingPolicy:
         first call of :data:`WARM_CALL_S` or more, which warmed everything up."""
         return 0 if first_s >= WARM_CALL_S else 1
 
-    def at_least(self, placements: int | None) -> TimingPolicy:
-        """This policy with at least ``placements`` placements (None: as it is)."""
+    def exactly(self, placements: int | None) -> TimingPolicy:
+        """This policy with ``placements`` placements, no more (a verification's rounds; None: as it is)."""
         if placements is None:
             return self
-        return dataclasses.replace(self, placements=placements, max_placements=max(placements, self.max_placements))
+        return dataclasses.replace(self, placements=placements, max_placements=placements)
 
     def short(self) -> TimingPolicy:
         """One placement of :data:`MIN_REPEATS` repeats: a reference far slower than what it is compared with

@@ -1,6 +1,6 @@
 """Claims verified in fresh processes: a study's best schedule and its references timed again.
 
-Every schedule is re-measured by :meth:`Measurer.measure_fresh`: at least ``rounds`` placements each, each
+Every schedule is re-measured by :meth:`Measurer.measure_fresh`: ``rounds`` placements each, each
 placement a process of its own that has run nothing else (the library baselines one that never imports TVM),
 the schedules' placements interleaved in random order round by round, so a slow start, a warm cache or a
 drifting clock favours no one. A schedule's rounds are its placements; a speed-up is the median of the
@@ -197,7 +197,7 @@ def spec_of(record: TrialRecord) -> TrialSpec:
 
 def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[str, float], rounds: int,
               on_record: Callable[[TrialRecord], None] | None = None) -> dict[str, Verified]:
-    """Each named spec measured again in fresh processes, at least ``rounds`` placements each (its rounds);
+    """Each named spec measured again in fresh processes, ``rounds`` placements each (its rounds);
     a spec tuned at more than :data:`SHORT_SERIES_FACTOR` times the fastest takes one short placement.
 
     ``on_record`` sees every fresh-process record (``record_kind`` verify, tagged with the name it

@@ -10,7 +10,7 @@ from opbench.hardware.host_speed import HostSpeed, Slowness, probe_cpus
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
-from opbench.measure.protocol import EAGER, FRAMEWORKS, LibraryInput, ModelInput, PeakInput, RunInput, RunResult
+from opbench.measure.protocol import EAGER, FRAMEWORKS, LibraryInput, ModelInput, ModelProfileInput, PeakInput, PrimFuncInput, RunInput, RunResult
 from opbench.measure.runner._base import Runner
 from opbench.measure.runner.placements import place
 from opbench.measure.worker import KERNEL, LIBRARY, Worker, WorkerError
@@ -18,7 +18,7 @@ from opbench.measure.worker.zygotes import forked_worker, zygote_of
 from opbench.record import Status
 from opbench.workloads.models.sources import model_imports
 
-Job = RunInput | LibraryInput | ModelInput | PeakInput
+Job = RunInput | LibraryInput | ModelInput | ModelProfileInput | PeakInput | PrimFuncInput
 
 
 def _role(inp: Job) -> str:

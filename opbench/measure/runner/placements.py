@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import statistics
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -44,8 +45,8 @@ def _wants(timing: TimingPolicy, got: list[RunResult]) -> bool:
 
 def joined(placements: list[RunResult]) -> RunResult:
     """One result from a job's placements: all their repeats (``placement_sizes`` cuts them), every one's run
-    and wait times, the largest share of the cores other processes kept busy and the host's slowness furthest
-    from its usual state; the failure when one failed."""
+    and wait times, each profiled operator's median, the largest share of the cores other processes kept busy
+    and the host's slowness furthest from its usual state; the failure when one failed."""
     failed = next((p for p in placements if p.status is not Status.OK), None)
     if failed is not None or len(placements) == 1:
         return failed or placements[0]
@@ -55,7 +56,9 @@ def joined(placements: list[RunResult]) -> RunResult:
     for key, worst in worst_of.items():
         if key in load:
             load[key] = worst([v for p in placements if (v := p.load.get(key, math.nan)) == v], default=math.nan)
-    return dataclasses.replace(first, latencies_s=[s for p in placements for s in p.latencies_s],
+    op_ms = {name: statistics.median(p.op_ms[name] for p in placements if name in p.op_ms)
+             for name in {name for p in placements for name in p.op_ms}}
+    return dataclasses.replace(first, latencies_s=[s for p in placements for s in p.latencies_s], op_ms=op_ms,
                                placement_sizes=[len(p.latencies_s) for p in placements],
                                run_s=sum(p.run_s for p in placements),
                                host_wait_s=sum(p.host_wait_s for p in placements), load=load)

@@ -18,7 +18,9 @@ from opbench.measure.protocol import (
     CoRunPrepare,
     CoRunResult,
     ModelInput,
+    ModelProfileInput,
     PeakInput,
+    PrimFuncInput,
     RemoteConnect,
     RemoteSession,
     RunInput,
@@ -28,9 +30,9 @@ from opbench.measure.timing import calls_per_repeat
 from opbench.measure.worker._common import FLUSH_BYTES, Inputs, short_error, time_series
 from opbench.measure.worker.fork import in_child
 from opbench.measure.worker.layout import fixed_mmap_threshold
-from opbench.measure.worker.model import time_model
-from opbench.measure.worker.peak import peak_timer
+from opbench.measure.worker.model import profile_model, time_model
 from opbench.measure.worker.placement import argument_placement
+from opbench.measure.worker.standalone import peak_timer, primfunc_timer
 from opbench.record import Status
 
 
@@ -242,6 +244,10 @@ class KernelWorker:
         """Time the host's peak kernel for the request's threads (built here, then placed as a kernel run is)."""
         return self._placed("llvm", peak_timer(req, self._pool_here))
 
+    def primfunc(self, req: PrimFuncInput) -> RunResult:
+        """Time a model's operator compiled alone (built here, then placed as a kernel run is)."""
+        return self._placed("llvm", primfunc_timer(req, self._pool_here))
+
     def _pristine(self, target: str) -> bool:
         """Whether a CPU run of ``target`` goes to a child forked from this process, which then never runs a
         kernel itself (a GPU run, or any run once a co-run has started TVM's pool here, runs in this
@@ -296,6 +302,14 @@ class KernelWorker:
     def _model(self, req: ModelInput) -> RunResult:
         self._pool_here()
         return time_model(req)
+
+    def model_profile(self, req: ModelProfileInput) -> RunResult:
+        """Profile a built model call by call, in a child forked for it as a kernel run is."""
+        def profiled() -> RunResult:
+            self._pool_here()
+            return profile_model(req)
+
+        return self._placed("llvm", profiled)
 
     def corun_prepare(self, req: CoRunPrepare) -> CoRunResult:
         self._pool_here()

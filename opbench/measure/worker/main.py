@@ -21,7 +21,9 @@ from opbench.measure.protocol import (
     CoRunResult,
     LibraryInput,
     ModelInput,
+    ModelProfileInput,
     PeakInput,
+    PrimFuncInput,
     RemoteConnect,
     RemoteSession,
     RunInput,
@@ -40,6 +42,7 @@ def handlers_for(role: str, cores: tuple[int, ...] | None, threads: int) -> dict
         return {LibraryInput: library.library, ModelInput: library.model}
     worker = KernelWorker(cores, threads)
     return {BuildInput: worker.build, RunInput: worker.run, ModelInput: worker.model, PeakInput: worker.peak,
+            PrimFuncInput: worker.primfunc, ModelProfileInput: worker.model_profile,
             CoRunPrepare: worker.corun_prepare, CoRunGo: worker.corun_go, RemoteConnect: worker.connect}
 
 

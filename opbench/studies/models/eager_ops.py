@@ -1,20 +1,17 @@
 """Where a model's time goes, operator by operator, in our build beside PyTorch eager: eager's top-level
 operators profiled with ``torch.profiler`` (shapes and arguments recorded) and our fused operators timed
-call by call inside the built model (:func:`profile_built`), matched by what they compute (a
+call by call inside the built model (:meth:`~opbench.measure.measurer.Measurer.profile_models`), matched by what they compute (a
 convolution's or a GEMM's sizes, a row-wise op's input). Both sides are timed inside their model, where a
 weight comes from memory rather than from the cache a lone operator's repeated calls keep it in. A
 diagnostic: its times are profiler times, never a verified claim."""
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from opbench.studies.models.tuned import PREPACKED_SUFFIX
 from opbench.workloads.models.extract import FusedOp
 from opbench.workloads.models.sources import ModelSource
 
@@ -101,39 +98,6 @@ def profile_eager(source: ModelSource, runs: int = 5, threads: int | None = None
             signature = eager_signature(event.name, event.input_shapes, getattr(event, "concrete_inputs", None) or [])
             total_us[signature] += event.cpu_time_total
     return [OpTime(sig, us / 1e3 / runs) for sig, us in total_us.items()]
-
-
-def profile_built(library: Path, inputs: Path, threads: int, lock_path: Path, runs: int = 5) -> dict[str, float]:
-    """ms per model run of each function a built model calls (its kernels by operator name, a prepacked
-    operator's under its own), over ``runs`` runs after one warm-up, timed by the Relax VM's
-    instrumentation under the host lock (each call's time includes a few microseconds of the
-    instrumentation's own: MobileNetV2's ~150 calls run 12.3 ms a run plain, 15.5 instrumented)."""
-    import tvm
-    from tvm import relax
-
-    from opbench.hardware.lock import HostLock
-    from opbench.hardware.resources import set_tvm_threads
-    from opbench.measure.worker._common import saved_inputs
-
-    set_tvm_threads(threads)
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
-    args = [tvm.runtime.tensor(a) for a in saved_inputs(str(inputs))[0]]
-    total_s: dict[str, float] = defaultdict(float)
-    started: dict[str, float] = {}
-
-    def instrument(func: Any, name: str, before: bool, result: Any, *call_args: Any) -> int:
-        if before:
-            started[name] = time.perf_counter()
-        else:
-            total_s[name.removesuffix(PREPACKED_SUFFIX)] += time.perf_counter() - started[name]
-        return 0  # carry on with the call
-
-    with HostLock(lock_path).exclusive():
-        vm["main"](*args)
-        vm.set_instrument(instrument)
-        for _ in range(runs):
-            vm["main"](*args)
-    return {name: seconds * 1e3 / runs for name, seconds in total_s.items()}
 
 
 def ours(ops: Iterable[FusedOp], per_run_ms: dict[str, float]) -> list[OpTime]:

@@ -117,7 +117,7 @@ def build_gpu_model(mod: Any, tuned: list[TunedOp], target: Any, folder: Path) -
 def verify_gpu_model(measurer: Measurer, spec: GpuModelTune, built: GpuTunedModel, tuned_row: str, rounds: int
                      ) -> Verification:
     """The tuned build beside the dlight build and PyTorch eager, each timed on the GPU in fresh processes,
-    at least ``rounds`` placements each (a build that fails is a row saying why)."""
+    ``rounds`` placements each (a build that fails is a row saying why)."""
     gpu, name = Resources(1, target=spec.target), spec.model.model
     runs = {EAGER: ModelInput(name, resources=gpu),
             DLIGHT_ROW: ModelInput(name, library=str(built.dlight), inputs=str(built.inputs), resources=gpu),

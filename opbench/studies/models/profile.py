@@ -13,7 +13,6 @@ from opbench import settings
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.estimate import estimate, placement_values
-from opbench.measure.inprocess import time_primfunc
 from opbench.measure.measurer import Measurer
 from opbench.measure.memory import planned_memory, schedule_memory
 from opbench.measure.models import export_model, save_inputs
@@ -102,7 +101,7 @@ def profile_model(source: ModelSource, target: Any, measurer: Measurer, folder: 
         if kept and op.name in kept:
             op.latency_ms, op.memory = kept[op.name].latency_ms, dict(kept[op.name].memory)
         else:
-            op.latency_ms = time_primfunc(funcs[op.name], target, measurer.timing.repeat)
+            op.latency_ms = measurer.time_primfunc(funcs[op.name], target, Resources(threads))
             op.memory = schedule_memory(tvm.IRModule({"main": funcs[op.name]}), target, funcs[op.name], threads, op.outputs)
         on_op(n, op)
     ops_ms = mark_shares(ops)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from opbench.exceptions import OpBenchError
-from opbench.measure.inprocess import time_primfunc
+from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
 from opbench.measure.memory import bytes_of, planned_memory, schedule_memory
 from opbench.measure.models import export_model
@@ -67,7 +67,7 @@ def reschedule(prof: ModelProfile, database: Any, how: str, target: Any, measure
     (``how`` names it on the operator) and the model built with them: shares, planned memory and the whole
     model's time follow."""
     mod = apply_database(prof.mod, database, target)
-    ops = [_rescheduled(op, prof.funcs[op.name], mod, how, target, measurer.timing.repeat, threads) for op in prof.ops]
+    ops = [_rescheduled(op, prof.funcs[op.name], mod, how, target, measurer, threads) for op in prof.ops]
     changed = sum(op.schedule == how for op in ops)
     if not changed:
         raise OpBenchError(f"the database schedules none of {prof.source.name}'s operators (built for another "
@@ -81,7 +81,7 @@ def reschedule(prof: ModelProfile, database: Any, how: str, target: Any, measure
                                planned=planned)
 
 
-def _rescheduled(op: FusedOp, func: Any, mod: Any, how: str, target: Any, repeat: int, threads: int) -> FusedOp:
+def _rescheduled(op: FusedOp, func: Any, mod: Any, how: str, target: Any, measurer: Measurer, threads: int) -> FusedOp:
     """``op`` as the scheduled module runs it (itself, untouched, when the database has no schedule for it);
     a schedule that packs a weight at build time takes it as ``<name>_prepacked``."""
     import tvm
@@ -96,5 +96,5 @@ def _rescheduled(op: FusedOp, func: Any, mod: Any, how: str, target: Any, repeat
                     if [int(d) for d in new.shape] != [int(d) for d in old.shape])
     memory = schedule_memory(tvm.IRModule({"main": scheduled}), target, func, threads, op.outputs)
     memory[f"{MEM_PREFIX}prepacked"] = float(prepacked)
-    return dataclasses.replace(op, latency_ms=time_primfunc(scheduled, target, repeat), memory=memory,
+    return dataclasses.replace(op, latency_ms=measurer.time_primfunc(scheduled, target, Resources(threads)), memory=memory,
                                schedule=how, key=False)

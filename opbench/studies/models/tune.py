@@ -25,7 +25,6 @@ from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.record import TrialRecord, best_ok, is_ok, tee
 from opbench.space import get_template
 from opbench.studies.configs import best_config
-from opbench.studies.models.eager_ops import profile_built
 from opbench.studies.models.in_model import keep_faster_in_model
 from opbench.studies.models.profile import TUNED, ModelProfile, OpProfile, profile_model, time_built
 from opbench.studies.models.reuse import ReuseKey, TunedCache
@@ -131,8 +130,8 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[TrialRecord], None] | N
         chosen, defaults = _best_schedules(order, workloads, records)
         build = _ModelBuilder(prof.mod, target, folder)
         library = build(list(chosen.values()))
-        kept = keep_faster_in_model(chosen, defaults, library, build, lambda lib, runs: profile_built(
-            lib, prof.inputs, m.threads, measurer.options.lock_path, runs))
+        kept = keep_faster_in_model(chosen, defaults, library, build, lambda libraries, runs: measurer.profile_models(
+            [(lib, prof.inputs) for lib in libraries], Resources(m.threads), runs))
         if kept != chosen:
             library = build(list(kept.values()))
         labels = {name: "tuned" if name in key and kept.get(name) is chosen[name] else "default" for name in kept}
@@ -252,7 +251,7 @@ def _verify_model(spec: ModelTuneSpec, prof: ModelProfile, measurer: Measurer, t
                   study: str, target: Any, folder: Path, trials: int, cache: TunedCache | None, kept_defaults: bool
                   ) -> Verification | None:
     """The tuned build and each of ``spec.systems`` (MetaSchedule with the tuned model's ``trials``), each
-    timed in fresh processes, at least ``verify_rounds`` placements each (None with no rounds); a system that
+    timed in fresh processes, ``verify_rounds`` placements each (None with no rounds); a system that
     could not be prepared is a row saying why. A tuning that ``kept_defaults`` built the template defaults'
     model: it is timed once a round for both."""
     if spec.verify_rounds < 1:

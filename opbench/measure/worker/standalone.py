@@ -1,0 +1,76 @@
+"""Kernels a kernel worker builds and times itself, without a catalogue workload or a reference to check:
+the host's peak kernel (:mod:`opbench.hardware.peak`) and a model's operator given as TVMScript. Each is built
+in the worker; the returned call times one placement of it."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from opbench.measure.protocol import PeakInput, PrimFuncInput, RunResult
+from opbench.measure.timing import TimingPolicy
+from opbench.measure.worker._common import time_series
+from opbench.record import Status
+
+
+def peak_timer(req: PeakInput, pool_here: Callable[[], None]) -> Callable[[], RunResult]:
+    """The peak kernel of ``req``'s threads and dtype, built now."""
+    import numpy as np
+    import tvm
+
+    from opbench.hardware.peak import CHAINS, peak_kernel, vector_lanes
+    from opbench.hardware.resources import host_facts
+    from opbench.hardware.targets import make_target
+
+    threads, lanes = req.resources.threads, vector_lanes(host_facts().isa, req.dtype)
+    module = tvm.compile(tvm.IRModule({"main": peak_kernel(threads, lanes, req.dtype)}), make_target("llvm", threads)).mod
+    return _timer(module, lambda: [tvm.runtime.tensor(np.ones((threads, CHAINS, lanes), req.dtype)) for _ in range(2)],
+                  req.timing, pool_here)
+
+
+def primfunc_timer(req: PrimFuncInput, pool_here: Callable[[], None]) -> Callable[[], RunResult]:
+    """``req``'s PrimFunc compiled alone for its target (a TVM target's JSON, or a name such as ``llvm``), called
+    on random inputs (integers 0 or 1)."""
+    import numpy as np
+    import tvm
+
+    from opbench.hardware.targets import make_target
+
+    func = tvm.script.from_source(req.script)
+    target = tvm.target.Target(json.loads(req.target)) if req.target.startswith("{") else \
+        make_target(req.target, req.resources.threads)
+    module = tvm.compile(tvm.IRModule({"main": func}), target).mod
+
+    def arguments() -> list[Any]:
+        rng = np.random.default_rng(0)
+        out = []
+        for buffer in func.params:
+            shape = [int(d) for d in buffer.shape]
+            data = rng.standard_normal(shape) if "float" in str(buffer.dtype) else rng.integers(0, 2, shape)
+            out.append(tvm.runtime.tensor(data.astype(str(buffer.dtype))))
+        return out
+
+    return _timer(module, arguments, req.timing, pool_here)
+
+
+def _timer(module: Any, arguments: Callable[[], list[Any]], timing: TimingPolicy,
+           pool_here: Callable[[], None]) -> Callable[[], RunResult]:
+    import tvm
+
+    def timed() -> RunResult:
+        pool_here()
+        args = arguments()  # in the placement's own process: its own buffers and pages
+        main, device = module["main"], tvm.cpu(0)
+        tick = time.perf_counter()
+        main(*args)
+        first_s = time.perf_counter() - tick
+
+        def evaluate(number: int, repeat: int) -> list[float]:
+            return list(module.time_evaluator("main", device, number=number, repeat=repeat)(*args).results)
+
+        latencies, number, load = time_series(timing, first_s, lambda: main(*args), evaluate)
+        return RunResult(Status.OK, latencies_s=latencies, number=number, load=load, pid=os.getpid())
+
+    return timed
