@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -9,6 +10,7 @@ import stat
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from opbench.exceptions import UnsafePathError
 from opbench.lifecycle import process_alive
@@ -77,6 +79,16 @@ def private_dir(folder: Path) -> Path:
 def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
     """``os.open`` that never follows a symbolic link at ``path`` (a planted link fails with ELOOP)."""
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def read_json_map(path: Path) -> dict[str, Any]:
+    """The JSON object kept in ``path`` (by :func:`write_private`); empty when the file is missing, unreadable
+    or holds anything else."""
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
 
 
 def write_private(path: Path, data: bytes) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from opbench.paths import user_runtime_dir, write_private
+from opbench.paths import read_json_map, user_runtime_dir, write_private
 
 PEAKS_FILE = "peaks.json"
 CHAINS = 12  # independent accumulators a thread keeps: 2 FMA pipes x a latency of 4-6 cycles, with room
@@ -71,17 +71,11 @@ class PeakCache:
 
     def get_or_measure(self, key: str, measure: Callable[[], float | None]) -> float | None:
         """The peak kept under ``key``, else ``measure()``'s, kept when it succeeded (None: it did not)."""
-        known = self._load().get(key)
+        known = read_json_map(self.path).get(key)
         if isinstance(known, (int, float)) and known > 0:
             return float(known)
         peak = measure()
         if peak is not None and peak > 0:
-            write_private(self.path, json.dumps({**self._load(), key: peak}).encode())
+            write_private(self.path, json.dumps({**read_json_map(self.path), key: peak}).encode())
         return peak
 
-    def _load(self) -> dict[str, Any]:
-        try:
-            loaded = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return loaded if isinstance(loaded, dict) else {}

@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 
 from opbench.hardware.resources import Resources
-from opbench.paths import user_runtime_dir, write_private
+from opbench.paths import read_json_map, user_runtime_dir, write_private
 from opbench.record import TrialRecord, is_ok, new_trial_id
 from opbench.workloads import Workload
 
@@ -40,7 +40,7 @@ class BaselineCache:
 
     def get(self, key: str, max_age_s: float) -> TrialRecord | None:
         """A copy of the baseline stored under ``key`` if it is at most ``max_age_s`` old, marked reused."""
-        entry = self._load().get(key)
+        entry = read_json_map(self.path).get(key)
         if entry is None or not 0 <= self._clock() - entry["measured_at"] <= max_age_s:
             return None
         record = TrialRecord.from_row(entry["record"])
@@ -51,13 +51,7 @@ class BaselineCache:
         """Remember an ok baseline record (a failed one is never reused)."""
         if not is_ok(record) or record.get("reused_from"):
             return
-        entries = self._load()
+        entries = read_json_map(self.path)
         entries[key] = {"measured_at": self._clock(), "record": record.to_row()}
         write_private(self.path, json.dumps(entries, default=str).encode())
 
-    def _load(self) -> dict[str, dict]:
-        try:
-            loaded = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return loaded if isinstance(loaded, dict) else {}
