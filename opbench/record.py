@@ -85,7 +85,8 @@ class TrialRecord(Mapping[str, Any]):
     source_model: str = _param()  # the model the operator comes from, where known
     device: str = _param("local")  # local, or rpc://HOST:PORT/KEY
     device_addr: str | None = _param(None)  # the remote server (HOST:PORT) it ran on
-    cache_flush: int | None = _param(None)  # 1: the CPU caches were flushed before every timed call
+    cache_state: str | None = _param(None)  # warm: the operator alone; cold: every input but the activation evicted
+    # before each call, as inside a model (a library baseline: the caches evicted)
     # how long it took (metrics): the latency statistics of its repeats, and throughput
     latency_ms: float | None = _metric()  # the estimate over its placements (per call; docs/measurement.md#placements)
     latency_lo_ms: float | None = _metric()  # its interval: a re-measure in another process lands within it

@@ -8,7 +8,7 @@ from opbench.workloads import parse_workload
 
 
 def test_the_column_lists_are_the_record_types_fields_by_kind():
-    assert {"workload", "threads", "cache_flush"} <= set(PARAMS) and {"latency_ms", "host_wait_s"} <= set(METRICS)
+    assert {"workload", "threads", "cache_state"} <= set(PARAMS) and {"latency_ms", "host_wait_s"} <= set(METRICS)
     assert {"status", "trial_id", "reused_from"} <= set(TAGS)
     assert len({*PARAMS, *METRICS, *TAGS}) == len(PARAMS) + len(METRICS) + len(TAGS)  # each column in one place
     assert [kind_of(c) for c in ("workload", "knob.k", "latency_ms", "feat.x", "status", "engine_trial")] == \
@@ -50,7 +50,7 @@ def test_a_replaced_record_is_a_copy_that_shares_nothing():
 
 
 def test_stored_integers_come_back_as_the_fields_types():
-    assert [from_mlflow_value(k, "3") for k in ("threads", "cache_flush", "placements", "latency_ms", "study")] == \
+    assert [from_mlflow_value(k, "3") for k in ("threads", "kernel_pid", "placements", "latency_ms", "study")] == \
         [3, 3, 3, 3.0, "3"]
 
 

@@ -62,7 +62,9 @@ def add_timing_flags(p: argparse.ArgumentParser) -> None:
                    help=f"more placements, up to this many, until the two fastest agree (default {settings.MAX_PLACEMENTS})")
     p.add_argument("--agree", type=positive_float, default=settings.AGREE,
                    help=f"placements within this fraction of the fastest agree (default {settings.AGREE})")
-    p.add_argument("--cache-flush", action="store_true", help="evict the CPU caches before every timed call")
+    p.add_argument("--cache-flush", action="store_true",
+                   help="cold cache state: every input but the activation evicted before each call, as inside a model "
+                        "(record: cache_state cold)")
     p.add_argument("--max-workspace", type=positive_int, metavar="BYTES",
                    help="a config whose schedule allocates more workspace than this is an invalid_config record, not built")
     p.add_argument("--build-timeout", type=positive_float, default=settings.BUILD_TIMEOUT_S)

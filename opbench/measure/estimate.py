@@ -10,9 +10,13 @@ to the slowest.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from opbench.measure.protocol import RunResult
+from opbench.record import Status
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,13 @@ def wants_placement(values: Sequence[float], agree: float, least: int, most: int
     """Whether a trial whose placements gave ``values`` takes another: fewer than ``least`` so far, or its
     fastest two do not agree yet and fewer than ``most`` were taken."""
     return len(values) < least or (len(values) < most and not fast_mode(values, agree))
+
+
+def estimated_ms(run: RunResult, agree: float) -> float:
+    """A run's estimate over its placements, ms (NaN when it failed)."""
+    if run.status is not Status.OK or not run.latencies_s:
+        return math.nan
+    return estimate(placement_values(run.latencies_s, run.placement_sizes), agree).latency_s * 1e3
 
 
 def placement_values(latencies_s: Sequence[float], sizes: Sequence[int], scale: float = 1.0) -> list[float]:

@@ -19,13 +19,12 @@ from opbench.hardware.devices import parse_device
 from opbench.hardware.host_speed import HostSpeed, default_history
 from opbench.hardware.lock import HostLock
 from opbench.hardware.peak import PeakCache, peak_flops, vector_lanes
-from opbench.hardware.resources import LOCAL, HostFacts, Resources, host_facts
-from opbench.hardware.targets import gpu_device_key, is_gpu
+from opbench.hardware.resources import LOCAL, Resources, host_facts
+from opbench.hardware.targets import is_gpu
 from opbench.measure.baselines import BaselineCache, baseline_key
 from opbench.measure.builder import Built, KeptBuilds, LocalBuilder, build_key, discard
 from opbench.measure.corun import CoRunSpec, corun_records
-from opbench.measure.estimate import estimate, placement_values
-from opbench.measure.features import FEATURES_VERSION, static_features
+from opbench.measure.estimate import estimated_ms
 from opbench.measure.protocol import (
     BuildInput,
     BuildResult,
@@ -40,13 +39,13 @@ from opbench.measure.protocol import (
 from opbench.measure.rpc import check_device
 from opbench.measure.runner import LocalRunner, RPCRunner, Runner
 from opbench.measure.runner.corun import CoRunInput, CoRunner
-from opbench.measure.series import add_run
 from opbench.measure.timing import TimingPolicy
+from opbench.measure.trial_record import add_run, new_record, ran_on
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.paths import build_dir
-from opbench.record import FEATURE_PREFIX, MEM_PREFIX, Status, TrialRecord, knob_value
-from opbench.space import LIBRARY_TEMPLATES, TEMPLATES, Config, get_template
-from opbench.workloads import PRESETS, Workload
+from opbench.record import Status, TrialRecord
+from opbench.space import LIBRARY_TEMPLATES, Config, get_template
+from opbench.workloads import Workload
 
 log = logging.getLogger(__name__)
 
@@ -285,14 +284,13 @@ class Measurer:
 
     def time_models_fresh(self, models: list[ModelInput], placements: int | None = None) -> list[RunResult]:
         """Whole models, each placement in a new process, as :meth:`measure_fresh` takes them."""
-        timing = self.timing.exactly(placements)
-        return self._local.run_fresh([dataclasses.replace(m, timing=timing) for m in models])
+        return self._local.run_fresh([dataclasses.replace(m, timing=self.timing.exactly(placements)) for m in models])
 
     def profile_models(self, built: list[tuple[Path, Path]], resources: Resources, runs: int = 3) -> list[dict[str, float]]:
         """Each built model (library, inputs) profiled call by call in this measurer's workers, their placements
         interleaved: ms a model run per operator name, each the median over the placements (empty: it failed)."""
-        jobs = [ModelProfileInput(str(library), str(inputs), runs, self.timing, resources) for library, inputs in built]
-        return [run.op_ms for run in self._local.run_batch(list(jobs))]
+        return [run.op_ms for run in self._local.run_batch(
+            [ModelProfileInput(str(library), str(inputs), runs, self.timing, resources) for library, inputs in built])]
 
     def time_primfunc(self, func: Any, target: Any, resources: Resources) -> float:
         """A model's operator (a PrimFunc) compiled alone for ``target`` and timed on random inputs in this
@@ -300,8 +298,7 @@ class Measurer:
         run = self._local.run(PrimFuncInput(func.script(), str(target), self.timing, resources))
         if run.status is not Status.OK:
             log.warning("an operator could not be timed: %s", run.error[:300])
-            return math.nan
-        return estimate(placement_values(run.latencies_s, run.placement_sizes), self.timing.agree).latency_s * 1e3
+        return estimated_ms(run, self.timing.agree)
 
     def peak_gflops(self, resources: Resources, dtype: str = "float32") -> float | None:
         """This host's measured peak for ``resources`` (:mod:`opbench.hardware.peak`): the fastest repeat of the
@@ -335,39 +332,13 @@ class Measurer:
         else:
             discard(built[2])
 
-    def _facts(self, resources: Resources, run: RunResult | None) -> HostFacts:
-        """Facts of the machine the trial ran on: this host, or the remote device (as far as it tells)."""
-        if not resources.remote:
-            return self.host
-        if run is not None and run.device_facts:
-            return HostFacts.from_dict(run.device_facts)
-        return HostFacts.unknown(run.device_addr if run is not None and run.device_addr else resources.device)
-
     def _record(self, spec: TrialSpec, template: str, config: Config, started: float, status: Status, error: str,
                 build: BuildResult | None = None, run: RunResult | None = None) -> TrialRecord:
         finished_at = time.time()  # before the bookkeeping below: when the trial's run ended, give or take milliseconds
-        workload, res, host = spec.workload, spec.resources, self._facts(spec.resources, run)
-        preset = PRESETS.get(workload.preset or "")
-        valid = status is not Status.INVALID_CONFIG and template not in LIBRARY_TEMPLATES
-        features = static_features(workload, config if valid else {}, template if valid else None, res, host)
-        features.update(build.features if build is not None else {})
-        record = TrialRecord(
-            workload=workload.name, task_key=workload.task_key, op=workload.op.name, shape=workload.shape,
-            dtype=workload.dtype, template=template, template_version=TEMPLATES[template].version if template in TEMPLATES
-            else "", threads=res.threads, cores=res.cores_label,
-            target=build.target if build and build.target else res.target, host=host.hostname, cpu_model=host.cpu_model,
-            device_key=gpu_device_key() if is_gpu(res.target) and not res.remote else host.device_key,
-            tvm_version=host.tvm_version, features_version=FEATURES_VERSION if features else "", device=res.device,
-            source_model=preset.model if preset else workload.op.source_model(workload.params),
-            status=status.value, error=error[:4000], build_s=build.build_s if build is not None else None,
-            knobs={k: knob_value(v) for k, v in config.items()},
-            features={k[len(FEATURE_PREFIX):]: v for k, v in features.items()},
-            memory={k[len(MEM_PREFIX):]: v for k, v in {**(build.memory if build is not None else {}),
-                                                        **(run.memory if run is not None else {})}.items()})
-        record.set(**spec.tags)
+        record = new_record(spec, template, config, status, error, ran_on(self.host, spec.resources, run), build, run)
         if run is not None:
-            peak = self.peak_gflops(res) if run.status is Status.OK else None
-            add_run(record, run, self.timing, workload.flops / 1e9, peak)
+            peak = self.peak_gflops(spec.resources) if run.status is Status.OK else None
+            add_run(record, run, self.timing, spec.workload.flops / 1e9, peak)
         record.trial_s = time.perf_counter() - started
         record.finished_at = finished_at  # unix seconds: tuning curves against wall time
         return record

@@ -25,7 +25,8 @@ class TimingPolicy:
     """Every setting of how a run is timed: the series a worker takes, and the placements the runner takes.
 
     A series (one placement) is ``repeat`` repeats of ``number`` calls, each repeat at least ``min_repeat_ms``
-    (one call in a cold cache state, ``cache_flush``: every input but the first flushed before each call). A
+    (one call in the cold cache state, ``cache_flush``: every input but the activation evicted before each call,
+    as inside a model; a library baseline's caches evicted). A
     job takes at least ``placements`` placements, and more, up to ``max_placements``, until its two fastest
     agree within ``agree`` (a fraction).
     """

@@ -14,7 +14,8 @@ from opbench.record import Status
 READY = "ready"  # a worker's first message: started
 KERNEL, LIBRARY = "kernel", "library"  # a worker's role: TVM builds and kernels, or library baselines only
 EXPECTED = "expected"  # in a model's saved inputs (.npz): its reference output, beside arg0, arg1, ...
-FLUSH_BYTES = 64 << 20  # evicted before each call when Timing.cache_flush: larger than any LLC here
+FLUSH_BYTES = 64 << 20  # a library's cold state: this much written before each call, larger than any LLC here
+COLD = "cache_flush_cpu_non_first_arg"  # a kernel's cold state: TVM evicts every argument but the first (the activation)
 MODEL_TOLERANCE = 1e-3  # a whole model's output against its reference: relative and absolute
 
 

@@ -27,7 +27,7 @@ from opbench.measure.protocol import (
     RunResult,
 )
 from opbench.measure.timing import calls_per_repeat
-from opbench.measure.worker._common import FLUSH_BYTES, Inputs, short_error, time_series
+from opbench.measure.worker._common import COLD, Inputs, short_error, time_series
 from opbench.measure.worker.fork import in_child
 from opbench.measure.worker.layout import fixed_mmap_threshold
 from opbench.measure.worker.model import profile_model, time_model
@@ -266,6 +266,8 @@ class KernelWorker:
     def _run(self, req: RunInput) -> RunResult:
         """Load, check and time a kernel in this process (a child's, a GPU's, a co-run worker's, or on the
         remote session's device)."""
+        from opbench.hardware.targets import is_gpu
+
         start = time.perf_counter()
         if self._session is None:
             self._pool_here()
@@ -275,10 +277,10 @@ class KernelWorker:
             return kernel
         device = self._device(req.target)
         main = kernel.module["main"]
-        flush = FLUSH_BYTES if req.timing.cache_flush else 0
+        cold = COLD if req.timing.cache_flush and not is_gpu(req.target) else ""
 
         def evaluate(number: int, repeat: int) -> list[float]:
-            evaluator = kernel.module.time_evaluator("main", device, number=number, repeat=repeat, cache_flush_bytes=flush)
+            evaluator = kernel.module.time_evaluator("main", device, number=number, repeat=repeat, f_preproc=cold)
             return list(evaluator(*kernel.args).results)
 
         meter = self._meter(req.target)

@@ -11,7 +11,7 @@ from typing import Any
 
 from opbench.measure.protocol import PeakInput, PrimFuncInput, RunResult
 from opbench.measure.timing import TimingPolicy
-from opbench.measure.worker._common import time_series
+from opbench.measure.worker._common import COLD, time_series
 from opbench.record import Status
 
 
@@ -68,7 +68,8 @@ def _timer(module: Any, arguments: Callable[[], list[Any]], timing: TimingPolicy
         first_s = time.perf_counter() - tick
 
         def evaluate(number: int, repeat: int) -> list[float]:
-            return list(module.time_evaluator("main", device, number=number, repeat=repeat)(*args).results)
+            cold = COLD if timing.cache_flush else ""
+            return list(module.time_evaluator("main", device, number=number, repeat=repeat, f_preproc=cold)(*args).results)
 
         latencies, number, load = time_series(timing, first_s, lambda: main(*args), evaluate)
         return RunResult(Status.OK, latencies_s=latencies, number=number, load=load, pid=os.getpid())

@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from opbench import settings
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
-from opbench.measure.estimate import estimate, placement_values
+from opbench.measure.estimate import estimated_ms
 from opbench.measure.measurer import Measurer
 from opbench.measure.memory import planned_memory, schedule_memory
 from opbench.measure.models import export_model, save_inputs
-from opbench.measure.protocol import ModelInput, RunResult
+from opbench.measure.protocol import ModelInput
 from opbench.record import WORKSPACE_METRIC, Status
 from opbench.workloads.models.cache import imported
 from opbench.workloads.models.extract import FusedOp, fused_ops, mark_shares
@@ -48,19 +47,13 @@ class ModelProfile:
     planned: dict[str, float]  # mem.weights, mem.activations (after Relax's memory planning), mem.largest_workspace
 
 
-def estimated_ms(run: RunResult) -> float:
-    """A whole-model timing's estimate, ms per run, over its placements (NaN when it failed)."""
-    if run.status is not Status.OK or not run.latencies_s:
-        return math.nan
-    return estimate(placement_values(run.latencies_s, run.placement_sizes), settings.AGREE).latency_s * 1e3
-
-
 def torch_ms(measurer: Measurer, source: ModelSource, batch: int, seq_len: int, threads: int) -> float:
     """PyTorch eager: median ms per forward, in a fresh process that never imports TVM (NaN without a
     PyTorch module: an ONNX model)."""
     if not source.has_module:
         return math.nan
-    return estimated_ms(measurer.time_models_fresh([ModelInput(source.name, batch, seq_len, resources=Resources(threads))])[0])
+    run = measurer.time_models_fresh([ModelInput(source.name, batch, seq_len, resources=Resources(threads))])[0]
+    return estimated_ms(run, measurer.timing.agree)
 
 
 def time_built(measurer: Measurer, source: ModelSource, library: Path, inputs: Path, threads: int, what: str
@@ -73,7 +66,7 @@ def time_built(measurer: Measurer, source: ModelSource, library: Path, inputs: P
                            f"(max |err| {run.max_abs_err:.3g})")
     if run.status is not Status.OK:
         raise OpBenchError(f"{source.name}: {what} did not run: {run.error}")
-    return estimated_ms(run), run.max_abs_err
+    return estimated_ms(run, measurer.timing.agree), run.max_abs_err
 
 
 def reference_name(source: ModelSource) -> str:

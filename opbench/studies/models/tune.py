@@ -104,8 +104,9 @@ def profile(spec: ModelSpec, measurer: Measurer, folder: Path, on_op: Callable[[
 
 
 def model_measurer(spec: ModelSpec) -> Measurer:
-    """A measurer that times the model's operators and the model with ``spec.repeat`` repeats."""
-    return Measurer(MeasureOptions(TimingPolicy(repeat=spec.repeat)))
+    """A measurer that times the model's operators in the cold cache state they run in inside it (their weights
+    from memory), and the model, with ``spec.repeat`` repeats."""
+    return Measurer(MeasureOptions(TimingPolicy(repeat=spec.repeat, cache_flush=True)))
 
 
 def tune_model(spec: ModelTuneSpec, on_record: Callable[[TrialRecord], None] | None = None) -> ModelTuneResult:
