@@ -54,7 +54,6 @@ def test_either_loop_outside_the_tolerance_leaves_the_usual_state():
     assert Slowness(1.05, 0.95).usual and Slowness(math.nan, math.nan).usual
     assert not Slowness(1.0, 0.75).usual and Slowness(1.0, 0.75).deviation == pytest.approx(0.25)
     assert not Slowness(1.3, 1.0).usual
-    assert Slowness(1.2, 0.95, 1.1).worse(Slowness(0.9, 0.7, 1.4)) == (1.2, 0.7, 1.4)  # each loop's furthest from 1.0
     assert furthest_from_usual([math.nan, 0.8, 1.1]) == 0.8 and math.isnan(furthest_from_usual([math.nan]))
 
 

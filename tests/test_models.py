@@ -585,3 +585,25 @@ def test_every_resnet_depth_is_a_model_its_tiny_variant_extracts(model):
     convs = [op for op in ops if op.kind == "conv2d"]
     shortcuts = 1 if kind == "basic" else 2  # a 1x1 convolution where a stage changes the width or stride
     assert sum(op.calls for op in convs) == 1 + (2 if kind == "basic" else 3) * 2 + shortcuts  # stem, 2 blocks
+
+
+@pytest.mark.full  # each imported into Relax, built and run
+@pytest.mark.parametrize("model, kinds", [("vgg-16", {"conv2d", "pool", "matmul"}),
+                                          ("squeezenet1.1", {"conv2d", "concatenate", "pool"}),
+                                          ("dcgan", {"conv2d_transpose"}), ("gcn", {"matmul"})])
+def test_each_zoo_models_tiny_variant_builds_and_matches_pytorch(model, kinds):
+    """The seeds' CNNs and GCN by name (plain PyTorch modules, random weights): the tiny variant imports into
+    Relax, fuses around the layers that make it what it is, builds and gives PyTorch's output."""
+    import tvm
+    from tvm import relax
+
+    from opbench.hardware.targets import make_target
+    from opbench.workloads.models.extract import fuse, fused_ops, import_model
+
+    assert model in model_names() and f"{model}@tiny" in model_names()
+    source = load_model(f"{model}@tiny")
+    mod = fuse(import_model(source))
+    assert kinds <= {op.kind for op in fused_ops(mod)[0]}
+    vm = relax.VirtualMachine(tvm.compile(mod, make_target("llvm", 1)), tvm.cpu())
+    out = vm["main"](*(tvm.runtime.tensor(a) for a in source.numpy_inputs()))
+    np.testing.assert_allclose(out.numpy(), source.reference()[0], rtol=1e-3, atol=1e-3)

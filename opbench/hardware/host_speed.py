@@ -68,10 +68,6 @@ class Slowness(NamedTuple):
     def usual(self) -> bool:
         return self.deviation <= TOLERANCE
 
-    def worse(self, other: Slowness) -> Slowness:
-        """Each loop's value furthest from the usual state, of this probe and ``other``."""
-        return Slowness(*(furthest_from_usual([a, b]) for a, b in zip(self, other)))
-
     def as_load(self) -> dict[str, float]:
         return dict(zip(SLOWNESS_COLUMNS, self))
 

@@ -12,7 +12,7 @@ from opbench.workloads.models.graph import pad_into_conv, unwrap_batch_norm
 from opbench.workloads.models.sources import ModelSource
 
 KEY_SHARE = 0.9  # key operators: the fewest that cover this share of the model's time
-KINDS = ("depthwise_conv2d", "conv2d", "batch_matmul", "matmul", "dense", "softmax", "layer_norm", "pool",
+KINDS = ("depthwise_conv2d", "conv2d_transpose", "conv3d", "conv2d", "batch_matmul", "matmul", "dense", "softmax", "layer_norm", "pool",
          "add", "multiply", "relu", "gelu", "tanh", "sigmoid", "take", "transpose", "reshape",
          "mean", "sum", "max")
 

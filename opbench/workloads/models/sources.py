@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from opbench.exceptions import OpBenchError
+from opbench.workloads.models.zoo import ZOO
 
 if TYPE_CHECKING:
     from opbench.workloads import Workload
@@ -148,6 +149,7 @@ TORCH_MODELS: dict[str, Callable[[bool, int, int], tuple[Any, tuple[Any, ...]]]]
     "lstm": lambda tiny, b, s: _recurrent(tiny, b, s, "lstm"),
     "gru": lambda tiny, b, s: _recurrent(tiny, b, s, "gru"),
     "small-cnn": _small_cnn,
+    **ZOO,
 }
 
 
