@@ -72,7 +72,8 @@ class ModelSource:
         import torch
 
         with torch.no_grad():
-            return [self.module(*self.inputs).numpy()]
+            outputs = self.module(*self.inputs)
+        return [o.numpy() for o in (outputs if isinstance(outputs, (tuple, list)) else (outputs,))]
 
 
 def _onnx_inputs(path: Path) -> tuple[np.ndarray, ...]:

@@ -99,4 +99,75 @@ def gcn(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]:
     return GCN(), (torch.randn(batch, nodes, features),)
 
 
-ZOO: dict[str, Any] = {"vgg-16": vgg16, "squeezenet1.1": squeezenet11, "dcgan": dcgan, "gcn": gcn}
+def resnet3d18(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]:
+    """ResNet3D-18 (Hara et al.): ResNet-18's basic blocks with 3x3x3 convolutions over a 16-frame 112x112 clip
+    (strided in time and space from the second stage on)."""
+    import torch
+
+    widths, frames, size = ((4, 8, 16, 32), 4, 16) if tiny else ((64, 128, 256, 512), 16, 112)
+
+    class Block(torch.nn.Module):
+        def __init__(self, channels: int, width: int, stride: int) -> None:
+            super().__init__()
+            self.body = torch.nn.Sequential(
+                torch.nn.Conv3d(channels, width, 3, stride, 1, bias=False), torch.nn.BatchNorm3d(width), torch.nn.ReLU(),
+                torch.nn.Conv3d(width, width, 3, 1, 1, bias=False), torch.nn.BatchNorm3d(width))
+            self.shortcut = torch.nn.Identity() if stride == 1 and channels == width else torch.nn.Sequential(
+                torch.nn.Conv3d(channels, width, 1, stride, bias=False), torch.nn.BatchNorm3d(width))
+
+        def forward(self, x: Any) -> Any:
+            return torch.relu(self.body(x) + self.shortcut(x))
+
+    layers: list[Any] = [torch.nn.Conv3d(3, widths[0], (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False),
+                         torch.nn.BatchNorm3d(widths[0]), torch.nn.ReLU(), torch.nn.MaxPool3d(3, 2, 1)]
+    channels = widths[0]
+    for stage, width in enumerate(widths):
+        layers += [Block(channels, width, 1 if stage == 0 else 2), Block(width, width, 1)]
+        channels = width
+    layers += [torch.nn.AdaptiveAvgPool3d(1), torch.nn.Flatten(), torch.nn.Linear(channels, 10 if tiny else 400)]
+    return torch.nn.Sequential(*layers).eval(), (torch.randn(batch, 3, frames, size, size),)
+
+
+def yolov3_tiny(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]:
+    """YOLOv3-tiny (Redmon & Farhadi): convolutions with batch norm and leaky ReLU, max pooling (the last at
+    stride 1), and two detection heads, the second on the first's features upsampled and concatenated with an
+    earlier layer's (80 classes, 3 anchors a cell)."""
+    import torch
+
+    scale, size = (8, 64) if tiny else (1, 416)
+    outputs = 3 * (5 + (4 if tiny else 80))
+
+    def conv(channels: int, width: int, kernel: int = 3) -> Any:
+        return torch.nn.Sequential(torch.nn.Conv2d(channels, width, kernel, padding=kernel // 2, bias=False),
+                                   torch.nn.BatchNorm2d(width), torch.nn.LeakyReLU(0.1))
+
+    def c(width: int) -> int:
+        return width // scale
+
+    class YoloV3Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            widths = (16, 32, 64, 128, 256)
+            layers: list[Any] = []
+            channels = 3
+            for width in widths:
+                layers += [conv(channels, c(width)), torch.nn.MaxPool2d(2, 2)]
+                channels = c(width)
+            self.to_route = torch.nn.Sequential(*layers[:-1])  # up to the 256-wide layer (stride 16)
+            self.deep = torch.nn.Sequential(
+                torch.nn.MaxPool2d(2, 2), conv(c(256), c(512)), torch.nn.ZeroPad2d((0, 1, 0, 1)), torch.nn.MaxPool2d(2, 1),
+                conv(c(512), c(1024)), conv(c(1024), c(256), 1))
+            self.head1 = torch.nn.Sequential(conv(c(256), c(512)), torch.nn.Conv2d(c(512), outputs, 1))
+            self.lateral = torch.nn.Sequential(conv(c(256), c(128), 1), torch.nn.Upsample(scale_factor=2, mode="nearest"))
+            self.head2 = torch.nn.Sequential(conv(c(128) + c(256), c(256)), torch.nn.Conv2d(c(256), outputs, 1))
+
+        def forward(self, x: Any) -> tuple[Any, Any]:
+            route = self.to_route(x)
+            deep = self.deep(route)
+            return self.head1(deep), self.head2(torch.cat([self.lateral(deep), route], 1))
+
+    return YoloV3Tiny().eval(), (torch.randn(batch, 3, size, size),)
+
+
+ZOO: dict[str, Any] = {"vgg-16": vgg16, "squeezenet1.1": squeezenet11, "dcgan": dcgan, "gcn": gcn,
+                       "resnet3d-18": resnet3d18, "yolov3-tiny": yolov3_tiny}
