@@ -591,7 +591,8 @@ def test_every_resnet_depth_is_a_model_its_tiny_variant_extracts(model):
 @pytest.mark.parametrize("model, kinds", [("vgg-16", {"conv2d", "pool", "matmul"}),
                                           ("squeezenet1.1", {"conv2d", "concatenate", "pool"}),
                                           ("dcgan", {"conv2d_transpose"}), ("gcn", {"matmul"}),
-                                          ("resnet3d-18", {"conv3d", "pool"}), ("yolov3-tiny", {"conv2d", "resize2d"})])
+                                          ("resnet3d-18", {"conv3d", "pool"}), ("yolov3-tiny", {"conv2d", "resize2d"}),
+                                          ("densenet-121", {"conv2d", "concatenate", "pool"})])
 def test_each_zoo_models_tiny_variant_builds_and_matches_pytorch(model, kinds):
     """The seeds' CNNs and GCN by name (plain PyTorch modules, random weights): the tiny variant imports into
     Relax, fuses around the layers that make it what it is, builds and gives PyTorch's output."""

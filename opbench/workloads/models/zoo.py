@@ -169,5 +169,39 @@ def yolov3_tiny(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]
     return YoloV3Tiny().eval(), (torch.randn(batch, 3, size, size),)
 
 
+def densenet121(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]:
+    """DenseNet-121 (Huang et al.): four dense blocks of 6, 12, 24 and 16 layers (batch norm, ReLU, a 1x1 then a
+    3x3 convolution, the output concatenated to the block's input), transitions that halve the width and the
+    image between them (tiny: 2 layers a block)."""
+    import torch
+
+    blocks, growth, stem, size = ((2, 2, 2, 2), 4, 8, 32) if tiny else ((6, 12, 24, 16), 32, 64, 224)
+
+    class Layer(torch.nn.Module):
+        def __init__(self, channels: int) -> None:
+            super().__init__()
+            self.body = torch.nn.Sequential(
+                torch.nn.BatchNorm2d(channels), torch.nn.ReLU(), torch.nn.Conv2d(channels, 4 * growth, 1, bias=False),
+                torch.nn.BatchNorm2d(4 * growth), torch.nn.ReLU(), torch.nn.Conv2d(4 * growth, growth, 3, padding=1, bias=False))
+
+        def forward(self, x: Any) -> Any:
+            return torch.cat([x, self.body(x)], 1)
+
+    layers: list[Any] = [torch.nn.Conv2d(3, stem, 7, 2, 3, bias=False), torch.nn.BatchNorm2d(stem), torch.nn.ReLU(),
+                         torch.nn.MaxPool2d(3, 2, 1)]
+    channels = stem
+    for i, count in enumerate(blocks):
+        for _ in range(count):
+            layers.append(Layer(channels))
+            channels += growth
+        if i < len(blocks) - 1:
+            layers += [torch.nn.BatchNorm2d(channels), torch.nn.ReLU(), torch.nn.Conv2d(channels, channels // 2, 1, bias=False),
+                       torch.nn.AvgPool2d(2, 2)]
+            channels //= 2
+    layers += [torch.nn.BatchNorm2d(channels), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+               torch.nn.Linear(channels, 10 if tiny else 1000)]
+    return torch.nn.Sequential(*layers).eval(), (torch.randn(batch, 3, size, size),)
+
+
 ZOO: dict[str, Any] = {"vgg-16": vgg16, "squeezenet1.1": squeezenet11, "dcgan": dcgan, "gcn": gcn,
-                       "resnet3d-18": resnet3d18, "yolov3-tiny": yolov3_tiny}
+                       "resnet3d-18": resnet3d18, "yolov3-tiny": yolov3_tiny, "densenet-121": densenet121}
