@@ -64,6 +64,7 @@ class PeakCache:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or user_runtime_dir() / PEAKS_FILE
+        self._known: dict[str, float] = {}  # read or measured by this process: a trial's record reads no file
 
     @staticmethod
     def key(device_key: str, threads: int, cores: str, dtype: str) -> str:
@@ -71,11 +72,13 @@ class PeakCache:
 
     def get_or_measure(self, key: str, measure: Callable[[], float | None]) -> float | None:
         """The peak kept under ``key``, else ``measure()``'s, kept when it succeeded (None: it did not)."""
-        known = read_json_map(self.path).get(key)
-        if isinstance(known, (int, float)) and known > 0:
-            return float(known)
-        peak = measure()
-        if peak is not None and peak > 0:
-            write_private(self.path, json.dumps({**read_json_map(self.path), key: peak}).encode())
-        return peak
+        if key not in self._known:
+            known = read_json_map(self.path).get(key)
+            if not isinstance(known, (int, float)) or known <= 0:
+                known = measure()
+                if known is None or known <= 0:
+                    return None
+                write_private(self.path, json.dumps({**read_json_map(self.path), key: known}).encode())
+            self._known[key] = float(known)
+        return self._known[key]
 

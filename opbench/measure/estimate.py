@@ -27,11 +27,6 @@ class Estimate:
     placements: int  # placements taken
     agreeing: int  # of them, those of the fast mode the estimate is the median of (0: they never agreed)
 
-    @property
-    def half_width(self) -> float:
-        """The interval's half-width over the estimate."""
-        return (self.hi_s - self.lo_s) / 2 / self.latency_s
-
 
 def placement_value(latencies_s: Sequence[float]) -> float:
     """One placement's latency: the median of its repeats (an interruption of one repeat does not move it)."""
@@ -63,7 +58,7 @@ def estimate(values: Sequence[float], agree: float) -> Estimate:
 
 def wants_placement(values: Sequence[float], agree: float, least: int, most: int) -> bool:
     """Whether a trial whose placements gave ``values`` takes another: fewer than ``least`` so far, or its
-    fastest two do not agree yet and fewer than ``most`` were taken."""
+    no two of them agree yet and fewer than ``most`` were taken."""
     return len(values) < least or (len(values) < most and not fast_mode(values, agree))
 
 
