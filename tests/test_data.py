@@ -123,7 +123,7 @@ def test_model_engine_warm_started_from_other_workloads_logs(logged, tmp_path):
     uri, _, _ = logged
     _run("dataset", "export", "--tracking-uri", uri, "--experiment", "b", "--out", str(tmp_path / "b.parquet"))
     out = _run("tune", "matmul:m=64,n=64,k=64", "--verify-rounds", "0", "--engine", "model", "--warm-start", str(tmp_path / "b.parquet"),
-               "--trials", "6", "--batch", "3", "--seed", "0", "--tracking-uri", uri, "--study", "m",
+               "--trials", "6", "--configs-per-step", "3", "--seed", "0", "--tracking-uri", uri, "--study", "m",
                "--repeat", "2", "--no-references")
     assert "\nbest " in out.stdout  # the summary table's row of the best config
     frame = read_mlflow(["m"], uri)

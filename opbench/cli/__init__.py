@@ -16,7 +16,7 @@ from opbench.cli import models as cli_models
 from opbench.cli import remote as cli_remote
 from opbench.cli import study as cli_study
 from opbench.cli import tuning as cli_tuning
-from opbench.cli._common import UsageError, add_measure_flags, measure_options, resources_of
+from opbench.cli._common import Parser, UsageError, add_measure_flags, measure_options, resources_of
 from opbench.cli._logging import log_to_stderr
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import parse_thread_counts
@@ -195,7 +195,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="opbench", description="Benchmark and tune DL operators with TVM.")
+    parser = Parser(prog="opbench", description="Benchmark and tune DL operators with TVM.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("ops", help="list operators and presets").set_defaults(func=cmd_ops)
     p = sub.add_parser("space", help="show the knobs of a workload's template")

@@ -18,6 +18,29 @@ class UsageError(OpBenchError):
     """Malformed command-line input."""
 
 
+class Parser(argparse.ArgumentParser):
+    """An argument parser that takes flags as spelled, never by a prefix: a renamed flag's old name must fail
+    rather than become the new one that starts with it (``--batch`` is not ``--batch-size``). Its subparsers
+    are of the same class."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def add_renamed_flag(p: argparse.ArgumentParser, old: str, why: str) -> None:
+    """Make ``old`` a usage error (exit 2) that says which flags replaced it."""
+
+    class Renamed(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+            parser.error(f"{old} is gone: {why}")
+
+    p.add_argument(old, nargs="?", action=Renamed, help=argparse.SUPPRESS)
+
+
+BATCH_RENAMED = "--batch-size is a model's batch size, --configs-per-step the configs tune proposes per step"
+
+
 def measure_options(args: argparse.Namespace) -> MeasureOptions:
     from opbench.measure.timing import TimingPolicy
     from opbench.measure.types import MeasureOptions

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from opbench import settings
 from opbench.argtypes import checked, nonneg_int, positive_int
+from opbench.cli._common import BATCH_RENAMED, add_renamed_flag
 from opbench.engines.optuna.storage import STORAGE_HELP
 from opbench.exceptions import OpBenchError, ResourceError
 from opbench.paths import tuned_models_dir
@@ -37,7 +38,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 def _model_spec(args: argparse.Namespace) -> ModelSpec:
     from opbench.studies.models.tune import ModelSpec
 
-    return ModelSpec(args.model, args.batch, args.seq_len, args.threads, args.repeat)
+    return ModelSpec(args.model, args.batch_size, args.seq_len, args.threads, args.repeat)
 
 
 def _print_op(n: int, op: FusedOp) -> None:
@@ -76,7 +77,7 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
     if profile.source.kind == "simple":  # a catalogue workload: tune it with its own template
         print(f"tune it: opbench tune '{args.model.removeprefix(SIMPLE_PREFIX)}' --trials 32")
     elif key is not None:
-        print(f"tune one: opbench tune '{model_name(args.model, key.name, args.batch, args.seq_len)}' --trials 32")
+        print(f"tune one: opbench tune '{model_name(args.model, key.name, args.batch_size, args.seq_len)}' --trials 32")
     plot = record_ops(spec, profile, args.study, args.tracking_uri)
     print(f"time against memory per operator: {plot} (also an artifact of the run)")
     return 0
@@ -121,7 +122,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     print("\n" + table(result.rows, ["operator", "kind", "share after defaults", "untuned ms", "tuned ms", "speed-up", "how"]))
     if result.reused:
         print(f"\ntuning {result.reused}")
-    print(f"\n{args.model}, batch {args.batch}, {args.threads} thread(s):")
+    print(f"\n{args.model}, batch {args.batch_size}, {args.threads} thread(s):")
     print(speedup_table(*model_speedups(result), result.verification, "tuned"))
     print(f"tuned model output matches the reference (max |err| {m['max_abs_err']:.2g}); database: {result.database}")
     return 0
@@ -164,7 +165,8 @@ def _tune_model_gpu(args: argparse.Namespace, engine: EngineSpec) -> int:
 
 def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
     p.add_argument("model", help="a name from `opbench models` (add @tiny for the small variant) or a .onnx file")
-    p.add_argument("--batch", type=positive_int, default=1)
+    p.add_argument("--batch-size", type=positive_int, default=1, help="the model's batch size")
+    add_renamed_flag(p, "--batch", BATCH_RENAMED)
     p.add_argument("--seq-len", type=positive_int, default=128, help="sequence length of token models")
     p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--repeat", type=positive_int, default=settings.REPEAT)

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from opbench.argtypes import nonneg_int, positive_int
-from opbench.cli._common import add_measure_flags, add_timing_flags, measure_options, resources_of
+from opbench.cli._common import (
+    BATCH_RENAMED,
+    add_measure_flags,
+    add_renamed_flag,
+    add_timing_flags,
+    measure_options,
+    resources_of,
+)
 from opbench.engines.nni.engine import TUNERS
 from opbench.engines.optuna.storage import STORAGE_ENV, STORAGE_HELP
 from opbench.engines.registry import ENGINES
@@ -38,7 +45,7 @@ def tune_spec(args: argparse.Namespace) -> TuneSpec:
         args.workload, args.trials, engine, resources, args.template, args.study,
         tuple(parse_thread_counts(args.search_threads, "--search-threads")) if args.search_threads else (),
         tuple(c.strip() for c in args.search_cores.split(";") if c.strip()) if args.search_cores else (),
-        args.batch, args.workers, args.resume, not args.no_references, args.verify_rounds, measure_options(args),
+        args.configs_per_step, args.workers, args.resume, not args.no_references, args.verify_rounds, measure_options(args),
         args.tracking_uri, args.log)
 
 
@@ -133,7 +140,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """``opbench tune`` on the demo's study, its flags parsed by the tune command's own parser."""
     return cmd_tune(args.tune_parser.parse_args(
         ["matmul-512", "--engine", "optuna", "--sampler", "tpe", "--trials", str(args.trials), "--threads",
-         str(args.threads), "--study", "demo-matmul-512", "--seed", "0", "--batch", "2"]))
+         str(args.threads), "--study", "demo-matmul-512", "--seed", "0", "--configs-per-step", "2"]))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -152,7 +159,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--search-threads", metavar="LIST", help="also search the thread count among these, e.g. 1,2")
     p.add_argument("--search-cores", metavar="SETS", help="also search the core set among these, e.g. '0;1;0,1'")
-    p.add_argument("--batch", type=positive_int, default=1, help="configs proposed, built in parallel, then timed, per step")
+    p.add_argument("--configs-per-step", type=positive_int, default=1,
+                   help="configs proposed, built in parallel, then timed, per step")
+    add_renamed_flag(p, "--batch", BATCH_RENAMED)
     p.add_argument("--seed", type=int)
     p.add_argument("--storage", default=os.environ.get(STORAGE_ENV), help=STORAGE_HELP)
     p.add_argument("--resume", action="store_true", help="continue the study instead of starting it afresh")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opbench.exceptions import OpBenchError
-from opbench.workloads.models.graph import pad_into_conv, unwrap_batch_norm
+from opbench.workloads.models.graph import integer_cumsum_widened, pad_into_conv, unwrap_batch_norm
 from opbench.workloads.models.sources import ModelSource
 
 KEY_SHARE = 0.9  # key operators: the fewest that cover this share of the model's time
@@ -60,14 +60,14 @@ def import_model(source: ModelSource) -> Any:
     except Exception as exc:
         raise OpBenchError(f"model '{source.name}': torch.export failed: {str(exc).splitlines()[0]}") from exc
     try:
-        return from_exported_program(exported, unwrap_unit_return_tuple=True)
+        return from_exported_program(integer_cumsum_widened(exported), unwrap_unit_return_tuple=True)
     except Exception as exc:
         raise OpBenchError(f"model '{source.name}': Relax cannot convert it: {str(exc).splitlines()[0]}") from exc
 
 
 # Bumped whenever fuse() makes different PrimFuncs, so that cached extractions of an older one are not read
-# (2: fast exp/erf/tanh; 3: batch norms unwrapped, pads folded into convolutions).
-PIPELINE_VERSION = 3
+# (2: fast exp/erf/tanh; 3: batch norms unwrapped, pads folded into convolutions; 4: integer cumsums widened).
+PIPELINE_VERSION = 4
 
 
 def fuse(mod: Any) -> Any:

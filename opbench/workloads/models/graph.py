@@ -1,4 +1,5 @@
-"""Graph rewrites run before a model is fused, so that each convolution fuses with what follows it."""
+"""Graph rewrites run before a model is fused, so that each convolution fuses with what follows it, and one that
+lets Relax's frontend import what PyTorch exports."""
 from __future__ import annotations
 
 from typing import Any
@@ -45,3 +46,17 @@ def pad_into_conv(mod: Any) -> Any:
         if isinstance(func, relax.Function):
             out[name] = rewrite_call(conv, rewrite, func)
     return out
+
+
+def integer_cumsum_widened(exported: Any) -> Any:
+    """``exported`` (a torch ExportedProgram) with each cumsum of a bool or integer tensor naming int64, the type
+    PyTorch gives it: Relax's frontend keeps the input's type where none is named, and a cumsum of bools then
+    fails to build (GPT-2's mask preparation has one)."""
+    import torch
+
+    for node in exported.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.cumsum.default and "dtype" not in node.kwargs:
+            value = node.args[0].meta.get("val")
+            if value is not None and not (value.dtype.is_floating_point or value.dtype.is_complex):
+                node.kwargs = {**node.kwargs, "dtype": torch.int64}
+    return exported

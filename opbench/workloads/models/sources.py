@@ -201,7 +201,7 @@ def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
         workload = parse_workload(name.removeprefix(SIMPLE_PREFIX))  # a malformed one fails here
         return ModelSource(name, "simple", lambda: _simple(workload))
     if batch < 1 or seq_len < 1:
-        raise OpBenchError(f"--batch and --seq-len must be >= 1, got {batch} and {seq_len}")
+        raise OpBenchError(f"--batch-size and --seq-len must be >= 1, got {batch} and {seq_len}")
     base, tiny = name.removesuffix(TINY), name.endswith(TINY)
     if base in TORCH_MODELS:
         build = TORCH_MODELS[base]

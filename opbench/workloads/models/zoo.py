@@ -32,19 +32,14 @@ def squeezenet11(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]
 
     scale, size = (8, 32) if tiny else (1, 224)
 
-    class Fire(torch.nn.Module):
-        def __init__(self, channels: int, squeeze: int, expand: int) -> None:
-            super().__init__()
-            self.squeeze = torch.nn.Conv2d(channels, squeeze // scale, 1)
-            self.expand1 = torch.nn.Conv2d(squeeze // scale, expand // scale, 1)
-            self.expand3 = torch.nn.Conv2d(squeeze // scale, expand // scale, 3, padding=1)
+    branches = _branches()
 
-        def forward(self, x: Any) -> Any:
-            x = torch.relu(self.squeeze(x))
-            return torch.cat([torch.relu(self.expand1(x)), torch.relu(self.expand3(x))], 1)
-
-    def fire(squeeze: int, expand: int) -> tuple[Fire, int]:
-        return Fire(channels[0], squeeze, expand), 2 * expand // scale
+    def fire(squeeze: int, expand: int) -> tuple[Any, int]:
+        s, e = squeeze // scale, expand // scale
+        return torch.nn.Sequential(  # a 1x1 squeeze, then 1x1 and 3x3 expands concatenated
+            torch.nn.Conv2d(channels[0], s, 1), torch.nn.ReLU(),
+            branches(torch.nn.Sequential(torch.nn.Conv2d(s, e, 1), torch.nn.ReLU()),
+                     torch.nn.Sequential(torch.nn.Conv2d(s, e, 3, padding=1), torch.nn.ReLU()))), 2 * e
 
     channels = [64 // scale]
     layers: list[Any] = [torch.nn.Conv2d(3, channels[0], 3, stride=2), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, ceil_mode=True)]
@@ -177,22 +172,19 @@ def densenet121(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]
 
     blocks, growth, stem, size = ((2, 2, 2, 2), 4, 8, 32) if tiny else ((6, 12, 24, 16), 32, 64, 224)
 
-    class Layer(torch.nn.Module):
-        def __init__(self, channels: int) -> None:
-            super().__init__()
-            self.body = torch.nn.Sequential(
-                torch.nn.BatchNorm2d(channels), torch.nn.ReLU(), torch.nn.Conv2d(channels, 4 * growth, 1, bias=False),
-                torch.nn.BatchNorm2d(4 * growth), torch.nn.ReLU(), torch.nn.Conv2d(4 * growth, growth, 3, padding=1, bias=False))
+    branches = _branches()
 
-        def forward(self, x: Any) -> Any:
-            return torch.cat([x, self.body(x)], 1)
+    def layer(channels: int) -> Any:  # the input beside what the layer adds to it
+        return branches(torch.nn.Identity(), torch.nn.Sequential(
+            torch.nn.BatchNorm2d(channels), torch.nn.ReLU(), torch.nn.Conv2d(channels, 4 * growth, 1, bias=False),
+            torch.nn.BatchNorm2d(4 * growth), torch.nn.ReLU(), torch.nn.Conv2d(4 * growth, growth, 3, padding=1, bias=False)))
 
     layers: list[Any] = [torch.nn.Conv2d(3, stem, 7, 2, 3, bias=False), torch.nn.BatchNorm2d(stem), torch.nn.ReLU(),
                          torch.nn.MaxPool2d(3, 2, 1)]
     channels = stem
     for i, count in enumerate(blocks):
         for _ in range(count):
-            layers.append(Layer(channels))
+            layers.append(layer(channels))
             channels += growth
         if i < len(blocks) - 1:
             layers += [torch.nn.BatchNorm2d(channels), torch.nn.ReLU(), torch.nn.Conv2d(channels, channels // 2, 1, bias=False),
@@ -203,5 +195,94 @@ def densenet121(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]
     return torch.nn.Sequential(*layers).eval(), (torch.randn(batch, 3, size, size),)
 
 
+def _branches() -> Any:
+    """A module that runs its branches on one input and concatenates their outputs along the channels."""
+    import torch
+
+    class Branches(torch.nn.Module):
+        def __init__(self, *branches: Any) -> None:
+            super().__init__()
+            self.branches = torch.nn.ModuleList(branches)
+
+        def forward(self, x: Any) -> Any:
+            return torch.cat([branch(x) for branch in self.branches], 1)
+
+    return Branches
+
+
+class _InceptionBlocks:
+    """Inception-v3's blocks, built from ``conv(cin, cout, kernel, stride, padding)``."""
+
+    def __init__(self, conv: Any) -> None:
+        import torch
+
+        self.conv, self.seq, self.avg_pool, self.cat = conv, torch.nn.Sequential, torch.nn.AvgPool2d, _branches()
+
+    def pool_conv(self, cin: int, cout: int) -> Any:
+        return self.seq(self.avg_pool(3, 1, 1), self.conv(cin, cout, 1))
+
+    def a(self, cin: int, pool: int) -> Any:
+        conv = self.conv
+        return self.cat(conv(cin, 64, 1), self.seq(conv(cin, 48, 1), conv(48, 64, 5, padding=2)),
+                        self.seq(conv(cin, 64, 1), conv(64, 96, 3, padding=1), conv(96, 96, 3, padding=1)),
+                        self.pool_conv(cin, pool))
+
+    def c(self, c7: int) -> Any:
+        conv, row, col = self.conv, {"padding": (0, 3)}, {"padding": (3, 0)}
+        return self.cat(conv(768, 192, 1),
+                        self.seq(conv(768, c7, 1), conv(c7, c7, (1, 7), **row), conv(c7, 192, (7, 1), **col)),
+                        self.seq(conv(768, c7, 1), conv(c7, c7, (7, 1), **col), conv(c7, c7, (1, 7), **row),
+                                 conv(c7, c7, (7, 1), **col), conv(c7, 192, (1, 7), **row)),
+                        self.pool_conv(768, 192))
+
+    def split_3x3(self, cin: int) -> Any:
+        return self.cat(self.conv(cin, 384, (1, 3), padding=(0, 1)), self.conv(cin, 384, (3, 1), padding=(1, 0)))
+
+    def e(self, cin: int) -> Any:
+        conv = self.conv
+        return self.cat(conv(cin, 320, 1), self.seq(conv(cin, 384, 1), self.split_3x3(384)),
+                        self.seq(conv(cin, 448, 1), conv(448, 384, 3, padding=1), self.split_3x3(384)),
+                        self.pool_conv(cin, 192))
+
+    def reductions(self, pool: Any) -> tuple[Any, Any]:
+        """The two grid reductions, 35 to 17 (288 channels to 768) and 17 to 8 (768 to 1280)."""
+        conv = self.conv
+        return (self.cat(conv(288, 384, 3, 2), self.seq(conv(288, 64, 1), conv(64, 96, 3, padding=1), conv(96, 96, 3, 2)),
+                         pool(3, 2)),
+                self.cat(self.seq(conv(768, 192, 1), conv(192, 320, 3, 2)),
+                         self.seq(conv(768, 192, 1), conv(192, 192, (1, 7), padding=(0, 3)),
+                                  conv(192, 192, (7, 1), padding=(3, 0)), conv(192, 192, 3, 2)),
+                         pool(3, 2)))
+
+
+def inception_v3(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]:
+    """Inception-v3 (Szegedy et al., as torchvision builds it, without the auxiliary head): a stem of 3x3
+    convolutions, then 3 blocks A (1x1, 5x5 and double 3x3 branches beside an average pool), a grid reduction,
+    4 blocks C (7x7 factorised into 1x7 and 7x1), a reduction, 2 blocks E (3x3 split into 1x3 and 3x1), each
+    block's branches concatenated (tiny: one block of each, an eighth of the widths, a 75x75 image)."""
+    import torch
+
+    div, size, repeats = (8, 75, (1, 1)) if tiny else (1, 299, (4, 2))
+
+    def w(width: int) -> int:  # every width is a multiple of 8; the image's 3 channels stay
+        return width if width == 3 else width // div
+
+    def conv(cin: int, cout: int, kernel: Any, stride: int = 1, padding: Any = 0) -> Any:
+        return torch.nn.Sequential(torch.nn.Conv2d(w(cin), w(cout), kernel, stride, padding, bias=False),
+                                   torch.nn.BatchNorm2d(w(cout), eps=0.001), torch.nn.ReLU())
+
+    blocks = _InceptionBlocks(conv)
+    to_17, to_8 = blocks.reductions(torch.nn.MaxPool2d)
+    a_in = [(192, 64)] if tiny else [(192, 32), (256, 64), (288, 64)]  # either way 288 channels out
+    layers = [conv(3, 32, 3, 2), conv(32, 32, 3), conv(32, 64, 3, padding=1), torch.nn.MaxPool2d(3, 2),
+              conv(64, 80, 1), conv(80, 192, 3), torch.nn.MaxPool2d(3, 2),
+              *(blocks.a(cin, pool) for cin, pool in a_in), to_17,
+              *(blocks.c(c7) for c7 in (128, 160, 160, 192)[:repeats[0]]), to_8,
+              *(blocks.e(cin) for cin in (1280, 2048)[:repeats[1]]),
+              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(w(2048), 10 if tiny else 1000)]
+    return torch.nn.Sequential(*layers).eval(), (torch.randn(batch, 3, size, size),)
+
+
 ZOO: dict[str, Any] = {"vgg-16": vgg16, "squeezenet1.1": squeezenet11, "dcgan": dcgan, "gcn": gcn,
-                       "resnet3d-18": resnet3d18, "yolov3-tiny": yolov3_tiny, "densenet-121": densenet121}
+                       "resnet3d-18": resnet3d18, "yolov3-tiny": yolov3_tiny, "densenet-121": densenet121,
+                       "inception-v3": inception_v3}
