@@ -4,12 +4,14 @@ For each model (bert-base batch 1 seq 128, resnet-50 and mobilenet-v2 batch 1): 
 operators, tune the key ones (>= 90% of the time) with a fixed per-operator budget and build the model with
 their schedules; then time it beside PyTorch eager, ``torch.compile`` (Inductor ahead of time: an
 AOTInductor package compiled once, static shapes, float32), ONNX Runtime (CPU provider, all graph
-optimisations, the same threads within an operator, one across), TVM with OpBench's template defaults, and
+optimisations, the same threads within an operator, one across), OpenVINO (fp32, latency mode, one stream) and
+zentorch (AMD's torch.compile backend, on AMD CPUs with AVX-512; both optional extras, rows that say why where
+they cannot run), TVM with OpBench's template defaults, and
 MetaSchedule tuning the model with as many trials as OpBench's tuned model measured (``tune_relax``,
 ``max_trials_global``, seed 0; the row says how many of its tasks the budget left untuned).
 Every latency printed is verified: each system timed again in fresh processes under the host lock, over
 ``--rounds`` alternating rounds (median, with the per-round range); each output is checked against
-PyTorch's first. "best baseline" is the fastest of eager, torch.compile and ONNX Runtime that ran. A
+PyTorch's first. "best baseline" is the fastest of the frameworks that ran. A
 target is judged (met / NOT MET) from 3 rounds or more; fewer print the ratio with no verdict.
 TVM's unscheduled lowering is not timed here. The host's GEMM ceiling (the faster of PyTorch's and numpy's
 fp32 2048^3 GEMM in fresh processes) is timed first; each model's tuned matmuls and convolutions are reported
@@ -41,7 +43,7 @@ from _results import Results
 from opbench.engines.registry import EngineSpec
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
-from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME
+from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH
 from opbench.paths import tuned_models_dir
 from opbench.report.progress import table
 from opbench.studies.claims import spread_text
@@ -59,7 +61,7 @@ TARGETS_VS_EAGER = {"bert-base": 0.8, "resnet-50": 0.6, "mobilenet-v2": 0.4}  # 
 TARGET_VS_BEST = 0.9
 TARGET_OF_CEILING = 0.75  # BERT's matmuls and ResNet's convolutions
 GEMM_KINDS = {"matmuls": ("batch_matmul", "matmul", "dense"), "convolutions": ("conv2d",)}
-SYSTEMS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, DEFAULTS, METASCHEDULE)
+SYSTEMS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, DEFAULTS, METASCHEDULE)
 PROFILE_ROWS = 8  # of each model's time split: the largest by eager's time, then the rest
 VERDICT_ROUNDS = 3  # fewer fresh-process rounds of a whole model give no spread to judge a target by
 INLINE_NOTE_CHARS = 60  # a longer note (where a reused tuning came from) is a footnote under the table

@@ -1,8 +1,10 @@
 """The frameworks a whole model is compared with run it as they would for a user, in processes that never
-import TVM, and give eager's output: torch.compile (an AOTInductor package) and ONNX Runtime. (The
-tune-model test in test_models.py prepares systems through ``--compare``.)"""
+import TVM, and give eager's output: torch.compile (an AOTInductor package), ONNX Runtime and OpenVINO (an ONNX
+file), zentorch where it is installed; one that cannot run on this host says why. (The tune-model test in
+test_models.py prepares systems through ``--compare``.)"""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 
 from opbench.hardware.resources import Resources
 from opbench.measure.models import save_inputs
-from opbench.measure.protocol import EAGER, INDUCTOR, ONNXRUNTIME, ModelInput
+from opbench.measure.protocol import EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, ModelInput
 from opbench.record import Status
 from opbench.workloads.models.exports import inductor_package, onnx_file
 from opbench.workloads.models.sources import load_model
@@ -26,13 +28,14 @@ def artifacts(tmp_path_factory):
     reference = source.reference()[0]
     return {"inputs": save_inputs(source.numpy_inputs(), folder / "inputs.npz", reference),
             "wrong": save_inputs(source.numpy_inputs(), folder / "wrong.npz", reference + 1.0),
-            INDUCTOR: inductor_package(source, folder / "model.pt2"), ONNXRUNTIME: onnx_file(source, folder / "model.onnx")}
+            INDUCTOR: inductor_package(source, folder / "model.pt2"), ONNXRUNTIME: onnx_file(source, folder / "model.onnx"),
+            OPENVINO: folder / "model.onnx"}
 
 
 @pytest.mark.xdist_group("framework-artifacts")  # one worker compiles the AOTInductor package (~30 s) once
 def test_each_framework_gives_eagers_output_in_a_process_without_tvm(measurer, artifacts):
     runs = [ModelInput(MODEL, library=str(artifacts[system]), inputs=str(artifacts["inputs"]), runtime=system,
-                       resources=Resources(2)) for system in (INDUCTOR, ONNXRUNTIME)]
+                       resources=Resources(2)) for system in (INDUCTOR, ONNXRUNTIME, OPENVINO)]
     runs.append(ModelInput(MODEL, resources=Resources(2)))
     results = measurer.time_models_fresh(runs)
     for run, result in zip(runs, results):
@@ -42,15 +45,39 @@ def test_each_framework_gives_eagers_output_in_a_process_without_tvm(measurer, a
             assert math.isnan(result.max_abs_err)  # eager is the reference
         else:
             assert result.max_abs_err < 1e-4, run.system
-    assert len({r.pid for r in results}) == 3  # three fresh processes
+    assert len({r.pid for r in results}) == len(runs)  # each in a fresh process
 
 
 @pytest.mark.xdist_group("framework-artifacts")
 def test_a_framework_whose_output_differs_is_a_wrong_result(measurer, artifacts):
-    for system in (INDUCTOR, ONNXRUNTIME):
+    for system in (INDUCTOR, ONNXRUNTIME, OPENVINO):
         result = measurer.time_model(ModelInput(MODEL, library=str(artifacts[system]), inputs=str(artifacts["wrong"]),
                                                 runtime=system))
         assert result.status is Status.WRONG_RESULT and np.isclose(result.max_abs_err, 1.0, atol=1e-3), system
+
+
+def test_zentorch_compiles_the_module_and_gives_eagers_output(measurer):
+    pytest.importorskip("zentorch", reason="zentorch is an optional extra: pip install 'opbench[zentorch]'")
+    result = measurer.time_model(ModelInput(MODEL, resources=Resources(2), runtime=ZENTORCH))
+    assert result.status is Status.OK and result.max_abs_err < 1e-4, result.error  # checked against eager
+
+
+def test_a_framework_this_host_cannot_run_is_skipped_saying_why(monkeypatch):
+    from opbench.hardware.resources import host_facts
+    from opbench.studies.models import systems
+
+    facts = host_facts()
+    epyc = dataclasses.replace(facts, cpu_id="AuthenticAMD/26.17.0", isa=(*facts.isa, "avx512f"))
+    xeon = dataclasses.replace(facts, cpu_id="GenuineIntel/6.143.8", isa=(*facts.isa, "avx512f"))
+    installed = {"openvino", "zentorch"}
+    monkeypatch.setattr(systems.importlib.util, "find_spec", lambda name: object() if name in installed else None)
+    for host, zentorch in ((epyc, ""), (xeon, "zentorch optimises only on AMD CPUs with AVX-512 (this host:")):
+        monkeypatch.setattr(systems, "host_facts", lambda host=host: host)
+        assert systems.unavailable(ZENTORCH).startswith(zentorch) and systems.unavailable(OPENVINO) == ""
+    installed.clear()
+    assert systems.unavailable(OPENVINO) == "openvino is not installed (pip install 'opbench[openvino]')"
+    assert systems.unavailable(ZENTORCH) == "zentorch is not installed (pip install 'opbench[zentorch]')"
+    assert systems.unavailable(ONNXRUNTIME) == ""  # a dependency of OpBench itself
 
 
 def test_metaschedule_at_a_trial_budget_tunes_the_model_and_says_what_it_left_untuned(measurer, tmp_path):

@@ -89,15 +89,16 @@ class PrimFuncInput:
 
 
 TVM, EAGER, INDUCTOR, ONNXRUNTIME = "tvm", "eager", "torch.compile", "onnxruntime"  # what runs a whole model
-FRAMEWORKS = (EAGER, INDUCTOR, ONNXRUNTIME)  # run in a library worker: a process that never imports TVM
+OPENVINO, ZENTORCH = "openvino", "zentorch"
+FRAMEWORKS = (EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH)  # run in a library worker: never imports TVM
 
 
 @dataclass(frozen=True)
 class ModelInput:
     """Time a whole model: the artifact ``library`` as ``runtime`` runs it (a Relax VM library exported by
     :func:`opbench.measure.models.export_model` for TVM, an AOTInductor package for torch.compile, an ONNX
-    file for ONNX Runtime) on the inputs saved in ``inputs`` (``.npz``, with the reference output), or
-    PyTorch eager on the catalogue model ``model``. The runtime defaults to TVM with a library, else eager."""
+    file for ONNX Runtime and OpenVINO) on the inputs saved in ``inputs`` (``.npz``, with the reference output),
+    or PyTorch eager (or compiled by zentorch) on the catalogue model ``model``. The runtime defaults to TVM with a library, else eager."""
 
     model: str
     batch: int = 1

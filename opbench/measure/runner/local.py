@@ -10,7 +10,18 @@ from opbench.hardware.host_speed import HostSpeed, Slowness, probe_cpus
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
-from opbench.measure.protocol import EAGER, FRAMEWORKS, LibraryInput, ModelInput, ModelProfileInput, PeakInput, PrimFuncInput, RunInput, RunResult
+from opbench.measure.protocol import (
+    EAGER,
+    FRAMEWORKS,
+    ZENTORCH,
+    LibraryInput,
+    ModelInput,
+    ModelProfileInput,
+    PeakInput,
+    PrimFuncInput,
+    RunInput,
+    RunResult,
+)
 from opbench.measure.runner._base import Runner
 from opbench.measure.runner.placements import place
 from opbench.measure.worker import KERNEL, LIBRARY, Worker, WorkerError
@@ -32,7 +43,7 @@ def _preload(inp: Job) -> tuple[str, ...]:
     if isinstance(inp, LibraryInput):
         return _library_preload(inp.library)
     if isinstance(inp, ModelInput) and inp.system in FRAMEWORKS:
-        return _eager_preload(inp.model) if inp.system == EAGER else ("torch",)
+        return _eager_preload(inp.model) if inp.system in (EAGER, ZENTORCH) else ("torch",)
     return ()
 
 

@@ -1,6 +1,8 @@
 """Whole models as the frameworks a user would pick instead of TVM run them, each made a call for the library
-worker to time: PyTorch eager (the catalogue model), torch.compile (an AOTInductor package) and ONNX Runtime
-(an ONNX file, CPU provider, every graph optimisation, the worker's threads within an operator, one across)."""
+worker to time: PyTorch eager (the catalogue model), zentorch (the same module through ``torch.compile`` with
+AMD's backend), torch.compile (an AOTInductor package), ONNX Runtime (an ONNX file, CPU provider, every graph
+optimisation, the worker's threads within an operator, one across) and OpenVINO (the same ONNX file on its CPU
+plugin in fp32, latency mode, one stream of the worker's threads)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -8,21 +10,17 @@ from typing import Any
 
 import numpy as np
 
-from opbench.measure.protocol import EAGER, INDUCTOR, ONNXRUNTIME, ModelInput
-from opbench.measure.worker._common import saved_inputs
+from opbench.measure.protocol import EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, ModelInput
+from opbench.measure.worker._common import first_output, saved_inputs
+
+Call = Callable[[], Any]
 
 
-def model_call(req: ModelInput, threads: int, device: Any) -> tuple[Callable[[], Any], np.ndarray | None]:
+def model_call(req: ModelInput, threads: int, device: Any) -> tuple[Call, np.ndarray | None]:
     """One forward of the model as ``req.system`` runs it, with ``threads``, and the output to check it
     against (None for eager: it is the reference)."""
-    if req.system == EAGER:
-        from opbench.workloads.models.sources import load_model
-
-        source = load_model(req.model, req.batch, req.seq_len)
-        if not source.has_module:
-            raise ValueError(f"{req.model} has no PyTorch module to run eagerly")
-        module, inputs = source.module.to(device), [x.to(device) for x in source.inputs]
-        return (lambda: module(*inputs)), None
+    if req.system in (EAGER, ZENTORCH):
+        return _torch_module_call(req, device)
     arrays, expected = saved_inputs(req.inputs)
     if req.system == INDUCTOR:
         import torch
@@ -40,4 +38,41 @@ def model_call(req: ModelInput, threads: int, device: Any) -> tuple[Callable[[],
         session = ort.InferenceSession(req.library, options, providers=["CPUExecutionProvider"])
         feed = {i.name: a for i, a in zip(session.get_inputs(), arrays)}
         return (lambda: session.run(None, feed)), expected
+    if req.system == OPENVINO:
+        return _openvino_call(req.library, arrays, threads), expected
     raise ValueError(f"no framework runs '{req.system}' models")
+
+
+def _torch_module_call(req: ModelInput, device: Any) -> tuple[Call, np.ndarray | None]:
+    """The catalogue model eagerly (its own reference), or compiled by zentorch and checked against eager."""
+    from opbench.workloads.models.sources import load_model
+
+    source = load_model(req.model, req.batch, req.seq_len)
+    if not source.has_module:
+        raise ValueError(f"{req.model} has no PyTorch module to run")
+    module, inputs = source.module.to(device), [x.to(device) for x in source.inputs]
+    if req.system == EAGER:
+        return (lambda: module(*inputs)), None
+    import torch
+    import zentorch  # noqa: F401 - registers the backend
+
+    expected = first_output(module(*inputs))
+    compiled = torch.compile(module, backend="zentorch")
+    return (lambda: compiled(*inputs)), expected
+
+
+def _openvino_call(onnx_path: str, arrays: list[np.ndarray], threads: int) -> Call:
+    """The ONNX file compiled by OpenVINO for the CPU: fp32 inference (it would pick bf16 by itself where the
+    CPU has it), latency mode, one stream of ``threads`` threads."""
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(onnx_path, "CPU", {
+        "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1",
+        "INFERENCE_NUM_THREADS": str(threads)})
+    request = compiled.create_infer_request()
+
+    def call() -> Any:
+        request.infer(arrays)
+        return request.get_output_tensor(0).data
+
+    return call

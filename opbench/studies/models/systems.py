@@ -1,10 +1,12 @@
 """The systems a tuned model is verified against, each prepared once so that the fresh processes that time
 it only load it: TVM's default lowering (``untuned``), the template defaults (``defaults``), MetaSchedule
 with the tuned model's trial count (``metaschedule``), PyTorch eager (``torch``), ``torch.compile`` (an
-AOTInductor package) and ONNX Runtime (an exported ONNX file). A system that cannot be prepared stays in
-the table with the reason (:class:`Prepared`)."""
+AOTInductor package), ONNX Runtime and OpenVINO (an exported ONNX file) and zentorch (AMD's backend for
+``torch.compile``, on AMD CPUs with AVX-512). A system that cannot be prepared, or cannot run on this host,
+stays in the table with the reason (:class:`Prepared`)."""
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from opbench.exceptions import OpBenchError
-from opbench.hardware.resources import Resources
+from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.models import export_model
-from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, ModelInput
+from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, ModelInput
 from opbench.studies.models.profile import ModelProfile
 from opbench.studies.models.reuse import TunedCache
 from opbench.studies.models.tuned import apply_database
@@ -23,8 +25,8 @@ from opbench.studies.models.tuned import apply_database
 log = logging.getLogger("opbench")
 
 UNTUNED, DEFAULTS, METASCHEDULE, EAGER_ROW = "untuned", "defaults", "metaschedule", "torch"
-SYSTEMS = (UNTUNED, DEFAULTS, METASCHEDULE, EAGER_ROW, INDUCTOR, ONNXRUNTIME)
-FRAMEWORK_ROWS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME)  # what a user would pick instead of TVM
+SYSTEMS = (UNTUNED, DEFAULTS, METASCHEDULE, EAGER_ROW, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH)
+FRAMEWORK_ROWS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH)  # what a user would pick instead of TVM
 
 
 def parse_systems(value: str) -> tuple[str, ...]:
@@ -70,26 +72,41 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
                 tuned = metaschedule_model(prof.mod, target, folder, trials, cache)
                 prepared.runs[system] = ModelInput(model, library=str(tuned.library), inputs=inputs, resources=resources)
                 prepared.notes[system] = tuned.note
+            elif why := unavailable(system):
+                prepared.failed[system] = f"skipped: {why}"
             elif not prof.source.has_module:
                 prepared.failed[system] = f"{model} has no PyTorch module"
-            elif system == EAGER_ROW:
-                prepared.runs[system] = ModelInput(model, batch, seq_len, resources=resources)
+            elif system in (EAGER_ROW, ZENTORCH):
+                prepared.runs[system] = ModelInput(model, batch, seq_len, resources=resources,
+                                                   runtime="" if system == EAGER_ROW else ZENTORCH)
             elif system == INDUCTOR:
                 package = _exported(cache, folder, f"inductor-torch{_torch()}.pt2", f"{model}: torch.compile ahead of "
                                     "time (AOTInductor)", lambda path: inductor_package(prof.source, path))
                 prepared.runs[system] = ModelInput(model, library=str(package), inputs=inputs, resources=resources,
                                                    runtime=INDUCTOR)
-            elif system == ONNXRUNTIME:
+            elif system in (ONNXRUNTIME, OPENVINO):  # both read the same file
                 path = _exported(cache, folder, f"model-torch{_torch()}.onnx", f"{model}: exporting to ONNX",
                                  lambda path: onnx_file(prof.source, path))
                 prepared.runs[system] = ModelInput(model, library=str(path), inputs=inputs, resources=resources,
-                                                   runtime=ONNXRUNTIME)
+                                                   runtime=system)
             else:
                 prepared.failed[system] = f"unknown system; systems: {', '.join(SYSTEMS)}"
         except Exception as exc:  # noqa: BLE001 - a system that cannot be prepared is a row that says so
             log.warning("%s: %s could not be prepared: %s", model, system, exc)
             prepared.failed[system] = f"not prepared: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     return prepared
+
+
+def unavailable(system: str) -> str:
+    """Why ``system`` cannot run on this host ("" where it can): its package missing, or for zentorch a CPU
+    it does not optimise for (it runs elsewhere, as plain Inductor, which is not the row users would pick)."""
+    package = {OPENVINO: "openvino", ZENTORCH: "zentorch"}.get(system)
+    if package and importlib.util.find_spec(package) is None:
+        return f"{package} is not installed (pip install 'opbench[{package}]')"
+    facts = host_facts()
+    if system == ZENTORCH and not (facts.cpu_id.startswith("AuthenticAMD") and "avx512f" in facts.isa):
+        return f"zentorch optimises only on AMD CPUs with AVX-512 (this host: {facts.cpu_model}, {facts.cpu_id})"
+    return ""
 
 
 def _exported(cache: TunedCache | None, folder: Path, name: str, doing: str, make: Callable[[Path], Path]) -> Path:
