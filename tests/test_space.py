@@ -28,7 +28,8 @@ ODD_SHAPES = [  # a prime extent, a 1-sized dim, 7x7 outputs, stride 2 with padd
     "conv2d:n=1,c=64,h=30,w=30,k=64,r=3,s=3,stride=2,pad=1", "conv2d:n=1,c=32,h=7,w=7,k=32,r=3,s=3,stride=1,pad=1",
     "conv2d:n=1,c=3,h=17,w=17,k=5,r=3,s=3,stride=2,pad=0", "depthwise_conv2d:n=1,c=13,h=7,w=7,r=3,s=3,stride=2,pad=1",
     "pool2d:n=1,c=3,h=17,w=17,r=3,s=3,stride=2,pad=1,kind=avg", "softmax:m=7,n=37", "layer_norm:m=1,n=37",
-    "add_relu:n=1,c=3,h=7,w=7",
+    "add_relu:n=1,c=3,h=7,w=7", "conv3d:n=1,c=3,d=5,h=7,w=6,k=5,t=3,r=3,s=3,stride=2,pad=1",
+    "conv2d_transpose:n=2,c=3,h=3,w=4,k=5,r=3,s=3,stride=3,pad=0,output_padding=2",
 ]
 # Uniform samples per space that must validate and apply; the 1,000 with OPBENCH_SPACE_SAMPLES=1000.
 SAMPLES = int(os.environ.get("OPBENCH_SPACE_SAMPLES", "25"))
@@ -189,7 +190,8 @@ def test_tvm_vectorised_reduction_with_cache_copy_is_miscompiled():
 CRITICAL = ("cache_write", "order", "vectorize")
 BUILT_PER_KIND = int(os.environ.get("OPBENCH_BUILT_PER_KIND", "60"))
 KINDS = {  # a small workload per template kind, with an epilogue or a producer where the kind has one
-    "tiled": ["matmul:m=24,n=20,k=16", "dense:m=8,n=12,k=20,bias=1", "conv2d:n=1,c=4,h=7,w=7,k=6,r=3,s=3,stride=2,pad=1"],
+    "tiled": ["matmul:m=24,n=20,k=16", "dense:m=8,n=12,k=20,bias=1", "conv2d:n=1,c=4,h=7,w=7,k=6,r=3,s=3,stride=2,pad=1",
+              "conv3d:n=1,c=4,d=3,h=5,w=5,k=6,t=3,r=3,s=3,pad=1", "conv2d_transpose:n=1,c=4,h=5,w=5,k=6,r=4,s=4,stride=2,pad=1"],
     "rowwise": ["softmax:m=6,n=20", "layer_norm:m=4,n=24", "add_relu:n=1,c=3,h=5,w=4"],
 }
 # The row-wise template's partial sums (reduce_vector, at random) are placed differently at the root and per row.

@@ -32,7 +32,18 @@ def test_flops_and_bytes():
 
 def test_catalogue_covers_the_required_op_kinds():
     assert {"matmul", "batch_matmul", "dense", "conv2d", "depthwise_conv2d", "pool2d", "softmax", "layer_norm",
-            "add_relu"} <= set(OPERATORS)
+            "add_relu", "conv3d", "conv2d_transpose"} <= set(OPERATORS)
+
+
+@pytest.mark.parametrize(("spec", "output", "flops"), [
+    ("conv3d:n=2,c=3,d=4,h=6,w=6,k=5,t=3,r=3,s=3,stride=2,pad=1", (2, 5, 2, 3, 3), 2 * (2 * 5 * 2 * 3 * 3) * 3 * 27),
+    # DCGAN's layer: 4x4 -> 8x8; each input pixel meets every weight once (the spread input's zeros are not counted)
+    ("conv2d_transpose:n=1,c=8,h=4,w=4,k=4,r=4,s=4,stride=2,pad=1", (1, 4, 8, 8), 2 * (8 * 4 * 4) * 4 * 16),
+    ("conv2d_transpose:n=1,c=2,h=3,w=3,k=2,r=3,s=3,stride=2,output_padding=1", (1, 2, 8, 8), 2 * (2 * 3 * 3) * 2 * 9)])
+def test_3d_and_transposed_convolutions_have_pytorchs_shapes(spec, output, flops):
+    workload = parse_workload(spec)
+    assert workload.op.output_shape(workload.params) == output == workload.reference(workload.make_inputs()).shape
+    assert workload.flops == flops
 
 
 @pytest.mark.parametrize(
@@ -48,6 +59,10 @@ def test_catalogue_covers_the_required_op_kinds():
         ("matmul:m=4,n=4,k=4,dtype=int3", "unsupported dtype 'int3'"),
         ("conv2d:n=1,c=3,h=2,w=2,k=4,r=5,s=5", "kernel larger than padded input"),
         ("pool2d:n=1,c=3,h=8,w=8,r=2,s=2,kind=median", "key 'kind' must be 'max' or 'avg'"),
+        ("conv3d:n=1,c=3,d=2,h=8,w=8,k=4,t=3,r=3,s=3", "kernel larger than padded input"),
+        ("conv2d_transpose:n=1,c=3,h=4,w=4,k=4,r=3,s=3,pad=3", "pad 3 must be below the kernel (3x3)"),
+        ("conv2d_transpose:n=1,c=3,h=4,w=4,k=4,r=3,s=3,stride=2,output_padding=2", "output_padding 2 must be below stride 2"),
+        ("conv2d_transpose:n=1,c=3,h=4,w=4,k=4,r=3,s=3,pad=-1", "key 'pad' must be a non-negative integer"),
     ],
 )
 def test_bad_workloads_name_the_problem(text, message):

@@ -26,6 +26,8 @@ TEMPLATES: dict[str, Template] = {
         TiledTemplate("conv2d", tiled=("f", "y", "x"), reduce_tiled=("rc",), **_WINDOW),
         TiledTemplate("depthwise_conv2d", tiled=("c", "y", "x"), **_WINDOW),
         TiledTemplate("pool2d", tiled=("c", "y", "x"), **_WINDOW),
+        TiledTemplate("conv3d", tiled=("f", "y", "x"), reduce_tiled=("rc",), untiled_spatial=2, has_pad=True),  # n, z whole
+        TiledTemplate("conv2d_transpose", tiled=("f", "y", "x"), reduce_tiled=("rc",), **_WINDOW),
         PackedConvTemplate("conv2d_nchwc", op="conv2d"),
         PackedConvTemplate("depthwise_conv2d_nchwc", op="depthwise_conv2d", depthwise=True),
         PackedConvTemplate("fused_conv2d_nchwc", op="fused_conv2d"),

@@ -59,7 +59,7 @@ class GpuTiledTemplate(Template):
 
     def stages(self, sch: Schedule, workload: Workload) -> tuple[Any, Any]:
         """The anchor block (its padding producer inlined) and its elementwise consumer (None where absent)."""
-        if self.has_pad and workload.params.get("pad"):
+        if self.has_pad and workload.op.has_pad_stage(workload.params):
             sch.compute_inline(sch.get_sblock(PAD_STAGE))
         epilogue = epilogue_name(workload)
         return sch.get_sblock(workload.op.anchor), sch.get_sblock(epilogue) if epilogue else None

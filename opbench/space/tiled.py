@@ -103,7 +103,7 @@ class TiledTemplate(Template):
 
     def stages(self, sch: Schedule, workload: Workload) -> tuple[Any, Any, Any]:
         """The anchor block, its padding producer and its elementwise consumer (None where absent)."""
-        pad = sch.get_sblock(PAD_STAGE) if self.has_pad and workload.params.get("pad") else None
+        pad = sch.get_sblock(PAD_STAGE) if self.has_pad and workload.op.has_pad_stage(workload.params) else None
         epilogue = epilogue_name(workload)
         return sch.get_sblock(workload.op.anchor), pad, sch.get_sblock(epilogue) if epilogue else None
 
@@ -120,7 +120,7 @@ class TiledTemplate(Template):
                  "how many outer (S0) loops are fused and parallelised"),
             Knob("cache_write", CACHE_WRITE, "accumulate into a cache buffer of this scope"),
         ]
-        if self.has_pad and workload.params.get("pad"):
+        if self.has_pad and workload.op.has_pad_stage(workload.params):
             knobs.append(Knob("pad_at", PAD_AT, "padding stage: inlined, own loop nest, or per S0 tile"))
         knobs += [
             Knob("vectorize", (0, 1), "vectorise the innermost spatial loops"),
@@ -157,7 +157,7 @@ class TiledTemplate(Template):
         else:
             order = "SRSRS" if self.reduce_tiled and not wide else "SSRRS"
             config.update(order=f"{order}{NEST_SEP}outer", cache_write="none", unroll_max_step=512, unroll_explicit=1)
-        if self.has_pad and workload.params.get("pad"):
+        if self.has_pad and workload.op.has_pad_stage(workload.params):
             config["pad_at"] = "outer"
         config["vectorize"] = 1
         return config

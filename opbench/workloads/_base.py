@@ -86,6 +86,10 @@ class Operator(ABC):
     numpy_impl: ClassVar[bool] = False  # True when ``reference`` is plain numpy (a second baseline)
     torch_baseline: ClassVar[bool] = True  # False when there is no PyTorch implementation to time
 
+    def has_pad_stage(self, p: Params) -> bool:
+        """Whether :meth:`define` makes a stage named ``pad`` before the anchor (a window operator's, where it pads)."""
+        return bool(p.get("pad"))
+
     def source_model(self, p: Params) -> str:
         """The model this operator comes from, when it is one of a model's own (presets name theirs)."""
         return ""
@@ -176,6 +180,13 @@ def positive(p: Params, *keys: str) -> None:
     for k in keys:
         if not isinstance(p[k], int) or p[k] <= 0:
             raise WorkloadError(f"key '{k}' must be a positive integer, got {p[k]!r}")
+
+
+def non_negative(p: Params, *keys: str) -> None:
+    """Raise WorkloadError unless every key is a non-negative integer."""
+    for k in keys:
+        if not isinstance(p[k], int) or p[k] < 0:
+            raise WorkloadError(f"key '{k}' must be a non-negative integer, got {p[k]!r}")
 
 
 def conv_out(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:

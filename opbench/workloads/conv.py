@@ -1,27 +1,28 @@
-"""Windowed operators: conv2d, depthwise_conv2d and pool2d (NCHW)."""
+"""Windowed operators: conv2d, depthwise_conv2d and pool2d (NCHW), and the padding stage of every convolution."""
 from __future__ import annotations
 
 import math
 from typing import ClassVar
 
 from opbench.exceptions import WorkloadError
-from opbench.workloads._base import Axis, Operator, conv_out, positive
+from opbench.workloads._base import Axis, Operator, conv_out, non_negative, positive
 from opbench.workloads._torch import functional as _F
 
 
-def _pad(data, pad: int, value):
-    """A padding stage named ``pad`` (NCHW, spatial dims only); identity when pad == 0."""
+def pad_spatial(data, pad: int, value):
+    """A padding stage named ``pad`` of every dimension after batch and channels (NCHW, NCDHW); identity when
+    pad == 0."""
     from tvm import te, tirx
 
     if pad == 0:
         return data
-    n, c, h, w = data.shape
+    n, c, *spatial = data.shape
 
-    def body(nn, cc, yy, xx):
-        inside = tirx.all(yy >= pad, yy < h + pad, xx >= pad, xx < w + pad)
-        return tirx.if_then_else(inside, data[nn, cc, yy - pad, xx - pad], value)
+    def body(nn, cc, *at):
+        inside = tirx.all(*(i >= pad for i in at), *(i < size + pad for i, size in zip(at, spatial)))
+        return tirx.if_then_else(inside, data[(nn, cc, *(i - pad for i in at))], value)
 
-    return te.compute((n, c, h + 2 * pad, w + 2 * pad), body, name="pad")
+    return te.compute((n, c, *(size + 2 * pad for size in spatial)), body, name="pad")
 
 
 class Conv2d(Operator):
@@ -39,8 +40,7 @@ class Conv2d(Operator):
 
     def check(self, p):
         positive(p, *self.keys, "stride", "dilation")
-        if not isinstance(p["pad"], int) or p["pad"] < 0:
-            raise WorkloadError(f"key 'pad' must be a non-negative integer, got {p['pad']!r}")
+        non_negative(p, "pad")
         if min(self.out_hw(p)) <= 0:
             raise WorkloadError(f"{self.name}: kernel larger than padded input ({p})")
 
@@ -65,7 +65,7 @@ class Conv2d(Operator):
 
         data = te.placeholder(self.input_shapes(p)[0], dtype, name="data")
         weight = te.placeholder(self.input_shapes(p)[1], dtype, name="weight")
-        padded = _pad(data, p["pad"], 0.0)
+        padded = pad_spatial(data, p["pad"], 0.0)
         rc = te.reduce_axis((0, p["c"]), name="rc")
         ry = te.reduce_axis((0, p["r"]), name="ry")
         rx = te.reduce_axis((0, p["s"]), name="rx")
@@ -110,7 +110,7 @@ class DepthwiseConv2d(Conv2d):
 
         data = te.placeholder(self.input_shapes(p)[0], dtype, name="data")
         weight = te.placeholder(self.input_shapes(p)[1], dtype, name="weight")
-        padded = _pad(data, p["pad"], 0.0)
+        padded = pad_spatial(data, p["pad"], 0.0)
         ry = te.reduce_axis((0, p["r"]), name="ry")
         rx = te.reduce_axis((0, p["s"]), name="rx")
         st, dil = p["stride"], p["dilation"]
@@ -151,7 +151,7 @@ class Pool2d(DepthwiseConv2d):
 
         data = te.placeholder(self.input_shapes(p)[0], dtype, name="data")
         is_max = p["kind"] == "max"
-        padded = _pad(data, p["pad"], te.min_value(dtype) if is_max else 0.0)
+        padded = pad_spatial(data, p["pad"], te.min_value(dtype) if is_max else 0.0)
         ry = te.reduce_axis((0, p["r"]), name="ry")
         rx = te.reduce_axis((0, p["s"]), name="rx")
         st, dil = p["stride"], p["dilation"]

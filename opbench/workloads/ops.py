@@ -5,6 +5,8 @@ from typing import Any
 
 from opbench.workloads._base import Operator
 from opbench.workloads.conv import Conv2d, DepthwiseConv2d, Pool2d
+from opbench.workloads.conv3d import Conv3d
+from opbench.workloads.conv_transpose import Conv2dTranspose
 from opbench.workloads.fused import Fused
 from opbench.workloads.linear import BatchMatMul, Dense, MatMul
 from opbench.workloads.rowwise import AddRelu, LayerNorm, Softmax
@@ -12,7 +14,7 @@ from opbench.workloads.rowwise import AddRelu, LayerNorm, Softmax
 OPERATORS: dict[str, Operator] = {
     op.name: op
     for op in (
-        MatMul(), BatchMatMul(), Dense(), Conv2d(), DepthwiseConv2d(), Pool2d(), Softmax(), LayerNorm(), AddRelu(),
+        MatMul(), BatchMatMul(), Dense(), Conv2d(), DepthwiseConv2d(), Pool2d(), Conv3d(), Conv2dTranspose(), Softmax(), LayerNorm(), AddRelu(),
         Fused(),
     )
 }

@@ -22,5 +22,8 @@ PRESETS: dict[str, Preset] = {
     "resnet50-c5": Preset("conv2d:n=1,c=512,h=7,w=7,k=512,r=3,s=3,stride=1,pad=1", "resnet-50", "conv5_x 3x3"),
     "resnet50-pool": Preset("pool2d:n=1,c=64,h=112,w=112,r=3,s=3,stride=2,pad=1,kind=max", "resnet-50", "stem max-pool"),
     "resnet50-add-relu": Preset("add_relu:n=1,c=256,h=56,w=56", "resnet-50", "conv2_x residual add + relu"),
+    "resnet3d18-c2": Preset("conv3d:n=1,c=64,d=8,h=28,w=28,k=64,t=3,r=3,s=3,stride=1,pad=1", "resnet3d-18",
+                            "stage 1 3x3x3, 16-frame 112x112 clip"),
+    "dcgan-up3": Preset("conv2d_transpose:n=1,c=256,h=8,w=8,k=128,r=4,s=4,stride=2,pad=1", "dcgan", "generator layer 3, 8x8 to 16x16"),
     "mobilenetv2-dw": Preset("depthwise_conv2d:n=1,c=144,h=56,w=56,r=3,s=3,stride=1,pad=1", "mobilenet-v2", "block 3 depthwise 3x3"),
 }
