@@ -7,12 +7,12 @@ import datetime
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 from opbench.hardware.resources import host_facts
 from opbench.paths import safe_name
+from opbench.provenance import source_commit
 
 RESULTS = Path(__file__).resolve().parent / "results"
 os.environ["OPBENCH_BASELINE_REUSE_S"] = "0"  # a benchmark reports what it measured in its own run, nothing reused
@@ -24,7 +24,7 @@ class Results:
     def __init__(self, benchmark: str, device: str = "") -> None:
         self.benchmark = benchmark
         self.device = device  # an accelerator the results are of: its own file beside the host's
-        self._lines = [f"`{shlex.join(['python', *sys.argv])}` at commit {_commit()}", ""]
+        self._lines = [f"`{shlex.join(['python', *sys.argv])}` at commit {source_commit()}", ""]
 
     def print(self, text: str = "") -> None:
         print(text, flush=True)
@@ -54,18 +54,6 @@ class Results:
         path.write_text(f"{header}\n{body}")
         print(f"results: {path}")
         return path
-
-
-def _commit() -> str:
-    """The checkout's commit, ``+changes`` when its tracked files differ from it ("unknown" outside git)."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=RESULTS.parent, capture_output=True, text=True, check=True).stdout
-
-    try:
-        head = git("rev-parse", "--short", "HEAD").strip()
-        return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no").strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _sections(text: str) -> dict[str, str]:

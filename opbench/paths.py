@@ -16,6 +16,7 @@ from opbench.exceptions import UnsafePathError
 from opbench.lifecycle import process_alive
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+OPEN_DATASET_DIR = PROJECT_ROOT / "datasets" / "records"  # the open dataset kept in the repository (docs/datasets.md)
 
 
 def store_dir() -> Path:

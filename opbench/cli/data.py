@@ -5,8 +5,9 @@ import argparse
 import json
 from pathlib import Path
 
-from opbench.argtypes import positive_int
+from opbench.argtypes import positive_float, positive_int
 from opbench.exceptions import OpBenchError
+from opbench.paths import OPEN_DATASET_DIR
 from opbench.predictor import PREDICTORS
 from opbench.report.progress import table
 
@@ -60,6 +61,23 @@ def cmd_dataset_import(args: argparse.Namespace) -> int:
 
         export_mlflow(args.out, [study], args.tracking_uri, Filters(kind="trial"))
         print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_dataset_collect(args: argparse.Namespace) -> int:
+    from opbench.provenance import source_commit
+    from opbench.studies.collect import WORKLOADS, collect
+    from opbench.tracking.dataset.open_dataset import OpenDataset
+    from opbench.workloads import parse_workload
+
+    workloads = args.workload or WORKLOADS
+    for name in workloads:
+        parse_workload(name)  # a bad name exits 2 before anything is measured
+    dataset = OpenDataset(Path(args.root), commit=source_commit())
+    print(f"collecting into {dataset.partition} for {args.minutes:g} minutes: up to {args.trials} random trials of "
+          f"each of {len(workloads)} workloads, {args.threads} thread(s)", flush=True)
+    done = collect(dataset, args.minutes, args.trials, args.threads, workloads, lambda line: print(line, flush=True))
+    print(f"{done.trials} trials run, {done.added} rows added to {dataset.partition} (card: {args.root}/_CARD.md)")
     return 0
 
 
@@ -203,6 +221,14 @@ def _register_dataset(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--tracking-uri")
         p.add_argument("--out", type=dataset_file, help="also export the study to F.parquet, F.jsonl or F.csv")
         p.set_defaults(func=cmd_dataset_import)
+
+    p = data.add_parser("collect", help="top up the open dataset with random trials on this host, for a time budget")
+    p.add_argument("--minutes", type=positive_float, default=30.0, help="start no trial after this many minutes")
+    p.add_argument("--trials", type=positive_int, default=64, help="random trials each workload is topped up to")
+    p.add_argument("--threads", type=positive_int, default=2)
+    p.add_argument("--workload", action="append", help="collect these workloads (repeat; default: the collection's)")
+    p.add_argument("--root", default=str(OPEN_DATASET_DIR), help="the dataset (default: datasets/records in the checkout)")
+    p.set_defaults(func=cmd_dataset_collect)
 
     p = data.add_parser("featurize", help="add the features a dataset's older records lack (the compute nest, the "
                                           "compiled assembly's), from their configs and the CPU each ran on")

@@ -1,0 +1,18 @@
+"""Which code measured a number: the commit of the checkout OpBench runs from."""
+from __future__ import annotations
+
+import subprocess
+
+from opbench.paths import PROJECT_ROOT
+
+
+def source_commit() -> str:
+    """The checkout's commit, ``+changes`` when its tracked files differ from it ("unknown" outside git)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
+
+    try:
+        head = git("rev-parse", "--short", "HEAD").strip()
+        return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no").strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

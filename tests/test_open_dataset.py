@@ -1,0 +1,59 @@
+"""The open dataset kept in the repository: collected on a host into its device's partition, a collection killed
+mid-way resumed with nothing lost and nothing added twice, read in place, with nothing private in it."""
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from opbench.hardware.resources import host_facts
+from opbench.paths import safe_name
+from tests.cli import run_cli
+
+WORKLOADS = ["--workload", "matmul:m=16,n=16,k=8", "--workload", "softmax:m=4,n=32"]
+
+
+def _collect(root, *extra, env=None):
+    return subprocess.run([sys.executable, "-m", "opbench.cli", "dataset", "collect", "--minutes", "10", "--trials", "3",
+                           "--threads", "1", "--root", str(root), *WORKLOADS, *extra],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.full
+def test_a_collection_killed_midway_resumes_adding_nothing_twice_into_its_devices_partition(tmp_path):
+    root = tmp_path / "records"
+    killed = _collect(root, env={"OPBENCH_FAULT": "before-record:SIGKILL:3"})  # as the third trial is recorded
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    partition = root / f"device={safe_name(host_facts().device_key)}"
+    staged = (root / ".staging" / f"{safe_name(host_facts().device_key)}.jsonl").read_text().splitlines()
+    assert len(staged) == 2 and not partition.exists()  # the two measured before the kill, kept as measured
+
+    resumed = _collect(root)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "2 rows a stopped collection had measured, added" in resumed.stdout
+    assert "4 trials run, 6 rows added" in resumed.stdout, resumed.stdout  # the first topped up by one, the second: 3
+    again = _collect(root)
+    assert "0 trials run, 0 rows added" in again.stdout
+
+    frame = pd.read_parquet(root)  # pandas reads the partitions in place
+    assert len(frame) == 6 and set(frame["device"]) == {safe_name(host_facts().device_key)}
+    assert (frame.groupby("workload").size() == 3).all()
+    assert not frame.duplicated(["task_key", "template", "threads", "config"]).any()
+    assert {"latency_ms", "latency_lo_ms", "latency_hi_ms", "placements", "commit", "device_key"} <= set(frame.columns)
+    assert any(c.startswith("feat.") for c in frame.columns)
+    assert (frame["latency_lo_ms"] <= frame["latency_ms"]).all() and (frame["latency_ms"] <= frame["latency_hi_ms"]).all()
+    assert all(json.loads(c) for c in frame["config"])  # each config a JSON object of knobs
+    cells = {str(v) for column in frame.columns for v in frame[column].unique()}
+    assert not {"host", "error", "study"} & set(frame.columns) and platform.node() not in cells  # no hostname
+    assert not [c for c in cells if "/tmp" in c or str(tmp_path) in c]  # no path
+    card = (root / "_CARD.md").read_text()
+    assert f"| {host_facts().device_key} | 6 | 2 |" in card
+
+
+def test_a_bad_workload_exits_2_before_anything_is_measured(tmp_path):
+    out = run_cli("dataset", "collect", "--workload", "matmul:m=4,n=4", "--root", str(tmp_path / "records"))
+    assert out.returncode == 2 and "missing key(s) k" in out.stderr
+    assert not (tmp_path / "records").exists()
