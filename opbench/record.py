@@ -91,6 +91,7 @@ class TrialRecord(Mapping[str, Any]):
     latency_ms: float | None = _metric()  # the estimate over its placements (per call; docs/measurement.md#placements)
     latency_lo_ms: float | None = _metric()  # its interval: a re-measure in another process lands within it
     latency_hi_ms: float | None = _metric()
+    interval_calibration: int | None = _metric()  # re-measures the interval was calibrated by (0: placements alone)
     placements: int | None = _metric()  # independent placements its repeats were taken in
     placement_ms: list[float] | None = _tag()  # each placement's value (the median of its repeats), in order
     placements_agreeing: int | None = _metric()  # of them, the fast mode the estimate is the median of (0: none agreed)

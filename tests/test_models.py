@@ -596,6 +596,25 @@ def test_every_resnet_depth_is_a_model_its_tiny_variant_extracts(model):
     assert sum(op.calls for op in convs) == 1 + (2 if kind == "basic" else 3) * 2 + shortcuts  # stem, 2 blocks
 
 
+@pytest.mark.full
+@pytest.mark.parametrize("model, kind", [("resnet3d-18@tiny", "conv3d"), ("dcgan@tiny", "conv2d_transpose"),
+                                         ("gcn@tiny", "matmul")])
+def test_tune_model_tunes_a_3d_cnn_dcgan_and_the_gcn_and_builds_each(model, kind, tmp_path, tracking_uri):
+    """The seeds' 3-D CNN, generator and graph network end to end: profiled operator by operator, the largest
+    key operator tuned, the model built with it and checked against PyTorch (timing claims are the benchmark's)."""
+    out = subprocess.run(CLI + ["tune-model", model, "--trials-per-op", "2", "--max-ops", "1", "--verify-rounds", "0",
+                                "--compare", "untuned", "--tracking-uri", tracking_uri, "--study", "zoo",
+                                "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "tuned model output matches the reference" in out.stdout and "not verified" in out.stdout
+    frame = read_mlflow(["zoo"], tracking_uri)
+    assert not frame["status"].isin(["build_error", "run_error", "wrong_result"]).any(), frame["error"].dropna().tolist()
+    counts = frame["workload"].value_counts()
+    assert (counts == 3).sum() == 1  # the default, then 2 trials, of the largest key operator; the default elsewhere
+    assert any(anchor_kind(w.split("/")[1]) == kind for w in frame["workload"])  # the layer that names the model
+
+
 @pytest.mark.full  # each imported into Relax, built and run
 @pytest.mark.parametrize("model, kinds", [("vgg-16", {"conv2d", "pool", "matmul"}),
                                           ("squeezenet1.1", {"conv2d", "concatenate", "pool"}),

@@ -1,4 +1,5 @@
 """A trial's estimate over placements and its interval, and the one placement loop every runner applies."""
+import math
 import random
 
 import pytest
@@ -173,3 +174,39 @@ def test_peak_frac_divides_by_the_measured_peak_and_is_absent_without_one(measur
     assert record["peak_frac"] == pytest.approx(record["gflops"] / peak)
     monkeypatch.setattr(Measurer, "peak_gflops", lambda self, resources, dtype="float32": None)
     assert "peak_frac" not in measurer.measure(spec) and measurer.measure(spec)["gflops"] > 0
+
+
+def test_re_measures_calibrate_a_devices_interval_once_there_are_enough(tmp_path):
+    from opbench.measure.calibration import MIN_OBSERVED, WINDOW, Calibration
+
+    calibration = Calibration(tmp_path / "calibration.json")
+    calibration.observe("zen3", 2.0, [2.0] * (MIN_OBSERVED - 1))
+    assert calibration.bounds("zen3") is None  # too few to calibrate: the placements' interval alone
+    calibration.observe("zen3", 1.0, [0.9 + 0.01 * i for i in range(81)])  # re-measures 0.9x to 1.7x the record
+    calibration.observe("zen3", 1.0, [math.nan, -1.0, math.inf])  # a failed read is no re-measure
+    bounds = calibration.bounds("zen3")
+    assert bounds is not None and bounds.observed == MIN_OBSERVED - 1 + 81
+    assert 0.9 < bounds.low < 1.0 < 1.5 < bounds.high < 1.7  # the middle 90% of the ratios
+    assert calibration.bounds("zen4") is None  # another device knows nothing of this one's
+    calibration.observe("zen3", 1.0, [5.0] * WINDOW)
+    assert calibration.bounds("zen3") == type(bounds)(5.0, 5.0, WINDOW)  # the latest WINDOW, the oldest dropped
+
+
+def test_a_calibrated_device_widens_a_records_interval_to_its_re_measures(measurer, tmp_path):
+    from opbench.hardware.resources import Resources
+    from opbench.measure.calibration import Calibration
+    from opbench.measure.types import TrialSpec
+    from opbench.workloads import parse_workload
+
+    spec = TrialSpec(parse_workload(MATMUL), {}, Resources(1), "te_default")
+    saved = measurer.calibration
+    measurer.calibration = Calibration(tmp_path / "calibration.json")
+    try:
+        placements_only = measurer.measure(spec)
+        measurer.calibration.observe(measurer.host.device_key, 1.0, [0.8] * 10 + [1.0] * 20 + [1.5] * 10)
+        calibrated = measurer.measure(spec)
+    finally:
+        measurer.calibration = saved
+    assert placements_only["interval_calibration"] == 0 and calibrated["interval_calibration"] == 40
+    est = calibrated["latency_ms"]
+    assert calibrated["latency_lo_ms"] <= 0.8 * est + 1e-12 and calibrated["latency_hi_ms"] >= 1.5 * est - 1e-12

@@ -1,7 +1,9 @@
 """Trustworthy numbers: isolated baselines, a quiet TVM pool, measurement quality, fresh-process verification."""
 import contextlib
+import json
 import math
 import statistics
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +15,7 @@ from opbench import settings
 from opbench.cli import main
 from opbench.hardware.resources import Resources
 from opbench.measure import timing
+from opbench.measure.calibration import Calibration
 from opbench.measure.protocol import LibraryInput, RunInput, RunResult
 from opbench.measure.runner.local import LocalRunner
 from opbench.measure.timing import TimingPolicy
@@ -309,6 +312,7 @@ class _FreshTimes:
 
     def __init__(self, latencies):
         self.latencies, self.calls = latencies, 0
+        self.calibration = Calibration(Path(tempfile.mkdtemp(prefix="opbench-calibration-")) / "calibration.json")
 
     def reusing_builds(self):
         return contextlib.nullcontext()
@@ -325,6 +329,8 @@ def test_the_best_is_the_contender_fastest_in_fresh_processes():
               for n, ms in enumerate((1.0, 1.1, 1.2))]
     seen, fresh = [], _FreshTimes([1.3, 1.05, math.nan])
     assert select_best(fresh, trials, seen.append)["trial_id"] == "t1.1"  # the study's 1.0 was lucky
+    ratios = json.loads(fresh.calibration.path.read_text())[""]  # each fresh placement against its record
+    assert ratios == pytest.approx([1.3] * 3 + [1.05 / 1.1] * 3)
     assert sorted(r["verified_as"] for r in seen) == [f"{CONTENDER}{n}" for n in (1, 2, 3)] and fresh.calls == 1
     assert all(r["record_kind"] == VERIFY_KIND for r in seen)
     assert select_best(_FreshTimes([0.9, math.nan, 1.0]), trials)["trial_id"] == "t1.0"  # a failed run never wins
@@ -353,6 +359,7 @@ def test_a_reference_that_runs_the_best_schedule_shares_its_processes():
 
     class Spy:
         reusing_builds = _FreshTimes.reusing_builds
+        calibration = _FreshTimes([]).calibration
 
         def measure_fresh(self, specs, short=(), placements=None):
             timed.append(sorted(str(spec.template) for spec in specs))

@@ -23,6 +23,7 @@ from opbench.hardware.resources import LOCAL, Resources, host_facts
 from opbench.hardware.targets import is_gpu
 from opbench.measure.baselines import BaselineCache, baseline_key
 from opbench.measure.builder import Built, KeptBuilds, LocalBuilder, build_key, discard
+from opbench.measure.calibration import Calibration
 from opbench.measure.corun import CoRunSpec, corun_records
 from opbench.measure.estimate import estimated_ms
 from opbench.measure.protocol import (
@@ -65,6 +66,7 @@ class Measurer:
         self._dir = str(build_dir())
         self._baselines = BaselineCache()
         self._peaks = PeakCache()
+        self.calibration = Calibration()  # fresh-process re-measures by device: what a record's interval spans
         self._kept: KeptBuilds | None = None  # while reusing_builds
         self.host = host_facts()
 
@@ -338,7 +340,7 @@ class Measurer:
         record = new_record(spec, template, config, status, error, ran_on(self.host, spec.resources, run), build, run)
         if run is not None:
             peak = self.peak_gflops(spec.resources) if run.status is Status.OK else None
-            add_run(record, run, self.timing, spec.workload.flops / 1e9, peak)
+            add_run(record, run, self.timing, spec.workload.flops / 1e9, peak, self.calibration.bounds(record.device_key))
         record.trial_s = time.perf_counter() - started
         record.finished_at = finished_at  # unix seconds: tuning curves against wall time
         return record

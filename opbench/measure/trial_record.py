@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from opbench.hardware.resources import HostFacts, Resources
 from opbench.hardware.targets import gpu_device_key, is_gpu
+from opbench.measure.calibration import Bounds
 from opbench.measure.estimate import estimate, placement_values, split
 from opbench.measure.features import FEATURES_VERSION, static_features
 from opbench.measure.protocol import BuildResult, RunResult
@@ -49,9 +50,11 @@ def new_record(spec: TrialSpec, template: str, config: Config, status: Status, e
     return record
 
 
-def add_run(record: TrialRecord, run: RunResult, timing: TimingPolicy, gflop: float, peak_gflops: float | None) -> None:
-    """Set on ``record`` what ``run`` (timed by ``timing``) measured: its estimate, interval and placements, its
-    repeats and how they were taken, its throughput (and share of ``peak_gflops``, where there is one)."""
+def add_run(record: TrialRecord, run: RunResult, timing: TimingPolicy, gflop: float, peak_gflops: float | None,
+            calibrated: Bounds | None = None) -> None:
+    """Set on ``record`` what ``run`` (timed by ``timing``) measured: its estimate, interval (at least ``calibrated``'s
+    span of re-measures around the estimate, where the device has one) and placements, its repeats and how they
+    were taken, its throughput (and share of ``peak_gflops``, where there is one)."""
     record.run_s, record.device_addr = run.run_s, run.device_addr or None
     if run.max_abs_err == run.max_abs_err:
         record.max_abs_err = run.max_abs_err
@@ -60,7 +63,11 @@ def add_run(record: TrialRecord, run: RunResult, timing: TimingPolicy, gflop: fl
     values = placement_values(run.latencies_s, run.placement_sizes)
     est = estimate(values, timing.agree)
     record.set(**latency_stats(split(run.latencies_s, run.placement_sizes)), **run.load)
-    record.latency_ms, record.latency_lo_ms, record.latency_hi_ms = est.latency_s * 1e3, est.lo_s * 1e3, est.hi_s * 1e3
+    lo, hi = est.lo_s, est.hi_s
+    if calibrated is not None:
+        lo, hi = min(lo, est.latency_s * calibrated.low), max(hi, est.latency_s * calibrated.high)
+    record.latency_ms, record.latency_lo_ms, record.latency_hi_ms = est.latency_s * 1e3, lo * 1e3, hi * 1e3
+    record.interval_calibration = calibrated.observed if calibrated is not None else 0
     record.placements, record.placements_agreeing = est.placements, est.agreeing
     record.placement_ms = [v * 1e3 for v in values]
     record.gflops = gflop / est.latency_s

@@ -171,8 +171,9 @@ def select_best(measurer: Measurer, trials: list[TrialRecord], on_record: Callab
     specs = {f"{CONTENDER}{rank}": spec_of(record) for rank, record in enumerate(trials, 1)}
     with measurer.reusing_builds():
         records = measurer.measure_fresh(list(specs.values()))
-    for name, record in zip(specs, records):
+    for (name, record), trial in zip(zip(specs, records), trials):
         record.set(record_kind=VERIFY_KIND, verified_as=name)
+        _calibrate(measurer, record, trial["latency_ms"])
         if on_record:
             on_record(record)
     estimates = [(record["latency_ms"], i) for i, record in enumerate(records) if is_ok(record)]
@@ -215,9 +216,17 @@ def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[st
         record.set(record_kind=VERIFY_KIND, verified_as=name)
         out[name] = _verified(name, tuned_ms.get(name, math.nan), record.get("placement_ms") if is_ok(record) else None,
                               f"{record['status']}: {record.get('error', '')}")
+        _calibrate(measurer, record, tuned_ms.get(name, math.nan))
         if on_record:
             on_record(record)
     return out
+
+
+def _calibrate(measurer: Measurer, fresh: TrialRecord, recorded_ms: float) -> None:
+    """Keep what each fresh process measured against what the record said, for the device's intervals
+    (docs/measurement.md#calibration)."""
+    if is_ok(fresh) and recorded_ms == recorded_ms:
+        measurer.calibration.observe(fresh.device_key, recorded_ms, fresh.get("placement_ms") or [])
 
 
 def _verified(name: str, tuned_ms: float, rounds_ms: list[float] | None, error: str) -> Verified:
