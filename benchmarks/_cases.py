@@ -31,10 +31,11 @@ class CaseStore:
         lines = (json.loads(line) for line in self.path.read_text().splitlines() if line.strip())
         return {case["case"]: case for case in lines if case.get("settings") == self.settings}
 
-    def add(self, case: str, result: dict[str, Any]) -> None:
-        """Append ``case``'s ``result`` (JSON-ready) with where and when it was measured."""
+    def add(self, case: str, result: dict[str, Any]) -> dict[str, Any]:
+        """Append ``case``'s ``result`` (JSON-ready) with where and when it was measured; the line appended."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         line = {"case": case, "commit": source_commit(), "date": f"{datetime.date.today():%Y-%m-%d}", "device": self.device,
                 "settings": self.settings, **result}
         with self.path.open("a") as out:
             out.write(json.dumps(line) + "\n")
+        return line

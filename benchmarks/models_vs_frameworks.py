@@ -109,8 +109,7 @@ def main() -> None:
             continue
         print(f"=== {name}", flush=True)
         ceiling = ceiling or gemm_ceiling(args.threads)
-        done[name] = run_case(model, batch, args, scratch, ceiling)
-        store.add(name, done[name])
+        done[name] = store.add(name, run_case(model, batch, args, scratch, ceiling))
     report([done[f"{m}@{b}"] for m, b in cases if f"{m}@{b}" in done], args, store, time.monotonic() - started)
 
 

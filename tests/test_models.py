@@ -247,6 +247,29 @@ def test_every_fused_point_builds_a_correct_kernel(measurer):
     assert {layout for _, layout in packing} == {"weights_prepacked"}  # timed as the model runs them: weights packed
 
 
+@pytest.mark.slow
+def test_a_models_transposed_convolutions_take_the_tiled_template_and_every_point_builds(measurer):
+    """DCGAN's generator: each fused transposed convolution (TOPI's spread, padding and flipped kernel, then the
+    batch norm and ReLU or tanh after it) is scheduled as the catalogue's conv2d_transpose, every sampled point
+    checked against the operator's unscheduled build."""
+    from opbench.hardware.resources import Resources
+    from opbench.measure.types import TrialSpec
+    from opbench.space import get_template
+    from opbench.workloads import parse_workload
+    from opbench.workloads.fused import model_name
+    from opbench.workloads.models.cache import extract
+
+    from .test_space import weighted_configs
+
+    workloads = [parse_workload(model_name("dcgan@tiny", op.name, 1, 128)) for op in extract("dcgan@tiny", 1, 128)[0]]
+    assert {get_template(w).name for w in workloads} == {"fused_conv2d_transpose"}  # five layers, each one
+    specs = [TrialSpec(w, config, Resources(1 + i % 2), "fused_conv2d_transpose") for w in workloads
+             for i, config in enumerate(weighted_configs(w, 4, ("pad_at", "cache_write", "order"),
+                                                         template=get_template(w)))]
+    records = measurer.measure_batch(specs)
+    assert {r["status"] for r in records} == {"ok"}, [(r["workload"], r["error"]) for r in records if r["status"] != "ok"][:3]
+
+
 ALTERNATE = {"packed_output": 0, "ow_block": 2, "oh_block": 2, "reduce_order": "rs_c_c", "unroll_window": 1,
              "cache_write": "global", "order": "SRSRS:outer", "algorithm": "direct"}  # another point of each template,
 # where it has the value (the pointwise conv's default is the GEMM: here the direct algorithm)

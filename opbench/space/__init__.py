@@ -6,6 +6,7 @@ from typing import Any
 from opbench.exceptions import WorkloadError
 from opbench.space._base import Config, Knob, Nest, Template
 from opbench.space.fused import FusedTemplate
+from opbench.space.fused_conv_transpose import FusedConvTransposeTemplate
 from opbench.space.fused_matmul import FusedMatmulTemplate
 from opbench.space.gpu import GPU_TEMPLATES
 from opbench.space.packed import PackedConvTemplate
@@ -37,6 +38,7 @@ TEMPLATES: dict[str, Template] = {
         RowwiseTemplate("add_relu", fuse_all=True),
         FusedTemplate(),
         FusedMatmulTemplate(),
+        FusedConvTransposeTemplate(),
         FusedRowwiseTemplate(),
         NoScheduleTemplate(),
         IRFileTemplate(),
@@ -52,7 +54,8 @@ SPECIAL_TEMPLATES = GENERIC_TEMPLATES + LIBRARY_TEMPLATES  # records whose knobs
 # (``--template fused`` for the generic fused template).
 CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_nchwc",
                 "fused_conv2d": "fused_conv2d_nchwc", "fused_depthwise_conv2d": "fused_depthwise_conv2d_nchwc",
-                "fused_matmul": "fused_matmul", "fused_rowwise": "fused_rowwise"}
+                "fused_matmul": "fused_matmul", "fused_rowwise": "fused_rowwise",
+                "fused_conv2d_transpose": "fused_conv2d_transpose"}
 
 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:
