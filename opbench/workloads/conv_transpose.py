@@ -7,15 +7,17 @@ import math
 from typing import ClassVar
 
 from opbench.exceptions import WorkloadError
-from opbench.workloads._base import Axis, Operator, non_negative, positive
+from opbench.workloads._base import non_negative, positive
 from opbench.workloads._torch import functional as _F
+from opbench.workloads.conv import Conv2d
 
 
-class Conv2dTranspose(Operator):
+class Conv2dTranspose(Conv2d):
+    """A conv2d's loops (n, f, y, x | rc, ry, rx) over the spread input; its own shapes, checks and FLOPs."""
+
     name = "conv2d_transpose"
     keys: ClassVar[tuple[str, ...]] = ("n", "c", "h", "w", "k", "r", "s")
     options = {"stride": 1, "pad": 0, "output_padding": 0}
-    anchor = "conv"
     description = "NCHW transposed convolution, weight CKRS (PyTorch's layout); FLOPs count the products of real inputs"
 
     def out_hw(self, p):
@@ -32,14 +34,6 @@ class Conv2dTranspose(Operator):
 
     def input_shapes(self, p):
         return [(p["n"], p["c"], p["h"], p["w"]), (p["c"], p["k"], p["r"], p["s"])]
-
-    def output_shape(self, p):
-        return (p["n"], p["k"], *self.out_hw(p))
-
-    def axes(self, p):
-        oh, ow = self.out_hw(p)
-        return [Axis("n", p["n"]), Axis("f", p["k"]), Axis("y", oh), Axis("x", ow),
-                Axis("rc", p["c"], True), Axis("ry", p["r"], True), Axis("rx", p["s"], True)]
 
     def flops(self, p):
         """Each input pixel times each weight: the zeros the spread-out input holds are not counted."""
