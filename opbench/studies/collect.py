@@ -1,7 +1,7 @@
 """``opbench dataset collect``: random-search trials of the collection's workloads on this host into the open
 dataset (:mod:`opbench.tracking.dataset.open_dataset`) until a time budget is spent. Each workload is topped up
-to its trials in chunks, so a collection stopped (by its budget, or killed) resumes where it was, and what a
-killed one measured is compacted in first."""
+to its trials a chunk at a time, in turn, so a collection stopped (by its budget, or killed) resumes where it was,
+and what a killed one measured is compacted in first."""
 from __future__ import annotations
 
 import math
@@ -49,19 +49,21 @@ def collect(dataset: OpenDataset, minutes: float, trials: int, threads: int, wor
 def top_up(measurer: Measurer, workloads: Sequence[str], trials: int, resources: Resources,
            sink: Callable[[TrialRecord], None], have: Mapping[str, int], deadline: float = math.inf,
            progress: Callable[[str], object] = print) -> int:
-    """Random trials of each workload in turn until it has ``trials`` (``have`` counts what it had), in chunks,
-    starting none after ``deadline`` (monotonic seconds); each record to ``sink``. How many trials ran."""
+    """Random trials of the workloads until each has ``trials`` (``have`` counts what it had), a chunk of each in
+    turn (so a budget spent early still covers every kind), starting none after ``deadline`` (monotonic
+    seconds); each record to ``sink``. How many trials ran."""
+    parsed = [parse_workload(name) for name in workloads]
+    left = {w.name: trials - int(have.get(w.name, 0)) for w in parsed}
     run = 0
-    for n, name in enumerate(workloads, start=1):
-        workload = parse_workload(name)
-        left = trials - int(have.get(workload.name, 0))
-        while left > 0 and time.monotonic() < deadline:
-            step = min(left, CHUNK)
-            progress(f"[{n}/{len(workloads)}] {name}: {step} of {left} random trials left")
-            seed = zlib.crc32(f"{workload.name}:{trials - left}".encode())  # a topped-up workload draws afresh
+    while any(n > 0 for n in left.values()) and time.monotonic() < deadline:
+        for n, workload in enumerate(parsed, start=1):
+            if left[workload.name] <= 0 or time.monotonic() >= deadline:
+                continue
+            step = min(left[workload.name], CHUNK)
+            progress(f"[{n}/{len(parsed)}] {workload.name}: {step} of {left[workload.name]} random trials left")
+            seed = zlib.crc32(f"{workload.name}:{trials - left[workload.name]}".encode())  # topped up: drawn afresh
             engine = RandomEngine(get_template(workload).search_space(workload), resources.threads, seed=seed)
             run_tuning(engine, workload, step, measurer, sink, resources, batch=2)
-            left, run = left - step, run + step
-        if left > 0:
-            break
+            left[workload.name] -= step
+            run += step
     return run
