@@ -11,6 +11,7 @@ import pytest
 
 from opbench.hardware.resources import host_facts
 from opbench.paths import safe_name
+from opbench.tracking.dataset import read_dataset
 from tests.cli import run_cli
 
 WORKLOADS = ["--workload", "matmul:m=16,n=16,k=8", "--workload", "softmax:m=4,n=32"]
@@ -51,6 +52,9 @@ def test_a_collection_killed_midway_resumes_adding_nothing_twice_into_its_device
     assert not [c for c in cells if "/tmp" in c or str(tmp_path) in c]  # no path
     card = (root / "_CARD.md").read_text()
     assert f"| {host_facts().device_key} | 6 | 2 |" in card
+    assert len(read_dataset(root)) == 6 and set(read_dataset(root)["status"]) == {"ok"}  # what the predictor reads
+    one_device = run_cli("predictor", "study", "--data", str(root), "--hold-out", "device")
+    assert one_device.returncode == 2 and "needs two groups or more; the dataset holds one" in one_device.stderr
 
 
 def test_a_bad_workload_exits_2_before_anything_is_measured(tmp_path):

@@ -270,3 +270,25 @@ def test_a_verification_measures_each_record_again_once_and_resumes(tmp_path, mo
     monkeypatch.setattr(Measurer, "__enter__", lambda self: pytest.fail("a finished verification measured again"))
     labels.verify(tmp_path, "records.jsonl", timing, lambda _: None, near=float("inf"))
     assert pd.read_parquet(tmp_path / labels.VERIFIED).equals(again)
+
+
+def test_a_device_held_out_is_predicted_zero_shot_and_with_k_of_its_measurements():
+    """Two devices, the second 3x slower with its own order of configs in one task: zero-shot it is ranked as
+    the first device ranks it; k of its measurements join the training set and leave the scored rows."""
+    first = _frame().assign(device_key="zen3/2c")
+    second = _frame(seed=1).assign(device_key="zen4/2c", latency_ms=lambda f: 3 * f["latency_ms"])
+    frame = pd.concat([first, second], ignore_index=True)
+    trained: list[int] = []
+
+    class Counting(LatencyModel):
+        def fit(self, rows):
+            trained.append(len(rows))
+            return super().fit(rows)
+
+    zero = held_out_study(frame, "device", model=lambda seed: Counting(seed=seed, n_estimators=20))
+    assert sorted(map(tuple, zero.folds)) == [("zen3/2c",), ("zen4/2c",)] and trained == [len(first)] * 2
+    tuned = held_out_study(frame, "device", few_shot=16, model=lambda seed: Counting(seed=seed, n_estimators=20))
+    assert trained[2:] == [len(first) + 16] * 2  # the other device's rows and 16 of the held-out one's
+    assert sum(s.rows for s in tuned.scores) == len(frame) - 2 * 16  # those 16 are never scored
+    with pytest.raises(OpBenchError, match="--hold-out device needs two groups or more; the dataset holds one"):
+        held_out_study(first, "device")

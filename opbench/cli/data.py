@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from opbench.argtypes import positive_float, positive_int
+from opbench.argtypes import nonneg_int, positive_float, positive_int
 from opbench.exceptions import OpBenchError
 from opbench.paths import OPEN_DATASET_DIR
 from opbench.predictor import PREDICTORS
@@ -136,7 +136,8 @@ def cmd_predictor_study(args: argparse.Namespace) -> int:
     from opbench.predictor.heldout import TOP_K, held_out_study, predictor
     from opbench.tracking.dataset import read_dataset
 
-    result = held_out_study(read_dataset(args.data), args.hold_out, args.folds, args.seeds, predictor(args.predictor))
+    result = held_out_study(read_dataset(args.data), args.hold_out, args.folds, args.seeds, predictor(args.predictor),
+                            few_shot=args.few_shot)
     groups = result.by_group()
     columns = ["group", "tasks", "rows", *[f"top{k}" for k in TOP_K], "spearman", *[f"random_top{k}" for k in TOP_K]]
     print(table(groups[columns].itertuples(index=False), [c.replace("_", " ") for c in columns]))
@@ -254,9 +255,12 @@ def _register_predictor(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True)
     p.set_defaults(func=cmd_predictor_eval)
     p = pred.add_parser("study", help="a model per fold, scored on the groups it never saw (TenSet's and TLP's top-k)")
-    p.add_argument("--data", required=True, help="a dataset from `opbench dataset export`")
-    p.add_argument("--hold-out", default="workload", choices=("workload", "op", "model"),
-                   help="what a fold holds out: canonical tasks (task_key), op kinds or source models")
+    p.add_argument("--data", required=True, help="a dataset from `opbench dataset export`, or the open dataset's folder")
+    p.add_argument("--hold-out", default="workload", choices=("workload", "op", "model", "device"),
+                   help="what a fold holds out: canonical tasks (task_key), op kinds, source models or devices (device_key)")
+    p.add_argument("--few-shot", type=nonneg_int, default=0, metavar="K",
+                   help="K rows of each held-out group join its fold's training set (a new device's first "
+                        "measurements; 0: zero-shot)")
     p.add_argument("--folds", type=positive_int, help="this many folds of groups (default: leave one group out)")
     p.add_argument("--seeds", type=positive_int, default=1, help="train each fold with this many seeds")
     p.add_argument("--predictor", default="latency", choices=PREDICTORS,

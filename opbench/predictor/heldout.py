@@ -21,7 +21,7 @@ from opbench.predictor import PREDICTORS
 from opbench.predictor.model import PER_STORE_PREFIX, LatencyModel, task_keys, trainable
 from opbench.predictor.ranking import OBJECTIVES, RankerEnsemble, TaskRanker
 
-HOLD_OUTS = {"workload": "task_key", "op": "op", "model": "source_model"}
+HOLD_OUTS = {"workload": "task_key", "op": "op", "model": "source_model", "device": "device_key"}
 TOP_K = (1, 5)
 
 
@@ -152,17 +152,26 @@ def predictor(name: str) -> Callable[[int], Predictor]:
 
 def held_out_study(frame: pd.DataFrame, hold_out: str, folds: int | None = None, seeds: int | Sequence[int] = 1,
                    model: Callable[[int], Predictor] | None = None,
-                   fixed_folds: list[list[str]] | None = None) -> HeldOutResult:
+                   fixed_folds: list[list[str]] | None = None, few_shot: int = 0) -> HeldOutResult:
     """Train a model per fold and seed (``model(seed)``, by default :class:`LatencyModel`) on every group but
     the fold's, score the fold's tasks; the folds are ``fixed_folds`` when given (e.g. one fold of workloads
-    set aside), else :func:`make_folds`'s; ``seeds``: how many (0, 1, ...), or which."""
+    set aside), else :func:`make_folds`'s; ``seeds``: how many (0, 1, ...), or which. ``few_shot`` rows of each
+    held-out group, drawn at random per seed, join the training set and leave the scored ones (a new device
+    fine-tuned with k of its measurements, as CDMPP and MTL-TLP do; 0: zero-shot)."""
     model = model or predictor("latency")
     rows = trainable(frame).copy()  # one block: a frame merged column by column warns on every assign
     rows = rows.assign(_group=groups_of(rows, hold_out).to_numpy(), _task=groups_of(rows, "workload").to_numpy())
+    if rows["_group"].nunique() < 2 and not fixed_folds:
+        raise OpBenchError(f"--hold-out {hold_out} needs two groups or more; the dataset holds one "
+                           f"({rows['_group'].iloc[0] if len(rows) else 'none'}): nothing to train on for it")
     result = HeldOutResult(hold_out, fixed_folds or make_folds(list(rows["_group"]), folds))
     for seed in range(seeds) if isinstance(seeds, int) else seeds:
         for held in result.folds:
             train, test = rows[~rows["_group"].isin(held)], rows[rows["_group"].isin(held)]
+            if few_shot:
+                shots = pd.concat([group.sample(n=min(few_shot, len(group) - 1), random_state=seed)
+                                   for _, group in test.groupby("_group")])  # each keeps a row to score at least
+                train, test = pd.concat([train, shots]), test.drop(shots.index)
             fitted = model(seed).fit(train.drop(columns=["_group", "_task"]))
             test = test.assign(_pred=fitted.predict(test.drop(columns=["_group", "_task"])))
             result.scores += [_task_score(task, seed, hold_out) for _, task in test.groupby(["_group", "_task"])]

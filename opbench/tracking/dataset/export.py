@@ -111,10 +111,13 @@ def write_dataset(frame: pd.DataFrame, path: Path | str) -> Path:
 
 
 def read_dataset(path: Path | str) -> pd.DataFrame:
-    """A dataset file (Parquet, JSON lines or CSV) as a DataFrame."""
+    """A dataset file (Parquet, JSON lines or CSV), or a folder of Parquet partitions (the open dataset), as a
+    DataFrame."""
     from opbench.tracking.jsonl import records_frame
 
     path = Path(path)
+    if path.is_dir() and any(path.glob("*/*.parquet")):
+        return pd.read_parquet(path)
     if not path.is_file():
         raise OpBenchError(f"dataset not found: {path}")
     if path.suffix not in FORMATS:

@@ -24,7 +24,7 @@ from opbench.record import FEATURE_PREFIX, SCHEMA_VERSION, TrialRecord, config_o
 from opbench.tracking.jsonl import read_jsonl_rows
 
 VERSION = 1  # bumped when a column changes meaning or goes away; a new column does not bump it
-IDENTITY = ("workload", "task_key", "op", "template", "dtype", "threads", "cache_state")
+IDENTITY = ("workload", "task_key", "op", "template", "dtype", "threads", "cache_state", "status")  # status: ok
 LABELS = ("latency_ms", "latency_lo_ms", "latency_hi_ms", "placements", "latency_cv")
 PROVENANCE = ("schema_version", "features_version", "tvm_version")
 KEY = ("task_key", "template", "threads", "cache_state", "config")  # one measurement of one thing on one device
