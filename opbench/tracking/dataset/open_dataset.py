@@ -75,11 +75,11 @@ class OpenDataset:
         if not self.staging.exists():
             return 0
         staged = pd.DataFrame(read_jsonl_rows(self.staging))
-        held = self.device_frame()
         fresh = staged.drop_duplicates(list(KEY)) if len(staged) else staged
+        held = self.device_frame()
         if len(held) and len(fresh):
-            seen = set(map(tuple, held[list(KEY)].astype(str).itertuples(index=False)))
-            fresh = fresh[[k not in seen for k in map(tuple, fresh[list(KEY)].astype(str).itertuples(index=False))]]
+            known = set(_keys(held))
+            fresh = fresh[[key not in known for key in _keys(fresh)]]
         if len(fresh):
             self.partition.mkdir(parents=True, exist_ok=True)
             stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
@@ -95,11 +95,14 @@ class OpenDataset:
 
     def counts(self) -> pd.Series:
         """Rows per workload on this device, compacted and staged."""
-        frames = [self.device_frame()]
-        if self.staging.exists():
-            frames.append(pd.DataFrame(read_jsonl_rows(self.staging)))
-        rows = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else None
-        return rows["workload"].value_counts() if rows is not None else pd.Series(dtype=int)
+        frames = [f for f in (self.device_frame(), pd.DataFrame(read_jsonl_rows(self.staging)) if self.staging.exists()
+                              else pd.DataFrame()) if len(f)]
+        return pd.concat(frames)["workload"].value_counts() if frames else pd.Series(dtype=int)
+
+
+def _keys(frame: pd.DataFrame) -> list[tuple[str, ...]]:
+    """Each row's :data:`KEY`, as text (a Parquet round trip may change a column's type, not its text)."""
+    return list(frame[list(KEY)].astype(str).itertuples(index=False, name=None))
 
 
 def read_open_dataset(root: Path = OPEN_DATASET_DIR) -> pd.DataFrame:
