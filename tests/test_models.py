@@ -420,7 +420,8 @@ def test_an_eager_convolution_is_known_by_its_sizes_stride_and_padding():
     assert eager_signature("aten::relu", [[1, 8]], [None]) == OTHER
 
 
-@pytest.mark.parametrize("model, kinds", [("resnet-50@tiny", {"conv"}), ("bert-base@tiny", {"gemm", "softmax", "layer_norm"})])
+@pytest.mark.parametrize("model, kinds", [("resnet-50@tiny", {"conv"}), ("bert-base@tiny", {"gemm", "softmax", "layer_norm"}),
+                                          ("dcgan@tiny", {"conv_transpose"})])
 def test_our_operators_are_matched_with_eagers_by_what_they_compute(model, kinds):
     from opbench.studies.models.eager_ops import OTHER, match, ours, profile_eager
     from opbench.workloads.models.cache import extract
@@ -429,7 +430,7 @@ def test_our_operators_are_matched_with_eagers_by_what_they_compute(model, kinds
     rows = match(ours(ops, {op.name: 1.0 for op in ops}), profile_eager(load_model(model, 1, 32), runs=2, threads=2))
     both = [r for r in rows if r.signature != OTHER and r.ours_ms == r.ours_ms and r.eager_ms == r.eager_ms]
     assert {r.signature[0] for r in both} == kinds and all(r.eager_ms > 0 for r in both)
-    anchors = [op for op in ops if op.kind in ("conv2d", "matmul", "softmax", "layer_norm")]
+    anchors = [op for op in ops if op.kind in ("conv2d", "conv2d_transpose", "matmul", "softmax", "layer_norm")]
     assert sum(r.ours_ms for r in both) == len(anchors)  # every anchor found its eager twin
     assert rows[-1].signature == OTHER  # and the rest is one row, last
 

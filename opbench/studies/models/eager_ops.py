@@ -16,7 +16,8 @@ from opbench.workloads.models.extract import FusedOp
 from opbench.workloads.models.sources import ModelSource
 
 # ("conv", n, c, k, r, s, oh, ow): not the input's size, which a pad outside the convolution changes (eager's
-# explicit padding; ours folded into the convolution) | ("gemm", rows, n, k) | (kind, *shape)
+# explicit padding; ours folded into the convolution) | ("conv_transpose", the same) | ("gemm", rows, n, k) |
+# (kind, *shape)
 Signature = tuple[Any, ...]
 OTHER: Signature = ("other",)
 ROWWISE = {"softmax", "layer_norm"}
@@ -51,9 +52,20 @@ def _conv(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], pad
     return ("conv", n, c, k, r, s, oh, ow)
 
 
+def _conv_transpose(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                    output_padding: Sequence[int]) -> Signature:
+    n, c, h, w = data
+    _, k, r, s = weight
+    oh, ow = ((size - 1) * st - 2 * p + f + extra
+              for size, p, f, st, extra in zip((h, w), padding, (r, s), stride, output_padding))
+    return ("conv_transpose", n, c, k, r, s, oh, ow)
+
+
 def eager_signature(name: str, shapes: Sequence[Sequence[int]], args: Sequence[Any]) -> Signature:
     """What a top-level ATen call computes (:data:`OTHER` when it is none of conv, GEMM, row-wise)."""
     op = name.removeprefix("aten::")
+    if op == "conv_transpose2d" and len(shapes[1]) == 4:
+        return _conv_transpose(shapes[0], shapes[1], args[3], args[4], args[5])
     if op in ("conv2d", "convolution") and len(shapes[1]) == 4:
         return _conv(shapes[0], shapes[1], args[3], args[4])
     if op == "linear":
@@ -73,6 +85,10 @@ def fused_signature(op: FusedOp) -> Signature:
         weight = next((s for s in op.shapes[1:-1] if len(s) == 4 and s[0] == out[1]), None)
         if weight is not None:
             return ("conv", *first[:2], out[1], weight[2], weight[3], out[2], out[3])
+    if op.kind == "conv2d_transpose" and len(first) == 4 and len(out) == 4:
+        weight = next((s for s in op.shapes[1:-1] if len(s) == 4 and s[1] == out[1]), None)
+        if weight is not None:
+            return ("conv_transpose", *first[:2], out[1], weight[2], weight[3], out[2], out[3])
     if op.kind in ("matmul", "dense", "batch_matmul") and len(out) >= 2:
         return ("gemm", math.prod(out[:-1]), out[-1], first[-1])
     if op.kind in ROWWISE:
