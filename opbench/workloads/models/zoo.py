@@ -96,10 +96,10 @@ def gcn(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]:
 
 def resnet3d18(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]:
     """ResNet3D-18 (Hara et al.): ResNet-18's basic blocks with 3x3x3 convolutions over a 16-frame 112x112 clip
-    (strided in time and space from the second stage on)."""
+    (strided in time and space from the second stage on; tiny: its first two stages)."""
     import torch
 
-    widths, frames, size = ((4, 8, 16, 32), 4, 16) if tiny else ((64, 128, 256, 512), 16, 112)
+    widths, frames, size = ((4, 8), 4, 16) if tiny else ((64, 128, 256, 512), 16, 112)
 
     class Block(torch.nn.Module):
         def __init__(self, channels: int, width: int, stride: int) -> None:
