@@ -165,9 +165,8 @@ def test_three_hosts_share_a_study_and_lose_nothing_to_a_killed_host_or_a_restar
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line[:1].isalpha()}
     assert rows["optuna-tpe"][1] == str(TRIALS) and (tmp_path / "report" / "curve_vs_trial.png").exists()
-    runs = trials.sort_values("finished_at")  # timed runs never overlap, whichever host (one timing lock here)
-    starts, ends = (runs["finished_at"] - runs["run_s"]).tolist(), runs["finished_at"].tolist()
-    assert all(start >= end - 0.05 for start, end in zip(starts[1:], ends[:-1]))
+    # That timed runs never overlap is the lock's, tested where it is held (test_other_user, test_measure): wall-clock
+    # stamps taken in three host processes after each run cannot show it on a loaded machine (a CI run failed so).
 
 
 @pytest.mark.xdist_group("lan")
