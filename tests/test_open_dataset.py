@@ -57,6 +57,11 @@ def test_a_collection_killed_midway_resumes_adding_nothing_twice_into_its_device
     assert one_device.returncode == 2 and "needs two groups or more; the dataset holds one" in one_device.stderr
 
 
+def test_a_folder_without_partitions_is_no_dataset(tmp_path):
+    out = run_cli("predictor", "study", "--data", str(tmp_path), "--hold-out", "device")
+    assert out.returncode == 2 and "holds Parquet partitions (device=<key>/*.parquet)" in out.stderr
+
+
 def test_a_bad_workload_exits_2_before_anything_is_measured(tmp_path):
     out = run_cli("dataset", "collect", "--workload", "matmul:m=4,n=4", "--root", str(tmp_path / "records"))
     assert out.returncode == 2 and "missing key(s) k" in out.stderr

@@ -192,6 +192,29 @@ def test_re_measures_calibrate_a_devices_interval_once_there_are_enough(tmp_path
     assert calibration.bounds("zen3") == type(bounds)(5.0, 5.0, WINDOW)  # the latest WINDOW, the oldest dropped
 
 
+def _observe_ten(path, value):
+    from opbench.measure.calibration import Calibration
+
+    for _ in range(10):
+        Calibration(path).observe("zen3", 1.0, [value])
+
+
+def test_verifications_observing_at_once_each_keep_their_ratios(tmp_path):
+    import multiprocessing
+
+    from opbench.measure.calibration import Calibration
+
+    path = tmp_path / "calibration.json"
+    processes = [multiprocessing.get_context("fork").Process(target=_observe_ten, args=(path, 1.0 + i)) for i in range(4)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(60)
+    assert [p.exitcode for p in processes] == [0] * 4
+    ratios = sorted(Calibration(path)._ratios()["zen3"])
+    assert ratios == sorted([1.0 + i for i in range(4)] * 10)  # none lost to another's read-modify-write
+
+
 def test_a_calibrated_device_widens_a_records_interval_to_its_re_measures(measurer, tmp_path):
     from opbench.hardware.resources import Resources
     from opbench.measure.calibration import Calibration

@@ -11,6 +11,7 @@ lean slow: the calibrated interval errs wide on the slow side.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from opbench.paths import read_json_map, user_runtime_dir, write_private
+from opbench.paths import open_nofollow, read_json_map, user_runtime_dir, write_private
 
 CALIBRATION_FILE = "calibration.json"
 WINDOW = 256  # ratios kept per device, the latest
@@ -49,9 +50,11 @@ class Calibration:
         ratios = [v / recorded_ms for v in fresh_ms if v > 0 and math.isfinite(v)]
         if not ratios or not recorded_ms > 0:
             return
-        kept = read_json_map(self.path)
-        kept[device] = [*kept.get(device, []), *ratios][-WINDOW:]
-        write_private(self.path, json.dumps(kept).encode())
+        with os.fdopen(open_nofollow(self.path.with_suffix(".lock"), os.O_WRONLY | os.O_CREAT), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # two verifications at once each keep their ratios
+            kept = read_json_map(self.path)
+            kept[device] = [*kept.get(device, []), *ratios][-WINDOW:]
+            write_private(self.path, json.dumps(kept).encode())
 
     def bounds(self, device: str) -> Bounds | None:
         """The device's ratios' middle :data:`COVERAGE` (None: fewer than :data:`MIN_OBSERVED` known)."""

@@ -32,7 +32,7 @@ class Conv2d(Operator):
     anchor = "conv"
     description = "NCHW convolution, weight KCRS"
 
-    def out_hw(self, p):
+    def out_spatial(self, p):
         return (
             conv_out(p["h"], p["r"], p["stride"], p["pad"], p["dilation"]),
             conv_out(p["w"], p["s"], p["stride"], p["pad"], p["dilation"]),
@@ -41,17 +41,17 @@ class Conv2d(Operator):
     def check(self, p):
         positive(p, *self.keys, "stride", "dilation")
         non_negative(p, "pad")
-        if min(self.out_hw(p)) <= 0:
+        if min(self.out_spatial(p)) <= 0:
             raise WorkloadError(f"{self.name}: kernel larger than padded input ({p})")
 
     def input_shapes(self, p):
         return [(p["n"], p["c"], p["h"], p["w"]), (p["k"], p["c"], p["r"], p["s"])]
 
     def output_shape(self, p):
-        return (p["n"], p["k"], *self.out_hw(p))
+        return (p["n"], p["k"], *self.out_spatial(p))
 
     def axes(self, p):
-        oh, ow = self.out_hw(p)
+        oh, ow = self.out_spatial(p)
         return [
             Axis("n", p["n"]), Axis("f", p["k"]), Axis("y", oh), Axis("x", ow),
             Axis("rc", p["c"], True), Axis("ry", p["r"], True), Axis("rx", p["s"], True),
@@ -93,10 +93,10 @@ class DepthwiseConv2d(Conv2d):
         return [(p["n"], p["c"], p["h"], p["w"]), (p["c"], p["r"], p["s"])]
 
     def output_shape(self, p):
-        return (p["n"], p["c"], *self.out_hw(p))
+        return (p["n"], p["c"], *self.out_spatial(p))
 
     def axes(self, p):
-        oh, ow = self.out_hw(p)
+        oh, ow = self.out_spatial(p)
         return [
             Axis("n", p["n"]), Axis("c", p["c"]), Axis("y", oh), Axis("x", ow),
             Axis("ry", p["r"], True), Axis("rx", p["s"], True),

@@ -14,21 +14,18 @@ class Conv3d(Conv2d):
     keys: ClassVar[tuple[str, ...]] = ("n", "c", "d", "h", "w", "k", "t", "r", "s")
     description = "NCDHW 3-D convolution, weight KCTRS (the same stride, padding and dilation in each dimension)"
 
-    def out_dhw(self, p):
+    def out_spatial(self, p):  # depth, height and width
         window = (("d", "t"), ("h", "r"), ("w", "s"))
         return tuple(conv_out(p[size], p[kernel], p["stride"], p["pad"], p["dilation"]) for size, kernel in window)
-
-    def out_hw(self, p):  # what the 2-D checks read: every output dimension of the three
-        return self.out_dhw(p)
 
     def input_shapes(self, p):
         return [(p["n"], p["c"], p["d"], p["h"], p["w"]), (p["k"], p["c"], p["t"], p["r"], p["s"])]
 
     def output_shape(self, p):
-        return (p["n"], p["k"], *self.out_dhw(p))
+        return (p["n"], p["k"], *self.out_spatial(p))
 
     def axes(self, p):
-        od, oh, ow = self.out_dhw(p)
+        od, oh, ow = self.out_spatial(p)
         return [Axis("n", p["n"]), Axis("f", p["k"]), Axis("z", od), Axis("y", oh), Axis("x", ow),
                 Axis("rc", p["c"], True), Axis("rz", p["t"], True), Axis("ry", p["r"], True), Axis("rx", p["s"], True)]
 

@@ -20,7 +20,7 @@ class Conv2dTranspose(Conv2d):
     options = {"stride": 1, "pad": 0, "output_padding": 0}
     description = "NCHW transposed convolution, weight CKRS (PyTorch's layout); FLOPs count the products of real inputs"
 
-    def out_hw(self, p):
+    def out_spatial(self, p):
         return tuple((p[size] - 1) * p["stride"] - 2 * p["pad"] + p[kernel] + p["output_padding"]
                      for size, kernel in (("h", "r"), ("w", "s")))
 
@@ -47,7 +47,7 @@ class Conv2dTranspose(Conv2d):
 
         data = te.placeholder(self.input_shapes(p)[0], dtype, name="data")
         weight = te.placeholder(self.input_shapes(p)[1], dtype, name="weight")
-        st, (oh, ow) = p["stride"], self.out_hw(p)
+        st, (oh, ow) = p["stride"], self.out_spatial(p)
         before = (p["r"] - 1 - p["pad"], p["s"] - 1 - p["pad"])
         spread = ((p["h"] - 1) * st + 1, (p["w"] - 1) * st + 1)
 

@@ -14,6 +14,7 @@ from opbench.exceptions import OpBenchError
 from opbench.paths import default_tracking_uri
 from opbench.record import FEATURE_PREFIX, KNOB_PREFIX
 from opbench.tracking.dataset.formats import FORMATS, open_writer, read_rows
+from opbench.tracking.dataset.open_dataset import read_open_dataset
 from opbench.tracking.dataset.sources import Filters, conform, fetch, plan
 from opbench.tracking.row import Row
 from opbench.tracking.segments import table_records
@@ -116,8 +117,11 @@ def read_dataset(path: Path | str) -> pd.DataFrame:
     from opbench.tracking.jsonl import records_frame
 
     path = Path(path)
-    if path.is_dir() and any(path.glob("*/*.parquet")):
-        return pd.read_parquet(path)
+    if path.is_dir():
+        frame = read_open_dataset(path)
+        if not len(frame):
+            raise OpBenchError(f"{path}: a folder read as a dataset holds Parquet partitions (device=<key>/*.parquet)")
+        return frame
     if not path.is_file():
         raise OpBenchError(f"dataset not found: {path}")
     if path.suffix not in FORMATS:
