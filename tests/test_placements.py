@@ -233,3 +233,22 @@ def test_a_calibrated_device_widens_a_records_interval_to_its_re_measures(measur
     assert placements_only["interval_calibration"] == 0 and calibrated["interval_calibration"] == 40
     est = calibrated["latency_ms"]
     assert calibrated["latency_lo_ms"] <= 0.8 * est + 1e-12 and calibrated["latency_hi_ms"] >= 1.5 * est - 1e-12
+
+
+def test_the_reproducibility_benchmark_calibrates_each_workload_by_the_others_re_measures(tmp_path, monkeypatch):
+    import importlib
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))
+    reproducibility = importlib.import_module("reproducibility")
+
+    def process(ms):
+        return {"status": "ok", "latency_ms": ms, "latency_lo_ms": ms * 0.99, "latency_hi_ms": ms * 1.01}
+
+    records = {(name, i): [process(1.0 * scale) for _ in range(4)] + [process(1.3 * scale)]
+               for name, scale in (("a", 1.0), ("b", 2.0)) for i in range(2)}  # one process in five 30% slow
+    _, _, hits, _ = reproducibility.target_rows(records)
+    calibrated, widths = reproducibility.calibrated_hits(records, tmp_path)
+    assert sum(hits) / len(hits) == pytest.approx(12 / 20)  # the slow process falls outside every other's interval
+    assert len(calibrated) == len(hits) and all(calibrated)  # the other workload's re-measures saw it coming
+    assert min(widths) > 0.2  # ... at the cost of a wide interval

@@ -38,6 +38,13 @@ class Bounds:
     observed: int
 
 
+def widened(lo: float, hi: float, estimate: float, calibrated: Bounds | None) -> tuple[float, float]:
+    """The interval ``(lo, hi)`` around ``estimate``, spanning at least ``calibrated``'s re-measures."""
+    if calibrated is None:
+        return lo, hi
+    return min(lo, estimate * calibrated.low), max(hi, estimate * calibrated.high)
+
+
 class Calibration:
     """Re-measure ratios by device key, in a private file of this user's."""
 

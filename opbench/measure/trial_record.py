@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opbench.hardware.resources import HostFacts, Resources
 from opbench.hardware.targets import gpu_device_key, is_gpu
-from opbench.measure.calibration import Bounds
+from opbench.measure.calibration import Bounds, widened
 from opbench.measure.estimate import estimate, placement_values, split
 from opbench.measure.features import FEATURES_VERSION, static_features
 from opbench.measure.protocol import BuildResult, RunResult
@@ -63,9 +63,7 @@ def add_run(record: TrialRecord, run: RunResult, timing: TimingPolicy, gflop: fl
     values = placement_values(run.latencies_s, run.placement_sizes)
     est = estimate(values, timing.agree)
     record.set(**latency_stats(split(run.latencies_s, run.placement_sizes)), **run.load)
-    lo, hi = est.lo_s, est.hi_s
-    if calibrated is not None:
-        lo, hi = min(lo, est.latency_s * calibrated.low), max(hi, est.latency_s * calibrated.high)
+    lo, hi = widened(est.lo_s, est.hi_s, est.latency_s, calibrated)
     record.latency_ms, record.latency_lo_ms, record.latency_hi_ms = est.latency_s * 1e3, lo * 1e3, hi * 1e3
     record.interval_calibration = calibrated.observed if calibrated is not None else 0
     record.placements, record.placements_agreeing = est.placements, est.agreeing
