@@ -16,18 +16,23 @@ CONTRACT_WORKLOADS = ["matmul:m=16,n=24,k=8", "dense:m=4,n=16,k=8,bias=1", "batc
                       "depthwise_conv2d:n=1,c=16,h=9,w=9,r=3,s=3,stride=2,pad=1", "softmax:m=4,n=33"]
 
 
-def _templates():
+def _templates_of(workload):
+    """Every CPU template with a space for ``workload``, by name."""
     from opbench.space import TEMPLATES
 
+    for name in sorted(TEMPLATES):
+        if name.startswith("cuda_") or name == "metaschedule":  # GPU only; a scheduled IR file, not a space
+            continue
+        try:
+            yield name, get_template(workload, name)
+        except Exception:  # noqa: BLE001 - a template for another op
+            continue
+
+
+def _templates():
     for spec in CONTRACT_WORKLOADS:
         workload = parse_workload(spec)
-        for name in sorted(TEMPLATES):
-            if name.startswith("cuda_") or name == "metaschedule":  # GPU only; a scheduled IR file, not a space
-                continue
-            try:
-                template = get_template(workload, name)
-            except Exception:  # noqa: BLE001 - a template for another op
-                continue
+        for name, template in _templates_of(workload):
             yield pytest.param(template, workload, id=f"{name}-{spec}")
 
 
@@ -40,6 +45,24 @@ def test_the_build_contract_holds_for_a_tiled_and_a_packed_template(measurer):
     for spec, name in (("matmul:m=16,n=24,k=8", "matmul"), ("conv2d:n=1,c=8,h=9,w=9,k=16,r=3,s=3,stride=1,pad=1", "conv2d_nchwc")):
         workload = parse_workload(spec)
         template_contract.check_builds_correct_kernels(measurer, get_template(workload, name), workload, samples=2)
+
+
+INT8_WORKLOADS = ["matmul:m=16,n=24,k=40,dtype=int8", "dense:m=4,n=16,k=24,bias=1,dtype=int8",
+                  "batch_matmul:b=2,m=8,n=8,k=24,dtype=int8", "conv2d:n=1,c=8,h=9,w=9,k=16,r=3,s=3,stride=1,pad=1,dtype=int8"]
+
+
+@pytest.mark.parametrize("spec", INT8_WORKLOADS)
+def test_int8_kernels_of_every_cpu_template_are_exact_on_full_range_inputs(measurer, spec):
+    workload = parse_workload(spec)
+    inputs = workload.make_inputs()
+    assert [a.dtype.name for a in inputs[:2]] == ["uint8", "int8"] and inputs[0].max() > 250 and inputs[1].min() < -120
+    exact = workload.op.reference([a.astype("int64") for a in inputs], workload.params)  # numpy/torch in int64
+    assert workload.reference(inputs).dtype.name == "int32" and (workload.reference(inputs) == exact).all()
+    assert workload.tolerance() == (0.0, 0.0)  # the check compares exactly
+    names = [name for name, _ in _templates_of(workload)]
+    assert names and (workload.op.name != "conv2d" or "conv2d_nchwc" in names)
+    for _, template in _templates_of(workload):
+        template_contract.check_builds_correct_kernels(measurer, template, workload, samples=2)
 
 
 def test_a_template_that_breaks_the_contract_fails_it():

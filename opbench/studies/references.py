@@ -11,7 +11,7 @@ from opbench.hardware.targets import is_gpu
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import TrialSpec
 from opbench.record import TrialRecord
-from opbench.workloads import Workload
+from opbench.workloads import INT8, Workload
 
 
 def measure_references(measurer: Measurer, workload: Workload, resources: Resources,
@@ -35,8 +35,8 @@ def measure_references(measurer: Measurer, workload: Workload, resources: Resour
 
 def library_references(workload: Workload, resources: Resources) -> list[str]:
     """The libraries a study of ``workload`` is measured against: PyTorch and numpy where they implement the
-    op, on this host only (numpy never on a GPU target)."""
-    if resources.remote:
+    op, on this host only (numpy never on a GPU target); none for int8 (neither computes u8 x i8 into i32)."""
+    if resources.remote or workload.dtype == INT8:
         return []
     return [library for library, implements in (("torch", workload.op.torch_baseline),
                                                 ("numpy", workload.op.numpy_impl and not is_gpu(resources.target)))

@@ -4,12 +4,12 @@ from __future__ import annotations
 import functools
 
 from opbench.exceptions import WorkloadError
-from opbench.workloads._base import SUPPORTED_DTYPES, Axis, Operator, Workload
+from opbench.workloads._base import INT8, SUPPORTED_DTYPES, Axis, Operator, Workload
 from opbench.workloads.fused import MODEL_PREFIX, model_name, model_spec
 from opbench.workloads.ops import OPERATORS, parse_value
 from opbench.workloads.presets import PRESETS
 
-__all__ = ["Axis", "Operator", "Workload", "OPERATORS", "PRESETS", "parse_workload", "task_key_of"]
+__all__ = ["INT8", "Axis", "Operator", "Workload", "OPERATORS", "PRESETS", "parse_workload", "task_key_of"]
 
 
 @functools.cache
@@ -56,8 +56,9 @@ def parse_workload(text: str) -> Workload:
             raise WorkloadError(f"{name}: key '{key}' given twice")
         given[key.strip()] = parse_value(value.strip())
     dtype = str(given.pop("dtype", "float32"))
-    if dtype not in SUPPORTED_DTYPES:
-        raise WorkloadError(f"{name}: unsupported dtype '{dtype}'; supported: {', '.join(SUPPORTED_DTYPES)}")
+    if dtype not in op.dtypes:
+        known = "" if dtype in SUPPORTED_DTYPES else f" (OpBench knows {', '.join(SUPPORTED_DTYPES)})"
+        raise WorkloadError(f"{name}: unsupported dtype '{dtype}'; {name} takes {', '.join(op.dtypes)}{known}")
     unknown = set(given) - set(op.keys) - set(op.options)
     if unknown:
         raise WorkloadError(

@@ -15,7 +15,16 @@ if TYPE_CHECKING:
     from tvm import te
 
 Params = dict[str, Any]
-SUPPORTED_DTYPES = ("float32", "float16")
+FLOAT_DTYPES = ("float32", "float16")
+INT8 = "int8"  # u8 activations, i8 weights, i32 accumulation, bias and output (how CPUs' VNNI and oneDNN run it)
+SUPPORTED_DTYPES = (*FLOAT_DTYPES, INT8)
+INT8_OPERANDS = ("uint8", "int8")  # activation, weight; further inputs (a bias) are int32
+INT8_ACCUMULATOR = "int32"
+
+
+def widen(value: Any, dtype: str) -> Any:
+    """A TE expression in ``dtype`` (unchanged where it is in it already): products accumulate in the output's type."""
+    return value if value.dtype == dtype else value.astype(dtype)
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,7 @@ class Operator(ABC):
     options: ClassVar[dict[str, Any]] = {}
     anchor: ClassVar[str]  # name of the TE block that does the main computation
     description: ClassVar[str] = ""
+    dtypes: ClassVar[tuple[str, ...]] = FLOAT_DTYPES  # the element types it is defined for
 
     def check(self, p: Params) -> None:
         """Reject shape combinations that make no sense (raise WorkloadError)."""
@@ -56,11 +66,15 @@ class Operator(ABC):
         return None
 
     def input_dtypes(self, p: Params, dtype: str) -> list[str]:
-        """Each input's element type: the workload's, unless the op has integer inputs (indices)."""
-        return [dtype] * len(self.input_shapes(p))
+        """Each input's element type: the workload's (int8: u8 activation, i8 weight, an i32 bias), unless the op
+        has integer inputs (indices)."""
+        count = len(self.input_shapes(p))
+        if dtype == INT8:
+            return [*INT8_OPERANDS, *[INT8_ACCUMULATOR] * (count - 2)][:count]
+        return [dtype] * count
 
     def output_dtype(self, p: Params, dtype: str) -> str:
-        return dtype
+        return INT8_ACCUMULATOR if dtype == INT8 else dtype
 
     @abstractmethod
     def axes(self, p: Params) -> list[Axis]:
@@ -140,9 +154,9 @@ class Workload:
     @property
     def bytes(self) -> float:
         """Bytes moved at least once: every input read and the output written."""
-        itemsize = np.dtype(self.dtype).itemsize
-        shapes = self.op.input_shapes(self.params) + [self.op.output_shape(self.params)]
-        return float(sum(math.prod(s) for s in shapes) * itemsize)
+        shapes = [*self.op.input_shapes(self.params), self.op.output_shape(self.params)]
+        dtypes = [*self.op.input_dtypes(self.params, self.dtype), self.output_dtype]
+        return float(sum(math.prod(s) * np.dtype(d).itemsize for s, d in zip(shapes, dtypes)))
 
     @property
     def axes(self) -> list[Axis]:
@@ -157,18 +171,32 @@ class Workload:
         return self.op.output_dtype(self.params, self.dtype)
 
     def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        """Random inputs: floats in [-1, 1), integers 0 or 1 (valid indices for any gather)."""
+        """Random inputs: floats in [-1, 1); an int8 workload's operands over their type's whole range (a bias:
+        int16's); other integers 0 or 1 (valid indices for any gather)."""
         rng = np.random.default_rng(seed)
-        return [rng.uniform(-1.0, 1.0, s).astype(d) if np.dtype(d).kind == "f" else rng.integers(0, 2, s).astype(d)
-                for s, d in zip(self.op.input_shapes(self.params), self.op.input_dtypes(self.params, self.dtype))]
+
+        def draw(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+            if np.dtype(dtype).kind == "f":
+                return rng.uniform(-1.0, 1.0, shape).astype(dtype)
+            if self.dtype != INT8:
+                return rng.integers(0, 2, shape).astype(dtype)
+            info = np.iinfo(dtype if dtype in INT8_OPERANDS else "int16")
+            return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+
+        return [draw(s, d) for s, d in zip(self.op.input_shapes(self.params), self.op.input_dtypes(self.params, self.dtype))]
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
+        """The expected output: in fp32 from floats; an int8 workload's exactly (in float64, which holds every
+        i32 sum of u8 x i8 products exactly, rounded back)."""
+        if self.dtype == INT8:
+            exact = self.op.reference([a.astype("float64") for a in inputs], self.params)
+            return np.rint(np.asarray(exact)).astype(self.output_dtype)
         as_fp32 = [a.astype("float32") if a.dtype.kind == "f" else a for a in inputs]
         return np.asarray(self.op.reference(as_fp32, self.params)).astype(self.output_dtype)
 
     def tolerance(self) -> tuple[float, float]:
-        """(rtol, atol) for the correctness check."""
-        return (1e-3, 1e-3) if self.dtype == "float32" else (2e-2, 2e-2)
+        """(rtol, atol) for the correctness check: int8 exact."""
+        return {"float32": (1e-3, 1e-3), INT8: (0.0, 0.0)}.get(self.dtype, (2e-2, 2e-2))
 
     def prim_func(self) -> Any:
         """The unscheduled PrimFunc every template starts from."""

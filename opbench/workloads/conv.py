@@ -5,7 +5,7 @@ import math
 from typing import ClassVar
 
 from opbench.exceptions import WorkloadError
-from opbench.workloads._base import Axis, Operator, conv_out, non_negative, positive
+from opbench.workloads._base import FLOAT_DTYPES, INT8, Axis, Operator, conv_out, non_negative, positive, widen
 from opbench.workloads._torch import functional as _F
 
 
@@ -31,6 +31,7 @@ class Conv2d(Operator):
     options = {"stride": 1, "pad": 0, "dilation": 1}
     anchor = "conv"
     description = "NCHW convolution, weight KCRS"
+    dtypes: ClassVar[tuple[str, ...]] = (*FLOAT_DTYPES, INT8)
 
     def out_spatial(self, p):
         return (
@@ -61,11 +62,12 @@ class Conv2d(Operator):
         return 2.0 * math.prod(self.output_shape(p)) * p["c"] * p["r"] * p["s"]
 
     def define(self, p, dtype):
-        from tvm import te
+        from tvm import te, tirx
 
-        data = te.placeholder(self.input_shapes(p)[0], dtype, name="data")
-        weight = te.placeholder(self.input_shapes(p)[1], dtype, name="weight")
-        padded = pad_spatial(data, p["pad"], 0.0)
+        (data_type, weight_type), acc = self.input_dtypes(p, dtype), self.output_dtype(p, dtype)
+        data = te.placeholder(self.input_shapes(p)[0], data_type, name="data")
+        weight = te.placeholder(self.input_shapes(p)[1], weight_type, name="weight")
+        padded = pad_spatial(data, p["pad"], tirx.const(0, data_type))
         rc = te.reduce_axis((0, p["c"]), name="rc")
         ry = te.reduce_axis((0, p["r"]), name="ry")
         rx = te.reduce_axis((0, p["s"]), name="rx")
@@ -73,7 +75,8 @@ class Conv2d(Operator):
         out = te.compute(
             self.output_shape(p),
             lambda n, f, y, x: te.sum(
-                padded[n, rc, y * st + ry * dil, x * st + rx * dil] * weight[f, rc, ry, rx], axis=[rc, ry, rx]
+                widen(padded[n, rc, y * st + ry * dil, x * st + rx * dil], acc) * widen(weight[f, rc, ry, rx], acc),
+                axis=[rc, ry, rx]
             ),
             name="conv",
         )
@@ -88,6 +91,7 @@ class DepthwiseConv2d(Conv2d):
     name = "depthwise_conv2d"
     keys = ("n", "c", "h", "w", "r", "s")
     description = "NCHW depthwise convolution (multiplier 1), weight CRS"
+    dtypes = FLOAT_DTYPES
 
     def input_shapes(self, p):
         return [(p["n"], p["c"], p["h"], p["w"]), (p["c"], p["r"], p["s"])]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from opbench.workloads._base import Axis, conv_out
+from opbench.workloads._base import FLOAT_DTYPES, Axis, conv_out
 from opbench.workloads._torch import functional as _F
 from opbench.workloads.conv import Conv2d, pad_spatial
 
@@ -13,6 +13,7 @@ class Conv3d(Conv2d):
     name = "conv3d"
     keys: ClassVar[tuple[str, ...]] = ("n", "c", "d", "h", "w", "k", "t", "r", "s")
     description = "NCDHW 3-D convolution, weight KCTRS (the same stride, padding and dilation in each dimension)"
+    dtypes = FLOAT_DTYPES
 
     def out_spatial(self, p):  # depth, height and width
         window = (("d", "t"), ("h", "r"), ("w", "s"))

@@ -7,7 +7,7 @@ import math
 from typing import ClassVar
 
 from opbench.exceptions import WorkloadError
-from opbench.workloads._base import non_negative, positive
+from opbench.workloads._base import FLOAT_DTYPES, non_negative, positive
 from opbench.workloads._torch import functional as _F
 from opbench.workloads.conv import Conv2d
 
@@ -19,6 +19,7 @@ class Conv2dTranspose(Conv2d):
     keys: ClassVar[tuple[str, ...]] = ("n", "c", "h", "w", "k", "r", "s")
     options = {"stride": 1, "pad": 0, "output_padding": 0}
     description = "NCHW transposed convolution, weight CKRS (PyTorch's layout); FLOPs count the products of real inputs"
+    dtypes = FLOAT_DTYPES
 
     def out_spatial(self, p):
         return tuple((p[size] - 1) * p["stride"] - 2 * p["pad"] + p[kernel] + p["output_padding"]

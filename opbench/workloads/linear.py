@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from opbench.exceptions import WorkloadError
-from opbench.workloads._base import Axis, Operator, Params, positive
+from opbench.workloads._base import FLOAT_DTYPES, INT8, Axis, Operator, Params, positive, widen
 
 
 class MatMul(Operator):
@@ -12,6 +12,7 @@ class MatMul(Operator):
     keys = ("m", "n", "k")
     anchor = "C"
     description = "C[m,n] = A[m,k] @ B[k,n]"
+    dtypes = (*FLOAT_DTYPES, INT8)
 
     def check(self, p: Params) -> None:
         positive(p, *self.keys)
@@ -31,10 +32,11 @@ class MatMul(Operator):
     def define(self, p, dtype):
         from tvm import te
 
-        a = te.placeholder((p["m"], p["k"]), dtype, name="A")
-        b = te.placeholder((p["k"], p["n"]), dtype, name="B")
+        (a_type, b_type), acc = self.input_dtypes(p, dtype), self.output_dtype(p, dtype)
+        a = te.placeholder((p["m"], p["k"]), a_type, name="A")
+        b = te.placeholder((p["k"], p["n"]), b_type, name="B")
         k = te.reduce_axis((0, p["k"]), name="k")
-        c = te.compute((p["m"], p["n"]), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+        c = te.compute((p["m"], p["n"]), lambda i, j: te.sum(widen(a[i, k], acc) * widen(b[k, j], acc), axis=k), name="C")
         return [a, b, c]
 
     numpy_impl = True
@@ -53,6 +55,7 @@ class BatchMatMul(Operator):
     keys = ("b", "m", "n", "k")
     anchor = "C"
     description = "C[b,m,n] = A[b,m,k] @ B[b,k,n]"
+    dtypes = (*FLOAT_DTYPES, INT8)
 
     def check(self, p):
         positive(p, *self.keys)
@@ -72,12 +75,12 @@ class BatchMatMul(Operator):
     def define(self, p, dtype):
         from tvm import te
 
-        a = te.placeholder((p["b"], p["m"], p["k"]), dtype, name="A")
-        b = te.placeholder((p["b"], p["k"], p["n"]), dtype, name="B")
+        (a_type, b_type), acc = self.input_dtypes(p, dtype), self.output_dtype(p, dtype)
+        a = te.placeholder((p["b"], p["m"], p["k"]), a_type, name="A")
+        b = te.placeholder((p["b"], p["k"], p["n"]), b_type, name="B")
         k = te.reduce_axis((0, p["k"]), name="k")
-        c = te.compute(
-            (p["b"], p["m"], p["n"]), lambda bb, i, j: te.sum(a[bb, i, k] * b[bb, k, j], axis=k), name="C"
-        )
+        c = te.compute((p["b"], p["m"], p["n"]),
+                       lambda bb, i, j: te.sum(widen(a[bb, i, k], acc) * widen(b[bb, k, j], acc), axis=k), name="C")
         return [a, b, c]
 
     numpy_impl = True
@@ -100,6 +103,7 @@ class Dense(Operator):
     options = {"bias": 1}
     anchor = "dense"
     description = "Y[m,n] = X[m,k] @ W[k,n] (+ bias[n])"
+    dtypes = (*FLOAT_DTYPES, INT8)
 
     def check(self, p):
         positive(p, "m", "n", "k")
@@ -122,13 +126,15 @@ class Dense(Operator):
     def define(self, p, dtype):
         from tvm import te
 
-        x = te.placeholder((p["m"], p["k"]), dtype, name="X")
-        w = te.placeholder((p["k"], p["n"]), dtype, name="W")
+        x_type, w_type, *bias_type = self.input_dtypes(p, dtype)
+        acc = self.output_dtype(p, dtype)
+        x = te.placeholder((p["m"], p["k"]), x_type, name="X")
+        w = te.placeholder((p["k"], p["n"]), w_type, name="W")
         k = te.reduce_axis((0, p["k"]), name="k")
-        y = te.compute((p["m"], p["n"]), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="dense")
+        y = te.compute((p["m"], p["n"]), lambda i, j: te.sum(widen(x[i, k], acc) * widen(w[k, j], acc), axis=k), name="dense")
         if not p["bias"]:
             return [x, w, y]
-        bias = te.placeholder((p["n"],), dtype, name="bias")
+        bias = te.placeholder((p["n"],), bias_type[0], name="bias")
         out = te.compute((p["m"], p["n"]), lambda i, j: y[i, j] + bias[j], name="bias_add")
         return [x, w, bias, out]
 
