@@ -12,7 +12,7 @@ from opbench.hardware.resources import Resources
 from opbench.measure.protocol import RunResult
 from opbench.measure.types import TrialSpec
 from opbench.measure.worker import fork, kernel, placement
-from opbench.record import Status, config_of
+from opbench.record import Status, config_of, is_ok
 from opbench.workloads import parse_workload
 
 SMALL = {
@@ -403,3 +403,19 @@ def test_measurers_of_one_process_fork_their_workers_from_one_zygote_of_each_kin
             during.append(_worker_children())
     assert len(during[0] - before) <= 1 and during[0]  # two builders and a runner: one zygote, if not there already
     assert during[1] == during[0]  # the second measurer started no process of its own
+
+
+def test_onnx_runtime_is_an_int8_operators_library_reference_checked_exactly_before_it_is_timed(measurer):
+    from opbench.hardware.resources import host_facts
+    from opbench.studies.references import library_references
+
+    conv = parse_workload("conv2d:n=1,c=8,h=9,w=9,k=16,r=3,s=3,stride=1,pad=1,dtype=int8")
+    assert library_references(conv, Resources(1)) == ["onnxruntime"]
+    record = measurer.measure_library(conv, "onnxruntime", Resources(1))
+    assert is_ok(record) and record["latency_ms"] > 0 and record["template"] == "onnxruntime"
+    dense = parse_workload("dense:m=4,n=16,k=64,bias=1,dtype=int8")
+    record = measurer.measure_library(dense, "onnxruntime", Resources(1))
+    if "avx512_vnni" in host_facts().isa:  # VNNI's u8 x i8 products accumulate into i32 exactly
+        assert is_ok(record), record.get("error")
+    else:  # AVX2's vpmaddubsw saturates pairwise i16 sums of full-range u8 x i8 products
+        assert record["status"] == "wrong_result" and "differs from the exact integer product" in record["error"]

@@ -46,7 +46,7 @@ TEMPLATES: dict[str, Template] = {
     )
 }
 GENERIC_TEMPLATES = ("te_default", "metaschedule")  # TVM's own schedules of any op, not a config of a template's
-LIBRARY_TEMPLATES = ("torch", "numpy")  # a library baseline: a trial of one times the library, never a TVM kernel
+LIBRARY_TEMPLATES = ("torch", "numpy", "onnxruntime")  # a library baseline: a trial of one times the library, never a TVM kernel
 SPECIAL_TEMPLATES = GENERIC_TEMPLATES + LIBRARY_TEMPLATES  # records whose knobs are no config of the op's template
 # An op kind's template on CPUs where it is not the one named after the op: packed convolutions beat
 # the tiled NCHW ones (which stay available as ``--template conv2d`` / ``depthwise_conv2d``); a

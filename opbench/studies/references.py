@@ -1,6 +1,6 @@
 """What a study's speed-ups are measured against: TVM's unscheduled TE schedule, the template default, and
-PyTorch and numpy where they implement the op (timed in processes that never run a TVM kernel; on a GPU
-target, PyTorch on the GPU and no numpy)."""
+PyTorch and numpy where they implement the op, ONNX Runtime for an int8 one (timed in processes that never run
+a TVM kernel; on a GPU target, PyTorch on the GPU and no numpy)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -9,7 +9,9 @@ from opbench import settings
 from opbench.hardware.resources import Resources
 from opbench.hardware.targets import is_gpu
 from opbench.measure.measurer import Measurer
+from opbench.measure.protocol import ONNXRUNTIME
 from opbench.measure.types import TrialSpec
+from opbench.measure.worker.onnx_int8 import ONNX_NODES
 from opbench.record import TrialRecord
 from opbench.workloads import INT8, Workload
 
@@ -35,9 +37,12 @@ def measure_references(measurer: Measurer, workload: Workload, resources: Resour
 
 def library_references(workload: Workload, resources: Resources) -> list[str]:
     """The libraries a study of ``workload`` is measured against: PyTorch and numpy where they implement the
-    op, on this host only (numpy never on a GPU target); none for int8 (neither computes u8 x i8 into i32)."""
-    if resources.remote or workload.dtype == INT8:
+    op, on this host only (numpy never on a GPU target); for int8 (u8 x i8 into i32, which neither computes)
+    ONNX Runtime's integer operators."""
+    if resources.remote:
         return []
+    if workload.dtype == INT8:
+        return [ONNXRUNTIME] if workload.op.name in ONNX_NODES and not is_gpu(resources.target) else []
     return [library for library, implements in (("torch", workload.op.torch_baseline),
                                                 ("numpy", workload.op.numpy_impl and not is_gpu(resources.target)))
             if implements]

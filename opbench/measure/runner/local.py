@@ -13,6 +13,7 @@ from opbench.hardware.targets import is_gpu
 from opbench.measure.protocol import (
     EAGER,
     FRAMEWORKS,
+    ONNXRUNTIME,
     ZENTORCH,
     LibraryInput,
     ModelInput,
@@ -48,7 +49,7 @@ def _preload(inp: Job) -> tuple[str, ...]:
 
 
 def _library_preload(library: str) -> tuple[str, ...]:
-    return ("torch",) if library == "torch" else ()
+    return {"torch": ("torch",), ONNXRUNTIME: ("onnxruntime", "onnx")}.get(library, ())
 
 
 def _eager_preload(model: str) -> tuple[str, ...]:

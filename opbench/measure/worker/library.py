@@ -1,4 +1,4 @@
-"""The library worker: times library baselines (torch, numpy) in a process that never imports TVM, on the
+"""The library worker: times library baselines (torch, numpy; ONNX Runtime for int8) in a process that never imports TVM, on the
 CPU or, for a GPU target, torch on the GPU (docs/measurement.md#gpu)."""
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from opbench.measure.protocol import LibraryInput, ModelInput, RunResult
+import numpy as np
+
+from opbench.measure.protocol import ONNXRUNTIME, LibraryInput, ModelInput, RunResult
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.worker._common import FLUSH_BYTES, Inputs, check_output, time_series
 from opbench.measure.worker.frameworks import model_call
+from opbench.measure.worker.onnx_int8 import ONNX_NODES, int8_call
 from opbench.record import MEM_PREFIX, Status
 
 TORCH_ALLOCATED = f"{MEM_PREFIX}torch_allocated"  # what PyTorch's profiler says its operators allocate in one call
@@ -64,7 +67,7 @@ class LibraryWorker:
         self._flush: Any = None
 
     def library(self, req: LibraryInput) -> RunResult:
-        from opbench.workloads import parse_workload
+        from opbench.workloads import INT8, parse_workload
 
         start = time.perf_counter()
         workload = parse_workload(req.workload)
@@ -83,6 +86,14 @@ class LibraryWorker:
             result = self._time(req.timing, call, start, sync)
             result.memory = {TORCH_ALLOCATED: torch_allocated(call, device.type == "cuda")}
             return result
+        if req.library == ONNXRUNTIME and workload.op.name in ONNX_NODES and workload.dtype == INT8:
+            call = int8_call(workload, arrays, self._threads)
+            got, expected = call(), workload.reference(arrays)
+            if not np.array_equal(got, expected):
+                err = float(np.max(np.abs(got.astype("float64") - expected)))
+                return RunResult(Status.WRONG_RESULT, f"{workload.name}: ONNX Runtime's output differs from the exact "
+                                                      f"integer product: max |err| = {err:.6g}", max_abs_err=err)
+            return self._time(req.timing, call, start)
         if req.library == "numpy" and workload.op.numpy_impl:
             def call() -> None:
                 workload.op.reference(arrays, workload.params)
@@ -114,8 +125,6 @@ class LibraryWorker:
         """One series of ``call`` as ``timing`` shapes it (the caches flushed before each repeat with
         ``cache_flush``), after a first call that warms it up; ``sync`` waits for the work a
         repeat queued (a GPU's), inside its time, as TVM's time_evaluator does."""
-        import numpy as np
-
         if timing.cache_flush and self._flush is None:
             self._flush = np.zeros(FLUSH_BYTES // 8)
         first = time.perf_counter()
