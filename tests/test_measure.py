@@ -419,3 +419,12 @@ def test_onnx_runtime_is_an_int8_operators_library_reference_checked_exactly_bef
         assert is_ok(record), record.get("error")
     else:  # AVX2's vpmaddubsw saturates pairwise i16 sums of full-range u8 x i8 products
         assert record["status"] == "wrong_result" and "differs from the exact integer product" in record["error"]
+
+
+def test_a_bf16_workloads_torch_reference_takes_its_bf16_inputs(measurer):
+    from opbench.studies.references import library_references
+
+    dense = parse_workload("dense:m=4,n=16,k=24,bias=1,dtype=bfloat16")
+    assert library_references(dense, Resources(1)) == ["torch"]  # numpy has no bf16
+    record = measurer.measure_library(dense, "torch", Resources(1))
+    assert is_ok(record) and record["latency_ms"] > 0

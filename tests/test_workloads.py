@@ -57,7 +57,7 @@ def test_3d_and_transposed_convolutions_have_pytorchs_shapes(spec, output, flops
         ("matmul:m=4,n=x,k=4", "key 'n' must be a positive integer"),
         ("matmul:m=4,n=4,k=4,q=1", "unknown key(s) q"),
         ("matmul:m=4,n=4,k", "malformed item 'k'"),
-        ("matmul:m=4,n=4,k=4,dtype=int3", "unsupported dtype 'int3'; matmul takes float32, float16, int8"),
+        ("matmul:m=4,n=4,k=4,dtype=int3", "unsupported dtype 'int3'; matmul takes float32, float16, int8, bfloat16"),
         ("softmax:m=4,n=8,dtype=int8", "unsupported dtype 'int8'; softmax takes float32, float16"),
         ("conv3d:n=1,c=3,d=4,h=8,w=8,k=4,t=3,r=3,s=3,dtype=int8", "conv3d takes float32, float16"),
         ("conv2d:n=1,c=3,h=2,w=2,k=4,r=5,s=5", "kernel larger than padded input"),
@@ -82,5 +82,12 @@ def test_an_int8_workload_is_u8_times_i8_into_i32_and_counts_its_bytes_by_type()
     assert workload.output_dtype == "int32" and workload.spec.endswith(",dtype=int8")
     assert workload.bytes == 4 * 8 * 1 + 8 * 16 * 1 + 16 * 4 + 4 * 16 * 4
     assert parse_workload(workload.spec).task_key != parse_workload("dense:m=4,n=16,k=8,bias=1").task_key
-    assert library_references(workload, Resources(1)) == []  # neither PyTorch nor numpy computes u8 x i8 into i32
+    assert library_references(workload, Resources(1)) == ["onnxruntime"]  # neither PyTorch nor numpy computes u8 x i8 into i32
     assert "A: T.Buffer((16, 24), \"uint8\")" in parse_workload("matmul:m=16,n=24,k=24,dtype=int8").prim_func().script()
+
+
+def test_a_bf16_workload_is_bf16_operands_into_fp32():
+    workload = parse_workload("dense:m=4,n=16,k=8,bias=1,dtype=bfloat16")
+    assert workload.op.input_dtypes(workload.params, "bfloat16") == ["bfloat16"] * 3 and workload.output_dtype == "float32"
+    assert workload.bytes == (4 * 8 + 8 * 16 + 16) * 2 + 4 * 16 * 4
+    assert workload.tolerance() == (1e-3, 1e-3)

@@ -302,10 +302,10 @@ class Measurer:
             log.warning("an operator could not be timed: %s", run.error[:300])
         return estimated_ms(run, self.timing.agree)
 
-    def peak_gflops(self, resources: Resources, dtype: str = "float32") -> float | None:
+    def peak_gflops(self, resources: Resources, dtype: str = "float32", reached: float = 0.0) -> float | None:
         """This host's measured peak for ``resources`` (:mod:`opbench.hardware.peak`): the fastest repeat of the
-        peak kernel's placements, measured once per device key, threads, cores and dtype; None on a GPU or a
-        remote device, or when it could not be measured."""
+        peak kernel's placements, measured once per device key, threads, cores and dtype, and again where a
+        kernel ``reached`` more (GFLOP/s); None on a GPU or a remote device, or when it could not be measured."""
         if resources.remote or is_gpu(resources.target):
             return None
 
@@ -318,7 +318,7 @@ class Measurer:
             return peak_flops(resources.threads, vector_lanes(self.host.isa, dtype)) / min(run.latencies_s) / 1e9
 
         return self._peaks.get_or_measure(PeakCache.key(self.host.device_key, resources.threads, resources.cores_label,
-                                                        dtype), measure)
+                                                        dtype), measure, reached)
 
     @staticmethod
     def _run_input(build: BuildResult, spec: TrialSpec, timing: TimingPolicy) -> RunInput:
@@ -340,7 +340,8 @@ class Measurer:
         record = new_record(spec, template, config, status, error, ran_on(self.host, spec.resources, run), build, run)
         if run is not None:
             fp32 = spec.workload.dtype == "float32"  # the one peak measured: another type's share of it says nothing
-            peak = self.peak_gflops(spec.resources) if run.status is Status.OK and fp32 else None
+            reached = spec.workload.flops / 1e6 / estimated_ms(run, self.timing.agree)
+            peak = self.peak_gflops(spec.resources, reached=reached) if run.status is Status.OK and fp32 else None
             add_run(record, run, self.timing, spec.workload.flops / 1e9, peak, self.calibration.bounds(record.device_key))
         record.trial_s = time.perf_counter() - started
         record.finished_at = finished_at  # unix seconds: tuning curves against wall time

@@ -18,12 +18,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from opbench.hardware.cpu_shape import CpuShape, current_shape
 from opbench.space._base import SPLIT_SEP, Config, Knob, Nest, Template, divisors, split_choices, split_factors
 from opbench.space._schedule import TILE_VECTORS, parallel_outer, tile_vector_width, vectorize_inner
-from opbench.workloads import Workload
+from opbench.workloads import Workload, numpy_dtype
 from opbench.workloads._base import Axis
 
 if TYPE_CHECKING:
@@ -142,7 +140,7 @@ class TiledTemplate(Template):
         wide = not self.has_pad and self.contiguous_columns
         tiles = default_tiles(self.has_pad, wide, shape)
         if not self.has_pad and self.reduce_tiled:
-            row_bytes = ext[self.reduce_tiled[0]] * np.dtype(workload.dtype).itemsize
+            row_bytes = ext[self.reduce_tiled[0]] * numpy_dtype(workload.dtype).itemsize
             tiles[1] = (alias_free_rows(row_bytes, tiles[1][0], shape.l1d_ways), tiles[1][1])
         config: Config = {}
         for idx, a in enumerate(self.tiled):

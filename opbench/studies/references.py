@@ -13,7 +13,7 @@ from opbench.measure.protocol import ONNXRUNTIME
 from opbench.measure.types import TrialSpec
 from opbench.measure.worker.onnx_int8 import ONNX_NODES
 from opbench.record import TrialRecord
-from opbench.workloads import INT8, Workload
+from opbench.workloads import BF16, INT8, Workload
 
 
 def measure_references(measurer: Measurer, workload: Workload, resources: Resources,
@@ -37,12 +37,11 @@ def measure_references(measurer: Measurer, workload: Workload, resources: Resour
 
 def library_references(workload: Workload, resources: Resources) -> list[str]:
     """The libraries a study of ``workload`` is measured against: PyTorch and numpy where they implement the
-    op, on this host only (numpy never on a GPU target); for int8 (u8 x i8 into i32, which neither computes)
-    ONNX Runtime's integer operators."""
+    op, on this host only (numpy never on a GPU target, nor in bf16); for int8 (u8 x i8 into i32, which neither
+    computes) ONNX Runtime's integer operators."""
     if resources.remote:
         return []
     if workload.dtype == INT8:
         return [ONNXRUNTIME] if workload.op.name in ONNX_NODES and not is_gpu(resources.target) else []
-    return [library for library, implements in (("torch", workload.op.torch_baseline),
-                                                ("numpy", workload.op.numpy_impl and not is_gpu(resources.target)))
-            if implements]
+    numpy = workload.op.numpy_impl and workload.dtype != BF16 and not is_gpu(resources.target)  # numpy has no bf16
+    return [library for library, implements in (("torch", workload.op.torch_baseline), ("numpy", numpy)) if implements]

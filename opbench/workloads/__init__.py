@@ -4,12 +4,12 @@ from __future__ import annotations
 import functools
 
 from opbench.exceptions import WorkloadError
-from opbench.workloads._base import INT8, SUPPORTED_DTYPES, Axis, Operator, Workload
+from opbench.workloads._base import BF16, INT8, SUPPORTED_DTYPES, Axis, Operator, Workload, numpy_dtype
 from opbench.workloads.fused import MODEL_PREFIX, model_name, model_spec
 from opbench.workloads.ops import OPERATORS, parse_value
 from opbench.workloads.presets import PRESETS
 
-__all__ = ["INT8", "Axis", "Operator", "Workload", "OPERATORS", "PRESETS", "parse_workload", "task_key_of"]
+__all__ = ["BF16", "INT8", "numpy_dtype", "Axis", "Operator", "Workload", "OPERATORS", "PRESETS", "parse_workload", "task_key_of"]
 
 
 @functools.cache

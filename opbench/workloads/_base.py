@@ -17,9 +17,20 @@ if TYPE_CHECKING:
 Params = dict[str, Any]
 FLOAT_DTYPES = ("float32", "float16")
 INT8 = "int8"  # u8 activations, i8 weights, i32 accumulation, bias and output (how CPUs' VNNI and oneDNN run it)
-SUPPORTED_DTYPES = (*FLOAT_DTYPES, INT8)
-INT8_OPERANDS = ("uint8", "int8")  # activation, weight; further inputs (a bias) are int32
-INT8_ACCUMULATOR = "int32"
+BF16 = "bfloat16"  # bf16 operands, fp32 accumulation, bias and output (AVX512-BF16's vdpbf16ps, AMX)
+LOW_PRECISION = (INT8, BF16)
+SUPPORTED_DTYPES = (*FLOAT_DTYPES, *LOW_PRECISION)
+OPERANDS = {INT8: ("uint8", "int8", "int32"), BF16: (BF16, BF16, BF16)}  # activation, weight, further inputs (a bias)
+ACCUMULATOR = {INT8: "int32", BF16: "float32"}
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """numpy's dtype of a TVM type name (bfloat16 is ml_dtypes', which TVM converts through)."""
+    if name == BF16:
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def widen(value: Any, dtype: str) -> Any:
@@ -66,15 +77,16 @@ class Operator(ABC):
         return None
 
     def input_dtypes(self, p: Params, dtype: str) -> list[str]:
-        """Each input's element type: the workload's (int8: u8 activation, i8 weight, an i32 bias), unless the op
-        has integer inputs (indices)."""
+        """Each input's element type: the workload's (low precision: :data:`OPERANDS`), unless the op has integer
+        inputs (indices)."""
         count = len(self.input_shapes(p))
-        if dtype == INT8:
-            return [*INT8_OPERANDS, *[INT8_ACCUMULATOR] * (count - 2)][:count]
+        if dtype in LOW_PRECISION:
+            activation, weight, bias = OPERANDS[dtype]
+            return [activation, weight, *[bias] * (count - 2)][:count]
         return [dtype] * count
 
     def output_dtype(self, p: Params, dtype: str) -> str:
-        return INT8_ACCUMULATOR if dtype == INT8 else dtype
+        return ACCUMULATOR.get(dtype, dtype)
 
     @abstractmethod
     def axes(self, p: Params) -> list[Axis]:
@@ -156,7 +168,7 @@ class Workload:
         """Bytes moved at least once: every input read and the output written."""
         shapes = [*self.op.input_shapes(self.params), self.op.output_shape(self.params)]
         dtypes = [*self.op.input_dtypes(self.params, self.dtype), self.output_dtype]
-        return float(sum(math.prod(s) * np.dtype(d).itemsize for s, d in zip(shapes, dtypes)))
+        return float(sum(math.prod(s) * numpy_dtype(d).itemsize for s, d in zip(shapes, dtypes)))
 
     @property
     def axes(self) -> list[Axis]:
@@ -171,32 +183,33 @@ class Workload:
         return self.op.output_dtype(self.params, self.dtype)
 
     def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        """Random inputs: floats in [-1, 1); an int8 workload's operands over their type's whole range (a bias:
-        int16's); other integers 0 or 1 (valid indices for any gather)."""
+        """Random inputs: floats in [-1, 1) (bf16: rounded to it); an int8 workload's operands over their type's
+        whole range (a bias: int16's); other integers 0 or 1 (valid indices for any gather)."""
         rng = np.random.default_rng(seed)
 
         def draw(shape: tuple[int, ...], dtype: str) -> np.ndarray:
-            if np.dtype(dtype).kind == "f":
-                return rng.uniform(-1.0, 1.0, shape).astype(dtype)
+            if dtype == BF16 or np.dtype(dtype).kind == "f":
+                return rng.uniform(-1.0, 1.0, shape).astype(numpy_dtype(dtype))
             if self.dtype != INT8:
                 return rng.integers(0, 2, shape).astype(dtype)
-            info = np.iinfo(dtype if dtype in INT8_OPERANDS else "int16")
+            info = np.iinfo("int16" if dtype == ACCUMULATOR[INT8] else dtype)
             return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
 
         return [draw(s, d) for s, d in zip(self.op.input_shapes(self.params), self.op.input_dtypes(self.params, self.dtype))]
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
-        """The expected output: in fp32 from floats; an int8 workload's exactly (in float64, which holds every
-        i32 sum of u8 x i8 products exactly, rounded back)."""
+        """The expected output: in fp32 from floats (bf16 ones widened exactly); an int8 workload's exactly (in
+        float64, which holds every i32 sum of u8 x i8 products exactly, rounded back)."""
         if self.dtype == INT8:
             exact = self.op.reference([a.astype("float64") for a in inputs], self.params)
             return np.rint(np.asarray(exact)).astype(self.output_dtype)
-        as_fp32 = [a.astype("float32") if a.dtype.kind == "f" else a for a in inputs]
+        as_fp32 = [a.astype("float32") if a.dtype.kind in "fV" else a for a in inputs]
         return np.asarray(self.op.reference(as_fp32, self.params)).astype(self.output_dtype)
 
     def tolerance(self) -> tuple[float, float]:
-        """(rtol, atol) for the correctness check: int8 exact."""
-        return {"float32": (1e-3, 1e-3), INT8: (0.0, 0.0)}.get(self.dtype, (2e-2, 2e-2))
+        """(rtol, atol) for the correctness check: int8 exact; bf16 operands accumulate in fp32, as the
+        reference computes from the same values: fp32's."""
+        return {"float32": (1e-3, 1e-3), BF16: (1e-3, 1e-3), INT8: (0.0, 0.0)}.get(self.dtype, (2e-2, 2e-2))
 
     def prim_func(self) -> Any:
         """The unscheduled PrimFunc every template starts from."""

@@ -5,7 +5,7 @@ import math
 from typing import ClassVar
 
 from opbench.exceptions import WorkloadError
-from opbench.workloads._base import FLOAT_DTYPES, INT8, Axis, Operator, conv_out, non_negative, positive, widen
+from opbench.workloads._base import FLOAT_DTYPES, LOW_PRECISION, Axis, Operator, conv_out, non_negative, positive, widen
 from opbench.workloads._torch import functional as _F
 
 
@@ -31,7 +31,7 @@ class Conv2d(Operator):
     options = {"stride": 1, "pad": 0, "dilation": 1}
     anchor = "conv"
     description = "NCHW convolution, weight KCRS"
-    dtypes: ClassVar[tuple[str, ...]] = (*FLOAT_DTYPES, INT8)
+    dtypes: ClassVar[tuple[str, ...]] = (*FLOAT_DTYPES, *LOW_PRECISION)
 
     def out_spatial(self, p):
         return (

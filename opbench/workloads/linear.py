@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from opbench.exceptions import WorkloadError
-from opbench.workloads._base import FLOAT_DTYPES, INT8, Axis, Operator, Params, positive, widen
+from opbench.workloads._base import FLOAT_DTYPES, LOW_PRECISION, Axis, Operator, Params, positive, widen
 
 
 class MatMul(Operator):
@@ -12,7 +12,7 @@ class MatMul(Operator):
     keys = ("m", "n", "k")
     anchor = "C"
     description = "C[m,n] = A[m,k] @ B[k,n]"
-    dtypes = (*FLOAT_DTYPES, INT8)
+    dtypes = (*FLOAT_DTYPES, *LOW_PRECISION)
 
     def check(self, p: Params) -> None:
         positive(p, *self.keys)
@@ -55,7 +55,7 @@ class BatchMatMul(Operator):
     keys = ("b", "m", "n", "k")
     anchor = "C"
     description = "C[b,m,n] = A[b,m,k] @ B[b,k,n]"
-    dtypes = (*FLOAT_DTYPES, INT8)
+    dtypes = (*FLOAT_DTYPES, *LOW_PRECISION)
 
     def check(self, p):
         positive(p, *self.keys)
@@ -103,7 +103,7 @@ class Dense(Operator):
     options = {"bias": 1}
     anchor = "dense"
     description = "Y[m,n] = X[m,k] @ W[k,n] (+ bias[n])"
-    dtypes = (*FLOAT_DTYPES, INT8)
+    dtypes = (*FLOAT_DTYPES, *LOW_PRECISION)
 
     def check(self, p):
         positive(p, "m", "n", "k")
@@ -135,7 +135,7 @@ class Dense(Operator):
         if not p["bias"]:
             return [x, w, y]
         bias = te.placeholder((p["n"],), bias_type[0], name="bias")
-        out = te.compute((p["m"], p["n"]), lambda i, j: y[i, j] + bias[j], name="bias_add")
+        out = te.compute((p["m"], p["n"]), lambda i, j: y[i, j] + widen(bias[j], acc), name="bias_add")
         return [x, w, bias, out]
 
     numpy_impl = True

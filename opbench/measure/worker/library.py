@@ -15,6 +15,7 @@ from opbench.measure.worker._common import FLUSH_BYTES, Inputs, check_output, ti
 from opbench.measure.worker.frameworks import model_call
 from opbench.measure.worker.onnx_int8 import ONNX_NODES, int8_call
 from opbench.record import MEM_PREFIX, Status
+from opbench.workloads import BF16, numpy_dtype
 
 TORCH_ALLOCATED = f"{MEM_PREFIX}torch_allocated"  # what PyTorch's profiler says its operators allocate in one call
 
@@ -37,6 +38,15 @@ def torch_allocated(call: Callable[[], None], gpu: bool = False) -> float:
     with profiler.profile(profile_memory=True, use_kineto=False) as trace:
         call()
     return float(sum(max(event.self_cpu_memory_usage, 0) for event in trace.key_averages() if event.key != "[memory]"))
+
+
+def as_torch(array: np.ndarray) -> Any:
+    """``array`` as a torch tensor sharing its memory (ml_dtypes' bfloat16 as torch's)."""
+    import torch
+
+    if array.dtype == numpy_dtype(BF16):
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def torch_device(target: str) -> tuple[Any, Callable[[], None]]:
@@ -77,7 +87,7 @@ class LibraryWorker:
 
             torch.set_num_threads(self._threads)
             device, sync = torch_device(req.resources.target)
-            fn, tensors = workload.op.torch_impl(workload.params), [torch.from_numpy(a).to(device) for a in arrays]
+            fn, tensors = workload.op.torch_impl(workload.params), [as_torch(a).to(device) for a in arrays]
             torch.set_grad_enabled(False)
 
             def call() -> None:
