@@ -5,7 +5,8 @@ runs a vector (AMD Zen 4 halves AVX-512, Zen 5 does not) differs from generation
 kernel read up to 1.5x "peak". The peak here is measured: independent chains of vector FMAs, one thread per
 core of the run, as many chains as hide the FMA latency on every core we know, and the fastest repeat of
 them counts. It is measured once per device key, threads, cores and dtype, through the runner as any kernel
-is, and kept in a private file.
+is, and kept in a private file; measured in a slow spell of a shared host it reads low, so a kernel that outruns
+it has it measured again.
 """
 from __future__ import annotations
 
