@@ -1,16 +1,17 @@
 """OpBench kernels against PyTorch and numpy, measured in one run with the same threads.
 
-For matmul-512, resnet50-c2 and bert-base-ffn1: TVM's TE default schedule, the template default,
-the best of a small Optuna sweep, numpy and torch, each verified: re-measured in fresh processes in
-3 alternating rounds (torch and numpy in processes that never load TVM). Latency (median of the
-rounds, with their range), GFLOP/s, ratio to torch (per round, with its range), share of the host's
-GEMM ceiling (the faster of torch's and numpy's 2048^3 fp32 GEMM, measured in the same run),
-and the framework's overhead: study wall time minus every trial's build and run and its time probing
-the host's speed and waiting out its spells (shown beside it: opbench.hardware.host_speed), as a fraction,
-with every record logged to a real (temporary) MLflow sqlite store through the background writer
-``opbench tune`` uses, plus trials per minute. Studies run as ``opbench tune`` runs them by default:
-one config per step (so no two builds overlap and the build and run times add up to the work) and
-Optuna's storage in a journal file (``--storage URL`` for a database instead).
+For matmul-512, resnet50-c2 and bert-base-ffn1 (and any ``--workloads``, int8 and bf16 ones among them): TVM's TE
+default schedule, the template default, the best of a small Optuna sweep and the libraries (numpy and torch; ONNX
+Runtime for int8), each verified: re-measured in fresh processes in 3 alternating rounds (libraries in processes
+that never load TVM). Latency (median of the rounds, with their range), GFLOP/s (GOP/s for int8), ratio to the first
+library (torch; int8: ONNX Runtime; per round, with its range; a library whose output was wrong is said under the
+table), share of the host's fp32 GEMM ceiling (the faster of torch's and numpy's 2048^3 fp32 GEMM, measured in the
+same run), and the framework's overhead: study wall time minus every trial's build and run and its time probing the
+host's speed and waiting out its spells (shown beside it: opbench.hardware.host_speed), as a fraction, with every
+record logged to a real (temporary) MLflow sqlite store through the background writer ``opbench tune`` uses, plus
+trials per minute. Studies run as ``opbench tune`` runs them by default: one config per step (so no two builds
+overlap and the build and run times add up to the work) and Optuna's storage in a journal file (``--storage URL``
+for a database instead).
 
     .venv/bin/python benchmarks/ops_vs_libraries.py [--trials 40] [--threads 2] [--workloads matmul-512 ...]
         [--storage sqlite:///optuna.db]
@@ -35,7 +36,7 @@ from opbench.measure.types import MeasureOptions
 from opbench.record import tee
 from opbench.report.progress import TrialPrinter, table
 from opbench.space import get_template
-from opbench.studies.references import measure_references
+from opbench.studies.references import library_references, measure_references
 from opbench.studies.verify import BEST, verify
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
@@ -54,7 +55,7 @@ def main() -> None:
     ceiling, library = gemm_ceiling(args.threads)
     scratch = tempfile.mkdtemp()
     storage, tracking = args.storage or default_storage(Path(scratch)), f"sqlite:///{scratch}/mlflow.db"
-    rows, overhead_rows = [], []
+    rows, overhead_rows, notes = [], [], []
     with Measurer(MeasureOptions(build_workers=2)) as measurer:
         measurer.warm_up(resources)
         for name in args.workloads:
@@ -74,21 +75,27 @@ def main() -> None:
             overhead_rows.append((name, len(records), wall, 60 * len(records) / wall, 100 * (wall - work - waits) / wall,
                                   100 * waits / wall))
             verified = verify(measurer, [*refs.values(), *records], name)
+            library = library_references(workload, resources)[0]  # torch; int8: ONNX Runtime
+            failed = refs[library].get("error", "") if refs[library]["status"] != "ok" else ""
+            if failed:
+                notes.append(f"{name}: {library} {refs[library]['status']}: {failed[:200]}")
             for label, schedule in verified.schedules.items():
-                lat, vs_torch = schedule.latency, verified.ratio(label, "torch")
-                if lat is None or vs_torch is None:
-                    rows.append((name, label, "not verified", "-", "-", "not verified", "-"))
+                lat, vs_library = schedule.latency, verified.ratio(label, library)
+                shown = f"optuna best of {args.trials}" if label == BEST else label
+                if lat is None:
+                    rows.append((name, workload.dtype, shown, "not verified", "-", "-", library, "-", "-"))
                     continue
                 gflops = workload.flops / (lat.median * 1e-3) / 1e9
-                shown = f"optuna best of {args.trials}" if label == BEST else label
-                rows.append((name, shown, lat.median, f"{lat.lo:.4g}-{lat.hi:.4g}", gflops,
-                             f"{vs_torch.median:.3g} ({vs_torch.lo:.3g}-{vs_torch.hi:.3g})", 100 * gflops / ceiling))
+                ratio = "not verified" if vs_library is None else f"{vs_library.median:.3g} ({vs_library.lo:.3g}-{vs_library.hi:.3g})"
+                share = 100 * gflops / ceiling if workload.dtype == "float32" else "-"  # the ceiling is fp32's
+                rows.append((name, workload.dtype, shown, lat.median, f"{lat.lo:.4g}-{lat.hi:.4g}", gflops, library, ratio,
+                             share))
     results = Results("ops_vs_libraries")
     results.print(f"{args.threads} threads; {ceiling_line(ceiling, library)}; GFLOP/s count the direct algorithm's "
                   "FLOPs, which a Winograd convolution does fewer of (its GFLOP/s are effective ones)")
-    results.table(table(rows, ["workload", "schedule", "verified ms", "min-max", "GFLOP/s", "x torch (min-max)",
-                               "% GEMM ceiling"]))
-    results.print()
+    results.table(table(rows, ["workload", "dtype", "schedule", "verified ms", "min-max", "GFLOP/s", "library",
+                               "x library (min-max)", "% GEMM ceiling"]))
+    results.print("".join(f"\n{note}" for note in notes))
     results.table(table(overhead_rows, ["workload", "trials", "wall_s", "trials/min", "overhead %", "host probes+waits %"]))
     results.save()
 

@@ -234,6 +234,7 @@ def test_a_claim_that_does_not_survive_re_measurement_is_reported():
 def test_failed_rounds_leave_a_speedup_not_verified():
     v = _verification([math.nan, math.nan], [2.0, 2.0])
     assert v.speedup("torch") is None and v.holds("torch") is None
+    assert v.speedup("onnxruntime") is None  # a reference that failed (a wrong result) was not re-measured
     assert v.parent_tags() == {"claim_vs_torch": "not verified"}
     table = speedup_table({"status": "ok", "latency_ms": 1.0}, {"torch": {"status": "ok", "latency_ms": 2.0}}, v)
     assert "not verified" in table and "holds" not in table

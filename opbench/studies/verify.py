@@ -87,7 +87,10 @@ class Verification:
         return self.schedules[BEST]
 
     def ratio(self, name: str, other: str) -> Spread | None:
-        """``name``'s latency over ``other``'s, round by round (the two were timed minutes apart at most)."""
+        """``name``'s latency over ``other``'s, round by round (the two were timed minutes apart at most); None
+        where either was not verified (a reference that failed is not re-measured)."""
+        if name not in self.schedules or other not in self.schedules:
+            return None
         pairs = zip(self.schedules[name].rounds_ms, self.schedules[other].rounds_ms)
         return Spread.of([a / b for a, b in pairs if b > 0])
 
