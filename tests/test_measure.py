@@ -13,7 +13,7 @@ from opbench.measure.protocol import RunResult
 from opbench.measure.types import TrialSpec
 from opbench.measure.worker import fork, kernel, placement
 from opbench.record import Status, config_of, is_ok
-from opbench.workloads import parse_workload
+from opbench.workloads import numpy_dtype, parse_workload
 
 SMALL = {
     "matmul": "matmul:m=64,n=48,k=32",
@@ -161,6 +161,9 @@ def test_large_kernel_arguments_start_on_a_huge_page_boundary(monkeypatch):
         start = kept.ctypes.data
         assert -(-(start + 4 * size) // placement.HUGE_PAGE_BYTES) * placement.HUGE_PAGE_BYTES <= _mapping_end(start)
     assert np.array_equal(np.from_dlpack(placement.on_huge_pages_copy(small)), small)
+    bf16 = big.astype(numpy_dtype("bfloat16"))  # DLPack has no bfloat16
+    placed = placement.on_huge_pages_copy(bf16)
+    assert placed.dtype == "bfloat16" and np.array_equal(placed.numpy().astype("float32"), bf16.astype("float32"))
     monkeypatch.setenv("OPBENCH_ISOLATION", "layout")  # huge pages off: where TVM puts it
     assert np.array_equal(np.from_dlpack(placement.on_huge_pages_copy(big)), big)
 

@@ -42,6 +42,8 @@ def on_huge_pages_copy(array: Any) -> Any:
         space.madvise(mmap.MADV_HUGEPAGE)
     raw = np.frombuffer(space, dtype=np.uint8)
     start = -raw.ctypes.data % HUGE_PAGE_BYTES
-    view = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
-    view[...] = array
-    return tvm.runtime.from_dlpack(view)
+    bits = array.view(np.uint16) if array.dtype.kind == "V" else array  # DLPack has no bfloat16: its bits, viewed back
+    view = raw[start:start + array.nbytes].view(bits.dtype).reshape(bits.shape)
+    view[...] = bits
+    tensor = tvm.runtime.from_dlpack(view)
+    return tensor if bits is array else tensor._create_view(array.shape, str(array.dtype))
