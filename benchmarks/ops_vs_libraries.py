@@ -75,20 +75,20 @@ def main() -> None:
             overhead_rows.append((name, len(records), wall, 60 * len(records) / wall, 100 * (wall - work - waits) / wall,
                                   100 * waits / wall))
             verified = verify(measurer, [*refs.values(), *records], name)
-            library = library_references(workload, resources)[0]  # torch; int8: ONNX Runtime
-            failed = refs[library].get("error", "") if refs[library]["status"] != "ok" else ""
+            reference = library_references(workload, resources)[0]  # torch; int8: ONNX Runtime
+            failed = refs[reference].get("error", "") if refs[reference]["status"] != "ok" else ""
             if failed:
-                notes.append(f"{name}: {library} {refs[library]['status']}: {failed[:200]}")
+                notes.append(f"{name}: {reference} {refs[reference]['status']}: {failed[:200]}")
             for label, schedule in verified.schedules.items():
-                lat, vs_library = schedule.latency, verified.ratio(label, library)
+                lat, vs_library = schedule.latency, verified.ratio(label, reference)
                 shown = f"optuna best of {args.trials}" if label == BEST else label
                 if lat is None:
-                    rows.append((name, workload.dtype, shown, "not verified", "-", "-", library, "-", "-"))
+                    rows.append((name, workload.dtype, shown, "not verified", "-", "-", reference, "-", "-"))
                     continue
                 gflops = workload.flops / (lat.median * 1e-3) / 1e9
                 ratio = "not verified" if vs_library is None else f"{vs_library.median:.3g} ({vs_library.lo:.3g}-{vs_library.hi:.3g})"
                 share = 100 * gflops / ceiling if workload.dtype == "float32" else "-"  # the ceiling is fp32's
-                rows.append((name, workload.dtype, shown, lat.median, f"{lat.lo:.4g}-{lat.hi:.4g}", gflops, library, ratio,
+                rows.append((name, workload.dtype, shown, lat.median, f"{lat.lo:.4g}-{lat.hi:.4g}", gflops, reference, ratio,
                              share))
     results = Results("ops_vs_libraries")
     results.print(f"{args.threads} threads; {ceiling_line(ceiling, library)}; GFLOP/s count the direct algorithm's "
