@@ -218,9 +218,9 @@ class Measurer:
     def measure_library(self, workload: Workload, library: str, resources: Resources,
                         reuse_s: float = 0.0) -> TrialRecord:
         """Time a library (``torch``, ``numpy``; ``onnxruntime`` for int8) on the workload with the same threads and
-        cores, each placement in a fresh process that never runs a TVM kernel (:meth:`measure_fresh`). With ``reuse_s``, a baseline this host
-        measured within that many seconds is reused (``reused_from``) while a probe finds the host in its usual
-        state."""
+        cores, each placement in a fresh process that never runs a TVM kernel (:meth:`measure_fresh`). With
+        ``reuse_s``, a baseline this host measured within that many seconds is reused (``reused_from``) while a
+        probe finds the host in its usual state."""
         key = baseline_key(workload, library, resources, self.host.device_key)
         if reuse_s > 0 and (known := self._baselines.get(key, reuse_s)) is not None \
                 and self._local.host_usual(resources):

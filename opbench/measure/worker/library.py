@@ -1,5 +1,5 @@
-"""The library worker: times library baselines (torch, numpy; ONNX Runtime for int8) in a process that never imports TVM, on the
-CPU or, for a GPU target, torch on the GPU (docs/measurement.md#gpu)."""
+"""The library worker: times library baselines (torch, numpy; ONNX Runtime for int8) in a process that never
+imports TVM, on the CPU or, for a GPU target, torch on the GPU (docs/measurement.md#gpu)."""
 from __future__ import annotations
 
 import os
