@@ -339,9 +339,9 @@ class Measurer:
         finished_at = time.time()  # before the bookkeeping below: when the trial's run ended, give or take milliseconds
         record = new_record(spec, template, config, status, error, ran_on(self.host, spec.resources, run), build, run)
         if run is not None:
-            fp32 = spec.workload.dtype == "float32"  # the one peak measured: another type's share of it says nothing
-            reached = spec.workload.flops / 1e6 / estimated_ms(run, self.timing.agree)
-            peak = self.peak_gflops(spec.resources, reached=reached) if run.status is Status.OK and fp32 else None
+            peak = None  # fp32's is the one peak measured: another type's share of it says nothing
+            if run.status is Status.OK and spec.workload.dtype == "float32":
+                peak = self.peak_gflops(spec.resources, reached=spec.workload.flops / 1e6 / estimated_ms(run, self.timing.agree))
             add_run(record, run, self.timing, spec.workload.flops / 1e9, peak, self.calibration.bounds(record.device_key))
         record.trial_s = time.perf_counter() - started
         record.finished_at = finished_at  # unix seconds: tuning curves against wall time
