@@ -35,6 +35,14 @@ positive_float = _number(float, 0, False)
 nonneg_float = _number(float, 0, True)
 
 
+def lengths(text: str) -> tuple[int, ...]:
+    """``"32,64,128"`` -> (32, 64, 128): distinct positive integers, ascending (sequence lengths, buckets)."""
+    values = [int(positive_int(part)) for part in text.split(",")]
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"must be distinct, got {text}")
+    return tuple(sorted(values))
+
+
 def port(text: str) -> int:
     """A TCP port, 1-65535."""
     value = positive_int(text)

@@ -166,6 +166,21 @@ def test_core_sets_and_ports_out_of_range_are_refused(argv, message, tracking_ur
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["tune-model", "bert-base@tiny", "--seq-len", "8,8"], "argument --seq-len: must be distinct"),
+    (["tune-model", "bert-base@tiny", "--seq-len", "8,x"], "argument --seq-len: expected an integer"),
+    (["model-ops", "bert-base@tiny", "--seq-len", "8,16"], "model-ops runs one sequence length, got 8,16"),
+    (["tune-model", "vit-base@tiny", "--seq-len", "8,16"], "model 'vit-base@tiny' has no dynamic dimension"),
+    (["tune-model", "bert-base@tiny", "--seq-len", "8,32"], "runs at most 16 tokens, so not at length 32"),
+    (["tune-model", "bert-base@tiny", "--seq-len", "8,16", "--between", "16"], "and not buckets, got 16")])
+def test_sequence_length_buckets_that_cannot_run_exit_2_naming_why(argv, message, tracking_uri, capsys):
+    try:
+        code = main([*argv, "--tracking-uri", tracking_uri])
+    except SystemExit as exit_:  # argparse's own
+        code = exit_.code
+    assert code == 2 and message in capsys.readouterr().err
+
+
 def test_an_unknown_system_to_compare_a_model_with_exits_2_naming_it(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["tune-model", "bert-base@tiny", "--compare", "torch,tensorrt"])

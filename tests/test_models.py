@@ -664,3 +664,52 @@ def test_each_zoo_models_tiny_variant_builds_and_matches_pytorch(model, kinds):
     vm = relax.VirtualMachine(tvm.compile(mod, make_target("llvm", 1)), tvm.cpu())
     out = vm["main"](*(tvm.runtime.tensor(a) for a in source.numpy_inputs()))
     np.testing.assert_allclose(first_output(out), source.reference()[0], rtol=1e-3, atol=1e-3)  # the first head
+
+
+@pytest.mark.full  # built at two lengths and run
+def test_a_token_model_imported_once_runs_any_length_on_the_next_bucket_up_padded(tmp_path):
+    """BERT's sequence length is one symbolic variable: one import serves every length, each bucket is a
+    static build of it, and a length between buckets runs on the next one up, padded, giving eager's output
+    at that length (the attention mask hides the padding)."""
+    from opbench.hardware.targets import make_target
+    from opbench.measure.models import export_model
+    from opbench.workloads.models.dynamic import BucketedModel, at_length, symbolic_module
+    from opbench.workloads.models.extract import fuse
+
+    sources = {n: load_model("bert-base@tiny", 1, n) for n in (4, 5, 8, 9)}
+    symbolic = symbolic_module(sources[4])
+    assert all(symbolic_module(s) is symbolic for s in sources.values())  # imported once for every length
+    target = make_target("llvm", 1)
+    model = BucketedModel({n: export_model(fuse(at_length(symbolic, n)), target, tmp_path / f"s{n}.so")
+                           for n in (4, 8)}, sources[4].seq_axis)
+    for length, bucket in ((4, 4), (5, 8), (8, 8)):
+        run = model(sources[length].numpy_inputs())
+        assert (run.length, run.bucket) == (length, bucket)
+        np.testing.assert_allclose(run.output, sources[length].reference()[0], rtol=1e-4, atol=1e-4)
+    assert model(sources[5].numpy_inputs()).describe() == "length 5 ran on bucket 8 (padded 5 -> 8)"
+    with pytest.raises(OpBenchError, match=r"length 9 is longer than the largest bucket \(8\)"):
+        model(sources[9].numpy_inputs())
+    with pytest.raises(OpBenchError, match="'vit-base@tiny' has no dynamic dimension"):
+        symbolic_module(load_model("vit-base@tiny"))
+
+
+def test_tune_model_at_buckets_runs_a_length_between_them_verified_against_eager(tracking_uri):
+    """tune-model --seq-len 4,8: each bucket tuned and verified as a model of its own, the symbolic import
+    made once, and the length between them run on bucket 8 and timed beside eager at that length."""
+    out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--seq-len", "4,8", "--between", "6", "--trials-per-op",
+                                "1", "--max-ops", "1", "--verify-rounds", "1", "--compare", "torch", "--tracking-uri",
+                                tracking_uri, "--study", "tm-dyn"], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr.count("with its sequence length symbolic") == 1
+    assert "=== bucket: sequence length 4" in out.stdout and "=== bucket: sequence length 8" in out.stdout
+    assert out.stdout.count("tuned model output matches the reference") == 2
+    row = next(line for line in out.stdout.splitlines() if "length 6 ran on bucket 8 (padded 6 -> 8)" in line)
+    assert "not verified" not in row
+    client = mlflow.tracking.MlflowClient(tracking_uri)
+    for bucket in (4, 8):  # each bucket a study of its own, its parent run naming its length
+        exp = client.get_experiment_by_name(f"tm-dyn-s{bucket}")
+        parent = client.search_runs([exp.experiment_id], filter_string="tags.`opbench.kind` = 'study'")[0].data
+        assert parent.params["seq_len"] == str(bucket)
+    exp = client.get_experiment_by_name("tm-dyn")
+    metrics = client.search_runs([exp.experiment_id])[0].data.metrics
+    assert metrics["bucket_s6"] == 8 and metrics["max_abs_err_s6"] < 1e-3 and metrics["tuned_vs_eager_s6"] > 0

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from opbench import settings
-from opbench.argtypes import checked, nonneg_int, positive_int
+from opbench.argtypes import checked, lengths, nonneg_int, positive_int
 from opbench.cli._common import BATCH_RENAMED, add_renamed_flag
 from opbench.engines.optuna.storage import STORAGE_HELP
 from opbench.exceptions import OpBenchError, ResourceError
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from opbench.engines.registry import EngineSpec
     from opbench.measure.measurer import Measurer
     from opbench.studies.models.profile import ModelProfile
-    from opbench.studies.models.tune import ModelSpec
+    from opbench.studies.models.tune import ModelSpec, ModelTuneResult, ModelTuneSpec
     from opbench.workloads.models.extract import FusedOp
 
 
@@ -35,10 +35,16 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_spec(args: argparse.Namespace) -> ModelSpec:
+def _model_spec(args: argparse.Namespace, seq_len: int | None = None) -> ModelSpec:
+    """The model at ``seq_len``, or at the one ``--seq-len`` given (several are buckets, for tune-model only)."""
     from opbench.studies.models.tune import ModelSpec
 
-    return ModelSpec(args.model, args.batch_size, args.seq_len, args.threads, args.repeat)
+    if seq_len is None:
+        if len(args.seq_len) > 1:
+            raise OpBenchError(f"--seq-len: {args.command} runs one sequence length, got "
+                               f"{','.join(map(str, args.seq_len))} (several are tune-model's buckets)")
+        seq_len = args.seq_len[0]
+    return ModelSpec(args.model, args.batch_size, seq_len, args.threads, args.repeat)
 
 
 def _print_op(n: int, op: FusedOp) -> None:
@@ -77,7 +83,7 @@ def cmd_model_ops(args: argparse.Namespace) -> int:
     if profile.source.kind == "simple":  # a catalogue workload: tune it with its own template
         print(f"tune it: opbench tune '{args.model.removeprefix(SIMPLE_PREFIX)}' --trials 32")
     elif key is not None:
-        print(f"tune one: opbench tune '{model_name(args.model, key.name, args.batch_size, args.seq_len)}' --trials 32")
+        print(f"tune one: opbench tune '{model_name(args.model, key.name, spec.batch, spec.seq_len)}' --trials 32")
     plot = record_ops(spec, profile, args.study, args.tracking_uri)
     print(f"time against memory per operator: {plot} (also an artifact of the run)")
     return 0
@@ -106,8 +112,7 @@ def with_schedules(profile: ModelProfile, spec: ModelSpec, schedules: str, measu
 def cmd_tune_model(args: argparse.Namespace) -> int:
     from opbench.engines.registry import EngineSpec
     from opbench.hardware.targets import is_gpu, make_target
-    from opbench.studies.claims import speedup_table
-    from opbench.studies.models.tune import ModelTuneSpec, model_speedups, tune_model
+    from opbench.studies.models.tune import ModelTuneSpec, tune_model
 
     make_target(args.target, 1)  # an unknown target is named
     engine = EngineSpec(args.engine, args.sampler, args.tuner, args.seed, args.storage)
@@ -115,9 +120,19 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
         return _tune_model_gpu(args, engine)
     if args.target != "llvm":
         raise OpBenchError(f"tune-model runs on this host's CPU (llvm) or a CUDA GPU, not '{args.target}'")
-    spec = ModelTuneSpec(_model_spec(args), args.trials_per_op, args.max_ops, engine,
+    spec = ModelTuneSpec(_model_spec(args, args.seq_len[0]), args.trials_per_op, args.max_ops, engine,
                          args.verify_rounds, args.study, args.tracking_uri, args.compare, args.reuse)
+    if len(args.seq_len) > 1 or args.between:
+        return _tune_model_buckets(args, spec)
     result = tune_model(spec, on_record=TrialPrinter(None))
+    _print_tuned(args, result)
+    return 0
+
+
+def _print_tuned(args: argparse.Namespace, result: ModelTuneResult) -> None:
+    from opbench.studies.claims import speedup_table
+    from opbench.studies.models.tune import model_speedups
+
     m = result.metrics
     print("\n" + table(result.rows, ["operator", "kind", "share after defaults", "untuned ms", "tuned ms", "speed-up", "how"]))
     if result.reused:
@@ -125,6 +140,28 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     print(f"\n{args.model}, batch {args.batch_size}, {args.threads} thread(s):")
     print(speedup_table(*model_speedups(result), result.verification, "tuned"))
     print(f"tuned model output matches the reference (max |err| {m['max_abs_err']:.2g}); database: {result.database}")
+
+
+def _tune_model_buckets(args: argparse.Namespace, spec: ModelTuneSpec) -> int:
+    """tune-model at each --seq-len bucket, then the lengths between them through the dispatcher."""
+    from opbench.studies.claims import spread_text
+    from opbench.studies.models.bucketed import default_between, tune_bucketed
+    from opbench.studies.models.systems import EAGER_ROW
+    from opbench.studies.verify import BEST
+
+    buckets = args.seq_len
+    between = args.between or default_between(buckets)
+    result = tune_bucketed(spec, buckets, between, on_record=TrialPrinter(None))
+    for bucket, tuned in result.buckets.items():
+        print(f"\n=== bucket: sequence length {bucket}")
+        _print_tuned(args, tuned)
+    rows = [(run.dispatched.length, run.dispatched.bucket, run.dispatched.describe(), f"{run.max_abs_err:.2g}",
+             spread_text(run.verification.ratio(BEST, EAGER_ROW) if run.verification else None))
+            for run in result.between]
+    if rows:
+        print("\nbetween the buckets, through the dispatcher (output checked against eager at each length; "
+              "latency / eager at that length, in fresh processes):")
+        print(table(rows, ["length", "bucket", "how", "max |err|", "tuned / eager (min-max)"]))
     return 0
 
 
@@ -142,6 +179,7 @@ def _tune_model_gpu(args: argparse.Namespace, engine: EngineSpec) -> int:
     from opbench.tracking import Recorder, study_dir
 
     cpu_only = [flag for flag, used in (("--threads", args.threads != 1), ("--reuse", args.reuse is not None),
+                                        ("--seq-len buckets", len(args.seq_len) > 1), ("--between", bool(args.between)),
                                         ("--compare", args.compare != (UNTUNED, EAGER_ROW))) if used]
     if cpu_only:
         raise OpBenchError(f"{', '.join(cpu_only)}: not for --target {args.target} (one host thread drives the GPU; "
@@ -167,7 +205,9 @@ def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
     p.add_argument("model", help="a name from `opbench models` (add @tiny for the small variant) or a .onnx file")
     p.add_argument("--batch-size", type=positive_int, default=1, help="the model's batch size")
     add_renamed_flag(p, "--batch", BATCH_RENAMED)
-    p.add_argument("--seq-len", type=positive_int, default=128, help="sequence length of token models")
+    p.add_argument("--seq-len", type=lengths, default=(128,), metavar="N[,N...]",
+                   help="sequence length of token models (tune-model: several, comma-separated, are buckets: the "
+                        "model is imported once with a symbolic length and built at each)")
     p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--repeat", type=positive_int, default=settings.REPEAT)
     p.add_argument("--study", default=study, help="MLflow experiment")
@@ -203,6 +243,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tuner", default="TPE", choices=TUNERS, help="NNI tuner for --engine nni")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--storage", help=STORAGE_HELP)
+    p.add_argument("--between", type=lengths, metavar="N[,N...]",
+                   help="with --seq-len buckets: lengths between them to run through the dispatcher, each on the "
+                        "next bucket up, padded (default: midway between the first two buckets)")
     p.add_argument("--reuse", nargs="?", type=Path, const=tuned_models_dir(), metavar="DIR",
                    help="keep this run's tuning in DIR (default: the store's tuned-models folder) and build from what "
                         "a run with the same model, shapes, threads, budget, engine, CPU model and TVM version kept there")

@@ -1,20 +1,45 @@
-"""A model prepared once for the frameworks TVM is compared with, so that the fresh processes that time it
-only load it: torch.compile's ahead-of-time package (AOTInductor) and an ONNX file for ONNX Runtime."""
+"""A PyTorch model exported: ``torch.export``'s program (its sequence length a dynamic dimension where asked),
+Relax's module of it, and, prepared once for the frameworks TVM is compared with so that the fresh processes
+that time them only load them, torch.compile's ahead-of-time package (AOTInductor) and an ONNX file for ONNX
+Runtime and OpenVINO."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from opbench.exceptions import OpBenchError
+from opbench.workloads.models.graph import integer_cumsum_widened
 from opbench.workloads.models.sources import ModelSource
 
 
-def _program(source: ModelSource):  # -> torch.export.ExportedProgram
+def exported_program(source: ModelSource, dynamic: bool = False):  # -> torch.export.ExportedProgram
+    """``torch.export`` of the model on its example inputs; ``dynamic``: its sequence length (``source.seq_axis``)
+    a symbolic dimension, the same one in every input."""
     import torch
 
     if not source.has_module:
         raise OpBenchError(f"{source.name} has no PyTorch module to export")
-    with torch.no_grad():
-        return torch.export.export(source.module, source.inputs)
+    shapes = None
+    if dynamic:
+        if source.seq_axis is None:
+            raise OpBenchError(f"model '{source.name}' has no dynamic dimension (a sequence length)")
+        seq = torch.export.Dim("seq_len", min=2, max=source.seq_axis.max_len)
+        shapes = tuple({axis: seq} for axis in source.seq_axis.inputs)
+    try:
+        with torch.no_grad():
+            return torch.export.export(source.module, source.inputs, dynamic_shapes=shapes)
+    except Exception as exc:
+        raise OpBenchError(f"model '{source.name}': torch.export failed: {str(exc).splitlines()[0]}") from exc
+
+
+def relax_module(source: ModelSource, exported: Any) -> Any:
+    """Relax's module of ``source``'s exported program, its weights bound as constants."""
+    from tvm.relax.frontend.torch import from_exported_program
+
+    try:
+        return from_exported_program(integer_cumsum_widened(exported), unwrap_unit_return_tuple=True)
+    except Exception as exc:
+        raise OpBenchError(f"model '{source.name}': Relax cannot convert it: {str(exc).splitlines()[0]}") from exc
 
 
 def inductor_package(source: ModelSource, path: Path, max_autotune: bool = False) -> Path:
@@ -24,7 +49,7 @@ def inductor_package(source: ModelSource, path: Path, max_autotune: bool = False
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
-        torch._inductor.aoti_compile_and_package(_program(source), package_path=str(path),
+        torch._inductor.aoti_compile_and_package(exported_program(source), package_path=str(path),
                                                  inductor_configs={"max_autotune": max_autotune})
     return path
 
@@ -35,5 +60,5 @@ def onnx_file(source: ModelSource, path: Path) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
-        torch.onnx.export(_program(source), source.inputs, str(path), dynamo=True, external_data=False)
+        torch.onnx.export(exported_program(source), source.inputs, str(path), dynamo=True, external_data=False)
     return path

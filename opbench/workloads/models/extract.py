@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opbench.exceptions import OpBenchError
-from opbench.workloads.models.graph import integer_cumsum_widened, pad_into_conv, unwrap_batch_norm
+from opbench.workloads.models.dynamic import at_length, seq_len, symbolic_module
+from opbench.workloads.models.exports import exported_program, relax_module
+from opbench.workloads.models.graph import pad_into_conv, unwrap_batch_norm
 from opbench.workloads.models.sources import ModelSource
 
 KEY_SHARE = 0.9  # key operators: the fewest that cover this share of the model's time
@@ -40,7 +42,8 @@ def anchor_kind(name: str) -> str:
 
 
 def import_model(source: ModelSource) -> Any:
-    """The model as a Relax IRModule with its weights bound as constants."""
+    """The model as a Relax IRModule with its weights bound as constants; a token model's imported once with
+    its sequence length symbolic, then bound to the source's length (:mod:`.dynamic`)."""
     if source.kind == "onnx":
         try:
             import onnx
@@ -51,23 +54,15 @@ def import_model(source: ModelSource) -> Any:
             return from_onnx(onnx.load(str(source.onnx_path)))
         except Exception as exc:
             raise OpBenchError(f"{source.onnx_path}: Relax's ONNX frontend cannot import it: {exc}") from exc
-    import torch
-    from tvm.relax.frontend.torch import from_exported_program
-
-    try:
-        with torch.no_grad():
-            exported = torch.export.export(source.module, source.inputs)
-    except Exception as exc:
-        raise OpBenchError(f"model '{source.name}': torch.export failed: {str(exc).splitlines()[0]}") from exc
-    try:
-        return from_exported_program(integer_cumsum_widened(exported), unwrap_unit_return_tuple=True)
-    except Exception as exc:
-        raise OpBenchError(f"model '{source.name}': Relax cannot convert it: {str(exc).splitlines()[0]}") from exc
+    if source.seq_axis is not None:
+        return at_length(symbolic_module(source), seq_len(source))
+    return relax_module(source, exported_program(source))
 
 
 # Bumped whenever fuse() makes different PrimFuncs, so that cached extractions of an older one are not read
-# (2: fast exp/erf/tanh; 3: batch norms unwrapped, pads folded into convolutions; 4: integer cumsums widened).
-PIPELINE_VERSION = 4
+# (2: fast exp/erf/tanh; 3: batch norms unwrapped, pads folded into convolutions; 4: integer cumsums widened;
+# 5: token models take their attention mask and are imported with a symbolic sequence length).
+PIPELINE_VERSION = 5
 
 
 def fuse(mod: Any) -> Any:

@@ -37,6 +37,14 @@ HF_MODELS: dict[str, tuple[str, str, str, str, dict[str, Any], dict[str, Any]]] 
 }
 
 
+TINY_MAX_SEQ_LEN = 16  # a tiny token model's sequences are cut to this length
+
+
+def has_tokens(name: str) -> bool:
+    """Whether the model reads token ids (and an attention mask) of a sequence length, known without building it."""
+    return HF_MODELS[name][3] == "tokens"
+
+
 def hf_module(name: str) -> str:
     """The ``transformers`` module that defines the model class of ``name`` (importing it takes seconds)."""
     family = HF_MODELS[name][0]
@@ -58,17 +66,18 @@ def build_hf(name: str, tiny: bool, batch: int, seq_len: int) -> tuple[Any, tupl
     model = getattr(importlib.import_module(hf_module(name)), model_cls)(config).eval()  # the module a zygote preloads
 
     class FirstOutput(torch.nn.Module):
+        """Token models take their attention mask too: a sequence padded up to a bucket masks its padding."""
+
         def __init__(self) -> None:
             super().__init__()
             self.model = model
 
-        def forward(self, x: Any) -> Any:
-            return self.model(x, return_dict=False)[0]
+        def forward(self, x: Any, mask: Any = None) -> Any:
+            return self.model(x, attention_mask=mask, return_dict=False)[0]
 
     if inputs == "tokens":
-        seq = min(seq_len, 16) if tiny else seq_len
-        example = torch.randint(0, config.vocab_size, (batch, seq))
-    else:
-        size = getattr(config, "image_size", 224)
-        example = torch.randn(batch, getattr(config, "num_channels", 3), size, size)
-    return FirstOutput().eval(), (example,)
+        seq = min(seq_len, TINY_MAX_SEQ_LEN) if tiny else seq_len
+        tokens = torch.randint(0, config.vocab_size, (batch, seq))
+        return FirstOutput().eval(), (tokens, torch.ones_like(tokens))
+    size = getattr(config, "image_size", 224)
+    return FirstOutput().eval(), (torch.randn(batch, getattr(config, "num_channels", 3), size, size),)

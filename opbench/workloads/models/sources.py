@@ -24,6 +24,16 @@ if TYPE_CHECKING:
 TINY = "@tiny"
 
 
+@dataclass(frozen=True)
+class SeqAxis:
+    """A token model's dynamic dimension: the sequence length, at ``inputs`` (one axis per input) and at
+    ``output`` of its output, at most ``max_len`` (its position embeddings)."""
+
+    inputs: tuple[int, ...] = (1, 1)  # token ids, attention mask
+    output: int = 1
+    max_len: int = 512
+
+
 @dataclass
 class ModelSource:
     """A model by name: its module (None for ONNX) and example inputs are made by ``build`` when first asked
@@ -33,6 +43,7 @@ class ModelSource:
     kind: str  # "torch", "simple", "transformers" or "onnx"
     build: Callable[[], tuple[Any, tuple[Any, ...]]]  # (torch.nn.Module or None, inputs: tensors or numpy arrays)
     onnx_path: Path | None = None
+    seq_axis: SeqAxis | None = None  # its sequence length, where that is a dynamic dimension
 
     @functools.cached_property
     def _built(self) -> tuple[Any, tuple[Any, ...]]:
@@ -206,9 +217,10 @@ def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
     if base in TORCH_MODELS:
         build = TORCH_MODELS[base]
         return ModelSource(name, "torch", lambda: build(tiny, batch, min(seq_len, 8) if tiny else min(seq_len, 32)))
-    from opbench.workloads.models.hf import HF_MODELS, build_hf
+    from opbench.workloads.models.hf import HF_MODELS, build_hf, has_tokens
 
     if base in HF_MODELS:
-        return ModelSource(name, "transformers", lambda: build_hf(base, tiny, batch, seq_len))
+        return ModelSource(name, "transformers", lambda: build_hf(base, tiny, batch, seq_len),
+                           seq_axis=SeqAxis() if has_tokens(base) else None)
     raise OpBenchError(f"unknown model '{name}'; models: {', '.join(model_names())}, simple:WORKLOAD, "
                        "or a path to an .onnx file")

@@ -1,0 +1,113 @@
+"""A token model's sequence length as a dynamic dimension. The model is imported once with Relax's symbolic
+shapes (:func:`symbolic_module`) and bound to each length it is built at (:func:`at_length`): MetaSchedule and
+the templates tune static shapes, so a model serving many lengths is built at a few, its *buckets*. At run time
+:class:`BucketedModel` dispatches: a length runs on the smallest bucket that holds it, its token ids padded with
+0 and its attention mask with 0 (the padding attends to nothing and nothing attends to it), its output cut back
+to the length."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from opbench.exceptions import OpBenchError
+from opbench.workloads.models.exports import exported_program, relax_module
+from opbench.workloads.models.sources import ModelSource, SeqAxis
+
+log = logging.getLogger("opbench")
+
+
+def _axis(source: ModelSource) -> SeqAxis:
+    if source.seq_axis is None:
+        raise OpBenchError(f"model '{source.name}' has no dynamic dimension (a sequence length)")
+    return source.seq_axis
+
+
+def seq_len(source: ModelSource) -> int:
+    """The sequence length of ``source``'s example inputs (a tiny model's are cut short)."""
+    return int(np.shape(source.inputs[0])[_axis(source).inputs[0]])
+
+
+_SYMBOLIC: dict[tuple[str, int], Any] = {}  # (model, batch size) -> its symbolic module
+
+
+def symbolic_module(source: ModelSource) -> Any:
+    """Relax's module of the model with its sequence length one symbolic variable, imported once per process
+    for each model and batch size (the weights are the same at every length: one seed)."""
+    key = (source.name, int(np.shape(source.inputs[0])[0]))
+    if key not in _SYMBOLIC:
+        log.info("%s: importing it once with its sequence length symbolic", source.name)
+        _SYMBOLIC[key] = relax_module(source, exported_program(source, dynamic=True))
+    return _SYMBOLIC[key]
+
+
+def at_length(symbolic: Any, length: int) -> Any:
+    """The symbolic module with its sequence length bound to ``length``: a static module."""
+    from tvm import relax
+
+    (var,) = relax.analysis.defined_symbolic_vars(symbolic["main"])
+    return relax.transform.BindSymbolicVars({var: length})(symbolic)
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """The lengths a model is built at, ascending."""
+
+    lengths: tuple[int, ...]
+
+    def bucket_for(self, length: int) -> int:
+        """The smallest bucket that holds ``length``."""
+        for bucket in self.lengths:
+            if bucket >= length:
+                return bucket
+        raise OpBenchError(f"length {length} is longer than the largest bucket ({self.lengths[-1]}); "
+                           f"buckets: {', '.join(map(str, self.lengths))}")
+
+
+def padded(arrays: Sequence[np.ndarray], axis: SeqAxis, bucket: int) -> list[np.ndarray]:
+    """The inputs padded with zeros along the sequence axis up to ``bucket`` tokens."""
+    out = []
+    for array, dim in zip(arrays, axis.inputs):
+        widths = [(0, 0)] * array.ndim
+        widths[dim] = (0, bucket - array.shape[dim])
+        out.append(np.pad(array, widths))
+    return out
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """One run of a bucketed model: its output at the inputs' length, and the bucket that ran it."""
+
+    output: np.ndarray
+    length: int
+    bucket: int
+
+    def describe(self) -> str:
+        if self.bucket == self.length:
+            return f"length {self.length} ran on its own bucket"
+        return f"length {self.length} ran on bucket {self.bucket} (padded {self.length} -> {self.bucket})"
+
+
+class BucketedModel:
+    """A model built at each of its buckets (a Relax VM library each), run at any length up to the largest."""
+
+    def __init__(self, libraries: Mapping[int, Path], axis: SeqAxis) -> None:
+        import tvm
+        from tvm import relax
+
+        self.buckets, self.axis, self.libraries = Buckets(tuple(sorted(libraries))), axis, dict(libraries)
+        self._vms = {b: relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
+                     for b, path in libraries.items()}
+
+    def __call__(self, arrays: Sequence[np.ndarray]) -> Dispatched:
+        import tvm
+
+        length = arrays[0].shape[self.axis.inputs[0]]
+        bucket = self.buckets.bucket_for(length)
+        out = self._vms[bucket]["main"](*(tvm.runtime.tensor(a) for a in padded(arrays, self.axis, bucket)))
+        output = np.take(out.numpy(), np.arange(length), axis=self.axis.output)
+        return Dispatched(output, length, bucket)
