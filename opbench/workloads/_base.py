@@ -184,14 +184,17 @@ class Workload:
 
     def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Random inputs: floats in [-1, 1) (bf16: rounded to it); an int8 workload's operands over their type's
-        whole range (a bias: int16's); other integers 0 or 1 (valid indices for any gather)."""
+        whole range (a bias: int16's); booleans 0 or 1; other integers 0 (an index valid in any dimension, a
+        dimension of one too: BERT's mask is gathered at [0, position])."""
         rng = np.random.default_rng(seed)
 
         def draw(shape: tuple[int, ...], dtype: str) -> np.ndarray:
             if dtype == BF16 or np.dtype(dtype).kind == "f":
                 return rng.uniform(-1.0, 1.0, shape).astype(numpy_dtype(dtype))
-            if self.dtype != INT8:
+            if np.dtype(dtype).kind == "b":
                 return rng.integers(0, 2, shape).astype(dtype)
+            if self.dtype != INT8:
+                return np.zeros(shape, dtype)
             info = np.iinfo("int16" if dtype == ACCUMULATOR[INT8] else dtype)
             return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
 

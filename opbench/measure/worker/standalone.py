@@ -32,7 +32,7 @@ def peak_timer(req: PeakInput, pool_here: Callable[[], None]) -> Callable[[], Ru
 
 def primfunc_timer(req: PrimFuncInput, pool_here: Callable[[], None]) -> Callable[[], RunResult]:
     """``req``'s PrimFunc compiled alone for its target (a TVM target's JSON, or a name such as ``llvm``), called
-    on random inputs (integers 0 or 1)."""
+    on random inputs (booleans 0 or 1, other integers 0: an index valid in any dimension)."""
     import numpy as np
     import tvm
 
@@ -48,8 +48,9 @@ def primfunc_timer(req: PrimFuncInput, pool_here: Callable[[], None]) -> Callabl
         out = []
         for buffer in func.params:
             shape = [int(d) for d in buffer.shape]
-            data = rng.standard_normal(shape) if "float" in str(buffer.dtype) else rng.integers(0, 2, shape)
-            out.append(tvm.runtime.tensor(data.astype(str(buffer.dtype))))
+            dtype = str(buffer.dtype)
+            data = rng.standard_normal(shape) if "float" in dtype else rng.integers(0, 2 if dtype == "bool" else 1, shape)
+            out.append(tvm.runtime.tensor(data.astype(dtype)))
         return out
 
     return _timer(module, arguments, req.timing, pool_here)
