@@ -23,8 +23,9 @@ from .cli import run_cli
 CLI = [sys.executable, "-m", "opbench.cli"]
 
 
-def make_onnx(path):
-    """A small MLP as an ONNX file written with onnx's helpers: MatMul + Add + Relu, then MatMul."""
+def make_onnx(path, rows=(16,)):
+    """A small MLP as an ONNX file written with onnx's helpers: MatMul + Add + Relu, then MatMul, on inputs of
+    ``rows`` x 64 (a name is a dynamic dimension)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -33,8 +34,8 @@ def make_onnx(path):
                for n, s in (("W1", (64, 128)), ("B1", (128,)), ("W2", (128, 16)))]
     nodes = [helper.make_node("MatMul", ["X", "W1"], ["Y"]), helper.make_node("Add", ["Y", "B1"], ["Z"]),
              helper.make_node("Relu", ["Z"], ["H"]), helper.make_node("MatMul", ["H", "W2"], ["O"])]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [16, 64])],
-                              [helper.make_tensor_value_info("O", TensorProto.FLOAT, [16, 16])], weights)
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [*rows, 64])],
+                              [helper.make_tensor_value_info("O", TensorProto.FLOAT, [*rows, 16])], weights)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
@@ -673,14 +674,14 @@ def test_a_token_model_imported_once_runs_any_length_on_the_next_bucket_up_padde
     at that length (the attention mask hides the padding)."""
     from opbench.hardware.targets import make_target
     from opbench.measure.models import export_model
-    from opbench.workloads.models.dynamic import BucketedModel, at_length, symbolic_module
+    from opbench.workloads.models.dynamic import BucketedModel, bound, symbolic_module
     from opbench.workloads.models.extract import fuse
 
     sources = {n: load_model("bert-base@tiny", 1, n) for n in (4, 5, 8, 9)}
     symbolic = symbolic_module(sources[4])
     assert all(symbolic_module(s) is symbolic for s in sources.values())  # imported once for every length
     target = make_target("llvm", 1)
-    model = BucketedModel({n: export_model(fuse(at_length(symbolic, n)), target, tmp_path / f"s{n}.so")
+    model = BucketedModel({n: export_model(fuse(bound(sources[n])), target, tmp_path / f"s{n}.so")
                            for n in (4, 8)}, sources[4].seq_axis)
     for length, bucket in ((4, 4), (5, 8), (8, 8)):
         run = model(sources[length].numpy_inputs())
@@ -700,7 +701,7 @@ def test_tune_model_at_buckets_runs_a_length_between_them_verified_against_eager
                                 "1", "--max-ops", "1", "--verify-rounds", "1", "--compare", "torch", "--tracking-uri",
                                 tracking_uri, "--study", "tm-dyn"], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stderr.count("with its sequence length symbolic") == 1
+    assert out.stderr.count("with its dynamic dimensions symbolic") == 1
     assert "=== bucket: sequence length 4" in out.stdout and "=== bucket: sequence length 8" in out.stdout
     assert out.stdout.count("tuned model output matches the reference") == 2
     row = next(line for line in out.stdout.splitlines() if "length 6 ran on bucket 8 (padded 6 -> 8)" in line)
@@ -713,3 +714,29 @@ def test_tune_model_at_buckets_runs_a_length_between_them_verified_against_eager
     exp = client.get_experiment_by_name("tm-dyn")
     metrics = client.search_runs([exp.experiment_id])[0].data.metrics
     assert metrics["bucket_s6"] == 8 and metrics["max_abs_err_s6"] < 1e-3 and metrics["tuned_vs_eager_s6"] > 0
+
+
+@pytest.mark.full  # built at two lengths and run
+def test_an_onnx_files_named_dimensions_take_the_batch_and_sequence_length(tmp_path):
+    """An ONNX file exported with dynamic axes imports (it was refused): its leading named dimension takes
+    --batch-size, its other one --seq-len, from one symbolic import; with a sequence axis in every input and the
+    output it runs on buckets like a token model."""
+    from opbench.hardware.targets import make_target
+    from opbench.measure.models import export_model
+    from opbench.workloads.models.dynamic import BucketedModel, bound, symbolic_module
+    from opbench.workloads.models.extract import fuse, fused_ops
+
+    path = make_onnx(tmp_path / "mlp.onnx", ("batch", "seq"))
+    sources = {n: load_model(str(path), 2, n) for n in (3, 4, 8)}
+    assert sources[3].dims == {"batch": 2, "seq": 3} and sources[3].inputs[0].shape == (2, 3, 64)
+    assert symbolic_module(sources[3]) is symbolic_module(sources[8])
+    assert any((2, 3, 64) in op.shapes for op in fused_ops(fuse(bound(sources[3])))[0])
+    model = BucketedModel({n: export_model(fuse(bound(sources[n])), make_target("llvm", 1), tmp_path / f"s{n}.so")
+                           for n in (4, 8)}, sources[4].seq_axis)
+    run = model(sources[3].numpy_inputs())
+    assert run.bucket == 4
+    np.testing.assert_allclose(run.output, sources[3].reference()[0], rtol=1e-4, atol=1e-4)
+    for rows, message in ((("batch", "seq", "h"), "dynamic dimensions h, seq besides the batch"),
+                          ((16, ""), "input 'X' has an unnamed dynamic dimension 1")):
+        with pytest.raises(OpBenchError, match=message):
+            load_model(str(make_onnx(tmp_path / "bad.onnx", rows)))

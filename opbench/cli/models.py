@@ -202,7 +202,8 @@ def _tune_model_gpu(args: argparse.Namespace, engine: EngineSpec) -> int:
 
 
 def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
-    p.add_argument("model", help="a name from `opbench models` (add @tiny for the small variant) or a .onnx file")
+    p.add_argument("model", help="a name from `opbench models` (add @tiny for the small variant) or a .onnx file (a named "
+                        "dimension leading an input is --batch-size, one elsewhere --seq-len)")
     p.add_argument("--batch-size", type=positive_int, default=1, help="the model's batch size")
     add_renamed_flag(p, "--batch", BATCH_RENAMED)
     p.add_argument("--seq-len", type=lengths, default=(128,), metavar="N[,N...]",

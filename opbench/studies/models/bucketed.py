@@ -99,8 +99,6 @@ def _run_between(spec: ModelTuneSpec, source: ModelSource, dispatcher: BucketedM
                  ) -> BetweenRun:
     """``source``'s length through the dispatcher: checked against eager at that length, then its bucket's
     library on the padded inputs and eager at that length timed in fresh processes."""
-    import torch
-
     inputs = source.numpy_inputs()
     run = dispatcher(inputs)
     expected = source.reference()[0]
@@ -113,13 +111,13 @@ def _run_between(spec: ModelTuneSpec, source: ModelSource, dispatcher: BucketedM
         return BetweenRun(run, err, None)
     m = spec.model
     pad = padded(inputs, dispatcher.axis, run.bucket)
-    with torch.no_grad():  # what the padded run is checked against in the worker: eager on the same padded inputs
-        eager_padded = source.module(*map(torch.from_numpy, pad)).numpy()
-    saved = save_inputs(pad, folder / f"inputs-s{run.length}-on-s{run.bucket}.npz", eager_padded)
+    # what the padded run is checked against in the worker: the reference on the same padded inputs
+    saved = save_inputs(pad, folder / f"inputs-s{run.length}-on-s{run.bucket}.npz", source.reference(pad)[0])
     resources = Resources(m.threads)
     models = {BEST: ModelInput(m.model, library=str(dispatcher.libraries[run.bucket]), inputs=str(saved),
-                               resources=resources),
-              EAGER_ROW: ModelInput(m.model, m.batch, run.length, resources=resources)}
+                               resources=resources)}
+    if source.has_module:  # an ONNX file's padded run is timed alone: no eager to compare with
+        models[EAGER_ROW] = ModelInput(m.model, m.batch, run.length, resources=resources)
     with model_measurer(m) as measurer:
         timed: list[RunResult] = measurer.time_models_fresh(list(models.values()), placements=spec.verify_rounds)
     verification = verify_runs(list(models), dict(zip(models, timed)), {}, f"{study}-s{run.length}",

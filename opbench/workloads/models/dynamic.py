@@ -1,6 +1,7 @@
-"""A token model's sequence length as a dynamic dimension. The model is imported once with Relax's symbolic
-shapes (:func:`symbolic_module`) and bound to each length it is built at (:func:`at_length`): MetaSchedule and
-the templates tune static shapes, so a model serving many lengths is built at a few, its *buckets*. At run time
+"""Dynamic dimensions: a token model's sequence length, an ONNX file's named dimensions. The model is
+imported once with Relax's symbolic shapes (:func:`symbolic_module`) and bound to the sizes it is built at
+(:func:`bound`): MetaSchedule and the templates tune static shapes, so a model serving many lengths is built at
+a few, its *buckets*. At run time
 :class:`BucketedModel` dispatches: a length runs on the smallest bucket that holds it, its token ids padded with
 0 and its attention mask with 0 (the padding attends to nothing and nothing attends to it), its output cut back
 to the length."""
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from opbench.exceptions import OpBenchError
-from opbench.workloads.models.exports import exported_program, relax_module
+from opbench.workloads.models.exports import exported_program, onnx_module, relax_module
 from opbench.workloads.models.sources import ModelSource, SeqAxis
 
 log = logging.getLogger("opbench")
@@ -36,21 +37,28 @@ _SYMBOLIC: dict[tuple[str, int], Any] = {}  # (model, batch size) -> its symboli
 
 
 def symbolic_module(source: ModelSource) -> Any:
-    """Relax's module of the model with its sequence length one symbolic variable, imported once per process
-    for each model and batch size (the weights are the same at every length: one seed)."""
-    key = (source.name, int(np.shape(source.inputs[0])[0]))
+    """Relax's module of the model with its dynamic dimensions symbolic (a token model's sequence length, an
+    ONNX file's named dimensions), imported once per process for each model and batch size (the weights are the
+    same at every length: one seed)."""
+    key = (str(source.onnx_path or source.name), int(np.shape(source.inputs[0])[0]))
     if key not in _SYMBOLIC:
-        log.info("%s: importing it once with its sequence length symbolic", source.name)
-        _SYMBOLIC[key] = relax_module(source, exported_program(source, dynamic=True))
+        log.info("%s: importing it once with its dynamic dimensions symbolic", source.name)
+        _SYMBOLIC[key] = onnx_module(source) if source.kind == "onnx" else \
+            relax_module(source, exported_program(source, dynamic=True))
     return _SYMBOLIC[key]
 
 
-def at_length(symbolic: Any, length: int) -> Any:
-    """The symbolic module with its sequence length bound to ``length``: a static module."""
+def bound(source: ModelSource) -> Any:
+    """The model's symbolic module with its dynamic dimensions bound to ``source``'s sizes: a static module."""
     from tvm import relax
 
-    (var,) = relax.analysis.defined_symbolic_vars(symbolic["main"])
-    return relax.transform.BindSymbolicVars({var: length})(symbolic)
+    symbolic = symbolic_module(source)
+    if source.kind == "onnx":
+        sizes = source.dims
+    else:
+        (var,) = relax.analysis.defined_symbolic_vars(symbolic["main"])
+        sizes = {var.name: seq_len(source)}
+    return relax.transform.BindSymbolicVars(sizes)(symbolic) if sizes else symbolic
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""A PyTorch model exported: ``torch.export``'s program (its sequence length a dynamic dimension where asked),
-Relax's module of it, and, prepared once for the frameworks TVM is compared with so that the fresh processes
+"""A model exported: ``torch.export``'s program (its sequence length a dynamic dimension where asked), Relax's
+module of it or of an ONNX file (named dimensions symbolic), and, prepared once for the frameworks TVM is compared with so that the fresh processes
 that time them only load them, torch.compile's ahead-of-time package (AOTInductor) and an ONNX file for ONNX
 Runtime and OpenVINO."""
 from __future__ import annotations
@@ -40,6 +40,19 @@ def relax_module(source: ModelSource, exported: Any) -> Any:
         return from_exported_program(integer_cumsum_widened(exported), unwrap_unit_return_tuple=True)
     except Exception as exc:
         raise OpBenchError(f"model '{source.name}': Relax cannot convert it: {str(exc).splitlines()[0]}") from exc
+
+
+def onnx_module(source: ModelSource) -> Any:
+    """Relax's module of an ONNX file, its named dimensions symbolic variables of those names."""
+    try:
+        import onnx
+        from tvm.relax.frontend.onnx import from_onnx
+    except ImportError as exc:
+        raise OpBenchError("ONNX models need the 'onnx' package: pip install onnx") from exc
+    try:
+        return from_onnx(onnx.load(str(source.onnx_path)))
+    except Exception as exc:
+        raise OpBenchError(f"{source.onnx_path}: Relax's ONNX frontend cannot import it: {exc}") from exc
 
 
 def inductor_package(source: ModelSource, path: Path, max_autotune: bool = False) -> Path:

@@ -7,9 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbench.exceptions import OpBenchError
-from opbench.workloads.models.dynamic import at_length, seq_len, symbolic_module
-from opbench.workloads.models.exports import exported_program, relax_module
+from opbench.workloads.models.dynamic import bound
+from opbench.workloads.models.exports import exported_program, onnx_module, relax_module
 from opbench.workloads.models.graph import pad_into_conv, unwrap_batch_norm
 from opbench.workloads.models.sources import ModelSource
 
@@ -42,20 +41,13 @@ def anchor_kind(name: str) -> str:
 
 
 def import_model(source: ModelSource) -> Any:
-    """The model as a Relax IRModule with its weights bound as constants; a token model's imported once with
-    its sequence length symbolic, then bound to the source's length (:mod:`.dynamic`)."""
+    """The model as a Relax IRModule with its weights bound as constants; one with dynamic dimensions (a token
+    model's sequence length, an ONNX file's named ones) imported once with them symbolic, then bound to the
+    source's sizes (:mod:`.dynamic`)."""
+    if source.seq_axis is not None or source.dims:
+        return bound(source)
     if source.kind == "onnx":
-        try:
-            import onnx
-            from tvm.relax.frontend.onnx import from_onnx
-        except ImportError as exc:
-            raise OpBenchError("ONNX models need the 'onnx' package: pip install onnx") from exc
-        try:
-            return from_onnx(onnx.load(str(source.onnx_path)))
-        except Exception as exc:
-            raise OpBenchError(f"{source.onnx_path}: Relax's ONNX frontend cannot import it: {exc}") from exc
-    if source.seq_axis is not None:
-        return at_length(symbolic_module(source), seq_len(source))
+        return onnx_module(source)
     return relax_module(source, exported_program(source))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ class ModelSource:
     build: Callable[[], tuple[Any, tuple[Any, ...]]]  # (torch.nn.Module or None, inputs: tensors or numpy arrays)
     onnx_path: Path | None = None
     seq_axis: SeqAxis | None = None  # its sequence length, where that is a dynamic dimension
+    dims: dict[str, int] = field(default_factory=dict)  # an ONNX graph's named dimensions: their sizes here
 
     @functools.cached_property
     def _built(self) -> tuple[Any, tuple[Any, ...]]:
@@ -72,23 +73,37 @@ class ModelSource:
     def numpy_inputs(self) -> list[np.ndarray]:
         return [np.asarray(t.numpy() if hasattr(t, "numpy") else t) for t in self.inputs]
 
-    def reference(self) -> list[np.ndarray]:
-        """The model's outputs on its example inputs: torch eager, or ONNX's reference evaluator."""
+    def reference(self, arrays: list[np.ndarray] | None = None) -> list[np.ndarray]:
+        """The model's outputs on ``arrays`` (default: its example inputs): torch eager, or ONNX's reference
+        evaluator."""
+        arrays = self.numpy_inputs() if arrays is None else arrays
         if self.kind == "onnx":
             from onnx.reference import ReferenceEvaluator
 
             evaluator = ReferenceEvaluator(str(self.onnx_path))
             names = [i.name for i in evaluator.proto_.graph.input]
-            return [np.asarray(o) for o in evaluator.run(None, dict(zip(names, self.inputs)))]
+            return [np.asarray(o) for o in evaluator.run(None, dict(zip(names, arrays)))]
         import torch
 
         with torch.no_grad():
-            outputs = self.module(*self.inputs)
+            outputs = self.module(*map(torch.from_numpy, arrays))
         return [o.numpy() for o in (outputs if isinstance(outputs, (tuple, list)) else (outputs,))]
 
 
-def _onnx_inputs(path: Path) -> tuple[np.ndarray, ...]:
-    """Random inputs for an ONNX graph's inputs (static shapes only; initializers are weights)."""
+@dataclass(frozen=True)
+class OnnxShapes:
+    """An ONNX graph's inputs made concrete: random arrays, the sizes its named (dynamic) dimensions were given,
+    and its sequence length where every input and the first output have one."""
+
+    inputs: tuple[np.ndarray, ...]
+    dims: dict[str, int]
+    seq_axis: SeqAxis | None
+
+
+def _onnx_shapes(path: Path, batch: int, seq_len: int) -> OnnxShapes:
+    """Random inputs for an ONNX graph's inputs (initializers are weights): a named dimension that leads an
+    input is the batch (``batch``), one named dimension elsewhere the sequence length (``seq_len``); integer
+    inputs 0 or 1 (valid indices, an attention mask)."""
     try:
         import onnx
     except ImportError as exc:
@@ -98,17 +113,46 @@ def _onnx_inputs(path: Path) -> tuple[np.ndarray, ...]:
     except Exception as exc:
         raise OpBenchError(f"{path}: not a readable ONNX model: {exc}") from exc
     weights = {i.name for i in graph.initializer}
-    rng, out = np.random.default_rng(0), []
-    for value in graph.input:
-        if value.name in weights:
-            continue
+    values = [v for v in graph.input if v.name not in weights]
+    dims: dict[str, int] = {}
+    rng, out, seq_dims = np.random.default_rng(0), [], []
+    for value in values:
         tensor = value.type.tensor_type
-        dims = [d.dim_value for d in tensor.shape.dim]
-        if not all(d > 0 for d in dims):
-            raise OpBenchError(f"{path}: input '{value.name}' has a dynamic shape; give it static dimensions")
+        shape = []
+        for axis, dim in enumerate(tensor.shape.dim):
+            if dim.dim_value > 0:
+                shape.append(dim.dim_value)
+                continue
+            if not dim.dim_param:
+                raise OpBenchError(f"{path}: input '{value.name}' has an unnamed dynamic dimension {axis}; name it "
+                                   "(the batch leading an input, a sequence length elsewhere) or give it a size")
+            size = batch if axis == 0 else seq_len
+            if dims.setdefault(dim.dim_param, size) != size:
+                raise OpBenchError(f"{path}: dimension '{dim.dim_param}' leads one input and not another: it is "
+                                   "neither the batch nor the sequence length alone")
+            if axis:
+                seq_dims.append((value.name, dim.dim_param, axis))
+            shape.append(size)
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
-        out.append(rng.standard_normal(dims).astype(dtype))
-    return tuple(out)
+        draw = rng.standard_normal(shape) if np.dtype(dtype).kind == "f" else rng.integers(0, 2, shape)
+        out.append(draw.astype(dtype))
+    names = sorted({name for _, name, _ in seq_dims})
+    if len(names) > 1:
+        raise OpBenchError(f"{path}: dynamic dimensions {', '.join(names)} besides the batch; one (the sequence "
+                           "length, --seq-len) is bound at import: give the others sizes")
+    return OnnxShapes(tuple(out), dims, _onnx_seq_axis(graph, values, seq_dims))
+
+
+def _onnx_seq_axis(graph: Any, values: list[Any], seq_dims: list[tuple[str, str, int]]) -> SeqAxis | None:
+    """The sequence axis of each input and of the first output, where each has it (None otherwise)."""
+    axes = {name: axis for name, _, axis in seq_dims}
+    if not seq_dims or len(axes) != len(values):
+        return None
+    name = seq_dims[0][1]
+    output = [d.dim_param for d in graph.output[0].type.tensor_type.shape.dim]
+    if name not in output:
+        return None
+    return SeqAxis(tuple(axes[v.name] for v in values), output.index(name), max_len=1 << 20)
 
 
 def _recurrent(tiny: bool, batch: int, seq: int, cell: str) -> tuple[Any, tuple[Any, ...]]:
@@ -199,20 +243,22 @@ def model_imports(name: str) -> tuple[str, ...]:
 
 def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
     """The named model (``bert-base``, ``lstm@tiny``, ...) or an ONNX file, ready to import (an unknown name,
-    a missing or unreadable file is an error now; the module is built when first used)."""
+    a missing or unreadable file is an error now; the module is built when first used). An ONNX file's named
+    dimensions take ``batch`` where they lead an input, ``seq_len`` elsewhere."""
+    if batch < 1 or seq_len < 1:
+        raise OpBenchError(f"--batch-size and --seq-len must be >= 1, got {batch} and {seq_len}")
     if name.endswith(".onnx"):
         path = Path(name)
         if not path.is_file():
             raise OpBenchError(f"ONNX file not found: {name}")
-        inputs = _onnx_inputs(path)
-        return ModelSource(path.stem, "onnx", lambda: (None, inputs), onnx_path=path)
+        shapes = _onnx_shapes(path, batch, seq_len)
+        return ModelSource(path.stem, "onnx", lambda: (None, shapes.inputs), onnx_path=path,
+                           seq_axis=shapes.seq_axis, dims=shapes.dims)
     if name.startswith(SIMPLE_PREFIX):
         from opbench.workloads import parse_workload
 
         workload = parse_workload(name.removeprefix(SIMPLE_PREFIX))  # a malformed one fails here
         return ModelSource(name, "simple", lambda: _simple(workload))
-    if batch < 1 or seq_len < 1:
-        raise OpBenchError(f"--batch-size and --seq-len must be >= 1, got {batch} and {seq_len}")
     base, tiny = name.removesuffix(TINY), name.endswith(TINY)
     if base in TORCH_MODELS:
         build = TORCH_MODELS[base]
