@@ -9,7 +9,9 @@ optimisations, the same threads within an operator, one across), OpenVINO (fp32,
 zentorch (AMD's torch.compile backend, on AMD CPUs with AVX-512; both optional extras, rows that say why where
 they cannot run), TVM with OpBench's template defaults, and
 MetaSchedule tuning the model with as many trials as OpBench's tuned model measured (``tune_relax``,
-``max_trials_global``, seed 0; the row says how many of its tasks the budget left untuned).
+``max_trials_global``, seed 0; the row says how many of its tasks the budget left untuned). The GCN, its
+adjacency dense in Relax as in its baselines, is also timed as PyTorch runs its sparse form (CSR, ``torch-sparse``):
+a row beside the baselines, not one of them.
 Every latency printed is verified: each system timed again in fresh processes under the host lock, over
 ``--rounds`` alternating rounds (median, with the per-round range); each output is checked against
 PyTorch's first. "best baseline" is the fastest of the frameworks that ran. A
@@ -51,7 +53,7 @@ from _results import RESULTS, Results
 from opbench.engines.registry import EngineSpec
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
-from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH
+from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, OPENVINO, TORCH_SPARSE, ZENTORCH
 from opbench.paths import tuned_models_dir
 from opbench.report.progress import table
 from opbench.studies.claims import spread_text
@@ -72,6 +74,7 @@ TARGETS_VS_EAGER = {"bert-base": 0.8, "resnet-50": 0.6, "mobilenet-v2": 0.4}  # 
 TARGET_OF_CEILING = 0.75  # BERT's matmuls and ResNet's convolutions
 GEMM_KINDS = {"matmuls": ("batch_matmul", "matmul", "dense"), "convolutions": ("conv2d",)}
 SYSTEMS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, DEFAULTS, METASCHEDULE)
+SPARSE_FORMS = ("gcn",)  # beside the dense baselines: PyTorch running the model's sparse form (not a baseline)
 PROFILE_ROWS = 8  # of each model's time split: the largest by eager's time, then the rest
 VERDICT_ROUNDS = 3  # fewer fresh-process rounds of a whole model give no spread to judge a target by
 INLINE_NOTE_CHARS = 60  # a longer note (where a reused tuning came from) is a footnote under the table
@@ -118,7 +121,8 @@ def run_case(model: str, batch: int, args: argparse.Namespace, scratch: Path, ce
     started = time.monotonic()
     spec = ModelTuneSpec(ModelSpec(model, batch=batch, seq_len=SEQ_LEN, threads=args.threads, repeat=3),
                          args.trials_per_op, args.max_ops, EngineSpec(seed=0, storage=f"sqlite:///{scratch / 'optuna.db'}"),
-                         args.rounds, tracking_uri=f"sqlite:///{scratch / 'mlflow.db'}", systems=SYSTEMS,
+                         args.rounds, tracking_uri=f"sqlite:///{scratch / 'mlflow.db'}",
+                         systems=SYSTEMS + ((TORCH_SPARSE,) if model in SPARSE_FORMS else ()),
                          reuse=tuned_models_dir() if args.reuse else None)
     result = tune_model(spec)
     verified = result.verification

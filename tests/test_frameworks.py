@@ -12,7 +12,7 @@ import pytest
 
 from opbench.hardware.resources import Resources
 from opbench.measure.models import save_inputs
-from opbench.measure.protocol import EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, ModelInput
+from opbench.measure.protocol import EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, TORCH_SPARSE, ZENTORCH, ModelInput
 from opbench.record import Status
 from opbench.workloads.models.exports import inductor_package, onnx_file
 from opbench.workloads.models.sources import load_model
@@ -69,6 +69,18 @@ def test_a_framework_whose_output_differs_is_a_wrong_result(measurer, artifacts)
         result = measurer.time_model(ModelInput(MODEL, library=str(artifacts[system]), inputs=str(artifacts["wrong"]),
                                                 runtime=system))
         assert result.status is Status.WRONG_RESULT and np.isclose(result.max_abs_err, 1.0, atol=1e-3), system
+
+
+def test_the_gcns_sparse_form_gives_eagers_output_and_a_model_without_one_says_so(measurer):
+    import torch
+
+    dense = load_model("gcn@tiny", batch=2)
+    with torch.no_grad():  # two graphs side by side in one sparse product: each graph's own output
+        np.testing.assert_allclose(dense.module.sparse_form()(*dense.inputs).numpy(), dense.reference()[0], atol=1e-5)
+    sparse, missing = (measurer.time_model(ModelInput(model, resources=Resources(2), runtime=TORCH_SPARSE))
+                       for model in ("gcn@tiny", MODEL))
+    assert sparse.status is Status.OK and sparse.max_abs_err < 1e-4, sparse.error  # checked against eager
+    assert missing.status is not Status.OK and f"{MODEL} has no sparse form" in missing.error
 
 
 def test_zentorch_compiles_the_module_and_gives_eagers_output(measurer):

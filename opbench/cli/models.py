@@ -238,7 +238,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", type=checked(parse_systems), default=(UNTUNED, EAGER_ROW), metavar="SYSTEMS",
                    help=f"what the tuned model is verified against, comma-separated: {', '.join(SYSTEMS)} "
                         "(torch: PyTorch eager; torch.compile: AOTInductor, compiled once; openvino and zentorch: "
-                        "optional extras, skipped saying why where they cannot run)")
+                        "optional extras, skipped saying why where they cannot run; torch-sparse: the model's sparse "
+                        "form in PyTorch, the GCN's)")
     p.add_argument("--engine", default="optuna", choices=("optuna", "nni", "random", "model"))
     p.add_argument("--sampler", default="tpe", help="Optuna sampler for --engine optuna")
     p.add_argument("--tuner", default="TPE", choices=TUNERS, help="NNI tuner for --engine nni")

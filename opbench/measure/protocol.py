@@ -89,8 +89,8 @@ class PrimFuncInput:
 
 
 TVM, EAGER, INDUCTOR, ONNXRUNTIME = "tvm", "eager", "torch.compile", "onnxruntime"  # what runs a whole model
-OPENVINO, ZENTORCH = "openvino", "zentorch"
-FRAMEWORKS = (EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH)  # run in a library worker: never imports TVM
+OPENVINO, ZENTORCH, TORCH_SPARSE = "openvino", "zentorch", "torch-sparse"  # torch-sparse: a model's sparse_form()
+FRAMEWORKS = (EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, TORCH_SPARSE)  # run in a library worker: never imports TVM
 
 
 @dataclass(frozen=True)

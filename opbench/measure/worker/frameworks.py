@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from opbench.measure.protocol import EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, ModelInput
+from opbench.measure.protocol import EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, TORCH_SPARSE, ZENTORCH, ModelInput
 from opbench.measure.worker._common import first_output, saved_inputs
 
 Call = Callable[[], Any]
@@ -19,7 +19,7 @@ Call = Callable[[], Any]
 def model_call(req: ModelInput, threads: int, device: Any) -> tuple[Call, np.ndarray | None]:
     """One forward of the model as ``req.system`` runs it, with ``threads``, and the output to check it
     against (None for eager: it is the reference)."""
-    if req.system in (EAGER, ZENTORCH):
+    if req.system in (EAGER, ZENTORCH, TORCH_SPARSE):
         return _torch_module_call(req, device)
     arrays, expected = saved_inputs(req.inputs)
     if req.system == INDUCTOR:
@@ -44,7 +44,8 @@ def model_call(req: ModelInput, threads: int, device: Any) -> tuple[Call, np.nda
 
 
 def _torch_module_call(req: ModelInput, device: Any) -> tuple[Call, np.ndarray | None]:
-    """The catalogue model eagerly (its own reference), or compiled by zentorch and checked against eager."""
+    """The catalogue model eagerly (its own reference), or compiled by zentorch, or its sparse form eagerly,
+    checked against eager."""
     from opbench.workloads.models.sources import load_model
 
     source = load_model(req.model, req.batch, req.seq_len)
@@ -53,10 +54,15 @@ def _torch_module_call(req: ModelInput, device: Any) -> tuple[Call, np.ndarray |
     module, inputs = source.module.to(device), [x.to(device) for x in source.inputs]
     if req.system == EAGER:
         return (lambda: module(*inputs)), None
+    expected = first_output(module(*inputs))
+    if req.system == TORCH_SPARSE:
+        if not hasattr(module, "sparse_form"):
+            raise ValueError(f"{req.model} has no sparse form")
+        sparse = module.sparse_form()
+        return (lambda: sparse(*inputs)), expected
     import torch
     import zentorch  # noqa: F401 - registers the backend
 
-    expected = first_output(module(*inputs))
     compiled = torch.compile(module, backend="zentorch")
     return (lambda: compiled(*inputs)), expected
 

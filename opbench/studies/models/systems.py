@@ -1,8 +1,9 @@
 """The systems a tuned model is verified against, each prepared once so that the fresh processes that time
 it only load it: TVM's default lowering (``untuned``), the template defaults (``defaults``), MetaSchedule
 with the tuned model's trial count (``metaschedule``), PyTorch eager (``torch``), ``torch.compile`` (an
-AOTInductor package), ONNX Runtime and OpenVINO (an exported ONNX file) and zentorch (AMD's backend for
-``torch.compile``, on AMD CPUs with AVX-512). A system that cannot be prepared, or cannot run on this host,
+AOTInductor package), ONNX Runtime and OpenVINO (an exported ONNX file), zentorch (AMD's backend for
+``torch.compile``, on AMD CPUs with AVX-512) and ``torch-sparse`` (a model's sparse form in PyTorch, the GCN's:
+beside the baselines, not one of them). A system that cannot be prepared, or cannot run on this host,
 stays in the table with the reason (:class:`Prepared`)."""
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.models import export_model
-from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, ModelInput
+from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, OPENVINO, TORCH_SPARSE, ZENTORCH, ModelInput
 from opbench.studies.models.profile import ModelProfile
 from opbench.studies.models.reuse import TunedCache
 from opbench.studies.models.tuned import apply_database
@@ -25,7 +26,7 @@ from opbench.studies.models.tuned import apply_database
 log = logging.getLogger("opbench")
 
 UNTUNED, DEFAULTS, METASCHEDULE, EAGER_ROW = "untuned", "defaults", "metaschedule", "torch"
-SYSTEMS = (UNTUNED, DEFAULTS, METASCHEDULE, EAGER_ROW, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH)
+SYSTEMS = (UNTUNED, DEFAULTS, METASCHEDULE, EAGER_ROW, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, TORCH_SPARSE)
 FRAMEWORK_ROWS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH)  # what a user would pick instead of TVM
 
 
@@ -76,9 +77,11 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
                 prepared.failed[system] = f"skipped: {why}"
             elif not prof.source.has_module:
                 prepared.failed[system] = f"{model} has no PyTorch module"
-            elif system in (EAGER_ROW, ZENTORCH):
+            elif system == TORCH_SPARSE and not hasattr(prof.source.module, "sparse_form"):
+                prepared.failed[system] = f"{model} has no sparse form"
+            elif system in (EAGER_ROW, ZENTORCH, TORCH_SPARSE):
                 prepared.runs[system] = ModelInput(model, batch, seq_len, resources=resources,
-                                                   runtime="" if system == EAGER_ROW else ZENTORCH)
+                                                   runtime="" if system == EAGER_ROW else system)
             elif system == INDUCTOR:
                 package = _exported(cache, folder, f"inductor-torch{_torch()}.pt2", f"{model}: torch.compile ahead of "
                                     "time (AOTInductor)", lambda path: inductor_package(prof.source, path))
