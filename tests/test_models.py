@@ -740,3 +740,9 @@ def test_an_onnx_files_named_dimensions_take_the_batch_and_sequence_length(tmp_p
                           ((16, ""), "input 'X' has an unnamed dynamic dimension 1")):
         with pytest.raises(OpBenchError, match=message):
             load_model(str(make_onnx(tmp_path / "bad.onnx", rows)))
+
+
+def test_models_lists_which_have_a_dynamic_dimension():
+    rows = {line.split()[0]: line for line in run_cli("models", check=True).stdout.splitlines()[2:]}
+    assert {"bert-base", "roberta-base", "gpt2"} == {m for m, line in rows.items() if "sequence length" in line}
+    assert "its named dimensions" in rows["PATH.onnx"]

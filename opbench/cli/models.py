@@ -24,14 +24,14 @@ if TYPE_CHECKING:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from opbench.workloads.models.hf import HF_MODELS
+    from opbench.workloads.models.hf import HF_MODELS, has_tokens
     from opbench.workloads.models.sources import TINY, TORCH_MODELS
 
-    rows = [(name, "torch", f"{name}{TINY}") for name in TORCH_MODELS]
-    rows += [(name, "transformers", f"{name}{TINY}") for name in HF_MODELS]
-    rows.append(("simple:WORKLOAD", "one catalogue workload, e.g. simple:matmul-512", "-"))
-    rows.append(("PATH.onnx", "onnx", "-"))
-    print(table(rows, ["model", "source", "tiny variant"]))
+    rows = [(name, "torch", f"{name}{TINY}", "-") for name in TORCH_MODELS]
+    rows += [(name, "transformers", f"{name}{TINY}", "sequence length" if has_tokens(name) else "-") for name in HF_MODELS]
+    rows.append(("simple:WORKLOAD", "one catalogue workload, e.g. simple:matmul-512", "-", "-"))
+    rows.append(("PATH.onnx", "onnx", "-", "its named dimensions"))
+    print(table(rows, ["model", "source", "tiny variant", "dynamic (--seq-len buckets in tune-model)"]))
     return 0
 
 
