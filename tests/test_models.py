@@ -675,7 +675,7 @@ def test_a_token_model_imported_once_runs_any_length_on_the_next_bucket_up_padde
     from opbench.hardware.targets import make_target
     from opbench.measure.models import export_model
     from opbench.workloads.models.dynamic import BucketedModel, bound, symbolic_module
-    from opbench.workloads.models.extract import fuse
+    from opbench.workloads.models.extract import fuse, fused_ops, import_model
 
     sources = {n: load_model("bert-base@tiny", 1, n) for n in (4, 5, 8, 9)}
     symbolic = symbolic_module(sources[4])
@@ -692,6 +692,8 @@ def test_a_token_model_imported_once_runs_any_length_on_the_next_bucket_up_padde
         model(sources[9].numpy_inputs())
     with pytest.raises(OpBenchError, match="'vit-base@tiny' has no dynamic dimension"):
         symbolic_module(load_model("vit-base@tiny"))
+    one = load_model("bert-base@tiny", 1, 1)  # one token: torch specialises a size of 1, so it imports static
+    assert fused_ops(fuse(import_model(one)))[0]
 
 
 def test_tune_model_at_buckets_runs_a_length_between_them_verified_against_eager(tracking_uri):

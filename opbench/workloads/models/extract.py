@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbench.workloads.models.dynamic import bound
+from opbench.workloads.models.dynamic import bound, seq_len
 from opbench.workloads.models.exports import exported_program, onnx_module, relax_module
 from opbench.workloads.models.graph import pad_into_conv, unwrap_batch_norm
 from opbench.workloads.models.sources import ModelSource
@@ -44,7 +44,7 @@ def import_model(source: ModelSource) -> Any:
     """The model as a Relax IRModule with its weights bound as constants; one with dynamic dimensions (a token
     model's sequence length, an ONNX file's named ones) imported once with them symbolic, then bound to the
     source's sizes (:mod:`.dynamic`)."""
-    if source.seq_axis is not None or source.dims:
+    if source.dims or (source.seq_axis is not None and seq_len(source) > 1):  # torch specialises a size of 1
         return bound(source)
     if source.kind == "onnx":
         return onnx_module(source)
