@@ -1,10 +1,9 @@
 """Dynamic dimensions: a token model's sequence length, an ONNX file's named dimensions. The model is
 imported once with Relax's symbolic shapes (:func:`symbolic_module`) and bound to the sizes it is built at
 (:func:`bound`): MetaSchedule and the templates tune static shapes, so a model serving many lengths is built at
-a few, its *buckets*. At run time
-:class:`BucketedModel` dispatches: a length runs on the smallest bucket that holds it, its token ids padded with
-0 and its attention mask with 0 (the padding attends to nothing and nothing attends to it), its output cut back
-to the length."""
+a few, its *buckets*. At run time :class:`BucketedModel` dispatches: a length runs on the smallest bucket that
+holds it, its inputs padded with zeros (a token model's mask too: the padding attends to nothing and nothing
+attends to it), its (first) output cut back to the length."""
 from __future__ import annotations
 
 import logging
@@ -117,5 +116,7 @@ class BucketedModel:
         length = arrays[0].shape[self.axis.inputs[0]]
         bucket = self.buckets.bucket_for(length)
         out = self._vms[bucket]["main"](*(tvm.runtime.tensor(a) for a in padded(arrays, self.axis, bucket)))
+        while not hasattr(out, "numpy"):  # a tuple of outputs: the first
+            out = out[0]
         output = np.take(out.numpy(), np.arange(length), axis=self.axis.output)
         return Dispatched(output, length, bucket)

@@ -1,7 +1,7 @@
 """A model exported: ``torch.export``'s program (its sequence length a dynamic dimension where asked), Relax's
-module of it or of an ONNX file (named dimensions symbolic), and, prepared once for the frameworks TVM is compared with so that the fresh processes
-that time them only load them, torch.compile's ahead-of-time package (AOTInductor) and an ONNX file for ONNX
-Runtime and OpenVINO."""
+module of it or of an ONNX file (named dimensions symbolic), and, prepared once for the frameworks TVM is
+compared with so that the fresh processes that time them only load them, torch.compile's ahead-of-time package
+(AOTInductor) and an ONNX file for ONNX Runtime and OpenVINO."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -26,8 +26,8 @@ TINY = "@tiny"
 
 @dataclass(frozen=True)
 class SeqAxis:
-    """A token model's dynamic dimension: the sequence length, at ``inputs`` (one axis per input) and at
-    ``output`` of its output, at most ``max_len`` (its position embeddings)."""
+    """A model's sequence length as a dynamic dimension: its axis in each input (``inputs``) and in its first
+    output (``output``), at most ``max_len`` (a token model's position embeddings)."""
 
     inputs: tuple[int, ...] = (1, 1)  # token ids, attention mask
     output: int = 1
