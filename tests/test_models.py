@@ -700,7 +700,7 @@ def test_tune_model_at_buckets_runs_a_length_between_them_verified_against_eager
     """tune-model --seq-len 4,8: each bucket tuned and verified as a model of its own, the symbolic import
     made once, and the length between them run on bucket 8 and timed beside eager at that length."""
     out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--seq-len", "4,8", "--between", "6", "--trials-per-op",
-                                "1", "--max-ops", "1", "--verify-rounds", "1", "--compare", "torch", "--tracking-uri",
+                                "1", "--max-ops", "1", "--repeat", "3", "--verify-rounds", "1", "--compare", "torch", "--tracking-uri",
                                 tracking_uri, "--study", "tm-dyn"], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr.count("with its dynamic dimensions symbolic") == 1
