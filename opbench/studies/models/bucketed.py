@@ -45,7 +45,6 @@ class BetweenRun:
 class BucketedResult:
     buckets: dict[int, ModelTuneResult]  # by bucket length
     between: list[BetweenRun]
-    study: str
 
 
 def default_between(buckets: tuple[int, ...]) -> tuple[int, ...]:
@@ -60,8 +59,6 @@ def _checked_sources(model: str, batch: int, lengths: tuple[int, ...]) -> dict[i
     its sequences short)."""
     sources = {n: load_model(model, batch, n) for n in lengths}
     for n, source in sources.items():
-        if source.seq_axis is None:
-            raise OpBenchError(f"model '{model}' has no dynamic dimension (a sequence length): give one --seq-len")
         if seq_len(source) != n:
             raise OpBenchError(f"model '{model}' runs at most {seq_len(source)} tokens, so not at length {n}")
     return sources
@@ -82,9 +79,7 @@ def tune_bucketed(spec: ModelTuneSpec, buckets: tuple[int, ...], between: tuple[
         log.info("=== bucket %d of %s: sequence length %d", buckets.index(bucket) + 1, m.model, bucket)
         results[bucket] = tune_model(replace(spec, model=replace(m, seq_len=bucket), study=f"{study}-s{bucket}"),
                                      on_record)
-    axis = sources[buckets[0]].seq_axis
-    assert axis is not None  # _checked_sources
-    dispatcher = BucketedModel({b: r.database / TUNED for b, r in results.items()}, axis)
+    dispatcher = BucketedModel({b: r.database / TUNED for b, r in results.items()}, sources[buckets[0]].sequence_axis())
     folder = study_dir("tune-model", study, spec.tracking_uri)
     runs = [_run_between(spec, sources[n], dispatcher, folder, study) for n in between]
     with Recorder(study, spec.tracking_uri, parent_tags={"model": m.model}) as recorder:
@@ -92,7 +87,7 @@ def tune_bucketed(spec: ModelTuneSpec, buckets: tuple[int, ...], between: tuple[
                              "between": ",".join(map(str, between)), "threads": m.threads},
                             {f"{key}_s{run.dispatched.length}": value for run in runs
                              for key, value in _between_metrics(run).items()})
-    return BucketedResult(results, runs, study)
+    return BucketedResult(results, runs)
 
 
 def _run_between(spec: ModelTuneSpec, source: ModelSource, dispatcher: BucketedModel, folder: Path, study: str

@@ -21,15 +21,9 @@ from opbench.workloads.models.sources import ModelSource, SeqAxis
 log = logging.getLogger("opbench")
 
 
-def _axis(source: ModelSource) -> SeqAxis:
-    if source.seq_axis is None:
-        raise OpBenchError(f"model '{source.name}' has no dynamic dimension (a sequence length)")
-    return source.seq_axis
-
-
 def seq_len(source: ModelSource) -> int:
     """The sequence length of ``source``'s example inputs (a tiny model's are cut short)."""
-    return int(np.shape(source.inputs[0])[_axis(source).inputs[0]])
+    return int(np.shape(source.inputs[0])[source.sequence_axis().inputs[0]])
 
 
 _SYMBOLIC: dict[tuple[str, int], Any] = {}  # (model, batch size) -> its symbolic module

@@ -21,10 +21,9 @@ def exported_program(source: ModelSource, dynamic: bool = False):  # -> torch.ex
         raise OpBenchError(f"{source.name} has no PyTorch module to export")
     shapes = None
     if dynamic:
-        if source.seq_axis is None:
-            raise OpBenchError(f"model '{source.name}' has no dynamic dimension (a sequence length)")
-        seq = torch.export.Dim("seq_len", min=2, max=source.seq_axis.max_len)
-        shapes = tuple({axis: seq} for axis in source.seq_axis.inputs)
+        axis = source.sequence_axis()
+        seq = torch.export.Dim("seq_len", min=2, max=axis.max_len)
+        shapes = tuple({dim: seq} for dim in axis.inputs)
     try:
         with torch.no_grad():
             return torch.export.export(source.module, source.inputs, dynamic_shapes=shapes)

@@ -65,6 +65,12 @@ class ModelSource:
     def inputs(self) -> tuple[Any, ...]:
         return self._built[1]
 
+    def sequence_axis(self) -> SeqAxis:
+        """Its sequence length's axes; an error for a model without one."""
+        if self.seq_axis is None:
+            raise OpBenchError(f"model '{self.name}' has no dynamic dimension (a sequence length)")
+        return self.seq_axis
+
     @property
     def has_module(self) -> bool:
         """Whether it is a PyTorch module (known without building it)."""
