@@ -13,7 +13,8 @@ from opbench.workloads import parse_workload
 
 CONTRACT_WORKLOADS = ["matmul:m=16,n=24,k=8", "dense:m=4,n=16,k=8,bias=1", "batch_matmul:b=2,m=8,n=8,k=8",
                       "conv2d:n=1,c=8,h=9,w=9,k=16,r=3,s=3,stride=1,pad=1",
-                      "depthwise_conv2d:n=1,c=16,h=9,w=9,r=3,s=3,stride=2,pad=1", "softmax:m=4,n=33"]
+                      "depthwise_conv2d:n=1,c=16,h=9,w=9,r=3,s=3,stride=2,pad=1", "softmax:m=4,n=33",
+                      "dense:m=4,n=16,k=24,bias=1,dtype=int8"]
 
 
 def _templates_of(workload):

@@ -19,12 +19,14 @@ DEFAULT_L2_KB = 512
 
 @dataclass(frozen=True)
 class CpuShape:
-    """A CPU's SIMD registers (width in bits, how many), its L1 data cache's ways and its L2's size."""
+    """A CPU's SIMD registers (width in bits, how many), its L1 data cache's ways, its L2's size and the ISA flags
+    a template may choose an instruction by (``avx512_vnni``, ``avx2``)."""
 
     vector_bits: int
     vector_registers: int
     l1d_ways: int = DEFAULT_L1D_WAYS
     l2_kb: float = DEFAULT_L2_KB
+    isa: frozenset[str] = frozenset()
 
     @property
     def fp32_lanes(self) -> int:
@@ -45,11 +47,12 @@ class CpuShape:
     @classmethod
     def of_isa(cls, isa: set[str], l1d_ways: int = DEFAULT_L1D_WAYS, l2_kb: float = DEFAULT_L2_KB) -> CpuShape:
         """AVX-512 32 x 512 bits, AVX/AVX2 16 x 256, AArch64 ASIMD 32 x 128, ARMv7 NEON and SSE 16 x 128."""
+        flags = frozenset(isa)
         if "avx512f" in isa:
-            return cls(512, 32, l1d_ways, l2_kb)
+            return cls(512, 32, l1d_ways, l2_kb, flags)
         if isa & {"avx", "avx2"}:
-            return cls(256, 16, l1d_ways, l2_kb)
-        return cls(128, 32 if "asimd" in isa else 16, l1d_ways, l2_kb)
+            return cls(256, 16, l1d_ways, l2_kb, flags)
+        return cls(128, 32 if "asimd" in isa else 16, l1d_ways, l2_kb, flags)
 
 
 def record_shape(record: Mapping[str, Any]) -> CpuShape:

@@ -140,6 +140,10 @@ class Template(ABC):
     def knobs(self, workload: Workload) -> list[Knob]:
         """The space for ``workload``: every combination of these values applies."""
 
+    def refusal(self, workload: Workload) -> str | None:
+        """Why the template does not schedule ``workload`` of its operator (None: it does)."""
+        return None
+
     @abstractmethod
     def default_config(self, workload: Workload) -> Config:
         """The template's own default schedule for ``workload``: a point of its space."""

@@ -1,0 +1,54 @@
+"""The int8 dot-product templates: exact on full-range inputs with each instruction, the instruction in the assembly,
+the default for int8 matrix products where the CPU has one, refused with a reason elsewhere."""
+import numpy as np
+import pytest
+
+from opbench.exceptions import WorkloadError
+from opbench.hardware.cpu_shape import CpuShape, shaped_for
+from opbench.hardware.resources import host_facts
+from opbench.space import get_template
+from opbench.space.int8_dot import AVX2, VNNI
+from opbench.workloads import parse_workload
+
+# an LLVM CPU with each instruction, to build for whether or not this host has it
+CPUS = {VNNI.isa: ("cascadelake", "vpdpbusd"), AVX2.isa: ("haswell", "vpmaddwd")}
+
+
+@pytest.mark.parametrize("dot", [VNNI, AVX2], ids=lambda d: d.isa)
+@pytest.mark.parametrize("spec", ["dense:m=8,n=32,k=48,bias=1,dtype=int8", "matmul:m=6,n=48,k=20,dtype=int8"])
+def test_each_instruction_builds_into_the_kernel_and_runs_exactly_where_the_host_has_it(dot, spec):
+    import tvm
+
+    workload = parse_workload(spec)
+    mcpu, mnemonic = CPUS[dot.isa]
+    with shaped_for(CpuShape(512 if dot is VNNI else 256, 32 if dot is VNNI else 16, isa=frozenset({dot.isa}))):
+        template = get_template(workload, f"{workload.op.name}_int8")
+        config = template.validate({"row_block": 2}, workload)
+        assert template.nest(config, workload).vector == dot.lanes
+        lib = tvm.compile(template.schedule(workload, config), target=tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
+    assert mnemonic in lib.mod.inspect_source("asm")
+    if dot.isa not in host_facts().isa:
+        return  # built for a CPU this host is not
+    inputs = workload.make_inputs()
+    assert inputs[0].max() > 250 and inputs[1].min() < -120  # full range: vpmaddubsw would saturate here
+    expected = workload.reference(inputs)
+    device = tvm.cpu()
+    args = [tvm.runtime.tensor(a, device) for a in [*inputs, np.zeros_like(expected)]]
+    lib(*args)
+    assert np.array_equal(args[-1].numpy(), expected)
+
+
+def test_int8_matrix_products_default_to_the_dot_templates_and_others_are_refused_saying_why():
+    avx2 = CpuShape(256, 16, isa=frozenset({"avx2"}))
+    with shaped_for(avx2):
+        assert get_template(parse_workload("dense:m=4,n=32,k=8,dtype=int8")).name == "dense_int8"
+        assert get_template(parse_workload("matmul:m=4,n=32,k=8,dtype=int8")).name == "matmul_int8"
+        assert get_template(parse_workload("dense:m=4,n=32,k=8")).name == "dense"  # fp32: the tiled template
+        assert get_template(parse_workload("dense:m=4,n=24,k=8,dtype=int8")).name == "dense"  # 24 columns: not whole units
+        with pytest.raises(WorkloadError, match="n a multiple of 16 and k of 4, not n=24"):
+            get_template(parse_workload("dense:m=4,n=24,k=8,dtype=int8"), "dense_int8")
+        with pytest.raises(WorkloadError, match="dtype=int8 only, not float32"):
+            get_template(parse_workload("dense:m=4,n=32,k=8"), "dense_int8")
+    assert get_template(parse_workload("dense:m=4,n=32,k=8,dtype=int8"), target="rpi4").name == "dense"  # an Arm board
+    with shaped_for("rpi4"), pytest.raises(WorkloadError, match="the CPU has none of avx512_vnni, avx2"):
+        get_template(parse_workload("dense:m=4,n=32,k=8,dtype=int8"), "dense_int8")
