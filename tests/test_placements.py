@@ -1,4 +1,5 @@
 """A trial's estimate over placements and its interval, and the one placement loop every runner applies."""
+import json
 import math
 import random
 
@@ -179,6 +180,25 @@ def test_peak_frac_divides_by_the_measured_peak_and_is_absent_without_one(measur
     assert record["peak_frac"] == pytest.approx(record["gflops"] / peak)
     monkeypatch.setattr(Measurer, "peak_gflops", lambda self, resources, dtype="float32", reached=0.0: None)
     assert "peak_frac" not in measurer.measure(spec) and measurer.measure(spec)["gflops"] > 0
+
+
+def test_an_int8_record_divides_by_the_int8_peak_of_the_hosts_dot_product_instruction(measurer, monkeypatch, tmp_path):
+    from opbench.hardware.peak import PeakCache
+    from opbench.hardware.resources import Resources
+    from opbench.measure.types import TrialSpec
+    from opbench.space.int8_dot import instruction
+    from opbench.workloads import parse_workload
+
+    monkeypatch.setattr(measurer, "_peaks", PeakCache(tmp_path / "peaks.json"))
+    dot = instruction(frozenset(measurer.host.isa))
+    if dot is None:
+        pytest.skip("this CPU has no int8 dot-product instruction of ours: int8 records have no peak_frac")
+    fp32, int8 = measurer.peak_gflops(Resources(1)), measurer.peak_gflops(Resources(1), "int8")
+    assert fp32 and int8 and int8 > fp32  # 4 (VNNI) or 2 (AVX2) products a lane per instruction against one FMA
+    assert set(json.loads((tmp_path / "peaks.json").read_text())) == {
+        PeakCache.key(measurer.host.device_key, 1, "any", dtype) for dtype in ("float32", "int8")}
+    record = measurer.measure(TrialSpec(parse_workload("dense:m=16,n=64,k=64,dtype=int8"), {}, Resources(1)))
+    assert record["template"] == "dense_int8" and record["peak_frac"] == pytest.approx(record["gflops"] / int8, rel=1e-6)
 
 
 def test_re_measures_calibrate_a_devices_interval_once_there_are_enough(tmp_path):

@@ -18,7 +18,7 @@ from opbench.hardware.cpu_shape import shaped_for
 from opbench.hardware.devices import parse_device
 from opbench.hardware.host_speed import HostSpeed, default_history
 from opbench.hardware.lock import HostLock
-from opbench.hardware.peak import PeakCache, peak_flops, vector_lanes
+from opbench.hardware.peak import CHAINS, ITERATIONS, PeakCache, peak_flops, vector_lanes
 from opbench.hardware.resources import LOCAL, Resources, host_facts
 from opbench.hardware.targets import is_gpu
 from opbench.measure.baselines import BaselineCache, baseline_key
@@ -45,8 +45,9 @@ from opbench.measure.trial_record import add_run, new_record, ran_on
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.paths import build_dir
 from opbench.record import Status, TrialRecord
-from opbench.space import LIBRARY_TEMPLATES, Config, get_template
+from opbench.space import LIBRARY_TEMPLATES, Config, get_template, int8_dot
 from opbench.workloads import Workload
+from opbench.workloads._base import INT8
 
 log = logging.getLogger(__name__)
 
@@ -315,10 +316,21 @@ class Measurer:
             if run.status is not Status.OK:
                 log.warning("the host's peak could not be measured (no peak_frac): %s", run.error)
                 return None
-            return peak_flops(resources.threads, vector_lanes(self.host.isa, dtype)) / min(run.latencies_s) / 1e9
+            return self._peak_ops(resources.threads, dtype) / min(run.latencies_s) / 1e9
 
         return self._peaks.get_or_measure(PeakCache.key(self.host.device_key, resources.threads, resources.cores_label,
                                                         dtype), measure, reached)
+
+    def _peak_ops(self, threads: int, dtype: str) -> float:
+        """Operations of one call of the peak kernel of ``dtype``: int8's on the host's dot-product instruction."""
+        dot = int8_dot.instruction(frozenset(self.host.isa)) if dtype == INT8 else None
+        if dot is not None:
+            return int8_dot.peak_ops(dot, threads, CHAINS, ITERATIONS)
+        return peak_flops(threads, vector_lanes(self.host.isa, dtype))
+
+    def _has_peak(self, dtype: str) -> bool:
+        """Whether a peak of ``dtype`` is measured here: fp32's, and int8's on a dot-product instruction."""
+        return dtype == "float32" or dtype == INT8 and int8_dot.instruction(frozenset(self.host.isa)) is not None
 
     @staticmethod
     def _run_input(build: BuildResult, spec: TrialSpec, timing: TimingPolicy) -> RunInput:
@@ -339,9 +351,10 @@ class Measurer:
         finished_at = time.time()  # before the bookkeeping below: when the trial's run ended, give or take milliseconds
         record = new_record(spec, template, config, status, error, ran_on(self.host, spec.resources, run), build, run)
         if run is not None:
-            peak = None  # fp32's is the one peak measured: another type's share of it says nothing
-            if run.status is Status.OK and spec.workload.dtype == "float32":
-                peak = self.peak_gflops(spec.resources, reached=spec.workload.flops / 1e6 / estimated_ms(run, self.timing.agree))
+            peak = None  # measured for fp32 and int8 only: another type's share of fp32's says nothing
+            if run.status is Status.OK and self._has_peak(spec.workload.dtype):
+                peak = self.peak_gflops(spec.resources, spec.workload.dtype,
+                                        reached=spec.workload.flops / 1e6 / estimated_ms(run, self.timing.agree))
             add_run(record, run, self.timing, spec.workload.flops / 1e9, peak, self.calibration.bounds(record.device_key))
         record.trial_s = time.perf_counter() - started
         record.finished_at = finished_at  # unix seconds: tuning curves against wall time

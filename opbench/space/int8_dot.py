@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opbench.exceptions import WorkloadError
 from opbench.hardware.cpu_shape import current_shape
@@ -198,3 +198,45 @@ class Int8DotTemplate(Template):
 def _multiples(extent: int, unit: int, cap: int) -> tuple[int, ...]:
     """The multiples of ``unit`` that divide ``extent``, up to ``cap`` (``unit`` at least)."""
     return tuple(unit * d for d in divisors(extent // unit, max(cap // unit, 1)))
+
+
+def peak_ops(dot: DotInstruction, threads: int, chains: int, iterations: int) -> float:
+    """Operations (a multiply and an add per product) of one call of :func:`peak_kernel`."""
+    return 2.0 * threads * chains * iterations * dot.lanes * dot.group
+
+
+def peak_kernel(dot: DotInstruction, threads: int, chains: int, iterations: int) -> Any:
+    """A PrimFunc whose every thread runs ``chains`` independent chains of ``dot``'s instruction on registers (each
+    step's operand its own accumulator, so nothing is hoisted out of the loop): the host's int8 peak, as
+    :func:`opbench.hardware.peak.peak_kernel` is its fp32 one. Its input seeds the accumulators, its output keeps
+    them live."""
+    from tvm.script import tirx as T
+
+    lanes, shape = dot.lanes, (threads, chains, dot.lanes)
+    vector, data = f"int32x{lanes}", f"int8x{lanes * 4}"
+
+    def step(acc: Any, t: Any, c: Any) -> Any:
+        now, other = acc.vload([t, c, 0], vector), acc.vload([t, (c + 1) % chains, 0], vector)
+        if dot is VNNI:
+            return T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"), now,
+                                           T.reinterpret(now, dtype=data), T.reinterpret(other, dtype=data),
+                                           dtype=vector)
+        return now + T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"),
+                                             T.reinterpret(now, dtype="int16x16"), T.reinterpret(other, dtype="int16x16"),
+                                             dtype=vector)
+
+    @T.prim_func
+    def main(seed: T.Buffer(shape, "int32"), out: T.Buffer(shape, "int32")) -> None:  # type: ignore[valid-type]
+        acc = T.alloc_buffer(shape, "int32", scope="local")
+        for t in T.parallel(threads):
+            for c in T.unroll(chains):
+                for lane in T.vectorized(lanes):
+                    acc[t, c, lane] = seed[t, c, lane]
+            for _ in range(iterations):
+                for c in T.unroll(chains):
+                    acc[t, c, T.ramp(0, 1, lanes)] = step(acc, t, c)
+            for c in T.unroll(chains):
+                for lane in T.vectorized(lanes):
+                    out[t, c, lane] = acc[t, c, lane]
+
+    return main

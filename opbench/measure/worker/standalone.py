@@ -13,6 +13,7 @@ from opbench.measure.protocol import PeakInput, PrimFuncInput, RunResult
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.worker._common import COLD, time_series
 from opbench.record import Status
+from opbench.workloads._base import INT8
 
 
 def peak_timer(req: PeakInput, pool_here: Callable[[], None]) -> Callable[[], RunResult]:
@@ -20,13 +21,20 @@ def peak_timer(req: PeakInput, pool_here: Callable[[], None]) -> Callable[[], Ru
     import numpy as np
     import tvm
 
-    from opbench.hardware.peak import CHAINS, peak_kernel, vector_lanes
+    from opbench.hardware.peak import CHAINS, ITERATIONS, peak_kernel, vector_lanes
     from opbench.hardware.resources import host_facts
     from opbench.hardware.targets import make_target
+    from opbench.space import int8_dot
 
-    threads, lanes = req.resources.threads, vector_lanes(host_facts().isa, req.dtype)
-    module = tvm.compile(tvm.IRModule({"main": peak_kernel(threads, lanes, req.dtype)}), make_target("llvm", threads)).mod
-    return _timer(module, lambda: [tvm.runtime.tensor(np.ones((threads, CHAINS, lanes), req.dtype)) for _ in range(2)],
+    threads, isa = req.resources.threads, frozenset(host_facts().isa)
+    dot = int8_dot.instruction(isa) if req.dtype == INT8 else None
+    if dot is not None:
+        kernel, lanes, dtype = int8_dot.peak_kernel(dot, threads, CHAINS, ITERATIONS), dot.lanes, "int32"
+    else:
+        lanes, dtype = vector_lanes(tuple(isa), req.dtype), req.dtype
+        kernel = peak_kernel(threads, lanes, dtype)
+    module = tvm.compile(tvm.IRModule({"main": kernel}), make_target("llvm", threads)).mod
+    return _timer(module, lambda: [tvm.runtime.tensor(np.ones((threads, CHAINS, lanes), dtype)) for _ in range(2)],
                   req.timing, pool_here)
 
 
