@@ -186,11 +186,11 @@ def test_an_int8_record_divides_by_the_int8_peak_of_the_hosts_dot_product_instru
     from opbench.hardware.peak import PeakCache
     from opbench.hardware.resources import Resources
     from opbench.measure.types import TrialSpec
-    from opbench.space.int8_dot import instruction
+    from opbench.space.dot_product import instruction
     from opbench.workloads import parse_workload
 
     monkeypatch.setattr(measurer, "_peaks", PeakCache(tmp_path / "peaks.json"))
-    dot = instruction(frozenset(measurer.host.isa))
+    dot = instruction("int8", frozenset(measurer.host.isa))
     if dot is None:
         pytest.skip("this CPU has no int8 dot-product instruction of ours: int8 records have no peak_frac")
     fp32, int8 = measurer.peak_gflops(Resources(1)), measurer.peak_gflops(Resources(1), "int8")

@@ -45,9 +45,8 @@ from opbench.measure.trial_record import add_run, new_record, ran_on
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.paths import build_dir
 from opbench.record import Status, TrialRecord
-from opbench.space import LIBRARY_TEMPLATES, Config, get_template, int8_dot
+from opbench.space import LIBRARY_TEMPLATES, Config, dot_product, get_template
 from opbench.workloads import Workload
-from opbench.workloads._base import INT8
 
 log = logging.getLogger(__name__)
 
@@ -323,14 +322,14 @@ class Measurer:
 
     def _peak_ops(self, threads: int, dtype: str) -> float:
         """Operations of one call of the peak kernel of ``dtype``: int8's on the host's dot-product instruction."""
-        dot = int8_dot.instruction(frozenset(self.host.isa)) if dtype == INT8 else None
+        dot = dot_product.instruction(dtype, frozenset(self.host.isa))
         if dot is not None:
-            return int8_dot.peak_ops(dot, threads, CHAINS, ITERATIONS)
+            return dot_product.peak_ops(dot, threads, CHAINS, ITERATIONS)
         return peak_flops(threads, vector_lanes(self.host.isa, dtype))
 
     def _has_peak(self, dtype: str) -> bool:
         """Whether a peak of ``dtype`` is measured here: fp32's, and int8's on a dot-product instruction."""
-        return dtype == "float32" or dtype == INT8 and int8_dot.instruction(frozenset(self.host.isa)) is not None
+        return dtype == "float32" or dot_product.instruction(dtype, frozenset(self.host.isa)) is not None
 
     @staticmethod
     def _run_input(build: BuildResult, spec: TrialSpec, timing: TimingPolicy) -> RunInput:

@@ -5,11 +5,11 @@ from typing import Any
 
 from opbench.exceptions import WorkloadError
 from opbench.space._base import Config, Knob, Nest, Template
+from opbench.space.dot_product import DotProductTemplate
 from opbench.space.fused import FusedTemplate
 from opbench.space.fused_conv_transpose import FusedConvTransposeTemplate
 from opbench.space.fused_matmul import FusedMatmulTemplate
 from opbench.space.gpu import GPU_TEMPLATES
-from opbench.space.int8_dot import Int8DotTemplate
 from opbench.space.packed import PackedConvTemplate
 from opbench.space.prescheduled import IRFileTemplate
 from opbench.space.rowwise import FusedRowwiseTemplate, NoScheduleTemplate, RowwiseTemplate
@@ -31,8 +31,8 @@ TEMPLATES: dict[str, Template] = {
         TiledTemplate("pool2d", tiled=("c", "y", "x"), **_WINDOW),
         TiledTemplate("conv3d", tiled=("f", "y", "x"), reduce_tiled=("rc",), untiled_spatial=2, has_pad=True),  # n, z whole
         TiledTemplate("conv2d_transpose", tiled=("f", "y", "x"), reduce_tiled=("rc",), **_WINDOW),
-        Int8DotTemplate("dense_int8", op="dense"),
-        Int8DotTemplate("matmul_int8", op="matmul"),
+        DotProductTemplate("dense_int8", op="dense", dtype=INT8),
+        DotProductTemplate("matmul_int8", op="matmul", dtype=INT8),
         PackedConvTemplate("conv2d_nchwc", op="conv2d"),
         PackedConvTemplate("depthwise_conv2d_nchwc", op="depthwise_conv2d", depthwise=True),
         PackedConvTemplate("fused_conv2d_nchwc", op="fused_conv2d"),
@@ -60,8 +60,8 @@ CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_
                 "fused_conv2d": "fused_conv2d_nchwc", "fused_depthwise_conv2d": "fused_depthwise_conv2d_nchwc",
                 "fused_matmul": "fused_matmul", "fused_rowwise": "fused_rowwise",
                 "fused_conv2d_transpose": "fused_conv2d_transpose"}
-# int8 matrix products take the dot-product templates on CPUs that have the instruction (int8_dot.INSTRUCTIONS)
-INT8_DEFAULTS = {"dense": "dense_int8", "matmul": "matmul_int8"}
+# int8 matrix products take the dot-product templates on CPUs that have the instruction (dot_product.INSTRUCTIONS)
+DOT_DEFAULTS = {(INT8, "dense"): "dense_int8", (INT8, "matmul"): "matmul_int8"}
 
 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:
@@ -75,7 +75,7 @@ def get_template(workload: Workload, name: str | None = None, target: str = "llv
         if name not in TEMPLATES:
             gpu_ops = ", ".join(t.op for t in GPU_TEMPLATES)
             raise WorkloadError(f"no CUDA template for operator '{kind}' (CUDA templates: {gpu_ops})")
-    name = name or _int8_default(workload, target) or CPU_DEFAULTS.get(kind, workload.op.name)
+    name = name or _dot_default(workload, target) or CPU_DEFAULTS.get(kind, workload.op.name)
     if name not in TEMPLATES:
         raise WorkloadError(f"unknown template '{name}'; templates: {', '.join(TEMPLATES)}")
     if getattr(TEMPLATES[name], "op", name) not in (workload.op.name, kind) and name not in GENERIC_TEMPLATES:
@@ -86,12 +86,12 @@ def get_template(workload: Workload, name: str | None = None, target: str = "llv
     return TEMPLATES[name]
 
 
-def _int8_default(workload: Workload, target: str) -> str | None:
-    """:data:`INT8_DEFAULTS`' template of an int8 ``workload`` where ``target``'s CPU has a dot-product instruction."""
+def _dot_default(workload: Workload, target: str) -> str | None:
+    """:data:`DOT_DEFAULTS`' template of ``workload`` where ``target``'s CPU has its dot-product instruction."""
     from opbench.hardware.cpu_shape import shaped_for
 
-    if workload.dtype != INT8 or workload.kind not in INT8_DEFAULTS:
+    name = DOT_DEFAULTS.get((workload.dtype, workload.kind))
+    if name is None:
         return None
-    name = INT8_DEFAULTS[workload.kind]
     with shaped_for(target):
         return None if TEMPLATES[name].refusal(workload) else name

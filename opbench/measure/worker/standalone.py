@@ -13,7 +13,7 @@ from opbench.measure.protocol import PeakInput, PrimFuncInput, RunResult
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.worker._common import COLD, time_series
 from opbench.record import Status
-from opbench.workloads._base import INT8
+from opbench.workloads._base import ACCUMULATOR
 
 
 def peak_timer(req: PeakInput, pool_here: Callable[[], None]) -> Callable[[], RunResult]:
@@ -24,12 +24,13 @@ def peak_timer(req: PeakInput, pool_here: Callable[[], None]) -> Callable[[], Ru
     from opbench.hardware.peak import CHAINS, ITERATIONS, peak_kernel, vector_lanes
     from opbench.hardware.resources import host_facts
     from opbench.hardware.targets import make_target
-    from opbench.space import int8_dot
+    from opbench.space import dot_product
 
     threads, isa = req.resources.threads, frozenset(host_facts().isa)
-    dot = int8_dot.instruction(isa) if req.dtype == INT8 else None
+    dot = dot_product.instruction(req.dtype, isa)
     if dot is not None:
-        kernel, lanes, dtype = int8_dot.peak_kernel(dot, threads, CHAINS, ITERATIONS), dot.lanes, "int32"
+        kernel, lanes = dot_product.peak_kernel(dot, threads, CHAINS, ITERATIONS), dot.lanes
+        dtype = ACCUMULATOR[req.dtype]
     else:
         lanes, dtype = vector_lanes(tuple(isa), req.dtype), req.dtype
         kernel = peak_kernel(threads, lanes, dtype)

@@ -1,18 +1,22 @@
-"""int8 matrix products on the CPU's integer dot-product instruction: u8 activations x i8 weights summed into i32,
-exactly, whatever the values (docs/workloads-and-templates.md#int8).
+"""int8 matrix products on the CPU's dot-product instructions (docs/workloads-and-templates.md#int8): u8 activations
+x i8 weights summed into i32, exactly, whatever the values.
 
 The weight ``W[k, n]`` is packed to ``(n / lanes, k / group, lanes, group)``: one vector register holds ``group``
 consecutive ``k`` of ``lanes`` output columns, which the instruction multiplies by ``group`` activations broadcast to
-every lane and sums into ``lanes`` i32 accumulators. The accumulators are a register tile of ``row_block`` rows by
-``col_vectors`` vectors, written back (the bias added) once their reduction is done.
+every lane and sums into ``lanes`` accumulators. The accumulators are a register tile of ``row_block`` rows by
+``col_block`` columns, written back (the bias added) once their reduction is done.
 
-- **AVX-512 VNNI**: ``vpdpbusd``, 16 lanes x 4 (TVM's ``dot_16x4_vnni``, its accumulator a register).
-- **AVX2 without VNNI**: ``vpmaddubsw`` would saturate on full-range u8 x i8 pairs, so the activations and weights
-  are widened to i16 and ``vpmaddwd`` sums 2 products per i32 lane, 8 lanes x 2: exact for every input.
+- **AVX-512 VNNI** (int8): ``vpdpbusd``, 16 lanes x 4 (as TVM's ``dot_16x4_vnni``, its accumulator a register).
+- **AVX2** (int8, no VNNI): ``vpmaddubsw`` would saturate on full-range u8 x i8 pairs, so the operands are widened
+  to i16 and ``vpmaddwd`` sums 2 products per i32 lane, 8 lanes x 2: exact for every input.
+
+bf16 has no template here: TVM 0.27 stores bf16 as u16 and computes it in fp32 (``BF16StorageLegalize``,
+``BF16ComputeLegalize``, always run), so no LLVM ``bfloat`` vector reaches ``vdpbf16ps``, whose intrinsic takes them.
 """
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +25,7 @@ from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Nest, Template, divisors
 from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, WEIGHTS_PREPACKED, mark_prepack, pack_copy, vectorize_lanes
 from opbench.workloads import Workload
-from opbench.workloads._base import INT8
+from opbench.workloads._base import ACCUMULATOR, INT8, OPERANDS
 from opbench.workloads.fused import anchor_block, blocks_after
 
 if TYPE_CHECKING:
@@ -36,22 +40,63 @@ K_CHUNK_CAP = 2048  # reduction steps of the inner chunk (the weight panel kept 
 
 @dataclass(frozen=True)
 class DotInstruction:
-    """One integer dot-product instruction as a TVM tensor intrinsic on a local accumulator."""
+    """One dot-product instruction: ``lanes`` accumulators, each summing ``group`` products of a ``dtype`` workload's
+    operands, as a TVM tensor intrinsic on a local accumulator; ``step`` is its LLVM call (accumulator vector,
+    the activations' ``group`` values broadcast as one i32, the weight's vector)."""
 
     name: str  # the tensor intrinsic's registered name
     isa: str  # the CPU flag (/proc/cpuinfo) that the instruction needs
-    lanes: int  # i32 accumulators per instruction
-    group: int  # products summed into each
+    dtype: str  # the workloads it computes
+    lanes: int
+    group: int
+    step: Callable[[Any, Any, Any], Any]
+
+    @property
+    def accumulator(self) -> str:
+        return f"{ACCUMULATOR[self.dtype]}x{self.lanes}"
 
 
-VNNI = DotInstruction("opbench_dot_16x4_u8i8i32_vnni", "avx512_vnni", 16, 4)
-AVX2 = DotInstruction("opbench_dot_8x2_u8i8i32_avx2", "avx2", 8, 2)
-INSTRUCTIONS = (VNNI, AVX2)  # the first the CPU has is used
+def _call(intrinsic: str, dtype: str, *args: Any) -> Any:
+    from tvm import tirx
+
+    return tirx.call_llvm_pure_intrin(dtype, intrinsic, *args)
 
 
-def instruction(isa: frozenset[str]) -> DotInstruction | None:
-    """The integer dot product of a CPU with ``isa`` flags (None: none of :data:`INSTRUCTIONS`)."""
-    return next((each for each in INSTRUCTIONS if each.isa in isa), None)
+def _vnni(acc: Any, pair: Any, weight: Any) -> Any:
+    from tvm import tirx
+
+    return _call("llvm.x86.avx512.vpdpbusd.512", "int32x16", acc, tirx.reinterpret("int8x64", tirx.Broadcast(pair, 16)),
+                 tirx.reinterpret("int8x64", weight))  # (LLVM 20 and later take i8 vectors)
+
+
+def _avx2(acc: Any, pair: Any, weight: Any) -> Any:
+    from tvm import tirx
+
+    return acc + _call("llvm.x86.avx2.pmadd.wd", "int32x8", tirx.reinterpret("int16x16", tirx.Broadcast(pair, 8)),
+                       tirx.reinterpret("int16x16", weight))
+
+
+VNNI = DotInstruction("opbench_dot_16x4_u8i8i32_vnni", "avx512_vnni", INT8, 16, 4, _vnni)
+AVX2 = DotInstruction("opbench_dot_8x2_u8i8i32_avx2", "avx2", INT8, 8, 2, _avx2)
+INSTRUCTIONS = {INT8: (VNNI, AVX2)}  # by dtype: the first the CPU has is used
+
+
+def instruction(dtype: str, isa: frozenset[str]) -> DotInstruction | None:
+    """The dot product of a CPU with ``isa`` flags for ``dtype`` (None: none of :data:`INSTRUCTIONS`)."""
+    return next((each for each in INSTRUCTIONS.get(dtype, ()) if each.isa in isa), None)
+
+
+def _operands(dot: DotInstruction, a: Any, b: Any) -> tuple[Any, Any]:
+    """The activations' ``group`` values as one i32 (AVX2's widened to i16 pairs first) and the weight's vector
+    (AVX2's widened to i16), from the intrinsic's buffers."""
+    from tvm import tirx
+
+    activation, weight, _ = OPERANDS[dot.dtype]
+    values = a.vload([0], f"{activation}x{dot.group}")
+    row = b.vload([0, 0], f"{weight}x{dot.lanes * dot.group}")
+    if dot is AVX2:
+        return tirx.reinterpret("int32", tirx.Cast("int16x2", values)), tirx.Cast("int16x16", row)
+    return tirx.reinterpret("int32", values), row
 
 
 @functools.cache
@@ -60,72 +105,54 @@ def register(dot: DotInstruction) -> str:
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
-    lanes, group = dot.lanes, dot.group
+    lanes, group, (activation, weight, _), acc = dot.lanes, dot.group, OPERANDS[dot.dtype], ACCUMULATOR[dot.dtype]
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (group,), "uint8", offset_factor=1)
-        B = T.match_buffer(b, (lanes, group), "int8", offset_factor=1)
-        C = T.match_buffer(c, (lanes,), "int32", offset_factor=1, scope="local")
+        A = T.match_buffer(a, (group,), activation, offset_factor=1)
+        B = T.match_buffer(b, (lanes, group), weight, offset_factor=1)
+        C = T.match_buffer(c, (lanes,), acc, offset_factor=1, scope="local")
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:group], B[0:lanes, 0:group])
             T.writes(C[0:lanes])
             for i, k in T.grid(lanes, group):
                 with T.sblock("update"):
                     vi, vk = T.axis.remap("SR", [i, k])
-                    C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+                    C[vi] = C[vi] + T.cast(A[vk], acc) * T.cast(B[vi, vk], acc)
 
-    if dot is VNNI:
-        @T.prim_func(s_tir=True)
-        def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-            A = T.match_buffer(a, (group,), "uint8", offset_factor=1)
-            B = T.match_buffer(b, (lanes, group), "int8", offset_factor=1)
-            C = T.match_buffer(c, (lanes,), "int32", offset_factor=1, scope="local")
-            with T.sblock("root"):
-                T.reads(C[0:lanes], A[0:group], B[0:lanes, 0:group])
-                T.writes(C[0:lanes])
-                C[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
-                    T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"), C.vload([0], "int32x16"),
-                    T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], "uint8x4"), dtype="int32"), lanes),
-                                  dtype="int8x64"),
-                    B.vload([0, 0], "int8x64"), dtype="int32x16")  # (LLVM 20 and later: i8 vectors)
-    else:
-        @T.prim_func(s_tir=True)
-        def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-            A = T.match_buffer(a, (group,), "uint8", offset_factor=1)
-            B = T.match_buffer(b, (lanes, group), "int8", offset_factor=1)
-            C = T.match_buffer(c, (lanes,), "int32", offset_factor=1, scope="local")
-            with T.sblock("root"):
-                T.reads(C[0:lanes], A[0:group], B[0:lanes, 0:group])
-                T.writes(C[0:lanes])
-                pair = T.reinterpret(T.Cast("int16x2", A.vload([0], "uint8x2")), dtype="int32")
-                C[T.ramp(T.int32(0), 1, lanes)] += T.call_llvm_pure_intrin(
-                    T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"),
-                    T.reinterpret(T.broadcast(pair, lanes), dtype="int16x16"),
-                    T.Cast("int16x16", B.vload([0, 0], "int8x16")), dtype="int32x8")
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (group,), activation, offset_factor=1)
+        B = T.match_buffer(b, (lanes, group), weight, offset_factor=1)
+        C = T.match_buffer(c, (lanes,), acc, offset_factor=1, scope="local")
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:group], B[0:lanes, 0:group])
+            T.writes(C[0:lanes])
+            C[T.ramp(T.int32(0), 1, lanes)] = dot.step(C.vload([0], dot.accumulator), *_operands(dot, A, B))
 
     TensorIntrin.register(dot.name, desc, impl, override=True)
     return dot.name
 
 
 @dataclass(frozen=True)
-class Int8DotTemplate(Template):
-    """An int8 ``dense`` or ``matmul`` (weight ``[k, n]``) on the CPU's dot-product instruction."""
+class DotProductTemplate(Template):
+    """A ``dense`` or ``matmul`` (weight ``[k, n]``) of ``dtype`` on the CPU's dot-product instruction for it."""
 
     name: str
     op: str  # dense or matmul
+    dtype: str  # a dtype of INSTRUCTIONS
 
     def refusal(self, workload: Workload) -> str | None:
-        """int8 only, ``n`` a multiple of :data:`COLUMN_UNIT` and ``k`` of :data:`STEP_UNIT`, on a CPU with an
-        instruction of :data:`INSTRUCTIONS`."""
-        if workload.dtype != INT8:
-            return f"it schedules dtype=int8 only, not {workload.dtype}"
+        """Its dtype only, ``n`` a multiple of :data:`COLUMN_UNIT` and ``k`` of :data:`STEP_UNIT`, on a CPU with an
+        instruction of :data:`INSTRUCTIONS` for the dtype."""
+        if workload.dtype != self.dtype:
+            return f"it schedules dtype={self.dtype} only, not {workload.dtype}"
         _, n, k = (a.extent for a in workload.axes)
         if n % COLUMN_UNIT or k % STEP_UNIT:
             return f"it needs n a multiple of {COLUMN_UNIT} and k of {STEP_UNIT}, not n={n}, k={k}"
-        if instruction(current_shape().isa) is None:
-            return (f"the CPU has none of {', '.join(i.isa for i in INSTRUCTIONS)} "
-                    "(the operator's own template takes int8 too)")
+        if instruction(self.dtype, current_shape().isa) is None:
+            return (f"the CPU has none of {', '.join(i.isa for i in INSTRUCTIONS[self.dtype])} "
+                    f"(the operator's own template takes {self.dtype} too)")
         return None
 
     def _sizes(self, workload: Workload) -> tuple[int, int, int, DotInstruction]:
@@ -134,7 +161,7 @@ class Int8DotTemplate(Template):
         if refusal:
             raise WorkloadError(f"template '{self.name}' does not apply to {workload.name}: {refusal}")
         m, n, k = (a.extent for a in workload.axes)
-        return m, n, k, instruction(current_shape().isa)  # type: ignore[return-value]
+        return m, n, k, instruction(self.dtype, current_shape().isa)  # type: ignore[return-value]
 
     def knobs(self, workload: Workload) -> list[Knob]:
         m, n, k, _ = self._sizes(workload)
@@ -207,34 +234,28 @@ def peak_ops(dot: DotInstruction, threads: int, chains: int, iterations: int) ->
 
 def peak_kernel(dot: DotInstruction, threads: int, chains: int, iterations: int) -> Any:
     """A PrimFunc whose every thread runs ``chains`` independent chains of ``dot``'s instruction on registers (each
-    step's operand its own accumulator, so nothing is hoisted out of the loop): the host's int8 peak, as
-    :func:`opbench.hardware.peak.peak_kernel` is its fp32 one. Its input seeds the accumulators, its output keeps
-    them live."""
+    step's weight operand its own accumulator, so nothing is hoisted out of the loop): the host's peak for the
+    instruction's dtype, as :func:`opbench.hardware.peak.peak_kernel` is fp32's. Its input (the accumulator's
+    type) seeds the chains, its output keeps them live."""
+    from tvm import tirx
     from tvm.script import tirx as T
 
-    lanes, shape = dot.lanes, (threads, chains, dot.lanes)
-    vector, data = f"int32x{lanes}", f"int8x{lanes * 4}"
+    lanes, shape, acc_type = dot.lanes, (threads, chains, dot.lanes), ACCUMULATOR[dot.dtype]
 
-    def step(acc: Any, t: Any, c: Any) -> Any:
-        now, other = acc.vload([t, c, 0], vector), acc.vload([t, (c + 1) % chains, 0], vector)
-        if dot is VNNI:
-            return T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"), now,
-                                           T.reinterpret(now, dtype=data), T.reinterpret(other, dtype=data),
-                                           dtype=vector)
-        return now + T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"),
-                                             T.reinterpret(now, dtype="int16x16"), T.reinterpret(other, dtype="int16x16"),
-                                             dtype=vector)
+    def step(acc: Any, seed: Any, t: Any, c: Any) -> Any:
+        now = acc.vload([t, c, 0], dot.accumulator)
+        return dot.step(now, tirx.reinterpret("int32", seed[t, 0, 0]), now)
 
     @T.prim_func
-    def main(seed: T.Buffer(shape, "int32"), out: T.Buffer(shape, "int32")) -> None:  # type: ignore[valid-type]
-        acc = T.alloc_buffer(shape, "int32", scope="local")
+    def main(seed: T.Buffer(shape, acc_type), out: T.Buffer(shape, acc_type)) -> None:  # type: ignore[valid-type]
+        acc = T.alloc_buffer(shape, acc_type, scope="local")
         for t in T.parallel(threads):
             for c in T.unroll(chains):
                 for lane in T.vectorized(lanes):
                     acc[t, c, lane] = seed[t, c, lane]
             for _ in range(iterations):
                 for c in T.unroll(chains):
-                    acc[t, c, T.ramp(0, 1, lanes)] = step(acc, t, c)
+                    acc[t, c, T.ramp(0, 1, lanes)] = step(acc, seed, t, c)
             for c in T.unroll(chains):
                 for lane in T.vectorized(lanes):
                     out[t, c, lane] = acc[t, c, lane]

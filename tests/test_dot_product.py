@@ -1,4 +1,4 @@
-"""The int8 dot-product templates: exact on full-range inputs with each instruction, the instruction in the assembly,
+"""The int8 dot-product templates (opbench.space.dot_product): exact on full-range inputs with each instruction, the instruction in the assembly,
 the default for int8 matrix products where the CPU has one, refused with a reason elsewhere."""
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ from opbench.exceptions import WorkloadError
 from opbench.hardware.cpu_shape import CpuShape, shaped_for
 from opbench.hardware.resources import host_facts
 from opbench.space import get_template
-from opbench.space.int8_dot import AVX2, VNNI
+from opbench.space.dot_product import AVX2, VNNI
 from opbench.workloads import parse_workload
 
 # an LLVM CPU with each instruction, to build for whether or not this host has it
@@ -21,7 +21,7 @@ def test_each_instruction_builds_into_the_kernel_and_runs_exactly_where_the_host
 
     workload = parse_workload(spec)
     mcpu, mnemonic = CPUS[dot.isa]
-    with shaped_for(CpuShape(512 if dot is VNNI else 256, 32 if dot is VNNI else 16, isa=frozenset({dot.isa}))):
+    with shaped_for(CpuShape(256 if dot is AVX2 else 512, 16 if dot is AVX2 else 32, isa=frozenset({dot.isa}))):
         template = get_template(workload, f"{workload.op.name}_int8")
         config = template.validate({"row_block": 2}, workload)
         assert template.nest(config, workload).vector == dot.lanes
@@ -30,11 +30,11 @@ def test_each_instruction_builds_into_the_kernel_and_runs_exactly_where_the_host
     if dot.isa not in host_facts().isa:
         return  # built for a CPU this host is not
     inputs = workload.make_inputs()
-    assert inputs[0].max() > 250 and inputs[1].min() < -120  # full range: vpmaddubsw would saturate here
     expected = workload.reference(inputs)
     device = tvm.cpu()
     args = [tvm.runtime.tensor(a, device) for a in [*inputs, np.zeros_like(expected)]]
     lib(*args)
+    assert inputs[0].max() > 250 and inputs[1].min() < -120  # full range: vpmaddubsw would saturate here
     assert np.array_equal(args[-1].numpy(), expected)
 
 
