@@ -33,16 +33,18 @@ def test_a_random_picks_expected_top_k_is_the_brute_force_mean():
 
 
 def test_the_two_summaries_on_a_hand_made_table():
-    def score(group, task, best, top1, top5):
-        return TaskScore(group, task, 0, 10, best, {1: top1, 5: top5}, {1: 0.3, 5: 0.7}, 0.5)
+    def score(group, task, best, top1, top5, rows, error):
+        return TaskScore(group, task, 0, rows, best, {1: top1, 5: top5}, {1: 0.3, 5: 0.7}, 0.5, 1.0, error)
 
-    result = HeldOutResult("op", [["a"], ["b"]], [score("a", "a1", 1.0, 2.0, 1.0), score("b", "b1", 2.0, 2.0, 2.0),
-                                                  score("b", "b2", 1.0, 4.0, 1.0)])
+    result = HeldOutResult("op", [["a"], ["b"]], [score("a", "a1", 1.0, 2.0, 1.0, 10, 0.1),
+                                                  score("b", "b1", 2.0, 2.0, 2.0, 10, 0.2),
+                                                  score("b", "b2", 1.0, 4.0, 1.0, 20, 0.4)])
     summary = result.summaries()
     assert summary["tenset_top1"] == pytest.approx((0.5 + (1.0 + 0.25) / 2) / 2)  # the mean of the groups' means
     assert summary["tlp_top1"] == pytest.approx((1 + 2 + 1) / (2 + 2 + 4))  # pooled over every task
     assert summary["tenset_top5"] == summary["tlp_top5"] == 1.0 and summary["random_top1"] == pytest.approx(0.3)
     assert summary["below_random"] == 0
+    assert summary["mape"] == pytest.approx((10 * 0.1 + 10 * 0.2 + 20 * 0.4) / 40)  # over every row
 
 
 def test_no_fold_ever_trains_on_a_held_out_groups_rows():

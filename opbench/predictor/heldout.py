@@ -51,6 +51,7 @@ class TaskScore:
     random: dict[int, float]  # k -> a random pick's expected top-k
     spearman: float
     weight: float = 1.0
+    abs_pct_error: float = math.nan  # the mean over its rows of |predicted - measured| / measured (a latency model's)
 
     def top(self, k: int) -> float:
         return self.best / self.picked[k]
@@ -85,7 +86,8 @@ class HeldOutResult:
         return pd.DataFrame(rows)
 
     def summaries(self) -> dict[str, float]:
-        """TenSet's (the mean of the groups' scores) and TLP's (pooled over every task) top-k."""
+        """TenSet's (the mean of the groups' scores) and TLP's (pooled over every task) top-k, and the mean absolute
+        percentage error over every row (``mape``: meaningful where the predictor predicts latency in ms)."""
         groups = self.by_group()
         out: dict[str, float] = {}
         for k in TOP_K:
@@ -93,6 +95,7 @@ class HeldOutResult:
             out[f"tlp_top{k}"] = sum(s.best * s.weight for s in self.scores) / sum(s.picked[k] * s.weight for s in self.scores)
             out[f"random_top{k}"] = float(groups[f"random_top{k}"].mean())
         out["below_random"] = float((groups["top1"] < groups["random_top1"]).sum())
+        out["mape"] = float(np.average([s.abs_pct_error for s in self.scores], weights=[s.rows for s in self.scores]))
         return out
 
 
@@ -186,4 +189,4 @@ def _task_score(task: pd.DataFrame, seed: int, hold_out: str) -> TaskScore:
     weight = float(task["share"].mean()) if hold_out == "model" and "share" in task and task["share"].notna().any() else 1.0
     return TaskScore(str(task["_group"].iloc[0]), str(task["_task"].iloc[0]), seed, len(task), float(latencies.min()),
                      {k: pick(latencies, predicted, k) for k in TOP_K}, {k: random_top_k(latencies, k) for k in TOP_K},
-                     rho, weight)
+                     rho, weight, float(np.mean(np.abs(predicted - latencies) / latencies)))
