@@ -2,16 +2,16 @@
 
 For matmul-512, resnet50-c2 and bert-base-ffn1 (and any ``--workloads``, int8 and bf16 ones among them): TVM's TE
 default schedule, the template default, the best of a small Optuna sweep and the libraries (numpy and torch; ONNX
-Runtime for int8), each verified: re-measured in fresh processes in 3 alternating rounds (libraries in processes
-that never load TVM). Latency (median of the rounds, with their range), GFLOP/s (GOP/s for int8), ratio to the first
+Runtime for int8), each verified: re-measured in fresh processes in 3 alternating rounds (libraries in processes that
+never load TVM). Latency (median of the rounds, with their range), GFLOP/s (GOP/s for int8), ratio to the first
 library (torch; int8: ONNX Runtime; per round, with its range; a library whose output was wrong is said under the
 table), share of the host's fp32 GEMM ceiling (the faster of torch's and numpy's 2048^3 fp32 GEMM, measured in the
-same run), and the framework's overhead: study wall time minus every trial's build and run and its time probing the
-host's speed and waiting out its spells (shown beside it: opbench.hardware.host_speed), as a fraction, with every
-record logged to a real (temporary) MLflow sqlite store through the background writer ``opbench tune`` uses, plus
-trials per minute. Studies run as ``opbench tune`` runs them by default: one config per step (so no two builds
-overlap and the build and run times add up to the work) and Optuna's storage in a journal file (``--storage URL``
-for a database instead).
+same run), share of the host's measured peak of the dtype (fp32 FMA chains; int8: its dot-product instruction's), and
+the framework's overhead: study wall time minus every trial's build and run and its time probing the host's speed and
+waiting out its spells (shown beside it: opbench.hardware.host_speed), as a fraction, with every record logged to a
+real (temporary) MLflow sqlite store through the background writer ``opbench tune`` uses, plus trials per minute.
+Studies run as ``opbench tune`` runs them by default: one config per step (so no two builds overlap and the build and
+run times add up to the work) and Optuna's storage in a journal file (``--storage URL`` for a database instead).
 
     .venv/bin/python benchmarks/ops_vs_libraries.py [--trials 40] [--threads 2] [--workloads matmul-512 ...]
         [--storage sqlite:///optuna.db]
@@ -42,6 +42,7 @@ from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
 
 WORKLOADS = ("matmul-512", "resnet50-c2", "bert-base-ffn1")
+PEAK_DTYPES = ("float32", "int8")  # the dtypes whose peak the host measures (int8's on its dot-product instruction)
 
 
 def main() -> None:
@@ -55,7 +56,7 @@ def main() -> None:
     ceiling, library = gemm_ceiling(args.threads)
     scratch = tempfile.mkdtemp()
     storage, tracking = args.storage or default_storage(Path(scratch)), f"sqlite:///{scratch}/mlflow.db"
-    rows, overhead_rows, notes = [], [], []
+    rows, overhead_rows, notes, peaks = [], [], [], []
     with Measurer(MeasureOptions(build_workers=2)) as measurer:
         measurer.warm_up(resources)
         for name in args.workloads:
@@ -79,22 +80,25 @@ def main() -> None:
             failed = refs[reference].get("error", "") if refs[reference]["status"] != "ok" else ""
             if failed:
                 notes.append(f"{name}: {reference} {refs[reference]['status']}: {failed[:200]}")
+            peak = measurer.peak_gflops(resources, workload.dtype) if workload.dtype in PEAK_DTYPES else None
             for label, schedule in verified.schedules.items():
                 lat, vs_library = schedule.latency, verified.ratio(label, reference)
                 shown = f"optuna best of {args.trials}" if label == BEST else label
                 if lat is None:
-                    rows.append((name, workload.dtype, shown, "not verified", "-", "-", reference, "-", "-"))
+                    rows.append((name, workload.dtype, shown, "not verified", "-", "-", reference, "-", "-", "-"))
                     continue
                 gflops = workload.flops / (lat.median * 1e-3) / 1e9
                 ratio = "not verified" if vs_library is None else f"{vs_library.median:.3g} ({vs_library.lo:.3g}-{vs_library.hi:.3g})"
                 share = 100 * gflops / ceiling if workload.dtype == "float32" else "-"  # the ceiling is fp32's
                 rows.append((name, workload.dtype, shown, lat.median, f"{lat.lo:.4g}-{lat.hi:.4g}", gflops, reference, ratio,
-                             share))
+                             share, "-" if peak is None else f"{100 * gflops / peak:.1f}"))
+            peaks.append(f"{workload.dtype}: {'none measured' if peak is None else f'{peak:.1f} GOP/s'}")
     results = Results("ops_vs_libraries")
     results.print(f"{args.threads} threads; {ceiling_line(ceiling, library)}; GFLOP/s count the direct algorithm's "
-                  "FLOPs, which a Winograd convolution does fewer of (its GFLOP/s are effective ones)")
+                  "FLOPs, which a Winograd convolution does fewer of (its GFLOP/s are effective ones); % peak: of the "
+                  f"host's measured peak of the dtype (opbench.hardware.peak; {', '.join(dict.fromkeys(peaks))})")
     results.table(table(rows, ["workload", "dtype", "schedule", "verified ms", "min-max", "GFLOP/s", "library",
-                               "x library (min-max)", "% GEMM ceiling"]))
+                               "x library (min-max)", "% GEMM ceiling", "% peak"]))
     results.print("".join(f"\n{note}" for note in notes))
     results.table(table(overhead_rows, ["workload", "trials", "wall_s", "trials/min", "overhead %", "host probes+waits %"]))
     results.save()
