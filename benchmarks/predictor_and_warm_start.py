@@ -3,14 +3,16 @@
 For each held-out workload (``--workloads``: three op kinds of ``predictor_heldout``'s FINAL set) and seed,
 a cold Optuna TPE study of ``--trials`` (64) trials sets the bar: within 1.02x of its best. Then random
 search, the model engine warm-started from the other workloads' records of a ``predictor_heldout``
-collection (``--data``: the held-out task absent, its op kind present), and the same engine never retrained
-on the study's own trials (TenSet's ``xgb-no-update``). Every arm measures the template default first and
+collection (``--data``: the held-out task absent, its op kind present) or from the open dataset's other devices
+(``--other-devices``: every task, this host's device absent, as a new device starts), and the same engine never
+retrained on the study's own trials (TenSet's ``xgb-no-update``). Every arm measures the template default first and
 counts trials from it; an arm stops once it reaches the bar, and one that never does counts as trials + 1.
 The model ranks candidates by features known before a build (op, config, compute nest, resources, host):
 no candidate is scheduled or built to be ranked. Target (issue 41): the warm engine's geomean trials to
 reach <= 16.
 
     .venv/bin/python benchmarks/predictor_and_warm_start.py --data DIR [--seeds 3] [--trials 64]
+    .venv/bin/python benchmarks/predictor_and_warm_start.py --other-devices datasets/records [--seeds 1]
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from opbench.engines.loop import run_tuning
 from opbench.engines.model_engine import ModelEngine
 from opbench.engines.optuna.engine import OptunaEngine
 from opbench.engines.simple import RandomEngine
-from opbench.hardware.resources import Resources
+from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
@@ -39,6 +41,7 @@ from opbench.record import TrialRecord, is_ok
 from opbench.report.plots import engine_curves
 from opbench.report.progress import table
 from opbench.space import TEMPLATES, get_template
+from opbench.tracking.dataset.export import read_dataset
 from opbench.tracking.jsonl import read_jsonl_records, records_frame
 from opbench.workloads import Workload, parse_workload, task_key_of
 
@@ -54,6 +57,12 @@ def warm_frame(folder: Path, held_out: str) -> pd.DataFrame:
                and (r.get("task_key") or task_key_of(r["workload"])) != held_out]
     frame = records_frame(records).drop(columns=NESTS, errors="ignore")
     return frame.merge(nest_frame(folder), on="trial_id", how="left")
+
+
+def other_devices_frame(root: Path) -> pd.DataFrame:
+    """The open dataset's rows of every device but this host's (issue 95's warm start across devices)."""
+    frame = read_dataset(root)
+    return frame[frame["device_key"] != host_facts().device_key].reset_index(drop=True)
 
 
 def tune(engine: Engine, workload: Workload, trials: int, measurer: Measurer, resources: Resources,
@@ -96,7 +105,10 @@ def arms(name: str, seed: int, warm: pd.DataFrame, resources: Resources, scratch
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="a predictor_heldout collection (--collect DIR)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", type=Path, help="a predictor_heldout collection (--collect DIR)")
+    source.add_argument("--other-devices", type=Path, metavar="DATASET",
+                        help="the open dataset: warm-started from every device but this host's")
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--trials", type=int, default=64)
@@ -106,11 +118,14 @@ def main() -> None:
     results = Results("predictor_and_warm_start")
     rows, to_reach, plots = [], {arm: [] for arm in ARMS}, []
     started = time.monotonic()
+    across = other_devices_frame(args.other_devices) if args.other_devices else None
+    if across is not None and across.empty:
+        raise SystemExit(f"{args.other_devices} holds no device but this host's: nothing to warm-start from")
     with Measurer(MeasureOptions(TimingPolicy(repeat=3), build_workers=2)) as measurer:
         measurer.warm_up(resources)
         for name in args.workloads:
             key = task_key_of(name) or name
-            warm = warm_frame(args.data, key)
+            warm = across if across is not None else warm_frame(args.data, key)
             for seed in range(args.seeds):
                 engines = arms(name, seed, warm, resources, scratch)
                 cold = tune(engines.pop("optuna-tpe, cold"), parse_workload(name), args.trials, measurer, resources)
@@ -126,8 +141,10 @@ def main() -> None:
                     rows.append((name, seed, arm, len(records), f"{bar:.4g}", reached(records, bar, args.trials + 1)))
                 if seed == 0:
                     plots.append(engine_curves(runs, {}, f"{name}: warm start vs cold", scratch / f"{safe_name(key)}.png"))
-    results.print(f"{len(args.workloads)} held-out workloads x {args.seeds} seeds; warm start: {args.data / RECORDS} "
-                  f"without the held-out task; reached = within {REACH}x of the cold TPE study's best of "
+    source = (f"{args.data / RECORDS} without the held-out task" if across is None else
+              f"{args.other_devices}, {len(across)} rows of {', '.join(sorted(set(across['device_key'])))} (not this host's)")
+    results.print(f"{len(args.workloads)} held-out workloads x {args.seeds} seeds; warm start: {source}; "
+                  f"reached = within {REACH}x of the cold TPE study's best of "
                   f"{args.trials}; never reached = {args.trials + 1}; {time.monotonic() - started:.0f} s")
     results.table(table(rows, ["workload", "seed", "arm", "trials run", "bar ms", "trials to reach"]))
     results.table(table([(arm, f"{geomean(v):.1f}", min(v), max(v)) for arm, v in to_reach.items()],
