@@ -52,3 +52,39 @@ def test_int8_matrix_products_default_to_the_dot_templates_and_others_are_refuse
     assert get_template(parse_workload("dense:m=4,n=32,k=8,dtype=int8"), target="rpi4").name == "dense"  # an Arm board
     with shaped_for("rpi4"), pytest.raises(WorkloadError, match="the CPU has none of avx512_vnni, avx2"):
         get_template(parse_workload("dense:m=4,n=32,k=8,dtype=int8"), "dense_int8")
+
+
+def test_tvms_own_vnni_intrinsic_builds_once_repaired_as_metaschedule_uses_it():
+    import tvm
+    from tvm import s_tir, te
+
+    from opbench._tvm_compat import light_tensor_intrin
+    from opbench.space.dot_product import register, repair_tvm_vnni
+
+    light_tensor_intrin()
+    from tvm.s_tir.tensor_intrin import x86
+    from tvm.s_tir.tensor_intrin.x86 import VNNI_DOT_16x4_INTRIN
+
+    def tensorized() -> tvm.IRModule:
+        x = te.placeholder((4, 8), "uint8", name="X")
+        w = te.placeholder((1, 2, 16, 4), "int8", name="W")  # packed as MetaSchedule's rule packs it
+        k = te.reduce_axis((0, 8), name="k")
+        y = te.compute((4, 16), lambda i, j: te.sum(x[i, k].astype("int32") * w[0, k // 4, j, k % 4].astype("int32"),
+                                                    axis=k), name="Y")
+        sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([x, w, y])}))
+        block = sch.get_sblock("Y")
+        i, j, k_loop = sch.get_loops(block)
+        outer, inner = sch.split(k_loop, [None, 4])
+        sch.reorder(i, outer, j, inner)
+        sch.decompose_reduction(block, outer)
+        sch.tensorize(j, VNNI_DOT_16x4_INTRIN)
+        return sch.mod
+
+    cascadelake = tvm.target.Target({"kind": "llvm", "mcpu": "cascadelake"})
+    s_tir.TensorIntrin.register(VNNI_DOT_16x4_INTRIN, x86.dot_product_16x4_u8i8i32_desc,
+                                x86.dot_product_16x4_u8i8i32_vnni, override=True)  # as TVM 0.27 ships it
+    with pytest.raises(Exception, match="vpdpbusd"):  # i32 vectors where its LLVM takes i8 ones
+        tvm.compile(tensorized(), target=cascadelake)
+    register.cache_clear()  # (a module imported before may have repaired it in this process)
+    repair_tvm_vnni()
+    assert "vpdpbusd" in tvm.compile(tensorized(), target=cascadelake).mod.inspect_source("asm")

@@ -31,8 +31,11 @@ from opbench.hardware.targets import make_target  # noqa: E402
 from opbench.measure.measurer import Measurer  # noqa: E402
 from opbench.measure.types import TrialSpec  # noqa: E402
 from opbench.record import TrialRecord, is_ok  # noqa: E402
+from opbench.space.dot_product import repair_tvm_vnni  # noqa: E402
 from opbench.space.prescheduled import IR_FILE  # noqa: E402
 from opbench.workloads import Workload  # noqa: E402
+
+repair_tvm_vnni()  # MetaSchedule's int8 rule on a VNNI target
 
 
 @derived_object

@@ -18,7 +18,7 @@ from opbench.hardware.cpu_shape import shaped_for
 from opbench.hardware.devices import parse_device
 from opbench.hardware.host_speed import HostSpeed, default_history
 from opbench.hardware.lock import HostLock
-from opbench.hardware.peak import CHAINS, ITERATIONS, PeakCache, peak_flops, vector_lanes
+from opbench.hardware.peak import PeakCache
 from opbench.hardware.resources import LOCAL, Resources, host_facts
 from opbench.hardware.targets import is_gpu
 from opbench.measure.baselines import BaselineCache, baseline_key
@@ -305,8 +305,10 @@ class Measurer:
     def peak_gflops(self, resources: Resources, dtype: str = "float32", reached: float = 0.0) -> float | None:
         """This host's measured peak for ``resources`` (:mod:`opbench.hardware.peak`): the fastest repeat of the
         peak kernel's placements, measured once per device key, threads, cores and dtype, and again where a
-        kernel ``reached`` more (GFLOP/s); None on a GPU or a remote device, or when it could not be measured."""
-        if resources.remote or is_gpu(resources.target):
+        kernel ``reached`` more (GFLOP/s); None on a GPU or a remote device, for a dtype without a peak kernel here
+        (:func:`~opbench.space.dot_product.peak_work`), or when it could not be measured."""
+        work = dot_product.peak_work(dtype, self.host.isa, resources.threads)
+        if resources.remote or is_gpu(resources.target) or work is None:
             return None
 
         def measure() -> float | None:
@@ -315,21 +317,10 @@ class Measurer:
             if run.status is not Status.OK:
                 log.warning("the host's peak could not be measured (no peak_frac): %s", run.error)
                 return None
-            return self._peak_ops(resources.threads, dtype) / min(run.latencies_s) / 1e9
+            return work / min(run.latencies_s) / 1e9
 
         return self._peaks.get_or_measure(PeakCache.key(self.host.device_key, resources.threads, resources.cores_label,
                                                         dtype), measure, reached)
-
-    def _peak_ops(self, threads: int, dtype: str) -> float:
-        """Operations of one call of the peak kernel of ``dtype``: int8's on the host's dot-product instruction."""
-        dot = dot_product.instruction(dtype, frozenset(self.host.isa))
-        if dot is not None:
-            return dot_product.peak_ops(dot, threads, CHAINS, ITERATIONS)
-        return peak_flops(threads, vector_lanes(self.host.isa, dtype))
-
-    def _has_peak(self, dtype: str) -> bool:
-        """Whether a peak of ``dtype`` is measured here: fp32's, and int8's on a dot-product instruction."""
-        return dtype == "float32" or dot_product.instruction(dtype, frozenset(self.host.isa)) is not None
 
     @staticmethod
     def _run_input(build: BuildResult, spec: TrialSpec, timing: TimingPolicy) -> RunInput:
@@ -350,10 +341,8 @@ class Measurer:
         finished_at = time.time()  # before the bookkeeping below: when the trial's run ended, give or take milliseconds
         record = new_record(spec, template, config, status, error, ran_on(self.host, spec.resources, run), build, run)
         if run is not None:
-            peak = None  # measured for fp32 and int8 only: another type's share of fp32's says nothing
-            if run.status is Status.OK and self._has_peak(spec.workload.dtype):
-                peak = self.peak_gflops(spec.resources, spec.workload.dtype,
-                                        reached=spec.workload.flops / 1e6 / estimated_ms(run, self.timing.agree))
+            peak = None if run.status is not Status.OK else self.peak_gflops(  # its dtype's (None: no kernel for it)
+                spec.resources, spec.workload.dtype, reached=spec.workload.flops / 1e6 / estimated_ms(run, self.timing.agree))
             add_run(record, run, self.timing, spec.workload.flops / 1e9, peak, self.calibration.bounds(record.device_key))
         record.trial_s = time.perf_counter() - started
         record.finished_at = finished_at  # unix seconds: tuning curves against wall time

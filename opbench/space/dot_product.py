@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from opbench.exceptions import WorkloadError
 from opbench.hardware.cpu_shape import current_shape
+from opbench.hardware.peak import CHAINS, ITERATIONS, peak_flops, vector_lanes
 from opbench.space._base import Config, Knob, Nest, Template, divisors
 from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, WEIGHTS_PREPACKED, mark_prepack, pack_copy, vectorize_lanes
 from opbench.workloads import Workload
@@ -100,8 +101,9 @@ def _operands(dot: DotInstruction, a: Any, b: Any) -> tuple[Any, Any]:
 
 
 @functools.cache
-def register(dot: DotInstruction) -> str:
-    """Register ``dot``'s tensor intrinsic (once a process) and return its name."""
+def register(dot: DotInstruction, name: str = "", scope: str = "local") -> str:
+    """Register ``dot``'s tensor intrinsic on an accumulator in ``scope`` under ``name`` (its own by default), once a
+    process, and return the name."""
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
@@ -111,7 +113,7 @@ def register(dot: DotInstruction) -> str:
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
         A = T.match_buffer(a, (group,), activation, offset_factor=1)
         B = T.match_buffer(b, (lanes, group), weight, offset_factor=1)
-        C = T.match_buffer(c, (lanes,), acc, offset_factor=1, scope="local")
+        C = T.match_buffer(c, (lanes,), acc, offset_factor=1, scope=scope)
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:group], B[0:lanes, 0:group])
             T.writes(C[0:lanes])
@@ -124,14 +126,23 @@ def register(dot: DotInstruction) -> str:
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
         A = T.match_buffer(a, (group,), activation, offset_factor=1)
         B = T.match_buffer(b, (lanes, group), weight, offset_factor=1)
-        C = T.match_buffer(c, (lanes,), acc, offset_factor=1, scope="local")
+        C = T.match_buffer(c, (lanes,), acc, offset_factor=1, scope=scope)
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:group], B[0:lanes, 0:group])
             T.writes(C[0:lanes])
             C[T.ramp(T.int32(0), 1, lanes)] = dot.step(C.vload([0], dot.accumulator), *_operands(dot, A, B))
 
-    TensorIntrin.register(dot.name, desc, impl, override=True)
-    return dot.name
+    TensorIntrin.register(name or dot.name, desc, impl, override=True)
+    return name or dot.name
+
+
+def repair_tvm_vnni() -> None:
+    """TVM 0.27's own ``dot_16x4_vnni`` (what MetaSchedule's x86 rules tensorize int8 with on a VNNI target) passes
+    ``vpdpbusd`` i32 vectors where its LLVM takes i8 ones, so every candidate using it failed LLVM's verifier:
+    registered again under its name with :data:`VNNI`'s step."""
+    from tvm.s_tir.tensor_intrin.x86 import VNNI_DOT_16x4_INTRIN
+
+    register(VNNI, VNNI_DOT_16x4_INTRIN, "global")
 
 
 @dataclass(frozen=True)
@@ -227,9 +238,13 @@ def _multiples(extent: int, unit: int, cap: int) -> tuple[int, ...]:
     return tuple(unit * d for d in divisors(extent // unit, max(cap // unit, 1)))
 
 
-def peak_ops(dot: DotInstruction, threads: int, chains: int, iterations: int) -> float:
-    """Operations (a multiply and an add per product) of one call of :func:`peak_kernel`."""
-    return 2.0 * threads * chains * iterations * dot.lanes * dot.group
+def peak_work(dtype: str, isa: tuple[str, ...], threads: int) -> float | None:
+    """Operations (a multiply and an add per product) of one call of a host's peak kernel of ``dtype``: fp32's FMA
+    chains (:mod:`opbench.hardware.peak`) or int8's :func:`peak_kernel`; None where no peak of ``dtype`` is measured."""
+    if dtype == "float32":
+        return peak_flops(threads, vector_lanes(isa))
+    dot = instruction(dtype, frozenset(isa))
+    return None if dot is None else 2.0 * threads * CHAINS * ITERATIONS * dot.lanes * dot.group
 
 
 def peak_kernel(dot: DotInstruction, threads: int, chains: int, iterations: int) -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 
 from opbench._tvm_compat import light_tensor_intrin
 from opbench.measure.models import export_model
+from opbench.space.dot_product import repair_tvm_vnni
 from opbench.studies.models.reuse import TunedCache
 from opbench.studies.models.tuned import apply_database
 
@@ -44,6 +45,7 @@ def metaschedule_model(mod: Any, target: Any, folder: Path, trials: int, cache: 
     tunes them, rounds of :func:`trials_per_round`), then the model built with the database it wrote
     (exported in ``folder``); the database of a run with ``cache``'s key and budget is reused, and kept."""
     light_tensor_intrin()
+    repair_tvm_vnni()  # MetaSchedule's int8 rule on a VNNI target
     from tvm.s_tir import meta_schedule as ms
 
     work = folder / "metaschedule"
