@@ -66,3 +66,34 @@ def test_a_bad_workload_exits_2_before_anything_is_measured(tmp_path):
     out = run_cli("dataset", "collect", "--workload", "matmul:m=4,n=4", "--root", str(tmp_path / "records"))
     assert out.returncode == 2 and "missing key(s) k" in out.stderr
     assert not (tmp_path / "records").exists()
+
+
+def test_predict_for_another_device_of_the_dataset_from_its_recorded_host_facts(tmp_path, capsys):
+    from opbench.cli import main
+    from opbench.exceptions import OpBenchError
+    from opbench.hardware.resources import HostFacts
+    from opbench.predictor.model import LatencyModel, feature_columns
+    from opbench.tracking.dataset.open_dataset import device_facts, read_open_dataset
+
+    frame = read_open_dataset()  # the repository's: two devices or more
+    devices = sorted(set(frame["device_key"]))
+    assert len(devices) >= 2
+    for key in devices:
+        facts, rows = device_facts(key), frame[frame["device_key"] == key]
+        for column, value in facts.features().items():
+            assert (rows[column] == value).all(), column  # what its rows say of their host
+    assert HostFacts.of_features(host_facts().features(), "here").features() == host_facts().features()
+    with pytest.raises(OpBenchError, match=f"device 'nope' has no rows in .* \\(devices: {devices[0]}"):
+        device_facts("nope")
+    model = LatencyModel(feature_columns(frame, static_only=True), n_estimators=40).fit(frame)
+    model.save(tmp_path / "static")
+    predicted = {}
+    for key in devices[:2]:
+        assert main(["predict", "matmul-512", "--model", str(tmp_path / "static"), "--threads", "2", "--device", key]) == 0
+        out = capsys.readouterr().out
+        assert f"on {key}: predicted" in out
+        predicted[key] = float(out.split("predicted ")[1].split(" ms")[0])
+    assert len(set(predicted.values())) == 2  # the devices' own caches and ISA, not this host's
+    LatencyModel(n_estimators=5).fit(frame).save(tmp_path / "built")  # the features of a build too
+    assert main(["predict", "matmul-512", "--model", str(tmp_path / "built"), "--device", devices[0]]) == 2
+    assert "predictor train --static-only" in capsys.readouterr().err

@@ -102,13 +102,13 @@ def _metrics_table(metrics: dict[str, float]) -> str:
 
 
 def cmd_predictor_train(args: argparse.Namespace) -> int:
-    from opbench.predictor.model import LatencyModel, evaluate, split
+    from opbench.predictor.model import LatencyModel, evaluate, feature_columns, split
     from opbench.report.plots import predicted_vs_measured
     from opbench.tracking import log_run
     from opbench.tracking.dataset import read_dataset
 
     train, test = split(read_dataset(args.data), args.split, args.seed)
-    model = LatencyModel(seed=args.seed).fit(train)
+    model = LatencyModel(feature_columns(train, static_only=True) if args.static_only else None, args.seed).fit(train)
     metrics = evaluate(model, test)
     out = Path(args.out)
     model.save(out)
@@ -166,6 +166,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from opbench.measure.features import schedule_features, static_features
     from opbench.predictor.model import BUILT_FEATURE_PREFIXES, LatencyModel
     from opbench.space import get_template
+    from opbench.tracking.dataset.open_dataset import device_facts
     from opbench.workloads import parse_workload
 
     try:
@@ -179,13 +180,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
     template = get_template(workload, args.template)
     config = template.validate(config, workload)
     resources = Resources(args.threads)
-    features = static_features(workload, config, template.name, resources, host_facts())
+    host = device_facts(args.device, Path(args.data)) if args.device else host_facts()
+    features = static_features(workload, config, template.name, resources, host)
     if any(c.startswith(BUILT_FEATURE_PREFIXES) for c in model.columns):  # trained on what a build tells
+        if args.device:
+            raise OpBenchError(f"--device: {args.model} takes features of a build for this host's CPU; one trained "
+                               "with `opbench predictor train --static-only` predicts for another device")
         target = make_target("llvm", args.threads)
         features.update(schedule_features(template.schedule(workload, config), target))
         features.update(config_assembly_features(workload, template, config, target))
     latency = float(model.predict(pd.DataFrame([features]))[0])
-    print(f"{workload.name} threads={args.threads}: predicted {latency:.4f} ms "
+    print(f"{workload.name} threads={args.threads}{f' on {args.device}' if args.device else ''}: predicted {latency:.4f} ms "
           f"({workload.flops / (latency * 1e-3) / 1e9:.1f} GFLOP/s)")
     return 0
 
@@ -249,6 +254,8 @@ def _register_predictor(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="folder for model.json, columns.json, metrics.json, the plot")
     p.add_argument("--study", default="predictor", help="MLflow experiment for the run")
     p.add_argument("--tracking-uri")
+    p.add_argument("--static-only", action="store_true", help="only the features known before a build (op, config, "
+                   "loop nest, resources, host): it predicts for other devices too (`opbench predict --device`)")
     p.set_defaults(func=cmd_predictor_train)
     p = pred.add_parser("eval", help="metrics of a saved predictor on a dataset")
     p.add_argument("--model", required=True)
@@ -274,4 +281,6 @@ def _register_predictor(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="knob values as a JSON object (default: the template default)")
     p.add_argument("--template")
     p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--device", help="predict for this device key of the open dataset (default: this host)")
+    p.add_argument("--data", default=str(OPEN_DATASET_DIR), help="the open dataset --device is read from")
     p.set_defaults(func=cmd_predict)

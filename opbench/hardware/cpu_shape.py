@@ -79,12 +79,12 @@ def target_fields(target: Any) -> dict[str, Any]:
     return fields if isinstance(fields, dict) else {}
 
 
-def target_shape(target: str) -> CpuShape:
-    """The shape of the CPU that runs ``target``'s kernels: a board preset's, else this host's."""
+def target_shape(target: str, host: HostFacts | None = None) -> CpuShape:
+    """The shape of the CPU that runs ``target``'s kernels: a board preset's, else ``host``'s (by default this one)."""
     board = BOARDS.get(target)
     if board is not None:
         return CpuShape(128, 32 if board.triple.startswith("aarch64") else 16, board.l1d_ways, board.l2_kb)
-    return CpuShape.of(host_facts())
+    return CpuShape.of(host or host_facts())
 
 
 _CURRENT: contextvars.ContextVar[CpuShape | None] = contextvars.ContextVar("opbench_cpu_shape", default=None)

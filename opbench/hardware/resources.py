@@ -7,6 +7,7 @@ import hashlib
 import os
 import platform
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -115,6 +116,8 @@ def parse_thread_counts(text: str, what: str = "--threads") -> list[int]:
         raise ResourceError(f"{what} needs thread counts >= 1, got {text!r}")
     return values
 
+FEATURE_FLAGS = ("avx2", "avx512f", "fma")  # the ISA flags a predictor's host features say (feat.avx2, feat.avx512, ...)
+
 
 @dataclass(frozen=True)
 class HostFacts:
@@ -154,9 +157,16 @@ class HostFacts:
         return {
             "feat.host_cores": self.cores, "feat.host_mhz": self.mhz, "feat.l1d_kb": self.l1d_kb,
             "feat.l2_kb": self.l2_kb, "feat.l3_kb": self.l3_kb,
-            "feat.avx2": float("avx2" in self.isa), "feat.avx512": float("avx512f" in self.isa),
-            "feat.fma": float("fma" in self.isa),
+            **{f"feat.{flag.removesuffix('f')}": float(flag in self.isa) for flag in FEATURE_FLAGS},
         }
+
+    @classmethod
+    def of_features(cls, features: Mapping[str, float], name: str) -> HostFacts:
+        """The facts :meth:`features` keeps (a dataset row's ``feat.*`` host columns), of the device ``name``."""
+        return cls(name, "unknown", cores=int(features["feat.host_cores"]), mhz=float(features["feat.host_mhz"]),
+                   l1d_kb=float(features["feat.l1d_kb"]), l2_kb=float(features["feat.l2_kb"]),
+                   l3_kb=float(features["feat.l3_kb"]), mem_gb=float("nan"), tvm_version="unknown",
+                   isa=tuple(flag for flag in FEATURE_FLAGS if features.get(f"feat.{flag.removesuffix('f')}") == 1.0))
 
 
 def _cache_dir(level: int, kinds: tuple[str, ...]) -> Path | None:

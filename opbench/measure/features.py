@@ -135,7 +135,8 @@ def resource_features(resources: Resources) -> dict[str, float]:
 
 def static_features(workload: Workload, config: Config, template_name: str | None, resources: Resources, host: HostFacts) -> dict[str, float]:
     """Everything known before building: op, config, resources, host."""
-    nest = nest_features(config_nest(config, workload, template_name), resources.threads, target_shape(resources.target))
+    nest = nest_features(config_nest(config, workload, template_name), resources.threads,
+                         target_shape(resources.target, host))
     return {**op_features(workload), **config_features(config, workload, template_name), **nest,
             **resource_features(resources), **host.features()}
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from opbench.hardware.resources import host_facts
+from opbench.exceptions import OpBenchError
+from opbench.hardware.resources import HostFacts, host_facts
 from opbench.paths import OPEN_DATASET_DIR, safe_name
 from opbench.record import FEATURE_PREFIX, SCHEMA_VERSION, TrialRecord, config_of, is_ok
 from opbench.tracking.jsonl import read_jsonl_rows
@@ -109,6 +110,16 @@ def read_open_dataset(root: Path = OPEN_DATASET_DIR) -> pd.DataFrame:
     """Every device's rows, with the ``device`` partition column."""
     parts = sorted(root.glob(f"{PARTITION}=*/*.parquet"))
     return pd.read_parquet(root, engine="pyarrow") if parts else pd.DataFrame()
+
+
+def device_facts(key: str, root: Path = OPEN_DATASET_DIR) -> HostFacts:
+    """The host facts a predictor takes of device ``key``, as its rows in the dataset at ``root`` recorded them
+    (OpBenchError naming the devices there when it has none)."""
+    frame = read_open_dataset(root)
+    devices = sorted(set(frame["device_key"])) if len(frame) else []
+    if key not in devices:
+        raise OpBenchError(f"device '{key}' has no rows in {root} (devices: {', '.join(devices) or 'none'})")
+    return HostFacts.of_features(frame[frame["device_key"] == key].iloc[0].to_dict(), key)
 
 
 def write_card(root: Path) -> Path:
