@@ -35,12 +35,20 @@ def peak_flops(threads: int, lanes: int, chains: int = CHAINS, iterations: int =
 
 
 def peak_kernel(threads: int, lanes: int, dtype: str = "float32", chains: int = CHAINS,
-                iterations: int = ITERATIONS) -> Any:
-    """A PrimFunc whose every thread runs ``chains`` independent FMA chains of ``lanes``-wide vectors in
-    registers; its inputs seed them and its output keeps them live."""
+                iterations: int = ITERATIONS, step: Callable[[Any, Any, Any, Any], Any] | None = None) -> Any:
+    """A PrimFunc whose every thread runs ``chains`` independent chains of ``lanes``-wide vectors of ``dtype`` in
+    registers; its inputs seed them and its output keeps them live. Each link is ``step(acc, seed, thread,
+    chain)``, the chain's next vector: by default an FMA (another instruction's chains: the int8 peak's)."""
+    from tvm import tirx
     from tvm.script import tirx as T
 
-    shape = (threads, chains, lanes)
+    shape, vector = (threads, chains, lanes), f"{dtype}x{lanes}"
+
+    def fma(acc: Any, seed: Any, t: Any, c: Any) -> Any:
+        return (acc.vload([t, c, 0], vector) * tirx.Broadcast(tirx.const(0.999999, dtype), lanes)
+                + tirx.Broadcast(tirx.const(1e-7, dtype), lanes))
+
+    link = step or fma
 
     @T.prim_func
     def main(seed: T.Buffer(shape, dtype), out: T.Buffer(shape, dtype)) -> None:  # type: ignore[valid-type]
@@ -51,8 +59,7 @@ def peak_kernel(threads: int, lanes: int, dtype: str = "float32", chains: int = 
                     acc[t, c, lane] = seed[t, c, lane]
             for _ in range(iterations):
                 for c in T.unroll(chains):
-                    for lane in T.vectorized(lanes):
-                        acc[t, c, lane] = acc[t, c, lane] * T.Cast(dtype, 0.999999) + T.Cast(dtype, 1e-7)
+                    acc[t, c, T.ramp(0, 1, lanes)] = link(acc, seed, t, c)
             for c in T.unroll(chains):
                 for lane in T.vectorized(lanes):
                     out[t, c, lane] = acc[t, c, lane]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from opbench.exceptions import WorkloadError
 from opbench.hardware.cpu_shape import current_shape
 from opbench.hardware.peak import CHAINS, ITERATIONS, peak_flops, vector_lanes
+from opbench.hardware.peak import peak_kernel as generic_peak_kernel
 from opbench.space._base import Config, Knob, Nest, Template, divisors
 from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, WEIGHTS_PREPACKED, mark_prepack, pack_copy, vectorize_lanes
 from opbench.workloads import Workload
@@ -247,32 +248,13 @@ def peak_work(dtype: str, isa: tuple[str, ...], threads: int) -> float | None:
     return None if dot is None else 2.0 * threads * CHAINS * ITERATIONS * dot.lanes * dot.group
 
 
-def peak_kernel(dot: DotInstruction, threads: int, chains: int, iterations: int) -> Any:
-    """A PrimFunc whose every thread runs ``chains`` independent chains of ``dot``'s instruction on registers (each
-    step's weight operand its own accumulator, so nothing is hoisted out of the loop): the host's peak for the
-    instruction's dtype, as :func:`opbench.hardware.peak.peak_kernel` is fp32's. Its input (the accumulator's
-    type) seeds the chains, its output keeps them live."""
+def peak_kernel(dot: DotInstruction, threads: int) -> Any:
+    """The host's peak kernel (:func:`opbench.hardware.peak.peak_kernel`) for ``dot``'s dtype: chains of the
+    instruction in registers, each link's weight operand its own accumulator, so nothing is hoisted out of the loop."""
     from tvm import tirx
-    from tvm.script import tirx as T
-
-    lanes, shape, acc_type = dot.lanes, (threads, chains, dot.lanes), ACCUMULATOR[dot.dtype]
 
     def step(acc: Any, seed: Any, t: Any, c: Any) -> Any:
         now = acc.vload([t, c, 0], dot.accumulator)
         return dot.step(now, tirx.reinterpret("int32", seed[t, 0, 0]), now)
 
-    @T.prim_func
-    def main(seed: T.Buffer(shape, acc_type), out: T.Buffer(shape, acc_type)) -> None:  # type: ignore[valid-type]
-        acc = T.alloc_buffer(shape, acc_type, scope="local")
-        for t in T.parallel(threads):
-            for c in T.unroll(chains):
-                for lane in T.vectorized(lanes):
-                    acc[t, c, lane] = seed[t, c, lane]
-            for _ in range(iterations):
-                for c in T.unroll(chains):
-                    acc[t, c, T.ramp(0, 1, lanes)] = step(acc, seed, t, c)
-            for c in T.unroll(chains):
-                for lane in T.vectorized(lanes):
-                    out[t, c, lane] = acc[t, c, lane]
-
-    return main
+    return generic_peak_kernel(threads, dot.lanes, ACCUMULATOR[dot.dtype], step=step)

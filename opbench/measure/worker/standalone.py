@@ -21,7 +21,7 @@ def peak_timer(req: PeakInput, pool_here: Callable[[], None]) -> Callable[[], Ru
     import numpy as np
     import tvm
 
-    from opbench.hardware.peak import CHAINS, ITERATIONS, peak_kernel, vector_lanes
+    from opbench.hardware.peak import CHAINS, peak_kernel, vector_lanes
     from opbench.hardware.resources import host_facts
     from opbench.hardware.targets import make_target
     from opbench.space import dot_product
@@ -29,7 +29,7 @@ def peak_timer(req: PeakInput, pool_here: Callable[[], None]) -> Callable[[], Ru
     threads, isa = req.resources.threads, frozenset(host_facts().isa)
     dot = dot_product.instruction(req.dtype, isa)
     if dot is not None:
-        kernel, lanes = dot_product.peak_kernel(dot, threads, CHAINS, ITERATIONS), dot.lanes
+        kernel, lanes = dot_product.peak_kernel(dot, threads), dot.lanes
         dtype = ACCUMULATOR[req.dtype]
     else:
         lanes, dtype = vector_lanes(tuple(isa), req.dtype), req.dtype
