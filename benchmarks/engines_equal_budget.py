@@ -5,7 +5,8 @@ Optuna TPE, NNI's TPE tuner (in-process), uniform random and MetaSchedule each g
 of trials; MetaSchedule also gets ``--anchor-multiple`` times as many (a stronger anchor: "our 64
 against their 512", measured in the same run). Per engine: best latency (median of repeats),
 GFLOP/s, trials until within 10% of its own best, wall time of the whole search (MetaSchedule's
-search and cost model included), verified best / torch and best / MetaSchedule's best at both budgets
+search and cost model included), verified best / the workload's library ("library": torch; int8: ONNX Runtime,
+named in its own row) and best / MetaSchedule's best at both budgets
 (each engine's best named as a study names it: its fastest configs timed again in fresh processes). One
 tuning-curve PNG per workload (best so far vs trial).
 
@@ -33,12 +34,13 @@ from opbench.report.plots import engine_curves
 from opbench.report.progress import TrialPrinter, table
 from opbench.report.summary import summarize_engine
 from opbench.space import get_template
-from opbench.studies.references import measure_references
+from opbench.studies.references import library_references, measure_references
 from opbench.studies.verify import Spread, Verification, contenders_of, remeasure, select_best, spec_of
 from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
 
 WORKLOADS = ("matmul-512", "resnet50-c2", "bert-base-ffn1")
+LIBRARY = "library"  # the verified row of the workload's library reference
 
 
 SPECS = {"optuna-tpe": EngineSpec("optuna", "tpe"), "nni-tpe": EngineSpec("nni", tuner="TPE"), "random": EngineSpec("random"),
@@ -61,16 +63,16 @@ def tune(engine: str, name: str, trials: int, measurer: Measurer, sink, resource
     return run_tuning(proposer, workload, trials, measurer, sink, resources, batch=2, fresh=True)
 
 
-def verify_bests(measurer: Measurer, series: dict, refs: dict, recorder) -> Verification:
+def verify_bests(measurer: Measurer, series: dict, refs: dict, library: str, recorder) -> Verification:
     """Each engine's best, named as a study names it (its fastest contenders, with the template default
-    for the engines that start from it, timed again in fresh processes), and torch, re-measured in fresh
-    processes in 3 alternating rounds."""
+    for the engines that start from it, timed again in fresh processes), and the workload's library (torch; int8:
+    ONNX Runtime) as "library", re-measured in fresh processes in 3 alternating rounds."""
     def contenders(engine: str, records: list) -> list:
         from_default = SPECS[engine].name not in LOOP_ENGINES  # MetaSchedule's schedules are not the template's
         return contenders_of([*records, refs["template_default"]] if from_default else records)
     bests = {e: select_best(measurer, contenders(e, rs), recorder) for e, rs in series.items() if any(is_ok(r) for r in rs)}
-    if is_ok(refs["torch"]):
-        bests["torch"] = refs["torch"]
+    if is_ok(refs[library]):
+        bests[LIBRARY] = refs[library]
     specs = {name: spec_of(record) for name, record in bests.items()}
     tuned = {name: record["latency_ms"] for name, record in bests.items()}
     return Verification(recorder.study, 3, remeasure(measurer, specs, tuned, 3, recorder))
@@ -119,7 +121,7 @@ def main() -> None:
         budgets[anchor] = args.anchor_multiple * args.trials
     rows: list[tuple] = []
     spreads: dict[tuple[str, str], list[Spread | None]] = {}
-    others = ["torch", *(["metaschedule"] if "metaschedule" in budgets else []), *([anchor] if args.anchor_multiple else [])]
+    others = [LIBRARY, *(["metaschedule"] if "metaschedule" in budgets else []), *([anchor] if args.anchor_multiple else [])]
     with Measurer(MeasureOptions(build_workers=2)) as measurer:
         measurer.warm_up(resources)
         for name in args.workloads:
@@ -137,16 +139,17 @@ def main() -> None:
                     summaries.append(dataclasses.replace(summarize_engine(engine, series[engine], refs), wall_s=wall))
                 plot = engine_curves(series, refs, f"{name}: {args.trials} trials per engine", out / f"{name}.png")
                 recorder.log_artifact(plot, "plots")
-            verified = verify_bests(measurer, series, refs, recorder)
+            library = library_references(workload, resources)[0]
+            verified = verify_bests(measurer, series, refs, library, recorder)
             for s in summaries:
                 ratios = [_spread(verified, s.engine, other) for other in others]
                 for other, spread in zip(others, ratios):
                     spreads.setdefault((s.engine, other), []).append(spread)
                 rows.append((name, s.engine, s.ok, s.best_ms, s.best_gflops, s.trials_to_10pct, s.wall_s,
                              *map(_ratio, ratios)))
-            torch = verified.schedules["torch"].latency if "torch" in verified.schedules else None
-            rows.append((name, "torch", "-", torch.median if torch else "not verified", "-", "-", "-", "1.0",
-                         *(_ratio(_spread(verified, "torch", other)) for other in others[1:])))
+            lib = verified.schedules[LIBRARY].latency if LIBRARY in verified.schedules else None
+            rows.append((name, library, "-", lib.median if lib else "not verified", "-", "-", "-", "1.0",
+                         *(_ratio(_spread(verified, LIBRARY, other)) for other in others[1:])))
     host = host_facts()
     results = Results("engines_equal_budget")
     results.print(f"\nhost: {host.cpu_model}, {args.threads} threads, {args.trials} trials per engine ({anchor}: "
