@@ -14,6 +14,7 @@ from opbench.engines.optuna.storage import STORAGE_HELP
 from opbench.exceptions import OpBenchError, ResourceError
 from opbench.paths import tuned_models_dir
 from opbench.report.progress import TrialPrinter, table
+from opbench.workloads.models.quantize import MODEL_DTYPES, with_dtype
 
 if TYPE_CHECKING:
     from opbench.engines.registry import EngineSpec
@@ -52,6 +53,7 @@ def _print_op(n: int, op: FusedOp) -> None:
 
 
 def cmd_model_ops(args: argparse.Namespace) -> int:
+    args.model = with_dtype(args.model, args.dtype)
     from opbench.studies.models.ops_log import record_ops
     from opbench.studies.models.profile import reference_name
     from opbench.studies.models.scheduled import UNTUNED
@@ -114,6 +116,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     from opbench.hardware.targets import is_gpu, make_target
     from opbench.studies.models.tune import ModelTuneSpec, tune_model
 
+    args.model = with_dtype(args.model, args.dtype)
     make_target(args.target, 1)  # an unknown target is named
     engine = EngineSpec(args.engine, args.sampler, args.tuner, args.seed, args.storage)
     if is_gpu(args.target):
@@ -205,6 +208,10 @@ def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
     p.add_argument("model", help="a name from `opbench models` (add @tiny for the small variant) or a .onnx file (a named "
                         "dimension leading an input is --batch-size, one elsewhere --seq-len)")
     p.add_argument("--batch-size", type=positive_int, default=1, help="the model's batch size")
+    p.add_argument("--dtype", choices=MODEL_DTYPES, default="float32",
+                   help="int8: the model quantized (its name +int8): matrix products by a constant weight u8 x i8 "
+                        "into i32, activations per tensor at run time, weights per output column; its output "
+                        "checked for agreement with the fp32 model's (cosine >= 0.99)")
     add_renamed_flag(p, "--batch", BATCH_RENAMED)
     p.add_argument("--seq-len", type=lengths, default=(128,), metavar="N[,N...]",
                    help="sequence length of token models (tune-model: several, comma-separated, are buckets: the "

@@ -33,6 +33,7 @@ TEMPLATES: dict[str, Template] = {
         TiledTemplate("conv2d_transpose", tiled=("f", "y", "x"), reduce_tiled=("rc",), **_WINDOW),
         DotProductTemplate("dense_int8", op="dense", dtype=INT8),
         DotProductTemplate("matmul_int8", op="matmul", dtype=INT8),
+        DotProductTemplate("fused_matmul_int8", op="fused_matmul", dtype=INT8),
         PackedConvTemplate("conv2d_nchwc", op="conv2d"),
         PackedConvTemplate("depthwise_conv2d_nchwc", op="depthwise_conv2d", depthwise=True),
         PackedConvTemplate("fused_conv2d_nchwc", op="fused_conv2d"),
@@ -60,8 +61,9 @@ CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_
                 "fused_conv2d": "fused_conv2d_nchwc", "fused_depthwise_conv2d": "fused_depthwise_conv2d_nchwc",
                 "fused_matmul": "fused_matmul", "fused_rowwise": "fused_rowwise",
                 "fused_conv2d_transpose": "fused_conv2d_transpose"}
-# int8 matrix products take the dot-product templates on CPUs that have the instruction (dot_product.INSTRUCTIONS)
-DOT_DEFAULTS = {(INT8, "dense"): "dense_int8", (INT8, "matmul"): "matmul_int8"}
+# int8 matrix products (a quantized model's too) take the dot-product templates where they apply: on CPUs that
+# have the instruction (dot_product.INSTRUCTIONS), to a product of int8 operands
+DOT_DEFAULTS = {"dense": "dense_int8", "matmul": "matmul_int8", "fused_matmul": "fused_matmul_int8"}
 
 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:
@@ -90,7 +92,7 @@ def _dot_default(workload: Workload, target: str) -> str | None:
     """:data:`DOT_DEFAULTS`' template of ``workload`` where ``target``'s CPU has its dot-product instruction."""
     from opbench.hardware.cpu_shape import shaped_for
 
-    name = DOT_DEFAULTS.get((workload.dtype, workload.kind))
+    name = DOT_DEFAULTS.get(workload.kind)
     if name is None:
         return None
     with shaped_for(target):

@@ -25,10 +25,18 @@ from opbench.hardware.cpu_shape import current_shape
 from opbench.hardware.peak import CHAINS, ITERATIONS, peak_flops, vector_lanes
 from opbench.hardware.peak import peak_kernel as generic_peak_kernel
 from opbench.space._base import Config, Knob, Nest, Template, divisors
-from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, WEIGHTS_PREPACKED, mark_prepack, pack_copy, vectorize_lanes
+from opbench.space._schedule import (
+    IN_OP,
+    LAYOUT_TRANSFORMS,
+    WEIGHTS_PREPACKED,
+    inline_around_anchor,
+    mark_prepack,
+    pack_copy,
+    vectorize_lanes,
+)
 from opbench.workloads import Workload
 from opbench.workloads._base import ACCUMULATOR, INT8, OPERANDS
-from opbench.workloads.fused import anchor_block, blocks_after
+from opbench.workloads.fused import Fused
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
@@ -155,10 +163,13 @@ class DotProductTemplate(Template):
     dtype: str  # a dtype of INSTRUCTIONS
 
     def refusal(self, workload: Workload) -> str | None:
-        """Its dtype only, ``n`` a multiple of :data:`COLUMN_UNIT` and ``k`` of :data:`STEP_UNIT`, on a CPU with an
-        instruction of :data:`INSTRUCTIONS` for the dtype."""
-        if workload.dtype != self.dtype:
-            return f"it schedules dtype={self.dtype} only, not {workload.dtype}"
+        """Its dtype only (a model's matmul: its operands'), ``n`` a multiple of :data:`COLUMN_UNIT` and ``k`` of
+        :data:`STEP_UNIT`, on a CPU with an instruction of :data:`INSTRUCTIONS` for the dtype."""
+        dtype = _operands_dtype(workload)
+        if dtype != self.dtype:
+            return f"it schedules dtype={self.dtype} only, not {dtype}"
+        if len(workload.axes) != 3:
+            return f"it schedules a 2-D product, not one of {len(workload.axes) - 1} loops"
         _, n, k = (a.extent for a in workload.axes)
         if n % COLUMN_UNIT or k % STEP_UNIT:
             return f"it needs n a multiple of {COLUMN_UNIT} and k of {STEP_UNIT}, not n={n}, k={k}"
@@ -190,10 +201,12 @@ class DotProductTemplate(Template):
 
     def default_config(self, workload: Workload) -> Config:
         """A tile of 4 rows by 2 vectors where they divide the shape (AVX2's 16 registers leave room for 8
-        accumulators), a weight panel of 256 reduction steps, packed in the operator."""
+        accumulators), a weight panel of 256 reduction steps, packed in the operator (a model's constant weight:
+        once, before)."""
         m, n, k, dot = self._sizes(workload)
         return {"row_block": divisors(m, 4)[-1], "col_block": _multiples(n, COLUMN_UNIT, 2 * dot.lanes)[-1],
-                "k_chunk": _multiples(k, STEP_UNIT, 256)[-1], "rows_outer": 0, "layout_transform": IN_OP}
+                "k_chunk": _multiples(k, STEP_UNIT, 256)[-1], "rows_outer": 0,
+                "layout_transform": WEIGHTS_PREPACKED if self.op.startswith("fused") else IN_OP}
 
     def parameter_vocabulary(self) -> dict[str, tuple | None]:
         return {"row_block": None, "col_block": None, "k_chunk": None, "rows_outer": None,
@@ -208,16 +221,15 @@ class DotProductTemplate(Template):
         *_, dot = self._sizes(workload)
         lanes, group = dot.lanes, dot.group
         rows, vectors = config["row_block"], config["col_block"] // dot.lanes
-        product = anchor_block(sch)
-        epilogue = blocks_after(sch, product)
+        product, epilogue = inline_around_anchor(sch)  # a model's: its scaling back to fp32 and bias, one block
         pack = sch.cache_read(product, 1, "global")
         sch.transform_layout(product, ("read", 1), lambda k, j: (j // lanes, k // group, j % lanes, k % group))
         pack_copy(sch, pack, {0: group, 1: lanes}, (2, 0, 3, 1), parallel=1)
         if config["layout_transform"] == WEIGHTS_PREPACKED:
             mark_prepack(sch, pack)
         write_back = sch.cache_write(product, 0, "local")  # the product now accumulates in registers
-        for name in epilogue:  # the bias, added as the tile is written back
-            sch.reverse_compute_inline(sch.get_sblock(name))
+        if epilogue is not None:  # the bias (a model's: its scaling too), applied as the tile is written back
+            sch.reverse_compute_inline(epilogue)
         i, j, k = sch.get_loops(product)
         io, ii = sch.split(i, [None, rows])
         jo, jv, jl = sch.split(j, [None, vectors, lanes])
@@ -232,6 +244,14 @@ class DotProductTemplate(Template):
         sch.unroll(ii)
         sch.unroll(jv)
         vectorize_lanes(sch, sch.get_loops(write_back)[-1])
+
+
+def _operands_dtype(workload: Workload) -> str:
+    """The workload's dtype as the catalogue names it; a model's operator's from what its anchor reads (uint8 and int8:
+    a quantized matrix product, int8)."""
+    if not isinstance(workload.op, Fused):
+        return workload.dtype
+    return INT8 if workload.op.anchor_operands(workload.params)[:2] == OPERANDS[INT8][:2] else workload.dtype
 
 
 def _multiples(extent: int, unit: int, cap: int) -> tuple[int, ...]:
@@ -250,11 +270,12 @@ def peak_work(dtype: str, isa: tuple[str, ...], threads: int) -> float | None:
 
 def peak_kernel(dot: DotInstruction, threads: int) -> Any:
     """The host's peak kernel (:func:`opbench.hardware.peak.peak_kernel`) for ``dot``'s dtype: chains of the
-    instruction in registers, each link's weight operand its own accumulator, so nothing is hoisted out of the loop."""
+    instruction in registers, each link's weight operand its own accumulator, so nothing is hoisted out of the loop,
+    and its activations a constant (a load in the loop kept the accumulators in memory: a third of the peak)."""
     from tvm import tirx
 
     def step(acc: Any, seed: Any, t: Any, c: Any) -> Any:
         now = acc.vload([t, c, 0], dot.accumulator)
-        return dot.step(now, tirx.reinterpret("int32", seed[t, 0, 0]), now)
+        return dot.step(now, tirx.const(0x01010101, "int32"), now)
 
     return generic_peak_kernel(threads, dot.lanes, ACCUMULATOR[dot.dtype], step=step)

@@ -89,6 +89,8 @@ class FusedTemplate(Template):
                 if not inlined and any(sch.get(c).name_hint == sch.get(block).name_hint for c in sch.get_consumers(anchor)):
                     epilogues.append(block)
         loops, ivs = sch.get_loops(anchor), sch.get(anchor).iter_vars
+        if not loops:  # a scalar's (a quantized model's scale and zero point): no loop to schedule
+            return
         spatial = [(l, int(iv.dom.extent)) for l, iv in zip(loops, ivs) if int(iv.iter_type) != REDUCE]
         reduce = [(l, int(iv.dom.extent)) for l, iv in zip(loops, ivs) if int(iv.iter_type) == REDUCE]
         i, j, k = roles([e for _, e in spatial], [e for _, e in reduce])

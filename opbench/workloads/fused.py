@@ -122,6 +122,16 @@ def _anchor_pattern(model: str, func: str, batch: int, seq_len: int) -> str:
 
 
 @functools.cache
+def _anchor_operands(model: str, func: str, batch: int, seq_len: int) -> tuple[str, ...]:
+    """The dtypes of the buffers the anchor block reads, in order."""
+    import tvm
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(tvm.IRModule({"main": _load(model, func, batch, seq_len)[1]}))
+    return tuple(str(r.source.dtype) for r in sch.get(anchor_block(sch)).reads)
+
+
+@functools.cache
 def _axes(model: str, func: str, batch: int, seq_len: int) -> tuple[Axis, ...]:
     """The anchor block's loops (found on a fresh Schedule: once per operator, not per record)."""
     return tuple(anchor_axes(_load(model, func, batch, seq_len)[1]))
@@ -186,6 +196,10 @@ class Fused(Operator):
 
     def flops(self, p: Params) -> float:
         return self.op(p).flops
+
+    def anchor_operands(self, p: Params) -> tuple[str, ...]:
+        """The dtypes its anchor block reads (a quantized model's matmul: uint8 activations, int8 weights)."""
+        return _anchor_operands(*self._key(p))
 
     def has_pad_stage(self, p: Params) -> bool:
         """A transposed convolution's spread input is one (the other kinds' padding is inlined by their templates)."""

@@ -10,6 +10,7 @@ from typing import Any
 from opbench.workloads.models.dynamic import bound, seq_len
 from opbench.workloads.models.exports import exported_program, onnx_module, relax_module
 from opbench.workloads.models.graph import pad_into_conv, unwrap_batch_norm
+from opbench.workloads.models.quantize import is_quantized, quantize_matmuls
 from opbench.workloads.models.sources import ModelSource
 
 KEY_SHARE = 0.9  # key operators: the fewest that cover this share of the model's time
@@ -43,12 +44,14 @@ def anchor_kind(name: str) -> str:
 def import_model(source: ModelSource) -> Any:
     """The model as a Relax IRModule with its weights bound as constants; one with dynamic dimensions (a token
     model's sequence length, an ONNX file's named ones) imported once with them symbolic, then bound to the
-    source's sizes (:mod:`.dynamic`)."""
+    source's sizes (:mod:`.dynamic`); a quantized one's matrix products then int8 (:mod:`.quantize`)."""
     if source.dims or (source.seq_axis is not None and seq_len(source) > 1):  # torch specialises a size of 1
-        return bound(source)
-    if source.kind == "onnx":
-        return onnx_module(source)
-    return relax_module(source, exported_program(source))
+        mod = bound(source)
+    elif source.kind == "onnx":
+        mod = onnx_module(source)
+    else:
+        mod = relax_module(source, exported_program(source))
+    return quantize_matmuls(mod) if is_quantized(source.name) else mod
 
 
 # Bumped whenever fuse() makes different PrimFuncs, so that cached extractions of an older one are not read

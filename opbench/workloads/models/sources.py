@@ -7,6 +7,7 @@ hidden size) for tests. ``onnx``: any ``.onnx`` file, through Relax's ONNX front
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from opbench.exceptions import OpBenchError
+from opbench.workloads.models.quantize import INT8_SUFFIX, is_quantized
 from opbench.workloads.models.zoo import ZOO
 
 if TYPE_CHECKING:
@@ -253,6 +255,9 @@ def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
     dimensions take ``batch`` where they lead an input, ``seq_len`` elsewhere."""
     if batch < 1 or seq_len < 1:
         raise OpBenchError(f"--batch-size and --seq-len must be >= 1, got {batch} and {seq_len}")
+    if is_quantized(name):  # the same model, its matrix products int8 once imported (opbench.workloads.models.quantize)
+        plain = load_model(name.removesuffix(INT8_SUFFIX), batch, seq_len)
+        return dataclasses.replace(plain, name=plain.name + INT8_SUFFIX)
     if name.endswith(".onnx"):
         path = Path(name)
         if not path.is_file():

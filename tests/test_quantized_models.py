@@ -1,0 +1,101 @@
+"""A model quantized to int8 (its name +int8, or --dtype int8): its matrix products by constant weights u8 x i8 into
+i32, in agreement with the fp32 model, its int8 operators on the dot-product template, end to end in tune-model."""
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from opbench.hardware.targets import make_target
+from opbench.record import Status
+
+CLI = [sys.executable, "-m", "opbench.cli"]
+
+
+def test_quantized_tiny_bert_agrees_with_the_fp32_model_and_only_its_weight_products_are_int8():
+    import tvm
+    from tvm import relax
+
+    from opbench.workloads.models.extract import fuse, import_model
+    from opbench.workloads.models.quantize import AGREEMENT, cosine
+    from opbench.workloads.models.sources import load_model
+
+    source = load_model("bert-base@tiny+int8", seq_len=16)
+    assert source.name == "bert-base@tiny+int8" and load_model("bert-base@tiny", seq_len=16).module is not None
+    mod = import_model(source)
+    products = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: products.append(e) if isinstance(e, relax.Call)
+                                    and getattr(e.op, "name", "") == "relax.matmul" else None)
+    int8 = [p for p in products if str(p.args[0].ty.dtype) == "uint8"]
+    assert int8 and all(str(p.args[1].ty.dtype) == "int8" and str(p.ty.dtype) == "int32" for p in int8)
+    assert len(int8) < len(products)  # attention's products of two activations stay fp32
+    vm = relax.VirtualMachine(tvm.compile(fuse(mod), target=make_target("llvm", 1)), tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(np.asarray(a)) for a in source.inputs])
+    expected = np.asarray(source.reference()[0] if isinstance(source.reference(), (list, tuple)) else source.reference())
+    got = (out[0] if not hasattr(out, "numpy") else out).numpy()
+    assert cosine(got, expected) >= AGREEMENT and not np.allclose(got, expected, rtol=1e-6, atol=1e-6)  # quantized
+
+
+def test_a_quantized_models_int8_operators_take_the_dot_product_template_and_match_their_reference():
+    import tvm
+
+    import opbench.workloads.models  # noqa: F401 - registers where model operators come from
+    from opbench.space import get_template
+    from opbench.workloads import parse_workload
+    from opbench.workloads.models.cache import imported
+    from opbench.workloads.models.extract import fused_ops
+    from opbench.workloads.models.sources import load_model
+
+    ops, _ = fused_ops(imported(load_model("bert-base@tiny+int8", seq_len=16), 1, 16).mod)
+    int8 = [op for op in ops if op.shapes and op.name.startswith("fused_matmul")]
+    assert len(int8) == 3  # the attention's projections, the feed-forward's two
+    for op in int8:
+        workload = parse_workload(f"fused:model=bert-base@tiny+int8,func={op.name},seq_len=16")
+        template = get_template(workload)
+        assert template.name == "fused_matmul_int8" and workload.op.anchor_operands(workload.params)[:2] == ("uint8", "int8")
+        config = template.default_config(workload)
+        assert config["layout_transform"] == "weights_prepacked"  # a model's constant weight, packed once
+        inputs = workload.make_inputs()
+        expected = workload.reference(inputs)
+        args = [tvm.runtime.tensor(a) for a in [*inputs, np.zeros_like(expected)]]
+        tvm.compile(template.schedule(workload, config), target=make_target("llvm", 1))(*args)
+        np.testing.assert_allclose(args[-1].numpy(), expected, *workload.tolerance())
+
+
+def test_a_quantized_models_output_is_checked_for_agreement_not_equality():
+    from opbench.measure.worker._common import check_output
+
+    rng = np.random.default_rng(0)
+    expected = rng.standard_normal(1000).astype("float32")
+    close = expected + 0.05 * rng.standard_normal(1000).astype("float32")  # cosine ~0.999
+    far = expected + 0.5 * rng.standard_normal(1000).astype("float32")  # cosine ~0.9
+    assert check_output("bert-base+int8", close, expected)[1] is None
+    wrong = check_output("bert-base+int8", far, expected)[1]
+    assert wrong is not None and wrong.status is Status.WRONG_RESULT and "cosine similarity 0.8" in wrong.error
+    assert check_output("bert-base", close, expected)[1] is not None  # fp32: within 1e-3 or wrong
+
+
+def test_an_unknown_model_dtype_exits_2_naming_the_choices(capsys):
+    from opbench.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune-model", "bert-base@tiny", "--dtype", "int4"])
+    assert exit_.value.code == 2 and "invalid choice: 'int4' (choose from 'float32', 'int8')" in capsys.readouterr().err
+
+
+def test_tune_model_dtype_int8_tunes_and_verifies_the_quantized_model(tmp_path, tracking_uri):
+    out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--dtype", "int8", "--seq-len", "16", "--trials-per-op",
+                                "2", "--max-ops", "1", "--repeat", "3", "--verify-rounds", "1", "--compare", "untuned",
+                                "--tracking-uri", tracking_uri, "--study", "q8",
+                                "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"], capture_output=True, text=True,
+                         timeout=900, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "bert-base@tiny+int8, batch 1" in out.stdout and "tuned model output matches the reference" in out.stdout
+    tuned = re.search(r"^(fused_matmul\S*)\s+matmul\s.*\stuned\s*$", out.stdout, re.MULTILINE)
+    assert tuned, out.stdout  # the largest operator is an int8 product, tuned on the dot-product template
+    from opbench.tracking import read_mlflow_records
+
+    records = read_mlflow_records(["q8"], tracking_uri)
+    assert {r["template"] for r in records if r["workload"].endswith(tuned.group(1))} == {"fused_matmul_int8"}
+    assert not [r for r in records if r["status"] != "ok"], [r.get("error", "")[:200] for r in records if r["status"] != "ok"]
