@@ -13,6 +13,7 @@ from opbench.record import Status
 CLI = [sys.executable, "-m", "opbench.cli"]
 
 
+@pytest.mark.full  # imports and builds the model
 def test_quantized_tiny_bert_agrees_with_the_fp32_model_and_only_its_weight_products_are_int8():
     import tvm
     from tvm import relax
@@ -37,6 +38,7 @@ def test_quantized_tiny_bert_agrees_with_the_fp32_model_and_only_its_weight_prod
     assert cosine(got, expected) >= AGREEMENT and not np.allclose(got, expected, rtol=1e-6, atol=1e-6)  # quantized
 
 
+@pytest.mark.full  # imports and builds the model
 def test_a_quantized_models_int8_operators_take_the_dot_product_template_and_match_their_reference():
     import tvm
 
@@ -99,3 +101,22 @@ def test_tune_model_dtype_int8_tunes_and_verifies_the_quantized_model(tmp_path, 
     records = read_mlflow_records(["q8"], tracking_uri)
     assert {r["template"] for r in records if r["workload"].endswith(tuned.group(1))} == {"fused_matmul_int8"}
     assert not [r for r in records if r["status"] != "ok"], [r.get("error", "")[:200] for r in records if r["status"] != "ok"]
+
+
+@pytest.mark.full  # imports and builds the model
+def test_a_quantized_models_onnx_runtime_row_runs_onnx_runtimes_own_dynamic_quantization(tmp_path):
+    import onnx
+    import onnxruntime as ort
+
+    from opbench.workloads.models.exports import onnx_file
+    from opbench.workloads.models.quantize import AGREEMENT, cosine
+    from opbench.workloads.models.sources import load_model
+
+    source = load_model("bert-base@tiny+int8", seq_len=16)
+    path = onnx_file(source, tmp_path / "model.onnx")
+    ops = {node.op_type for node in onnx.load(str(path)).graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops  # quantized as ONNX Runtime's users do
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {i.name: a.numpy() for i, a in zip(session.get_inputs(), source.inputs)})[0]
+    expected = source.reference()
+    assert cosine(got, expected[0] if isinstance(expected, (list, tuple)) else expected) >= AGREEMENT

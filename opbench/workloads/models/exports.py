@@ -9,6 +9,7 @@ from typing import Any
 
 from opbench.exceptions import OpBenchError
 from opbench.workloads.models.graph import integer_cumsum_widened
+from opbench.workloads.models.quantize import is_quantized
 from opbench.workloads.models.sources import ModelSource
 
 
@@ -67,10 +68,17 @@ def inductor_package(source: ModelSource, path: Path, max_autotune: bool = False
 
 
 def onnx_file(source: ModelSource, path: Path) -> Path:
-    """The model exported to ONNX at ``path`` by torch's exporter (from ``torch.export``), weights inside."""
+    """The model exported to ONNX at ``path`` by torch's exporter (from ``torch.export``), weights inside; a quantized
+    model's (``+int8``) then quantized as ONNX Runtime users do (``quantize_dynamic``: i8 weights, u8 activations
+    per tensor at run time), as ours is."""
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    fp32 = path.with_name(f"{path.stem}-fp32.onnx") if is_quantized(source.name) else path
     with torch.no_grad():
-        torch.onnx.export(exported_program(source), source.inputs, str(path), dynamo=True, external_data=False)
+        torch.onnx.export(exported_program(source), source.inputs, str(fp32), dynamo=True, external_data=False)
+    if fp32 != path:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
     return path
