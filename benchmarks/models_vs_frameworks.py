@@ -53,7 +53,7 @@ from _results import RESULTS, Results
 from opbench.engines.registry import EngineSpec
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
-from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, OPENVINO, TORCH_SPARSE, ZENTORCH
+from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, OPENVINO, TORCH_INT8, TORCH_SPARSE, ZENTORCH
 from opbench.paths import tuned_models_dir
 from opbench.report.progress import table
 from opbench.studies.claims import spread_text
@@ -64,6 +64,7 @@ from opbench.studies.models.tune import ModelSpec, ModelTuneResult, ModelTuneSpe
 from opbench.studies.verify import BEST, Spread, Verification
 from opbench.workloads.models import cache
 from opbench.workloads.models.extract import FusedOp
+from opbench.workloads.models.quantize import MODEL_DTYPES, is_quantized, with_dtype
 from opbench.workloads.models.sources import load_model
 
 ANSOR = ("resnet-50", "mobilenet-v2", "resnet3d-18", "dcgan", "bert-base")  # Ansor's table: batch 1 and 16
@@ -95,11 +96,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="fresh-process verification rounds")
     parser.add_argument("--reuse", action="store_true", help="build from the tuning a run with the same key kept")
     parser.add_argument("--fresh", action="store_true", help="measure again the cases this device has finished")
+    parser.add_argument("--dtype", choices=MODEL_DTYPES, default="float32",
+                        help="int8: each model quantized (MODEL+int8), beside ONNX Runtime's, OpenVINO's and PyTorch's "
+                             "int8 runs of it")
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")  # progress on stderr: each operator as it is tuned, the verification
     logging.getLogger("opbench").setLevel(logging.INFO)
-    cases = [(m, b) for m in args.models for b in args.batch_sizes or [1]] if args.models else \
-        [(m, b) for m, b in CASES if not args.batch_sizes or b in args.batch_sizes]
+    cases = [(with_dtype(m, args.dtype), b) for m, b in ([(m, b) for m in args.models for b in args.batch_sizes or [1]]
+                                                        if args.models else [(m, b) for m, b in CASES
+                                                                             if not args.batch_sizes or b in args.batch_sizes])]
     store = CaseStore("models_vs_frameworks", {"threads": args.threads, "trials_per_op": args.trials_per_op,
                                                "max_ops": args.max_ops, "rounds": args.rounds, "seq_len": SEQ_LEN})
     done = {} if args.fresh else store.done()
@@ -122,7 +127,8 @@ def run_case(model: str, batch: int, args: argparse.Namespace, scratch: Path, ce
     spec = ModelTuneSpec(ModelSpec(model, batch=batch, seq_len=SEQ_LEN, threads=args.threads, repeat=3),
                          args.trials_per_op, args.max_ops, EngineSpec(seed=0, storage=f"sqlite:///{scratch / 'optuna.db'}"),
                          args.rounds, tracking_uri=f"sqlite:///{scratch / 'mlflow.db'}",
-                         systems=SYSTEMS + ((TORCH_SPARSE,) if model in SPARSE_FORMS else ()),
+                         systems=SYSTEMS + ((TORCH_SPARSE,) if model in SPARSE_FORMS else ())
+                         + ((TORCH_INT8,) if is_quantized(model) else ()),
                          reuse=tuned_models_dir() if args.reuse else None)
     result = tune_model(spec)
     verified = result.verification

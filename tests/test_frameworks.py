@@ -89,6 +89,15 @@ def test_zentorch_compiles_the_module_and_gives_eagers_output(measurer):
     assert result.status is Status.OK and result.max_abs_err < 1e-4, result.error  # checked against eager
 
 
+def test_pytorchs_dynamic_quantization_of_a_quantized_model_agrees_with_eager(measurer):
+    from opbench.measure.protocol import TORCH_INT8
+
+    quantized, unmarked = (measurer.time_model(ModelInput(model, seq_len=16, resources=Resources(2), runtime=TORCH_INT8))
+                           for model in ("bert-base@tiny+int8", "bert-base@tiny"))
+    assert quantized.status is Status.OK and 0 < quantized.max_abs_err, quantized.error  # int8, in agreement with eager
+    assert unmarked.status is Status.WRONG_RESULT and "cosine" not in unmarked.error  # an fp32 model's check: 1e-3
+
+
 def test_a_framework_this_host_cannot_run_is_skipped_saying_why(monkeypatch):
     from opbench.hardware.resources import host_facts
     from opbench.studies.models import systems

@@ -90,7 +90,9 @@ class PrimFuncInput:
 
 TVM, EAGER, INDUCTOR, ONNXRUNTIME = "tvm", "eager", "torch.compile", "onnxruntime"  # what runs a whole model
 OPENVINO, ZENTORCH, TORCH_SPARSE = "openvino", "zentorch", "torch-sparse"  # torch-sparse: a model's sparse_form()
-FRAMEWORKS = (EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, TORCH_SPARSE)  # run in a library worker: never imports TVM
+TORCH_INT8 = "torch-int8"  # PyTorch's dynamic quantization of a quantized model's (+int8) Linear layers
+FRAMEWORKS = (EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, TORCH_SPARSE, TORCH_INT8)  # run in a library worker: never
+# imports TVM
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from opbench.measure.protocol import (
     EAGER,
     FRAMEWORKS,
     ONNXRUNTIME,
+    TORCH_INT8,
     ZENTORCH,
     LibraryInput,
     ModelInput,
@@ -44,7 +45,7 @@ def _preload(inp: Job) -> tuple[str, ...]:
     if isinstance(inp, LibraryInput):
         return _library_preload(inp.library)
     if isinstance(inp, ModelInput) and inp.system in FRAMEWORKS:
-        return _eager_preload(inp.model) if inp.system in (EAGER, ZENTORCH) else ("torch",)
+        return _eager_preload(inp.model) if inp.system in (EAGER, ZENTORCH, TORCH_INT8) else ("torch",)
     return ()
 
 

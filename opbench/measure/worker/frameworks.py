@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from opbench.measure.protocol import EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, TORCH_SPARSE, ZENTORCH, ModelInput
+from opbench.measure.protocol import EAGER, INDUCTOR, ONNXRUNTIME, OPENVINO, TORCH_INT8, TORCH_SPARSE, ZENTORCH, ModelInput
 from opbench.measure.worker._common import first_output, saved_inputs
 
 Call = Callable[[], Any]
@@ -19,7 +19,7 @@ Call = Callable[[], Any]
 def model_call(req: ModelInput, threads: int, device: Any) -> tuple[Call, np.ndarray | None]:
     """One forward of the model as ``req.system`` runs it, with ``threads``, and the output to check it
     against (None for eager: it is the reference)."""
-    if req.system in (EAGER, ZENTORCH, TORCH_SPARSE):
+    if req.system in (EAGER, ZENTORCH, TORCH_SPARSE, TORCH_INT8):
         return _torch_module_call(req, device)
     arrays, expected = saved_inputs(req.inputs)
     if req.system == INDUCTOR:
@@ -61,6 +61,10 @@ def _torch_module_call(req: ModelInput, device: Any) -> tuple[Call, np.ndarray |
         sparse = module.sparse_form()
         return (lambda: sparse(*inputs)), expected
     import torch
+
+    if req.system == TORCH_INT8:  # as PyTorch's users quantize a transformer for CPUs (x86 backend, per tensor)
+        quantized = torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8)
+        return (lambda: quantized(*inputs)), expected
     import zentorch  # noqa: F401 - registers the backend
 
     compiled = torch.compile(module, backend="zentorch")

@@ -18,16 +18,17 @@ from typing import Any
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, host_facts
 from opbench.measure.models import export_model
-from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, OPENVINO, TORCH_SPARSE, ZENTORCH, ModelInput
+from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, OPENVINO, TORCH_INT8, TORCH_SPARSE, ZENTORCH, ModelInput
 from opbench.studies.models.profile import ModelProfile
 from opbench.studies.models.reuse import TunedCache
 from opbench.studies.models.tuned import apply_database
+from opbench.workloads.models.quantize import is_quantized
 
 log = logging.getLogger("opbench")
 
 UNTUNED, DEFAULTS, METASCHEDULE, EAGER_ROW = "untuned", "defaults", "metaschedule", "torch"
-SYSTEMS = (UNTUNED, DEFAULTS, METASCHEDULE, EAGER_ROW, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, TORCH_SPARSE)
-FRAMEWORK_ROWS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH)  # what a user would pick instead of TVM
+SYSTEMS = (UNTUNED, DEFAULTS, METASCHEDULE, EAGER_ROW, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, TORCH_SPARSE, TORCH_INT8)
+FRAMEWORK_ROWS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, TORCH_INT8)  # what a user would pick instead of TVM
 
 
 def parse_systems(value: str) -> tuple[str, ...]:
@@ -79,7 +80,9 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
                 prepared.failed[system] = f"{model} has no PyTorch module"
             elif system == TORCH_SPARSE and not hasattr(prof.source.module, "sparse_form"):
                 prepared.failed[system] = f"{model} has no sparse form"
-            elif system in (EAGER_ROW, ZENTORCH, TORCH_SPARSE):
+            elif system == TORCH_INT8 and not is_quantized(model):
+                prepared.failed[system] = f"skipped: {model} is not quantized (its int8 row is {model}+int8's)"
+            elif system in (EAGER_ROW, ZENTORCH, TORCH_SPARSE, TORCH_INT8):
                 prepared.runs[system] = ModelInput(model, batch, seq_len, resources=resources,
                                                    runtime="" if system == EAGER_ROW else system)
             elif system == INDUCTOR:
