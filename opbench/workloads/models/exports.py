@@ -81,4 +81,5 @@ def onnx_file(source: ModelSource, path: Path) -> Path:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
+        fp32.unlink()
     return path
