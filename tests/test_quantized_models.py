@@ -12,6 +12,26 @@ from opbench.record import Status
 CLI = [sys.executable, "-m", "opbench.cli"]
 
 
+@pytest.mark.parametrize("n", [1, 16 * 3 + 5, 1 << 15, (1 << 15) + 8 * 16 + 3])  # tails; one chunk, then several
+def test_dynamic_quantize_kernel_gives_numpys_scale_zero_point_and_values_exactly(n):
+    import tvm
+
+    from opbench.workloads.models.quantize import dynamic_quantize
+
+    x = (np.random.default_rng(n).standard_normal(n) * 3 + 1).astype("float32")
+    x[n // 2] = -7.5  # the range's low end away from the tail and the first chunk
+    low, high = min(x.min(), 0), max(x.max(), 0)
+    scale = np.float32(max((high - low) / np.float32(255), 1e-12))
+    zero_point = np.round(-low / scale)
+    expected = np.clip(np.round(x * (np.float32(1) / scale)) + zero_point, 0, 255).astype("uint8")
+    kernel = tvm.compile(tvm.IRModule({"main": dynamic_quantize(n).with_attr("global_symbol", "main")}),
+                         make_target("llvm", 2))
+    args = [tvm.runtime.tensor(a) for a in (x, np.zeros(n, "uint8"), np.zeros((), "float32"), np.zeros((), "float32"))]
+    kernel["main"](*args)
+    assert args[2].numpy() == scale and args[3].numpy() == zero_point
+    np.testing.assert_array_equal(args[1].numpy(), expected)
+
+
 @pytest.mark.full  # imports and builds the model
 def test_quantized_tiny_bert_agrees_with_the_fp32_model_and_only_its_weight_products_are_int8():
     import tvm
@@ -24,18 +44,27 @@ def test_quantized_tiny_bert_agrees_with_the_fp32_model_and_only_its_weight_prod
     source = load_model("bert-base@tiny+int8", seq_len=16)
     assert source.name == "bert-base@tiny+int8" and load_model("bert-base@tiny", seq_len=16).module is not None
     mod = import_model(source)
-    products = []
-    relax.analysis.post_order_visit(mod["main"], lambda e: products.append(e) if isinstance(e, relax.Call)
-                                    and getattr(e.op, "name", "") == "relax.matmul" else None)
+    products = [e for e in _calls(mod["main"]) if getattr(e.op, "name", "") == "relax.matmul"]
     int8 = [p for p in products if str(p.args[0].ty.dtype) == "uint8"]
     assert int8 and all(str(p.args[1].ty.dtype) == "int8" and str(p.ty.dtype) == "int32" for p in int8)
     assert len(int8) < len(products)  # attention's products of two activations stay fp32
+    kernels = {gvar.name_hint for gvar in mod.functions if gvar.name_hint.startswith("dynamic_quantize")}
+    assert kernels == {"dynamic_quantize", "dynamic_quantize1"}  # one per activation size, scheduled: no Relax min/max
+    assert not [e for e in _calls(mod["main"]) if getattr(e.op, "name", "") in ("relax.min", "relax.max")]
     vm = relax.VirtualMachine(tvm.compile(fuse(mod), target=make_target("llvm", 1)), tvm.cpu())
     out = vm["main"](*[tvm.runtime.tensor(np.asarray(a)) for a in source.inputs])
     reference = source.reference()
     expected = np.asarray(reference[0] if isinstance(reference, (list, tuple)) else reference)
     got = (out[0] if not hasattr(out, "numpy") else out).numpy()
     assert cosine(got, expected) >= AGREEMENT and not np.allclose(got, expected, rtol=1e-6, atol=1e-6)  # quantized
+
+
+def _calls(func):
+    from tvm import relax
+
+    calls = []
+    relax.analysis.post_order_visit(func, lambda e: calls.append(e) if isinstance(e, relax.Call) else None)
+    return calls
 
 
 @pytest.mark.full  # imports and builds the model
