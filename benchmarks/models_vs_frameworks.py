@@ -15,8 +15,10 @@ a row beside the baselines, not one of them.
 Every latency printed is verified: each system timed again in fresh processes under the host lock, over
 ``--rounds`` alternating rounds (median, with the per-round range); each output is checked against
 PyTorch's first. "best baseline" is the fastest of the frameworks that ran. A
-target (issue 93's: <= 0.9x the best baseline at batch 1 for Ansor's five and resnet-18, <= 1.0x otherwise) is
-judged (met / NOT MET) from 3 rounds or more; fewer print the ratio with no verdict.
+target (issue 93's: <= 0.9x the best baseline at batch 1 for Ansor's five and resnet-18, <= 1.0x otherwise; issue
+94's for a quantized model: <= 0.9x the best baseline) is judged (met / NOT MET) from 3 rounds or more; fewer print
+the ratio with no verdict. A quantized model's tuned latency is also set against its fp32 model's where this device
+finished that case (issue 94: <= 0.5x), each verified in its own run, so the line says both commits.
 TVM's unscheduled lowering is not timed here. The host's GEMM ceiling (the faster of PyTorch's and numpy's
 fp32 2048^3 GEMM in fresh processes) is timed first; each model's tuned matmuls and convolutions are reported
 against it, their time their share of the tuned build's profile times its verified latency.
@@ -64,7 +66,7 @@ from opbench.studies.models.tune import ModelSpec, ModelTuneResult, ModelTuneSpe
 from opbench.studies.verify import BEST, Spread, Verification
 from opbench.workloads.models import cache
 from opbench.workloads.models.extract import FusedOp
-from opbench.workloads.models.quantize import MODEL_DTYPES, is_quantized, with_dtype
+from opbench.workloads.models.quantize import INT8_SUFFIX, MODEL_DTYPES, is_quantized, with_dtype
 from opbench.workloads.models.sources import load_model
 
 ANSOR = ("resnet-50", "mobilenet-v2", "resnet3d-18", "dcgan", "bert-base")  # Ansor's table: batch 1 and 16
@@ -81,9 +83,33 @@ VERDICT_ROUNDS = 3  # fewer fresh-process rounds of a whole model give no spread
 INLINE_NOTE_CHARS = 60  # a longer note (where a reused tuning came from) is a footnote under the table
 
 
+OURS = "OpBench tuned"  # the tuned model's row
+TARGET_VS_FP32 = 0.5  # issue 94's: a quantized model against our own fp32 build of it
+
+
 def target_vs_best(model: str, batch: int) -> float:
-    """Issue 93's bar against the best baseline: 0.9x for Ansor's five and resnet-18 at batch 1, else 1.0x."""
-    return 0.9 if batch == 1 and model in (*ANSOR, "resnet-18") else 1.0
+    """The bar against the best baseline: issue 93's 0.9x for Ansor's five and resnet-18 at batch 1, else 1.0x;
+    issue 94's 0.9x for a quantized model."""
+    return 0.9 if is_quantized(model) or (batch == 1 and model in (*ANSOR, "resnet-18")) else 1.0
+
+
+def vs_fp32(case: dict, finished: dict[str, dict]) -> str | None:
+    """A quantized case's tuned latency over its fp32 model's at the same batch size, where this device finished
+    that case with the same settings (each the median of its own run's verified rounds)."""
+    name, batch = case["case"].rsplit("@", 1)
+    fp32 = finished.get(f"{name.removesuffix(INT8_SUFFIX)}@{batch}") if is_quantized(name) else None
+    if fp32 is None:
+        return None
+    ours, theirs = tuned_ms(case), tuned_ms(fp32)
+    ratio = ours / theirs
+    return (f"{'met' if ratio <= TARGET_VS_FP32 else 'NOT MET'}: <= {TARGET_VS_FP32}x our fp32 {fp32['case']}: "
+            f"{ratio:.3g} ({ours:.4g} ms at commit {case['commit']} / {theirs:.4g} ms at commit {fp32['commit']}, "
+            "each verified in its own run)")
+
+
+def tuned_ms(case: dict) -> float:
+    """The case's tuned model's verified median, ms (its table row's)."""
+    return float(next(row for row in case["rows"] if row[1].startswith(OURS))[2].split()[0])
 
 
 def main() -> None:
@@ -118,7 +144,8 @@ def main() -> None:
         print(f"=== {name}", flush=True)
         ceiling = ceiling or gemm_ceiling(args.threads)
         done[name] = store.add(name, run_case(model, batch, args, scratch, ceiling))
-    report([done[f"{m}@{b}"] for m, b in cases if f"{m}@{b}" in done], args, store, time.monotonic() - started)
+    report([done[f"{m}@{b}"] for m, b in cases if f"{m}@{b}" in done], args, store, time.monotonic() - started,
+           store.done())
 
 
 def run_case(model: str, batch: int, args: argparse.Namespace, scratch: Path, ceiling: tuple[float, str]) -> dict:
@@ -142,8 +169,10 @@ def run_case(model: str, batch: int, args: argparse.Namespace, scratch: Path, ce
             "split": where_time_goes(model, batch, ops, built, args.threads), "wall_min": (time.monotonic() - started) / 60}
 
 
-def report(cases: list[dict], args: argparse.Namespace, store: CaseStore, wall_s: float) -> None:
-    """The table of every case this device finished with these settings, each with where it was measured."""
+def report(cases: list[dict], args: argparse.Namespace, store: CaseStore, wall_s: float, finished: dict[str, dict]
+           ) -> None:
+    """The table of every case this device finished with these settings, each with where it was measured
+    (``finished``: every case this device finished, by name, for a quantized model's fp32 one)."""
     results = Results("models_vs_frameworks")
     results.print(f"\n{args.threads} threads, {args.trials_per_op} trials per key operator (at most {args.max_ops} "
                   f"per model); verified: median of {args.rounds} fresh-process rounds (min-max); device {store.device}; "
@@ -154,7 +183,7 @@ def report(cases: list[dict], args: argparse.Namespace, store: CaseStore, wall_s
         results.print(line)
     for case in cases:
         results.print(f"{case['case']} (commit {case['commit']}, {case['date']}, {case['wall_min']:.1f} min): "
-                      + "; ".join(case["verdicts"]))
+                      + "; ".join(case["verdicts"] + list(filter(None, [vs_fp32(case, finished)]))))
     results.print("\nWhere the time goes, ms per run, each side inside its model: our tuned build's operators (the Relax "
                   "VM's instrumentation) beside PyTorch eager's (profiler)")
     results.table(table([row for case in cases for row in case["split"]],
@@ -218,7 +247,7 @@ def model_rows(case: str, verified: Verification) -> tuple[list[tuple], list[str
     the row pointing to it."""
     rows, footnotes = [], []
     for name, schedule in verified.schedules.items():
-        shown = {BEST: "OpBench tuned", DEFAULTS: "TVM template defaults", METASCHEDULE: "MetaSchedule"}.get(name, name)
+        shown = {BEST: OURS, DEFAULTS: "TVM template defaults", METASCHEDULE: "MetaSchedule"}.get(name, name)
         note = verified.notes.get(name, "")
         if len(note) > INLINE_NOTE_CHARS:
             footnotes.append(f"[{case} {len(footnotes) + 1}] {shown}: {note}")

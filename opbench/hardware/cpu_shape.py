@@ -80,11 +80,12 @@ def target_fields(target: Any) -> dict[str, Any]:
 
 
 def target_shape(target: str, host: HostFacts | None = None) -> CpuShape:
-    """The shape of the CPU that runs ``target``'s kernels: a board preset's, else ``host``'s (by default this one)."""
+    """The shape of the CPU that runs ``target``'s kernels: a board preset's, else ``host``'s (by default the shape
+    in force: :func:`shaped_for`'s around this call, else this host's)."""
     board = BOARDS.get(target)
     if board is not None:
         return CpuShape(128, 32 if board.triple.startswith("aarch64") else 16, board.l1d_ways, board.l2_kb)
-    return CpuShape.of(host or host_facts())
+    return CpuShape.of(host) if host else current_shape()
 
 
 _CURRENT: contextvars.ContextVar[CpuShape | None] = contextvars.ContextVar("opbench_cpu_shape", default=None)

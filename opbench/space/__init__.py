@@ -69,6 +69,7 @@ DOT_DEFAULTS = {"dense": "dense_int8", "matmul": "matmul_int8", "fused_matmul": 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:
     """The template for ``workload``: its op's default for ``target`` (``cuda_<op>`` on GPUs,
     :data:`CPU_DEFAULTS` or the op's own on CPUs) unless ``name`` picks another that applies."""
+    from opbench.hardware.cpu_shape import shaped_for
     from opbench.hardware.targets import is_gpu
 
     kind = workload.kind
@@ -82,7 +83,8 @@ def get_template(workload: Workload, name: str | None = None, target: str = "llv
         raise WorkloadError(f"unknown template '{name}'; templates: {', '.join(TEMPLATES)}")
     if getattr(TEMPLATES[name], "op", name) not in (workload.op.name, kind) and name not in GENERIC_TEMPLATES:
         raise WorkloadError(f"template '{name}' does not apply to operator '{workload.name}'")
-    refusal = TEMPLATES[name].refusal(workload)
+    with shaped_for(target):  # the target's CPU, not this host's, has the instructions a template needs or not
+        refusal = TEMPLATES[name].refusal(workload)
     if refusal:
         raise WorkloadError(f"template '{name}' does not apply to {workload.name}: {refusal}")
     return TEMPLATES[name]
