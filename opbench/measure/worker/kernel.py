@@ -77,7 +77,6 @@ class KernelWorker:
         self._addr = ""  # its server's HOST:PORT
         self._loaded: dict[str, Any] = {}  # the latest artifact -> its module on the session's device
         self._meters: dict[bool, Any] = {}
-        self._timers: tuple[object, Callable[[], RunResult]] | None = None  # the latest standalone request's timer
 
     def _pool_here(self) -> None:
         """Size and pin TVM's thread pool in this process, which is about to run kernels (once a process)."""
@@ -243,19 +242,11 @@ class KernelWorker:
 
     def peak(self, req: PeakInput) -> RunResult:
         """Time the host's peak kernel for the request's threads (built here, then placed as a kernel run is)."""
-        return self._placed("llvm", self._timer(req, peak_timer))
+        return self._placed("llvm", peak_timer(req, self._pool_here))
 
     def primfunc(self, req: PrimFuncInput) -> RunResult:
         """Time a model's operator compiled alone (built here, then placed as a kernel run is)."""
-        return self._placed("llvm", self._timer(req, primfunc_timer))
-
-    def _timer(self, req: Any, make: Callable[[Any, Callable[[], None]], Callable[[], RunResult]]
-               ) -> Callable[[], RunResult]:
-        """The timer of a standalone kernel, built once for a job's placements (the same request in a row: a
-        placement costs a fork, not a compile)."""
-        if self._timers is None or self._timers[0] != req:
-            self._timers = (req, make(req, self._pool_here))
-        return self._timers[1]
+        return self._placed("llvm", primfunc_timer(req, self._pool_here))
 
     def _pristine(self, target: str) -> bool:
         """Whether a CPU run of ``target`` goes to a child forked from this process, which then never runs a

@@ -1,8 +1,10 @@
 """Kernels a kernel worker builds and times itself, without a catalogue workload or a reference to check:
 the host's peak kernel (:mod:`opbench.hardware.peak`) and a model's operator given as TVMScript. Each is built
-in the worker; the returned call times one placement of it."""
+in the worker, once for a job's placements (they come in a row with the same request: a placement costs a fork,
+not a compile); the returned call times one placement of it."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -16,6 +18,7 @@ from opbench.record import Status
 from opbench.workloads._base import ACCUMULATOR
 
 
+@functools.lru_cache(maxsize=1)
 def peak_timer(req: PeakInput, pool_here: Callable[[], None]) -> Callable[[], RunResult]:
     """The peak kernel of ``req``'s threads and dtype, built now."""
     import numpy as np
@@ -39,6 +42,7 @@ def peak_timer(req: PeakInput, pool_here: Callable[[], None]) -> Callable[[], Ru
                   req.timing, pool_here)
 
 
+@functools.lru_cache(maxsize=1)
 def primfunc_timer(req: PrimFuncInput, pool_here: Callable[[], None]) -> Callable[[], RunResult]:
     """``req``'s PrimFunc compiled alone for its target (a TVM target's JSON, or a name such as ``llvm``), called
     on random inputs (booleans 0 or 1, other integers 0: an index valid in any dimension)."""
@@ -69,10 +73,11 @@ def _timer(module: Any, arguments: Callable[[], list[Any]], timing: TimingPolicy
            pool_here: Callable[[], None]) -> Callable[[], RunResult]:
     import tvm
 
+    main, device = module["main"], tvm.cpu(0)  # LLVM's JIT compiles it here, once: each placement's child has it
+
     def timed() -> RunResult:
         pool_here()
         args = arguments()  # in the placement's own process: its own buffers and pages
-        main, device = module["main"], tvm.cpu(0)
         tick = time.perf_counter()
         main(*args)
         first_s = time.perf_counter() - tick
