@@ -100,6 +100,20 @@ def measurer(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def build_checker(tmp_path_factory):
+    """A measurer for tests whose point is that every build is correct: each kernel checked against its
+    reference and timed once (one placement of one repeat), its latency not looked at."""
+    from opbench.measure.measurer import Measurer
+    from opbench.measure.timing import TimingPolicy
+    from opbench.measure.types import MeasureOptions
+
+    one = TimingPolicy(repeat=1, min_repeat_ms=1.0, placements=1, max_placements=1)
+    options = MeasureOptions(one, run_timeout_s=10.0, lock_path=tmp_path_factory.mktemp("lock") / "timing.lock")
+    with Measurer(options) as m:
+        yield m
+
+
+@pytest.fixture(scope="session")
 def empty_store(tmp_path_factory) -> Path:
     """An MLflow sqlite store with its tables made once (3.4 s of migrations here, per new store)."""
     from opbench.tracking.mlflow_store import ensure_store

@@ -42,10 +42,10 @@ def test_every_cpu_template_keeps_the_space_contract(template, workload):
     template_contract.check_space(template, workload, samples=5)
 
 
-def test_the_build_contract_holds_for_a_tiled_and_a_packed_template(measurer):
+def test_the_build_contract_holds_for_a_tiled_and_a_packed_template(build_checker):
     for spec, name in (("matmul:m=16,n=24,k=8", "matmul"), ("conv2d:n=1,c=8,h=9,w=9,k=16,r=3,s=3,stride=1,pad=1", "conv2d_nchwc")):
         workload = parse_workload(spec)
-        template_contract.check_builds_correct_kernels(measurer, get_template(workload, name), workload, samples=2)
+        template_contract.check_builds_correct_kernels(build_checker, get_template(workload, name), workload, samples=2)
 
 
 INT8_WORKLOADS = ["matmul:m=16,n=24,k=40,dtype=int8", "dense:m=4,n=16,k=24,bias=1,dtype=int8",
@@ -53,33 +53,33 @@ INT8_WORKLOADS = ["matmul:m=16,n=24,k=40,dtype=int8", "dense:m=4,n=16,k=24,bias=
 BF16_WORKLOADS = ["dense:m=4,n=16,k=24,bias=1,dtype=bfloat16", "conv2d:n=1,c=8,h=9,w=9,k=16,r=3,s=3,stride=1,pad=1,dtype=bfloat16"]
 
 
-def _builds_with_every_cpu_template(measurer, workload):
+def _builds_with_every_cpu_template(build_checker, workload):
     names = [name for name, _ in _templates_of(workload)]
     assert names and (workload.op.name != "conv2d" or "conv2d_nchwc" in names)
     for _, template in _templates_of(workload):
-        template_contract.check_builds_correct_kernels(measurer, template, workload, samples=2)
+        template_contract.check_builds_correct_kernels(build_checker, template, workload, samples=2)
 
 
 @pytest.mark.parametrize("spec", INT8_WORKLOADS)
-def test_int8_kernels_of_every_cpu_template_are_exact_on_full_range_inputs(measurer, spec):
+def test_int8_kernels_of_every_cpu_template_are_exact_on_full_range_inputs(build_checker, spec):
     workload = parse_workload(spec)
     inputs = workload.make_inputs()
     assert [a.dtype.name for a in inputs[:2]] == ["uint8", "int8"] and inputs[0].max() > 250 and inputs[1].min() < -120
     exact = workload.op.reference([a.astype("int64") for a in inputs], workload.params)  # numpy/torch in int64
     assert workload.reference(inputs).dtype.name == "int32" and (workload.reference(inputs) == exact).all()
     assert workload.tolerance() == (0.0, 0.0)  # the check compares exactly
-    _builds_with_every_cpu_template(measurer, workload)
+    _builds_with_every_cpu_template(build_checker, workload)
 
 
 @pytest.mark.parametrize("spec", BF16_WORKLOADS)
-def test_bf16_kernels_of_every_cpu_template_accumulate_in_fp32(measurer, spec):
+def test_bf16_kernels_of_every_cpu_template_accumulate_in_fp32(build_checker, spec):
     workload = parse_workload(spec)
     inputs = workload.make_inputs()
     assert [a.dtype.name for a in inputs[:2]] == ["bfloat16", "bfloat16"] and workload.output_dtype == "float32"
     assert len({float(v) for v in inputs[0].ravel()}) > 50  # drawn over [-1, 1), not just 0 and 1
     rounded = [a.astype("float32").astype("float64") for a in inputs]  # the same values, exactly
     assert abs(workload.reference(inputs) - workload.op.reference(rounded, workload.params)).max() < 1e-4
-    _builds_with_every_cpu_template(measurer, workload)
+    _builds_with_every_cpu_template(build_checker, workload)
 
 
 def test_a_template_that_breaks_the_contract_fails_it():

@@ -55,7 +55,7 @@ GEMM_ODD = {"conv2d:n=2,c=5,h=4,w=32,k=12,r=1,s=1": 16, "conv2d:n=1,c=24,h=6,w=8
 
 
 @pytest.mark.slow
-def test_the_gemm_builds_correct_kernels_on_odd_shapes(measurer):
+def test_the_gemm_builds_correct_kernels_on_odd_shapes(build_checker):
     specs = []
     for index, (name, pixels) in enumerate(GEMM_ODD.items()):
         workload = parse_workload(name)
@@ -63,7 +63,7 @@ def test_the_gemm_builds_correct_kernels_on_odd_shapes(measurer):
         drawn = {k.name: rng.choice(k.choices) for k in template.knobs(workload) if k.name in ("gemm_rows", "gemm_reduce")}
         config = {"algorithm": "gemm", "gemm_pixels": pixels, "gemm_order": pointwise.ORDERS[index % 2], **drawn}
         specs.append(TrialSpec(workload, config, Resources(1 + index % 2), template.name))
-    records = measurer.measure_batch(specs)
+    records = build_checker.measure_batch(specs)
     wrong = failures(records, "knob.gemm")
     assert not wrong, wrong[:3]
     assert [r["knob.gemm_pixels"] for r in records] == list(GEMM_ODD.values())

@@ -217,7 +217,7 @@ def weighted_configs(workload, n, critical_knobs=CRITICAL, seed=0, first=0, temp
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_every_point_builds_a_correct_kernel(measurer, kind):
+def test_every_point_builds_a_correct_kernel(build_checker, kind):
     specs = []
     for i, name in enumerate(KINDS[kind]):
         w = parse_workload(name)
@@ -225,7 +225,7 @@ def test_every_point_builds_a_correct_kernel(measurer, kind):
         count = total // len(KINDS[kind]) + (i < total % len(KINDS[kind]))
         configs = weighted_configs(w, count, CRITICAL_OF[kind], first=len(specs))  # ... across its workloads, each the next
         specs += [TrialSpec(w, config, Resources(1 + index % 2), w.op.name) for index, config in enumerate(configs)]
-    records = measurer.measure_batch(specs)
+    records = build_checker.measure_batch(specs)
     wrong = failures(records)
     assert not wrong, wrong[:3]
 
@@ -238,7 +238,7 @@ PACKED_CRITICAL = ("packed_output", "reduce_order", "unroll_window")
 
 
 @pytest.mark.slow
-def test_packed_templates_build_correct_kernels_on_odd_shapes(measurer):
+def test_packed_templates_build_correct_kernels_on_odd_shapes(build_checker):
     specs = []
     for name in PACKED_ODD:
         w = parse_workload(name)
@@ -248,7 +248,7 @@ def test_packed_templates_build_correct_kernels_on_odd_shapes(measurer):
             other = "root" if configs[1]["weight_pack_at"] == "oc_block" else "oc_block"
             configs.append({**configs[1], "weight_pack_at": other})
         specs += [TrialSpec(w, config, Resources(1 + index % 2), template.name) for index, config in enumerate(configs)]
-    records = measurer.measure_batch(specs)
+    records = build_checker.measure_batch(specs)
     wrong = failures(records)
     assert not wrong, wrong[:3]
     assert {r["knob.layout_transform"] for r in records} == {"in_op"}  # where the packing runs is in the record
@@ -263,7 +263,7 @@ WINOGRAD_ODD = ["conv2d:n=2,c=5,h=9,w=11,k=12,r=3,s=3,pad=1", "conv2d:n=1,c=16,h
 
 
 @pytest.mark.slow
-def test_winograd_builds_correct_kernels_on_odd_shapes(measurer):
+def test_winograd_builds_correct_kernels_on_odd_shapes(build_checker):
     specs = []
     for index, name in enumerate(WINOGRAD_ODD):
         w = parse_workload(name)
@@ -278,7 +278,7 @@ def test_winograd_builds_correct_kernels_on_odd_shapes(measurer):
             if partial:  # rows that divide only F(4x4)'s tile count: F(2x2)'s last step is partial
                 config["winograd_rows"] = partial[-1]
             specs.append(TrialSpec(w, config, Resources(1 + index % 2)))
-    records = measurer.measure_batch(specs)
+    records = build_checker.measure_batch(specs)
     wrong = failures(records, "knob.winograd")
     assert not wrong, wrong[:3]
     assert {(r["knob.algorithm"], r["knob.winograd_tile"]) for r in records} == {("winograd", 2), ("winograd", 4)}

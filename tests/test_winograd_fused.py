@@ -41,7 +41,7 @@ def test_winograd_is_offered_to_a_models_3x3_stride_1_convolutions_alone():
 
 
 @pytest.mark.slow
-def test_fused_winograd_kernels_match_the_fused_operator(measurer):
+def test_fused_winograd_kernels_match_the_fused_operator(build_checker):
     """Both tiles, register tiles that leave a partial step, each epilogue, the weight transformed in the operator
     or once before the timed calls: checked against the operator's unscheduled build, with the features of what
     is timed."""
@@ -57,7 +57,7 @@ def test_fused_winograd_kernels_match_the_fused_operator(measurer):
             config = {**config, "winograd_rows": max(r for r in rows if r <= config["winograd_rows"])}
             specs.append(TrialSpec(workload, template.validate({"algorithm": "winograd", **config}, workload),
                                    Resources(1 + index % 2), template.name))
-    records = measurer.measure_batch(specs)
+    records = build_checker.measure_batch(specs)
     assert not failures(records)
     assert {r["knob.layout_transform"] for r in records} == {"weights_prepacked"}
     assert all(r["feat.ms_stores"] > 0 for r in records)
