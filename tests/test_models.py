@@ -220,7 +220,7 @@ def test_model_ops_names_schedules_it_cannot_use(tmp_path):
 
 
 @pytest.mark.slow
-def test_every_fused_point_builds_a_correct_kernel(measurer):
+def test_every_fused_point_builds_a_correct_kernel(build_checker):
     """Each model operator's default template (packed on a plain convolution, tiled on a matmul, the
     fused one elsewhere): a weighted sample of its space, each checked against the operator's
     unscheduled build."""
@@ -242,14 +242,14 @@ def test_every_fused_point_builds_a_correct_kernel(measurer):
              for i, config in enumerate(weighted_configs(w, BUILT_PER_KIND // 4 // len(workloads),
                                                          ("inline", "vectorize", "parallel", "packed_output", "cache_write"),
                                                          template=templates[w.name]))]
-    records = measurer.measure_batch(specs)
+    records = build_checker.measure_batch(specs)
     assert {r["status"] for r in records} == {"ok"}, [(r["workload"], r["error"]) for r in records if r["status"] != "ok"][:3]
     packing = {(r["template"], r.get("knob.layout_transform")) for r in records if r["template"] != "fused"}
     assert {layout for _, layout in packing} == {"weights_prepacked"}  # timed as the model runs them: weights packed
 
 
 @pytest.mark.slow
-def test_a_models_transposed_convolutions_take_the_tiled_template_and_every_point_builds(measurer):
+def test_a_models_transposed_convolutions_take_the_tiled_template_and_every_point_builds(build_checker):
     """DCGAN's generator: each fused transposed convolution (TOPI's spread, padding and flipped kernel, then the
     batch norm and ReLU or tanh after it) is scheduled as the catalogue's conv2d_transpose, every sampled point
     checked against the operator's unscheduled build."""
@@ -267,7 +267,7 @@ def test_a_models_transposed_convolutions_take_the_tiled_template_and_every_poin
     specs = [TrialSpec(w, config, Resources(1 + i % 2), "fused_conv2d_transpose") for w in workloads
              for i, config in enumerate(weighted_configs(w, 4, ("pad_at", "cache_write", "order"),
                                                          template=get_template(w)))]
-    records = measurer.measure_batch(specs)
+    records = build_checker.measure_batch(specs)
     assert {r["status"] for r in records} == {"ok"}, [(r["workload"], r["error"]) for r in records if r["status"] != "ok"][:3]
 
 
