@@ -26,7 +26,8 @@ from opbench.workloads.models.sources import ModelSource, load_model
 
 INDEX = "ops.json"
 MAX_FUSED_JSON_BYTES = 256 << 20  # a larger model (BERT-base: ~590 MB of JSON) is imported anew each time
-_MADE_BY = ("sources.py", "hf.py", "extract.py")  # the code that builds, imports and fuses a model
+_MADE_BY = ("sources.py", "hf.py", "zoo.py", "graph.py", "extract.py", "dynamic.py", "quantize.py")  # what builds,
+# imports, quantizes and fuses a model
 
 
 CACHE_ENV = "OPBENCH_MODEL_CACHE"  # another folder for the cache (workers inherit it)

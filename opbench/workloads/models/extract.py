@@ -56,8 +56,9 @@ def import_model(source: ModelSource) -> Any:
 
 # Bumped whenever fuse() makes different PrimFuncs, so that cached extractions of an older one are not read
 # (2: fast exp/erf/tanh; 3: batch norms unwrapped, pads folded into convolutions; 4: integer cumsums widened;
-# 5: token models take their attention mask and are imported with a symbolic sequence length).
-PIPELINE_VERSION = 5
+# 5: token models take their attention mask and are imported with a symbolic sequence length; 6: a quantized model's
+# activations quantized by one kernel each).
+PIPELINE_VERSION = 6
 
 
 def fuse(mod: Any) -> Any:
