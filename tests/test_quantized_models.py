@@ -34,11 +34,7 @@ def test_dynamic_quantize_kernel_gives_numpys_scale_zero_point_and_values_exactl
 
 @pytest.mark.full  # imports and builds the model
 def test_quantized_tiny_bert_agrees_with_the_fp32_model_and_only_its_weight_products_are_int8():
-    import tvm
-    from tvm import relax
-
-    from opbench.workloads.models.extract import fuse, import_model
-    from opbench.workloads.models.quantize import AGREEMENT, cosine
+    from opbench.workloads.models.extract import import_model
     from opbench.workloads.models.sources import load_model
 
     source = load_model("bert-base@tiny+int8", seq_len=16)
@@ -51,6 +47,31 @@ def test_quantized_tiny_bert_agrees_with_the_fp32_model_and_only_its_weight_prod
     kernels = {gvar.name_hint for gvar in mod.functions if gvar.name_hint.startswith("dynamic_quantize")}
     assert kernels == {"dynamic_quantize", "dynamic_quantize1"}  # one per activation size, scheduled: no Relax min/max
     assert not [e for e in _calls(mod["main"]) if getattr(e.op, "name", "") in ("relax.min", "relax.max")]
+    _agrees_with_fp32(mod, source)
+
+
+@pytest.mark.full  # imports and builds the model
+def test_a_quantized_cnns_convolutions_are_int8_padded_before_quantizing_and_agree_with_fp32():
+    from opbench.workloads.models.extract import import_model
+    from opbench.workloads.models.sources import load_model
+
+    source = load_model("resnet-18@tiny+int8")
+    mod = import_model(source)
+    convs = [e for e in _calls(mod["main"]) if getattr(e.op, "name", "") == "relax.nn.conv2d"]
+    assert convs and all((str(c.args[0].ty.dtype), str(c.args[1].ty.dtype), str(c.ty.dtype)) == ("uint8", "int8", "int32")
+                         and [int(p) for p in c.attrs.padding] == [0, 0, 0, 0] for c in convs)  # padded in fp32 first
+    assert [e for e in _calls(mod["main"]) if getattr(e.op, "name", "") == "relax.nn.pad"]
+    _agrees_with_fp32(mod, source)
+
+
+def _agrees_with_fp32(mod, source):
+    """The quantized module, built and run, agrees with the fp32 model's output (and differs from it: quantized)."""
+    import tvm
+    from tvm import relax
+
+    from opbench.workloads.models.extract import fuse
+    from opbench.workloads.models.quantize import AGREEMENT, cosine
+
     vm = relax.VirtualMachine(tvm.compile(fuse(mod), target=make_target("llvm", 1)), tvm.cpu())
     out = vm["main"](*[tvm.runtime.tensor(np.asarray(a)) for a in source.inputs])
     reference = source.reference()
@@ -92,6 +113,23 @@ def test_a_quantized_models_int8_operators_take_the_dot_product_template_and_mat
         args = [tvm.runtime.tensor(a) for a in [*inputs, np.zeros_like(expected)]]
         tvm.compile(template.schedule(workload, config), target=make_target("llvm", 1))(*args)
         np.testing.assert_allclose(args[-1].numpy(), expected, *workload.tolerance())
+
+
+@pytest.mark.full  # imports the model, builds its convolutions
+def test_a_quantized_cnns_convolutions_read_u8_and_i8_and_every_sampled_point_of_their_template_matches(build_checker):
+    import opbench.workloads.models  # noqa: F401 - registers where model operators come from
+    from opbench.space import get_template
+    from opbench.testing import template_contract
+    from opbench.workloads import parse_workload
+    from opbench.workloads.fused import model_name
+    from opbench.workloads.models.cache import extract
+
+    convs = [op for op in extract("resnet-18@tiny+int8", 1, 128)[0] if op.name.startswith("fused_conv2d")]
+    assert len(convs) >= 3  # the stem, the blocks', the stride-2 shortcut's
+    for op in convs:
+        workload = parse_workload(model_name("resnet-18@tiny+int8", op.name, 1, 128))
+        assert workload.op.anchor_operands(workload.params)[:2] == ("uint8", "int8")
+        template_contract.check_builds_correct_kernels(build_checker, get_template(workload), workload, samples=1)
 
 
 def test_a_quantized_models_output_is_checked_for_agreement_not_equality():

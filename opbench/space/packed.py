@@ -41,7 +41,7 @@ from opbench.space._schedule import (
 )
 from opbench.space.tiled import UNROLL_STEPS
 from opbench.workloads import Workload
-from opbench.workloads.fused import anchor_block, blocks_after
+from opbench.workloads.fused import anchor_block, inline_side_blocks
 
 if TYPE_CHECKING:
     from tvm import IRModule
@@ -202,7 +202,7 @@ class PackedConvTemplate(Template):
         ob = config[self._block_knob]
         ib = ob if self.depthwise else config["ic_block"]
         conv = anchor_block(sch)
-        epilogue = blocks_after(sch, conv)
+        epilogue = inline_side_blocks(sch, conv)
         data_pack, weight_pack, grouped = self._pack_inputs(sch, conv, ob, ib)
         loops = sch.get_loops(conv)
         n, f, y, x = loops[:4]

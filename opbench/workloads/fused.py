@@ -40,6 +40,19 @@ def blocks_after(sch: Schedule, block: Any) -> list[str]:
     return names[names.index(sch.get(block).name_hint) + 1:]
 
 
+def inline_side_blocks(sch: Schedule, block: Any) -> list[str]:
+    """Inline the blocks after ``block`` that do not read what it computes (a quantized operator's zero point
+    times its weight's sums) into the blocks that read them; the names of the rest of its epilogue, in order."""
+    derived, epilogue = {sch.get(block).name_hint}, []
+    for name in blocks_after(sch, block):
+        if {sch.get(p).name_hint for p in sch.get_producers(sch.get_sblock(name))} & derived:
+            derived.add(name)
+            epilogue.append(name)
+        else:
+            sch.compute_inline(sch.get_sblock(name))
+    return epilogue
+
+
 def anchor_block(sch: Schedule) -> Any:
     """The last block with a reduction axis, else the last block."""
     blocks = child_blocks(sch)

@@ -10,7 +10,7 @@ from typing import Any
 from opbench.workloads.models.dynamic import bound, seq_len
 from opbench.workloads.models.exports import exported_program, onnx_module, relax_module
 from opbench.workloads.models.graph import pad_into_conv, unwrap_batch_norm
-from opbench.workloads.models.quantize import is_quantized, quantize_matmuls
+from opbench.workloads.models.quantize import is_quantized, quantize_products
 from opbench.workloads.models.sources import ModelSource
 
 KEY_SHARE = 0.9  # key operators: the fewest that cover this share of the model's time
@@ -51,7 +51,7 @@ def import_model(source: ModelSource) -> Any:
         mod = onnx_module(source)
     else:
         mod = relax_module(source, exported_program(source))
-    return quantize_matmuls(mod) if is_quantized(source.name) else mod
+    return quantize_products(mod) if is_quantized(source.name) else mod
 
 
 # Bumped whenever fuse() makes different PrimFuncs, so that cached extractions of an older one are not read

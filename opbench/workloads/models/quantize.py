@@ -1,8 +1,8 @@
-"""int8 quantization of a model's Relax module, as users most often quantize transformers for CPUs (ONNX Runtime's
-``quantize_dynamic``, PyTorch's dynamic quantization): every matrix product by a constant weight becomes a u8 x i8
-product summed into i32 (the catalogue's ``dtype=int8``, :mod:`opbench.space.dot_product`'s kernels), its weight
-quantized once per output column (symmetric, i8), its activations per tensor at run time (asymmetric, u8: the range
-of each call's values, zero included), and the sum scaled back to fp32:
+"""int8 quantization of a model's Relax module, as users most often quantize models for CPUs (ONNX Runtime's
+``quantize_dynamic``; PyTorch's dynamic quantization, for Linear layers): every matrix product and convolution by a
+constant weight becomes a u8 x i8 product summed into i32 (the catalogue's ``dtype=int8``), its weight quantized once
+per output column or channel (symmetric, i8), its activations per tensor at run time (asymmetric, u8: the range of
+each call's values, zero included), and the sum scaled back to fp32:
 
     y = (acc - zp * colsum(Wq)) * (scale * w_scale),  acc = sum_k xq[k] * Wq[k, n],  xq = clip(round(x / scale) + zp)
 
@@ -20,56 +20,109 @@ INT8_SUFFIX = "+int8"  # a model name's suffix: the model quantized (``bert-base
 AGREEMENT = 0.99  # the cosine similarity a quantized model's output must reach against the fp32 model's
 
 
-def quantize_matmuls(mod: Any) -> Any:
-    """``mod`` with every ``matmul(x, W)`` whose ``W`` is a 2-D float32 constant computed in int8 (see the module's
-    docstring); its constants folded first, so a transposed weight is a constant too."""
+def quantize_products(mod: Any) -> Any:
+    """``mod`` with every ``matmul(x, W)`` whose ``W`` is a 2-D float32 constant, and every NCHW ``conv2d(x, W)``
+    of one group whose ``W`` is a float32 constant, computed in int8 (see the module's docstring; a convolution's
+    weight per output channel); its constants folded first, so a transposed weight is a constant too."""
     import tvm
     from tvm import relax
     from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 
     mod = relax.transform.FoldConstant()(mod)
     data, weight = wildcard(), is_const()
-    product = is_op("relax.matmul")(data, weight)
-    quantizers: dict[int, Any] = {}  # an activation's size -> its dynamic_quantize kernel's GlobalVar
-    kernels = relax.BlockBuilder()
-
-    def rewrite(expr: Any, matches: dict[Any, Any]) -> Any:
-        w = matches[weight].value.numpy()
-        x = matches[data]
-        if w.ndim != 2 or w.dtype != np.float32 or str(x.ty.dtype) != "float32":
-            return expr
-        size = int(np.prod([int(d) for d in x.ty.shape]))
-        if size not in quantizers:
-            quantizers[size] = kernels.add_func(dynamic_quantize(size), "dynamic_quantize")
-        return _int8_matmul(x, w, quantizers[size])
-
+    activations = _Activations()
+    rewrites = [(is_op("relax.matmul")(data, weight), _int8_matmul), (is_op("relax.nn.conv2d")(data, weight), _int8_conv2d)]
     out = mod.clone()
     for name, func in mod.functions.items():
         if isinstance(func, relax.Function):
-            out[name] = rewrite_call(product, rewrite, func)
-    for gvar, kernel in kernels.get().functions.items():
-        out[gvar] = kernel
+            for pattern, int8 in rewrites:
+                func = rewrite_call(pattern, lambda expr, matches, int8=int8: int8(
+                    expr, matches[data], matches[weight].value.numpy(), activations), func)
+            out[name] = func
+    activations.add_to(out)
     return tvm.ir.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                         relax.transform.DeadCodeElimination()])(out)
 
 
-def _int8_matmul(x: Any, w: np.ndarray, quantizer: Any) -> Any:
-    """The int8 product of activations ``x`` (..., K) by the fp32 weight ``w`` (K, N), back in fp32, ``x``
-    quantized by the ``quantizer`` kernel (:func:`dynamic_quantize` of its size)."""
-    from tvm import relax
+class _Activations:
+    """Activations quantized by :func:`dynamic_quantize` kernels, one kernel per activation size."""
+
+    def __init__(self) -> None:
+        from tvm import relax
+
+        self._kernels = relax.BlockBuilder()
+        self._by_size: dict[int, Any] = {}  # an activation's size -> its kernel's GlobalVar
+
+    def quantized(self, x: Any, shape: tuple[int, ...]) -> tuple[Any, Any, Any]:
+        """``x`` (fp32, of ``shape``) quantized: its u8 values (of ``shape``), its scale and its zero point."""
+        from tvm import relax
+        from tvm.relax import op
+
+        size = int(np.prod(shape))
+        if size not in self._by_size:
+            self._by_size[size] = self._kernels.add_func(dynamic_quantize(size), "dynamic_quantize")
+        scalar = relax.TensorType((), "float32")
+        call = relax.call_tir(self._by_size[size], [op.reshape(x, (size,))],
+                              [relax.TensorType((size,), "uint8"), scalar, scalar])
+        x_q, scale, zero_point = (relax.TupleGetItem(call, i) for i in range(3))
+        return op.reshape(x_q, shape), scale, zero_point  # both reshapes views once built (RewriteDataflowReshape)
+
+    def add_to(self, mod: Any) -> None:
+        """Add the kernels to ``mod``, whose functions call them."""
+        for gvar, kernel in self._kernels.get().functions.items():
+            mod[gvar] = kernel
+
+
+def _int8_matmul(expr: Any, x: Any, w: np.ndarray, activations: _Activations) -> Any:
+    """``expr``, the product of activations ``x`` (..., K) by the fp32 weight ``w`` (K, N), in int8 (back in fp32)."""
     from tvm.relax import op
 
-    w_scale = np.maximum(np.abs(w).max(axis=0), np.finfo(np.float32).tiny) / 127.0
-    w_q = np.clip(np.rint(w / w_scale), -127, 127).astype("int8")
-    col_sum = w_q.astype("int32").sum(axis=0).astype("float32")
-    f32 = lambda value: relax.const(np.asarray(value, "float32"))
-    scalar = relax.TensorType((), "float32")
-    size = int(np.prod([int(d) for d in x.ty.shape]))
-    quantized = relax.call_tir(quantizer, [op.reshape(x, (size,))], [relax.TensorType((size,), "uint8"), scalar, scalar])
-    x_q, scale, zero_point = (relax.TupleGetItem(quantized, i) for i in range(3))
-    x_q = op.reshape(x_q, x.ty.shape)  # both reshapes views once built (RewriteDataflowReshape)
-    acc = op.matmul(x_q, relax.const(w_q), out_dtype="int32")
-    return (op.astype(acc, "float32") - zero_point * f32(col_sum)) * (scale * f32(w_scale))
+    if w.ndim != 2 or w.dtype != np.float32 or str(x.ty.dtype) != "float32":
+        return expr
+    w_q, w_scale, w_sum = _per_channel(w, 1)
+    x_q, scale, zero_point = activations.quantized(x, tuple(int(d) for d in x.ty.shape))
+    return _dequantized(op.matmul(x_q, _const(w_q), out_dtype="int32"), scale, zero_point, w_sum, w_scale)
+
+
+def _int8_conv2d(expr: Any, x: Any, w: np.ndarray, activations: _Activations) -> Any:
+    """``expr``, an NCHW convolution of ``x`` by the fp32 weight ``w`` (OIHW), in int8 (back in fp32). ``x`` is
+    padded before it is quantized: a padded zero is then the zero point, as the sum's correction assumes."""
+    from tvm.relax import op
+
+    attrs = expr.attrs
+    if (w.ndim != 4 or w.dtype != np.float32 or str(x.ty.dtype) != "float32" or int(attrs.groups) != 1
+            or (str(attrs.data_layout), str(attrs.kernel_layout)) != ("NCHW", "OIHW")):
+        return expr
+    top, left, bottom, right = (int(p) for p in attrs.padding)
+    n, c, h, width = (int(d) for d in x.ty.shape)
+    padded = op.nn.pad(x, [0, 0, 0, 0, top, bottom, left, right]) if top or left or bottom or right else x
+    x_q, scale, zero_point = activations.quantized(padded, (n, c, h + top + bottom, width + left + right))
+    w_q, w_scale, w_sum = _per_channel(w, 0)
+    acc = op.nn.conv2d(x_q, _const(w_q), strides=attrs.strides, padding=0, dilation=attrs.dilation, out_dtype="int32")
+    return _dequantized(acc, scale, zero_point, w_sum.reshape(1, -1, 1, 1), w_scale.reshape(1, -1, 1, 1))
+
+
+def _per_channel(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``w`` quantized per index of ``axis`` (symmetric, i8): its i8 values, each channel's scale and the sum of
+    each channel's i8 values (fp32), the last two 1-D."""
+    others = tuple(a for a in range(w.ndim) if a != axis)
+    w_scale = np.maximum(np.abs(w).max(axis=others), np.finfo(np.float32).tiny) / 127.0
+    shape = [-1 if a == axis else 1 for a in range(w.ndim)]
+    w_q = np.clip(np.rint(w / w_scale.reshape(shape)), -127, 127).astype("int8")
+    return w_q, w_scale.astype("float32"), w_q.astype("int32").sum(axis=others).astype("float32")
+
+
+def _dequantized(acc: Any, scale: Any, zero_point: Any, w_sum: np.ndarray, w_scale: np.ndarray) -> Any:
+    """An i32 sum of u8 x i8 products back in fp32 (the module's docstring)."""
+    from tvm.relax import op
+
+    return (op.astype(acc, "float32") - zero_point * _const(w_sum)) * (scale * _const(w_scale))
+
+
+def _const(value: np.ndarray) -> Any:
+    from tvm import relax
+
+    return relax.const(value)
 
 
 LANES = 16  # floats a vector step of :func:`dynamic_quantize` takes (an AVX-512 register; LLVM splits it elsewhere)
