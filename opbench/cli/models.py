@@ -209,9 +209,9 @@ def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
                         "dimension leading an input is --batch-size, one elsewhere --seq-len)")
     p.add_argument("--batch-size", type=positive_int, default=1, help="the model's batch size")
     p.add_argument("--dtype", choices=MODEL_DTYPES, default="float32",
-                   help="int8: the model quantized (its name +int8): matrix products by a constant weight u8 x i8 "
-                        "into i32, activations per tensor at run time, weights per output column; its output "
-                        "checked for agreement with the fp32 model's (cosine >= 0.99)")
+                   help="int8: the model quantized (its name +int8): matrix products and convolutions by a constant "
+                        "weight u8 x i8 into i32, activations per tensor at run time, weights per output column or "
+                        "channel; its output checked for agreement with the fp32 model's (cosine >= 0.99)")
     add_renamed_flag(p, "--batch", BATCH_RENAMED)
     p.add_argument("--seq-len", type=lengths, default=(128,), metavar="N[,N...]",
                    help="sequence length of token models (tune-model: several, comma-separated, are buckets: the "
