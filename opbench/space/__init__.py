@@ -68,8 +68,15 @@ DOT_DEFAULTS = {"dense": "dense_int8", "matmul": "matmul_int8", "fused_matmul": 
 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:
     """The template for ``workload``: its op's default for ``target`` (``cuda_<op>`` on GPUs,
-    :data:`CPU_DEFAULTS` or the op's own on CPUs) unless ``name`` picks another that applies."""
+    :data:`CPU_DEFAULTS` or the op's own on CPUs) unless ``name`` picks another that applies; whether a template
+    applies is judged on ``target``'s CPU (the instructions it has), not this host's."""
     from opbench.hardware.cpu_shape import shaped_for
+
+    with shaped_for(target):
+        return _template(workload, name, target)
+
+
+def _template(workload: Workload, name: str | None, target: str) -> Template:
     from opbench.hardware.targets import is_gpu
 
     kind = workload.kind
@@ -78,24 +85,20 @@ def get_template(workload: Workload, name: str | None = None, target: str = "llv
         if name not in TEMPLATES:
             gpu_ops = ", ".join(t.op for t in GPU_TEMPLATES)
             raise WorkloadError(f"no CUDA template for operator '{kind}' (CUDA templates: {gpu_ops})")
-    name = name or _dot_default(workload, target) or CPU_DEFAULTS.get(kind, workload.op.name)
+    name = name or _dot_default(workload) or CPU_DEFAULTS.get(kind, workload.op.name)
     if name not in TEMPLATES:
         raise WorkloadError(f"unknown template '{name}'; templates: {', '.join(TEMPLATES)}")
     if getattr(TEMPLATES[name], "op", name) not in (workload.op.name, kind) and name not in GENERIC_TEMPLATES:
         raise WorkloadError(f"template '{name}' does not apply to operator '{workload.name}'")
-    with shaped_for(target):  # the target's CPU, not this host's, has the instructions a template needs or not
-        refusal = TEMPLATES[name].refusal(workload)
+    refusal = TEMPLATES[name].refusal(workload)
     if refusal:
         raise WorkloadError(f"template '{name}' does not apply to {workload.name}: {refusal}")
     return TEMPLATES[name]
 
 
-def _dot_default(workload: Workload, target: str) -> str | None:
-    """:data:`DOT_DEFAULTS`' template of ``workload`` where ``target``'s CPU has its dot-product instruction."""
-    from opbench.hardware.cpu_shape import shaped_for
-
+def _dot_default(workload: Workload) -> str | None:
+    """:data:`DOT_DEFAULTS`' template of ``workload`` where the CPU in force has its dot-product instruction."""
     name = DOT_DEFAULTS.get(workload.kind)
     if name is None:
         return None
-    with shaped_for(target):
-        return None if TEMPLATES[name].refusal(workload) else name
+    return None if TEMPLATES[name].refusal(workload) else name
