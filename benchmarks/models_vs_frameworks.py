@@ -151,7 +151,7 @@ def main() -> None:
 def run_case(model: str, batch: int, args: argparse.Namespace, scratch: Path, ceiling: tuple[float, str]) -> dict:
     """One model at one batch size tuned, verified and profiled: its rows, verdicts and time split (JSON-ready)."""
     started = time.monotonic()
-    spec = ModelTuneSpec(ModelSpec(model, batch=batch, seq_len=SEQ_LEN, threads=args.threads, repeat=3),
+    spec = ModelTuneSpec(ModelSpec(model, batch=batch, seq_len=SEQ_LEN, threads=args.threads),
                          args.trials_per_op, args.max_ops, EngineSpec(seed=0, storage=f"sqlite:///{scratch / 'optuna.db'}"),
                          args.rounds, tracking_uri=f"sqlite:///{scratch / 'mlflow.db'}",
                          systems=SYSTEMS + ((TORCH_SPARSE,) if model in SPARSE_FORMS else ())

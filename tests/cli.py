@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 from opbench.cli import main
 
+# How a command whose test checks what a study does, not how it times, times each run: one placement (the
+# placements themselves are tested in test_host_speed.py and test_measure.py).
+ONE_PLACEMENT = ["--placements", "1", "--max-placements", "1"]
+
 
 @dataclass
 class Result:

@@ -84,15 +84,26 @@ def test_the_probe_runs_a_thread_on_each_cpu_of_the_measurement():
     assert taken.compute_ms > 0 and taken.memory_ms > 0 and taken.sync_ms > 0
 
 
-def test_placement_flags_are_measure_options_and_bad_ones_are_refused(capsys):
+@pytest.mark.parametrize("command", [["measure", "matmul:m=8,n=8,k=8"], ["tune-model", "bert-base@tiny"],
+                                     ["model-ops", "bert-base@tiny"]])
+def test_placement_flags_are_measure_options_and_bad_ones_are_refused(command, capsys):
     from opbench.cli import main
 
     for flag, value in (("--placements", "0"), ("--max-placements", "-1"), ("--agree", "nan")):
         with pytest.raises(SystemExit) as exit_:
-            main(["measure", "matmul:m=8,n=8,k=8", flag, value])
+            main([*command, flag, value])
         assert exit_.value.code == 2 and f"argument {flag}: " in capsys.readouterr().err
-    assert main(["measure", "matmul:m=8,n=8,k=8", "--placements", "4", "--max-placements", "3"]) == 2
+    assert main([*command, "--placements", "4", "--max-placements", "3"]) == 2
     assert "--max-placements 3 is below --placements 4" in capsys.readouterr().err
+
+
+def test_a_model_specs_timing_reaches_its_measurer_in_the_cold_cache_state():
+    from opbench.measure.timing import TimingPolicy
+    from opbench.studies.models.tune import ModelSpec, model_measurer
+
+    timing = model_measurer(ModelSpec("bert-base@tiny", timing=TimingPolicy(repeat=2, placements=1, max_placements=1))
+                            ).options.timing
+    assert (timing.repeat, timing.placements, timing.max_placements, timing.cache_flush) == (2, 1, 1, True)
 
 
 def test_the_usual_time_of_a_host_switching_between_states_is_the_most_frequent_one(tmp_path):

@@ -18,7 +18,7 @@ from opbench.tracking import read_mlflow
 from opbench.workloads.models.extract import anchor_kind
 from opbench.workloads.models.sources import load_model, model_names
 
-from .cli import run_cli
+from .cli import ONE_PLACEMENT, run_cli
 
 CLI = [sys.executable, "-m", "opbench.cli"]
 
@@ -41,7 +41,7 @@ def make_onnx(path, rows=(16,)):
 
 
 def _model_ops(model, tracking_uri, study, *options):
-    return subprocess.run(CLI + ["model-ops", model, "--repeat", "3", "--tracking-uri", tracking_uri, "--study", study,
+    return subprocess.run(CLI + ["model-ops", model, *ONE_PLACEMENT, "--tracking-uri", tracking_uri, "--study", study,
                                  *options], capture_output=True, text=True, timeout=600)
 
 
@@ -137,7 +137,7 @@ def test_a_model_the_frontend_cannot_convert_is_named(tmp_path, tracking_uri):
 
 
 def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path, tracking_uri):
-    tune = CLI + ["tune-model", "bert-base@tiny", "--trials-per-op", "2", "--max-ops", "1", "--repeat", "3",
+    tune = CLI + ["tune-model", "bert-base@tiny", "--trials-per-op", "2", "--max-ops", "1", *ONE_PLACEMENT,
                   "--tracking-uri", tracking_uri, "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--reuse", str(tmp_path / "kept")]
     out = subprocess.run(tune + ["--verify-rounds", "1", "--study", "tm"], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -628,7 +628,7 @@ def test_tune_model_tunes_a_3d_cnn_dcgan_and_the_gcn_and_builds_each(model, kind
     """The seeds' 3-D CNN, generator and graph network end to end: profiled operator by operator, the largest
     key operator tuned, the model built with it and checked against PyTorch (timing claims are the benchmark's)."""
     out = subprocess.run(CLI + ["tune-model", model, "--trials-per-op", "2", "--max-ops", "1", "--verify-rounds", "0",
-                                "--compare", "untuned", "--tracking-uri", tracking_uri, "--study", "zoo",
+                                *ONE_PLACEMENT, "--compare", "untuned", "--tracking-uri", tracking_uri, "--study", "zoo",
                                 "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -700,7 +700,7 @@ def test_tune_model_at_buckets_runs_a_length_between_them_verified_against_eager
     """tune-model --seq-len 4,8: each bucket tuned and verified as a model of its own, the symbolic import
     made once, and the length between them run on bucket 8 and timed beside eager at that length."""
     out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--seq-len", "4,8", "--between", "6", "--trials-per-op",
-                                "1", "--max-ops", "1", "--repeat", "3", "--verify-rounds", "1", "--compare", "torch", "--tracking-uri",
+                                "1", "--max-ops", "1", *ONE_PLACEMENT, "--verify-rounds", "1", "--compare", "torch", "--tracking-uri",
                                 tracking_uri, "--study", "tm-dyn"], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr.count("with its dynamic dimensions symbolic") == 1

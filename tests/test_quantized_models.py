@@ -9,6 +9,8 @@ import pytest
 from opbench.hardware.targets import make_target
 from opbench.record import Status
 
+from .cli import ONE_PLACEMENT
+
 CLI = [sys.executable, "-m", "opbench.cli"]
 
 
@@ -155,7 +157,7 @@ def test_an_unknown_model_dtype_exits_2_naming_the_choices(capsys):
 
 def test_tune_model_dtype_int8_tunes_and_verifies_the_quantized_model(tmp_path, tracking_uri):
     out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--dtype", "int8", "--seq-len", "16", "--trials-per-op",
-                                "2", "--max-ops", "1", "--repeat", "3", "--verify-rounds", "0",
+                                "2", "--max-ops", "1", *ONE_PLACEMENT, "--verify-rounds", "0",
                                 "--tracking-uri", tracking_uri, "--study", "q8",
                                 "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"], capture_output=True, text=True,
                          timeout=900)

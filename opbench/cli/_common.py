@@ -11,6 +11,7 @@ from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, parse_cores
 
 if TYPE_CHECKING:
+    from opbench.measure.timing import TimingPolicy
     from opbench.measure.types import MeasureOptions
 
 
@@ -42,17 +43,22 @@ BATCH_RENAMED = "--batch-size is a model's batch size, --configs-per-step the co
 
 
 def measure_options(args: argparse.Namespace) -> MeasureOptions:
-    from opbench.measure.timing import TimingPolicy
     from opbench.measure.types import MeasureOptions
 
     remote = {"remote_workers": args.remote_workers, "connect_timeout_s": args.connect_timeout} \
         if hasattr(args, "remote_workers") else {}
+    return MeasureOptions(timing_of(args, args.cache_flush), build_timeout_s=args.build_timeout,
+                          run_timeout_s=args.run_timeout, max_workspace=args.max_workspace, **remote)
+
+
+def timing_of(args: argparse.Namespace, cache_flush: bool = False) -> TimingPolicy:
+    """The timing policy of :func:`add_series_flags`' flags."""
+    from opbench.measure.timing import TimingPolicy
+
     if args.max_placements < args.placements:
         raise UsageError(f"--max-placements {args.max_placements} is below --placements {args.placements}")
-    timing = TimingPolicy(repeat=args.repeat, cache_flush=args.cache_flush, placements=args.placements,
-                          max_placements=args.max_placements, agree=args.agree)
-    return MeasureOptions(timing, build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout,
-                          max_workspace=args.max_workspace, **remote)
+    return TimingPolicy(repeat=args.repeat, cache_flush=cache_flush, placements=args.placements,
+                        max_placements=args.max_placements, agree=args.agree)
 
 
 def resources_of(args: argparse.Namespace, threads: int) -> Resources:
@@ -76,15 +82,7 @@ def add_measure_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_timing_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repeat", type=positive_int, default=settings.REPEAT,
-                   help=f"timed repeats of each placement (each >= 50 ms; default {settings.REPEAT})")
-    p.add_argument("--placements", type=positive_int, default=settings.PLACEMENTS,
-                   help="independent placements each trial takes at least: a process forked for each, with its own "
-                        f"arguments (default {settings.PLACEMENTS}; docs/measurement.md#placements)")
-    p.add_argument("--max-placements", type=positive_int, default=settings.MAX_PLACEMENTS,
-                   help=f"more placements, up to this many, until the two fastest agree (default {settings.MAX_PLACEMENTS})")
-    p.add_argument("--agree", type=positive_float, default=settings.AGREE,
-                   help=f"placements within this fraction of the fastest agree (default {settings.AGREE})")
+    add_series_flags(p)
     p.add_argument("--cache-flush", action="store_true",
                    help="cold cache state: every input but the activation evicted before each call, as inside a model "
                         "(record: cache_state cold)")
@@ -94,3 +92,16 @@ def add_timing_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-timeout", type=positive_float, default=settings.RUN_TIMEOUT_S)
     p.add_argument("--log", help="also append records to this JSON-lines file")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite store in mlflow/)")
+
+
+def add_series_flags(p: argparse.ArgumentParser) -> None:
+    """--repeat, --placements, --max-placements and --agree: how many times each run is timed."""
+    p.add_argument("--repeat", type=positive_int, default=settings.REPEAT,
+                   help=f"timed repeats of each placement (each >= 50 ms; default {settings.REPEAT})")
+    p.add_argument("--placements", type=positive_int, default=settings.PLACEMENTS,
+                   help="independent placements each trial takes at least: a process forked for each, with its own "
+                        f"arguments (default {settings.PLACEMENTS}; docs/measurement.md#placements)")
+    p.add_argument("--max-placements", type=positive_int, default=settings.MAX_PLACEMENTS,
+                   help=f"more placements, up to this many, until the two fastest agree (default {settings.MAX_PLACEMENTS})")
+    p.add_argument("--agree", type=positive_float, default=settings.AGREE,
+                   help=f"placements within this fraction of the fastest agree (default {settings.AGREE})")

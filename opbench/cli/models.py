@@ -7,9 +7,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from opbench import settings
 from opbench.argtypes import checked, lengths, nonneg_int, positive_int
-from opbench.cli._common import BATCH_RENAMED, add_renamed_flag
+from opbench.cli._common import BATCH_RENAMED, add_renamed_flag, add_series_flags, timing_of
 from opbench.engines.optuna.storage import STORAGE_HELP
 from opbench.exceptions import OpBenchError, ResourceError
 from opbench.paths import tuned_models_dir
@@ -45,7 +44,7 @@ def _model_spec(args: argparse.Namespace, seq_len: int | None = None) -> ModelSp
             raise OpBenchError(f"--seq-len: {args.command} runs one sequence length, got "
                                f"{','.join(map(str, args.seq_len))} (several are tune-model's buckets)")
         seq_len = args.seq_len[0]
-    return ModelSpec(args.model, args.batch_size, seq_len, args.threads, args.repeat)
+    return ModelSpec(args.model, args.batch_size, seq_len, args.threads, timing_of(args))
 
 
 def _print_op(n: int, op: FusedOp) -> None:
@@ -173,7 +172,6 @@ def _tune_model_gpu(args: argparse.Namespace, engine: EngineSpec) -> int:
     verified beside the dlight build and PyTorch eager on the GPU."""
     from opbench.hardware.targets import cuda_present
     from opbench.measure.measurer import Measurer
-    from opbench.measure.timing import TimingPolicy
     from opbench.measure.types import MeasureOptions
     from opbench.record import tee
     from opbench.studies.claims import spread_text
@@ -191,7 +189,7 @@ def _tune_model_gpu(args: argparse.Namespace, engine: EngineSpec) -> int:
         raise ResourceError(f"--target {args.target}: no CUDA GPU visible to TVM on this machine")
     spec = GpuModelTune(_model_spec(args), args.trials_per_op, args.max_ops, engine, args.target)
     study = args.study or f"tune-model-{args.model}-cuda"
-    with Measurer(MeasureOptions(TimingPolicy(repeat=args.repeat))) as measurer:
+    with Measurer(MeasureOptions(spec.model.timing)) as measurer:
         with Recorder(study, args.tracking_uri) as recorder:
             built = tune_model_gpu(spec, measurer, tee(recorder, TrialPrinter(None)),
                                    study_dir("tune-model", study, args.tracking_uri), study)
@@ -217,7 +215,7 @@ def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
                    help="sequence length of token models (tune-model: several, comma-separated, are buckets: the "
                         "model is imported once with a symbolic length and built at each)")
     p.add_argument("--threads", type=positive_int, default=1)
-    p.add_argument("--repeat", type=positive_int, default=settings.REPEAT)
+    add_series_flags(p)
     p.add_argument("--study", default=study, help="MLflow experiment")
     p.add_argument("--tracking-uri")
 

@@ -3,15 +3,15 @@ schedules (a MetaSchedule database) and compare it, verified in fresh processes,
 build and PyTorch eager. ``tune_model(ModelTuneSpec(ModelSpec("bert-base@tiny"))) -> ModelTuneResult``."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opbench import settings
 from opbench.engines.loop import run_tuning
 from opbench.engines.registry import EngineSpec, create_engine
 from opbench.exceptions import OpBenchError
@@ -45,13 +45,13 @@ log = logging.getLogger("opbench")
 @dataclass(frozen=True)
 class ModelSpec:
     """A model as a source of operators: a name from ``opbench models`` (``@tiny`` for the small variant)
-    or an ``.onnx`` file, with its input sizes, and how it is timed."""
+    or an ``.onnx`` file, with its input sizes, and how it is timed (its operators then in the cold cache state)."""
 
     model: str
     batch: int = 1
     seq_len: int = 128  # token models
     threads: int = 1
-    repeat: int = settings.REPEAT
+    timing: TimingPolicy = field(default_factory=TimingPolicy)
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,8 @@ def profile(spec: ModelSpec, measurer: Measurer, folder: Path, on_op: Callable[[
 
 def model_measurer(spec: ModelSpec) -> Measurer:
     """A measurer that times the model's operators in the cold cache state they run in inside it (their weights
-    from memory), and the model, with ``spec.repeat`` repeats."""
-    return Measurer(MeasureOptions(TimingPolicy(repeat=spec.repeat, cache_flush=True)))
+    from memory), and the model, as ``spec.timing`` says."""
+    return Measurer(MeasureOptions(dataclasses.replace(spec.timing, cache_flush=True)))
 
 
 def tune_model(spec: ModelTuneSpec, on_record: Callable[[TrialRecord], None] | None = None) -> ModelTuneResult:
