@@ -1,6 +1,7 @@
 """The int8 dot-product templates (opbench.space.dot_product): exact on full-range inputs with each instruction, the instruction in the assembly,
 the default for int8 matrix products where the CPU has one, refused with a reason elsewhere."""
 import contextlib
+import random
 
 import numpy as np
 import pytest
@@ -16,16 +17,23 @@ from opbench.workloads import parse_workload
 CPUS = {VNNI.isa: ("cascadelake", "vpdpbusd"), AVX2.isa: ("haswell", "vpmaddwd")}
 
 
+# (configs beside the default: a 2-row tile; a convolution's 2 vectors of output channels, its window unrolled)
+PRODUCTS = {"dense:m=8,n=32,k=48,bias=1,dtype=int8": {"row_block": 2}, "matmul:m=6,n=48,k=20,dtype=int8": {"row_block": 2},
+            "conv2d:n=1,c=12,h=9,w=7,k=32,r=3,s=3,stride=2,pad=1,dtype=int8": {"oc_block": 32, "ic_block": 4,
+                                                                               "unroll_window": 1, "packed_output": 1}}
+
+
 @pytest.mark.parametrize("dot", [VNNI, AVX2], ids=lambda d: d.isa)
-@pytest.mark.parametrize("spec", ["dense:m=8,n=32,k=48,bias=1,dtype=int8", "matmul:m=6,n=48,k=20,dtype=int8"])
+@pytest.mark.parametrize("spec", list(PRODUCTS))
 def test_each_instruction_builds_into_the_kernel_and_runs_exactly_where_the_host_has_it(dot, spec):
     import tvm
 
     workload = parse_workload(spec)
     mcpu, mnemonic = CPUS[dot.isa]
     with shaped_for(CpuShape(256 if dot is AVX2 else 512, 16 if dot is AVX2 else 32, isa=frozenset({dot.isa}))):
-        template = get_template(workload, f"{workload.op.name}_int8")
-        config = template.validate({"row_block": 2}, workload)
+        template = get_template(workload)
+        assert template.name.endswith("_int8")
+        config = template.validate(PRODUCTS[spec], workload)
         assert template.nest(config, workload).vector == dot.lanes
         lib = tvm.compile(template.schedule(workload, config), target=tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
     assert mnemonic in lib.mod.inspect_source("asm")
@@ -53,6 +61,11 @@ def test_int8_matrix_products_default_to_the_dot_templates_and_others_are_refuse
             get_template(parse_workload("dense:m=4,n=24,k=8,dtype=int8"), "dense_int8")
         with pytest.raises(WorkloadError, match="dtype=int8 only, not float32"):
             get_template(parse_workload("dense:m=4,n=32,k=8"), "dense_int8")
+        conv = "conv2d:n=1,c={c},h=8,w=8,k=32,r=3,s=3,pad=1,dtype=int8"
+        assert get_template(parse_workload(conv.format(c=8))).name == "conv2d_nchwc_int8"
+        assert get_template(parse_workload(conv.format(c=3))).name == "conv2d_nchwc"  # an image's 3 channels: widened
+        with pytest.raises(WorkloadError, match="output channels a multiple of 16 and input channels of 4, not 32 and 3"):
+            get_template(parse_workload(conv.format(c=3)), "conv2d_nchwc_int8")
     assert get_template(parse_workload("dense:m=4,n=32,k=8,dtype=int8"), target="rpi4").name == "dense"  # an Arm board
     for shaped in (shaped_for("rpi4"), contextlib.nullcontext()):  # the board's CPU, whichever CPU runs this
         with shaped, pytest.raises(WorkloadError, match="the CPU has none of avx512_vnni, avx2"):
@@ -93,3 +106,29 @@ def test_tvms_own_vnni_intrinsic_builds_once_repaired_as_metaschedule_uses_it():
     register.cache_clear()  # (a module imported before may have repaired it in this process)
     repair_tvm_vnni()
     assert "vpdpbusd" in tvm.compile(tensorized(), target=cascadelake).mod.inspect_source("asm")
+
+
+# The int8 convolution template on odd shapes: a 1x1, a batch of 2 with channels of 5 groups, stride 2 on an odd size.
+DOT_CONVS = ["conv2d:n=1,c=8,h=7,w=7,k=16,r=1,s=1,dtype=int8", "conv2d:n=2,c=20,h=9,w=11,k=48,r=3,s=3,pad=1,dtype=int8",
+             "conv2d:n=1,c=16,h=15,w=15,k=32,r=3,s=3,stride=2,pad=1,dtype=int8"]
+
+
+@pytest.mark.slow
+def test_sampled_points_of_the_int8_convolution_template_are_exact(build_checker):
+    from opbench.hardware.resources import Resources
+    from opbench.measure.types import TrialSpec
+
+    from .kernels import failures
+
+    if get_template(parse_workload(DOT_CONVS[0])).name != "conv2d_nchwc_int8":
+        pytest.skip("this CPU has no int8 dot-product instruction (its builds are checked in the test above)")
+    rng = random.Random(0)
+    specs = []
+    for name in DOT_CONVS:
+        workload = parse_workload(name)
+        knobs = get_template(workload).knobs(workload)
+        configs = [{}, *({k.name: rng.choice(k.choices) for k in knobs} for _ in range(5))]
+        specs += [TrialSpec(workload, config, Resources(1 + i % 2), "conv2d_nchwc_int8") for i, config in enumerate(configs)]
+    records = build_checker.measure_batch(specs)
+    assert not failures(records), failures(records)[:3]
+    assert len({str(sorted(r.knobs.items())) for r in records}) > len(DOT_CONVS) * 4  # the points differ

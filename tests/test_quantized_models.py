@@ -120,18 +120,26 @@ def test_a_quantized_models_int8_operators_take_the_dot_product_template_and_mat
 @pytest.mark.full  # imports the model, builds its convolutions
 def test_a_quantized_cnns_convolutions_read_u8_and_i8_and_every_sampled_point_of_their_template_matches(build_checker):
     import opbench.workloads.models  # noqa: F401 - registers where model operators come from
+    from opbench.hardware.cpu_shape import current_shape
     from opbench.space import get_template
+    from opbench.space.dot_product import instruction
     from opbench.testing import template_contract
     from opbench.workloads import parse_workload
+    from opbench.workloads._base import INT8
     from opbench.workloads.fused import model_name
     from opbench.workloads.models.cache import extract
 
     convs = [op for op in extract("resnet-18@tiny+int8", 1, 128)[0] if op.name.startswith("fused_conv2d")]
     assert len(convs) >= 3  # the stem, the blocks', the stride-2 shortcut's
+    templates = set()
     for op in convs:
         workload = parse_workload(model_name("resnet-18@tiny+int8", op.name, 1, 128))
         assert workload.op.anchor_operands(workload.params)[:2] == ("uint8", "int8")
-        template_contract.check_builds_correct_kernels(build_checker, get_template(workload), workload, samples=1)
+        template = get_template(workload)
+        templates.add(template.name)
+        template_contract.check_builds_correct_kernels(build_checker, template, workload, samples=1)
+    if instruction(INT8, current_shape().isa) is not None:  # the stem's 3 channels are widened, the rest take the instruction
+        assert templates == {"fused_conv2d_nchwc", "fused_conv2d_nchwc_int8"}
 
 
 def test_a_quantized_models_output_is_checked_for_agreement_not_equality():

@@ -5,6 +5,7 @@ from typing import Any
 
 from opbench.exceptions import WorkloadError
 from opbench.space._base import Config, Knob, Nest, Template
+from opbench.space.dot_conv import DotProductConvTemplate
 from opbench.space.dot_product import DotProductTemplate
 from opbench.space.fused import FusedTemplate
 from opbench.space.fused_conv_transpose import FusedConvTransposeTemplate
@@ -34,6 +35,8 @@ TEMPLATES: dict[str, Template] = {
         DotProductTemplate("dense_int8", op="dense", dtype=INT8),
         DotProductTemplate("matmul_int8", op="matmul", dtype=INT8),
         DotProductTemplate("fused_matmul_int8", op="fused_matmul", dtype=INT8),
+        DotProductConvTemplate("conv2d_nchwc_int8", op="conv2d", dtype=INT8),
+        DotProductConvTemplate("fused_conv2d_nchwc_int8", op="fused_conv2d", dtype=INT8),
         PackedConvTemplate("conv2d_nchwc", op="conv2d"),
         PackedConvTemplate("depthwise_conv2d_nchwc", op="depthwise_conv2d", depthwise=True),
         PackedConvTemplate("fused_conv2d_nchwc", op="fused_conv2d"),
@@ -61,9 +64,10 @@ CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_
                 "fused_conv2d": "fused_conv2d_nchwc", "fused_depthwise_conv2d": "fused_depthwise_conv2d_nchwc",
                 "fused_matmul": "fused_matmul", "fused_rowwise": "fused_rowwise",
                 "fused_conv2d_transpose": "fused_conv2d_transpose"}
-# int8 matrix products (a quantized model's too) take the dot-product templates where they apply: on CPUs that
-# have the instruction (dot_product.INSTRUCTIONS), to a product of int8 operands
-DOT_DEFAULTS = {"dense": "dense_int8", "matmul": "matmul_int8", "fused_matmul": "fused_matmul_int8"}
+# int8 matrix products and convolutions (a quantized model's too) take the dot-product templates where they apply:
+# on CPUs that have the instruction (dot_product.INSTRUCTIONS), to int8 operands
+DOT_DEFAULTS = {"dense": "dense_int8", "matmul": "matmul_int8", "fused_matmul": "fused_matmul_int8",
+                "conv2d": "conv2d_nchwc_int8", "fused_conv2d": "fused_conv2d_nchwc_int8"}
 
 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:

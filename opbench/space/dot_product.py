@@ -165,7 +165,7 @@ class DotProductTemplate(Template):
     def refusal(self, workload: Workload) -> str | None:
         """Its dtype only (a model's matmul: its operands'), ``n`` a multiple of :data:`COLUMN_UNIT` and ``k`` of
         :data:`STEP_UNIT`, on a CPU with an instruction of :data:`INSTRUCTIONS` for the dtype."""
-        dtype = _operands_dtype(workload)
+        dtype = operands_dtype(workload)
         if dtype != self.dtype:
             return f"it schedules dtype={self.dtype} only, not {dtype}"
         if len(workload.axes) != 3:
@@ -190,9 +190,9 @@ class DotProductTemplate(Template):
         m, n, k, _ = self._sizes(workload)
         return [
             Knob("row_block", divisors(m, ROW_BLOCK_CAP), f"rows of the register tile ({m} rows)"),
-            Knob("col_block", _multiples(n, COLUMN_UNIT, COL_BLOCK_CAP),
+            Knob("col_block", multiples(n, COLUMN_UNIT, COL_BLOCK_CAP),
                  f"output columns of the register tile ({n}), whole vectors of the instruction's lanes"),
-            Knob("k_chunk", _multiples(k, STEP_UNIT, K_CHUNK_CAP),
+            Knob("k_chunk", multiples(k, STEP_UNIT, K_CHUNK_CAP),
                  f"reduction steps of the inner chunk ({k}): the weight panel kept in cache"),
             Knob("rows_outer", (0, 1), "1: the parallel loop runs over row blocks outside column blocks"),
             Knob("layout_transform", LAYOUT_TRANSFORMS, "where the weight is packed: in the operator, timed (in_op), "
@@ -204,8 +204,8 @@ class DotProductTemplate(Template):
         accumulators), a weight panel of 256 reduction steps, packed in the operator (a model's constant weight:
         once, before)."""
         m, n, k, dot = self._sizes(workload)
-        return {"row_block": divisors(m, 4)[-1], "col_block": _multiples(n, COLUMN_UNIT, 2 * dot.lanes)[-1],
-                "k_chunk": _multiples(k, STEP_UNIT, 256)[-1], "rows_outer": 0,
+        return {"row_block": divisors(m, 4)[-1], "col_block": multiples(n, COLUMN_UNIT, 2 * dot.lanes)[-1],
+                "k_chunk": multiples(k, STEP_UNIT, 256)[-1], "rows_outer": 0,
                 "layout_transform": WEIGHTS_PREPACKED if self.op.startswith("fused") else IN_OP}
 
     def parameter_vocabulary(self) -> dict[str, tuple | None]:
@@ -246,7 +246,7 @@ class DotProductTemplate(Template):
         vectorize_lanes(sch, sch.get_loops(write_back)[-1])
 
 
-def _operands_dtype(workload: Workload) -> str:
+def operands_dtype(workload: Workload) -> str:
     """The workload's dtype as the catalogue names it; a model's operator's from what its anchor reads (uint8 and int8:
     a quantized matrix product, int8)."""
     if not isinstance(workload.op, Fused):
@@ -254,7 +254,7 @@ def _operands_dtype(workload: Workload) -> str:
     return INT8 if workload.op.anchor_operands(workload.params)[:2] == OPERANDS[INT8][:2] else workload.dtype
 
 
-def _multiples(extent: int, unit: int, cap: int) -> tuple[int, ...]:
+def multiples(extent: int, unit: int, cap: int) -> tuple[int, ...]:
     """The multiples of ``unit`` that divide ``extent``, up to ``cap`` (``unit`` at least)."""
     return tuple(unit * d for d in divisors(extent // unit, max(cap // unit, 1)))
 

@@ -22,6 +22,7 @@ does not divide (3, 24, 40) take the divisors they have.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -209,15 +210,17 @@ class PackedConvTemplate(Template):
         fo, fi = sch.split(f, [None, ob])
         yo, yi = sch.split(y, [None, config["oh_block"]])
         xo, xi = sch.split(x, [None, config["ow_block"]])
+        innermost: list = []  # reduction loops inside the channel block's (a dot product's group)
         if self.depthwise:
             window = list(loops[4:])
             reduction = window
         else:
             rc, *window = loops[4:]
-            rco, rci = sch.split(rc, [None, ib])
+            rco, rci, *innermost = sch.split(rc, self._input_channel_split(ib))
             reduction = {"c_rs_c": [rco, *window, rci], "rs_c_c": [*window, rco, rci],
                          "c_c_rs": [rco, rci, *window]}[config["reduce_order"]]
-        sch.reorder(n, fo, yo, xo, *reduction, yi, xi, fi)
+        lanes = self._split_lanes(sch, fi)
+        sch.reorder(n, fo, yo, xo, *reduction, yi, xi, *lanes, *innermost)
         unpack, accumulator = self._write_packed(sch, conv, epilogue, config["packed_output"], ob, xo)
         if config["parallel"]:
             outer = [n, fo, yo][: config["parallel"]]
@@ -228,8 +231,9 @@ class PackedConvTemplate(Template):
             sch.unroll(loop)
         sch.unroll(xi)
         sch.unroll(yi)
-        vectorize_lanes(sch, fi)
+        self._vectorize_lanes(sch, lanes)
         init = sch.decompose_reduction(conv, reduction[0])
+        self._tensorize_lanes(sch, lanes)
         if ob > 1:  # else the last loops are other axes'
             vectorize_lanes(sch, sch.get_loops(init)[-1])
             if unpack is not None:
@@ -239,6 +243,30 @@ class PackedConvTemplate(Template):
             loops = sch.get_loops(unpack)
             sch.parallel(sch.fuse(*loops[:3]))
             vectorize_lanes(sch, loops[-1])
+
+    def _input_channel_split(self, ib: int) -> list[int | None]:
+        """How the input channels' loop splits: outer chunks, then ``ib`` channels (a dot product: in groups)."""
+        return [None, ib]
+
+    def _split_lanes(self, sch: Schedule, block_loop: Any) -> list[Any]:
+        """The channel block's loop, split into a dot product's vectors (here: not split)."""
+        return [block_loop]
+
+    def _vectorize_lanes(self, sch: Schedule, lanes: list[Any]) -> None:
+        """The channel block's loops (:meth:`_split_lanes`') vectorised."""
+        vectorize_lanes(sch, lanes[-1])
+
+    def _tensorize_lanes(self, sch: Schedule, lanes: list[Any]) -> None:
+        """The channel block's loops computed by a dot-product instruction, once the reduction's init is split off
+        (here: not)."""
+
+    def _weight_layout(self, ob: int, ib: int) -> Callable[..., tuple]:
+        """The packed weight's index of ``(o, i, r, s)``: (O/ob, I/ib, R, S, ib, ob)."""
+        return lambda o, i, r, s: (o // ob, i // ib, r, s, i % ib, o % ob)
+
+    def _pack_weight(self, sch: Schedule, weight_pack: Any, ob: int, ib: int) -> None:
+        """The weight's packing copy, all of it at once, in :meth:`_weight_layout`'s order."""
+        pack_copy(sch, weight_pack, {0: ob, 1: ib}, (0, 2, 4, 5, 3, 1), parallel=2)
 
     def _pack_inputs(self, sch: Schedule, conv: Any, ob: int, ib: int) -> tuple[Any, Any, bool]:
         """Copies of the data and the weight in blocked layouts (data NCHW[ib]c; weight O[ob]o..I[ib]i), the
@@ -253,7 +281,7 @@ class PackedConvTemplate(Template):
         elif self.depthwise:
             sch.transform_layout(conv, ("read", 1), lambda c, r, s: (c // ob, r, s, c % ob))
         else:
-            sch.transform_layout(conv, ("read", 1), lambda o, i, r, s: (o // ob, i // ib, r, s, i % ib, o % ob))
+            sch.transform_layout(conv, ("read", 1), self._weight_layout(ob, ib))
         for block in prologue:
             sch.compute_inline(block)
         return data_pack, weight_pack, grouped
@@ -292,6 +320,6 @@ class PackedConvTemplate(Template):
                 sch.reorder(io, r, s, ii, o)
                 vectorize_lanes(sch, o)
         else:
-            pack_copy(sch, weight_pack, {0: ob, 1: ib}, (0, 2, 4, 5, 3, 1), parallel=2)
+            self._pack_weight(sch, weight_pack, ob, ib)
         if self.depthwise or config["weight_pack_at"] == "root":
             mark_prepack(sch, weight_pack)

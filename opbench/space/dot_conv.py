@@ -1,0 +1,136 @@
+"""int8 convolutions on the CPU's dot-product instructions (docs/workloads-and-templates.md#int8): the packed NCHW[x]c
+template (:mod:`opbench.space.packed`) with its weight packed so that one instruction (:mod:`opbench.space.dot_product`)
+takes ``group`` input channels of ``lanes`` output channels::
+
+    data   NCHW  -> (N, C/ic, H+2p, W+2p, ic)                      as the fp32 template's
+    weight OIHW  -> (O/oc, I/ic, R, S, ic/group, oc, group)        (VNNI: group 4, oc a multiple of 16 lanes)
+    conv   n | oc_outer | y_outer | x_outer | reduction | y_inner | x_inner | oc vectors | lanes, group (the instruction)
+
+u8 activations x i8 weights summed in i32 exactly (AVX2 without VNNI: widened to i16 pairs); a model's quantized
+convolution (:mod:`opbench.workloads.models.quantize`) scales the sums back to fp32 as the tile is written back.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from opbench.exceptions import WorkloadError
+from opbench.hardware.cpu_shape import current_shape
+from opbench.space._base import Config, Knob, Nest
+from opbench.space.dot_product import (
+    COLUMN_UNIT,
+    INSTRUCTIONS,
+    STEP_UNIT,
+    DotInstruction,
+    instruction,
+    multiples,
+    operands_dtype,
+    register,
+)
+from opbench.space.packed import CHANNEL_BLOCK_CAP, PackedConvTemplate
+from opbench.workloads import Workload
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tvm.s_tir import Schedule
+
+
+@dataclass(frozen=True)
+class DotProductConvTemplate(PackedConvTemplate):
+    """A ``conv2d`` (or a model's fused one) of ``dtype`` operands on the CPU's dot-product instruction for it."""
+
+    dtype: str = ""  # a dtype of INSTRUCTIONS
+
+    def refusal(self, workload: Workload) -> str | None:
+        """Its dtype only (a model's convolution: its operands'), one group, output channels a multiple of
+        :data:`COLUMN_UNIT` and input channels of :data:`STEP_UNIT`, on a CPU with an instruction for the dtype."""
+        dtype = operands_dtype(workload)
+        if dtype != self.dtype:
+            return f"it schedules dtype={self.dtype} only, not {dtype}"
+        reduce = [a.extent for a in workload.axes if a.reduce]
+        if len(reduce) != 3:
+            return "it schedules a convolution of one group (input channels and a 2-D window)"
+        ext = self._extents(workload)
+        if ext["k"] % COLUMN_UNIT or ext["c"] % STEP_UNIT:
+            return (f"it needs output channels a multiple of {COLUMN_UNIT} and input channels of {STEP_UNIT}, "
+                    f"not {ext['k']} and {ext['c']}")
+        if self._dot() is None:
+            return (f"the CPU has none of {', '.join(i.isa for i in INSTRUCTIONS[self.dtype])} "
+                    f"(the operator's own template takes {self.dtype} too)")
+        return None
+
+    def _dot(self) -> DotInstruction | None:
+        return instruction(self.dtype, current_shape().isa)
+
+    def _checked(self, workload: Workload) -> dict[str, int]:
+        refusal = self.refusal(workload)
+        if refusal:
+            raise WorkloadError(f"template '{self.name}' does not apply to {workload.name}: {refusal}")
+        return self._extents(workload)
+
+    def knobs(self, workload: Workload) -> list[Knob]:
+        """The packed template's, its channel blocks whole instructions (output channels: vectors of
+        :data:`COLUMN_UNIT`, input channels: groups of :data:`STEP_UNIT`), the weight packed at the root."""
+        ext = self._checked(workload)
+        blocks = {"oc_block": multiples(ext["k"], COLUMN_UNIT, CHANNEL_BLOCK_CAP),
+                  "ic_block": multiples(ext["c"], STEP_UNIT, CHANNEL_BLOCK_CAP), "weight_pack_at": ("root",)}
+        return [dataclasses.replace(k, choices=blocks[k.name]) if k.name in blocks else k for k in super().knobs(workload)]
+
+    def default_config(self, workload: Workload) -> Config:
+        """The packed template's register tile, its output-channel block two of the instruction's vectors (one where
+        two do not divide the channels) and its input-channel block 16 channels (4 groups of VNNI's 4) where they
+        divide them."""
+        ext, dot = self._checked(workload), self._dot()
+        assert dot is not None
+        config = super().default_config(workload)
+        config.update(oc_block=multiples(ext["k"], COLUMN_UNIT, 2 * dot.lanes)[-1],
+                      ic_block=multiples(ext["c"], STEP_UNIT, 16)[-1], weight_pack_at="root")
+        return config
+
+    def nest(self, config: Config, workload: Workload) -> Nest:
+        """The packed template's, its vector the instruction's lanes."""
+        return dataclasses.replace(super().nest(config, workload), vector=self._dot().lanes)  # type: ignore[union-attr]
+
+    def _alternative(self, workload: Workload) -> str:
+        return ""  # Winograd and the NCHW GEMM are fp32 schedules
+
+    def _input_channel_split(self, ib: int) -> list[int | None]:
+        dot = self._dot()
+        assert dot is not None
+        return [None, ib // dot.group, dot.group]
+
+    def _split_lanes(self, sch: Schedule, block_loop: Any) -> list[Any]:
+        dot = self._dot()
+        assert dot is not None
+        return list(sch.split(block_loop, [None, dot.lanes]))
+
+    def _vectorize_lanes(self, sch: Schedule, lanes: list[Any]) -> None:
+        pass  # the instruction is the vector (:meth:`_tensorize_lanes`)
+
+    def _tensorize_lanes(self, sch: Schedule, lanes: list[Any]) -> None:
+        """The instruction on the last vector's lanes and the group of input channels inside them; the vectors
+        around them unrolled."""
+        dot = self._dot()
+        assert dot is not None
+        vectors, lane = lanes
+        sch.tensorize(lane, register(dot))
+        sch.unroll(vectors)
+
+    def _weight_layout(self, ob: int, ib: int) -> Callable[..., tuple]:
+        """(O/ob, I/ib, R, S, ib/group, ob, group): a register's worth of the instruction's operand contiguous."""
+        group = self._dot().group  # type: ignore[union-attr]
+        return lambda o, i, r, s: (o // ob, i // ib, r, s, i // group % (ib // group), o % ob, i % group)
+
+    def _pack_weight(self, sch: Schedule, weight_pack: Any, ob: int, ib: int) -> None:
+        """In the packed order, stores contiguous: output channels and the group innermost, fused."""
+        from opbench.space._schedule import vectorize_lanes
+
+        group = self._dot().group  # type: ignore[union-attr]
+        o, i, r, s = sch.get_loops(weight_pack)
+        oo, oi = sch.split(o, [None, ob])
+        io, iq, ig = sch.split(i, [None, ib // group, group])
+        sch.reorder(oo, io, r, s, iq, oi, ig)
+        sch.parallel(sch.fuse(oo, io))
+        vectorize_lanes(sch, sch.fuse(oi, ig))
