@@ -35,14 +35,14 @@ from opbench.space._schedule import (
     vectorize_lanes,
 )
 from opbench.workloads import Workload
-from opbench.workloads._base import ACCUMULATOR, INT8, OPERANDS
+from opbench.workloads._base import ACCUMULATOR, INT8, INT8_STEP, OPERANDS
 from opbench.workloads.fused import Fused
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
 
 ROW_BLOCK_CAP = 8  # rows of the register tile
-COLUMN_UNIT, STEP_UNIT = 16, 4  # every instruction's lanes divide the one, its group the other: the space is the same
+COLUMN_UNIT, STEP_UNIT = 16, INT8_STEP  # every instruction's lanes divide the one, its group the other: the space is the same
 # on every CPU (its records compare across devices), the instruction alone differs
 COL_BLOCK_CAP = 64  # output columns of the register tile
 K_CHUNK_CAP = 2048  # reduction steps of the inner chunk (the weight panel kept in cache)

@@ -22,6 +22,7 @@ LOW_PRECISION = (INT8, BF16)
 SUPPORTED_DTYPES = (*FLOAT_DTYPES, *LOW_PRECISION)
 OPERANDS = {INT8: ("uint8", "int8", "int32"), BF16: (BF16, BF16, BF16)}  # activation, weight, further inputs (a bias)
 ACCUMULATOR = {INT8: "int32", BF16: "float32"}
+INT8_STEP = 4  # reduction steps an int8 dot-product instruction sums per lane (VNNI's 4; AVX2's pairs, two at a time)
 
 
 def numpy_dtype(name: str) -> np.dtype:

@@ -2,7 +2,8 @@
 ``quantize_dynamic``; PyTorch's dynamic quantization, for Linear layers): every matrix product and convolution by a
 constant weight becomes a u8 x i8 product summed into i32 (the catalogue's ``dtype=int8``), its weight quantized once
 per output column or channel (symmetric, i8), its activations per tensor at run time (asymmetric, u8: the range of
-each call's values, zero included), and the sum scaled back to fp32:
+each call's values, zero included), and the sum scaled back to fp32 (a convolution whose input channels come in fewer
+than a dot-product instruction's group, an image's 3, stays fp32: the instruction could not take them):
 
     y = (acc - zp * colsum(Wq)) * (scale * w_scale),  acc = sum_k xq[k] * Wq[k, n],  xq = clip(round(x / scale) + zp)
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from opbench.workloads._base import INT8_STEP
 
 INT8_SUFFIX = "+int8"  # a model name's suffix: the model quantized (``bert-base@tiny+int8``)
 AGREEMENT = 0.99  # the cosine similarity a quantized model's output must reach against the fp32 model's
@@ -91,7 +94,7 @@ def _int8_conv2d(expr: Any, x: Any, w: np.ndarray, activations: _Activations) ->
 
     attrs = expr.attrs
     if (w.ndim != 4 or w.dtype != np.float32 or str(x.ty.dtype) != "float32" or int(attrs.groups) != 1
-            or (str(attrs.data_layout), str(attrs.kernel_layout)) != ("NCHW", "OIHW")):
+            or w.shape[1] % INT8_STEP or (str(attrs.data_layout), str(attrs.kernel_layout)) != ("NCHW", "OIHW")):
         return expr
     top, left, bottom, right = (int(p) for p in attrs.padding)
     n, c, h, width = (int(d) for d in x.ty.shape)
