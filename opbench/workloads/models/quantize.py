@@ -2,8 +2,8 @@
 ``quantize_dynamic``; PyTorch's dynamic quantization, for Linear layers): every matrix product and convolution by a
 constant weight becomes a u8 x i8 product summed into i32 (the catalogue's ``dtype=int8``), its weight quantized once
 per output column or channel (symmetric, i8), its activations per tensor at run time (asymmetric, u8: the range of
-each call's values, zero included), and the sum scaled back to fp32 (a convolution whose input channels come in fewer
-than a dot-product instruction's group, an image's 3, stays fp32: the instruction could not take them):
+each call's values, zero included), and the sum scaled back to fp32 (a convolution's input channels are padded with
+zeros, weighted by zeros, to a whole dot-product instruction's group: an image's 3 to 4):
 
     y = (acc - zp * colsum(Wq)) * (scale * w_scale),  acc = sum_k xq[k] * Wq[k, n],  xq = clip(round(x / scale) + zp)
 
@@ -89,18 +89,21 @@ def _int8_matmul(expr: Any, x: Any, w: np.ndarray, activations: _Activations) ->
 
 def _int8_conv2d(expr: Any, x: Any, w: np.ndarray, activations: _Activations) -> Any:
     """``expr``, an NCHW convolution of ``x`` by the fp32 weight ``w`` (OIHW), in int8 (back in fp32). ``x`` is
-    padded before it is quantized: a padded zero is then the zero point, as the sum's correction assumes."""
+    padded before it is quantized (a padded zero is then the zero point, as the sum's correction assumes), its
+    channels too, to a multiple of :data:`INT8_STEP` (the weight's with zeros)."""
     from tvm.relax import op
 
     attrs = expr.attrs
     if (w.ndim != 4 or w.dtype != np.float32 or str(x.ty.dtype) != "float32" or int(attrs.groups) != 1
-            or w.shape[1] % INT8_STEP or (str(attrs.data_layout), str(attrs.kernel_layout)) != ("NCHW", "OIHW")):
+            or (str(attrs.data_layout), str(attrs.kernel_layout)) != ("NCHW", "OIHW")):
         return expr
     top, left, bottom, right = (int(p) for p in attrs.padding)
     n, c, h, width = (int(d) for d in x.ty.shape)
-    padded = op.nn.pad(x, [0, 0, 0, 0, top, bottom, left, right]) if top or left or bottom or right else x
-    x_q, scale, zero_point = activations.quantized(padded, (n, c, h + top + bottom, width + left + right))
-    w_q, w_scale, w_sum = _per_channel(w, 0)
+    extra = -c % INT8_STEP  # input channels of zeros, weighted by zeros, up to a whole instruction's group
+    padding = [0, 0, 0, extra, top, bottom, left, right]
+    padded = op.nn.pad(x, padding) if any(padding) else x
+    x_q, scale, zero_point = activations.quantized(padded, (n, c + extra, h + top + bottom, width + left + right))
+    w_q, w_scale, w_sum = _per_channel(np.pad(w, ((0, 0), (0, extra), (0, 0), (0, 0))), 0)
     acc = op.nn.conv2d(x_q, _const(w_q), strides=attrs.strides, padding=0, dilation=attrs.dilation, out_dtype="int32")
     return _dequantized(acc, scale, zero_point, w_sum.reshape(1, -1, 1, 1), w_scale.reshape(1, -1, 1, 1))
 
