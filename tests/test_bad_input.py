@@ -226,6 +226,17 @@ def test_an_edited_model_file_gets_a_cache_of_its_own(tmp_path):
     assert cache_dir("bert-base", 1, 128).name.startswith("bert-base-b1-s128")  # named models: as before
 
 
+def test_a_models_operators_cached_by_other_model_code_are_not_read(tmp_path, monkeypatch):
+    """The operators a ``model:`` workload names come from the code that extracts them now: a cache that other
+    model code (or libraries) wrote under the same names is not read."""
+    from opbench.workloads.models import cache
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    before = cache.cache_dir("bert-base@tiny", 1, 8)
+    monkeypatch.setattr(cache, "_made_by", lambda: "edited-code")
+    assert cache.cache_dir("bert-base@tiny", 1, 8) != before and before.parent == tmp_path
+
+
 def _closed_port() -> str:
     return str(free_port())  # bound once and released: nothing listens on it
 

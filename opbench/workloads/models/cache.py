@@ -1,12 +1,13 @@
 """Imported models on disk, so workers and later runs read a model's fused module and PrimFuncs without
-building and importing the model again: ``mlflow/models/<model>-b<batch>-s<seq_len>-p<pipeline>/``
-(``$OPBENCH_MODEL_CACHE`` instead of ``mlflow/models`` when set) holds ``<func>.json`` (TVM's JSON) and
-``ops.json`` (kind, calls, outputs, shapes, FLOPs and the last measured share of each), and the whole fused
-module with its example inputs and reference output, keyed by the libraries and code that made them
+building and importing the model again: ``mlflow/models/<model>-b<batch>-s<seq_len>-p<pipeline>-<made by>/``
+(``$OPBENCH_MODEL_CACHE`` instead of ``mlflow/models`` when set; ``made by``: a digest of the libraries and model
+code that made it) holds ``<func>.json`` (TVM's JSON) and ``ops.json`` (kind, calls, outputs, shapes, FLOPs and
+the last measured share of each), and the whole fused module with its example inputs and reference output
 (docs/cli.md#import-cache)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import io
@@ -34,9 +35,10 @@ CACHE_ENV = "OPBENCH_MODEL_CACHE"  # another folder for the cache (workers inher
 
 
 def cache_dir(model: str, batch: int, seq_len: int) -> Path:
-    """The model's folder: a new pipeline, or an edited model file, extracts anew."""
+    """The model's folder: a new pipeline, an edited model file, other libraries or other model code (the
+    operators a model:... workload names then differ under the same names) extract anew."""
     base = Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else store_dir() / "models"
-    return base / safe_name(f"{model}{_content_key(model)}-b{batch}-s{seq_len}-p{PIPELINE_VERSION}")
+    return base / safe_name(f"{model}{_content_key(model)}-b{batch}-s{seq_len}-p{PIPELINE_VERSION}-{_made_by()}")
 
 
 def _content_key(model: str) -> str:
@@ -77,7 +79,7 @@ def imported(source: ModelSource, batch: int, seq_len: int) -> Imported:
     import tvm
 
     named = str(source.onnx_path) if source.onnx_path else source.name  # an ONNX file: keyed by its content
-    base = cache_dir(named, batch, seq_len) / f"fused-{_made_by()}"
+    base = cache_dir(named, batch, seq_len) / "fused"
     module, arrays = base.with_suffix(".json"), base.with_suffix(".npz")
     with contextlib.suppress(OSError, ValueError, zipfile.BadZipFile):  # not cached (or cut short): made anew
         with np.load(arrays) as saved:
@@ -95,6 +97,7 @@ def imported(source: ModelSource, batch: int, seq_len: int) -> Imported:
     return made
 
 
+@functools.cache
 def _made_by() -> str:
     """A digest of what makes an imported model: torch, transformers, ONNX and TVM's versions and this package's
     model code."""
