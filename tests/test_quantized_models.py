@@ -1,5 +1,6 @@
 """A model quantized to int8 (its name +int8, or --dtype int8): its matrix products by constant weights u8 x i8 into
 i32, in agreement with the fp32 model, its int8 operators on the dot-product template, end to end in tune-model."""
+import re
 import subprocess
 import sys
 
@@ -140,6 +141,11 @@ def test_a_quantized_cnns_convolutions_read_u8_and_i8_and_every_sampled_point_of
         templates.add(template.name)
         template_contract.check_builds_correct_kernels(build_checker, template, workload, samples=1)
     assert templates == ({"fused_conv2d_nchwc_int8"} if instruction(INT8, current_shape().isa) else {"fused_conv2d_nchwc"})
+    if templates == {"fused_conv2d_nchwc_int8"}:  # a packed output where a residual is added as it is written, else NCHW
+        packed = {w.name: get_template(w).default_config(w)["packed_output"] for w in convs}
+        assert set(packed.values()) == {0, 1}
+        residual = {w.name for w in convs if re.search(r"_add\d*_add\d*", w.name)}  # batch norm's add, then the block's
+        assert residual and {name for name, p in packed.items() if p} == residual, packed
 
 
 def test_a_quantized_models_output_is_checked_for_agreement_not_equality():

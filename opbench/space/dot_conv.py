@@ -30,6 +30,7 @@ from opbench.space.dot_product import (
 )
 from opbench.space.packed import CHANNEL_BLOCK_CAP, PackedConvTemplate
 from opbench.workloads import Workload
+from opbench.workloads.fused import Fused
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -81,15 +82,16 @@ class DotProductConvTemplate(PackedConvTemplate):
     def default_config(self, workload: Workload) -> Config:
         """The packed template's register tile, its output-channel block two of the instruction's vectors (one where
         two do not divide the channels) and its input-channel block 16 channels (4 groups of VNNI's 4) where they
-        divide them; a model's convolution writes a packed output, whose unpacking copy takes its scaling back to
-        fp32 vectorised (resnet-18+int8's 64-channel 3x3: 0.363 -> 0.232 ms; a catalogue one's i32 output is
-        written to NCHW, 0.162 against 0.193 ms)."""
+        divide them; a model's convolution that adds a residual writes a packed output, whose unpacking copy reads the
+        residual and scales the sums back to fp32 vectorised, any other writes NCHW directly (resnet-18+int8 on the
+        Zen 5, ms direct/packed: with a residual 0.363/0.232 and 0.180/0.148; without, 0.161/0.178, 0.141/0.150,
+        0.125/0.127 and the stem 0.318/0.500; the catalogue's i32 output 0.162/0.193)."""
         ext, dot = self._checked(workload), self._dot()
         assert dot is not None
         config = super().default_config(workload)
         config.update(oc_block=multiples(ext["k"], COLUMN_UNIT, 2 * dot.lanes)[-1],
                       ic_block=multiples(ext["c"], STEP_UNIT, 16)[-1], weight_pack_at="root",
-                      packed_output=int(self.op.startswith("fused")))
+                      packed_output=int(_adds_a_residual(workload)))
         return config
 
     def nest(self, config: Config, workload: Workload) -> Nest:
@@ -137,3 +139,11 @@ class DotProductConvTemplate(PackedConvTemplate):
         sch.reorder(oo, io, r, s, iq, oi, ig)
         sch.parallel(sch.fuse(oo, io))
         vectorize_lanes(sch, sch.fuse(oi, ig))
+
+
+def _adds_a_residual(workload: Workload) -> bool:
+    """Whether a model's convolution reads a tensor of its output's shape besides its data and weight (its first two
+    inputs): a residual added as the output is written."""
+    if not isinstance(workload.op, Fused):
+        return False
+    return workload.op.output_shape(workload.params) in workload.op.input_shapes(workload.params)[2:]
