@@ -65,6 +65,13 @@ class DotProductConvTemplate(PackedConvTemplate):
     def _dot(self) -> DotInstruction | None:
         return instruction(self.dtype, current_shape().isa)
 
+    def _instruction(self) -> DotInstruction:
+        """The CPU's instruction for the dtype (a workload the template schedules has one: :meth:`refusal`)."""
+        dot = self._dot()
+        if dot is None:
+            raise WorkloadError(f"template '{self.name}': the CPU has no dot-product instruction for {self.dtype}")
+        return dot
+
     def _checked(self, workload: Workload) -> dict[str, int]:
         refusal = self.refusal(workload)
         if refusal:
@@ -86,8 +93,7 @@ class DotProductConvTemplate(PackedConvTemplate):
         residual and scales the sums back to fp32 vectorised, any other writes NCHW directly (resnet-18+int8 on the
         Zen 5, ms direct/packed: with a residual 0.363/0.232 and 0.180/0.148; without, 0.161/0.178, 0.141/0.150,
         0.125/0.127 and the stem 0.318/0.500; the catalogue's i32 output 0.162/0.193)."""
-        ext, dot = self._checked(workload), self._dot()
-        assert dot is not None
+        ext, dot = self._checked(workload), self._instruction()
         config = super().default_config(workload)
         config.update(oc_block=multiples(ext["k"], COLUMN_UNIT, 2 * dot.lanes)[-1],
                       ic_block=multiples(ext["c"], STEP_UNIT, 16)[-1], weight_pack_at="root",
@@ -96,20 +102,17 @@ class DotProductConvTemplate(PackedConvTemplate):
 
     def nest(self, config: Config, workload: Workload) -> Nest:
         """The packed template's, its vector the instruction's lanes."""
-        return dataclasses.replace(super().nest(config, workload), vector=self._dot().lanes)  # type: ignore[union-attr]
+        return dataclasses.replace(super().nest(config, workload), vector=self._instruction().lanes)
 
     def _alternative(self, workload: Workload) -> str:
         return ""  # Winograd and the NCHW GEMM are fp32 schedules
 
     def _input_channel_split(self, ib: int) -> list[int | None]:
-        dot = self._dot()
-        assert dot is not None
-        return [None, ib // dot.group, dot.group]
+        group = self._instruction().group
+        return [None, ib // group, group]
 
     def _split_lanes(self, sch: Schedule, block_loop: Any) -> list[Any]:
-        dot = self._dot()
-        assert dot is not None
-        return list(sch.split(block_loop, [None, dot.lanes]))
+        return list(sch.split(block_loop, [None, self._instruction().lanes]))
 
     def _vectorize_lanes(self, sch: Schedule, lanes: list[Any]) -> None:
         pass  # the instruction is the vector (:meth:`_tensorize_lanes`)
@@ -117,22 +120,20 @@ class DotProductConvTemplate(PackedConvTemplate):
     def _tensorize_lanes(self, sch: Schedule, lanes: list[Any]) -> None:
         """The instruction on the last vector's lanes and the group of input channels inside them; the vectors
         around them unrolled."""
-        dot = self._dot()
-        assert dot is not None
         vectors, lane = lanes
-        sch.tensorize(lane, register(dot))
+        sch.tensorize(lane, register(self._instruction()))
         sch.unroll(vectors)
 
     def _weight_layout(self, ob: int, ib: int) -> Callable[..., tuple]:
         """(O/ob, I/ib, R, S, ib/group, ob, group): a register's worth of the instruction's operand contiguous."""
-        group = self._dot().group  # type: ignore[union-attr]
+        group = self._instruction().group
         return lambda o, i, r, s: (o // ob, i // ib, r, s, i // group % (ib // group), o % ob, i % group)
 
     def _pack_weight(self, sch: Schedule, weight_pack: Any, ob: int, ib: int) -> None:
         """In the packed order, stores contiguous: output channels and the group innermost, fused."""
         from opbench.space._schedule import vectorize_lanes
 
-        group = self._dot().group  # type: ignore[union-attr]
+        group = self._instruction().group
         o, i, r, s = sch.get_loops(weight_pack)
         oo, oi = sch.split(o, [None, ob])
         io, iq, ig = sch.split(i, [None, ib // group, group])
