@@ -94,9 +94,7 @@ def _template(workload: Workload, name: str | None, target: str) -> Template:
         raise WorkloadError(f"unknown template '{name}'; templates: {', '.join(TEMPLATES)}")
     if getattr(TEMPLATES[name], "op", name) not in (workload.op.name, kind) and name not in GENERIC_TEMPLATES:
         raise WorkloadError(f"template '{name}' does not apply to operator '{workload.name}'")
-    refusal = TEMPLATES[name].refusal(workload)
-    if refusal:
-        raise WorkloadError(f"template '{name}' does not apply to {workload.name}: {refusal}")
+    TEMPLATES[name].check_applies(workload)
     return TEMPLATES[name]
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opbench.exceptions import ConfigError
+from opbench.exceptions import ConfigError, WorkloadError
 from opbench.hardware.cpu_shape import shaped_for
 from opbench.workloads import Workload
 
@@ -143,6 +143,12 @@ class Template(ABC):
     def refusal(self, workload: Workload) -> str | None:
         """Why the template does not schedule ``workload`` of its operator (None: it does)."""
         return None
+
+    def check_applies(self, workload: Workload) -> None:
+        """WorkloadError naming :meth:`refusal`'s reason where the template does not schedule ``workload``."""
+        refusal = self.refusal(workload)
+        if refusal:
+            raise WorkloadError(f"template '{self.name}' does not apply to {workload.name}: {refusal}")
 
     @abstractmethod
     def default_config(self, workload: Workload) -> Config:

@@ -73,9 +73,7 @@ class DotProductConvTemplate(PackedConvTemplate):
         return dot
 
     def _checked(self, workload: Workload) -> dict[str, int]:
-        refusal = self.refusal(workload)
-        if refusal:
-            raise WorkloadError(f"template '{self.name}' does not apply to {workload.name}: {refusal}")
+        self.check_applies(workload)
         return self._extents(workload)
 
     def knobs(self, workload: Workload) -> list[Knob]:

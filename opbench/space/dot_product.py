@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from opbench.exceptions import WorkloadError
 from opbench.hardware.cpu_shape import current_shape
 from opbench.hardware.peak import CHAINS, ITERATIONS, peak_flops, vector_lanes
 from opbench.hardware.peak import peak_kernel as generic_peak_kernel
@@ -180,9 +179,7 @@ class DotProductTemplate(Template):
 
     def _sizes(self, workload: Workload) -> tuple[int, int, int, DotInstruction]:
         """(m, n, k, the instruction) of a workload the template schedules (WorkloadError otherwise)."""
-        refusal = self.refusal(workload)
-        if refusal:
-            raise WorkloadError(f"template '{self.name}' does not apply to {workload.name}: {refusal}")
+        self.check_applies(workload)
         m, n, k = (a.extent for a in workload.axes)
         return m, n, k, instruction(self.dtype, current_shape().isa)  # type: ignore[return-value]
 
