@@ -21,6 +21,7 @@ from opbench.space import TEMPLATES, Nest, get_template, winograd
 from opbench.space.gpu import SHARED_BYTES, GpuTiledTemplate
 from opbench.space.tiled import alias_free_rows, nest_choices
 from opbench.workloads import PRESETS, parse_workload
+from opbench.workloads.fused import model_name
 from tests.kernels import failures
 
 ODD_SHAPES = [  # a prime extent, a 1-sized dim, 7x7 outputs, stride 2 with padding, ...
@@ -254,6 +255,17 @@ def test_packed_templates_build_correct_kernels_on_odd_shapes(build_checker):
     assert {r["knob.layout_transform"] for r in records} == {"in_op"}  # where the packing runs is in the record
     assert {r.get("knob.weight_pack_at") for r in records if r["workload"].startswith("conv2d")} == {"root", "oc_block"}
 
+
+def test_a_model_convolution_that_pads_its_output_runs_the_padding_after_it(build_checker):
+    """yolov3-tiny pads a convolution's output before its last pooling: the padding writes more than the convolution
+    computes, so it cannot fold into the write; it runs as a stage of its own, after a packed or a direct write."""
+    workload = parse_workload(model_name("yolov3-tiny@tiny", "fused_conv2d5_subtract5_divide5_multiply5_add11_leaky_relu5_pad",
+                                         1, 128))
+    template = get_template(workload)
+    specs = [TrialSpec(workload, template.validate({"packed_output": packed}, workload), Resources(2), template.name)
+             for packed in (0, 1)]
+    records = build_checker.measure_batch(specs)
+    assert not failures(records), failures(records)
 
 # Winograd on odd shapes: a batch of 2, channel counts the vector does not divide (1 included), outputs the tiles
 # overrun (9x11, 7x7), no padding; F(2x2) and F(4x4), the GEMM tile and reduction drawn at random.

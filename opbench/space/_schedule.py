@@ -17,6 +17,30 @@ LAYOUT_TRANSFORMS = (IN_OP, WEIGHTS_PREPACKED)
 TILE_VECTORS = 2
 
 
+def try_primitive(primitive: Any, block: Any) -> bool:
+    """Apply a schedule primitive that may not apply here (a ScheduleError leaves the schedule as it was)."""
+    from tvm import s_tir
+
+    try:
+        primitive(block)
+        return True
+    except s_tir.ScheduleError:
+        return False
+
+
+def fold_into_write(sch: Any, epilogue: list[str]) -> None:
+    """Fold a fused operator's epilogue stages, in order, into the block that writes its output, up to the first
+    that cannot fold (a padding of the output, which writes more than the anchor computes: yolov3-tiny's before its
+    last pooling); that one and those after it run as stages of their own after the operator, each parallel over its
+    outer loops."""
+    for n, name in enumerate(epilogue):
+        if not try_primitive(sch.reverse_compute_inline, sch.get_sblock(name)):
+            for left in epilogue[n:]:
+                loops = sch.get_loops(sch.get_sblock(left))
+                sch.parallel(sch.fuse(*loops[:2]) if len(loops) > 1 else loops[0])
+            return
+
+
 def is_reduction(sch: Any, block: Any) -> bool:
     """Whether ``block`` has any non data-parallel iterator."""
     return any(iv.iter_type != 0 for iv in sch.get(block).iter_vars)

@@ -4,26 +4,16 @@ loops and its reduction, parallelise the outer loops, vectorise the innermost, u
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from opbench.exceptions import ConfigError
 from opbench.space._base import Config, Knob, Template, divisors
+from opbench.space._schedule import try_primitive
 from opbench.workloads import Workload
 from opbench.workloads.fused import REDUCE, anchor_block, child_blocks
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
-
-def _try(primitive: Any, block: Any) -> bool:
-    """Apply a schedule primitive that may not apply here (a ScheduleError leaves the schedule as it was)."""
-    from tvm import s_tir
-
-    try:
-        primitive(block)
-        return True
-    except s_tir.ScheduleError:
-        return False
-
 
 def perfect(factor: int, extent: int, knob: str) -> int:
     """``factor``, checked to divide the loop it tiles (the space is derived from the same loops)."""
@@ -85,7 +75,7 @@ class FusedTemplate(Template):
             for block in child_blocks(sch):
                 if sch.get(block).name_hint == name:
                     continue
-                inlined = any(_try(inline, block) for inline in (sch.compute_inline, sch.reverse_compute_inline))
+                inlined = any(try_primitive(inline, block) for inline in (sch.compute_inline, sch.reverse_compute_inline))
                 if not inlined and any(sch.get(c).name_hint == sch.get(block).name_hint for c in sch.get_consumers(anchor)):
                     epilogues.append(block)
         loops, ivs = sch.get_loops(anchor), sch.get(anchor).iter_vars
@@ -106,7 +96,7 @@ class FusedTemplate(Template):
             reduce_order.append(k_inner)
         sch.reorder(*outer, *reduce_order, *inner)
         for epilogue in epilogues:  # where it reads only its own tile of the anchor's output
-            _try(lambda block: sch.reverse_compute_at(block, outer[-1]), epilogue)
+            try_primitive(lambda block: sch.reverse_compute_at(block, outer[-1]), epilogue)
         if config["parallel"]:
             sch.parallel(sch.fuse(*outer[:config["parallel"]]) if config["parallel"] > 1 else outer[0])
         if config["vectorize"] and j is not None and config["j_inner"] > 1:

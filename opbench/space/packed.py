@@ -34,6 +34,7 @@ from opbench.space._schedule import (
     LAYOUT_TRANSFORMS,
     TILE_VECTORS,
     WEIGHTS_PREPACKED,
+    fold_into_write,
     loops_below,
     mark_prepack,
     pack_copy,
@@ -298,8 +299,7 @@ class PackedConvTemplate(Template):
         accumulator = sch.cache_write(conv, 0, "local")  # takes the packed layout of what it writes
         if not packed_output:
             sch.transform_layout(conv, ("write", 0), packed)
-        for name in epilogue:  # into the copy that writes NCHW: the unpacking, else the write-back
-            sch.reverse_compute_inline(sch.get_sblock(name))
+        fold_into_write(sch, epilogue)  # into the copy that writes NCHW: the unpacking, else the write-back
         sch.reverse_compute_at(accumulator, xo)
         return unpack, accumulator
 

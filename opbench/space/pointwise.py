@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Nest, divisors
-from opbench.space._schedule import IN_OP, loops_below, mark_prepack, pack_copy
+from opbench.space._schedule import IN_OP, fold_into_write, loops_below, mark_prepack, pack_copy
 from opbench.workloads import Workload
 from opbench.workloads.fused import anchor_block, blocks_after
 
@@ -112,8 +112,7 @@ def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: s
     outer = [n, ko, po] if config["gemm_order"] == "channels_outer" else [n, po, ko]
     sch.reorder(*outer, co, r, s, ci, ki, pv, lane)
     accumulator = sch.cache_write(conv, 0, "local")
-    for name in epilogue:  # into the write-back of each tile
-        sch.reverse_compute_inline(sch.get_sblock(name))
+    fold_into_write(sch, epilogue)  # into the write-back of each tile
     sch.reverse_compute_at(accumulator, outer[-1])
     tiles = sch.fuse(*outer)
     sch.parallel(tiles)
