@@ -10,7 +10,7 @@ import yaml
 
 import mlflow
 from opbench.exceptions import OpBenchError
-from opbench.predictor.model import LatencyModel, evaluate, split, top_k_score, trainable
+from opbench.predictor.model import LatencyModel, evaluate, split, top_k_score, trainable, work_scale
 from opbench.tracking import read_mlflow
 from opbench.tracking.dataset import card, load_records, read_dataset, write_dataset
 
@@ -82,6 +82,19 @@ def test_predictor_learns_a_known_latency_law_and_reports_metrics(tmp_path):
     model.save(tmp_path / "m")
     assert np.allclose(LatencyModel.load(tmp_path / "m").predict(test), model.predict(test))
 
+
+def test_the_predictor_scales_by_the_work_flops_or_bytes_moved_and_takes_row_weights():
+    frame = pd.DataFrame({"feat.flops": [1e6, 0.0, 1290.0], "feat.bytes": [1e4, 512.0, 2896.0]})
+    assert list(work_scale(frame)) == [1e6, 512.0, 2896.0]  # a copy moves bytes; a tiny matmul reads more than it computes
+    assert list(work_scale(pd.DataFrame({"feat.flops": [np.nan]}))) == [1.0]
+    # the same features measured at 1 ms and at 2 ms: the rows weighing 9x pull the prediction to theirs
+    same = pd.DataFrame({"feat.x1": [1.0] * 20, "workload": "w", "status": "ok", "latency_ms": [1.0] * 10 + [2.0] * 10})
+    light, heavy = LatencyModel(seed=0), LatencyModel(seed=0)
+    light.fit(same, np.r_[np.full(10, 9.0), np.ones(10)])
+    heavy.fit(same, np.r_[np.ones(10), np.full(10, 9.0)])
+    assert light.predict(same.head(1))[0] < 1.3 and heavy.predict(same.head(1))[0] > 1.6
+    with pytest.raises(OpBenchError, match="3 weights for 20 measured rows"):
+        LatencyModel().fit(same, np.ones(3))
 
 def test_group_splits_hold_out_whole_groups():
     frame = _synthetic()

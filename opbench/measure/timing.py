@@ -38,6 +38,11 @@ class TimingPolicy:
     max_placements: int = settings.MAX_PLACEMENTS
     agree: float = settings.AGREE
 
+    @property
+    def cache_state(self) -> str:
+        """What a record says of the caches its operator met: ``cold`` (``cache_flush``) or ``warm``."""
+        return "cold" if self.cache_flush else "warm"
+
     def series_shape(self, first_s: float, call: Callable[[], object]) -> tuple[int, int]:
         """Calls per timed repeat (``number``) and repeats of a series of ``call``, whose first call took
         ``first_s``: a first call shorter than a repeat is followed by a warm one, which sizes the series

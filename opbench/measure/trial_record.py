@@ -73,5 +73,5 @@ def add_run(record: TrialRecord, run: RunResult, timing: TimingPolicy, gflop: fl
     record.number, record.repeat, record.latencies_ms = run.number, len(run.latencies_s), [t * 1e3 for t in run.latencies_s]
     record.energy_j, record.power_w = run.energy_j, run.power_w
     record.host_wait_s = run.host_wait_s
-    record.cache_state, record.worker_pid = "cold" if timing.cache_flush else "warm", run.pid
+    record.cache_state, record.worker_pid = timing.cache_state, run.pid
     record.kernel_pid = run.kernel_pid or None

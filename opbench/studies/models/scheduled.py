@@ -81,15 +81,21 @@ def reschedule(prof: ModelProfile, database: Any, how: str, target: Any, measure
                                planned=planned)
 
 
+def scheduled_func(op: FusedOp, func: Any, mod: Any) -> Any:
+    """``op``'s PrimFunc as the scheduled module holds it (``<name>_prepacked`` where its weight is packed at build
+    time), or ``func`` where the module does not hold it."""
+    names = {g.name_hint for g in mod.functions}
+    name = next((n for n in (f"{op.name}{PREPACKED_SUFFIX}", op.name) if n in names), None)
+    return mod[name].with_attr("global_symbol", "main") if name else func
+
+
 def _rescheduled(op: FusedOp, func: Any, mod: Any, how: str, target: Any, measurer: Measurer, threads: int) -> FusedOp:
     """``op`` as the scheduled module runs it (itself, untouched, when the database has no schedule for it);
     a schedule that packs a weight at build time takes it as ``<name>_prepacked``."""
     import tvm
     import tvm_ffi
 
-    names = {g.name_hint for g in mod.functions}
-    name = next((n for n in (f"{op.name}{PREPACKED_SUFFIX}", op.name) if n in names), None)
-    scheduled = mod[name].with_attr("global_symbol", "main") if name else func
+    scheduled = scheduled_func(op, func, mod)
     if tvm_ffi.structural_equal(scheduled, func):
         return dataclasses.replace(op, key=False)
     prepacked = sum(bytes_of(new.shape, new.dtype) for new, old in zip(scheduled.params, func.params)

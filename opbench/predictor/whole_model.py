@@ -1,0 +1,114 @@
+"""A whole model's latency from its fused operators' predicted latencies and call counts (issue 95 #3).
+
+TenSet's own log shows why a sum is not enough: ResNet-50's per-task latencies summed to 7.98 ms where the model
+ran in 6.08. The model here is the sum's composition, learned from other models: measured ≈ ``a`` x (sum over the
+operators of calls x predicted ms) + ``b`` x (operator calls), ``a, b >= 0`` (non-negative least squares): ``a`` the
+share of an operator's time alone that it keeps inside the model (its inputs warm from the operator before, its
+weights cold), ``b`` the Relax VM's cost of one call.
+
+:func:`leave_one_model_out` scores it as a held-out study: for each model, the operator predictor is trained on the
+catalogue records and the other models' operators, and the composition on the other models, each of those predicted
+by a predictor that saw neither of the two models.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from opbench.exceptions import OpBenchError
+from opbench.hardware.resources import HostFacts, Resources
+from opbench.measure.features import static_features
+from opbench.workloads import OPERATORS, Workload
+
+MODEL_COLUMN, CALLS_COLUMN = "source_model", "calls"  # an operator row's model, and how often the model calls it
+ANCHOR_KINDS = {"pool": "pool2d"}  # a fused operator's anchor kind where the catalogue names that operator otherwise
+
+# A predictor trained on a record table: fit(frame) -> predict(frame) -> ms
+TrainPredictor = Callable[[pd.DataFrame], Callable[[pd.DataFrame], np.ndarray]]
+
+
+def operator_features(workload: Workload, kind: str, config: dict, template: str | None, resources: Resources,
+                      host: HostFacts) -> dict[str, float]:
+    """A model operator's features as a predictor takes them: :func:`static_features`, the operator also flagged
+    as the catalogue operator it anchors on (a fused convolution as ``conv2d``), so catalogue records inform it."""
+    features = static_features(workload, config, template, resources, host)
+    anchor = ANCHOR_KINDS.get(kind, kind)
+    if anchor in OPERATORS:
+        features[f"feat.op_{anchor}"] = 1.0
+    return features
+
+
+def source_balance(frame: pd.DataFrame) -> np.ndarray:
+    """Row weights that make the models' operator rows (a ``source_model``) weigh as much in all as the catalogue's
+    (the operators a model is built with are what is predicted; the catalogue's random configs are more rows)."""
+    models = frame[MODEL_COLUMN] if MODEL_COLUMN in frame else pd.Series("", frame.index)
+    from_models = models.fillna("").astype(str).ne("").to_numpy()
+    if from_models.all() or not from_models.any():
+        return np.ones(len(frame))
+    return np.where(from_models, (~from_models).sum() / from_models.sum(), 1.0)
+
+
+@dataclass(frozen=True)
+class Composition:
+    """measured ms ≈ ``per_op_ms`` x sum(calls x predicted ms) + ``per_call_ms`` x calls."""
+
+    scale: float
+    per_call_ms: float
+
+    @staticmethod
+    def terms(ops: pd.DataFrame, predicted_ms: np.ndarray) -> np.ndarray:
+        """(sum over operators of calls x predicted ms, operator calls) of one model's operator rows."""
+        calls = ops[CALLS_COLUMN].to_numpy(dtype="float64")
+        return np.array([float(np.sum(calls * predicted_ms)), float(np.sum(calls))])
+
+    @classmethod
+    def fit(cls, terms: np.ndarray, measured_ms: np.ndarray) -> Composition:
+        """Non-negative least squares on models' (terms, measured ms), relative errors weighted alike (each row
+        divided by its measured latency, so a 100 ms model does not outweigh a 1 ms one)."""
+        from scipy.optimize import nnls
+
+        terms, measured_ms = np.atleast_2d(np.asarray(terms, dtype="float64")), np.asarray(measured_ms, dtype="float64")
+        if len(terms) < 1 or not np.all(measured_ms > 0):
+            raise OpBenchError("the composition needs at least one model with a measured latency")
+        (scale, per_call), _ = nnls(terms / measured_ms[:, None], np.ones(len(terms)))
+        return cls(float(scale), float(per_call))
+
+    def predict(self, terms: np.ndarray) -> np.ndarray:
+        return np.atleast_2d(terms) @ np.array([self.scale, self.per_call_ms])
+
+
+def _model_sums(train: TrainPredictor, catalogue: pd.DataFrame, ops: pd.DataFrame, held_out: set[str],
+                predicted_for: list[str]) -> dict[str, np.ndarray]:
+    """Composition terms of the ``predicted_for`` models, predicted by a predictor trained on the catalogue and the
+    operators of every model outside ``held_out``."""
+    predict = train(pd.concat([catalogue, ops[~ops[MODEL_COLUMN].isin(held_out)]], ignore_index=True))
+    return {m: Composition.terms(rows, predict(rows)) for m, rows in ops[ops[MODEL_COLUMN].isin(predicted_for)]
+            .groupby(MODEL_COLUMN)}
+
+
+def leave_one_model_out(catalogue: pd.DataFrame, ops: pd.DataFrame, measured_ms: dict[str, float],
+                        train: TrainPredictor) -> pd.DataFrame:
+    """Each model's latency predicted with nothing of it seen: per model (a row), its measured ms, the sum of its
+    operators measured alone (calls x ms) and predicted, the composed prediction and its error (%)."""
+    models = sorted(measured_ms)
+    if len(models) < 2:
+        raise OpBenchError(f"leave-one-model-out needs at least 2 measured models, got {len(models)}")
+    if missing := set(models) - set(ops[MODEL_COLUMN]):
+        raise OpBenchError(f"no operator rows for {', '.join(sorted(missing))}")
+    rows = []
+    for model in models:
+        others = [m for m in models if m != model]
+        inner = {m: _model_sums(train, catalogue, ops, {model, m}, [m])[m] for m in others}
+        composition = Composition.fit(np.array([inner[m] for m in others]), np.array([measured_ms[m] for m in others]))
+        terms = _model_sums(train, catalogue, ops, {model}, [model])[model]
+        own = ops[ops[MODEL_COLUMN] == model]
+        predicted = float(composition.predict(terms)[0])
+        rows.append({"model": model, "measured_ms": measured_ms[model],
+                     "ops_measured_ms": float(np.sum(own[CALLS_COLUMN] * own["latency_ms"])),
+                     "ops_predicted_ms": terms[0], "calls": int(terms[1]), "scale": composition.scale,
+                     "per_call_us": composition.per_call_ms * 1e3, "predicted_ms": predicted,
+                     "error_pct": 100 * (predicted / measured_ms[model] - 1)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,113 @@
+"""Whole-model prediction (issue 95): a model's latency composed from its operators' predicted latencies, learned on
+other models and scored with nothing of the held-out model seen."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from opbench.exceptions import OpBenchError
+from opbench.measure.measurer import Measurer
+from opbench.measure.timing import TimingPolicy
+from opbench.measure.types import MeasureOptions
+from opbench.predictor.model import LatencyModel, feature_columns, trainable
+from opbench.predictor.whole_model import CALLS_COLUMN, MODEL_COLUMN, Composition, leave_one_model_out, source_balance
+from opbench.studies.models.tune import ModelSpec
+from opbench.studies.models.with_defaults import measure_with_defaults
+from opbench.tracking.dataset import read_dataset
+from opbench.workloads.models.cache import extract
+
+DATASET = Path(__file__).resolve().parent.parent / "datasets" / "records"
+TINY_MODELS = ("small-cnn@tiny", "resnet-18@tiny", "squeezenet1.1@tiny")
+
+
+def test_the_composition_recovers_a_scale_and_a_cost_per_call():
+    terms = np.array([[10.0, 40], [2.0, 12], [50.0, 300], [0.5, 8]])
+    measured = terms @ np.array([0.8, 0.004])
+    fitted = Composition.fit(terms, measured)
+    assert fitted.scale == pytest.approx(0.8) and fitted.per_call_ms == pytest.approx(0.004)
+    assert fitted.predict(np.array([4.0, 100])) == pytest.approx([3.6])
+
+
+def test_the_composition_weighs_each_model_by_its_relative_error_and_stays_non_negative():
+    # a 1 ms model the scale 1 fits exactly and a 100 ms model that needs 0.5: relative weighting splits them
+    # evenly where absolute errors would follow the large model
+    fitted = Composition.fit(np.array([[1.0, 0], [200.0, 0]]), np.array([1.0, 100.0]))
+    assert 0.5 < fitted.scale < 1.0 and fitted.scale == pytest.approx(0.6, abs=0.01)
+    # least squares would charge the model of 100 calls -5 us a call
+    no_negative_cost = Composition.fit(np.array([[1.0, 100], [1.0, 0]]), np.array([0.5, 1.0]))
+    assert no_negative_cost.per_call_ms == 0.0 and no_negative_cost.scale == pytest.approx(0.6)
+
+
+def test_the_models_operators_weigh_as_much_in_all_as_the_catalogue():
+    frame = pd.DataFrame({MODEL_COLUMN: [None, "", None, "", "resnet-18", "bert-base"]})
+    assert list(source_balance(frame)) == [1, 1, 1, 1, 2, 2]
+    assert list(source_balance(frame.head(4))) == [1, 1, 1, 1] and list(source_balance(frame.tail(2))) == [1, 1]
+
+def test_the_composition_needs_a_measured_model():
+    with pytest.raises(OpBenchError, match="at least one model"):
+        Composition.fit(np.array([[1.0, 2]]), np.array([0.0]))
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Three tiny models built with their template defaults: their operators and whole latencies, measured."""
+    frames, latencies = [], {}
+    for model in TINY_MODELS:
+        spec = ModelSpec(model, 1, 128, 1, TimingPolicy(placements=1, max_placements=1))
+        with Measurer(MeasureOptions(spec.timing)) as measurer:
+            result = measure_with_defaults(spec, measurer, tmp_path_factory.mktemp(model.replace("@", "-")))
+        frames.append(result.ops)
+        latencies[model] = result.model_ms
+    return pd.concat(frames, ignore_index=True), latencies
+
+
+@pytest.mark.full
+def test_each_operator_of_a_model_built_with_its_defaults_is_a_measured_row_flagged_as_its_anchor(tiny_models):
+    ops, latencies = tiny_models
+    for model in TINY_MODELS:
+        fused, _, _ = extract(model, 1, 128)
+        rows = ops[ops[MODEL_COLUMN] == model]
+        assert sorted(rows["workload"]) == sorted(f"model:{model}/{op.name}" for op in fused)
+        assert rows[CALLS_COLUMN].sum() == sum(op.calls for op in fused)
+        assert (trainable(rows)["latency_ms"] > 0).all() and len(trainable(rows)) == len(rows)
+        assert set(rows["cache_state"]) == {"warm"}  # the measurer's, as the catalogue's records
+        assert latencies[model] > 0
+    convolutions = ops[ops["kind"] == "conv2d"]
+    assert len(convolutions) and (convolutions["feat.op_conv2d"] == 1).all()
+    assert set(convolutions["template"]) <= {"fused_conv2d_nchwc", "conv2d_nchwc_int8"}
+    assert convolutions.filter(like="feat.cfg_").notna().any(axis=1).all()  # the template default's knobs
+
+
+@pytest.mark.full
+def test_a_held_out_model_is_predicted_with_nothing_of_it_seen(tiny_models):
+    ops, latencies = tiny_models
+    catalogue = trainable(read_dataset(DATASET)).head(300)
+    trained_on: list[set[str]] = []
+
+    def train(frame: pd.DataFrame) -> Callable[[pd.DataFrame], np.ndarray]:
+        trained_on.append(set(frame[MODEL_COLUMN].dropna()))
+        return LatencyModel(feature_columns(frame, static_only=True), n_estimators=30).fit(frame).predict
+
+    scored = leave_one_model_out(catalogue, ops, latencies, train)
+    assert list(scored["model"]) == sorted(TINY_MODELS)
+    # per held-out model: one predictor for each other model's composition terms, then one for the model itself
+    assert len(trained_on) == len(TINY_MODELS) * len(TINY_MODELS)
+    for n, model in enumerate(sorted(TINY_MODELS)):
+        assert all(model not in seen for seen in trained_on[n * 3:(n + 1) * 3])
+        assert trained_on[n * 3 + 2] == set(TINY_MODELS) - {model}
+    for row in scored.itertuples():
+        own = ops[ops[MODEL_COLUMN] == row.model]
+        assert row.ops_measured_ms == pytest.approx(float((own[CALLS_COLUMN] * own["latency_ms"]).sum()))
+        assert row.predicted_ms > 0 and row.error_pct == pytest.approx(100 * (row.predicted_ms / row.measured_ms - 1))
+
+
+def test_leave_one_model_out_refuses_one_model_or_models_without_operators():
+    ops = pd.DataFrame({MODEL_COLUMN: ["a"], CALLS_COLUMN: [1], "latency_ms": [1.0]})
+    with pytest.raises(OpBenchError, match="at least 2"):
+        leave_one_model_out(ops, ops, {"a": 1.0}, lambda frame: lambda rows: np.ones(len(rows)))
+    with pytest.raises(OpBenchError, match="no operator rows for b"):
+        leave_one_model_out(ops, ops, {"a": 1.0, "b": 2.0}, lambda frame: lambda rows: np.ones(len(rows)))
