@@ -76,10 +76,14 @@ def test_each_operator_of_a_model_built_with_its_defaults_is_a_measured_row_flag
         assert (trainable(rows)["latency_ms"] > 0).all() and len(trainable(rows)) == len(rows)
         assert set(rows["cache_state"]) == {"warm"}  # the measurer's, as the catalogue's records
         assert latencies[model] > 0
-    convolutions = ops[ops["kind"] == "conv2d"]
-    assert len(convolutions) and (convolutions["feat.op_conv2d"] == 1).all()
-    assert set(convolutions["template"]) <= {"fused_conv2d_nchwc", "conv2d_nchwc_int8"}
+    convolutions = ops[ops["kind"] == "conv2d"]  # by their names: dense and depthwise (squeezenet, small-cnn)
+    depthwise = convolutions["template"] == "fused_depthwise_conv2d_nchwc"
+    assert depthwise.any() and set(convolutions["template"][~depthwise]) == {"fused_conv2d_nchwc"}
+    assert (convolutions["feat.op_depthwise_conv2d"] == depthwise).all()
+    assert (convolutions["feat.op_conv2d"] == ~depthwise).all() and (convolutions["feat.op_fused"] == 1).all()
     assert convolutions.filter(like="feat.cfg_").notna().any(axis=1).all()  # the template default's knobs
+    reshapes = ops[ops["kind"] == "reshape"]  # no catalogue operator: flagged as what it is, fused
+    assert len(reshapes) and (reshapes.filter(like="feat.op_").sum(axis=1) == 1).all()
 
 
 @pytest.mark.full

@@ -35,10 +35,19 @@ def operator_features(workload: Workload, kind: str, config: dict, template: str
     """A model operator's features as a predictor takes them: :func:`static_features`, the operator also flagged
     as the catalogue operator it anchors on (a fused convolution as ``conv2d``), so catalogue records inform it."""
     features = static_features(workload, config, template, resources, host)
-    anchor = ANCHOR_KINDS.get(kind, kind)
-    if anchor in OPERATORS:
+    anchor = anchor_operator(workload, kind)
+    if anchor is not None:
         features[f"feat.op_{anchor}"] = 1.0
     return features
+
+
+def anchor_operator(workload: Workload, kind: str) -> str | None:
+    """The catalogue operator a model's fused operator anchors on: its workload's kind (``fused_depthwise_conv2d``:
+    ``depthwise_conv2d``), else the kind its name reads (``kind``: ``softmax``, ``pool``); None where the catalogue
+    has no such operator (a reshape)."""
+    own = workload.kind.removeprefix("fused_")
+    anchor = own if own != workload.kind and own in OPERATORS else ANCHOR_KINDS.get(kind, kind)
+    return anchor if anchor in OPERATORS and anchor != "fused" else None
 
 
 def source_balance(frame: pd.DataFrame) -> np.ndarray:
