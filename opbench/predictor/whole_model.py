@@ -21,6 +21,7 @@ import pandas as pd
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import HostFacts, Resources
 from opbench.measure.features import static_features
+from opbench.space import Config
 from opbench.workloads import OPERATORS, Workload
 
 MODEL_COLUMN, CALLS_COLUMN = "source_model", "calls"  # an operator row's model, and how often the model calls it
@@ -30,7 +31,7 @@ ANCHOR_KINDS = {"pool": "pool2d"}  # a fused operator's anchor kind where the ca
 TrainPredictor = Callable[[pd.DataFrame], Callable[[pd.DataFrame], np.ndarray]]
 
 
-def operator_features(workload: Workload, kind: str, config: dict, template: str | None, resources: Resources,
+def operator_features(workload: Workload, kind: str, config: Config, template: str | None, resources: Resources,
                       host: HostFacts) -> dict[str, float]:
     """A model operator's features as a predictor takes them: :func:`static_features`, the operator also flagged
     as the catalogue operator it anchors on (a fused convolution as ``conv2d``), so catalogue records inform it."""
@@ -94,7 +95,7 @@ def _model_sums(train: TrainPredictor, catalogue: pd.DataFrame, ops: pd.DataFram
     """Composition terms of the ``predicted_for`` models, predicted by a predictor trained on the catalogue and the
     operators of every model outside ``held_out``."""
     predict = train(pd.concat([catalogue, ops[~ops[MODEL_COLUMN].isin(held_out)]], ignore_index=True))
-    return {m: Composition.terms(rows, predict(rows)) for m, rows in ops[ops[MODEL_COLUMN].isin(predicted_for)]
+    return {str(m): Composition.terms(rows, predict(rows)) for m, rows in ops[ops[MODEL_COLUMN].isin(predicted_for)]
             .groupby(MODEL_COLUMN)}
 
 
