@@ -3,10 +3,10 @@
 Each model is built with its operators' template defaults; every fused operator is timed alone as the model runs
 it, warm (the state of the catalogue's records), then the model (its output checked). For each model in turn, the
 operator predictor (XGBoost, static features) is trained on this device's catalogue records in the open dataset
-and the other models' operators (weighing as much in all), and the composition (:mod:`opbench.predictor.whole_model`: a scale on the sum of
-calls x predicted ms, and a cost per call) on the other models; nothing of the held-out model is seen. Beside it:
-the plain sums of the predicted operators and of the measured ones (TenSet's own log: ResNet-50's per-task
-latencies summed to 7.98 ms, the model ran in 6.08).
+and the other models' operators (weighing as much in all); the composition (:mod:`opbench.predictor.whole_model`:
+a scale on the sum of calls x predicted ms, and a cost per call) is fitted on the other models' operators as
+measured; nothing of the held-out model is seen. Beside it: the plain sums of the predicted operators and of the
+measured ones (TenSet's own log: ResNet-50's per-task latencies summed to 7.98 ms, the model ran in 6.08).
 
 Usage::
 
@@ -85,6 +85,9 @@ def main() -> None:
     keep = args.keep or Path(tempfile.mkdtemp(prefix="opbench-model-prediction-"))
     keep.mkdir(parents=True, exist_ok=True)
     results = Results("model_prediction")
+    kept = [m for m in args.models if (keep / f"{m}.ms").is_file()]
+    if kept:
+        results.print(f"read from {keep}, as an earlier run measured them: {', '.join(kept)}")
     ops, latencies = measured(args.models, args.threads, keep)
     catalogue = catalogue_records(args.dataset)
     results.print(f"{len(latencies)} models at batch 1, {args.threads} threads, built with their template defaults; "

@@ -98,14 +98,14 @@ def test_a_held_out_model_is_predicted_with_nothing_of_it_seen(tiny_models):
 
     scored = leave_one_model_out(catalogue, ops, latencies, train)
     assert list(scored["model"]) == sorted(TINY_MODELS)
-    # per held-out model: one predictor for each other model's composition terms, then one for the model itself
-    assert len(trained_on) == len(TINY_MODELS) * len(TINY_MODELS)
-    for n, model in enumerate(sorted(TINY_MODELS)):
-        assert all(model not in seen for seen in trained_on[n * 3:(n + 1) * 3])
-        assert trained_on[n * 3 + 2] == set(TINY_MODELS) - {model}
+    assert trained_on == [set(TINY_MODELS) - {model} for model in sorted(TINY_MODELS)]  # one predictor per model
+    measured = {m: Composition.terms(rows, rows["latency_ms"].to_numpy()) for m, rows in ops.groupby(MODEL_COLUMN)}
     for row in scored.itertuples():
-        own = ops[ops[MODEL_COLUMN] == row.model]
-        assert row.ops_measured_ms == pytest.approx(float((own[CALLS_COLUMN] * own["latency_ms"]).sum()))
+        others = [m for m in TINY_MODELS if m != row.model]  # the composition: fitted on them as measured
+        composition = Composition.fit(np.array([measured[m] for m in others]), np.array([latencies[m] for m in others]))
+        assert (row.scale, row.per_call_us) == pytest.approx((composition.scale, composition.per_call_ms * 1e3))
+        assert row.ops_measured_ms == pytest.approx(measured[row.model][0])
+        assert row.predicted_ms == pytest.approx(composition.predict(np.array([row.ops_predicted_ms, row.calls]))[0])
         assert row.predicted_ms > 0 and row.error_pct == pytest.approx(100 * (row.predicted_ms / row.measured_ms - 1))
 
 

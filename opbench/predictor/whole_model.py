@@ -7,8 +7,7 @@ share of an operator's time alone that it keeps inside the model (its inputs war
 weights cold), ``b`` the Relax VM's cost of one call.
 
 :func:`leave_one_model_out` scores it as a held-out study: for each model, the operator predictor is trained on the
-catalogue records and the other models' operators, and the composition on the other models, each of those predicted
-by a predictor that saw neither of the two models.
+catalogue records and the other models' operators, and the composition on the other models' operators as measured.
 """
 from __future__ import annotations
 
@@ -90,35 +89,29 @@ class Composition:
         return np.atleast_2d(terms) @ np.array([self.scale, self.per_call_ms])
 
 
-def _model_sums(train: TrainPredictor, catalogue: pd.DataFrame, ops: pd.DataFrame, held_out: set[str],
-                predicted_for: list[str]) -> dict[str, np.ndarray]:
-    """Composition terms of the ``predicted_for`` models, predicted by a predictor trained on the catalogue and the
-    operators of every model outside ``held_out``."""
-    predict = train(pd.concat([catalogue, ops[~ops[MODEL_COLUMN].isin(held_out)]], ignore_index=True))
-    return {str(m): Composition.terms(rows, predict(rows)) for m, rows in ops[ops[MODEL_COLUMN].isin(predicted_for)]
-            .groupby(MODEL_COLUMN)}
-
-
 def leave_one_model_out(catalogue: pd.DataFrame, ops: pd.DataFrame, measured_ms: dict[str, float],
                         train: TrainPredictor) -> pd.DataFrame:
     """Each model's latency predicted with nothing of it seen: per model (a row), its measured ms, the sum of its
-    operators measured alone (calls x ms) and predicted, the composed prediction and its error (%)."""
+    operators measured alone (calls x ms) and predicted (by a predictor trained on the catalogue and the other models'
+    operators), the composed prediction and its error (%). The composition is learned from the other models'
+    operators as measured: how operators timed alone add up to a model is the runtime's, not the predictor's."""
     models = sorted(measured_ms)
     if len(models) < 2:
         raise OpBenchError(f"leave-one-model-out needs at least 2 measured models, got {len(models)}")
     if missing := set(models) - set(ops[MODEL_COLUMN]):
         raise OpBenchError(f"no operator rows for {', '.join(sorted(missing))}")
-    rows = []
+    own = {m: ops[ops[MODEL_COLUMN] == m] for m in models}
+    measured_terms = {m: Composition.terms(rows, rows["latency_ms"].to_numpy()) for m, rows in own.items()}
+    results = []
     for model in models:
         others = [m for m in models if m != model]
-        inner = {m: _model_sums(train, catalogue, ops, {model, m}, [m])[m] for m in others}
-        composition = Composition.fit(np.array([inner[m] for m in others]), np.array([measured_ms[m] for m in others]))
-        terms = _model_sums(train, catalogue, ops, {model}, [model])[model]
-        own = ops[ops[MODEL_COLUMN] == model]
+        composition = Composition.fit(np.array([measured_terms[m] for m in others]),
+                                      np.array([measured_ms[m] for m in others]))
+        predict = train(pd.concat([catalogue, ops[ops[MODEL_COLUMN] != model]], ignore_index=True))
+        terms = Composition.terms(own[model], predict(own[model]))
         predicted = float(composition.predict(terms)[0])
-        rows.append({"model": model, "measured_ms": measured_ms[model],
-                     "ops_measured_ms": float(np.sum(own[CALLS_COLUMN] * own["latency_ms"])),
-                     "ops_predicted_ms": terms[0], "calls": int(terms[1]), "scale": composition.scale,
-                     "per_call_us": composition.per_call_ms * 1e3, "predicted_ms": predicted,
-                     "error_pct": 100 * (predicted / measured_ms[model] - 1)})
-    return pd.DataFrame(rows)
+        results.append({"model": model, "measured_ms": measured_ms[model], "ops_measured_ms": measured_terms[model][0],
+                        "ops_predicted_ms": terms[0], "calls": int(terms[1]), "scale": composition.scale,
+                        "per_call_us": composition.per_call_ms * 1e3, "predicted_ms": predicted,
+                        "error_pct": 100 * (predicted / measured_ms[model] - 1)})
+    return pd.DataFrame(results)
