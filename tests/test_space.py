@@ -18,6 +18,7 @@ from opbench.hardware.resources import HostFacts, Resources
 from opbench.measure.features import config_features, nest_features
 from opbench.measure.types import TrialSpec
 from opbench.space import TEMPLATES, Nest, get_template, winograd
+from opbench.space._base import split_factors
 from opbench.space.gpu import SHARED_BYTES, GpuTiledTemplate
 from opbench.space.tiled import alias_free_rows, nest_choices
 from opbench.workloads import PRESETS, parse_workload
@@ -264,6 +265,23 @@ def test_a_model_convolution_that_pads_its_output_runs_the_padding_after_it(buil
     template = get_template(workload)
     specs = [TrialSpec(workload, template.validate({"packed_output": packed}, workload), Resources(2), template.name)
              for packed in (0, 1)]
+    records = build_checker.measure_batch(specs)
+    assert not failures(records), failures(records)
+
+def test_a_model_matmul_of_a_prime_count_of_rows_takes_register_tiles_that_do_not_divide_them(build_checker):
+    """ViT's tokens are prime (197; vit-base@tiny's 17): tiles of 8 rows cover them, the last one predicated, where
+    perfect splits left a register tile of one row; with a weight (packed) and between two activations (attention)."""
+    specs = []
+    for func in ("fused_matmul3_add5", "matmul2"):
+        workload = parse_workload(model_name("vit-base@tiny", func, 1, 128))
+        template = get_template(workload)
+        choices = next(k.choices for k in template.knobs(workload) if k.name == "i_split")
+        covering = [c for c in choices if math.prod(split_factors(c)) != 17]
+        assert covering and all(17 < math.prod(split_factors(c)) < 17 + split_factors(c)[-1] for c in covering)
+        default = split_factors(template.default_config(workload)["i_split"])
+        assert default[-1] > 1 and math.prod(default) > 17
+        specs += [TrialSpec(workload, template.validate(config, workload), Resources(2), template.name)
+                  for config in ({}, *({"i_split": c} for c in covering[::4]))]
     records = build_checker.measure_batch(specs)
     assert not failures(records), failures(records)
 

@@ -32,6 +32,7 @@ class FusedMatmulTemplate(TiledTemplate):
     op: str = "fused_matmul"  # the operator kind it schedules
     tiled: tuple[str, ...] = ("i", "j")
     reduce_tiled: tuple[str, ...] = ("k",)
+    covered_rows: bool = True  # a model's rows are its tokens: any count (ViT's 197)
 
     def axes(self, workload: Workload) -> list[Axis]:
         spatial = [a for a in workload.axes if not a.reduce]
