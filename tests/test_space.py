@@ -3,6 +3,7 @@ shared-memory tiles fit a block, the others rejected by name), the template defa
 compare across workloads, bad knobs are named, and every point builds a correct kernel (a weighted sample,
 built and checked)."""
 import dataclasses
+import itertools
 import math
 import os
 import random
@@ -282,6 +283,26 @@ def test_a_model_matmul_of_a_prime_count_of_rows_takes_register_tiles_that_do_no
         assert default[-1] > 1 and math.prod(default) > 17
         specs += [TrialSpec(workload, template.validate(config, workload), Resources(2), template.name)
                   for config in ({}, *({"i_split": c} for c in covering[::4]))]
+    records = build_checker.measure_batch(specs)
+    assert not failures(records), failures(records)
+
+
+def test_a_plain_model_matmul_of_a_prime_count_of_columns_is_padded_to_whole_vectors(build_checker):
+    """Attention's scores (Q x Kᵀ) have as many columns as tokens (17 in vit-base@tiny): the matmul is padded to whole
+    register tiles and its output copied back, where perfect splits left a vector of one lane; a matmul with other
+    blocks, or whose columns a vector divides, is left as it is."""
+    scores = parse_workload(model_name("vit-base@tiny", "matmul1", 1, 128))
+    template = get_template(scores)
+    columns = next(a.extent for a in template.axes(scores) if a.name == "j")
+    assert columns % current_shape().fp32_lanes == 0 and columns > 17 == scores.axes[2].extent
+    assert split_factors(template.default_config(scores)["j_split"])[-1] % current_shape().fp32_lanes == 0
+    for func in ("matmul2", "fused_matmul3_add5"):  # 32 and 128 columns; the latter also adds a bias
+        other = parse_workload(model_name("vit-base@tiny", func, 1, 128))
+        assert [a.extent for a in template.axes(other)] == [a.extent for a in other.axes]
+    choices = next(k.choices for k in template.knobs(scores) if k.name == "j_split")
+    specs = [TrialSpec(scores, template.validate(config, scores), Resources(2), template.name)
+             for config in ({}, *({"j_split": c, "order": order} for c, order in
+                                   zip(choices[::3], itertools.cycle(("SSRRS:inner", "SRSRS:root", "SSRSR:outer")))))]
     records = build_checker.measure_batch(specs)
     assert not failures(records), failures(records)
 

@@ -15,8 +15,19 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, split_factors
-from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, WEIGHTS_PREPACKED, inline_around_anchor, mark_prepack, pack_copy
+from opbench.space._schedule import (
+    IN_OP,
+    LAYOUT_TRANSFORMS,
+    TILE_VECTORS,
+    WEIGHTS_PREPACKED,
+    inline_around_anchor,
+    mark_prepack,
+    pack_copy,
+    parallel_outer,
+    vectorize_inner,
+)
 from opbench.space.tiled import TiledTemplate
 from opbench.workloads import Workload
 from opbench.workloads._base import Axis
@@ -35,16 +46,25 @@ class FusedMatmulTemplate(TiledTemplate):
     covered_rows: bool = True  # a model's rows are its tokens: any count (ViT's 197)
 
     def axes(self, workload: Workload) -> list[Axis]:
+        """The anchor's loops as b0.., i, j | k; ``j`` at its padded extent where the columns are padded."""
         spatial = [a for a in workload.axes if not a.reduce]
         reduce = [a for a in workload.axes if a.reduce]
         names = [f"b{n}" for n in range(len(spatial) - 2)] + ["i", "j"]
-        return [Axis(name, a.extent) for name, a in zip(names, spatial)] + [Axis("k", reduce[0].extent, True)]
+        extents = [a.extent for a in spatial[:-1]] + [spatial[-1].extent + _column_padding(workload.spec)]
+        return [Axis(name, e) for name, e in zip(names, extents)] + [Axis("k", reduce[0].extent, True)]
 
     def untiled(self, workload: Workload) -> int:
         return len(workload.axes) - 3
 
     def stages(self, sch: Schedule, workload: Workload) -> tuple[Any, Any, Any]:
         anchor, epilogue = inline_around_anchor(sch)
+        if padding := _column_padding(workload.spec):
+            columns = int(sch.get(anchor).iter_vars[-2].dom.extent)
+            sch.pad_einsum(anchor, [1] * (len(sch.get(anchor).iter_vars) - 2) + [columns + padding, 1])
+            for producer in sch.get_producers(anchor):  # the padded operand's copy: a stage of its own
+                vectorize_inner(sch, producer)
+                parallel_outer(sch, producer)
+            epilogue = sch.get_consumers(anchor)[0]  # the copy back to the unpadded output
         return anchor, None, epilogue
 
     def knobs(self, workload: Workload) -> list[Knob]:
@@ -74,6 +94,28 @@ class FusedMatmulTemplate(TiledTemplate):
             sch.transform_layout(anchor, ("read", index), lambda k, j: (j // nb, k, j % nb))
             pack_copy(sch, pack, {1: nb}, (1, 0, 2), parallel=1)
         mark_prepack(sch, pack)
+
+
+def _column_padding(spec: str) -> int:
+    """Columns a plain matmul (its anchor alone: attention's scores, Q x Kᵀ) is padded by to a whole register tile
+    (:data:`TILE_VECTORS` vectors) where they are more than a vector and no vector divides them (ViT-Base's 197 tokens: 27,
+    to 224), so its register tiles are whole vectors; 0 else. Its output is copied back; vectorising a prime count of
+    columns instead left one lane (12 GFLOP/s)."""
+    lanes, columns = current_shape().fp32_lanes, _plain_columns(spec)
+    return -columns % (TILE_VECTORS * lanes) if columns > lanes and columns % lanes else 0
+
+
+@functools.cache
+def _plain_columns(spec: str) -> int:
+    """The columns of a matmul PrimFunc whose anchor is its only block, 0 for one with other blocks."""
+    import tvm
+    from tvm import s_tir
+
+    from opbench.workloads import parse_workload
+
+    sch = s_tir.Schedule(tvm.IRModule({"main": parse_workload(spec).prim_func()}))
+    alone = len(sch.get_child_blocks(sch.get_sblock("root"))) == 1
+    return int(sch.get(anchor_block(sch)).iter_vars[-2].dom.extent) if alone else 0
 
 
 @functools.cache
