@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import signal
+import socket as sockets
 import subprocess
 import sys
 import threading
@@ -38,6 +39,15 @@ def test_one_service_per_user_and_store(service_dir):
     a, b = socket_path("sqlite:////tmp/a.db"), socket_path("sqlite:////tmp/b.db")
     assert a != b and a == socket_path("sqlite:////tmp/a.db") and a.parent == service_dir
     assert service_dir.stat().st_mode & 0o777 == 0o700  # no other user can reach the sockets
+
+
+def _accepts(path) -> bool:
+    """Whether a server listens on the Unix socket ``path`` (its file appears at bind, before it listens: a client
+    refused in between takes the socket for a stale one)."""
+    with contextlib.suppress(OSError), sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as probe:
+        probe.connect(str(path))
+        return True
+    return False
 
 
 def _wait_for(predicate, timeout_s=30.0):
@@ -272,7 +282,7 @@ def test_a_trial_that_finds_the_service_exiting_is_measured_by_the_next_one(serv
     socket, refused = socket_path(tracking_uri), tmp_path / "refused"
     exiting = multiprocessing.get_context("fork").Process(target=_serve_exiting, args=(socket, refused), daemon=True)
     exiting.start()
-    assert _wait_for(socket.exists, 30)
+    assert _wait_for(lambda: _accepts(socket), 30)
     request = TrialRequest(SMALL, {}, repeat=2, tracking_uri=tracking_uri, study="next", engine="nni-test",
                            nni_experiment="exp1", nni_trial="t0")
     reply = measure(request, idle_timeout_s=2)

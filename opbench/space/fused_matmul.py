@@ -97,7 +97,7 @@ class FusedMatmulTemplate(TiledTemplate):
 
 
 def _column_padding(spec: str) -> int:
-    """Columns a plain matmul (its anchor alone: attention's scores, Q x Kᵀ) is padded by to a whole register tile
+    """Columns a plain matmul of two activations (its anchor alone: attention's scores, Q x Kᵀ) is padded by to a whole register tile
     (:data:`TILE_VECTORS` vectors) where they are more than a vector and no vector divides them (ViT-Base's 197 tokens: 27,
     to 224), so its register tiles are whole vectors; 0 else. Its output is copied back; vectorising a prime count of
     columns instead left one lane (12 GFLOP/s)."""
@@ -107,15 +107,17 @@ def _column_padding(spec: str) -> int:
 
 @functools.cache
 def _plain_columns(spec: str) -> int:
-    """The columns of a matmul PrimFunc whose anchor is its only block, 0 for one with other blocks."""
+    """The columns of a matmul PrimFunc of two activations whose anchor is its only block; 0 for one with other blocks
+    or a weight operand (packed at build time, which a padded copy would hide from the model's layout rewrite)."""
     import tvm
     from tvm import s_tir
 
     from opbench.workloads import parse_workload
 
     sch = s_tir.Schedule(tvm.IRModule({"main": parse_workload(spec).prim_func()}))
-    alone = len(sch.get_child_blocks(sch.get_sblock("root"))) == 1
-    return int(sch.get(anchor_block(sch)).iter_vars[-2].dom.extent) if alone else 0
+    anchor = sch.get(anchor_block(sch))
+    plain = len(sch.get_child_blocks(sch.get_sblock("root"))) == 1 and _weight_read(anchor) is None
+    return int(anchor.iter_vars[-2].dom.extent) if plain else 0
 
 
 @functools.cache
