@@ -3,8 +3,8 @@
 It learns log(latency / work) (inverse throughput) and multiplies the work back, the work being an operator's FLOPs,
 or the bytes it moves where those are more (a model's reshape, pooling or copy): throughput transfers across
 operators and sizes far better than raw latency (on a by-op split of 7 workloads, Spearman 0.68 instead of -0.2,
-MAPE 0.63 instead of 1.13), since trees cannot extrapolate latency to an operator of another size; by FLOPs alone, a
-copy's time per (zero) FLOP was carried to a 1,290-FLOP matmul, predicted at 5.6 ms.
+MAPE 0.63 instead of 1.13), since trees cannot extrapolate latency to an operator of another size; by FLOPs alone,
+a copy's time per (zero) FLOP would be carried to operators that compute little.
 
 ``LatencyModel`` is a fit/predict class over DataFrames of records; ``split`` holds out rows at
 random or whole groups (ops, thread counts, source models); ``evaluate`` gives MAPE, R² (of

@@ -1,7 +1,7 @@
 """A whole model's latency from its fused operators' predicted latencies and call counts (issue 95 #3).
 
-TenSet's own log shows why a sum is not enough: ResNet-50's per-task latencies summed to 7.98 ms where the model
-ran in 6.08. The model here is the sum's composition, learned from other models: measured ≈ ``a`` x (sum over the
+Operators timed alone do not add up to the model they make; the composition of their sum is learned from other
+models: measured ≈ ``a`` x (sum over the
 operators of calls x predicted ms) + ``b`` x (operator calls), ``a, b >= 0`` (non-negative least squares): ``a`` the
 share of an operator's time alone that it keeps inside the model (its inputs warm from the operator before, its
 weights cold), ``b`` the Relax VM's cost of one call.
@@ -62,7 +62,7 @@ def source_balance(frame: pd.DataFrame) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Composition:
-    """measured ms ≈ ``per_op_ms`` x sum(calls x predicted ms) + ``per_call_ms`` x calls."""
+    """measured ms ≈ ``scale`` x sum(calls x predicted ms) + ``per_call_ms`` x calls."""
 
     scale: float
     per_call_ms: float

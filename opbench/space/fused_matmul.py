@@ -99,8 +99,8 @@ class FusedMatmulTemplate(TiledTemplate):
 def _column_padding(spec: str) -> int:
     """Columns a plain matmul of two activations (its anchor alone: attention's scores, Q x Kᵀ) is padded by to a
     whole register tile (:data:`TILE_VECTORS` vectors) where they are more than a vector and no vector divides them
-    (ViT-Base's 197 tokens: 27, to 224), so its register tiles are whole vectors; 0 else. Its output is copied back;
-    vectorising a prime count of columns instead left one lane (12 GFLOP/s)."""
+    (ViT-Base's 197 tokens: 27, to 224), so its register tiles are whole vectors; 0 else. Its output is copied back
+    (predicated vectors would scalarise; perfect splits of a prime count leave one lane)."""
     lanes, columns = current_shape().fp32_lanes, _plain_columns(spec)
     return -columns % (TILE_VECTORS * lanes) if columns > lanes and columns % lanes else 0
 

@@ -2,9 +2,9 @@
 (:mod:`opbench.predictor.whole_model`) learns from and is scored on.
 
 Each fused operator is timed alone with the schedule the model is built with (its template's default; TVM's default
-lowering where no template writes its outputs), in the measurer's cache state (warm, as the catalogue's records: the
-sum of warm operators was 1.02-1.22x below four models' latency here; cold, 0.51-1.90x above); the model is built with
-those schedules and timed after its output is checked against its reference.
+lowering where no template writes its outputs), in the measurer's cache state (warm: as the catalogue's records,
+which the operator predictor also learns from); the model is built with those schedules and timed after its output
+is checked against its reference.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def measure_with_defaults(spec: ModelSpec, measurer: Measurer, folder: Path,
         on_op(n, op, latency)
         default = chosen.get(op.name)
         config, template = (default.config, default.template.name) if default else ({}, None)
-        rows.append({MODEL_COLUMN: spec.model, "workload": workloads[op.name].name, "op": op.kind, "kind": op.kind,
+        rows.append({MODEL_COLUMN: spec.model, "workload": workloads[op.name].name, "kind": op.kind,
                      CALLS_COLUMN: op.calls, "template": template, "threads": spec.threads,
                      "cache_state": measurer.timing.cache_state,
                      "status": (Status.OK if math.isfinite(latency) else Status.RUN_ERROR).value,
