@@ -169,11 +169,16 @@ def test_core_sets_and_ports_out_of_range_are_refused(argv, message, tracking_ur
 @pytest.mark.parametrize("argv,message", [
     (["tune-model", "bert-base@tiny", "--seq-len", "8,8"], "argument --seq-len: must be distinct"),
     (["tune-model", "bert-base@tiny", "--seq-len", "8,x"], "argument --seq-len: expected an integer"),
-    (["model-ops", "bert-base@tiny", "--seq-len", "8,16"], "model-ops runs one sequence length, got 8,16"),
-    (["tune-model", "vit-base@tiny", "--seq-len", "8,16"], "model 'vit-base@tiny' has no dynamic dimension"),
+    (["model-ops", "bert-base@tiny", "--seq-len", "8,16"], "model-ops runs one size, got 8,16"),
+    (["model-ops", "resnet-18@tiny", "--batch-size", "1,4"], "--batch-size: model-ops runs one size, got 1,4"),
+    (["tune-model", "gcn@tiny", "--batch-size", "1,4"], "model 'gcn@tiny' has no dynamic dimension"),
+    (["tune-model", "vit-base@tiny", "--seq-len", "8,16"], "--seq-len buckets: vit-base@tiny's dynamic dimension is "
+                                                          "its batch size (--batch-size)"),
+    (["tune-model", "bert-base@tiny", "--batch-size", "1,2"], "its sequence length (--seq-len)"),
+    (["tune-model", "resnet-18@tiny", "--batch-size", "1,2", "--seq-len", "8,16"], "along one dynamic dimension"),
     (["tune-model", "bert-base@tiny", "--seq-len", "8,32"], "runs at most 16 tokens, so not at length 32"),
     (["tune-model", "bert-base@tiny", "--seq-len", "8,16", "--between", "16"], "and not buckets, got 16")])
-def test_sequence_length_buckets_that_cannot_run_exit_2_naming_why(argv, message, tracking_uri, capsys):
+def test_buckets_that_cannot_run_exit_2_naming_why(argv, message, tracking_uri, capsys):
     try:
         code = main([*argv, "--tracking-uri", tracking_uri])
     except SystemExit as exit_:  # argparse's own

@@ -667,55 +667,70 @@ def test_each_zoo_models_tiny_variant_builds_and_matches_pytorch(model, kinds):
     np.testing.assert_allclose(first_output(out), source.reference()[0], rtol=1e-3, atol=1e-3)  # the first head
 
 
-@pytest.mark.full  # built at two lengths and run
-def test_a_token_model_imported_once_runs_any_length_on_the_next_bucket_up_padded(tmp_path):
-    """BERT's sequence length is one symbolic variable: one import serves every length, each bucket is a
-    static build of it, and a length between buckets runs on the next one up, padded, giving eager's output
-    at that length (the attention mask hides the padding)."""
+@pytest.mark.full  # built at two sizes and run
+@pytest.mark.parametrize("model, field", [("bert-base@tiny", "seq_len"), ("resnet-18@tiny", "batch")])
+def test_a_dynamic_dimension_imported_once_runs_any_size_on_the_next_bucket_up_padded(tmp_path, model, field):
+    """BERT's sequence length, a CNN's batch, is one symbolic variable: one import serves every size, each
+    bucket is a static build of it, and a size between buckets runs on the next one up, padded, giving eager's
+    output at that size (the attention mask hides padded tokens; a padded image is a sample of its own)."""
     from opbench.hardware.targets import make_target
     from opbench.measure.models import export_model
     from opbench.workloads.models.dynamic import BucketedModel, bound, symbolic_module
     from opbench.workloads.models.extract import fuse, fused_ops, import_model
 
-    sources = {n: load_model("bert-base@tiny", 1, n) for n in (4, 5, 8, 9)}
+    def at(n):
+        return load_model(model, **{"batch": 1, "seq_len": 128, field: n})
+
+    sources = {n: at(n) for n in (4, 5, 8, 9)}
+    axis = sources[4].dynamic()
+    assert axis.name == field and axis.noun == ("length" if field == "seq_len" else "batch")
     symbolic = symbolic_module(sources[4])
-    assert all(symbolic_module(s) is symbolic for s in sources.values())  # imported once for every length
+    assert all(symbolic_module(s) is symbolic for s in sources.values())  # imported once for every size
     target = make_target("llvm", 1)
-    model = BucketedModel({n: export_model(fuse(bound(sources[n])), target, tmp_path / f"s{n}.so")
-                           for n in (4, 8)}, sources[4].seq_axis)
-    for length, bucket in ((4, 4), (5, 8), (8, 8)):
-        run = model(sources[length].numpy_inputs())
-        assert (run.length, run.bucket) == (length, bucket)
-        np.testing.assert_allclose(run.output, sources[length].reference()[0], rtol=1e-4, atol=1e-4)
-    assert model(sources[5].numpy_inputs()).describe() == "length 5 ran on bucket 8 (padded 5 -> 8)"
-    with pytest.raises(OpBenchError, match=r"length 9 is longer than the largest bucket \(8\)"):
-        model(sources[9].numpy_inputs())
-    with pytest.raises(OpBenchError, match="'vit-base@tiny' has no dynamic dimension"):
-        symbolic_module(load_model("vit-base@tiny"))
-    one = load_model("bert-base@tiny", 1, 1)  # one token: torch specialises a size of 1, so it imports static
+    built = BucketedModel({n: export_model(fuse(bound(sources[n])), target, tmp_path / f"s{n}.so")
+                           for n in (4, 8)}, axis)
+    for size, bucket in ((4, 4), (5, 8), (8, 8)):
+        run = built(sources[size].numpy_inputs())
+        assert (run.size, run.bucket) == (size, bucket)
+        np.testing.assert_allclose(run.output, sources[size].reference()[0], rtol=1e-4, atol=1e-4)
+    assert built(sources[5].numpy_inputs()).describe() == f"{axis.noun} 5 ran on bucket 8 (padded 5 -> 8)"
+    with pytest.raises(OpBenchError, match=rf"{axis.noun} 9 is larger than the largest bucket \(8\)"):
+        built(sources[9].numpy_inputs())
+    one = at(1)  # a size of 1: torch specialises it, so it imports static
     assert fused_ops(fuse(import_model(one)))[0]
 
 
-def test_tune_model_at_buckets_runs_a_length_between_them_verified_against_eager(tracking_uri):
-    """tune-model --seq-len 4,8: each bucket tuned and verified as a model of its own, the symbolic import
-    made once, and the length between them run on bucket 8 and timed beside eager at that length."""
-    out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--seq-len", "4,8", "--between", "6", "--trials-per-op",
+def test_a_graph_model_has_no_dynamic_dimension():
+    with pytest.raises(OpBenchError, match="'gcn@tiny' has no dynamic dimension"):
+        load_model("gcn@tiny").dynamic()
+
+
+@pytest.mark.parametrize("model, flag, tag, words, noun", [
+    ("bert-base@tiny", "--seq-len", "s", "sequence length", "length"),
+    ("resnet-18@tiny", "--batch-size", "b", "batch size", "batch")])
+def test_tune_model_at_buckets_runs_a_size_between_them_verified_against_eager(tracking_uri, model, flag, tag, words,
+                                                                               noun):
+    """tune-model --seq-len 4,8 (a token model), --batch-size 4,8 (a CNN): each bucket tuned and verified as a
+    model of its own, the symbolic import made once, and the size between them run on bucket 8 and timed beside
+    eager at that size."""
+    study = f"tm-dyn-{tag}"
+    out = subprocess.run(CLI + ["tune-model", model, flag, "4,8", "--between", "6", "--trials-per-op",
                                 "1", "--max-ops", "1", *ONE_PLACEMENT, "--verify-rounds", "1", "--compare", "torch", "--tracking-uri",
-                                tracking_uri, "--study", "tm-dyn"], capture_output=True, text=True, timeout=900)
+                                tracking_uri, "--study", study], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr.count("with its dynamic dimensions symbolic") == 1
-    assert "=== bucket: sequence length 4" in out.stdout and "=== bucket: sequence length 8" in out.stdout
+    assert f"=== bucket: {words} 4" in out.stdout and f"=== bucket: {words} 8" in out.stdout
     assert out.stdout.count("tuned model output matches the reference") == 2
-    row = next(line for line in out.stdout.splitlines() if "length 6 ran on bucket 8 (padded 6 -> 8)" in line)
+    row = next(line for line in out.stdout.splitlines() if f"{noun} 6 ran on bucket 8 (padded 6 -> 8)" in line)
     assert "not verified" not in row
     client = mlflow.tracking.MlflowClient(tracking_uri)
-    for bucket in (4, 8):  # each bucket a study of its own, its parent run naming its length
-        exp = client.get_experiment_by_name(f"tm-dyn-s{bucket}")
+    for bucket in (4, 8):  # each bucket a study of its own, its parent run naming its size
+        exp = client.get_experiment_by_name(f"{study}-{tag}{bucket}")
         parent = client.search_runs([exp.experiment_id], filter_string="tags.`opbench.kind` = 'study'")[0].data
-        assert parent.params["seq_len"] == str(bucket)
-    exp = client.get_experiment_by_name("tm-dyn")
+        assert parent.params["seq_len" if tag == "s" else "batch"] == str(bucket)
+    exp = client.get_experiment_by_name(study)
     metrics = client.search_runs([exp.experiment_id])[0].data.metrics
-    assert metrics["bucket_s6"] == 8 and metrics["max_abs_err_s6"] < 1e-3 and metrics["tuned_vs_eager_s6"] > 0
+    assert metrics[f"bucket_{tag}6"] == 8 and metrics[f"max_abs_err_{tag}6"] < 1e-3 and metrics[f"tuned_vs_eager_{tag}6"] > 0
 
 
 @pytest.mark.full  # built at two lengths and run
@@ -734,7 +749,7 @@ def test_an_onnx_files_named_dimensions_take_the_batch_and_sequence_length(tmp_p
     assert symbolic_module(sources[3]) is symbolic_module(sources[8])
     assert any((2, 3, 64) in op.shapes for op in fused_ops(fuse(bound(sources[3])))[0])
     model = BucketedModel({n: export_model(fuse(bound(sources[n])), make_target("llvm", 1), tmp_path / f"s{n}.so")
-                           for n in (4, 8)}, sources[4].seq_axis)
+                           for n in (4, 8)}, sources[4].dynamic())
     run = model(sources[3].numpy_inputs())
     assert run.bucket == 4
     np.testing.assert_allclose(run.output, sources[3].reference()[0], rtol=1e-4, atol=1e-4)
@@ -746,5 +761,8 @@ def test_an_onnx_files_named_dimensions_take_the_batch_and_sequence_length(tmp_p
 
 def test_models_lists_which_have_a_dynamic_dimension():
     rows = {line.split()[0]: line for line in run_cli("models", check=True).stdout.splitlines()[2:]}
-    assert {"bert-base", "roberta-base", "gpt2"} == {m for m, line in rows.items() if "sequence length" in line}
+    assert {"bert-base", "roberta-base", "gpt2"} == {m for m, line in rows.items() if "sequence length (--seq-len)" in line}
+    assert {"resnet-18", "vgg-16", "resnet3d-18", "dcgan"} <= {m for m, line in rows.items()
+                                                               if "batch size (--batch-size)" in line}
+    assert rows["gcn"].split()[-1] == "-"
     assert "its named dimensions" in rows["PATH.onnx"]

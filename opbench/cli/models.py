@@ -24,27 +24,46 @@ if TYPE_CHECKING:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from opbench.workloads.models.hf import HF_MODELS, has_tokens
-    from opbench.workloads.models.sources import TINY, TORCH_MODELS
+    from opbench.workloads.models.hf import HF_MODELS
+    from opbench.workloads.models.sources import TINY, TORCH_MODELS, load_model
 
-    rows = [(name, "torch", f"{name}{TINY}", "-") for name in TORCH_MODELS]
-    rows += [(name, "transformers", f"{name}{TINY}", "sequence length" if has_tokens(name) else "-") for name in HF_MODELS]
+    def dynamic(name: str) -> str:
+        axis = load_model(name).dynamic_axis  # builds nothing
+        return f"{_BUCKETS[axis.name][1]} ({_flag(_BUCKETS[axis.name][0])})" if axis else "-"
+
+    rows = [(name, "torch", f"{name}{TINY}", dynamic(name)) for name in TORCH_MODELS]
+    rows += [(name, "transformers", f"{name}{TINY}", dynamic(name)) for name in HF_MODELS]
     rows.append(("simple:WORKLOAD", "one catalogue workload, e.g. simple:matmul-512", "-", "-"))
     rows.append(("PATH.onnx", "onnx", "-", "its named dimensions"))
-    print(table(rows, ["model", "source", "tiny variant", "dynamic (--seq-len buckets in tune-model)"]))
+    print(table(rows, ["model", "source", "tiny variant", "dynamic (its buckets in tune-model)"]))
     return 0
 
 
-def _model_spec(args: argparse.Namespace, seq_len: int | None = None) -> ModelSpec:
-    """The model at ``seq_len``, or at the one ``--seq-len`` given (several are buckets, for tune-model only)."""
+_BUCKETS = {"seq_len": ("seq_len", "sequence length"), "batch": ("batch_size", "batch size")}  # axis: dest, words
+
+
+def _flag(dest: str) -> str:
+    """The option an argparse ``dest`` comes from: batch_size -> --batch-size."""
+    return "--" + dest.replace("_", "-")
+
+
+def _one(args: argparse.Namespace, flag: str) -> int:
+    """The one size ``--batch-size`` or ``--seq-len`` gives (several are tune-model's buckets)."""
+    sizes = getattr(args, flag)
+    if len(sizes) > 1:
+        raise OpBenchError(f"{_flag(flag)}: {args.command} runs one size, got "
+                           f"{','.join(map(str, sizes))} (several are tune-model's buckets)")
+    return int(sizes[0])
+
+
+def _model_spec(args: argparse.Namespace, buckets: bool = False) -> ModelSpec:
+    """The model at the one ``--batch-size`` and ``--seq-len`` given (with ``buckets``: the first of several)."""
     from opbench.studies.models.tune import ModelSpec
 
-    if seq_len is None:
-        if len(args.seq_len) > 1:
-            raise OpBenchError(f"--seq-len: {args.command} runs one sequence length, got "
-                               f"{','.join(map(str, args.seq_len))} (several are tune-model's buckets)")
-        seq_len = args.seq_len[0]
-    return ModelSpec(args.model, args.batch_size, seq_len, args.threads, timing_of(args))
+    def size(flag: str) -> int:
+        return int(getattr(args, flag)[0]) if buckets else _one(args, flag)
+
+    return ModelSpec(args.model, size("batch_size"), size("seq_len"), args.threads, timing_of(args))
 
 
 def _print_op(n: int, op: FusedOp) -> None:
@@ -122,16 +141,19 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
         return _tune_model_gpu(args, engine)
     if args.target != "llvm":
         raise OpBenchError(f"tune-model runs on this host's CPU (llvm) or a CUDA GPU, not '{args.target}'")
-    spec = ModelTuneSpec(_model_spec(args, args.seq_len[0]), args.trials_per_op, args.max_ops, engine,
+    bucketed = [flag for flag, _ in _BUCKETS.values() if len(getattr(args, flag)) > 1]
+    if len(bucketed) > 1:
+        raise OpBenchError("--batch-size and --seq-len: buckets along one dynamic dimension at a time")
+    spec = ModelTuneSpec(_model_spec(args, buckets=True), args.trials_per_op, args.max_ops, engine,
                          args.verify_rounds, args.study, args.tracking_uri, args.compare, args.reuse)
-    if len(args.seq_len) > 1 or args.between:
+    if bucketed or args.between:
         return _tune_model_buckets(args, spec)
     result = tune_model(spec, on_record=TrialPrinter(None))
-    _print_tuned(args, result)
+    _print_tuned(args, result, spec.model.batch)
     return 0
 
 
-def _print_tuned(args: argparse.Namespace, result: ModelTuneResult) -> None:
+def _print_tuned(args: argparse.Namespace, result: ModelTuneResult, batch: int) -> None:
     from opbench.studies.claims import speedup_table
     from opbench.studies.models.tune import model_speedups
 
@@ -139,31 +161,37 @@ def _print_tuned(args: argparse.Namespace, result: ModelTuneResult) -> None:
     print("\n" + table(result.rows, ["operator", "kind", "share after defaults", "untuned ms", "tuned ms", "speed-up", "how"]))
     if result.reused:
         print(f"\ntuning {result.reused}")
-    print(f"\n{args.model}, batch {args.batch_size}, {args.threads} thread(s):")
+    print(f"\n{args.model}, batch {batch}, {args.threads} thread(s):")
     print(speedup_table(*model_speedups(result), result.verification, "tuned"))
     print(f"tuned model output matches the reference (max |err| {m['max_abs_err']:.2g}); database: {result.database}")
 
 
 def _tune_model_buckets(args: argparse.Namespace, spec: ModelTuneSpec) -> int:
-    """tune-model at each --seq-len bucket, then the lengths between them through the dispatcher."""
+    """tune-model at each bucket of the model's dynamic dimension (--seq-len or --batch-size), then the sizes
+    between them through the dispatcher."""
     from opbench.studies.claims import spread_text
-    from opbench.studies.models.bucketed import default_between, tune_bucketed
+    from opbench.studies.models.bucketed import default_between, dynamic_axis, tune_bucketed
     from opbench.studies.models.systems import EAGER_ROW
     from opbench.studies.verify import BEST
 
-    buckets = args.seq_len
+    axis = dynamic_axis(args.model)
+    flag, words = _BUCKETS[axis.name]
+    other = next((f for f, _ in _BUCKETS.values() if f != flag and len(getattr(args, f)) > 1), None)
+    if other:
+        raise OpBenchError(f"{_flag(other)} buckets: {args.model}'s dynamic dimension is its {words} ({_flag(flag)})")
+    buckets = getattr(args, flag)
     between = args.between or default_between(buckets)
-    result = tune_bucketed(spec, buckets, between, on_record=TrialPrinter(None))
+    result = tune_bucketed(spec, axis, buckets, between, on_record=TrialPrinter(None))
     for bucket, tuned in result.buckets.items():
-        print(f"\n=== bucket: sequence length {bucket}")
-        _print_tuned(args, tuned)
-    rows = [(run.dispatched.length, run.dispatched.bucket, run.dispatched.describe(), f"{run.max_abs_err:.2g}",
+        print(f"\n=== bucket: {words} {bucket}")
+        _print_tuned(args, tuned, bucket if axis.name == "batch" else spec.model.batch)
+    rows = [(run.dispatched.size, run.dispatched.bucket, run.dispatched.describe(), f"{run.max_abs_err:.2g}",
              spread_text(run.verification.ratio(BEST, EAGER_ROW) if run.verification else None))
             for run in result.between]
     if rows:
-        print("\nbetween the buckets, through the dispatcher (output checked against eager at each length; "
-              "latency / eager at that length, in fresh processes):")
-        print(table(rows, ["length", "bucket", "how", "max |err|", "tuned / eager (min-max)"]))
+        print(f"\nbetween the buckets, through the dispatcher (output checked against eager at each {axis.noun}; "
+              f"latency / eager at that {axis.noun}, in fresh processes):")
+        print(table(rows, [axis.noun, "bucket", "how", "max |err|", "tuned / eager (min-max)"]))
     return 0
 
 
@@ -180,7 +208,8 @@ def _tune_model_gpu(args: argparse.Namespace, engine: EngineSpec) -> int:
     from opbench.tracking import Recorder, study_dir
 
     cpu_only = [flag for flag, used in (("--threads", args.threads != 1), ("--reuse", args.reuse is not None),
-                                        ("--seq-len buckets", len(args.seq_len) > 1), ("--between", bool(args.between)),
+                                        ("buckets", len(args.seq_len) > 1 or len(args.batch_size) > 1),
+                                        ("--between", bool(args.between)),
                                         ("--compare", args.compare != (UNTUNED, EAGER_ROW))) if used]
     if cpu_only:
         raise OpBenchError(f"{', '.join(cpu_only)}: not for --target {args.target} (one host thread drives the GPU; "
@@ -205,7 +234,9 @@ def _tune_model_gpu(args: argparse.Namespace, engine: EngineSpec) -> int:
 def _model_options(p: argparse.ArgumentParser, study: str | None) -> None:
     p.add_argument("model", help="a name from `opbench models` (add @tiny for the small variant) or a .onnx file (a named "
                         "dimension leading an input is --batch-size, one elsewhere --seq-len)")
-    p.add_argument("--batch-size", type=positive_int, default=1, help="the model's batch size")
+    p.add_argument("--batch-size", type=lengths, default=(1,), metavar="N[,N...]",
+                   help="the model's batch size (tune-model: several, comma-separated, are buckets of a model whose "
+                        "batch is dynamic: imported once with a symbolic batch and built at each)")
     p.add_argument("--dtype", choices=MODEL_DTYPES, default="float32",
                    help="int8: the model quantized (its name +int8): matrix products and convolutions by a constant "
                         "weight u8 x i8 into i32, activations per tensor at run time, weights per output column or "
@@ -251,7 +282,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--storage", help=STORAGE_HELP)
     p.add_argument("--between", type=lengths, metavar="N[,N...]",
-                   help="with --seq-len buckets: lengths between them to run through the dispatcher, each on the "
+                   help="with buckets: sizes between them to run through the dispatcher, each on the "
                         "next bucket up, padded (default: midway between the first two buckets)")
     p.add_argument("--reuse", nargs="?", type=Path, const=tuned_models_dir(), metavar="DIR",
                    help="keep this run's tuning in DIR (default: the store's tuned-models folder) and build from what "

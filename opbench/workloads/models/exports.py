@@ -14,17 +14,17 @@ from opbench.workloads.models.sources import ModelSource
 
 
 def exported_program(source: ModelSource, dynamic: bool = False):  # -> torch.export.ExportedProgram
-    """``torch.export`` of the model on its example inputs; ``dynamic``: its sequence length (``source.seq_axis``)
-    a symbolic dimension, the same one in every input."""
+    """``torch.export`` of the model on its example inputs; ``dynamic``: its dynamic axis (a sequence length, a
+    batch) a symbolic dimension, the same one in every input."""
     import torch
 
     if not source.has_module:
         raise OpBenchError(f"{source.name} has no PyTorch module to export")
     shapes = None
     if dynamic:
-        axis = source.sequence_axis()
-        seq = torch.export.Dim("seq_len", min=2, max=axis.max_len)
-        shapes = tuple({dim: seq} for dim in axis.inputs)
+        axis = source.dynamic()
+        symbol = torch.export.Dim(axis.name, min=2, max=axis.max_size)
+        shapes = tuple({dim: symbol} for dim in axis.inputs)
     try:
         with torch.no_grad():
             return torch.export.export(source.module, source.inputs, dynamic_shapes=shapes)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbench.workloads.models.dynamic import bound, seq_len
+from opbench.workloads.models.dynamic import bound
 from opbench.workloads.models.exports import exported_program, onnx_module, relax_module
 from opbench.workloads.models.graph import pad_into_conv, unwrap_batch_norm
 from opbench.workloads.models.quantize import is_quantized, quantize_products
@@ -43,9 +43,9 @@ def anchor_kind(name: str) -> str:
 
 def import_model(source: ModelSource) -> Any:
     """The model as a Relax IRModule with its weights bound as constants; one with dynamic dimensions (a token
-    model's sequence length, an ONNX file's named ones) imported once with them symbolic, then bound to the
+    model's sequence length, another's batch, an ONNX file's named ones) imported once with them symbolic, then bound to the
     source's sizes (:mod:`.dynamic`); a quantized one's matrix products then int8 (:mod:`.quantize`)."""
-    if source.dims or (source.seq_axis is not None and seq_len(source) > 1):  # torch specialises a size of 1
+    if source.dims or (source.dynamic_axis is not None and source.dynamic_size() > 1):  # torch specialises 1
         mod = bound(source)
     elif source.kind == "onnx":
         mod = onnx_module(source)
@@ -57,8 +57,8 @@ def import_model(source: ModelSource) -> Any:
 # Bumped whenever fuse() makes different PrimFuncs, so that cached extractions of an older one are not read
 # (2: fast exp/erf/tanh; 3: batch norms unwrapped, pads folded into convolutions; 4: integer cumsums widened;
 # 5: token models take their attention mask and are imported with a symbolic sequence length; 6: a quantized model's
-# activations quantized by one kernel each).
-PIPELINE_VERSION = 6
+# activations quantized by one kernel each; 7: a model's batch above 1 imported symbolic, then bound).
+PIPELINE_VERSION = 7
 
 
 def fuse(mod: Any) -> Any:

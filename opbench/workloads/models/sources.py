@@ -27,13 +27,28 @@ TINY = "@tiny"
 
 
 @dataclass(frozen=True)
-class SeqAxis:
-    """A model's sequence length as a dynamic dimension: its axis in each input (``inputs``) and in its first
-    output (``output``), at most ``max_len`` (a token model's position embeddings)."""
+class DynamicAxis:
+    """A model's dynamic dimension, its sequence length or its batch: its axis in each input (``inputs``) and in
+    its first output (``output``), at most ``max_size`` (a token model's position embeddings)."""
 
-    inputs: tuple[int, ...] = (1, 1)  # token ids, attention mask
-    output: int = 1
-    max_len: int = 512
+    name: str  # "seq_len" or "batch": the ModelSpec field (and --seq-len / --batch-size) that sizes it
+    inputs: tuple[int, ...]
+    output: int
+    max_size: int
+
+    @property
+    def noun(self) -> str:
+        """What one size of it is called: a length or a batch."""
+        return "length" if self.name == "seq_len" else "batch"
+
+    @property
+    def tag(self) -> str:
+        """Its letter in names of things built at one size of it: ``s128``, ``b16``."""
+        return self.name[0]
+
+
+TOKENS = DynamicAxis("seq_len", (1, 1), 1, 512)  # token ids and attention mask: a token model's sequence length
+BATCH = DynamicAxis("batch", (0,), 0, 4096)  # the leading axis of a model's one input and of its first output
 
 
 @dataclass
@@ -45,7 +60,7 @@ class ModelSource:
     kind: str  # "torch", "simple", "transformers" or "onnx"
     build: Callable[[], tuple[Any, tuple[Any, ...]]]  # (torch.nn.Module or None, inputs: tensors or numpy arrays)
     onnx_path: Path | None = None
-    seq_axis: SeqAxis | None = None  # its sequence length, where that is a dynamic dimension
+    dynamic_axis: DynamicAxis | None = None  # its dynamic dimension, if it has one
     dims: dict[str, int] = field(default_factory=dict)  # an ONNX graph's named dimensions: their sizes here
 
     @functools.cached_property
@@ -67,11 +82,15 @@ class ModelSource:
     def inputs(self) -> tuple[Any, ...]:
         return self._built[1]
 
-    def sequence_axis(self) -> SeqAxis:
-        """Its sequence length's axes; an error for a model without one."""
-        if self.seq_axis is None:
-            raise OpBenchError(f"model '{self.name}' has no dynamic dimension (a sequence length)")
-        return self.seq_axis
+    def dynamic(self) -> DynamicAxis:
+        """Its dynamic dimension; an error for a model without one."""
+        if self.dynamic_axis is None:
+            raise OpBenchError(f"model '{self.name}' has no dynamic dimension (a sequence length or a batch)")
+        return self.dynamic_axis
+
+    def dynamic_size(self) -> int:
+        """The size of its dynamic dimension in its example inputs (a tiny model's sequences are cut short)."""
+        return int(np.shape(self.inputs[0])[self.dynamic().inputs[0]])
 
     @property
     def has_module(self) -> bool:
@@ -105,7 +124,7 @@ class OnnxShapes:
 
     inputs: tuple[np.ndarray, ...]
     dims: dict[str, int]
-    seq_axis: SeqAxis | None
+    seq_axis: DynamicAxis | None
 
 
 def _onnx_shapes(path: Path, batch: int, seq_len: int) -> OnnxShapes:
@@ -151,7 +170,7 @@ def _onnx_shapes(path: Path, batch: int, seq_len: int) -> OnnxShapes:
     return OnnxShapes(tuple(out), dims, _onnx_seq_axis(graph, values, seq_dims))
 
 
-def _onnx_seq_axis(graph: Any, values: list[Any], seq_dims: list[tuple[str, str, int]]) -> SeqAxis | None:
+def _onnx_seq_axis(graph: Any, values: list[Any], seq_dims: list[tuple[str, str, int]]) -> DynamicAxis | None:
     """The sequence axis of each input and of the first output, where each has it (None otherwise)."""
     axes = {name: axis for name, _, axis in seq_dims}
     if not seq_dims or len(axes) != len(values):
@@ -160,7 +179,7 @@ def _onnx_seq_axis(graph: Any, values: list[Any], seq_dims: list[tuple[str, str,
     output = [d.dim_param for d in graph.output[0].type.tensor_type.shape.dim]
     if name not in output:
         return None
-    return SeqAxis(tuple(axes[v.name] for v in values), output.index(name), max_len=1 << 20)
+    return DynamicAxis("seq_len", tuple(axes[v.name] for v in values), output.index(name), max_size=1 << 20)
 
 
 def _recurrent(tiny: bool, batch: int, seq: int, cell: str) -> tuple[Any, tuple[Any, ...]]:
@@ -209,6 +228,7 @@ def _small_cnn(tiny: bool, batch: int, seq: int) -> tuple[Any, tuple[Any, ...]]:
     return model, (torch.randn(batch, 3, size, size),)
 
 
+UNBATCHED = ("gcn",)  # one graph, its nodes the rows: no batch dimension to make dynamic
 TORCH_MODELS: dict[str, Callable[[bool, int, int], tuple[Any, tuple[Any, ...]]]] = {
     "lstm": lambda tiny, b, s: _recurrent(tiny, b, s, "lstm"),
     "gru": lambda tiny, b, s: _recurrent(tiny, b, s, "gru"),
@@ -264,7 +284,7 @@ def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
             raise OpBenchError(f"ONNX file not found: {name}")
         shapes = _onnx_shapes(path, batch, seq_len)
         return ModelSource(path.stem, "onnx", lambda: (None, shapes.inputs), onnx_path=path,
-                           seq_axis=shapes.seq_axis, dims=shapes.dims)
+                           dynamic_axis=shapes.seq_axis, dims=shapes.dims)
     if name.startswith(SIMPLE_PREFIX):
         from opbench.workloads import parse_workload
 
@@ -273,11 +293,12 @@ def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
     base, tiny = name.removesuffix(TINY), name.endswith(TINY)
     if base in TORCH_MODELS:
         build = TORCH_MODELS[base]
-        return ModelSource(name, "torch", lambda: build(tiny, batch, min(seq_len, 8) if tiny else min(seq_len, 32)))
+        return ModelSource(name, "torch", lambda: build(tiny, batch, min(seq_len, 8) if tiny else min(seq_len, 32)),
+                           dynamic_axis=None if base in UNBATCHED else BATCH)
     from opbench.workloads.models.hf import HF_MODELS, build_hf, has_tokens
 
     if base in HF_MODELS:
         return ModelSource(name, "transformers", lambda: build_hf(base, tiny, batch, seq_len),
-                           seq_axis=SeqAxis() if has_tokens(base) else None)
+                           dynamic_axis=TOKENS if has_tokens(base) else BATCH)
     raise OpBenchError(f"unknown model '{name}'; models: {', '.join(model_names())}, simple:WORKLOAD, "
                        "or a path to an .onnx file")
