@@ -5,7 +5,8 @@ and 16; resnet-18, vgg-16, densenet-121, inception-v3, squeezenet1.1, yolov3-tin
 models at 128 tokens): extract and time the fused operators, tune the key ones (>= 90% of the time) with a
 fixed per-operator budget and build the model with their schedules; then time it beside PyTorch eager, ``torch.compile`` (Inductor ahead of time: an
 AOTInductor package compiled once, static shapes, float32), ONNX Runtime (CPU provider, all graph
-optimisations, the same threads within an operator, one across), OpenVINO (fp32, latency mode, one stream) and
+optimisations, the same threads within an operator, one across), OpenVINO (fp32, latency mode, one stream; a
+quantized model as NNCF quantizes it for OpenVINO, static int8) and
 zentorch (AMD's torch.compile backend, on AMD CPUs with AVX-512; both optional extras, rows that say why where
 they cannot run), TVM with OpBench's template defaults, and
 MetaSchedule tuning the model with as many trials as OpBench's tuned model measured (``tune_relax``,

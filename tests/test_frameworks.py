@@ -141,3 +141,28 @@ def test_a_profile_builds_and_times_tvms_default_lowering_only_when_asked(measur
     assert prof.ops and all(op.latency_ms > 0 for op in prof.ops)  # its operators are timed all the same
     assert prof.torch_ms > 0 and (tmp_path / "inputs.npz").exists()  # eager, and the reference the others match
     # (built and timed when asked: the tune-model and model-ops tests' profiles)
+
+
+def test_a_quantized_models_openvino_row_is_nncfs_static_int8_and_agrees_with_fp32_in_a_fresh_process(measurer, tmp_path):
+    """OpenVINO's users quantize with NNCF (static, calibrated), not ONNX Runtime's quantize_dynamic: the OpenVINO
+    row of a +int8 model runs NNCF's QuantizeLinear/DequantizeLinear file, ONNX Runtime's row its own dynamic one,
+    and the worker holds OpenVINO's int8 output to agreement with the fp32 model's."""
+    import onnx
+
+    from opbench.studies.models.systems import framework_onnx
+
+    source = load_model("resnet-18@tiny+int8")
+    openvino, onnxruntime = (framework_onnx(system, source, None, tmp_path) for system in (OPENVINO, ONNXRUNTIME))
+    assert "nncf" in openvino.name and openvino != onnxruntime
+    ops = {system: {node.op_type for node in onnx.load(str(path)).graph.node}
+           for system, path in ((OPENVINO, openvino), (ONNXRUNTIME, onnxruntime))}
+    assert {"QuantizeLinear", "DequantizeLinear", "Conv"} <= ops[OPENVINO] and "ConvInteger" not in ops[OPENVINO]
+    assert "DynamicQuantizeLinear" in ops[ONNXRUNTIME] and "QuantizeLinear" not in ops[ONNXRUNTIME]
+    assert not list(tmp_path.glob("*-fp32.onnx"))  # the fp32 exports they were made from not left behind
+    inputs = save_inputs(source.numpy_inputs(), tmp_path / "inputs.npz", source.reference()[0])
+    result = measurer.time_model(ModelInput(source.name, library=str(openvino), inputs=str(inputs), runtime=OPENVINO,
+                                            resources=Resources(2)))
+    assert result.status is Status.OK, result.error
+    wrong = save_inputs(source.numpy_inputs(), tmp_path / "wrong.npz", -source.reference()[0])
+    result = measurer.time_model(ModelInput(source.name, library=str(openvino), inputs=str(wrong), runtime=OPENVINO))
+    assert result.status is Status.WRONG_RESULT and "cosine similarity" in result.error

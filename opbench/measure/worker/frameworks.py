@@ -1,8 +1,8 @@
 """Whole models as the frameworks a user would pick instead of TVM run them, each made a call for the library
 worker to time: PyTorch eager (the catalogue model), zentorch (the same module through ``torch.compile`` with
 AMD's backend), torch.compile (an AOTInductor package), ONNX Runtime (an ONNX file, CPU provider, every graph
-optimisation, the worker's threads within an operator, one across) and OpenVINO (the same ONNX file on its CPU
-plugin in fp32, latency mode, one stream of the worker's threads)."""
+optimisation, the worker's threads within an operator, one across) and OpenVINO (the same ONNX file, or a quantized
+model's NNCF export, on its CPU plugin, fp32 where it is not int8, latency mode, one stream of the worker's threads)."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -23,6 +23,7 @@ from opbench.studies.models.profile import ModelProfile
 from opbench.studies.models.reuse import TunedCache
 from opbench.studies.models.tuned import apply_database
 from opbench.workloads.models.quantize import is_quantized
+from opbench.workloads.models.sources import ModelSource
 
 log = logging.getLogger("opbench")
 
@@ -51,7 +52,7 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
                     threads: int, target: Any, folder: Path, trials: int, cache: TunedCache | None = None) -> Prepared:
     """Each of ``systems`` (names from :data:`SYSTEMS`) made ready to time with ``threads`` threads;
     MetaSchedule gets ``trials`` trials (the tuned model's), its database kept in and reused from ``cache``."""
-    from opbench.workloads.models.exports import inductor_package, onnx_file
+    from opbench.workloads.models.exports import inductor_package
 
     resources, inputs = Resources(threads), str(prof.inputs)
     prepared = Prepared()
@@ -90,9 +91,8 @@ def prepare_systems(systems: tuple[str, ...], prof: ModelProfile, model: str, ba
                                     "time (AOTInductor)", lambda path: inductor_package(prof.source, path))
                 prepared.runs[system] = ModelInput(model, library=str(package), inputs=inputs, resources=resources,
                                                    runtime=INDUCTOR)
-            elif system in (ONNXRUNTIME, OPENVINO):  # both read the same file
-                path = _exported(cache, folder, f"model-torch{_torch()}.onnx", f"{model}: exporting to ONNX",
-                                 lambda path: onnx_file(prof.source, path))
+            elif system in (ONNXRUNTIME, OPENVINO):
+                path = framework_onnx(system, prof.source, cache, folder)
                 prepared.runs[system] = ModelInput(model, library=str(path), inputs=inputs, resources=resources,
                                                    runtime=system)
             else:
@@ -123,6 +123,20 @@ def _exported(cache: TunedCache | None, folder: Path, name: str, doing: str, mak
         return make(path)
 
     return cache.export(name, logged) if cache is not None else logged(folder / name)
+
+
+def framework_onnx(system: str, source: ModelSource, cache: TunedCache | None, folder: Path) -> Path:
+    """The ONNX file ``system`` runs: the model's export, which ONNX Runtime and OpenVINO share (a quantized
+    model's quantized by ONNX Runtime's ``quantize_dynamic``), or for OpenVINO a quantized model quantized by
+    NNCF, as OpenVINO's users quantize one."""
+    from opbench.workloads.models.exports import onnx_file, openvino_int8_file
+
+    if system == OPENVINO and is_quantized(source.name):
+        return _exported(cache, folder, f"model-torch{_torch()}-nncf{metadata.version('nncf')}.onnx",
+                         f"{source.name}: exporting to ONNX, quantized by NNCF for OpenVINO",
+                         lambda path: openvino_int8_file(source, path))
+    return _exported(cache, folder, f"model-torch{_torch()}.onnx", f"{source.name}: exporting to ONNX",
+                     lambda path: onnx_file(source, path))
 
 
 def _torch() -> str:

@@ -71,15 +71,41 @@ def onnx_file(source: ModelSource, path: Path) -> Path:
     """The model exported to ONNX at ``path`` by torch's exporter (from ``torch.export``), weights inside; a quantized
     model's (``+int8``) then quantized as ONNX Runtime users do (``quantize_dynamic``: i8 weights, u8 activations
     per tensor at run time), as ours is."""
+    if not is_quantized(source.name):
+        return _fp32_onnx(source, path)
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    fp32 = _fp32_onnx(source, path.with_name(f"{path.stem}-fp32.onnx"))
+    quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
+    fp32.unlink()
+    return path
+
+
+def openvino_int8_file(source: ModelSource, path: Path) -> Path:
+    """A quantized model (``+int8``) as OpenVINO's users make one: its fp32 ONNX export quantized by NNCF
+    (post-training, static: activation ranges calibrated on the model's example inputs; a token model as a
+    transformer, its attention's products left fp32), written at ``path`` with QuantizeLinear/DequantizeLinear
+    pairs, which OpenVINO's CPU plugin runs as int8 operators."""
+    import nncf
+    import onnx
+
+    fp32 = _fp32_onnx(source, path.with_name(f"{path.stem}-fp32.onnx"))
+    model = onnx.load(str(fp32))
+    weights = {w.name for w in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in weights]
+    tokens = source.dynamic_axis is not None and source.dynamic_axis.name == "seq_len"
+    kind = {"model_type": nncf.ModelType.TRANSFORMER} if tokens else {}
+    quantized = nncf.quantize(model, nncf.Dataset([dict(zip(names, source.numpy_inputs()))]), subset_size=1, **kind)
+    onnx.save(quantized, str(path))
+    fp32.unlink()
+    return path
+
+
+def _fp32_onnx(source: ModelSource, path: Path) -> Path:
+    """The fp32 model exported to ONNX at ``path`` by torch's exporter (from ``torch.export``), weights inside."""
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fp32 = path.with_name(f"{path.stem}-fp32.onnx") if is_quantized(source.name) else path
     with torch.no_grad():
-        torch.onnx.export(exported_program(source), source.inputs, str(fp32), dynamo=True, external_data=False)
-    if fp32 != path:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
-        fp32.unlink()
+        torch.onnx.export(exported_program(source), source.inputs, str(path), dynamo=True, external_data=False)
     return path
