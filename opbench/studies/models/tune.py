@@ -135,7 +135,7 @@ def tune_model(spec: ModelTuneSpec, on_record: Callable[[TrialRecord], None] | N
             [(lib, prof.inputs) for lib in libraries], Resources(m.threads), runs))
         if kept != chosen:
             library = build(list(kept.values()))
-        labels = {name: "tuned" if name in key and kept.get(name) is chosen[name] else "default" for name in kept}
+        labels = {name: "tuned" if name in key and kept[name] is chosen.get(name) else "default" for name in kept}
         rows = [_row(op, op.calls * after_ms[op.name] / total_ms, kept.get(op.name), labels.get(op.name, "untuned"))
                 for op in order]
         tuned = list(kept.values())
@@ -190,21 +190,21 @@ def _operator_records(spec: ModelTuneSpec, tunable: list[FusedOp], workloads: di
 
 def _best_schedules(ops: list[FusedOp], workloads: dict[str, Workload], records: dict[str, list[TrialRecord]]
                     ) -> tuple[dict[str, TunedOp], dict[str, TunedOp | None]]:
-    """Each operator's fastest schedule measured, where it beat TVM's default lowering, and its template
-    default's (None where that did not beat it), by operator name."""
+    """Each operator's fastest schedule measured alone, where it beat TVM's default lowering alone, and its
+    template default's (None where that failed), by operator name: the model decides between them
+    (:func:`~opbench.studies.models.in_model.keep_faster_in_model`)."""
     chosen: dict[str, TunedOp] = {}
     defaults: dict[str, TunedOp | None] = {}
     for op in ops:
         workload = workloads[op.name]
         template = get_template(workload)
+        first = records[op.name][0]  # the template default's
+        defaults[op.name] = default_op(workload, first["latency_ms"]) if is_ok(first) else None
         config, best = best_config(records[op.name], workload.name), best_ok(records[op.name])
         if config is None or best is None or best["latency_ms"] >= op.latency_ms:
-            log.info("    nothing faster than TVM's default lowering for %s: it keeps that", op.name)
+            log.info("    nothing faster than TVM's default lowering alone for %s", op.name)
             continue
         chosen[op.name] = TunedOp(workload, template, template.validate(config, workload), best["latency_ms"])
-        first = records[op.name][0]  # the template default's
-        defaults[op.name] = (default_op(workload, first["latency_ms"]) if is_ok(first)
-                             and first["latency_ms"] < op.latency_ms else None)
     return chosen, defaults
 
 
