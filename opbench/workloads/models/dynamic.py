@@ -27,8 +27,10 @@ def symbolic_module(source: ModelSource) -> Any:
     """Relax's module of the model with its dynamic dimensions symbolic (a token model's sequence length, another
     model's batch, an ONNX file's named dimensions), imported once per process for each model and set of static
     sizes (the weights are the same at every size: one seed)."""
-    shape = list(np.shape(source.inputs[0]))
-    if source.kind != "onnx":
+    if source.kind == "onnx":
+        shape: list[int] = []  # every named dimension symbolic: one import serves every size
+    else:
+        shape = list(np.shape(source.inputs[0]))
         shape[source.dynamic().inputs[0]] = -1
     key = (str(source.onnx_path or source.name), tuple(shape))
     if key not in _SYMBOLIC:
