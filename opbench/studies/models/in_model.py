@@ -36,7 +36,9 @@ def keep_faster_in_model(chosen: dict[str, TunedOp], defaults: dict[str, TunedOp
     per_op = dict(zip(builds, profile(list(builds.values()), RUNS)))
     kept = dict(chosen)
     for name, default in left.items():
-        chosen_ms, default_ms = (per_op[which].get(name, 0.0) for which in builds)  # uncalled: 0 in both
+        chosen_ms, default_ms = (per_op[which].get(name, 0.0) for which in builds)
+        if chosen_ms == default_ms == 0.0:  # never called (a reshape the build made a view): nothing to judge
+            continue
         faster = default_ms < chosen_ms
         how = "tuned" if name in chosen else "untuned"
         log.info("    %s inside the model: %s %.4g ms a run, default %.4g: it keeps the %s", name, how,
