@@ -44,7 +44,6 @@ class BetweenRun:
 
 @dataclass
 class BucketedResult:
-    axis: DynamicAxis
     buckets: dict[int, ModelTuneResult]  # by bucket size
     between: list[BetweenRun]
 
@@ -106,7 +105,7 @@ def tune_bucketed(spec: ModelTuneSpec, axis: DynamicAxis, buckets: tuple[int, ..
     with Recorder(study, spec.tracking_uri, parent_tags={"model": m.model}) as recorder:
         recorder.log_parent(params, {f"{key}_{suffix}{run.dispatched.size}": value for run in runs
                                      for key, value in _between_metrics(run).items()})
-    return BucketedResult(axis, results, runs)
+    return BucketedResult(results, runs)
 
 
 def _run_between(spec: ModelTuneSpec, source: ModelSource, dispatcher: BucketedModel, folder: Path, study: str
