@@ -99,7 +99,7 @@ class TrialRecord(Mapping[str, Any]):
     latency_ms_std: float | None = _metric()  # over all repeats: includes the differences between placements
     latency_cv: float | None = _metric()  # the spread of repeats within a placement, pooled over placements
     gflops: float | None = _metric()  # the workload's FLOPs over latency_ms
-    peak_frac: float | None = _metric()  # gflops over the host's measured peak at these threads (none without one)
+    peak_frac: float | None = _metric()  # the FLOP/s the schedule computes over the host's measured peak at these threads (none without one)
     build_s: float | None = _metric()  # compiling it
     run_s: float | None = _metric()  # loading, checking and timing it: every attempt
     trial_s: float | None = _metric()  # the whole trial, as its engine waited for it

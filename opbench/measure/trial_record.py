@@ -51,10 +51,11 @@ def new_record(spec: TrialSpec, template: str, config: Config, status: Status, e
 
 
 def add_run(record: TrialRecord, run: RunResult, timing: TimingPolicy, gflop: float, peak_gflops: float | None,
-            calibrated: Bounds | None = None) -> None:
+            calibrated: Bounds | None = None, computed_gflop: float | None = None) -> None:
     """Set on ``record`` what ``run`` (timed by ``timing``) measured: its estimate, interval (at least ``calibrated``'s
     span of re-measures around the estimate, where the device has one) and placements, its repeats and how they
-    were taken, its throughput (and share of ``peak_gflops``, where there is one)."""
+    were taken, its throughput (the workload's ``gflop`` a second) and the share of ``peak_gflops`` (where there is
+    one) that the GFLOPs the schedule computes (``computed_gflop``, by default ``gflop``) reach."""
     record.run_s, record.device_addr = run.run_s, run.device_addr or None
     if run.max_abs_err == run.max_abs_err:
         record.max_abs_err = run.max_abs_err
@@ -69,7 +70,8 @@ def add_run(record: TrialRecord, run: RunResult, timing: TimingPolicy, gflop: fl
     record.placements, record.placements_agreeing = est.placements, est.agreeing
     record.placement_ms = [v * 1e3 for v in values]
     record.gflops = gflop / est.latency_s
-    record.peak_frac = record.gflops / peak_gflops if peak_gflops else None
+    computed = gflop if computed_gflop is None else computed_gflop
+    record.peak_frac = computed / est.latency_s / peak_gflops if peak_gflops else None
     record.number, record.repeat, record.latencies_ms = run.number, len(run.latencies_s), [t * 1e3 for t in run.latencies_s]
     record.energy_j, record.power_w = run.energy_j, run.power_w
     record.host_wait_s = run.host_wait_s

@@ -167,6 +167,11 @@ class Template(ABC):
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         """Schedule ``sch`` (a fresh schedule of ``workload``'s PrimFunc) with a validated config."""
 
+    def arithmetic_flops(self, config: Config, workload: Workload) -> float:
+        """FLOPs the schedule of a validated ``config`` computes (what ``peak_frac`` counts): the workload's own
+        FLOPs, unless the config takes an algorithm that computes a different amount (Winograd)."""
+        return workload.flops
+
     def parameters(self, config: Config, workload: Workload) -> Config:
         """The schedule parameters a complete config stands for (by default its knob values)."""
         return dict(config)

@@ -180,6 +180,11 @@ class PackedConvTemplate(Template):
             return "winograd"
         return "gemm" if not self.depthwise and pointwise.applies(workload) else ""
 
+    def arithmetic_flops(self, config: Config, workload: Workload) -> float:
+        if config.get("algorithm") == "winograd":
+            return winograd.arithmetic_flops(config, workload)
+        return workload.flops
+
     def schedule(self, workload: Workload, config: Config) -> IRModule:
         if config.get("algorithm") == "winograd":
             return winograd.module(workload, config)
