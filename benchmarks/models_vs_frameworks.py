@@ -67,7 +67,7 @@ from opbench.studies.models.tune import ModelSpec, ModelTuneResult, ModelTuneSpe
 from opbench.studies.verify import BEST, Spread, Verification
 from opbench.workloads.models import cache
 from opbench.workloads.models.extract import FusedOp
-from opbench.workloads.models.quantize import INT8_SUFFIX, MODEL_DTYPES, is_quantized, with_dtype
+from opbench.workloads.models.quantize import MODEL_DTYPES, is_quantized, unquantized, with_dtype
 from opbench.workloads.models.sources import load_model
 
 ANSOR = ("resnet-50", "mobilenet-v2", "resnet3d-18", "dcgan", "bert-base")  # Ansor's table: batch 1 and 16
@@ -98,7 +98,7 @@ def vs_fp32(case: dict, finished: dict[str, dict]) -> str | None:
     """A quantized case's tuned latency over its fp32 model's at the same batch size, where this device finished
     that case with the same settings (each the median of its own run's verified rounds)."""
     name, batch = case["case"].rsplit("@", 1)
-    fp32 = finished.get(f"{name.removesuffix(INT8_SUFFIX)}@{batch}") if is_quantized(name) else None
+    fp32 = finished.get(f"{unquantized(name)}@{batch}") if is_quantized(name) else None
     if fp32 is None:
         return None
     ours, theirs = tuned_ms(case), tuned_ms(fp32)

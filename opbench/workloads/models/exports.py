@@ -7,9 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from opbench.exceptions import OpBenchError
+from opbench.workloads.models.calibrate import samples
 from opbench.workloads.models.graph import integer_cumsum_widened
-from opbench.workloads.models.quantize import is_quantized
+from opbench.workloads.models.quantize import STATIC_SUFFIX, is_quantized
 from opbench.workloads.models.sources import ModelSource
 
 
@@ -69,33 +72,54 @@ def inductor_package(source: ModelSource, path: Path, max_autotune: bool = False
 
 def onnx_file(source: ModelSource, path: Path) -> Path:
     """The model exported to ONNX at ``path`` by torch's exporter (from ``torch.export``), weights inside; a quantized
-    model's (``+int8``) then quantized as ONNX Runtime users do (``quantize_dynamic``: i8 weights, u8 activations
-    per tensor at run time), as ours is."""
+    model then quantized by ONNX Runtime as its users do, as ours is: ``+int8`` by ``quantize_dynamic`` (i8 weights,
+    u8 activations per tensor at run time), ``+int8-static`` by ``quantize_static`` (QDQ, i8 weights per channel, u8
+    activations calibrated on the samples ours is calibrated on)."""
     if not is_quantized(source.name):
         return _fp32_onnx(source, path)
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     fp32 = _fp32_onnx(source, path.with_name(f"{path.stem}-fp32.onnx"))
-    quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
+    if source.name.endswith(STATIC_SUFFIX):
+        class Samples(CalibrationDataReader):
+            def __init__(self) -> None:
+                self._left = iter(_calibration_feeds(fp32, source))
+
+            def get_next(self) -> dict[str, np.ndarray] | None:
+                return next(self._left, None)
+
+        quantize_static(str(fp32), str(path), Samples(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    else:
+        quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
     fp32.unlink()
     return path
 
 
+def _calibration_feeds(onnx_path: Path, source: ModelSource) -> list[dict[str, np.ndarray]]:
+    """The calibration samples of ``source`` (:func:`~opbench.workloads.models.calibrate.samples`) as feeds of its
+    ONNX export's inputs."""
+    import onnx
+
+    model = onnx.load(str(onnx_path))
+    weights = {w.name for w in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in weights]
+    return [dict(zip(names, arrays)) for arrays in samples(source.numpy_inputs())]
+
+
 def openvino_int8_file(source: ModelSource, path: Path) -> Path:
     """A quantized model (``+int8``) as OpenVINO's users make one: its fp32 ONNX export quantized by NNCF
-    (post-training, static: activation ranges calibrated on the model's example inputs; a token model as a
+    (post-training, static: activation ranges calibrated on the samples ours is calibrated on; a token model as a
     transformer, its attention's products left fp32), written at ``path`` with QuantizeLinear/DequantizeLinear
     pairs, which OpenVINO's CPU plugin runs as int8 operators."""
     import nncf
     import onnx
 
     fp32 = _fp32_onnx(source, path.with_name(f"{path.stem}-fp32.onnx"))
-    model = onnx.load(str(fp32))
-    weights = {w.name for w in model.graph.initializer}
-    names = [i.name for i in model.graph.input if i.name not in weights]
+    feeds = _calibration_feeds(fp32, source)
     tokens = source.dynamic_axis is not None and source.dynamic_axis.name == "seq_len"
     kind = {"model_type": nncf.ModelType.TRANSFORMER} if tokens else {}
-    quantized = nncf.quantize(model, nncf.Dataset([dict(zip(names, source.numpy_inputs()))]), subset_size=1, **kind)
+    quantized = nncf.quantize(onnx.load(str(fp32)), nncf.Dataset(feeds), subset_size=len(feeds), **kind)
     onnx.save(quantized, str(path))
     fp32.unlink()
     return path

@@ -10,7 +10,7 @@ from typing import Any
 from opbench.workloads.models.dynamic import bound
 from opbench.workloads.models.exports import exported_program, onnx_module, relax_module
 from opbench.workloads.models.graph import pad_into_conv, unwrap_batch_norm
-from opbench.workloads.models.quantize import is_quantized, quantize_products
+from opbench.workloads.models.quantize import quantized_as_named
 from opbench.workloads.models.sources import ModelSource
 
 KEY_SHARE = 0.9  # key operators: the fewest that cover this share of the model's time
@@ -44,21 +44,23 @@ def anchor_kind(name: str) -> str:
 def import_model(source: ModelSource) -> Any:
     """The model as a Relax IRModule with its weights bound as constants; one with dynamic dimensions (a token
     model's sequence length, another's batch, an ONNX file's named ones) imported once with them symbolic, then bound to the
-    source's sizes (:mod:`.dynamic`); a quantized one's matrix products then int8 (:mod:`.quantize`)."""
+    source's sizes (:mod:`.dynamic`); a quantized one's matrix products then int8 (:mod:`.quantize`, calibrated on its
+    example inputs' likes where static)."""
     if source.dims or (source.dynamic_axis is not None and source.dynamic_size() > 1):  # torch specialises 1
         mod = bound(source)
     elif source.kind == "onnx":
         mod = onnx_module(source)
     else:
         mod = relax_module(source, exported_program(source))
-    return quantize_products(mod) if is_quantized(source.name) else mod
+    return quantized_as_named(mod, source.name, source.numpy_inputs())
 
 
 # Bumped whenever fuse() makes different PrimFuncs, so that cached extractions of an older one are not read
 # (2: fast exp/erf/tanh; 3: batch norms unwrapped, pads folded into convolutions; 4: integer cumsums widened;
 # 5: token models take their attention mask and are imported with a symbolic sequence length; 6: a quantized model's
-# activations quantized by one kernel each; 7: a model's batch above 1 imported symbolic, then bound).
-PIPELINE_VERSION = 7
+# activations quantized by one kernel each; 7: a model's batch above 1 imported symbolic, then bound; 8: products
+# found by one visit each, static int8).
+PIPELINE_VERSION = 8
 
 
 def fuse(mod: Any) -> Any:

@@ -10,45 +10,78 @@ zeros, weighted by zeros, to a whole dot-product instruction's group: an image's
 An activation is quantized by one kernel of its own (:func:`dynamic_quantize`, scheduled here: one vectorised pass
 for the range, one for the values), as ONNX Runtime's ``DynamicQuantizeLinear`` is one operator: written as Relax
 operators, it is a full reduction TVM lowers to a serial loop, twice, and five kernels on scalars.
+
+Static quantization (``+int8-static``, as ONNX Runtime's ``quantize_static`` and OpenVINO's NNCF quantize): each
+activation's range is calibrated once, on sample inputs (:mod:`.calibrate`), so its scale and zero point are constants
+and its quantization is elementwise Relax operators, which the build fuses into the kernel that makes the activation.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from opbench.workloads._base import INT8_STEP
+from opbench.workloads.models.calibrate import Ranges, activation_ranges, samples, site
 
 INT8_SUFFIX = "+int8"  # a model name's suffix: the model quantized (``bert-base@tiny+int8``)
+STATIC_SUFFIX = "+int8-static"  # the model quantized with calibrated, constant activation scales
 AGREEMENT = 0.99  # the cosine similarity a quantized model's output must reach against the fp32 model's
 
 
-def quantize_products(mod: Any) -> Any:
-    """``mod`` with every ``matmul(x, W)`` whose ``W`` is a 2-D float32 constant, and every NCHW ``conv2d(x, W)``
-    of one group whose ``W`` is a float32 constant, computed in int8 (see the module's docstring; a convolution's
-    weight per output channel); its constants folded first, so a transposed weight is a constant too."""
+def quantize_products(mod: Any, ranges: Ranges | None = None) -> Any:
+    """``mod`` with every product :func:`rewrite_products` visits computed in int8 (see the module's docstring; a
+    convolution's weight per output channel): its activations quantized at run time, or, given their calibrated
+    ``ranges`` (:func:`~opbench.workloads.models.calibrate.activation_ranges`), with constant scales."""
     import tvm
     from tvm import relax
-    from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 
-    mod = relax.transform.FoldConstant()(mod)
-    data, weight = wildcard(), is_const()
-    activations = _Activations()
-    rewrites = [(is_op("relax.matmul")(data, weight), _int8_matmul), (is_op("relax.nn.conv2d")(data, weight), _int8_conv2d)]
-    out = mod.clone()
-    for name, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            for pattern, int8 in rewrites:
-                func = rewrite_call(pattern, lambda expr, matches, int8=int8: int8(
-                    expr, matches[data], matches[weight].value.numpy(), activations), func)
-            out[name] = func
+    activations: _Dynamic | _Static = _Dynamic() if ranges is None else _Static(ranges)
+
+    def int8(call: Any, x: Any, w: np.ndarray) -> Any:
+        return (_int8_matmul if call.op.name == "relax.matmul" else _int8_conv2d)(call, x, w, activations)
+
+    out = rewrite_products(mod, int8)
     activations.add_to(out)
     return tvm.ir.transform.Sequential([relax.transform.CanonicalizeBindings(),
                                         relax.transform.DeadCodeElimination()])(out)
 
 
-class _Activations:
-    """Activations quantized by :func:`dynamic_quantize` kernels, one kernel per activation size."""
+def rewrite_products(mod: Any, rewrite: Callable[[Any, Any, np.ndarray], Any]) -> Any:
+    """``mod``, its constants folded first (so that a transposed weight is a constant too), with ``rewrite(call, x,
+    weight)`` in place of every ``matmul(x, W)`` and ``conv2d(x, W)`` whose ``W`` is a constant (``weight``, its
+    value), each call visited once; ``rewrite`` returns ``call`` to keep it."""
+    import tvm
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Products(relax.PyExprMutator):
+        def visit_call_(self, op: Any) -> Any:
+            call = self.visit_expr_post_order(op)
+            if (getattr(call.op, "name", "") in ("relax.matmul", "relax.nn.conv2d")
+                    and isinstance(call.args[1], tvm.ir.expr.Constant)):
+                return rewrite(call, call.args[0], call.args[1].value.numpy())
+            return call
+
+    mod = relax.transform.FoldConstant()(mod)
+    out = mod.clone()
+    for name, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            out[name] = Products(mod).visit_expr(func)
+    return out
+
+
+def quantized_as_named(mod: Any, model: str, inputs: list[np.ndarray]) -> Any:
+    """``mod`` quantized as ``model``'s name asks (:data:`SUFFIXES`): dynamic, or static, calibrated on samples drawn
+    like ``inputs`` (its example inputs); unchanged for an fp32 name."""
+    if model.endswith(STATIC_SUFFIX):
+        return quantize_products(mod, activation_ranges(mod, rewrite_products, samples(inputs)))
+    return quantize_products(mod) if is_quantized(model) else mod
+
+
+class _Dynamic:
+    """Activations quantized at run time by :func:`dynamic_quantize` kernels, one kernel per activation size."""
 
     def __init__(self) -> None:
         from tvm import relax
@@ -56,11 +89,14 @@ class _Activations:
         self._kernels = relax.BlockBuilder()
         self._by_size: dict[int, Any] = {}  # an activation's size -> its kernel's GlobalVar
 
-    def quantized(self, x: Any, shape: tuple[int, ...]) -> tuple[Any, Any, Any]:
-        """``x`` (fp32, of ``shape``) quantized: its u8 values (of ``shape``), its scale and its zero point."""
+    def quantized(self, x: Any, padding: list[int], key: str) -> tuple[Any, Any, Any]:
+        """``x`` (fp32) padded by ``padding`` (``nn.pad``'s widths, zeros; none if empty), then quantized: its u8
+        values, its scale and its zero point."""
         from tvm import relax
         from tvm.relax import op
 
+        shape = tuple(int(d) + sum(padding[2 * i:2 * i + 2]) for i, d in enumerate(x.ty.shape))
+        x = op.nn.pad(x, padding) if any(padding) else x
         size = int(np.prod(shape))
         if size not in self._by_size:
             self._by_size[size] = self._kernels.add_func(dynamic_quantize(size), "dynamic_quantize")
@@ -76,21 +112,47 @@ class _Activations:
             mod[gvar] = kernel
 
 
-def _int8_matmul(expr: Any, x: Any, w: np.ndarray, activations: _Activations) -> Any:
+class _Static:
+    """Activations quantized with constant scales from their calibrated ranges: elementwise operators, which the
+    build fuses into the kernel that makes the activation; a convolution's input then padded with its zero point."""
+
+    def __init__(self, ranges: Ranges) -> None:
+        self._ranges = ranges
+
+    def quantized(self, x: Any, padding: list[int], key: str) -> tuple[Any, Any, Any]:
+        """``x`` (fp32) quantized by its site's (``key``) range, then padded by ``padding`` with its zero point."""
+        from tvm.relax import op
+
+        if key not in self._ranges:
+            raise ValueError(f"no calibrated range for the product of weight {key}")
+        low, high = self._ranges[key]
+        scale = max((high - low) / 255, 1e-12)
+        zero_point = float(np.round(-low / scale))
+        shifted = op.add(op.round(op.multiply(x, _const(np.float32(1 / scale)))), _const(np.float32(zero_point)))
+        x_q = op.astype(op.clip(shifted, 0.0, 255.0), "uint8")
+        if any(padding):
+            x_q = op.nn.pad(x_q, padding, pad_value=zero_point)
+        return x_q, _const(np.float32(scale)), _const(np.float32(zero_point))
+
+    def add_to(self, mod: Any) -> None:
+        """Nothing to add: the quantization is Relax operators."""
+
+
+def _int8_matmul(expr: Any, x: Any, w: np.ndarray, activations: _Dynamic | _Static) -> Any:
     """``expr``, the product of activations ``x`` (..., K) by the fp32 weight ``w`` (K, N), in int8 (back in fp32)."""
     from tvm.relax import op
 
     if w.ndim != 2 or w.dtype != np.float32 or str(x.ty.dtype) != "float32":
         return expr
     w_q, w_scale, w_sum = _per_channel(w, 1)
-    x_q, scale, zero_point = activations.quantized(x, tuple(int(d) for d in x.ty.shape))
+    x_q, scale, zero_point = activations.quantized(x, [], site(w))
     return _dequantized(op.matmul(x_q, _const(w_q), out_dtype="int32"), scale, zero_point, w_sum, w_scale)
 
 
-def _int8_conv2d(expr: Any, x: Any, w: np.ndarray, activations: _Activations) -> Any:
+def _int8_conv2d(expr: Any, x: Any, w: np.ndarray, activations: _Dynamic | _Static) -> Any:
     """``expr``, an NCHW convolution of ``x`` by the fp32 weight ``w`` (OIHW), in int8 (back in fp32). ``x`` is
-    padded before it is quantized (a padded zero is then the zero point, as the sum's correction assumes), its
-    channels too, to a multiple of :data:`INT8_STEP` (the weight's with zeros)."""
+    padded by its zero point (the value a padded zero quantizes to, as the sum's correction assumes), its channels
+    too, to a multiple of :data:`INT8_STEP` (the weight's with zeros)."""
     from tvm.relax import op
 
     attrs = expr.attrs
@@ -98,11 +160,8 @@ def _int8_conv2d(expr: Any, x: Any, w: np.ndarray, activations: _Activations) ->
             or (str(attrs.data_layout), str(attrs.kernel_layout)) != ("NCHW", "OIHW")):
         return expr
     top, left, bottom, right = (int(p) for p in attrs.padding)
-    n, c, h, width = (int(d) for d in x.ty.shape)
-    extra = -c % INT8_STEP  # input channels of zeros, weighted by zeros, up to a whole instruction's group
-    padding = [0, 0, 0, extra, top, bottom, left, right]
-    padded = op.nn.pad(x, padding) if any(padding) else x
-    x_q, scale, zero_point = activations.quantized(padded, (n, c + extra, h + top + bottom, width + left + right))
+    extra = -int(x.ty.shape[1]) % INT8_STEP  # input channels of zeros, weighted by zeros, up to a whole instruction's group
+    x_q, scale, zero_point = activations.quantized(x, [0, 0, 0, extra, top, bottom, left, right], site(w))
     w_q, w_scale, w_sum = _per_channel(np.pad(w, ((0, 0), (0, extra), (0, 0), (0, 0))), 0)
     acc = op.nn.conv2d(x_q, _const(w_q), strides=attrs.strides, padding=0, dilation=attrs.dilation, out_dtype="int32")
     return _dequantized(acc, scale, zero_point, w_sum.reshape(1, -1, 1, 1), w_scale.reshape(1, -1, 1, 1))
@@ -194,17 +253,28 @@ def dynamic_quantize(n: int) -> Any:
     return kernel.without_attr("global_symbol")  # named by the GlobalVar its module gives it
 
 
-MODEL_DTYPES = ("float32", "int8")  # what a model's --dtype takes
+SUFFIXES = {"int8": INT8_SUFFIX, "int8-static": STATIC_SUFFIX}  # a quantized --dtype -> its model name's suffix
+MODEL_DTYPES = ("float32", *SUFFIXES)  # what a model's --dtype takes
 
 
 def with_dtype(model: str, dtype: str) -> str:
-    """The model's name for ``dtype`` (a :data:`MODEL_DTYPES`): int8 adds :data:`INT8_SUFFIX`."""
-    return model + INT8_SUFFIX if dtype == "int8" and not is_quantized(model) else model
+    """The model's name for ``dtype`` (a :data:`MODEL_DTYPES`): a quantized one adds its suffix."""
+    return model + SUFFIXES[dtype] if dtype in SUFFIXES and not is_quantized(model) else model
+
+
+def quantized_suffix(model: str) -> str:
+    """The suffix of a quantized model's name (:data:`SUFFIXES`), or ""."""
+    return next((suffix for suffix in SUFFIXES.values() if model.endswith(suffix)), "")
 
 
 def is_quantized(model: str) -> bool:
-    """Whether the model's name asks for it quantized (:data:`INT8_SUFFIX`)."""
-    return model.endswith(INT8_SUFFIX)
+    """Whether the model's name asks for it quantized (a suffix of :data:`SUFFIXES`)."""
+    return bool(quantized_suffix(model))
+
+
+def unquantized(model: str) -> str:
+    """The model's name without its quantization suffix."""
+    return model.removesuffix(quantized_suffix(model))
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from opbench.exceptions import OpBenchError
-from opbench.workloads.models.quantize import INT8_SUFFIX, is_quantized
+from opbench.workloads.models.quantize import is_quantized, quantized_suffix, unquantized
 from opbench.workloads.models.zoo import ZOO
 
 if TYPE_CHECKING:
@@ -276,8 +276,8 @@ def load_model(name: str, batch: int = 1, seq_len: int = 128) -> ModelSource:
     if batch < 1 or seq_len < 1:
         raise OpBenchError(f"--batch-size and --seq-len must be >= 1, got {batch} and {seq_len}")
     if is_quantized(name):  # the same model, its matrix products int8 once imported (opbench.workloads.models.quantize)
-        plain = load_model(name.removesuffix(INT8_SUFFIX), batch, seq_len)
-        return dataclasses.replace(plain, name=plain.name + INT8_SUFFIX)
+        plain = load_model(unquantized(name), batch, seq_len)
+        return dataclasses.replace(plain, name=plain.name + quantized_suffix(name))
     if name.endswith(".onnx"):
         path = Path(name)
         if not path.is_file():
