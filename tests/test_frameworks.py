@@ -145,8 +145,9 @@ def test_a_profile_builds_and_times_tvms_default_lowering_only_when_asked(measur
 
 def test_a_quantized_models_openvino_row_is_nncfs_static_int8_and_agrees_with_fp32_in_a_fresh_process(measurer, tmp_path):
     """OpenVINO's users quantize with NNCF (static, calibrated), not ONNX Runtime's quantize_dynamic: the OpenVINO
-    row of a +int8 model runs NNCF's QuantizeLinear/DequantizeLinear file, ONNX Runtime's row its own dynamic one,
-    and the worker holds OpenVINO's int8 output to agreement with the fp32 model's."""
+    row of a +int8 model runs NNCF's QuantizeLinear/DequantizeLinear file, ONNX Runtime's row its own dynamic one
+    (a +int8-static model's: quantize_static's QDQ file), and the worker holds OpenVINO's int8 output to agreement
+    with the fp32 model's."""
     import onnx
 
     from opbench.studies.models.systems import framework_onnx
@@ -159,6 +160,9 @@ def test_a_quantized_models_openvino_row_is_nncfs_static_int8_and_agrees_with_fp
     assert {"QuantizeLinear", "DequantizeLinear", "Conv"} <= ops[OPENVINO] and "ConvInteger" not in ops[OPENVINO]
     assert "DynamicQuantizeLinear" in ops[ONNXRUNTIME] and "QuantizeLinear" not in ops[ONNXRUNTIME]
     assert not list(tmp_path.glob("*-fp32.onnx"))  # the fp32 exports they were made from not left behind
+    static = framework_onnx(ONNXRUNTIME, load_model("resnet-18@tiny+int8-static"), None, tmp_path / "static")
+    ops = {node.op_type for node in onnx.load(str(static)).graph.node}  # ONNX Runtime's quantize_static: QDQ
+    assert {"QuantizeLinear", "DequantizeLinear", "Conv"} <= ops and "DynamicQuantizeLinear" not in ops
     inputs = save_inputs(source.numpy_inputs(), tmp_path / "inputs.npz", source.reference()[0])
     result = measurer.time_model(ModelInput(source.name, library=str(openvino), inputs=str(inputs), runtime=OPENVINO,
                                             resources=Resources(2)))

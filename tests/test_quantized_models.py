@@ -68,6 +68,34 @@ def test_a_quantized_cnns_convolutions_are_int8_padded_before_quantizing_and_agr
     _agrees_with_fp32(mod, source)
 
 
+@pytest.mark.full  # imports, calibrates and builds the model
+def test_a_static_int8_cnn_is_calibrated_on_samples_and_quantizes_in_its_producers_epilogue():
+    from opbench.workloads.models.calibrate import activation_ranges, samples, site
+    from opbench.workloads.models.extract import fuse, import_model
+    from opbench.workloads.models.quantize import rewrite_products
+    from opbench.workloads.models.sources import load_model
+
+    source = load_model("resnet-18@tiny+int8-static")
+    fp32 = import_model(load_model("resnet-18@tiny"))
+    drawn = samples(source.numpy_inputs())
+    ranges = activation_ranges(fp32, rewrite_products, drawn)
+    weights: list[np.ndarray] = []
+    rewrite_products(fp32, lambda call, x, w: weights.append(w) or call)
+    assert len(weights) >= 3 and set(ranges) == {site(w) for w in weights}  # every product observed
+    images = np.stack([arrays[0] for arrays in drawn])  # the stem's activation is the image: its range, exactly
+    stem = next(w for w in weights if w.shape[1] == 3)
+    assert ranges[site(stem)] == pytest.approx((min(0.0, images.min()), max(0.0, images.max())))
+    assert all(low <= 0.0 <= high and low < high for low, high in ranges.values())
+    mod = import_model(source)
+    convs = [e for e in _calls(mod["main"]) if getattr(e.op, "name", "") == "relax.nn.conv2d"]
+    assert len(convs) == len(weights) and all(
+        (str(c.args[0].ty.dtype), str(c.args[1].ty.dtype), str(c.ty.dtype)) == ("uint8", "int8", "int32") for c in convs)
+    assert not [gv for gv in mod.functions if "dynamic_quantize" in gv.name_hint]  # constant scales: no range pass
+    kernels = [gv.name_hint for gv in fuse(mod).functions]
+    assert [k for k in kernels if k.startswith("fused_conv2d") and "round" in k and "clip" in k]  # fused quantize
+    _agrees_with_fp32(mod, source)
+
+
 def _agrees_with_fp32(mod, source):
     """The quantized module, built and run, agrees with the fp32 model's output (and differs from it: quantized)."""
     import tvm

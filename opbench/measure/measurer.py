@@ -341,7 +341,8 @@ class Measurer:
         finished_at = time.time()  # before the bookkeeping below: when the trial's run ended, give or take milliseconds
         record = new_record(spec, template, config, status, error, ran_on(self.host, spec.resources, run), build, run)
         if run is not None:
-            computed = get_template(spec.workload, template, spec.resources.target).arithmetic_flops(config, spec.workload)
+            computed = spec.workload.flops if template in LIBRARY_TEMPLATES else get_template(
+                spec.workload, template, spec.resources.target).arithmetic_flops(config, spec.workload)
             peak = None if run.status is not Status.OK else self.peak_gflops(  # its dtype's (None: no kernel for it)
                 spec.resources, spec.workload.dtype, reached=computed / 1e6 / estimated_ms(run, self.timing.agree))
             add_run(record, run, self.timing, spec.workload.flops / 1e9, peak, self.calibration.bounds(record.device_key),

@@ -127,8 +127,8 @@ def _exported(cache: TunedCache | None, folder: Path, name: str, doing: str, mak
 
 def framework_onnx(system: str, source: ModelSource, cache: TunedCache | None, folder: Path) -> Path:
     """The ONNX file ``system`` runs: the model's export, which ONNX Runtime and OpenVINO share (a quantized
-    model's quantized by ONNX Runtime's ``quantize_dynamic``), or for OpenVINO a quantized model quantized by
-    NNCF, as OpenVINO's users quantize one."""
+    model's quantized by ONNX Runtime's ``quantize_dynamic`` or ``quantize_static``, as its name asks), or for
+    OpenVINO a quantized model quantized by NNCF, as OpenVINO's users quantize one."""
     from opbench.workloads.models.exports import onnx_file, openvino_int8_file
 
     if system == OPENVINO and is_quantized(source.name):
