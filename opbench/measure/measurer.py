@@ -279,14 +279,22 @@ class Measurer:
             self._kept.discard()
             self._kept = None
 
+    @property
+    def model_timing(self) -> TimingPolicy:
+        """How a whole model is timed, in every system alike: the measurer's timing, warm whatever its operators'
+        cache state (a model runs run after run, as framework benchmarks time one: the state its previous run left
+        is the one it starts from)."""
+        return dataclasses.replace(self.timing, cache_flush=False)
+
     def time_model(self, model: ModelInput) -> RunResult:
         """A whole model timed once in this measurer's workers (a forked child of the kernel worker, or the
-        library worker for PyTorch eager), with the measurer's timing."""
-        return self._local.run(dataclasses.replace(model, timing=self.timing))
+        library worker for the frameworks), with :attr:`model_timing`."""
+        return self._local.run(dataclasses.replace(model, timing=self.model_timing))
 
     def time_models_fresh(self, models: list[ModelInput], placements: int | None = None) -> list[RunResult]:
-        """Whole models, each placement in a new process, as :meth:`measure_fresh` takes them."""
-        return self._local.run_fresh([dataclasses.replace(m, timing=self.timing.exactly(placements)) for m in models])
+        """Whole models, each placement in a new process, as :meth:`measure_fresh` takes them (:attr:`model_timing`)."""
+        return self._local.run_fresh([dataclasses.replace(m, timing=self.model_timing.exactly(placements))
+                                      for m in models])
 
     def profile_models(self, built: list[tuple[Path, Path]], resources: Resources, runs: int = 3) -> list[dict[str, float]]:
         """Each built model (library, inputs) profiled call by call in this measurer's workers, their placements
