@@ -1,6 +1,7 @@
 """Trustworthy numbers: isolated baselines, a quiet TVM pool, measurement quality, fresh-process verification."""
 import contextlib
 import json
+import os
 import math
 import statistics
 import tempfile
@@ -385,6 +386,21 @@ def test_run_workers_get_a_short_pool_spin_unless_the_user_sets_one(monkeypatch)
     assert Resources(2).worker_env()["TVM_THREAD_POOL_SPIN_COUNT"] == "10000"
     monkeypatch.setenv("TVM_THREAD_POOL_SPIN_COUNT", "0")
     assert Resources(2).worker_env()["TVM_THREAD_POOL_SPIN_COUNT"] == "0"
+
+
+def test_threads_a_library_starts_after_pytorch_in_a_worker_may_use_every_core():
+    """OpenVINO's and ONNX Runtime's pools inherit the cores of the thread that starts them: after PyTorch's
+    OpenMP has loaded and run in a worker with the workers' environment, that thread still has every core it had."""
+    import subprocess
+    import sys
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: nothing to be pinned away from")
+    script = ("import os; before = os.sched_getaffinity(0); import torch; torch.set_num_threads(2); "
+              "torch.ones(256, 256) @ torch.ones(256, 256); print(os.sched_getaffinity(0) == before)")
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, **Resources(2).worker_env()},
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stderr[-2000:]
 
 
 def test_a_baseline_is_reused_only_while_young_and_the_host_reads_usual(measurer, monkeypatch, tmp_path):

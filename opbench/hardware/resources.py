@@ -67,17 +67,14 @@ class Resources:
 
     def worker_env(self) -> dict[str, str]:
         """Environment a runner worker needs before TVM's (or OpenMP's) thread pool first starts; a
-        user's own ``TVM_THREAD_POOL_SPIN_COUNT``, ``OMP_PROC_BIND`` and ``OMP_PLACES`` win over ours.
+        user's own ``TVM_THREAD_POOL_SPIN_COUNT`` wins over ours.
 
-        OpenMP threads (torch, OpenBLAS) are bound one per core, as TVM binds its own pool's threads,
-        so they do not migrate during a measurement. (On this 2-vCPU host torch's matmul-512 still
-        lands in a ~3 ms mode instead of ~1.9 ms in some fresh processes, bound or not: host noise
-        that only fresh-process rounds expose, see benchmarks/measurement_quality.py.)"""
+        OpenMP's threads are not bound: binding (``OMP_PROC_BIND``) pins the thread that starts OpenMP to the
+        first core, and every thread a library starts after it inherits that core (OpenVINO's and ONNX Runtime's
+        pools ran both their threads on one core, 2x slower, in the library worker that had run PyTorch)."""
         n = str(self.threads)
         return {"TVM_NUM_THREADS": n, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n,
-                "TVM_THREAD_POOL_SPIN_COUNT": os.environ.get("TVM_THREAD_POOL_SPIN_COUNT", POOL_SPIN_COUNT),
-                "OMP_PROC_BIND": os.environ.get("OMP_PROC_BIND", "true"),
-                "OMP_PLACES": os.environ.get("OMP_PLACES", "cores")}
+                "TVM_THREAD_POOL_SPIN_COUNT": os.environ.get("TVM_THREAD_POOL_SPIN_COUNT", POOL_SPIN_COUNT)}
 
 
 def parse_cores(text: str | None) -> tuple[int, ...] | None:
