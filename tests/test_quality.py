@@ -1,8 +1,8 @@
 """Trustworthy numbers: isolated baselines, a quiet TVM pool, measurement quality, fresh-process verification."""
 import contextlib
 import json
-import os
 import math
+import os
 import statistics
 import tempfile
 import time
