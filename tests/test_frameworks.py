@@ -148,7 +148,7 @@ def test_whole_models_are_timed_warm_in_every_system_by_a_measurer_that_times_op
     after run: a framework's caches are not flushed before each of its runs while TVM's build runs back to back."""
     cold = dataclasses.replace(measurer.options, timing=dataclasses.replace(measurer.timing, cache_flush=True))
     monkeypatch.setattr(measurer, "options", cold)
-    assert measurer.timing.cache_state == "cold" and measurer.model_timing.cache_state == "warm"
+    assert measurer.timing.cache_state == "cold" and measurer.timing.of_models().cache_state == "warm"
     result = measurer.time_model(ModelInput(MODEL, resources=Resources(1)))
     assert result.status is Status.OK and result.number > 1  # calls a repeat sized warm (a cold series takes one)
 

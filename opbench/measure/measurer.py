@@ -45,7 +45,7 @@ from opbench.measure.trial_record import add_run, new_record, ran_on
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.paths import build_dir
 from opbench.record import Status, TrialRecord
-from opbench.space import LIBRARY_TEMPLATES, Config, dot_product, get_template
+from opbench.space import LIBRARY_TEMPLATES, Config, computed_flops, dot_product, get_template
 from opbench.workloads import Workload
 
 log = logging.getLogger(__name__)
@@ -279,22 +279,13 @@ class Measurer:
             self._kept.discard()
             self._kept = None
 
-    @property
-    def model_timing(self) -> TimingPolicy:
-        """How a whole model is timed, in every system alike: the measurer's timing, warm whatever its operators'
-        cache state (a model runs run after run, as framework benchmarks time one: the state its previous run left
-        is the one it starts from)."""
-        return dataclasses.replace(self.timing, cache_flush=False)
-
     def time_model(self, model: ModelInput) -> RunResult:
-        """A whole model timed once in this measurer's workers (a forked child of the kernel worker, or the
-        library worker for the frameworks), with :attr:`model_timing`."""
-        return self._local.run(dataclasses.replace(model, timing=self.model_timing))
+        """A whole model timed once in this measurer's workers, as :meth:`TimingPolicy.of_models` says."""
+        return self._local.run(dataclasses.replace(model, timing=self.timing.of_models()))
 
     def time_models_fresh(self, models: list[ModelInput], placements: int | None = None) -> list[RunResult]:
-        """Whole models, each placement in a new process, as :meth:`measure_fresh` takes them (:attr:`model_timing`)."""
-        return self._local.run_fresh([dataclasses.replace(m, timing=self.model_timing.exactly(placements))
-                                      for m in models])
+        """Whole models, each placement in a new process, as :meth:`measure_fresh` takes them (timed as :meth:`time_model`)."""
+        return self._local.run_fresh([dataclasses.replace(m, timing=self.timing.of_models().exactly(placements)) for m in models])
 
     def profile_models(self, built: list[tuple[Path, Path]], resources: Resources, runs: int = 3) -> list[dict[str, float]]:
         """Each built model (library, inputs) profiled call by call in this measurer's workers, their placements
@@ -349,8 +340,7 @@ class Measurer:
         finished_at = time.time()  # before the bookkeeping below: when the trial's run ended, give or take milliseconds
         record = new_record(spec, template, config, status, error, ran_on(self.host, spec.resources, run), build, run)
         if run is not None:
-            computed = spec.workload.flops if template in LIBRARY_TEMPLATES else get_template(
-                spec.workload, template, spec.resources.target).arithmetic_flops(config, spec.workload)
+            computed = computed_flops(spec.workload, template, config, spec.resources.target)
             peak = None if run.status is not Status.OK else self.peak_gflops(  # its dtype's (None: no kernel for it)
                 spec.resources, spec.workload.dtype, reached=computed / 1e6 / estimated_ms(run, self.timing.agree))
             add_run(record, run, self.timing, spec.workload.flops / 1e9, peak, self.calibration.bounds(record.device_key),

@@ -67,6 +67,11 @@ class TimingPolicy:
         first call of :data:`WARM_CALL_S` or more, which warmed everything up."""
         return 0 if first_s >= WARM_CALL_S else 1
 
+    def of_models(self) -> TimingPolicy:
+        """How a whole model is timed, in every system alike: this policy, warm whatever its operators' cache state
+        (a model runs run after run, as framework benchmarks time one: its previous run left the state it starts in)."""
+        return dataclasses.replace(self, cache_flush=False)
+
     def exactly(self, placements: int | None) -> TimingPolicy:
         """This policy with ``placements`` placements, no more (a verification's rounds; None: as it is)."""
         if placements is None:

@@ -18,7 +18,7 @@ from opbench.space.tiled import TiledTemplate
 from opbench.workloads import Workload
 from opbench.workloads._base import INT8
 
-__all__ = ["Config", "Knob", "Nest", "Template", "TEMPLATES", "get_template"]
+__all__ = ["Config", "Knob", "Nest", "Template", "TEMPLATES", "computed_flops", "get_template"]
 
 _WINDOW: dict[str, Any] = {"untiled_spatial": 1, "has_pad": True}  # n stays whole; a padding stage may exist
 TEMPLATES: dict[str, Template] = {
@@ -104,3 +104,11 @@ def _dot_default(workload: Workload) -> str | None:
     if name is None:
         return None
     return None if TEMPLATES[name].refusal(workload) else name
+
+
+def computed_flops(workload: Workload, template: str, config: Config, target: str = "llvm") -> float:
+    """FLOPs a trial of ``template`` (validated ``config``) computes: :meth:`Template.arithmetic_flops`, the workload's
+    own for a library baseline."""
+    if template in LIBRARY_TEMPLATES:
+        return workload.flops
+    return get_template(workload, template, target).arithmetic_flops(config, workload)
