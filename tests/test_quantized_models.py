@@ -198,13 +198,13 @@ def test_an_unknown_model_dtype_exits_2_naming_the_choices(capsys):
 
 
 def test_tune_model_dtype_int8_tunes_and_verifies_the_quantized_model(tmp_path, tracking_uri):
-    out = subprocess.run(CLI + ["tune-model", "bert-base@tiny", "--dtype", "int8", "--seq-len", "16", "--trials-per-op",
+    out = subprocess.run(CLI + ["tune-model", "lstm@tiny", "--dtype", "int8", "--trials-per-op",
                                 "2", "--max-ops", "1", *ONE_PLACEMENT, "--verify-rounds", "0",
                                 "--tracking-uri", tracking_uri, "--study", "q8",
                                 "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"], capture_output=True, text=True,
                          timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "bert-base@tiny+int8, batch 1" in out.stdout and "tuned model output matches the reference" in out.stdout
+    assert "lstm@tiny+int8, batch 1" in out.stdout and "tuned model output matches the reference" in out.stdout
     from opbench.tracking import read_mlflow_records
 
     records = read_mlflow_records(["q8"], tracking_uri)
