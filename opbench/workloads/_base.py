@@ -184,14 +184,17 @@ class Workload:
         return self.op.output_dtype(self.params, self.dtype)
 
     def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        """Random inputs: floats in [-1, 1) (bf16: rounded to it); an int8 workload's operands over their type's
+        """Random inputs: floats of magnitude in [0.5, 1), either sign (bf16: rounded to it; away from zero because
+        a model operator divides by some of them, a batch norm's scale: a divisor drawn near zero amplifies two
+        correct float32 results' rounding apart past any tolerance); an int8 workload's operands over their type's
         whole range (a bias: int16's); booleans 0 or 1; other integers 0 (an index valid in any dimension, a
         dimension of one too: BERT's mask is gathered at [0, position])."""
         rng = np.random.default_rng(seed)
 
         def draw(shape: tuple[int, ...], dtype: str) -> np.ndarray:
             if dtype == BF16 or np.dtype(dtype).kind == "f":
-                return rng.uniform(-1.0, 1.0, shape).astype(numpy_dtype(dtype))
+                signs = rng.choice(np.array([-1.0, 1.0]), shape)
+                return (signs * rng.uniform(0.5, 1.0, shape)).astype(numpy_dtype(dtype))
             if np.dtype(dtype).kind == "b":
                 return rng.integers(0, 2, shape).astype(dtype)
             if self.dtype != INT8:
