@@ -165,8 +165,10 @@ def run_case(model: str, batch: int, args: argparse.Namespace, scratch: Path, ce
     ops = cache.extract(model, batch, SEQ_LEN)[0]
     with Measurer() as measurer:
         built = measurer.profile_models([(result.database / TUNED, result.database / INPUTS)], Resources(args.threads))[0]
+        int8_peak = measurer.peak_gflops(Resources(args.threads), "int8") if is_quantized(model) else None
+    yardstick = (int8_peak, "the host's measured int8 peak") if int8_peak else (ceiling[0], "the GEMM ceiling")
     return {"rows": rows, "footnotes": footnotes, "ceiling": ceiling_line(*ceiling),
-            "verdicts": targets(model, batch, verified) + of_ceiling(model, ops, result, built, ceiling[0]),
+            "verdicts": targets(model, batch, verified) + of_ceiling(model, ops, result, built, yardstick),
             "split": where_time_goes(model, batch, ops, built, args.threads), "wall_min": (time.monotonic() - started) / 60}
 
 
@@ -193,11 +195,13 @@ def report(cases: list[dict], args: argparse.Namespace, store: CaseStore, wall_s
     results.save()
 
 
-def of_ceiling(model: str, fused: list[FusedOp], result: ModelTuneResult, built: dict[str, float], ceiling: float
-               ) -> list[str]:
-    """The tuned model's matmuls and convolutions against the GEMM ceiling: a verdict for the kind the issue names
-    for the model, a line for the others. Their time is their share of the tuned build's profile (``built``, one
-    process, in whatever phase the host was) times the tuned model's verified latency (fresh processes)."""
+def of_ceiling(model: str, fused: list[FusedOp], result: ModelTuneResult, built: dict[str, float],
+               yardstick: tuple[float, str]) -> list[str]:
+    """The tuned model's matmuls and convolutions against ``yardstick`` (GFLOP/s and its name: the GEMM ceiling, a
+    quantized model's the host's int8 peak): a verdict for the kind the issue names for the model, a line for the
+    others. Their time is their share of the tuned build's profile (``built``, one process, in whatever phase the
+    host was) times the tuned model's verified latency (fresh processes)."""
+    ceiling, against = yardstick
     ops = {op.name: op for op in fused}
     verified = result.verification.schedules.get(BEST) if result.verification else None
     latency = verified.latency if verified else None
@@ -207,8 +211,8 @@ def of_ceiling(model: str, fused: list[FusedOp], result: ModelTuneResult, built:
         if not names:
             continue
         named = (model, label) in (("bert-base", "matmuls"), ("resnet-50", "convolutions"))
-        what = (f"{model}'s {label} (target {TARGET_OF_CEILING:.0%} of the GEMM ceiling for bert-base's matmuls and "
-                "resnet-50's convolutions)")
+        what = (f"{model}'s {label} against {against} (target {TARGET_OF_CEILING:.0%} of the GEMM ceiling for "
+                "bert-base's matmuls and resnet-50's convolutions)")
         if latency is None:
             lines.append(f"not verified: {what}")
             continue
