@@ -241,10 +241,10 @@ def test_every_fused_point_builds_a_correct_kernel(build_checker):
 
 
 @pytest.mark.slow
-def test_a_models_transposed_convolutions_take_the_tiled_template_and_every_point_builds(build_checker):
-    """DCGAN's generator: each fused transposed convolution (TOPI's spread, padding and flipped kernel, then the
-    batch norm and ReLU or tanh after it) is scheduled as the catalogue's conv2d_transpose, every sampled point
-    checked against the operator's unscheduled build."""
+def test_a_models_transposed_convolutions_are_imported_as_convolutions_whose_every_point_builds(build_checker):
+    """DCGAN's generator in its sub-pixel form: the latent vector's transposed convolution a matmul, each strided
+    one a convolution over the input (its phases along the output channels) on the convolution template, every
+    sampled point checked against the operator's unscheduled build."""
     from opbench.hardware.resources import Resources
     from opbench.measure.types import TrialSpec
     from opbench.space import get_template
@@ -254,11 +254,16 @@ def test_a_models_transposed_convolutions_take_the_tiled_template_and_every_poin
 
     from .test_space import weighted_configs
 
-    workloads = [parse_workload(model_name("dcgan@tiny", op.name, 1, 128)) for op in extract("dcgan@tiny", 1, 128)[0]]
-    assert {get_template(w).name for w in workloads} == {"fused_conv2d_transpose"}  # five layers, each one
-    specs = [TrialSpec(w, config, Resources(1 + i % 2), "fused_conv2d_transpose") for w in workloads
-             for i, config in enumerate(weighted_configs(w, 4, ("pad_at", "cache_write", "order"),
-                                                         template=get_template(w)))]
+    ops = extract("dcgan@tiny", 1, 128)[0]
+    assert not any("conv2d_transpose" in op.name for op in ops)
+    anchors = [op for op in ops if op.kind in ("conv2d", "matmul")]
+    assert sorted(op.kind for op in anchors) == ["conv2d"] * 4 + ["matmul"]  # five layers
+    strided = [op for op in anchors if op.kind == "conv2d"]  # 4x4 kernels of stride 2: four phases of 2x2 taps each
+    assert all(any(len(s) == 4 and s[2:] == (2, 2) for s in op.shapes[1:-1]) and op.shapes[-1][1] % 4 == 0 for op in strided)
+    workloads = [parse_workload(model_name("dcgan@tiny", op.name, 1, 128)) for op in anchors]
+    assert {get_template(w).name for w in workloads} == {"fused_conv2d_nchwc", "fused_matmul"}
+    specs = [TrialSpec(w, config, Resources(1 + i % 2), get_template(w).name) for w in workloads
+             for i, config in enumerate(weighted_configs(w, 3, ("cache_write", "order"), template=get_template(w)))]
     records = build_checker.measure_batch(specs)
     assert {r["status"] for r in records} == {"ok"}, [(r["workload"], r["error"]) for r in records if r["status"] != "ok"][:3]
 
@@ -414,7 +419,7 @@ def test_an_eager_convolution_is_known_by_its_sizes_stride_and_padding():
 
 
 @pytest.mark.parametrize("model, kinds", [("resnet-50@tiny", {"conv"}), ("bert-base@tiny", {"gemm", "softmax", "layer_norm"}),
-                                          ("dcgan@tiny", {"conv_transpose"})])
+                                          ("dcgan@tiny", {"conv", "gemm"})])
 def test_our_operators_are_matched_with_eagers_by_what_they_compute(model, kinds):
     from opbench.studies.models.eager_ops import OTHER, match, ours, profile_eager
     from opbench.workloads.models.cache import extract
@@ -423,7 +428,7 @@ def test_our_operators_are_matched_with_eagers_by_what_they_compute(model, kinds
     rows = match(ours(ops, {op.name: 1.0 for op in ops}), profile_eager(load_model(model, 1, 32), runs=2, threads=2))
     both = [r for r in rows if r.signature != OTHER and r.ours_ms == r.ours_ms and r.eager_ms == r.eager_ms]
     assert {r.signature[0] for r in both} == kinds and all(r.eager_ms > 0 for r in both)
-    anchors = [op for op in ops if op.kind in ("conv2d", "conv2d_transpose", "matmul", "softmax", "layer_norm")]
+    anchors = [op for op in ops if op.kind in ("conv2d", "matmul", "softmax", "layer_norm")]
     assert sum(r.ours_ms for r in both) == len(anchors)  # every anchor found its eager twin
     assert rows[-1].signature == OTHER  # and the rest is one row, last
 
@@ -617,7 +622,7 @@ def test_every_resnet_depth_is_a_model_its_tiny_variant_extracts(model):
 
 
 @pytest.mark.full
-@pytest.mark.parametrize("model, kind", [("resnet3d-18@tiny", "conv3d"), ("dcgan@tiny", "conv2d_transpose"),
+@pytest.mark.parametrize("model, kind", [("resnet3d-18@tiny", "conv3d"), ("dcgan@tiny", "conv2d"),
                                          ("gcn@tiny", "matmul")])
 def test_tune_model_tunes_a_3d_cnn_dcgan_and_the_gcn_and_builds_each(model, kind, tmp_path, tracking_uri):
     """The seeds' 3-D CNN, generator and graph network end to end: profiled operator by operator, the largest
@@ -638,7 +643,7 @@ def test_tune_model_tunes_a_3d_cnn_dcgan_and_the_gcn_and_builds_each(model, kind
 @pytest.mark.full  # each imported into Relax, built and run
 @pytest.mark.parametrize("model, kinds", [("vgg-16", {"conv2d", "pool", "matmul"}),
                                           ("squeezenet1.1", {"conv2d", "concatenate", "pool"}),
-                                          ("dcgan", {"conv2d_transpose"}), ("gcn", {"matmul"}),
+                                          ("dcgan", {"conv2d", "matmul"}), ("gcn", {"matmul"}),
                                           ("resnet3d-18", {"conv3d", "pool"}), ("yolov3-tiny", {"conv2d", "resize2d"}),
                                           ("densenet-121", {"conv2d", "concatenate", "pool"}),
                                           ("inception-v3", {"conv2d", "concatenate", "pool"}),

@@ -81,8 +81,6 @@ def anchor_pattern(func: Any) -> str:
       c, r, s, reading data ``(N, C, H, W)`` and weight ``(K, C, R, S)``);
     - ``depthwise_conv2d``: one with a group per channel (``group_conv2d_nchw``, c of extent 1,
       data ``(N, K, H, W)``, weight ``(K, 1, R, S)``);
-    - ``conv2d_transpose``: a transposed convolution (TOPI's ``conv2d_transpose_nchw``: the input spread and
-      padded, the kernel flipped, then ``compute`` over n, k, y, x | c, r, s);
     - ``matmul``: a (batched) matmul (loops ..., i, j | k, reading two buffers);
     - ``rowwise``: a softmax or layer norm over the last axis (row reductions, then an elementwise output)."""
     import tvm
@@ -98,8 +96,6 @@ def anchor_pattern(func: Any) -> str:
         return "rowwise"
     if len(shapes) != 2:
         return ""
-    if {"data_dilate", "data_pad", "kernel_transform"} <= set(names) and kinds == [False] * 4 + [True] * 3:
-        return "conv2d_transpose"
     if block.name_hint.startswith(("conv2d_nchw", "group_conv2d_nchw")) and kinds == [False] * 4 + [True] * 3:
         _, k, _, _, c, r, s = extents
         if len(shapes[0]) != 4 or shapes[1] != [k, c, r, s]:
@@ -213,10 +209,6 @@ class Fused(Operator):
     def anchor_operands(self, p: Params) -> tuple[str, ...]:
         """The dtypes its anchor block reads (a quantized model's matmul: uint8 activations, int8 weights)."""
         return _anchor_operands(*self._key(p))
-
-    def has_pad_stage(self, p: Params) -> bool:
-        """A transposed convolution's spread input is one (the other kinds' padding is inlined by their templates)."""
-        return self.kind(p) == "fused_conv2d_transpose"
 
     def task_key(self, p: Params, dtype: str) -> str:
         """``tir:<kind>:<buffer shapes>:<dtype>:<structural hash of the PrimFunc>``: the computation itself,

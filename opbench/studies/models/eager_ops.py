@@ -14,6 +14,7 @@ from typing import Any
 
 from opbench.workloads.models.extract import FusedOp
 from opbench.workloads.models.sources import ModelSource
+from opbench.workloads.models.subpixel import SubPixel, is_matmul
 
 # ("conv", n, c, k, r, s, oh, ow): not the input's size, which a pad outside the convolution changes (eager's
 # explicit padding; ours folded into the convolution) | ("conv_transpose", the same) | ("gemm", rows, n, k) |
@@ -53,11 +54,18 @@ def _conv(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], pad
 
 
 def _conv_transpose(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int],
-                    output_padding: Sequence[int]) -> Signature:
+                    output_padding: Sequence[int], groups: int = 1, dilation: Sequence[int] = (1, 1)) -> Signature:
+    """What our build computes for eager's transposed convolution: its sub-pixel form's convolution (or matrix
+    product) where the model's import rewrote it (:mod:`opbench.workloads.models.subpixel`), else the transposed one."""
     n, c, h, w = data
     _, k, r, s = weight
-    oh, ow = ((size - 1) * st - 2 * p + f + extra
-              for size, p, f, st, extra in zip((h, w), padding, (r, s), stride, output_padding))
+    extra = (int(output_padding[0]), int(output_padding[1]))
+    if groups == 1 and tuple(dilation) == (1, 1):
+        if is_matmul((h, w), extra):
+            return ("gemm", n, k * r * s, c)
+        sub = SubPixel.of((h, w), (r, s), (int(stride[0]), int(stride[1])), (*padding, *padding), extra)  # type: ignore[arg-type]
+        return ("conv", *sub.conv_signature(n, c, k, (int(stride[0]), int(stride[1]))))
+    oh, ow = ((size - 1) * st - 2 * p + f + e for size, p, f, st, e in zip((h, w), padding, (r, s), stride, extra))
     return ("conv_transpose", n, c, k, r, s, oh, ow)
 
 
@@ -65,7 +73,7 @@ def eager_signature(name: str, shapes: Sequence[Sequence[int]], args: Sequence[A
     """What a top-level ATen call computes (:data:`OTHER` when it is none of conv, GEMM, row-wise)."""
     op = name.removeprefix("aten::")
     if op == "conv_transpose2d" and len(shapes[1]) == 4:
-        return _conv_transpose(shapes[0], shapes[1], args[3], args[4], args[5])
+        return _conv_transpose(shapes[0], shapes[1], *args[3:8])
     if op in ("conv2d", "convolution") and len(shapes[1]) == 4:
         return _conv(shapes[0], shapes[1], args[3], args[4])
     if op == "linear":

@@ -12,6 +12,7 @@ from opbench.workloads.models.exports import exported_program, onnx_module, rela
 from opbench.workloads.models.graph import pad_into_conv, unwrap_batch_norm
 from opbench.workloads.models.quantize import quantized_as_named
 from opbench.workloads.models.sources import ModelSource
+from opbench.workloads.models.subpixel import transposed_convs_as_convs
 
 KEY_SHARE = 0.9  # key operators: the fewest that cover this share of the model's time
 KINDS = ("depthwise_conv2d", "conv2d_transpose", "conv3d", "conv2d", "batch_matmul", "matmul", "dense", "softmax", "layer_norm", "pool",
@@ -59,8 +60,8 @@ def import_model(source: ModelSource) -> Any:
 # (2: fast exp/erf/tanh; 3: batch norms unwrapped, pads folded into convolutions; 4: integer cumsums widened;
 # 5: token models take their attention mask and are imported with a symbolic sequence length; 6: a quantized model's
 # activations quantized by one kernel each; 7: a model's batch above 1 imported symbolic, then bound; 8: products
-# found by one visit each, static int8).
-PIPELINE_VERSION = 8
+# found by one visit each, static int8; 9: transposed convolutions in their sub-pixel form).
+PIPELINE_VERSION = 9
 
 
 def fuse(mod: Any) -> Any:
@@ -71,7 +72,7 @@ def fuse(mod: Any) -> Any:
     import tvm
     from tvm import relax
 
-    mod = pad_into_conv(unwrap_batch_norm(mod))
+    mod = transposed_convs_as_convs(pad_into_conv(unwrap_batch_norm(mod)))
     passes = [relax.transform.FastMathTransform(),
               relax.transform.LegalizeOps({"relax.nn.gelu": _fast_gelu}), relax.transform.AnnotateTIROpPattern(),
               relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(),
