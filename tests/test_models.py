@@ -240,32 +240,61 @@ def test_every_fused_point_builds_a_correct_kernel(build_checker):
     assert {layout for _, layout in packing} == {"weights_prepacked"}  # timed as the model runs them: weights packed
 
 
+def _model_workloads(model, kinds):
+    """The fused operators of ``model`` (batch 1, 128 tokens) of these kinds, and their workloads."""
+    from opbench.workloads import parse_workload
+    from opbench.workloads.fused import model_name
+    from opbench.workloads.models.cache import extract
+
+    ops = [op for op in extract(model, 1, 128)[0] if op.kind in kinds]
+    return ops, [parse_workload(model_name(model, op.name, 1, 128)) for op in ops]
+
+
+def _every_sampled_point_is_correct(build_checker, workloads, per_workload):
+    """``per_workload`` configs of each workload's default template, each built and checked against its reference."""
+    from opbench.hardware.resources import Resources
+    from opbench.measure.types import TrialSpec
+    from opbench.space import get_template
+
+    from .test_space import weighted_configs
+
+    specs = [TrialSpec(w, config, Resources(1 + i % 2), get_template(w).name) for w in workloads
+             for i, config in enumerate(weighted_configs(w, per_workload, ("pad_at", "cache_write", "order"),
+                                                         template=get_template(w)))]
+    records = build_checker.measure_batch(specs)
+    assert {r["status"] for r in records} == {"ok"}, [(r["workload"], r["error"]) for r in records if r["status"] != "ok"][:3]
+
+
 @pytest.mark.slow
 def test_a_models_transposed_convolutions_are_imported_as_convolutions_whose_every_point_builds(build_checker):
     """DCGAN's generator in its sub-pixel form: the latent vector's transposed convolution a matmul, each strided
     one a convolution over the input (its phases along the output channels) on the convolution template, every
     sampled point checked against the operator's unscheduled build."""
-    from opbench.hardware.resources import Resources
-    from opbench.measure.types import TrialSpec
     from opbench.space import get_template
-    from opbench.workloads import parse_workload
-    from opbench.workloads.fused import model_name
     from opbench.workloads.models.cache import extract
 
-    from .test_space import weighted_configs
-
-    ops = extract("dcgan@tiny", 1, 128)[0]
-    assert not any("conv2d_transpose" in op.name for op in ops)
-    anchors = [op for op in ops if op.kind in ("conv2d", "matmul")]
+    assert not any("conv2d_transpose" in op.name for op in extract("dcgan@tiny", 1, 128)[0])
+    anchors, workloads = _model_workloads("dcgan@tiny", ("conv2d", "matmul"))
     assert sorted(op.kind for op in anchors) == ["conv2d"] * 4 + ["matmul"]  # five layers
     strided = [op for op in anchors if op.kind == "conv2d"]  # 4x4 kernels of stride 2: four phases of 2x2 taps each
     assert all(any(len(s) == 4 and s[2:] == (2, 2) for s in op.shapes[1:-1]) and op.shapes[-1][1] % 4 == 0 for op in strided)
-    workloads = [parse_workload(model_name("dcgan@tiny", op.name, 1, 128)) for op in anchors]
     assert {get_template(w).name for w in workloads} == {"fused_conv2d_nchwc", "fused_matmul"}
-    specs = [TrialSpec(w, config, Resources(1 + i % 2), get_template(w).name) for w in workloads
-             for i, config in enumerate(weighted_configs(w, 3, ("cache_write", "order"), template=get_template(w)))]
-    records = build_checker.measure_batch(specs)
-    assert {r["status"] for r in records} == {"ok"}, [(r["workload"], r["error"]) for r in records if r["status"] != "ok"][:3]
+    _every_sampled_point_is_correct(build_checker, workloads, 3)
+
+
+@pytest.mark.slow
+def test_a_models_3d_convolutions_take_the_tiled_conv3d_template_and_every_point_builds(build_checker):
+    """ResNet3D-18's convolutions (padded or not, strided or not, with the batch norm, residual add and ReLU after
+    them) scheduled as the catalogue's conv3d, every sampled point checked against the operator's unscheduled build."""
+    from opbench.space import get_template
+    from opbench.testing import template_contract
+
+    convs, workloads = _model_workloads("resnet3d-18@tiny", ("conv3d",))
+    assert len(convs) >= 4 and {get_template(w).name for w in workloads} == {"fused_conv3d"}
+    assert all(w.op.has_pad_stage(w.params) for w in workloads)  # TOPI's pad_temp (a copy where nothing is padded)
+    for workload in workloads:
+        template_contract.check_space(get_template(workload), workload, samples=3)
+    _every_sampled_point_is_correct(build_checker, workloads, 3)
 
 
 ALTERNATE = {"packed_output": 0, "ow_block": 2, "oh_block": 2, "reduce_order": "rs_c_c", "unroll_window": 1,
@@ -419,7 +448,7 @@ def test_an_eager_convolution_is_known_by_its_sizes_stride_and_padding():
 
 
 @pytest.mark.parametrize("model, kinds", [("resnet-50@tiny", {"conv"}), ("bert-base@tiny", {"gemm", "softmax", "layer_norm"}),
-                                          ("dcgan@tiny", {"conv", "gemm"})])
+                                          ("dcgan@tiny", {"conv", "gemm"}), ("resnet3d-18@tiny", {"conv3d", "gemm"})])
 def test_our_operators_are_matched_with_eagers_by_what_they_compute(model, kinds):
     from opbench.studies.models.eager_ops import OTHER, match, ours, profile_eager
     from opbench.workloads.models.cache import extract
@@ -428,7 +457,7 @@ def test_our_operators_are_matched_with_eagers_by_what_they_compute(model, kinds
     rows = match(ours(ops, {op.name: 1.0 for op in ops}), profile_eager(load_model(model, 1, 32), runs=2, threads=2))
     both = [r for r in rows if r.signature != OTHER and r.ours_ms == r.ours_ms and r.eager_ms == r.eager_ms]
     assert {r.signature[0] for r in both} == kinds and all(r.eager_ms > 0 for r in both)
-    anchors = [op for op in ops if op.kind in ("conv2d", "matmul", "softmax", "layer_norm")]
+    anchors = [op for op in ops if op.kind in ("conv2d", "conv3d", "matmul", "softmax", "layer_norm")]
     assert sum(r.ours_ms for r in both) == len(anchors)  # every anchor found its eager twin
     assert rows[-1].signature == OTHER  # and the rest is one row, last
 

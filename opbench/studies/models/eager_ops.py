@@ -17,11 +17,15 @@ from opbench.workloads.models.sources import ModelSource
 from opbench.workloads.models.subpixel import SubPixel, is_matmul
 
 # ("conv", n, c, k, r, s, oh, ow): not the input's size, which a pad outside the convolution changes (eager's
-# explicit padding; ours folded into the convolution) | ("conv_transpose", the same) | ("gemm", rows, n, k) |
+# explicit padding; ours folded into the convolution) | ("conv3d", n, c, k, t, r, s, od, oh, ow) |
+# ("conv_transpose", as "conv") | ("gemm", rows, n, k) |
 # (kind, *shape)
 Signature = tuple[Any, ...]
 OTHER: Signature = ("other",)
 ROWWISE = {"softmax", "layer_norm"}
+# our convolution kinds: their signature's name, and the weight's axis of output channels (a transposed one's: 1)
+CONVOLUTIONS = {"conv2d": ("conv", 0), "depthwise_conv2d": ("conv", 0), "conv3d": ("conv3d", 0),
+                "conv2d_transpose": ("conv_transpose", 1)}
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,11 @@ class Matched:
 
 
 def _conv(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int]) -> Signature:
-    n, c, h, w = data
-    k, _, r, s = weight
-    oh, ow = ((size + 2 * p - f) // st + 1 for size, p, f, st in zip((h, w), padding, (r, s), stride))
-    return ("conv", n, c, k, r, s, oh, ow)
+    """("conv", n, c, k, kernel..., out...) of a 2-D convolution, ("conv3d", ...) of a 3-D one."""
+    n, c, *spatial = data
+    k, _, *kernel = weight
+    out = [(size + 2 * p - f) // st + 1 for size, p, f, st in zip(spatial, padding, kernel, stride)]
+    return ("conv" if len(spatial) == 2 else "conv3d", n, c, k, *kernel, *out)
 
 
 def _conv_transpose(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int],
@@ -74,7 +79,7 @@ def eager_signature(name: str, shapes: Sequence[Sequence[int]], args: Sequence[A
     op = name.removeprefix("aten::")
     if op == "conv_transpose2d" and len(shapes[1]) == 4:
         return _conv_transpose(shapes[0], shapes[1], *args[3:8])
-    if op in ("conv2d", "convolution") and len(shapes[1]) == 4:
+    if op in ("conv2d", "conv3d", "convolution") and len(shapes[1]) in (4, 5):
         return _conv(shapes[0], shapes[1], args[3], args[4])
     if op == "linear":
         return ("gemm", math.prod(shapes[0][:-1]), shapes[1][0], shapes[0][-1])
@@ -89,14 +94,11 @@ def eager_signature(name: str, shapes: Sequence[Sequence[int]], args: Sequence[A
 def fused_signature(op: FusedOp) -> Signature:
     """What one of our fused operators computes, from its anchor kind and buffers (inputs, then output)."""
     out, first = op.shapes[-1], op.shapes[0]
-    if op.kind in ("conv2d", "depthwise_conv2d") and len(first) == 4 and len(out) == 4:
-        weight = next((s for s in op.shapes[1:-1] if len(s) == 4 and s[0] == out[1]), None)
+    if op.kind in CONVOLUTIONS and len(first) == len(out) in (4, 5):
+        name, out_channels_axis = CONVOLUTIONS[op.kind]  # of the weight
+        weight = next((s for s in op.shapes[1:-1] if len(s) == len(out) and s[out_channels_axis] == out[1]), None)
         if weight is not None:
-            return ("conv", *first[:2], out[1], weight[2], weight[3], out[2], out[3])
-    if op.kind == "conv2d_transpose" and len(first) == 4 and len(out) == 4:
-        weight = next((s for s in op.shapes[1:-1] if len(s) == 4 and s[1] == out[1]), None)
-        if weight is not None:
-            return ("conv_transpose", *first[:2], out[1], weight[2], weight[3], out[2], out[3])
+            return (name, *first[:2], out[1], *weight[2:], *out[2:])
     if op.kind in ("matmul", "dense", "batch_matmul") and len(out) >= 2:
         return ("gemm", math.prod(out[:-1]), out[-1], first[-1])
     if op.kind in ROWWISE:
