@@ -282,21 +282,6 @@ def test_a_models_transposed_convolutions_are_imported_as_convolutions_whose_eve
     _every_sampled_point_is_correct(build_checker, workloads, 3)
 
 
-@pytest.mark.slow
-def test_a_models_3d_convolutions_take_the_tiled_conv3d_template_and_every_point_builds(build_checker):
-    """ResNet3D-18's convolutions (padded or not, strided or not, with the batch norm, residual add and ReLU after
-    them) scheduled as the catalogue's conv3d, every sampled point checked against the operator's unscheduled build."""
-    from opbench.space import get_template
-    from opbench.testing import template_contract
-
-    convs, workloads = _model_workloads("resnet3d-18@tiny", ("conv3d",))
-    assert len(convs) >= 4 and {get_template(w).name for w in workloads} == {"fused_conv3d"}
-    assert all(w.op.has_pad_stage(w.params) for w in workloads)  # TOPI's pad_temp (a copy where nothing is padded)
-    for workload in workloads:
-        template_contract.check_space(get_template(workload), workload, samples=3)
-    _every_sampled_point_is_correct(build_checker, workloads, 3)
-
-
 ALTERNATE = {"packed_output": 0, "ow_block": 2, "oh_block": 2, "reduce_order": "rs_c_c", "unroll_window": 1,
              "cache_write": "global", "order": "SRSRS:outer", "algorithm": "direct"}  # another point of each template,
 # where it has the value (the pointwise conv's default is the GEMM: here the direct algorithm)

@@ -8,7 +8,6 @@ from opbench.space._base import Config, Knob, Nest, Template
 from opbench.space.dot_conv import DotProductConvTemplate
 from opbench.space.dot_product import DotProductTemplate
 from opbench.space.fused import FusedTemplate
-from opbench.space.fused_conv3d import FusedConv3dTemplate
 from opbench.space.fused_matmul import FusedMatmulTemplate
 from opbench.space.gpu import GPU_TEMPLATES
 from opbench.space.packed import PackedConvTemplate
@@ -46,7 +45,6 @@ TEMPLATES: dict[str, Template] = {
         RowwiseTemplate("add_relu", fuse_all=True),
         FusedTemplate(),
         FusedMatmulTemplate(),
-        FusedConv3dTemplate(),
         FusedRowwiseTemplate(),
         NoScheduleTemplate(),
         IRFileTemplate(),
@@ -62,7 +60,7 @@ SPECIAL_TEMPLATES = GENERIC_TEMPLATES + LIBRARY_TEMPLATES  # records whose knobs
 # (``--template fused`` for the generic fused template).
 CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_nchwc",
                 "fused_conv2d": "fused_conv2d_nchwc", "fused_depthwise_conv2d": "fused_depthwise_conv2d_nchwc",
-                "fused_matmul": "fused_matmul", "fused_rowwise": "fused_rowwise", "fused_conv3d": "fused_conv3d"}
+                "fused_matmul": "fused_matmul", "fused_rowwise": "fused_rowwise"}
 # int8 matrix products and convolutions (a quantized model's too) take the dot-product templates where they apply:
 # on CPUs that have the instruction (dot_product.INSTRUCTIONS), to int8 operands
 DOT_DEFAULTS = {"dense": "dense_int8", "matmul": "matmul_int8", "fused_matmul": "fused_matmul_int8",

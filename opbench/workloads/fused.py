@@ -28,7 +28,6 @@ def register_op_loader(loader: OpLoader) -> None:
     _loaders.append(loader)
 
 REDUCE = 2  # tirx.IterVar.CommReduce
-PAD_PRODUCER = "pad_temp"  # TOPI's padding stage before a convolution
 
 
 def child_blocks(sch: Schedule) -> list[Any]:
@@ -82,8 +81,6 @@ def anchor_pattern(func: Any) -> str:
       c, r, s, reading data ``(N, C, H, W)`` and weight ``(K, C, R, S)``);
     - ``depthwise_conv2d``: one with a group per channel (``group_conv2d_nchw``, c of extent 1,
       data ``(N, K, H, W)``, weight ``(K, 1, R, S)``);
-    - ``conv3d``: an NCDHW 3-D convolution with one group (TOPI's ``conv3d_ncdhw``: loops n, k, z, y, x |
-      c, t, r, s, reading data ``(N, C, D, H, W)`` and weight ``(K, C, T, R, S)``);
     - ``matmul``: a (batched) matmul (loops ..., i, j | k, reading two buffers);
     - ``rowwise``: a softmax or layer norm over the last axis (row reductions, then an elementwise output)."""
     import tvm
@@ -106,21 +103,9 @@ def anchor_pattern(func: Any) -> str:
         if block.name_hint.startswith("conv2d_nchw") and shapes[0][1] == c:
             return "conv2d"
         return "depthwise_conv2d" if c == 1 and shapes[0][1] == k else ""
-    if block.name_hint.startswith("conv3d_ncdhw") and kinds == [False] * 5 + [True] * 4:
-        _, k, _, _, _, c, t, r, s = extents
-        return "conv3d" if len(shapes[0]) == 5 and shapes[0][1] == c and shapes[1] == [k, c, t, r, s] else ""
     if "matmul" in block.name_hint and len(kinds) >= 3 and kinds == [False] * (len(kinds) - 1) + [True]:
         return "matmul"
     return ""
-
-
-@functools.cache
-def _has_block(model: str, func: str, batch: int, seq_len: int, name: str) -> bool:
-    import tvm
-    from tvm import s_tir
-
-    sch = s_tir.Schedule(tvm.IRModule({"main": _load(model, func, batch, seq_len)[1]}))
-    return name in {sch.get(b).name_hint for b in child_blocks(sch)}
 
 
 @functools.cache
@@ -224,11 +209,6 @@ class Fused(Operator):
     def anchor_operands(self, p: Params) -> tuple[str, ...]:
         """The dtypes its anchor block reads (a quantized model's matmul: uint8 activations, int8 weights)."""
         return _anchor_operands(*self._key(p))
-
-    def has_pad_stage(self, p: Params) -> bool:
-        """A 3-D convolution's padding (TOPI's ``pad_temp``) is a stage its template places; the other kinds'
-        templates inline theirs."""
-        return self.kind(p) == "fused_conv3d" and _has_block(*self._key(p), PAD_PRODUCER)
 
     def task_key(self, p: Params, dtype: str) -> str:
         """``tir:<kind>:<buffer shapes>:<dtype>:<structural hash of the PrimFunc>``: the computation itself,
