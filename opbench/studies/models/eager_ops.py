@@ -69,7 +69,7 @@ def _conv_transpose(data: Sequence[int], weight: Sequence[int], stride: Sequence
         if is_matmul((h, w), extra):
             return ("gemm", n, k * r * s, c)
         sub = SubPixel.of((h, w), (r, s), (int(stride[0]), int(stride[1])), (*padding, *padding), extra)  # type: ignore[arg-type]
-        return ("conv", *sub.conv_signature(n, c, k, (int(stride[0]), int(stride[1]))))
+        return ("conv", *sub.conv_signature(n, c, k))
     oh, ow = ((size - 1) * st - 2 * p + f + e for size, p, f, st, e in zip((h, w), padding, (r, s), stride, extra))
     return ("conv_transpose", n, c, k, r, s, oh, ow)
 

@@ -20,6 +20,7 @@ from typing import Any
 class SubPixel:
     """The sizes of one transposed convolution's sub-pixel form (per spatial dimension: height, width)."""
 
+    stride: tuple[int, int]
     taps: tuple[int, int]  # each phase's kernel
     rows: tuple[int, int]  # the phases' convolution outputs (q), never fewer than the input's
     out: tuple[int, int]  # the transposed convolution's output
@@ -34,11 +35,11 @@ class SubPixel:
                     for n, st, b, e, k, extra in zip(size, stride, begin, padding[2:], kernel, output_padding))
         taps = tuple(-(-k // st) for k, st in zip(kernel, stride))
         rows = tuple(max(-(-(b + o) // st), n) for b, o, st, n in zip(begin, out, stride, size))
-        return cls(taps, rows, out, begin)  # type: ignore[arg-type]
+        return cls(stride, taps, rows, out, begin)  # type: ignore[arg-type]
 
-    def conv_signature(self, n: int, c: int, f: int, stride: tuple[int, int]) -> tuple[int, ...]:
+    def conv_signature(self, n: int, c: int, f: int) -> tuple[int, ...]:
         """(n, c, output channels, kernel h, kernel w, out h, out w) of the phases' convolution."""
-        return (n, c, stride[0] * stride[1] * f, *self.taps, *self.rows)
+        return (n, c, self.stride[0] * self.stride[1] * f, *self.taps, *self.rows)
 
 
 def is_matmul(size: tuple[int, int], output_padding: tuple[int, int]) -> bool:
@@ -67,11 +68,10 @@ def transposed_convs_as_convs(mod: Any) -> Any:
             return expr
         (sh, sw), (eh, ew) = (int(v) for v in attrs.strides), (int(v) for v in attrs.output_padding)
         top, left, bottom, right = (int(v) for v in attrs.padding)
-        stride, output_padding = (sh, sw), (eh, ew)
-        sub = SubPixel.of((h, wd), (r, s), stride, (top, left, bottom, right), output_padding)
-        if is_matmul((h, wd), output_padding):
+        sub = SubPixel.of((h, wd), (r, s), (sh, sw), (top, left, bottom, right), (eh, ew))
+        if is_matmul((h, wd), (eh, ew)):
             return _as_matmul(x, w, sub, attrs.out_dtype)
-        return _as_subpixel_conv(x, w, sub, stride, attrs.out_dtype)
+        return _as_subpixel_conv(x, w, sub, attrs.out_dtype)
 
     out = mod.clone()
     for name, func in mod.functions.items():
@@ -94,11 +94,11 @@ def _as_matmul(x: Any, w: Any, sub: SubPixel, out_dtype: Any) -> Any:
     return _crop(op, op.reshape(product, (n, f, r, s)), sub)
 
 
-def _as_subpixel_conv(x: Any, w: Any, sub: SubPixel, stride: tuple[int, int], out_dtype: Any) -> Any:
+def _as_subpixel_conv(x: Any, w: Any, sub: SubPixel, out_dtype: Any) -> Any:
     """The phases' stride-1 convolutions as one ``conv2d`` (phases along its output channels), interleaved, cropped."""
     from tvm.relax import op
 
-    n, (c, f, r, s), (sh, sw), (kh, kw), (qh, qw) = x.ty.shape[0], (int(v) for v in w.ty.shape), stride, sub.taps, sub.rows
+    n, (c, f, r, s), (sh, sw), (kh, kw), (qh, qw) = x.ty.shape[0], (int(v) for v in w.ty.shape), sub.stride, sub.taps, sub.rows
     if (kh * sh, kw * sw) != (r, s):  # zero taps up to a multiple of the stride
         w = op.nn.pad(w, [0, 0, 0, 0, 0, kh * sh - r, 0, kw * sw - s])
     # w[c, f, v sh + a_y, u sw + a_x] -> the sub-kernel of phase (a_y, a_x), its taps flipped, as OIHW
