@@ -636,11 +636,12 @@ def test_every_resnet_depth_is_a_model_its_tiny_variant_extracts(model):
 
 
 @pytest.mark.full
-@pytest.mark.parametrize("model, kind", [("resnet3d-18@tiny", "conv3d"), ("dcgan@tiny", "conv2d"),
-                                         ("gcn@tiny", "matmul")])
-def test_tune_model_tunes_a_3d_cnn_dcgan_and_the_gcn_and_builds_each(model, kind, tmp_path, tracking_uri):
-    """The seeds' 3-D CNN, generator and graph network end to end: profiled operator by operator, the largest
-    key operator tuned, the model built with it and checked against PyTorch (timing claims are the benchmark's)."""
+def test_tune_model_tunes_a_3d_cnn_and_builds_it(tmp_path, tracking_uri):
+    """The seeds' 3-D CNN end to end: profiled operator by operator, the largest key operator tuned, the model built
+    with it and checked against PyTorch (timing claims are the benchmark's). Its 3-D convolutions are the one kind
+    no other tune-model test reaches: DCGAN's generator imports as convolutions and a matmul, the GCN as matmuls
+    (each built against PyTorch by the zoo test below; DCGAN's every template point checked)."""
+    model, kind = "resnet3d-18@tiny", "conv3d"
     out = subprocess.run(CLI + ["tune-model", model, "--trials-per-op", "2", "--max-ops", "1", "--verify-rounds", "0",
                                 *ONE_PLACEMENT, "--compare", "untuned", "--tracking-uri", tracking_uri, "--study", "zoo",
                                 "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"],
