@@ -258,6 +258,28 @@ def test_packed_templates_build_correct_kernels_on_odd_shapes(build_checker):
     assert {r.get("knob.weight_pack_at") for r in records if r["workload"].startswith("conv2d")} == {"root", "oc_block"}
 
 
+@pytest.mark.slow
+def test_a_convolution_of_a_prime_width_takes_column_tiles_that_do_not_divide_it(build_checker):
+    """17 output columns (Inception-v3's 17x17 stage) have no divisor from 2 to 16: the packed templates (direct,
+    depthwise) also take tiles of 2-8 columns, the last one predicated, and default to the one that predicates
+    fewest (6: three tiles, one column idle); every such tile computes the convolution. The int8 dot-product
+    template's tensorized block takes no predicate: its tiles divide the width."""
+    from opbench.space.packed import column_tiles
+
+    assert column_tiles(17) == (1, 2, 3, 4, 5, 6, 7, 8) and column_tiles(14) == (1, 2, 7, 14)
+    conv, depthwise = (parse_workload(name) for name in ("conv2d:n=1,c=8,h=17,w=17,k=16,r=3,s=3,pad=1",
+                                                         "depthwise_conv2d:n=1,c=16,h=17,w=17,r=3,s=3,pad=1"))
+    assert not TEMPLATES["conv2d_nchwc_int8"].predicated_columns and column_tiles(17, predicated=False) == (1,)
+    specs = []
+    for w in (conv, depthwise):
+        template = get_template(w)
+        assert template.default_config(w)["ow_block"] == 6
+        specs += [TrialSpec(w, template.validate({"ow_block": b, "packed_output": b % 2}, w), Resources(1 + b % 2),
+                            template.name) for b in column_tiles(17)]
+    records = build_checker.measure_batch(specs)
+    assert not failures(records), failures(records)[:3]
+
+
 def test_a_model_convolution_that_pads_its_output_runs_the_padding_after_it(build_checker):
     """yolov3-tiny pads a convolution's output before its last pooling: the padding writes more than the convolution
     computes, so it cannot fold into the write; it runs as a stage of its own, after a packed or a direct write."""

@@ -43,6 +43,7 @@ class DotProductConvTemplate(PackedConvTemplate):
     """A ``conv2d`` (or a model's fused one) of ``dtype`` operands on the CPU's dot-product instruction for it."""
 
     dtype: str = ""  # a dtype of INSTRUCTIONS
+    predicated_columns: bool = False  # the instruction's block is matched whole: no predicated tile
 
     def refusal(self, workload: Workload) -> str | None:
         """Its dtype only (a model's convolution: its operands'), one group, output channels a multiple of

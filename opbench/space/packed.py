@@ -17,7 +17,8 @@ operator once before timing it (``layout_transform=weights_prepacked``; activati
 A catalogue conv may instead pack each output-channel block's slice of the weight just before it
 computes that block (``weight_pack_at=oc_block``), while the slice is in cache. Block sizes are
 divisors of their extents, so every point of the space applies; channel counts the vector width
-does not divide (3, 24, 40) take the divisors they have.
+does not divide (3, 24, 40) take the divisors they have. An output width with no divisor from 4 to 16 (17) also
+takes column tiles that do not divide it, the last one predicated.
 """
 from __future__ import annotations
 
@@ -65,8 +66,35 @@ ALGORITHMS = ("direct", *ALTERNATIVES)
 PACK_PER_BLOCK_MIN_BLOCKS = 8
 
 
+# An output width whose divisors leave a register tile narrower than this also takes tiles that do not divide it
+# (the last one predicated): 17 columns (Inception-v3's 17x17 stage) otherwise leaves a tile of one column.
+NARROWEST_TILE = 4
+COVERING_CAP = 8  # the widest such tile
+
+
 def _largest(extent: int, cap: int) -> int:
     return divisors(extent, cap)[-1]
+
+
+def column_tiles(width: int, predicated: bool = True) -> tuple[int, ...]:
+    """Register tiles along an output width of ``width``: its divisors up to :data:`OW_BLOCK_CAP`, and (where
+    ``predicated``) where the widest of them is narrower than :data:`NARROWEST_TILE`, tiles up to
+    :data:`COVERING_CAP` that do not divide it."""
+    exact = divisors(width, OW_BLOCK_CAP)
+    if exact[-1] >= NARROWEST_TILE or not predicated:
+        return exact
+    return tuple(sorted({*exact, *(b for b in range(2, min(COVERING_CAP, width - 1) + 1) if width % b)}))
+
+
+def _default_column_tile(width: int, columns: int, predicated: bool) -> int:
+    """The widest dividing tile that ``columns`` accumulators hold; where it is too narrow, the tile of at least
+    :data:`NARROWEST_TILE` that leaves the fewest predicated columns (the wider of two that tie)."""
+    fits = [b for b in column_tiles(width, predicated) if b <= columns]
+    widest = max(b for b in fits if width % b == 0)
+    covering = [b for b in fits if b >= NARROWEST_TILE]
+    if widest >= NARROWEST_TILE or not covering:
+        return widest
+    return min(covering, key=lambda b: (-(-width // b) * b - width, -b))
 
 
 @dataclass(frozen=True)
@@ -74,6 +102,7 @@ class PackedConvTemplate(Template):
     name: str
     op: str  # the operator kind it schedules: conv2d, depthwise_conv2d or fused_conv2d
     depthwise: bool = False
+    predicated_columns: bool = True  # column tiles that do not divide the width (a tensorized block takes none)
 
     @property
     def _layout_transform(self) -> str:
@@ -113,7 +142,8 @@ class PackedConvTemplate(Template):
                                                                  "other's knobs are ignored"),
                       *ALTERNATIVES[alternative].knobs(workload)]
         knobs += [
-            Knob("ow_block", divisors(ext["ow"], OW_BLOCK_CAP), f"register tile along the output width ({ext['ow']})"),
+            Knob("ow_block", column_tiles(ext["ow"], self.predicated_columns), f"register tile along the output width ({ext['ow']}; where no "
+                                                       f"divisor is {NARROWEST_TILE} or wider, the last tile predicated)"),
             Knob("oh_block", divisors(ext["oh"], OH_BLOCK_CAP), f"register tile along the output height ({ext['oh']})"),
             Knob("unroll_window", (0, 1), "unroll the kernel window loops"),
             Knob("parallel", (0, 1, 2, 3), "how many outer loops (batch, channel blocks, output rows) are fused "
@@ -138,7 +168,7 @@ class PackedConvTemplate(Template):
             config.update(ic_block=_largest(ext["c"], shape.fp32_lanes), reduce_order="c_rs_c",
                           weight_pack_at="oc_block" if fused else "root", parallel=2 if fused else 3)
         columns = shape.accumulator_registers // (TILE_VECTORS if wide else 1)
-        config.update(ow_block=_largest(ext["ow"], columns), oh_block=1, unroll_window=0,
+        config.update(ow_block=_default_column_tile(ext["ow"], columns, self.predicated_columns), oh_block=1, unroll_window=0,
                       unroll_max_step=16, layout_transform=self._layout_transform)
         alternative = self._alternative(workload)
         if alternative:

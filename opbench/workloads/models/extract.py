@@ -60,8 +60,8 @@ def import_model(source: ModelSource) -> Any:
 # (2: fast exp/erf/tanh; 3: batch norms unwrapped, pads folded into convolutions; 4: integer cumsums widened;
 # 5: token models take their attention mask and are imported with a symbolic sequence length; 6: a quantized model's
 # activations quantized by one kernel each; 7: a model's batch above 1 imported symbolic, then bound; 8: products
-# found by one visit each, static int8; 9: transposed convolutions in their sub-pixel form; 10: its phases' width tileable).
-PIPELINE_VERSION = 10
+# found by one visit each, static int8; 9: transposed convolutions in their sub-pixel form).
+PIPELINE_VERSION = 9
 
 
 def fuse(mod: Any) -> Any:

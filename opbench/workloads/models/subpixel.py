@@ -6,9 +6,7 @@ sub-pixel form computes the same outputs without them: output row ``Z = q s + a`
 padding) sums ``x[q - v] * w[a + s v]`` over the taps ``v`` of its phase ``a``, so each of the s x s phases is a
 stride-1 convolution of the input with a sub-kernel of ``w`` (the kernel zero-padded to a multiple of the stride);
 the s x s sub-kernels stacked along the output channels make one ``conv2d``, and a reshape/transpose interleaves
-its phases (depth to space) and crops the padding. The phases' output width is rounded up to a count a register tile
-can divide: the packed templates tile by divisors, and a prime width above :data:`WIDEST_TILE` leaves them one
-column (DCGAN's 16 -> 32 layer: 17 columns a phase, computed as 18). On a 1 x 1 input (a latent vector) each output pixel takes one
+its phases (depth to space) and crops the padding. On a 1 x 1 input (a latent vector) each output pixel takes one
 tap: the layer is a matrix product. The weights are constants, so the sub-kernels are folded at build time; the
 convolution takes the catalogue convolution's templates.
 """
@@ -17,15 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-WIDEST_TILE = 16  # the widest register tile a convolution template takes along the output width
-
-
-def tileable(width: int) -> int:
-    """The least count >= ``width`` with a divisor in 2..:data:`WIDEST_TILE` (``width`` itself below 3)."""
-    if width < 3:
-        return width
-    return next(n for n in range(width, 2 * width) if any(n % d == 0 for d in range(2, WIDEST_TILE + 1)))
-
 
 @dataclass(frozen=True)
 class SubPixel:
@@ -33,7 +22,7 @@ class SubPixel:
 
     stride: tuple[int, int]
     taps: tuple[int, int]  # each phase's kernel
-    rows: tuple[int, int]  # the phases' convolution outputs (q): never fewer than the input's, the width tileable
+    rows: tuple[int, int]  # the phases' convolution outputs (q), never fewer than the input's
     out: tuple[int, int]  # the transposed convolution's output
     begin: tuple[int, int]  # where the output starts in the interleaved phases (the top and left padding)
 
@@ -45,8 +34,8 @@ class SubPixel:
         out = tuple((n - 1) * st - b - e + k + extra
                     for n, st, b, e, k, extra in zip(size, stride, begin, padding[2:], kernel, output_padding))
         taps = tuple(-(-k // st) for k, st in zip(kernel, stride))
-        high, wide = (max(-(-(b + o) // st), n) for b, o, st, n in zip(begin, out, stride, size))
-        return cls(stride, taps, (high, tileable(wide)), out, begin)  # type: ignore[arg-type]
+        rows = tuple(max(-(-(b + o) // st), n) for b, o, st, n in zip(begin, out, stride, size))
+        return cls(stride, taps, rows, out, begin)  # type: ignore[arg-type]
 
     def conv_signature(self, n: int, c: int, f: int) -> tuple[int, ...]:
         """(n, c, output channels, kernel h, kernel w, out h, out w) of the phases' convolution."""
