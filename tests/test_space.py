@@ -264,7 +264,7 @@ def test_a_convolution_of_a_prime_width_takes_column_tiles_that_do_not_divide_it
     depthwise) also take tiles of 2-8 columns, the last one predicated, and default to the one that predicates
     fewest (6: three tiles, one column idle); every such tile computes the convolution. The int8 dot-product
     template's tensorized block takes no predicate: its tiles divide the width."""
-    from opbench.space.packed import column_tiles
+    from opbench.space.column_tiles import column_tiles
 
     assert column_tiles(17) == (1, 2, 3, 4, 5, 6, 7, 8) and column_tiles(14) == (1, 2, 7, 14)
     conv, depthwise = (parse_workload(name) for name in ("conv2d:n=1,c=8,h=17,w=17,k=16,r=3,s=3,pad=1",

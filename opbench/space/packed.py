@@ -42,6 +42,7 @@ from opbench.space._schedule import (
     vector_lanes,
     vectorize_lanes,
 )
+from opbench.space.column_tiles import NARROWEST_TILE, column_tiles, default_column_tile
 from opbench.space.tiled import UNROLL_STEPS
 from opbench.workloads import Workload
 from opbench.workloads.fused import anchor_block, inline_side_blocks
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from tvm.s_tir import Schedule
 
 CHANNEL_BLOCK_CAP = 64
-OW_BLOCK_CAP = 16
 OH_BLOCK_CAP = 4
 # where the input-channel loop sits in the reduction: outer chunk (c), window (rs), inner chunk (c)
 REDUCE_ORDERS = ("c_rs_c", "rs_c_c", "c_c_rs")
@@ -66,35 +66,8 @@ ALGORITHMS = ("direct", *ALTERNATIVES)
 PACK_PER_BLOCK_MIN_BLOCKS = 8
 
 
-# An output width whose divisors leave a register tile narrower than this also takes tiles that do not divide it
-# (the last one predicated): 17 columns (Inception-v3's 17x17 stage) otherwise leaves a tile of one column.
-NARROWEST_TILE = 4
-COVERING_CAP = 8  # the widest such tile
-
-
 def _largest(extent: int, cap: int) -> int:
     return divisors(extent, cap)[-1]
-
-
-def column_tiles(width: int, predicated: bool = True) -> tuple[int, ...]:
-    """Register tiles along an output width of ``width``: its divisors up to :data:`OW_BLOCK_CAP`, and (where
-    ``predicated``) where the widest of them is narrower than :data:`NARROWEST_TILE`, tiles up to
-    :data:`COVERING_CAP` that do not divide it."""
-    exact = divisors(width, OW_BLOCK_CAP)
-    if exact[-1] >= NARROWEST_TILE or not predicated:
-        return exact
-    return tuple(sorted({*exact, *(b for b in range(2, min(COVERING_CAP, width - 1) + 1) if width % b)}))
-
-
-def _default_column_tile(width: int, columns: int, predicated: bool) -> int:
-    """The widest dividing tile that ``columns`` accumulators hold; where it is too narrow, the tile of at least
-    :data:`NARROWEST_TILE` that leaves the fewest predicated columns (the wider of two that tie)."""
-    fits = [b for b in column_tiles(width, predicated) if b <= columns]
-    widest = max(b for b in fits if width % b == 0)
-    covering = [b for b in fits if b >= NARROWEST_TILE]
-    if widest >= NARROWEST_TILE or not covering:
-        return widest
-    return min(covering, key=lambda b: (-(-width // b) * b - width, -b))
 
 
 @dataclass(frozen=True)
@@ -168,7 +141,7 @@ class PackedConvTemplate(Template):
             config.update(ic_block=_largest(ext["c"], shape.fp32_lanes), reduce_order="c_rs_c",
                           weight_pack_at="oc_block" if fused else "root", parallel=2 if fused else 3)
         columns = shape.accumulator_registers // (TILE_VECTORS if wide else 1)
-        config.update(ow_block=_default_column_tile(ext["ow"], columns, self.predicated_columns), oh_block=1, unroll_window=0,
+        config.update(ow_block=default_column_tile(ext["ow"], columns, self.predicated_columns), oh_block=1, unroll_window=0,
                       unroll_max_step=16, layout_transform=self._layout_transform)
         alternative = self._alternative(workload)
         if alternative:
