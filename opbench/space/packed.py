@@ -17,8 +17,8 @@ operator once before timing it (``layout_transform=weights_prepacked``; activati
 A catalogue conv may instead pack each output-channel block's slice of the weight just before it
 computes that block (``weight_pack_at=oc_block``), while the slice is in cache. Block sizes are
 divisors of their extents, so every point of the space applies; channel counts the vector width
-does not divide (3, 24, 40) take the divisors they have. An output width with no divisor from 4 to 16 (17) also
-takes column tiles that do not divide it, the last one predicated.
+does not divide (3, 24, 40) take the divisors they have. The one exception: an output width with no divisor
+from 4 to 16 (17) also takes column tiles that do not divide it, the last one predicated.
 """
 from __future__ import annotations
 
@@ -115,8 +115,9 @@ class PackedConvTemplate(Template):
                                                                  "other's knobs are ignored"),
                       *ALTERNATIVES[alternative].knobs(workload)]
         knobs += [
-            Knob("ow_block", column_tiles(ext["ow"], self.predicated_columns), f"register tile along the output width ({ext['ow']}; where no "
-                                                       f"divisor is {NARROWEST_TILE} or wider, the last tile predicated)"),
+            Knob("ow_block", column_tiles(ext["ow"], self.predicated_columns),
+                 f"register tile along the output width ({ext['ow']}; where no divisor is {NARROWEST_TILE} or wider, "
+                 "the last tile predicated)"),
             Knob("oh_block", divisors(ext["oh"], OH_BLOCK_CAP), f"register tile along the output height ({ext['oh']})"),
             Knob("unroll_window", (0, 1), "unroll the kernel window loops"),
             Knob("parallel", (0, 1, 2, 3), "how many outer loops (batch, channel blocks, output rows) are fused "
@@ -141,8 +142,8 @@ class PackedConvTemplate(Template):
             config.update(ic_block=_largest(ext["c"], shape.fp32_lanes), reduce_order="c_rs_c",
                           weight_pack_at="oc_block" if fused else "root", parallel=2 if fused else 3)
         columns = shape.accumulator_registers // (TILE_VECTORS if wide else 1)
-        config.update(ow_block=default_column_tile(ext["ow"], columns, self.predicated_columns), oh_block=1, unroll_window=0,
-                      unroll_max_step=16, layout_transform=self._layout_transform)
+        config.update(ow_block=default_column_tile(ext["ow"], columns, self.predicated_columns), oh_block=1,
+                      unroll_window=0, unroll_max_step=16, layout_transform=self._layout_transform)
         alternative = self._alternative(workload)
         if alternative:
             module = ALTERNATIVES[alternative]
