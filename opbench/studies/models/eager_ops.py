@@ -12,12 +12,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from opbench.workloads.models.depth_unfold import DepthUnfold
 from opbench.workloads.models.extract import FusedOp
 from opbench.workloads.models.sources import ModelSource
 from opbench.workloads.models.subpixel import SubPixel, is_matmul
 
 # ("conv", n, c, k, r, s, oh, ow): not the input's size, which a pad outside the convolution changes (eager's
-# explicit padding; ours folded into the convolution) | ("conv3d", n, c, k, t, r, s, od, oh, ow) |
+# explicit padding; ours folded into the convolution; a 3-D one's depth-unfolded form) | ("conv3d", n, c, k, t, r, s, od, oh, ow) |
 # ("conv_transpose", as "conv") | ("gemm", rows, n, k) |
 # (kind, *shape)
 Signature = tuple[Any, ...]
@@ -50,12 +51,19 @@ class Matched:
         return self.ours_ms / self.eager_ms if self.eager_ms > 0 else math.nan
 
 
-def _conv(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int]) -> Signature:
-    """("conv", n, c, k, kernel..., out...) of a 2-D convolution, ("conv3d", ...) of a 3-D one."""
+def _conv(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+          groups: int = 1) -> Signature:
+    """("conv", n, c, k, kernel..., out...) of a 2-D convolution; of a 3-D one, its depth-unfolded 2-D convolution's
+    where the model's import rewrote it (:mod:`opbench.workloads.models.depth_unfold`), else ("conv3d", ...)."""
     n, c, *spatial = data
     k, _, *kernel = weight
     out = [(size + 2 * p - f) // st + 1 for size, p, f, st in zip(spatial, padding, kernel, stride)]
-    return ("conv" if len(spatial) == 2 else "conv3d", n, c, k, *kernel, *out)
+    if len(spatial) == 2:
+        return ("conv", n, c, k, *kernel, *out)
+    if groups == 1:
+        unfold = DepthUnfold.of(spatial[0], kernel[0], int(stride[0]), 1, (int(padding[0]), int(padding[0])))
+        return ("conv", *unfold.conv_signature(n, c, k, (kernel[1], kernel[2]), (out[1], out[2])))
+    return ("conv3d", n, c, k, *kernel, *out)
 
 
 def _conv_transpose(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int],
@@ -80,7 +88,7 @@ def eager_signature(name: str, shapes: Sequence[Sequence[int]], args: Sequence[A
     if op == "conv_transpose2d" and len(shapes[1]) == 4:
         return _conv_transpose(shapes[0], shapes[1], *args[3:8])
     if op in ("conv2d", "conv3d", "convolution") and len(shapes[1]) in (4, 5):
-        return _conv(shapes[0], shapes[1], args[3], args[4])
+        return _conv(shapes[0], shapes[1], args[3], args[4], args[-1] if isinstance(args[-1], int) else 1)
     if op == "linear":
         return ("gemm", math.prod(shapes[0][:-1]), shapes[1][0], shapes[0][-1])
     if op in ("matmul", "bmm", "mm") and len(shapes[0]) >= 2 and len(shapes[1]) >= 2:

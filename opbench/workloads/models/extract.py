@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from opbench.workloads.models.depth_unfold import conv3ds_as_conv2ds
 from opbench.workloads.models.dynamic import bound
 from opbench.workloads.models.exports import exported_program, onnx_module, relax_module
 from opbench.workloads.models.graph import pad_into_conv, unwrap_batch_norm
@@ -60,8 +61,9 @@ def import_model(source: ModelSource) -> Any:
 # (2: fast exp/erf/tanh; 3: batch norms unwrapped, pads folded into convolutions; 4: integer cumsums widened;
 # 5: token models take their attention mask and are imported with a symbolic sequence length; 6: a quantized model's
 # activations quantized by one kernel each; 7: a model's batch above 1 imported symbolic, then bound; 8: products
-# found by one visit each, static int8; 9: transposed convolutions in their sub-pixel form).
-PIPELINE_VERSION = 9
+# found by one visit each, static int8; 9: transposed convolutions in their sub-pixel form; 10: 3-D convolutions as 2-D
+# ones over depth-unfolded input).
+PIPELINE_VERSION = 10
 
 
 def fuse(mod: Any) -> Any:
@@ -72,7 +74,7 @@ def fuse(mod: Any) -> Any:
     import tvm
     from tvm import relax
 
-    mod = transposed_convs_as_convs(pad_into_conv(unwrap_batch_norm(mod)))
+    mod = conv3ds_as_conv2ds(transposed_convs_as_convs(pad_into_conv(unwrap_batch_norm(mod))))
     passes = [relax.transform.FastMathTransform(),
               relax.transform.LegalizeOps({"relax.nn.gelu": _fast_gelu}), relax.transform.AnnotateTIROpPattern(),
               relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(),
