@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from opbench.workloads.models.graph import rewrite_calls
+
 
 @dataclass(frozen=True)
 class DepthUnfold:
@@ -42,8 +44,7 @@ class DepthUnfold:
 def conv3ds_as_conv2ds(mod: Any) -> Any:
     """Every NCDHW ``conv3d`` (one group, static sizes) as a ``conv2d`` over its depth-unfolded input; any other left
     as it is."""
-    from tvm import relax
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_op, wildcard
 
     data, weight = wildcard(), wildcard()
     conv = is_op("relax.nn.conv3d")(data, weight)
@@ -62,11 +63,7 @@ def conv3ds_as_conv2ds(mod: Any) -> Any:
         unfold = DepthUnfold.of(depth, taps, strides[0], dilation[0], (padding[0], padding[3]))
         return _as_conv2d(x, w, unfold, strides[1:], dilation[1:], (*padding[1:3], *padding[4:]), attrs.out_dtype)
 
-    out = mod.clone()
-    for name, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            out[name] = rewrite_call(conv, rewrite, func)
-    return out
+    return rewrite_calls(mod, conv, rewrite)
 
 
 def _as_conv2d(x: Any, w: Any, unfold: DepthUnfold, strides: list[int], dilation: list[int],

@@ -2,6 +2,7 @@
 lets Relax's frontend import what PyTorch exports."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 SPATIAL_PAD = slice(4, 8)  # an NCHW pad's pad_width: (N, C, H, W) x (before, after); H and W are the last four
@@ -24,7 +25,7 @@ def pad_into_conv(mod: Any) -> Any:
     Face's MobileNetV2) as one ``conv2d(x)`` padding by as much: the pad becomes the convolution's own padding
     stage, which its template inlines, instead of a kernel of its own fused with the op before it."""
     from tvm import relax
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_op, wildcard
 
     data, weight = wildcard(), wildcard()
     pad = is_op("relax.nn.pad")(data)
@@ -41,10 +42,18 @@ def pad_into_conv(mod: Any) -> Any:
                                   [padding[0] + top, padding[1] + left, padding[2] + bottom, padding[3] + right],
                                   c.dilation, c.groups, c.data_layout, c.kernel_layout, c.out_layout, c.out_dtype)
 
+    return rewrite_calls(mod, conv, rewrite)
+
+
+def rewrite_calls(mod: Any, pattern: Any, rewrite: Callable[[Any, dict[Any, Any]], Any]) -> Any:
+    """``mod`` with each call in its Relax functions that ``pattern`` matches replaced by ``rewrite(call, matches)``."""
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+
     out = mod.clone()
     for name, func in mod.functions.items():
         if isinstance(func, relax.Function):
-            out[name] = rewrite_call(conv, rewrite, func)
+            out[name] = rewrite_call(pattern, rewrite, func)
     return out
 
 

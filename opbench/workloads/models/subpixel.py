@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from opbench.workloads.models.graph import rewrite_calls
+
 
 @dataclass(frozen=True)
 class SubPixel:
@@ -50,8 +52,7 @@ def is_matmul(size: tuple[int, int], output_padding: tuple[int, int]) -> bool:
 def transposed_convs_as_convs(mod: Any) -> Any:
     """Every NCHW ``conv2d_transpose`` (one group, no dilation, static sizes) as a ``conv2d`` and a depth-to-space
     crop, or on a 1 x 1 input as a ``matmul``; any other left as it is."""
-    from tvm import relax
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_op, wildcard
 
     data, weight = wildcard(), wildcard()
     deconv = is_op("relax.nn.conv2d_transpose")(data, weight)
@@ -73,11 +74,7 @@ def transposed_convs_as_convs(mod: Any) -> Any:
             return _as_matmul(x, w, sub, attrs.out_dtype)
         return _as_subpixel_conv(x, w, sub, attrs.out_dtype)
 
-    out = mod.clone()
-    for name, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            out[name] = rewrite_call(deconv, rewrite, func)
-    return out
+    return rewrite_calls(mod, deconv, rewrite)
 
 
 def _crop(op: Any, spatial: Any, sub: SubPixel) -> Any:
