@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from opbench.workloads._base import conv_out
 from opbench.workloads.models.graph import rewrite_calls
 
 
@@ -33,8 +34,7 @@ class DepthUnfold:
 
     @classmethod
     def of(cls, depth: int, taps: int, stride: int, dilation: int, pad: tuple[int, int]) -> DepthUnfold:
-        frames = (depth + pad[0] + pad[1] - dilation * (taps - 1) - 1) // stride + 1
-        return cls(frames, taps, stride, dilation, pad)
+        return cls(conv_out(depth + sum(pad), taps, stride, 0, dilation), taps, stride, dilation, pad)
 
     def conv_signature(self, n: int, c: int, k: int, kernel: tuple[int, int], out: tuple[int, int]) -> tuple[int, ...]:
         """(batch, input channels, output channels, kernel h, kernel w, out h, out w) of the 2-D convolution."""
@@ -82,12 +82,7 @@ def _as_conv2d(x: Any, w: Any, unfold: DepthUnfold, strides: list[int], dilation
     unfolded = op.reshape(stacked, (n * unfold.frames, c * taps, h, wd))
     out = op.nn.conv2d(unfolded, op.reshape(w, (k, c * taps, r, s)), strides, padding, dilation, 1,
                        "NCHW", "OIHW", "NCHW", out_dtype or "")
-    oh, ow = _spatial_out((h, wd), (r, s), strides, padding, dilation)
+    oh, ow = (conv_out(size + padding[i] + padding[i + 2], f, st, 0, d)  # padding: top, left, bottom, right
+              for i, (size, f, st, d) in enumerate(zip((h, wd), (r, s), strides, dilation)))
     return op.permute_dims(op.reshape(out, (n, unfold.frames, k, oh, ow)), [0, 2, 1, 3, 4])
 
-
-def _spatial_out(size: tuple[int, int], kernel: tuple[int, int], strides: list[int], padding: tuple[int, ...],
-                 dilation: list[int]) -> tuple[int, int]:
-    """A 2-D convolution's output height and width (``padding``: top, left, bottom, right)."""
-    return tuple((n + padding[i] + padding[i + 2] - d * (f - 1) - 1) // st + 1  # type: ignore[return-value]
-                 for i, (n, f, st, d) in enumerate(zip(size, kernel, strides, dilation)))
