@@ -173,9 +173,31 @@ def target_rows(records: dict[tuple[str, int], list[dict]]) -> tuple[list[tuple]
             ratios.append(ratio)
         hits += held
         widths += half
-        rows.append((name, index, len(ok), statistics.median(ms), ratio, f"{sum(held)}/{len(held)}",
+        within = statistics.median(max(r["placement_ms"]) / min(r["placement_ms"]) for r in ok)
+        rows.append((name, index, len(ok), statistics.median(ms), ratio, within, f"{sum(held)}/{len(held)}",
                      100 * statistics.median(half), max(r.get("peak_frac", math.nan) for r in ok)))
     return rows, ratios, hits, widths
+
+
+def round_effect(records: dict[tuple[str, int], list[dict]]) -> tuple[float, list[float]]:
+    """How much the round (when a process ran: the host's state then, common to every config of the round)
+    explains of the variance between processes: the share of the variance of each record's log-latency about its
+    config's mean that the rounds' mean deviations explain, and each round's geometric-mean latency relative to
+    all rounds' (records[k][i] is config k's record of round i)."""
+    deviations: dict[int, list[float]] = {}
+    for taken in records.values():
+        logs = {i: math.log(r["latency_ms"]) for i, r in enumerate(taken) if is_ok(r)}
+        if len(logs) < 2:
+            continue
+        mean = statistics.fmean(logs.values())
+        for i, value in logs.items():
+            deviations.setdefault(i, []).append(value - mean)
+    every = [d for values in deviations.values() for d in values]
+    if len(every) < 2 or statistics.pvariance(every, 0.0) == 0:
+        return math.nan, []
+    means = {i: statistics.fmean(values) for i, values in deviations.items()}
+    explained = statistics.fmean(means[i] ** 2 for i, values in deviations.items() for _ in values)
+    return explained / statistics.pvariance(every, 0.0), [math.exp(means[i]) for i in sorted(means)]
 
 
 def calibrated_hits(records: dict[tuple[str, int], list[dict]], folder: Path) -> tuple[list[bool], list[float]]:
@@ -242,8 +264,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         calibrated, calibrated_widths = calibrated_hits(records, Path(folder))
     results.print(f"\n2. Each config in {args.processes} separate `opbench measure` processes, round-robin")
-    results.table(table(rows, ["workload", "config", "ok", "median ms", "max/min", "intervals hold", "half-width % (median)",
-                               "peak_frac max"]))
+    results.table(table(rows, ["workload", "config", "ok", "median ms", "max/min", "placements' max/min (median)",
+                               "intervals hold", "half-width % (median)", "peak_frac max"]))
+    share_of_rounds, by_round = round_effect(records)
+    results.print(f"the round (the host's state while it ran, common to every config) explains {100 * share_of_rounds:.0f}% "
+                  "of the variance between processes; each round's latency relative to all rounds' (geometric mean): "
+                  + ", ".join(f"{f:.3f}" for f in by_round))
     results.print("".join(f"\nfailed: {line}" for line in failures))
     share = sum(r <= 1.06 for r in ratios) / max(1, len(ratios))
     held = _share(hits)

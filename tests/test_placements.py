@@ -274,12 +274,19 @@ def test_the_reproducibility_benchmark_calibrates_each_workload_by_the_others_re
     reproducibility = importlib.import_module("reproducibility")
 
     def process(ms):
-        return {"status": "ok", "latency_ms": ms, "latency_lo_ms": ms * 0.99, "latency_hi_ms": ms * 1.01}
+        return {"status": "ok", "latency_ms": ms, "latency_lo_ms": ms * 0.99, "latency_hi_ms": ms * 1.01,
+                "placement_ms": [ms, ms * 1.02]}
 
     records = {(name, i): [process(1.0 * scale) for _ in range(4)] + [process(1.3 * scale)]
                for name, scale in (("a", 1.0), ("b", 2.0)) for i in range(2)}  # one process in five 30% slow
-    _, _, hits, _ = reproducibility.target_rows(records)
+    rows, _, hits, _ = reproducibility.target_rows(records)
+    assert [row[5] for row in rows] == pytest.approx([1.02] * 4)  # placements agreed within each process
     calibrated, widths = reproducibility.calibrated_hits(records, tmp_path)
     assert sum(hits) / len(hits) == pytest.approx(12 / 20)  # the slow process falls outside every other's interval
     assert len(calibrated) == len(hits) and all(calibrated)  # the other workload's re-measures saw it coming
     assert min(widths) > 0.2  # ... at the cost of a wide interval
+    share, by_round = reproducibility.round_effect(records)
+    assert share == pytest.approx(1.0)  # every config was slow in the same (last) round: the host's state then
+    assert by_round[-1] / by_round[0] == pytest.approx(1.3)
+    records[("a", 0)][4] = process(1.0)  # one config did not slow down in that round
+    assert reproducibility.round_effect(records)[0] < 1.0
