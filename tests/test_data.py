@@ -10,7 +10,7 @@ import yaml
 
 import mlflow
 from opbench.exceptions import OpBenchError
-from opbench.predictor.model import LatencyModel, evaluate, split, top_k_score, trainable, work_scale
+from opbench.predictor.model import MAX_LABEL_CV, LatencyModel, evaluate, split, top_k_score, trainable, work_scale
 from opbench.tracking import read_mlflow
 from opbench.tracking.dataset import card, load_records, read_dataset, write_dataset
 
@@ -105,6 +105,15 @@ def test_group_splits_hold_out_whole_groups():
         split(frame, "by-model")
     with pytest.raises(OpBenchError, match="unknown split 'sideways'"):
         split(frame, "sideways")
+
+
+def test_labels_their_own_record_calls_noisy_are_not_trained_on():
+    frame = pd.DataFrame({"status": ["ok", "ok", "ok", "ok", "run_error"], "latency_ms": [1.0, 2.0, 3.0, 0.0, 1.0],
+                          "latency_cv": [0.01, MAX_LABEL_CV, 2 * MAX_LABEL_CV, 0.01, 0.01]})
+    assert list(trainable(frame)["latency_ms"]) == [1.0, 2.0]  # a busy host's label, a zero and a failure left out
+    unknown = frame.assign(latency_cv=np.nan)  # records that kept no spread (imported logs) are all labels
+    assert list(trainable(unknown)["latency_ms"]) == [1.0, 2.0, 3.0]
+    assert list(trainable(frame.drop(columns="latency_cv"))["latency_ms"]) == [1.0, 2.0, 3.0]
 
 
 def test_top_k_score_is_the_share_of_the_best_latency_found():

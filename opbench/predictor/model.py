@@ -30,13 +30,18 @@ BUILT_FEATURE_PREFIXES = (PER_STORE_PREFIX, "feat.asm_")  # those and the assemb
 # One thread: XGBoost's OpenMP threads spin while they wait, and two trainings of two threads each on two cores
 # ran 10-100x slower than one after the other (the suite's two ranker tests: 3 s apart, 37-441 s together).
 XGB_THREADS = 1
+# A label whose own record's repeats varied more than this (latency_cv) was taken while the host was busy: it is
+# neither trained on nor scored.
+MAX_LABEL_CV = 0.1
 
 
 def trainable(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows with a measured latency."""
+    """Rows with a measured latency that their own record does not call noisy (``latency_cv`` at most
+    :data:`MAX_LABEL_CV` where it is known)."""
     if "status" not in frame or "latency_ms" not in frame:
         raise OpBenchError("the dataset has no 'status'/'latency_ms' columns: is it an OpBench record table?")
-    return frame[(frame["status"] == Status.OK.value) & frame["latency_ms"].gt(0)].reset_index(drop=True)
+    steady = ~frame["latency_cv"].gt(MAX_LABEL_CV) if "latency_cv" in frame else True
+    return frame[(frame["status"] == Status.OK.value) & frame["latency_ms"].gt(0) & steady].reset_index(drop=True)
 
 
 def feature_columns(frame: pd.DataFrame, static_only: bool = False) -> list[str]:
