@@ -9,9 +9,8 @@ makes it one 2-D convolution with ``C * T`` input channels; the output frames be
     w (K, C, T, R, S) -> (K, C * T, R, S)
     conv2d (N * Do, K, Ho, Wo) -> (N, K, Do, Ho, Wo)
 
-The input is copied ``T`` times (ResNet3D-18's 3x3x3 layers: a few MB, against GFLOPs of multiply-adds), and the
-convolution takes the catalogue convolution's packed templates, which the generic 3-D tiling is far from (ResNet3D-18:
-7.7x OpenVINO's latency). The weight is a constant: its reshape is folded at build time.
+The input is copied ``T`` times, and the convolution takes the catalogue convolution's packed templates and what is
+tuned for them. The weight is a constant: its reshape is folded at build time.
 """
 from __future__ import annotations
 
