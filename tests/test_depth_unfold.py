@@ -55,5 +55,7 @@ def test_eagers_3d_convolution_is_known_by_the_2d_convolution_its_unfolded_form_
     args = [None, None, None, [2, 2, 2], [1, 1, 1], [1, 1, 1], 1]
     assert eager_signature("aten::conv3d", [[1, 64, 8, 28, 28], [128, 64, 3, 3, 3]], args) == \
         ("conv", 4, 192, 128, 3, 3, 14, 14)
+    dilated = [None, None, None, [1, 1, 1], [2, 1, 1], [2, 1, 1], 1]  # taps 2 frames apart: 8 -> 8 frames
+    assert eager_signature("aten::conv3d", [[2, 4, 8, 5, 5], [4, 4, 3, 3, 3]], dilated) == ("conv", 16, 12, 4, 3, 3, 5, 5)
     grouped = [None, None, None, [1, 1, 1], [1, 1, 1], [1, 1, 1], 2]
     assert eager_signature("aten::conv3d", [[1, 4, 4, 5, 5], [4, 2, 3, 3, 3]], grouped) == ("conv3d", 1, 4, 4, 3, 3, 3, 4, 5, 5)

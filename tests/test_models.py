@@ -428,6 +428,8 @@ def test_an_eager_convolution_is_known_by_its_sizes_stride_and_padding():
     args = [None, None, None, [2, 2], [1, 1], [1, 1], 1]
     assert eager_signature("aten::conv2d", [[1, 64, 56, 56], [128, 64, 3, 3], [128]], args) == \
         ("conv", 1, 64, 128, 3, 3, 28, 28)
+    dilated = [None, None, None, [1, 1], [2, 2], [2, 2], 1]  # DeepLab's atrous 3x3 keeps its size
+    assert eager_signature("aten::conv2d", [[1, 64, 56, 56], [64, 64, 3, 3]], dilated)[-2:] == (56, 56)
     assert eager_signature("aten::linear", [[1, 128, 768], [3072, 768], [3072]], [None] * 3) == ("gemm", 128, 3072, 768)
     assert eager_signature("aten::relu", [[1, 8]], [None]) == OTHER
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from opbench.workloads._base import conv_out
 from opbench.workloads.models.depth_unfold import DepthUnfold
 from opbench.workloads.models.extract import FusedOp
 from opbench.workloads.models.sources import ModelSource
@@ -52,16 +53,16 @@ class Matched:
 
 
 def _conv(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int],
-          groups: int = 1) -> Signature:
+          dilation: Sequence[int], groups: int = 1) -> Signature:
     """("conv", n, c, k, kernel..., out...) of a 2-D convolution; of a 3-D one, its depth-unfolded 2-D convolution's
     where the model's import rewrote it (:mod:`opbench.workloads.models.depth_unfold`), else ("conv3d", ...)."""
     n, c, *spatial = data
     k, _, *kernel = weight
-    out = [(size + 2 * p - f) // st + 1 for size, p, f, st in zip(spatial, padding, kernel, stride)]
+    out = [conv_out(size, f, int(st), int(p), int(d)) for size, f, st, p, d in zip(spatial, kernel, stride, padding, dilation)]
     if len(spatial) == 2:
         return ("conv", n, c, k, *kernel, *out)
     if groups == 1:
-        unfold = DepthUnfold.of(spatial[0], kernel[0], int(stride[0]), 1, (int(padding[0]), int(padding[0])))
+        unfold = DepthUnfold.of(spatial[0], kernel[0], int(stride[0]), int(dilation[0]), (int(padding[0]), int(padding[0])))
         return ("conv", *unfold.conv_signature(n, c, k, (kernel[1], kernel[2]), (out[1], out[2])))
     return ("conv3d", n, c, k, *kernel, *out)
 
@@ -88,7 +89,7 @@ def eager_signature(name: str, shapes: Sequence[Sequence[int]], args: Sequence[A
     if op == "conv_transpose2d" and len(shapes[1]) == 4:
         return _conv_transpose(shapes[0], shapes[1], *args[3:8])
     if op in ("conv2d", "conv3d", "convolution") and len(shapes[1]) in (4, 5):
-        return _conv(shapes[0], shapes[1], args[3], args[4], args[-1] if isinstance(args[-1], int) else 1)
+        return _conv(shapes[0], shapes[1], args[3], args[4], args[5], args[-1] if isinstance(args[-1], int) else 1)
     if op == "linear":
         return ("gemm", math.prod(shapes[0][:-1]), shapes[1][0], shapes[0][-1])
     if op in ("matmul", "bmm", "mm") and len(shapes[0]) >= 2 and len(shapes[1]) >= 2:
