@@ -294,4 +294,3 @@ def test_a_device_held_out_is_predicted_zero_shot_and_with_k_of_its_measurements
     assert sum(s.rows for s in tuned.scores) == len(frame) - 2 * 16  # those 16 are never scored
     with pytest.raises(OpBenchError, match="--hold-out device needs two groups or more; the dataset holds one"):
         held_out_study(first, "device")
-
