@@ -19,7 +19,7 @@ from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
-from opbench.predictor.model import task_keys, trainable
+from opbench.predictor.model import task_keys
 from opbench.record import TrialRecord, config_of, is_ok
 from opbench.tracking.jsonl import read_jsonl_records
 from opbench.workloads import parse_workload
@@ -30,8 +30,8 @@ NEAR = 2.0  # records within this factor of their task's fastest are measured ag
 
 def near_best(records: list[TrialRecord], near: float, whole: Collection[str] = ()) -> list[TrialRecord]:
     """The ok records within ``near`` times their task's fastest recorded latency, and every one of the tasks
-    ``whole``."""
-    frame = trainable(pd.DataFrame(records))
+    ``whole`` (noisy ones too: measuring a label again is what they need, not leaving it out)."""
+    frame = pd.DataFrame([r for r in records if is_ok(r)])
     keys = task_keys(frame)
     close = (frame["latency_ms"] <= near * frame["latency_ms"].groupby(keys).transform("min")) | keys.isin(whole)
     chosen = set(frame.loc[close, "trial_id"])

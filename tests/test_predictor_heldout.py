@@ -294,3 +294,10 @@ def test_a_device_held_out_is_predicted_zero_shot_and_with_k_of_its_measurements
     assert sum(s.rows for s in tuned.scores) == len(frame) - 2 * 16  # those 16 are never scored
     with pytest.raises(OpBenchError, match="--hold-out device needs two groups or more; the dataset holds one"):
         held_out_study(first, "device")
+
+
+def test_labels_near_their_tasks_best_are_measured_again_noisy_ones_too(monkeypatch):
+    labels = _benchmark_module(monkeypatch, "_verified_labels")
+    records = [{"status": "ok", "trial_id": t, "workload": "matmul:m=8,n=8,k=8", "latency_ms": ms, "latency_cv": cv}
+               for t, ms, cv in (("steady", 1.0, 0.01), ("noisy", 1.5, 0.5), ("slow", 5.0, 0.01))]
+    assert [r["trial_id"] for r in labels.near_best(records, 2.0)] == ["steady", "noisy"]
