@@ -75,19 +75,6 @@ def alias_free_rows(row_bytes: int, cap: int, l1d_ways: int) -> int:
     return max(1, min(cap, l1d_ways * period))
 
 
-def covering_splits(extent: int, mid_cap: int, inner_cap: int) -> tuple[str, ...]:
-    """Splits of ``extent`` by a register tile of a power of two rows up to ``inner_cap`` that does not divide it, its
-    last tile predicated: the tiles' count split perfectly into middle tiles (up to ``mid_cap``) and outer ones (197
-    rows: ``5x5x8``, 25 tiles of 8, the last holding 5 rows). A prime count of rows (ViT-Base's 197 tokens) otherwise
-    leaves a register tile of one row."""
-    choices = []
-    for inner in (1 << n for n in range(1, inner_cap.bit_length())):
-        if extent % inner and inner < extent:
-            tiles = -(-extent // inner)
-            choices += [SPLIT_SEP.join(map(str, (tiles // mid, mid, inner))) for mid in divisors(tiles, mid_cap)]
-    return tuple(choices)
-
-
 def nest_choices() -> tuple[str, ...]:
     """``order:write_at`` pairs whose consumer sees a finished sum: ``inner`` (after S1) only where
     the S1 loops are outside the reduction."""
@@ -103,7 +90,6 @@ class TiledTemplate(Template):
     untiled_spatial: int = 0  # leading spatial axes left whole (batch), joining S0
     has_pad: bool = False
     contiguous_columns: bool = True  # a matmul's right operand is read along its columns (dense's is not)
-    covered_rows: bool = False  # its rows (``i``) also split by register tiles that need not divide them (covering_splits)
 
     def axes(self, workload: Workload) -> list[Axis]:
         """The anchor's loops under the names the knobs use (a catalogue op's own)."""
@@ -121,7 +107,7 @@ class TiledTemplate(Template):
 
     def knobs(self, workload: Workload) -> list[Knob]:
         ext = {a.name: a.extent for a in self.axes(workload)}
-        knobs = [Knob(f"{a}_split", self._splits(a, ext[a]),
+        knobs = [Knob(f"{a}_split", split_choices(ext[a], (MID_TILE_CAP, INNER_TILE_CAP)),
                       f"loop {a} ({ext[a]}) as S0 x S1 (middle tile) x S2 (register tile)") for a in self.tiled]
         knobs += [Knob(f"{r}_inner", divisors(ext[r], REDUCE_TILE_CAP), f"inner tile of reduction loop {r} (R1)")
                   for r in self.reduce_tiled]
@@ -140,13 +126,6 @@ class TiledTemplate(Template):
             Knob("unroll_explicit", (0, 1), "pragma_unroll_explicit: unroll in TIR rather than by LLVM"),
         ]
         return knobs
-
-    def _splits(self, axis: str, extent: int) -> tuple[str, ...]:
-        perfect = split_choices(extent, (MID_TILE_CAP, INNER_TILE_CAP))
-        return perfect + covering_splits(extent, MID_TILE_CAP, INNER_TILE_CAP) if self._covered(axis) else perfect
-
-    def _covered(self, axis: str) -> bool:
-        return self.covered_rows and axis == "i"
 
     def default_config(self, workload: Workload) -> Config:
         """Shaped by the CPU's vectors (:func:`default_tiles`). A window operator's (conv, pool): a register
@@ -167,10 +146,7 @@ class TiledTemplate(Template):
         for idx, a in enumerate(self.tiled):
             inner_cap, mid_cap = tiles.get(len(self.tiled) - 1 - idx, (1, 1))  # 0: the innermost (vectorised) loop
             inner = divisors(ext[a], inner_cap)[-1]
-            power = 1 << (inner_cap.bit_length() - 1)
-            if self._covered(a) and 2 * inner <= inner_cap and power < ext[a]:  # rows no full tile divides (197)
-                inner = power  # the last one partial
-            count = -(-ext[a] // inner)
+            count = ext[a] // inner
             mid = divisors(count, mid_cap)[-1]
             config[f"{a}_split"] = SPLIT_SEP.join(map(str, (count // mid, mid, inner)))
         config.update({f"{r}_inner": divisors(ext[r], 8 if self.has_pad else REDUCE_TILE_CAP)[-1] for r in self.reduce_tiled})
