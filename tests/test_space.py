@@ -20,7 +20,8 @@ from opbench.measure.features import config_features, nest_features
 from opbench.measure.types import TrialSpec
 from opbench.space import TEMPLATES, Nest, get_template, winograd
 from opbench.space._base import split_factors
-from opbench.space.fused_matmul import row_tile
+from opbench.space._schedule import TILE_VECTORS
+from opbench.space.fused_matmul import row_padding, row_tile
 from opbench.space.gpu import SHARED_BYTES, GpuTiledTemplate
 from opbench.space.tiled import alias_free_rows, nest_choices
 from opbench.workloads import PRESETS, parse_workload
@@ -295,7 +296,10 @@ def test_a_model_convolution_that_pads_its_output_runs_the_padding_after_it(buil
 def test_a_model_matmul_of_a_prime_count_of_rows_is_padded_to_whole_register_tiles(build_checker):
     """ViT's tokens are prime (197; vit-base@tiny's 17): a matmul's rows are padded to whole register tiles of rows
     and its output copied back (through its epilogue where it has one), where perfect splits left a register tile of
-    one row; with a weight (packed), between two activations (attention), and with its columns padded too (scores)."""
+    one row; with a weight (packed), between two activations (attention), and with its columns padded too (scores).
+    A matmul narrower than a register tile (a GCN's 7 classes) is not: the padded copy would be most of its work."""
+    wide = TILE_VECTORS * current_shape().fp32_lanes
+    assert row_padding(2708, wide - 1) == 0 < row_padding(2708, wide) and row_padding(2704, wide) == 0
     specs = []
     for func in ("fused_matmul3_add5", "matmul2", "matmul1"):
         workload = parse_workload(model_name("vit-base@tiny", func, 1, 128))

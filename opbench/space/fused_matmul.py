@@ -49,9 +49,8 @@ class FusedMatmulTemplate(TiledTemplate):
         spatial = [a for a in workload.axes if not a.reduce]
         reduce = [a for a in workload.axes if a.reduce]
         names = [f"b{n}" for n in range(len(spatial) - 2)] + ["i", "j"]
-        rows, columns = spatial[-2].extent, spatial[-1].extent
-        extents = [a.extent for a in spatial[:-2]] + [rows + _row_padding(rows),
-                                                      columns + _column_padding(workload.spec)]
+        padded = [a + b for a, b in zip((spatial[-2].extent, spatial[-1].extent), _padding(workload))]
+        extents = [a.extent for a in spatial[:-2]] + padded
         return [Axis(name, e) for name, e in zip(names, extents)] + [Axis("k", reduce[0].extent, True)]
 
     def untiled(self, workload: Workload) -> int:
@@ -59,12 +58,10 @@ class FusedMatmulTemplate(TiledTemplate):
 
     def stages(self, sch: Schedule, workload: Workload) -> tuple[Any, Any, Any]:
         anchor, epilogue = inline_around_anchor(sch)
-        iter_vars = sch.get(anchor).iter_vars
-        rows, columns = (int(v.dom.extent) for v in iter_vars[-3:-1])
-        row_padding, column_padding = _row_padding(rows), _column_padding(workload.spec)
-        if not row_padding and not column_padding:
+        if not any(_padding(workload)):
             return anchor, None, epilogue
-        sch.pad_einsum(anchor, [1] * (len(iter_vars) - 3) + [rows + row_padding, columns + column_padding, 1])
+        *_, rows, columns, _ = self.axes(workload)  # padded
+        sch.pad_einsum(anchor, [1] * (len(workload.axes) - 3) + [rows.extent, columns.extent, 1])
         for producer in sch.get_producers(anchor):  # the padded operands' copies: stages of their own
             vectorize_inner(sch, producer)
             parallel_outer(sch, producer)
@@ -103,13 +100,24 @@ class FusedMatmulTemplate(TiledTemplate):
         mark_prepack(sch, pack)
 
 
-def _row_padding(rows: int) -> int:
-    """Rows a matmul is padded by to a whole register tile of rows (:func:`row_tile`) where no tile of more than
-    half of it divides them (ViT-Base's 197 tokens: 3, to 200); 0 else. A last tile predicated on its rows keeps
-    the whole tile's accumulators in memory instead of registers: 197 rows ran at half the speed of 128 with the
-    same tiles. The padded rows' copy of the activation and the output's copy back are elementwise."""
+def _padding(workload: Workload) -> tuple[int, int]:
+    """(rows, columns) a model's matmul is padded by: :func:`_column_padding`, then :func:`row_padding` of its
+    padded columns."""
+    *_, rows, columns = (a.extent for a in workload.axes if not a.reduce)
+    column_padding = _column_padding(workload.spec)
+    return row_padding(rows, columns + column_padding), column_padding
+
+
+def row_padding(rows: int, columns: int) -> int:
+    """Rows a matmul of ``columns`` is padded by to a whole register tile of rows (:func:`row_tile`) where no tile
+    of more than half of it divides them (ViT-Base's 197 tokens: 3, to 200) and its columns fill a register tile
+    (the padded copy of the left operand then costs a fraction of the product); 0 else. A last tile predicated on
+    its rows keeps the whole tile's accumulators in memory instead of registers: 197 rows ran at half the speed of
+    128 with the same tiles. A GCN's 2708 x 2708 adjacency times 7 columns is mostly that copy: padded, it ran 1.8x
+    slower."""
     tile = row_tile()
-    return -rows % tile if rows > tile and 2 * divisors(rows, tile)[-1] <= tile else 0
+    wide = columns >= TILE_VECTORS * current_shape().fp32_lanes
+    return -rows % tile if wide and rows > tile and 2 * divisors(rows, tile)[-1] <= tile else 0
 
 
 def row_tile() -> int:
