@@ -318,8 +318,8 @@ def test_a_model_matmul_of_a_prime_count_of_rows_is_padded_to_whole_register_til
 
 def test_a_plain_model_matmul_of_a_prime_count_of_columns_is_padded_to_whole_vectors(build_checker):
     """Attention's scores (Q x Kᵀ) have as many columns as tokens (17 in vit-base@tiny): the matmul is padded to whole
-    register tiles and its output copied back, where perfect splits left a vector of one lane; a matmul with other
-    blocks, or whose columns a vector divides, is left as it is."""
+    register tiles and its output copied back, where perfect splits left a vector of one lane; a GCN's 7 classes to
+    one vector; a matmul with other blocks, or whose columns a vector divides, is left as it is."""
     scores = parse_workload(model_name("vit-base@tiny", "matmul1", 1, 128))
     template = get_template(scores)
     columns = next(a.extent for a in template.axes(scores) if a.name == "j")
@@ -332,6 +332,9 @@ def test_a_plain_model_matmul_of_a_prime_count_of_columns_is_padded_to_whole_vec
     specs = [TrialSpec(scores, template.validate(config, scores), Resources(2), template.name)
              for config in ({}, *({"j_split": c, "order": order} for c, order in
                                    zip(choices[::3], itertools.cycle(("SSRRS:inner", "SRSRS:root", "SSRSR:outer")))))]
+    narrow = parse_workload(model_name("gcn@tiny", "matmul3", 1, 128))  # the adjacency times 7 classes: one vector
+    assert next(a.extent for a in template.axes(narrow) if a.name == "j") == current_shape().fp32_lanes
+    specs.append(TrialSpec(narrow, template.validate({}, narrow), Resources(2), template.name))
     records = build_checker.measure_batch(specs)
     assert not failures(records), failures(records)
 
