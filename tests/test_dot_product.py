@@ -1,5 +1,6 @@
-"""The int8 dot-product templates (opbench.space.dot_product): exact on full-range inputs with each instruction, the instruction in the assembly,
-the default for int8 matrix products where the CPU has one, refused with a reason elsewhere."""
+"""The dot-product templates (opbench.space.dot_product): int8 exact on full-range inputs with each instruction, bf16 within
+its tolerance, the instruction in the assembly, the default for int8 and bf16 matrix products where the CPU has one, refused
+with a reason elsewhere."""
 import contextlib
 import random
 
@@ -10,29 +11,30 @@ from opbench.exceptions import WorkloadError
 from opbench.hardware.cpu_shape import CpuShape, shaped_for
 from opbench.hardware.resources import host_facts
 from opbench.space import get_template
-from opbench.space.dot_product import AVX2, VNNI
+from opbench.space.dot_product import AVX2, AVX512_BF16, VNNI
 from opbench.workloads import parse_workload
 
 # an LLVM CPU with each instruction, to build for whether or not this host has it
-CPUS = {VNNI.isa: ("cascadelake", "vpdpbusd"), AVX2.isa: ("haswell", "vpmaddwd")}
+CPUS = {VNNI.isa: ("cascadelake", "vpdpbusd"), AVX2.isa: ("haswell", "vpmaddwd"),
+        AVX512_BF16.isa: ("cooperlake", "vdpbf16ps")}
 
 
 # (configs beside the default: a 2-row tile; a convolution's 2 vectors of output channels, its window unrolled)
-PRODUCTS = {"dense:m=8,n=32,k=48,bias=1,dtype=int8": {"row_block": 2}, "matmul:m=6,n=48,k=20,dtype=int8": {"row_block": 2},
-            "conv2d:n=1,c=12,h=9,w=7,k=32,r=3,s=3,stride=2,pad=1,dtype=int8": {"oc_block": 32, "ic_block": 4,
-                                                                               "unroll_window": 1, "packed_output": 1}}
+PRODUCTS = {"dense:m=8,n=32,k=48,bias=1": {"row_block": 2}, "matmul:m=6,n=48,k=20": {"row_block": 2},
+            "conv2d:n=1,c=12,h=9,w=7,k=32,r=3,s=3,stride=2,pad=1": {"oc_block": 32, "ic_block": 4, "unroll_window": 1,
+                                                                    "packed_output": 1}}
 
 
-@pytest.mark.parametrize("dot", [VNNI, AVX2], ids=lambda d: d.isa)
+@pytest.mark.parametrize("dot", [VNNI, AVX2, AVX512_BF16], ids=lambda d: d.isa)
 @pytest.mark.parametrize("spec", list(PRODUCTS))
 def test_each_instruction_builds_into_the_kernel_and_runs_exactly_where_the_host_has_it(dot, spec):
     import tvm
 
-    workload = parse_workload(spec)
+    workload = parse_workload(f"{spec},dtype={dot.dtype}")
     mcpu, mnemonic = CPUS[dot.isa]
     with shaped_for(CpuShape(256 if dot is AVX2 else 512, 16 if dot is AVX2 else 32, isa=frozenset({dot.isa}))):
         template = get_template(workload)
-        assert template.name.endswith("_int8")
+        assert template.dtype == dot.dtype  # type: ignore[attr-defined]
         config = template.validate(PRODUCTS[spec], workload)
         assert template.nest(config, workload).vector == dot.lanes
         lib = tvm.compile(template.schedule(workload, config), target=tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
@@ -44,6 +46,9 @@ def test_each_instruction_builds_into_the_kernel_and_runs_exactly_where_the_host
     device = tvm.cpu()
     args = [tvm.runtime.tensor(a, device) for a in [*inputs, np.zeros_like(expected)]]
     lib(*args)
+    if dot is AVX512_BF16:  # bf16 products summed in fp32: the order of the sums differs from the reference's
+        np.testing.assert_allclose(args[-1].numpy(), expected, *workload.tolerance())
+        return
     assert inputs[0].max() > 250 and inputs[1].min() < -120  # full range: vpmaddubsw would saturate here
     assert np.array_equal(args[-1].numpy(), expected)
 
@@ -66,6 +71,12 @@ def test_int8_matrix_products_default_to_the_dot_templates_and_others_are_refuse
         assert get_template(parse_workload(conv.format(c=3))).name == "conv2d_nchwc"  # an image's 3 channels: widened
         with pytest.raises(WorkloadError, match="output channels a multiple of 16 and input channels of 4, not 32 and 3"):
             get_template(parse_workload(conv.format(c=3)), "conv2d_nchwc_int8")
+    with shaped_for(CpuShape(512, 32, isa=frozenset({"avx512f", "avx512_bf16"}))):
+        assert get_template(parse_workload("dense:m=4,n=32,k=8,dtype=bfloat16")).name == "dense_bf16"
+        assert get_template(parse_workload("conv2d:n=1,c=8,h=8,w=8,k=32,r=3,s=3,dtype=bfloat16")).name == "conv2d_nchwc_bf16"
+        assert get_template(parse_workload("dense:m=4,n=32,k=8,dtype=int8")).name == "dense"  # no int8 instruction
+    with shaped_for(avx2), pytest.raises(WorkloadError, match="the CPU has none of avx512_bf16"):
+        get_template(parse_workload("dense:m=4,n=32,k=8,dtype=bfloat16"), "dense_bf16")
     assert get_template(parse_workload("dense:m=4,n=32,k=8,dtype=int8"), target="rpi4").name == "dense"  # an Arm board
     for shaped in (shaped_for("rpi4"), contextlib.nullcontext()):  # the board's CPU, whichever CPU runs this
         with shaped, pytest.raises(WorkloadError, match="the CPU has none of avx512_vnni, avx2"):

@@ -188,7 +188,9 @@ def test_peak_frac_divides_by_the_measured_peak_and_is_absent_without_one(measur
     assert "peak_frac" not in measurer.measure(spec) and measurer.measure(spec)["gflops"] > 0
 
 
-def test_an_int8_record_divides_by_the_int8_peak_of_the_hosts_dot_product_instruction(measurer, monkeypatch, tmp_path):
+@pytest.mark.parametrize("dtype", ["int8", "bfloat16"])
+def test_a_low_precision_record_divides_by_the_peak_of_the_hosts_dot_product_instruction(measurer, monkeypatch, tmp_path,
+                                                                                        dtype):
     from opbench.hardware.peak import PeakCache
     from opbench.hardware.resources import Resources
     from opbench.measure.types import TrialSpec
@@ -196,15 +198,18 @@ def test_an_int8_record_divides_by_the_int8_peak_of_the_hosts_dot_product_instru
     from opbench.workloads import parse_workload
 
     monkeypatch.setattr(measurer, "_peaks", PeakCache(tmp_path / "peaks.json"))
-    dot = instruction("int8", frozenset(measurer.host.isa))
+    dot = instruction(dtype, frozenset(measurer.host.isa))
     if dot is None:
-        pytest.skip("this CPU has no int8 dot-product instruction of ours: int8 records have no peak_frac")
-    fp32, int8 = measurer.peak_gflops(Resources(1)), measurer.peak_gflops(Resources(1), "int8")
-    assert fp32 and int8 and int8 > fp32  # 4 (VNNI) or 2 (AVX2) products a lane per instruction against one FMA
+        pytest.skip(f"this CPU has no {dtype} dot-product instruction of ours: {dtype} records have no peak_frac")
+    fp32, peak = measurer.peak_gflops(Resources(1)), measurer.peak_gflops(Resources(1), dtype)
+    assert fp32 and peak
+    if dtype == "int8":
+        assert peak > fp32  # 4 (VNNI) or 2 (AVX2) products a lane per instruction against one FMA
     assert set(json.loads((tmp_path / "peaks.json").read_text())) == {
-        PeakCache.key(measurer.host.device_key, 1, "any", dtype) for dtype in ("float32", "int8")}
-    record = measurer.measure(TrialSpec(parse_workload("dense:m=16,n=64,k=64,dtype=int8"), {}, Resources(1)))
-    assert record["template"] == "dense_int8" and record["peak_frac"] == pytest.approx(record["gflops"] / int8, rel=1e-6)
+        PeakCache.key(measurer.host.device_key, 1, "any", each) for each in ("float32", dtype)}
+    record = measurer.measure(TrialSpec(parse_workload(f"dense:m=16,n=64,k=64,dtype={dtype}"), {}, Resources(1)))
+    assert record["template"] == {"int8": "dense_int8", "bfloat16": "dense_bf16"}[dtype]
+    assert record["peak_frac"] == pytest.approx(record["gflops"] / peak, rel=1e-6)
 
 
 def test_re_measures_calibrate_a_devices_interval_once_there_are_enough(tmp_path):

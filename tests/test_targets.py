@@ -67,6 +67,18 @@ def test_targets_lists_presets_and_unknown_targets_are_named():
         make_target("armv9", 1)
 
 
+def test_the_host_target_has_the_dot_product_features_the_cpu_reports_whatever_llvm_names_it(monkeypatch):
+    import dataclasses
+
+    from opbench.hardware import resources
+
+    facts = resources.host_facts()
+    monkeypatch.setattr(resources, "host_facts", lambda: dataclasses.replace(facts, isa=(*facts.isa, "avx512_bf16")))
+    assert "+avx512bf16" in make_target("llvm", 2).attrs["mattr"]
+    monkeypatch.setattr(resources, "host_facts", lambda: dataclasses.replace(facts, isa=("avx2", "fma")))
+    assert not {"+avx512bf16", "+avx512vnni"} & set(make_target("llvm", 2).attrs["mattr"])
+
+
 GPU_EXAMPLES = {"matmul": "matmul-512", "batch_matmul": "bert-base-attn", "dense": "bert-base-ffn1",
                 "conv2d": "resnet50-c2", "fused_matmul": "model:bert-base@tiny/fused_matmul_add2",
                 "fused_conv2d": "model:resnet-50@tiny/fused_conv2d1_subtract1_divide1_multiply1_add2_relu1"}

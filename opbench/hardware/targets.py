@@ -15,6 +15,9 @@ from typing import Any
 from opbench.exceptions import ResourceError
 
 ELF_MACHINES = {40: "ARM", 62: "x86-64", 183: "AArch64"}  # e_machine values of the ELF header
+# CPU flags (/proc/cpuinfo) -> the LLVM features they give, added to the host's target: LLVM names a VM's CPU from
+# its model number alone, and may name one without them (a Sapphire Rapids VM reads "rocketlake": no AVX512-BF16)
+HOST_FEATURES = {"avx512_vnni": "+avx512vnni", "avx512_bf16": "+avx512bf16"}
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,11 @@ def make_target(name: str, threads: int) -> Any:  # -> tvm.target.Target (import
 
     check_target(name)
     if name == "llvm":
-        host = Target.from_device("cpu")
-        return Target({**host.export(), "num-cores": threads})
+        from opbench.hardware.resources import host_facts
+
+        host = Target.from_device("cpu").export()
+        features = [HOST_FEATURES[flag] for flag in host_facts().isa if flag in HOST_FEATURES]
+        return Target({**host, "num-cores": threads, "mattr": [*host.get("mattr", ()), *features]})
     if name in BOARDS:
         return BOARDS[name].tvm_target(threads)
     arch = _CUDA.match(name).group(1)  # type: ignore[union-attr]

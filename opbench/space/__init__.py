@@ -15,7 +15,7 @@ from opbench.space.prescheduled import IRFileTemplate
 from opbench.space.rowwise import FusedRowwiseTemplate, NoScheduleTemplate, RowwiseTemplate
 from opbench.space.tiled import TiledTemplate
 from opbench.workloads import Workload
-from opbench.workloads._base import INT8
+from opbench.workloads._base import BF16, INT8
 
 __all__ = ["Config", "Knob", "Nest", "Template", "TEMPLATES", "computed_flops", "get_template"]
 
@@ -36,6 +36,9 @@ TEMPLATES: dict[str, Template] = {
         DotProductTemplate("fused_matmul_int8", op="fused_matmul", dtype=INT8),
         DotProductConvTemplate("conv2d_nchwc_int8", op="conv2d", dtype=INT8),
         DotProductConvTemplate("fused_conv2d_nchwc_int8", op="fused_conv2d", dtype=INT8),
+        DotProductTemplate("dense_bf16", op="dense", dtype=BF16),
+        DotProductTemplate("matmul_bf16", op="matmul", dtype=BF16),
+        DotProductConvTemplate("conv2d_nchwc_bf16", op="conv2d", dtype=BF16),
         PackedConvTemplate("conv2d_nchwc", op="conv2d"),
         PackedConvTemplate("depthwise_conv2d_nchwc", op="depthwise_conv2d", depthwise=True),
         PackedConvTemplate("fused_conv2d_nchwc", op="fused_conv2d"),
@@ -61,10 +64,11 @@ SPECIAL_TEMPLATES = GENERIC_TEMPLATES + LIBRARY_TEMPLATES  # records whose knobs
 CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_nchwc",
                 "fused_conv2d": "fused_conv2d_nchwc", "fused_depthwise_conv2d": "fused_depthwise_conv2d_nchwc",
                 "fused_matmul": "fused_matmul", "fused_rowwise": "fused_rowwise"}
-# int8 matrix products and convolutions (a quantized model's too) take the dot-product templates where they apply:
-# on CPUs that have the instruction (dot_product.INSTRUCTIONS), to int8 operands
-DOT_DEFAULTS = {"dense": "dense_int8", "matmul": "matmul_int8", "fused_matmul": "fused_matmul_int8",
-                "conv2d": "conv2d_nchwc_int8", "fused_conv2d": "fused_conv2d_nchwc_int8"}
+# int8 and bf16 matrix products and convolutions (a quantized model's too) take the dot-product templates where they
+# apply: on CPUs that have the instruction (dot_product.INSTRUCTIONS), to operands of their dtype
+DOT_DEFAULTS = {"dense": ("dense_int8", "dense_bf16"), "matmul": ("matmul_int8", "matmul_bf16"),
+                "fused_matmul": ("fused_matmul_int8",), "conv2d": ("conv2d_nchwc_int8", "conv2d_nchwc_bf16"),
+                "fused_conv2d": ("fused_conv2d_nchwc_int8",)}
 
 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:
@@ -97,10 +101,7 @@ def _template(workload: Workload, name: str | None, target: str) -> Template:
 
 def _dot_default(workload: Workload) -> str | None:
     """:data:`DOT_DEFAULTS`' template of ``workload`` where the CPU in force has its dot-product instruction."""
-    name = DOT_DEFAULTS.get(workload.kind)
-    if name is None:
-        return None
-    return None if TEMPLATES[name].refusal(workload) else name
+    return next((name for name in DOT_DEFAULTS.get(workload.kind, ()) if not TEMPLATES[name].refusal(workload)), None)
 
 
 def computed_flops(workload: Workload, template: str, config: Config, target: str = "llvm") -> float:

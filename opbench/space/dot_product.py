@@ -9,9 +9,10 @@ every lane and sums into ``lanes`` accumulators. The accumulators are a register
 - **AVX-512 VNNI** (int8): ``vpdpbusd``, 16 lanes x 4 (as TVM's ``dot_16x4_vnni``, its accumulator a register).
 - **AVX2** (int8, no VNNI): ``vpmaddubsw`` would saturate on full-range u8 x i8 pairs, so the operands are widened
   to i16 and ``vpmaddwd`` sums 2 products per i32 lane, 8 lanes x 2: exact for every input.
-
-bf16 has no template here: TVM 0.27 stores bf16 as u16 and computes it in fp32 (``BF16StorageLegalize``,
-``BF16ComputeLegalize``, always run), so no LLVM ``bfloat`` vector reaches ``vdpbf16ps``, whose intrinsic takes them.
+- **AVX512-BF16** (bf16): ``vdpbf16ps``, 16 fp32 lanes x 2 bf16 products. TVM 0.27 computes every bf16 value in fp32
+  (``BF16ComputeLegalize`` always runs on CPUs) and has no LLVM ``bfloat`` vector, which the instruction's intrinsic
+  takes, so the operands travel as their bits in i32 vectors to a small LLVM function (:data:`DPBF16PS_IR`, linked
+  into the kernel through ``pragma_import_llvm`` and inlined) that casts them and calls it.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from opbench.space._schedule import (
     vectorize_lanes,
 )
 from opbench.workloads import Workload
-from opbench.workloads._base import ACCUMULATOR, INT8, INT8_STEP, OPERANDS
+from opbench.workloads._base import ACCUMULATOR, BF16, INT8, INT8_STEP, OPERANDS
 from opbench.workloads.fused import Fused
 
 if TYPE_CHECKING:
@@ -59,6 +60,9 @@ class DotInstruction:
     lanes: int
     group: int
     step: Callable[[Any, Any, Any], Any]
+    llvm_import: str = ""  # LLVM IR the step calls into, linked into every kernel that uses it
+    step_at: Callable[[Any, Any, Any], Any] | None = None  # the step on its operands' addresses, where their stored
+    # bits cannot be loaded as vectors of their type
 
     @property
     def accumulator(self) -> str:
@@ -85,9 +89,44 @@ def _avx2(acc: Any, pair: Any, weight: Any) -> Any:
                        tirx.reinterpret("int16x16", weight))
 
 
+LLVM_IMPORT = "pragma_import_llvm"  # a statement attribute: TVM's LLVM code generator links the IR it holds
+DPBF16PS = "opbench_dpbf16ps"  # (accumulators, the activations' pair, the weight vector; or the addresses of both)
+DPBF16PS_IR = f"""
+define internal <16 x float> @{DPBF16PS}(<16 x float> %acc, i32 %pair, <16 x i32> %weight) alwaysinline {{
+  %one = insertelement <16 x i32> poison, i32 %pair, i64 0
+  %pairs = shufflevector <16 x i32> %one, <16 x i32> poison, <16 x i32> zeroinitializer
+  %a = bitcast <16 x i32> %pairs to <32 x bfloat>
+  %b = bitcast <16 x i32> %weight to <32 x bfloat>
+  %sum = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc, <32 x bfloat> %a, <32 x bfloat> %b)
+  ret <16 x float> %sum
+}}
+define internal <16 x float> @{DPBF16PS}_at(<16 x float> %acc, ptr %pair_at, ptr %weight_at) alwaysinline {{
+  %pair = load i32, ptr %pair_at, align 2
+  %weight = load <16 x i32>, ptr %weight_at, align 2
+  %sum = call <16 x float> @{DPBF16PS}(<16 x float> %acc, i32 %pair, <16 x i32> %weight)
+  ret <16 x float> %sum
+}}
+declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)
+"""
+
+
+def _bf16(acc: Any, pair: Any, weight: Any) -> Any:
+    from tvm import tirx
+
+    return tirx.call_extern("float32x16", DPBF16PS, acc, pair, tirx.reinterpret("int32x16", weight))
+
+
+def _bf16_at(acc: Any, pair: Any, weight: Any) -> Any:
+    from tvm import tirx
+
+    return tirx.call_extern("float32x16", f"{DPBF16PS}_at", acc, pair, weight)
+
+
 VNNI = DotInstruction("opbench_dot_16x4_u8i8i32_vnni", "avx512_vnni", INT8, 16, 4, _vnni)
 AVX2 = DotInstruction("opbench_dot_8x2_u8i8i32_avx2", "avx2", INT8, 8, 2, _avx2)
-INSTRUCTIONS = {INT8: (VNNI, AVX2)}  # by dtype: the first the CPU has is used
+AVX512_BF16 = DotInstruction("opbench_dot_16x2_bf16f32_avx512bf16", "avx512_bf16", BF16, 16, 2, _bf16, DPBF16PS_IR,
+                             _bf16_at)
+INSTRUCTIONS = {INT8: (VNNI, AVX2), BF16: (AVX512_BF16,)}  # by dtype: the first the CPU has is used
 
 
 def instruction(dtype: str, isa: frozenset[str]) -> DotInstruction | None:
@@ -97,15 +136,25 @@ def instruction(dtype: str, isa: frozenset[str]) -> DotInstruction | None:
 
 def _operands(dot: DotInstruction, a: Any, b: Any) -> tuple[Any, Any]:
     """The activations' ``group`` values as one i32 (AVX2's widened to i16 pairs first) and the weight's vector
-    (AVX2's widened to i16), from the intrinsic's buffers."""
+    (AVX2's widened to i16), from the intrinsic's buffers; their addresses for an instruction's ``step_at``."""
     from tvm import tirx
 
+    if dot.step_at:
+        return _address(a, dot.group), _address(b, dot.lanes * dot.group)
     activation, weight, _ = OPERANDS[dot.dtype]
     values = a.vload([0], f"{activation}x{dot.group}")
     row = b.vload([0, 0], f"{weight}x{dot.lanes * dot.group}")
     if dot is AVX2:
         return tirx.reinterpret("int32", tirx.Cast("int16x2", values)), tirx.Cast("int16x16", row)
     return tirx.reinterpret("int32", values), row
+
+
+def _address(buffer: Any, extent: int) -> Any:
+    """The address of ``buffer``'s first ``extent`` elements, typed as the 16-bit words bf16 is stored in (a bf16
+    type would be legalised to fp32, and so would the buffer of an intermediate stage)."""
+    from tvm import tirx
+
+    return tirx.tvm_access_ptr(tirx.type_annotation("uint16"), buffer.data, buffer.elem_offset, extent, 1)
 
 
 @functools.cache
@@ -116,6 +165,7 @@ def register(dot: DotInstruction, name: str = "", scope: str = "local") -> str:
     from tvm.script import tirx as T
 
     lanes, group, (activation, weight, _), acc = dot.lanes, dot.group, OPERANDS[dot.dtype], ACCUMULATOR[dot.dtype]
+    linked, step = bool(dot.llvm_import), dot.step_at or dot.step
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -138,7 +188,11 @@ def register(dot: DotInstruction, name: str = "", scope: str = "local") -> str:
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:group], B[0:lanes, 0:group])
             T.writes(C[0:lanes])
-            C[T.ramp(T.int32(0), 1, lanes)] = dot.step(C.vload([0], dot.accumulator), *_operands(dot, A, B))
+            if linked:
+                with T.attr(0, LLVM_IMPORT, dot.llvm_import):
+                    C[T.ramp(T.int32(0), 1, lanes)] = step(C.vload([0], dot.accumulator), *_operands(dot, A, B))
+            else:
+                C[T.ramp(T.int32(0), 1, lanes)] = step(C.vload([0], dot.accumulator), *_operands(dot, A, B))
 
     TensorIntrin.register(name or dot.name, desc, impl, override=True)
     return name or dot.name
@@ -275,4 +329,9 @@ def peak_kernel(dot: DotInstruction, threads: int) -> Any:
         now = acc.vload([t, c, 0], dot.accumulator)
         return dot.step(now, tirx.const(0x01010101, "int32"), now)
 
-    return generic_peak_kernel(threads, dot.lanes, ACCUMULATOR[dot.dtype], step=step)
+    from tvm.ir import StringImm
+
+    kernel = generic_peak_kernel(threads, dot.lanes, ACCUMULATOR[dot.dtype], step=step)
+    if not dot.llvm_import:
+        return kernel
+    return kernel.with_body(tirx.AttrStmt(tirx.const(0, "int32"), LLVM_IMPORT, StringImm(dot.llvm_import), kernel.body))
