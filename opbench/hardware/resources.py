@@ -14,7 +14,7 @@ from pathlib import Path
 
 from opbench.exceptions import ResourceError
 from opbench.hardware.devices import parse_device
-from opbench.hardware.targets import BOARDS, check_target
+from opbench.hardware.targets import BOARDS, check_target, cpu_flags
 
 LOCAL = "local"
 # TVM's pool workers spin (sched_yield in a loop) this many times before they sleep. TVM 0.27's default,
@@ -213,7 +213,6 @@ def host_facts() -> HostFacts:
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = re.search(r"model name\s*:\s*(.*)", cpuinfo)
     mhz = re.search(r"cpu MHz\s*:\s*([\d.]+)", cpuinfo)
-    flags = re.search(r"flags\s*:\s*(.*)", cpuinfo)
     meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else ""
     mem = re.search(r"MemTotal:\s*(\d+)", meminfo)
     wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "neon", "asimd")
@@ -230,7 +229,7 @@ def host_facts() -> HostFacts:
         l2_kb=_cache_kb(2, ("Unified",)),
         l3_kb=_cache_kb(3, ("Unified",)),
         mem_gb=round(int(mem.group(1)) / 2**20, 1) if mem else float("nan"),
-        isa=tuple(f for f in wanted if flags and f in flags.group(1).split()),
+        isa=tuple(f for f in wanted if f in cpu_flags()),
         tvm_version=tvm_version,
         l1d_ways=_l1d_ways(),
         cpu_id=cpu_identity(cpuinfo),

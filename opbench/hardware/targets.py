@@ -10,6 +10,7 @@ import functools
 import re
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from opbench.exceptions import ResourceError
@@ -69,16 +70,22 @@ def is_gpu(name: str) -> bool:
     return bool(_CUDA.match(name))
 
 
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The ISA flags /proc/cpuinfo lists for this host's x86 CPU (none where it has no such file or line)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = re.search(r"flags\s*:\s*(.*)", cpuinfo.read_text()) if cpuinfo.exists() else None
+    return frozenset(flags.group(1).split()) if flags else frozenset()
+
+
 def make_target(name: str, threads: int) -> Any:  # -> tvm.target.Target (imports TVM)
     """The TVM target for ``name``; the host CPU is never plain "llvm", which emits no AVX2/FMA."""
     from tvm.target import Target
 
     check_target(name)
     if name == "llvm":
-        from opbench.hardware.resources import host_facts
-
         host = Target.from_device("cpu").export()
-        features = [HOST_FEATURES[flag] for flag in host_facts().isa if flag in HOST_FEATURES]
+        features = [feature for flag, feature in HOST_FEATURES.items() if flag in cpu_flags()]
         return Target({**host, "num-cores": threads, "mattr": [*host.get("mattr", ()), *features]})
     if name in BOARDS:
         return BOARDS[name].tvm_target(threads)
