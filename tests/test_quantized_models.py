@@ -125,7 +125,9 @@ def test_a_quantized_models_int8_operators_take_the_dot_product_template_and_mat
     import tvm
 
     import opbench.workloads.models  # noqa: F401 - registers where model operators come from
+    from opbench.hardware.cpu_shape import current_shape
     from opbench.space import get_template
+    from opbench.space.amx import AMX_FLAG
     from opbench.workloads import parse_workload
     from opbench.workloads.models.cache import imported
     from opbench.workloads.models.extract import fused_ops
@@ -134,10 +136,12 @@ def test_a_quantized_models_int8_operators_take_the_dot_product_template_and_mat
     ops, _ = fused_ops(imported(load_model("bert-base@tiny+int8", seq_len=16), 1, 16).mod)
     int8 = [op for op in ops if op.shapes and op.name.startswith("fused_matmul")]
     assert len(int8) == 3  # the attention's projections, the feed-forward's two
+    names = set()
     for op in int8:
         workload = parse_workload(f"fused:model=bert-base@tiny+int8,func={op.name},seq_len=16")
         template = get_template(workload)
-        assert template.name == "fused_matmul_int8" and workload.op.anchor_operands(workload.params)[:2] == ("uint8", "int8")
+        names.add(template.name)
+        assert workload.op.anchor_operands(workload.params)[:2] == ("uint8", "int8")
         config = template.default_config(workload)
         assert config["layout_transform"] == "weights_prepacked"  # a model's constant weight, packed once
         inputs = workload.make_inputs()
@@ -145,6 +149,8 @@ def test_a_quantized_models_int8_operators_take_the_dot_product_template_and_mat
         args = [tvm.runtime.tensor(a) for a in [*inputs, np.zeros_like(expected)]]
         tvm.compile(template.schedule(workload, config), target=make_target("llvm", 1))(*args)
         np.testing.assert_allclose(args[-1].numpy(), expected, *workload.tolerance())
+    # AMX tiles where the CPU has them (16 tokens, whole tiles), else the dot-product instruction
+    assert names == {"fused_matmul_amx_int8" if AMX_FLAG in current_shape().isa else "fused_matmul_int8"}
 
 
 @pytest.mark.full  # imports the model, builds its convolutions

@@ -18,7 +18,8 @@ from opbench.exceptions import ResourceError
 ELF_MACHINES = {40: "ARM", 62: "x86-64", 183: "AArch64"}  # e_machine values of the ELF header
 # CPU flags (/proc/cpuinfo) -> the LLVM features they give, added to the host's target: LLVM names a VM's CPU from
 # its model number alone, and may name one without them (a Sapphire Rapids VM reads "rocketlake": no AVX512-BF16)
-HOST_FEATURES = {"avx512_vnni": "+avx512vnni", "avx512_bf16": "+avx512bf16"}
+HOST_FEATURES = {"avx512_vnni": "+avx512vnni", "avx512_bf16": "+avx512bf16", "amx_tile": "+amx-tile",
+                 "amx_bf16": "+amx-bf16", "amx_int8": "+amx-int8"}
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from typing import Any
 
 from opbench.exceptions import WorkloadError
 from opbench.space._base import Config, Knob, Nest, Template
+from opbench.space.amx import AmxTemplate
 from opbench.space.dot_conv import DotProductConvTemplate
 from opbench.space.dot_product import DotProductTemplate
 from opbench.space.fused import FusedTemplate
@@ -36,6 +37,11 @@ TEMPLATES: dict[str, Template] = {
         DotProductTemplate("fused_matmul_int8", op="fused_matmul", dtype=INT8),
         DotProductConvTemplate("conv2d_nchwc_int8", op="conv2d", dtype=INT8),
         DotProductConvTemplate("fused_conv2d_nchwc_int8", op="fused_conv2d", dtype=INT8),
+        AmxTemplate("dense_amx_int8", op="dense", dtype=INT8),
+        AmxTemplate("matmul_amx_int8", op="matmul", dtype=INT8),
+        AmxTemplate("fused_matmul_amx_int8", op="fused_matmul", dtype=INT8),
+        AmxTemplate("dense_amx_bf16", op="dense", dtype=BF16),
+        AmxTemplate("matmul_amx_bf16", op="matmul", dtype=BF16),
         DotProductTemplate("dense_bf16", op="dense", dtype=BF16),
         DotProductTemplate("matmul_bf16", op="matmul", dtype=BF16),
         DotProductConvTemplate("conv2d_nchwc_bf16", op="conv2d", dtype=BF16),
@@ -64,11 +70,13 @@ SPECIAL_TEMPLATES = GENERIC_TEMPLATES + LIBRARY_TEMPLATES  # records whose knobs
 CPU_DEFAULTS = {"conv2d": "conv2d_nchwc", "depthwise_conv2d": "depthwise_conv2d_nchwc",
                 "fused_conv2d": "fused_conv2d_nchwc", "fused_depthwise_conv2d": "fused_depthwise_conv2d_nchwc",
                 "fused_matmul": "fused_matmul", "fused_rowwise": "fused_rowwise"}
-# int8 and bf16 matrix products and convolutions (a quantized model's too) take the dot-product templates where they
-# apply: on CPUs that have the instruction (dot_product.INSTRUCTIONS), to operands of their dtype
-DOT_DEFAULTS = {"dense": ("dense_int8", "dense_bf16"), "matmul": ("matmul_int8", "matmul_bf16"),
-                "fused_matmul": ("fused_matmul_int8",), "conv2d": ("conv2d_nchwc_int8", "conv2d_nchwc_bf16"),
-                "fused_conv2d": ("fused_conv2d_nchwc_int8",)}
+# int8 and bf16 matrix products and convolutions (a quantized model's too) take the first of these templates that
+# applies: AMX tiles on a CPU with them, for whole tiles (opbench.space.amx), else the CPU's dot-product instruction
+# for the dtype (dot_product.INSTRUCTIONS), for operands of that dtype
+DOT_DEFAULTS = {"dense": ("dense_amx_int8", "dense_amx_bf16", "dense_int8", "dense_bf16"),
+                "matmul": ("matmul_amx_int8", "matmul_amx_bf16", "matmul_int8", "matmul_bf16"),
+                "fused_matmul": ("fused_matmul_amx_int8", "fused_matmul_int8"),
+                "conv2d": ("conv2d_nchwc_int8", "conv2d_nchwc_bf16"), "fused_conv2d": ("fused_conv2d_nchwc_int8",)}
 
 
 def get_template(workload: Workload, name: str | None = None, target: str = "llvm") -> Template:

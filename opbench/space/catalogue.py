@@ -9,6 +9,7 @@ from typing import Any
 from opbench.exceptions import WorkloadError
 from opbench.hardware.cpu_shape import CpuShape, shaped_for
 from opbench.space import GENERIC_TEMPLATES, TEMPLATES, get_template
+from opbench.space.amx import AMX_FLAG
 from opbench.space.dot_product import INSTRUCTIONS
 from opbench.workloads import PRESETS, parse_workload
 
@@ -17,8 +18,9 @@ Space = dict[str, dict[str, Any]]  # NNI search-space format
 
 def preset_spaces() -> dict[str, Space]:
     """``<preset>.<template>`` -> the template's space for the preset (templates with knobs only), as on an AVX-512
-    CPU with every dot-product instruction, whatever CPU writes them: the files are the same on every host."""
-    with shaped_for(CpuShape.of_isa({"avx512f", *(dot.isa for dots in INSTRUCTIONS.values() for dot in dots)})):
+    CPU with AMX and every dot-product instruction, whatever CPU writes them: the files are the same on every host."""
+    isa = {"avx512f", AMX_FLAG, *(dot.isa for dots in INSTRUCTIONS.values() for dot in dots)}
+    with shaped_for(CpuShape.of_isa(isa)):
         return _spaces()
 
 

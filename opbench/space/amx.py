@@ -1,0 +1,236 @@
+"""int8 and bf16 matrix products on AMX tiles (docs/workloads-and-templates.md#amx): Intel's matrix unit, what
+oneDNN (PyTorch, ONNX Runtime, OpenVINO) runs these dtypes on where the CPU has it.
+
+A tile register holds 16 rows of 64 bytes. ``tdpbusd`` (int8: u8 x i8 into i32) and ``tdpbf16ps`` (bf16 into fp32)
+multiply a tile of activations (16 rows x 64 bytes of the reduction) by a tile of the weight packed as the dot-product
+templates pack it, ``(n / 16, k / group, 16, group)``, and add into a 16 x 16 tile of accumulators. A register block
+of ``rows`` x ``cols`` accumulator tiles (8 tile registers: at most 2 x 2, with their operands) is one call of a
+kernel written in LLVM IR (:func:`kernel_ir`): the accumulators loaded, ``k_chunk`` of the reduction summed into them
+in tiles, stored back. TVM 0.27 has no AMX intrinsic, and its LLVM code generator no tile type, so the kernel is
+linked in through ``pragma_import_llvm`` and called per block (a tensor intrinsic over the whole block); LLVM
+configures the tiles (``ldtilecfg``) itself. Linux hands a process the tiles' state only once asked
+(``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``): the kernel asks on its first call.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from opbench.hardware.cpu_shape import current_shape
+from opbench.space._base import Config, Knob, Nest, Template
+from opbench.space._schedule import (
+    IN_OP,
+    LAYOUT_TRANSFORMS,
+    WEIGHTS_PREPACKED,
+    inline_around_anchor,
+    mark_prepack,
+    pack_copy,
+    vectorize_lanes,
+)
+from opbench.space.dot_product import LLVM_IMPORT, multiples, operands_dtype
+from opbench.workloads import Workload
+from opbench.workloads._base import ACCUMULATOR, BF16, INT8, OPERANDS
+
+if TYPE_CHECKING:
+    from tvm.s_tir import Schedule
+
+AMX_FLAG = "amx_tile"  # /proc/cpuinfo's flag (every CPU with tiles has their int8 and bf16 products)
+TILE_ROWS, TILE_BYTES = 16, 64
+GROUP = {INT8: 4, BF16: 2}  # reduction steps in one 32-bit element of a weight tile's row
+PRODUCT = {INT8: "tdpbusd", BF16: "tdpbf16ps"}
+ELEMENT_BYTES = {INT8: 1, BF16: 2}
+K_CHUNK_CAP = 1024  # reduction steps of a kernel call (its code is unrolled over them)
+BLOCKS = ("1x1", "1x2", "2x1", "2x2")  # accumulator tiles, rows x columns
+ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA, SYS_ARCH_PRCTL = 0x1023, 18, 158
+
+
+def k_step(dtype: str) -> int:
+    """Reduction steps of one tile product: a tile row's 64 bytes of activations."""
+    return TILE_BYTES // ELEMENT_BYTES[dtype]
+
+
+def kernel_name(dtype: str, rows: int, cols: int, k_chunk: int) -> str:
+    return f"opbench_amx_{PRODUCT[dtype]}_{rows}x{cols}_k{k_chunk}"
+
+
+def kernel_ir(dtype: str, rows: int, cols: int, k_chunk: int) -> str:
+    """LLVM IR of ``kernel_name(...)(c, ldc, a, lda, b, ldb)``: the ``rows`` x ``cols`` accumulator tiles at ``c``
+    (rows ``ldc`` bytes apart) plus the activations at ``a`` (rows ``lda`` bytes apart) times the packed weight at
+    ``b`` (column tiles ``ldb`` bytes apart), over ``k_chunk`` reduction steps."""
+    name, product = kernel_name(dtype, rows, cols, k_chunk), PRODUCT[dtype]
+    tile = f"i16 {TILE_ROWS}, i16 {TILE_BYTES}"
+    body = [f"  %ready = load i1, ptr @{name}_ready", "  br i1 %ready, label %go, label %ask", "ask:",
+            f"  call i64 (i64, ...) @syscall(i64 {SYS_ARCH_PRCTL}, i64 {ARCH_REQ_XCOMP_PERM}, i64 {XFEATURE_XTILEDATA})",
+            f"  store i1 true, ptr @{name}_ready", "  br label %go", "go:"]
+    acc = {}
+    for i in range(rows):
+        body += [f"  %arow{i} = mul i64 %lda, {i * TILE_ROWS}", f"  %a{i} = getelementptr i8, ptr %a, i64 %arow{i}",
+                 f"  %crow{i} = mul i64 %ldc, {i * TILE_ROWS}", f"  %crows{i} = getelementptr i8, ptr %c, i64 %crow{i}"]
+        for j in range(cols):
+            body += [f"  %c{i}{j} = getelementptr i8, ptr %crows{i}, i64 {j * TILE_BYTES}",
+                     f"  %acc{i}{j}_0 = call x86_amx @llvm.x86.tileloadd64.internal({tile}, ptr %c{i}{j}, i64 %ldc)"]
+            acc[i, j] = f"%acc{i}{j}_0"
+    for j in range(cols):
+        body += [f"  %bcol{j} = mul i64 %ldb, {j}", f"  %b{j} = getelementptr i8, ptr %b, i64 %bcol{j}"]
+    for s in range(k_chunk // k_step(dtype)):
+        for i in range(rows):
+            body += [f"  %ap{i}_{s} = getelementptr i8, ptr %a{i}, i64 {s * TILE_BYTES}",
+                     f"  %at{i}_{s} = call x86_amx @llvm.x86.tileloadd64.internal({tile}, ptr %ap{i}_{s}, i64 %lda)"]
+        for j in range(cols):
+            body += [f"  %bp{j}_{s} = getelementptr i8, ptr %b{j}, i64 {s * TILE_ROWS * TILE_BYTES}",
+                     f"  %bt{j}_{s} = call x86_amx @llvm.x86.tileloadd64.internal({tile}, ptr %bp{j}_{s}, "
+                     f"i64 {TILE_BYTES})"]
+        for i in range(rows):
+            for j in range(cols):
+                body.append(f"  %acc{i}{j}_{s + 1} = call x86_amx @llvm.x86.{product}.internal({tile}, "
+                            f"i16 {TILE_BYTES}, x86_amx {acc[i, j]}, x86_amx %at{i}_{s}, x86_amx %bt{j}_{s})")
+                acc[i, j] = f"%acc{i}{j}_{s + 1}"
+    body += [f"  call void @llvm.x86.tilestored64.internal({tile}, ptr %c{i}{j}, i64 %ldc, x86_amx {acc[i, j]})"
+             for i in range(rows) for j in range(cols)]
+    return "\n".join([
+        f"@{name}_ready = internal global i1 false",
+        f"define internal void @{name}(ptr %c, i64 %ldc, ptr %a, i64 %lda, ptr %b, i64 %ldb) {{", *body, "  ret void",
+        "}", "declare i64 @syscall(i64, ...)", "declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)",
+        f"declare x86_amx @llvm.x86.{product}.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)",
+        "declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)", ""])
+
+
+def _address(buffer: Any, dtype: str, extent: Any, access: int) -> Any:
+    """The address of ``buffer``'s first element, bf16 typed as the 16-bit words it is stored in (a bf16 type would
+    be legalised to fp32, and so would an intermediate bf16 buffer)."""
+    from tvm import tirx
+
+    stored = "uint16" if dtype == BF16 else dtype
+    return tirx.tvm_access_ptr(tirx.type_annotation(stored), buffer.data, buffer.elem_offset, extent, access)
+
+
+@functools.cache
+def register(dtype: str, rows: int, cols: int, k_chunk: int) -> str:
+    """Register the tensor intrinsic of one kernel call (``rows`` x ``cols`` tiles, ``k_chunk`` steps) once a
+    process, and return its name."""
+    from tvm.s_tir import TensorIntrin
+    from tvm.script import tirx as T
+
+    activation, weight, _ = OPERANDS[dtype]
+    acc, group, name = ACCUMULATOR[dtype], GROUP[dtype], kernel_name(dtype, rows, cols, k_chunk)
+    m, n, size = rows * TILE_ROWS, cols * TILE_ROWS, ELEMENT_BYTES[dtype]
+    ir = kernel_ir(dtype, rows, cols, k_chunk)
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (m, k_chunk), activation, offset_factor=1, strides=[T.int32(), 1])
+        B = T.match_buffer(b, (cols, k_chunk // group, TILE_ROWS, group), weight, offset_factor=1,
+                           strides=[T.int32(), TILE_ROWS * group, group, 1])
+        C = T.match_buffer(c, (m, n), acc, offset_factor=1, strides=[T.int32(), 1], scope="local")
+        with T.sblock("root"):
+            T.reads(C[0:m, 0:n], A[0:m, 0:k_chunk], B[0:cols, 0:k_chunk // group, 0:TILE_ROWS, 0:group])
+            T.writes(C[0:m, 0:n])
+            for i, j, k in T.grid(m, n, k_chunk):
+                with T.sblock("update"):
+                    vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                    C[vi, vj] = C[vi, vj] + T.cast(A[vi, vk], acc) * T.cast(
+                        B[vj // TILE_ROWS, vk // group, vj % TILE_ROWS, vk % group], acc)
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        lda, ldb, ldc = T.int32(), T.int32(), T.int32()
+        A = T.match_buffer(a, (m, k_chunk), activation, offset_factor=1, strides=[lda, 1])
+        B = T.match_buffer(b, (cols, k_chunk // group, TILE_ROWS, group), weight, offset_factor=1,
+                           strides=[ldb, TILE_ROWS * group, group, 1])
+        C = T.match_buffer(c, (m, n), acc, offset_factor=1, strides=[ldc, 1], scope="local")
+        with T.sblock("root"):
+            T.reads(C[0:m, 0:n], A[0:m, 0:k_chunk], B[0:cols, 0:k_chunk // group, 0:TILE_ROWS, 0:group])
+            T.writes(C[0:m, 0:n])
+            with T.attr(0, LLVM_IMPORT, ir):
+                T.evaluate(T.call_extern(
+                    "void", name, _address(C, acc, m * ldc, 3), T.cast(ldc, "int64") * 4,
+                    _address(A, activation, m * lda, 1), T.cast(lda, "int64") * size,
+                    _address(B, weight, cols * ldb, 1), T.cast(ldb, "int64") * size))
+
+    TensorIntrin.register(name, desc, impl, override=True)
+    return name
+
+
+@dataclass(frozen=True)
+class AmxTemplate(Template):
+    """A ``dense`` or ``matmul`` (weight ``[k, n]``) of ``dtype`` on AMX tiles, a register block of tiles a call."""
+
+    name: str
+    op: str  # dense or matmul
+    dtype: str  # int8 or bfloat16
+
+    def refusal(self, workload: Workload) -> str | None:
+        """Its dtype only, a 2-D product of whole tiles (``m`` and ``n`` multiples of 16, ``k`` of a tile row's
+        reduction steps), on a CPU with AMX."""
+        dtype = operands_dtype(workload)
+        if dtype != self.dtype:
+            return f"it schedules dtype={self.dtype} only, not {dtype}"
+        if len(workload.axes) != 3:
+            return f"it schedules a 2-D product, not one of {len(workload.axes) - 1} loops"
+        m, n, k = (a.extent for a in workload.axes)
+        if m % TILE_ROWS or n % TILE_ROWS or k % k_step(self.dtype):
+            return (f"it needs m and n multiples of {TILE_ROWS} and k of {k_step(self.dtype)}, "
+                    f"not m={m}, n={n}, k={k}")
+        if AMX_FLAG not in current_shape().isa:
+            return f"the CPU has no AMX tiles ({AMX_FLAG}; the dot-product template takes {self.dtype} too)"
+        return None
+
+    def _sizes(self, workload: Workload) -> tuple[int, int, int]:
+        self.check_applies(workload)
+        m, n, k = (a.extent for a in workload.axes)
+        return m, n, k
+
+    def knobs(self, workload: Workload) -> list[Knob]:
+        m, n, k = self._sizes(workload)
+        blocks = tuple(b for b in BLOCKS if not m // TILE_ROWS % int(b[0]) and not n // TILE_ROWS % int(b[2]))
+        return [
+            Knob("block", blocks, f"accumulator tiles of a call, rows x columns ({m // TILE_ROWS} x "
+                                  f"{n // TILE_ROWS} tiles of 16 x 16)"),
+            Knob("k_chunk", multiples(k, k_step(self.dtype), K_CHUNK_CAP),
+                 f"reduction steps of a call ({k}), whole tile rows: the weight panel kept in cache"),
+            Knob("rows_outer", (0, 1), "1: the parallel loop runs over row blocks outside column blocks"),
+            Knob("layout_transform", LAYOUT_TRANSFORMS, "where the weight is packed: in the operator, timed (in_op), "
+                                                        "or once before (weights_prepacked, as a model's constant)"),
+        ]
+
+    def default_config(self, workload: Workload) -> Config:
+        """2 x 2 tiles where they divide the shape (all 8 tile registers), 256 reduction steps a call."""
+        m, n, k = self._sizes(workload)
+        blocks = self.knobs(workload)[0].choices
+        return {"block": blocks[-1], "k_chunk": multiples(k, k_step(self.dtype), 256)[-1], "rows_outer": 0,
+                "layout_transform": WEIGHTS_PREPACKED if self.op.startswith("fused") else IN_OP}
+
+    def parameter_vocabulary(self) -> dict[str, tuple | None]:
+        return {"block": BLOCKS, "k_chunk": None, "rows_outer": None, "layout_transform": LAYOUT_TRANSFORMS}
+
+    def nest(self, config: Config, workload: Workload) -> Nest:
+        m, n, _ = self._sizes(workload)
+        rows, cols = (int(x) * TILE_ROWS for x in config["block"].split("x"))
+        return Nest((rows, cols), TILE_ROWS, config["k_chunk"], m // rows * n // cols)
+
+    def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
+        self._sizes(workload)
+        rows, cols = (int(x) for x in config["block"].split("x"))
+        group = GROUP[self.dtype]
+        product, epilogue = inline_around_anchor(sch)
+        pack = sch.cache_read(product, 1, "global")
+        sch.transform_layout(product, ("read", 1), lambda k, j: (j // TILE_ROWS, k // group, j % TILE_ROWS, k % group))
+        pack_copy(sch, pack, {0: group, 1: TILE_ROWS}, (2, 0, 3, 1), parallel=1)
+        if config["layout_transform"] == WEIGHTS_PREPACKED:
+            mark_prepack(sch, pack)
+        write_back = sch.cache_write(product, 0, "local")
+        if epilogue is not None:
+            sch.reverse_compute_inline(epilogue)
+        i, j, k = sch.get_loops(product)
+        io, ii = sch.split(i, [None, rows * TILE_ROWS])
+        jo, ji = sch.split(j, [None, cols * TILE_ROWS])
+        ko, ki = sch.split(k, [None, config["k_chunk"]])
+        outer = (io, jo) if config["rows_outer"] else (jo, io)
+        sch.reorder(*outer, ko, ii, ji, ki)
+        sch.reverse_compute_at(write_back, outer[1])
+        sch.parallel(sch.fuse(*outer))
+        init = sch.decompose_reduction(product, ko)
+        vectorize_lanes(sch, sch.get_loops(init)[-1])
+        sch.tensorize(ii, register(self.dtype, rows, cols, config["k_chunk"]))
+        vectorize_lanes(sch, sch.get_loops(write_back)[-1])
