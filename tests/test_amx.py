@@ -65,3 +65,19 @@ def test_amx_is_the_default_for_whole_tiles_on_a_cpu_with_them_and_refused_sayin
         assert get_template(parse_workload("dense:m=16,n=16,k=64,dtype=int8")).name == "dense_int8"
         with pytest.raises(WorkloadError, match="the CPU has no AMX tiles"):
             get_template(parse_workload("dense:m=16,n=16,k=64,dtype=int8"), "dense_amx_int8")
+
+
+@pytest.mark.parametrize("dtype", ["int8", "bfloat16"])
+def test_the_peak_of_a_cpu_with_tiles_is_the_tiles_own_every_one_in_its_register(dtype):
+    import tvm
+
+    from opbench.space.amx import PEAK_ROUNDS, peak_work
+    from opbench.space.peak_units import peak_of
+
+    peak = peak_of(dtype, {"avx512f", "avx512_vnni", "avx512_bf16", AMX_FLAG}, 2)
+    assert peak is not None and peak.work == peak_work(dtype, 2)
+    assert peak_of(dtype, {"avx512f", "avx512_vnni", "avx512_bf16"}, 2).work < peak.work / 20  # per call, not per s
+    lib = tvm.compile(tvm.IRModule({"main": peak.build()}), tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids"}))
+    assembly = lib.mod.inspect_source("asm")
+    assert assembly.count(f"\t{PRODUCT[dtype]}\t") == 4 * PEAK_ROUNDS  # every round's product an instruction
+    assert assembly.count("\ttileloadd") == 8 and assembly.count("\ttilestored") == 4  # no tile spilled

@@ -45,7 +45,8 @@ from opbench.measure.trial_record import add_run, new_record, ran_on
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.paths import build_dir
 from opbench.record import Status, TrialRecord
-from opbench.space import LIBRARY_TEMPLATES, Config, computed_flops, dot_product, get_template
+from opbench.space import LIBRARY_TEMPLATES, Config, computed_flops, get_template
+from opbench.space.peak_units import peak_of
 from opbench.workloads import Workload
 
 log = logging.getLogger(__name__)
@@ -305,10 +306,11 @@ class Measurer:
         """This host's measured peak for ``resources`` (:mod:`opbench.hardware.peak`): the fastest repeat of the
         peak kernel's placements, measured once per device key, threads, cores and dtype, and again where a
         kernel ``reached`` more (GFLOP/s); None on a GPU or a remote device, for a dtype without a peak kernel here
-        (:func:`~opbench.space.dot_product.peak_work`), or when it could not be measured."""
-        work = dot_product.peak_work(dtype, self.host.isa, resources.threads)
-        if resources.remote or is_gpu(resources.target) or work is None:
+        (:func:`~opbench.space.peak_units.peak_of`), or when it could not be measured."""
+        peak = peak_of(dtype, self.host.isa, resources.threads)
+        if resources.remote or is_gpu(resources.target) or peak is None:
             return None
+        work = peak.work
 
         def measure() -> float | None:
             timing = TimingPolicy(min_repeat_ms=self.timing.min_repeat_ms)

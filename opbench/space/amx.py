@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 AMX_FLAG = "amx_tile"  # /proc/cpuinfo's flag (every CPU with tiles has their int8 and bf16 products)
 TILE_ROWS, TILE_BYTES = 16, 64
+TILE = f"i16 {TILE_ROWS}, i16 {TILE_BYTES}"  # a full tile's shape as the LLVM intrinsics take it
 GROUP = {INT8: 4, BF16: 2}  # reduction steps in one 32-bit element of a weight tile's row
 PRODUCT = {INT8: "tdpbusd", BF16: "tdpbf16ps"}
 ELEMENT_BYTES = {INT8: 1, BF16: 2}
@@ -59,39 +60,69 @@ def kernel_ir(dtype: str, rows: int, cols: int, k_chunk: int) -> str:
     (rows ``ldc`` bytes apart) plus the activations at ``a`` (rows ``lda`` bytes apart) times the packed weight at
     ``b`` (column tiles ``ldb`` bytes apart), over ``k_chunk`` reduction steps."""
     name, product = kernel_name(dtype, rows, cols, k_chunk), PRODUCT[dtype]
-    tile = f"i16 {TILE_ROWS}, i16 {TILE_BYTES}"
-    body = [f"  %ready = load i1, ptr @{name}_ready", "  br i1 %ready, label %go, label %ask", "ask:",
-            f"  call i64 (i64, ...) @syscall(i64 {SYS_ARCH_PRCTL}, i64 {ARCH_REQ_XCOMP_PERM}, i64 {XFEATURE_XTILEDATA})",
-            f"  store i1 true, ptr @{name}_ready", "  br label %go", "go:"]
-    acc = {}
+    body, acc = [], {}
     for i in range(rows):
         body += [f"  %arow{i} = mul i64 %lda, {i * TILE_ROWS}", f"  %a{i} = getelementptr i8, ptr %a, i64 %arow{i}",
                  f"  %crow{i} = mul i64 %ldc, {i * TILE_ROWS}", f"  %crows{i} = getelementptr i8, ptr %c, i64 %crow{i}"]
         for j in range(cols):
             body += [f"  %c{i}{j} = getelementptr i8, ptr %crows{i}, i64 {j * TILE_BYTES}",
-                     f"  %acc{i}{j}_0 = call x86_amx @llvm.x86.tileloadd64.internal({tile}, ptr %c{i}{j}, i64 %ldc)"]
+                     f"  %acc{i}{j}_0 = call x86_amx @llvm.x86.tileloadd64.internal({TILE}, ptr %c{i}{j}, i64 %ldc)"]
             acc[i, j] = f"%acc{i}{j}_0"
     for j in range(cols):
         body += [f"  %bcol{j} = mul i64 %ldb, {j}", f"  %b{j} = getelementptr i8, ptr %b, i64 %bcol{j}"]
     for s in range(k_chunk // k_step(dtype)):
         for i in range(rows):
             body += [f"  %ap{i}_{s} = getelementptr i8, ptr %a{i}, i64 {s * TILE_BYTES}",
-                     f"  %at{i}_{s} = call x86_amx @llvm.x86.tileloadd64.internal({tile}, ptr %ap{i}_{s}, i64 %lda)"]
+                     f"  %at{i}_{s} = call x86_amx @llvm.x86.tileloadd64.internal({TILE}, ptr %ap{i}_{s}, i64 %lda)"]
         for j in range(cols):
             body += [f"  %bp{j}_{s} = getelementptr i8, ptr %b{j}, i64 {s * TILE_ROWS * TILE_BYTES}",
-                     f"  %bt{j}_{s} = call x86_amx @llvm.x86.tileloadd64.internal({tile}, ptr %bp{j}_{s}, "
+                     f"  %bt{j}_{s} = call x86_amx @llvm.x86.tileloadd64.internal({TILE}, ptr %bp{j}_{s}, "
                      f"i64 {TILE_BYTES})"]
         for i in range(rows):
             for j in range(cols):
-                body.append(f"  %acc{i}{j}_{s + 1} = call x86_amx @llvm.x86.{product}.internal({tile}, "
+                body.append(f"  %acc{i}{j}_{s + 1} = call x86_amx @llvm.x86.{product}.internal({TILE}, "
                             f"i16 {TILE_BYTES}, x86_amx {acc[i, j]}, x86_amx %at{i}_{s}, x86_amx %bt{j}_{s})")
                 acc[i, j] = f"%acc{i}{j}_{s + 1}"
-    body += [f"  call void @llvm.x86.tilestored64.internal({tile}, ptr %c{i}{j}, i64 %ldc, x86_amx {acc[i, j]})"
+    body += [f"  call void @llvm.x86.tilestored64.internal({TILE}, ptr %c{i}{j}, i64 %ldc, x86_amx {acc[i, j]})"
              for i in range(rows) for j in range(cols)]
+    return _function(name, product, "ptr %c, i64 %ldc, ptr %a, i64 %lda, ptr %b, i64 %ldb", body)
+
+
+def peak_ir(dtype: str, rounds: int) -> str:
+    """LLVM IR of ``peak_name(dtype)(c, a, b)``: 2 x 2 accumulator tiles at ``c`` (rows 128 bytes apart) plus
+    ``rounds`` times the product of the two activation tiles at ``a`` and the two weight tiles at ``b`` (each 1 KB),
+    every tile in its register throughout (all 8)."""
+    body = [f"  %{operand}{t} = call x86_amx @llvm.x86.tileloadd64.internal({TILE}, ptr %{operand}p{t}, i64 "
+            f"{TILE_BYTES})" for operand in "ab" for t in range(2)]
+    body = [f"  %{operand}p{t} = getelementptr i8, ptr %{operand}, i64 {t * TILE_ROWS * TILE_BYTES}"
+            for operand in "ab" for t in range(2)] + body
+    for i in range(2):
+        for j in range(2):
+            body += [f"  %cp{i}{j} = getelementptr i8, ptr %c, i64 {i * TILE_ROWS * 2 * TILE_BYTES + j * TILE_BYTES}",
+                     f"  %c{i}{j}_0 = call x86_amx @llvm.x86.tileloadd64.internal({TILE}, ptr %cp{i}{j}, i64 128)"]
+    for r in range(rounds):
+        body += [f"  %c{i}{j}_{r + 1} = call x86_amx @llvm.x86.{PRODUCT[dtype]}.internal({TILE}, i16 {TILE_BYTES}, "
+                 f"x86_amx %c{i}{j}_{r}, x86_amx %a{i}, x86_amx %b{j})" for i in range(2) for j in range(2)]
+    body += [f"  call void @llvm.x86.tilestored64.internal({TILE}, ptr %cp{i}{j}, i64 128, x86_amx %c{i}{j}_{rounds})"
+             for i in range(2) for j in range(2)]
+    return _function(peak_name(dtype), PRODUCT[dtype], "ptr %c, ptr %a, ptr %b", body)
+
+
+def peak_name(dtype: str) -> str:
+    return f"opbench_amx_{PRODUCT[dtype]}_peak"
+
+
+def _function(name: str, product: str, parameters: str, body: list[str]) -> str:
+    """An internal function ``name(parameters)`` running ``body`` once the process may use the tiles (asked of
+    Linux on its first call), with the declarations it needs."""
+    ask = f"i64 {SYS_ARCH_PRCTL}, i64 {ARCH_REQ_XCOMP_PERM}, i64 {XFEATURE_XTILEDATA}"
     return "\n".join([
         f"@{name}_ready = internal global i1 false",
-        f"define internal void @{name}(ptr %c, i64 %ldc, ptr %a, i64 %lda, ptr %b, i64 %ldb) {{", *body, "  ret void",
-        "}", "declare i64 @syscall(i64, ...)", "declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)",
+        f"define internal void @{name}({parameters}) {{",
+        f"  %ready = load i1, ptr @{name}_ready", "  br i1 %ready, label %go, label %ask", "ask:",
+        f"  call i64 (i64, ...) @syscall({ask})", f"  store i1 true, ptr @{name}_ready", "  br label %go", "go:",
+        *body, "  ret void", "}", "declare i64 @syscall(i64, ...)",
+        "declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)",
         f"declare x86_amx @llvm.x86.{product}.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)",
         "declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)", ""])
 
@@ -234,3 +265,31 @@ class AmxTemplate(Template):
         vectorize_lanes(sch, sch.get_loops(init)[-1])
         sch.tensorize(ii, register(self.dtype, rows, cols, config["k_chunk"]))
         vectorize_lanes(sch, sch.get_loops(write_back)[-1])
+
+
+PEAK_ROUNDS = 64  # rounds of a peak call's four tile products, every tile in its register
+PEAK_CALLS = 400  # calls a thread of the peak kernel makes
+PEAK_WORDS = 1024  # 32-bit words of each of a thread's two buffers: 2 x 2 accumulator tiles; the operands' 4 tiles
+
+
+def peak_kernel(dtype: str, threads: int) -> Any:
+    """The host's AMX peak for ``dtype`` as :mod:`opbench.hardware.peak` measures fp32's: each thread calls
+    :func:`peak_ir`'s kernel :data:`PEAK_CALLS` times on tiles of its own rows of the buffers."""
+    from tvm.script import tirx as T
+
+    ir, name = peak_ir(dtype, PEAK_ROUNDS), peak_name(dtype)
+
+    @T.prim_func
+    def main(seed: T.Buffer((threads, PEAK_WORDS), "int32"), out: T.Buffer((threads, PEAK_WORDS), "int32")) -> None:  # type: ignore[valid-type]
+        for t in T.parallel(threads):
+            with T.attr(0, LLVM_IMPORT, ir):
+                for _ in range(PEAK_CALLS):
+                    T.evaluate(T.call_extern("void", name, T.address_of(out[t, 0]), T.address_of(seed[t, 0]),
+                                             T.address_of(seed[t, PEAK_WORDS // 2])))
+
+    return main
+
+
+def peak_work(dtype: str, threads: int) -> float:
+    """Operations (a multiply and an add per product) of one call of :func:`peak_kernel`."""
+    return 2.0 * threads * PEAK_CALLS * PEAK_ROUNDS * 4 * TILE_ROWS * TILE_ROWS * k_step(dtype)

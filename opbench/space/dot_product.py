@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opbench.hardware.cpu_shape import current_shape
-from opbench.hardware.peak import CHAINS, ITERATIONS, peak_flops, vector_lanes
 from opbench.hardware.peak import peak_kernel as generic_peak_kernel
 from opbench.space._base import Config, Knob, Nest, Template, divisors
 from opbench.space._schedule import (
@@ -308,15 +307,6 @@ def operands_dtype(workload: Workload) -> str:
 def multiples(extent: int, unit: int, cap: int) -> tuple[int, ...]:
     """The multiples of ``unit`` that divide ``extent``, up to ``cap`` (``unit`` at least)."""
     return tuple(unit * d for d in divisors(extent // unit, max(cap // unit, 1)))
-
-
-def peak_work(dtype: str, isa: tuple[str, ...], threads: int) -> float | None:
-    """Operations (a multiply and an add per product) of one call of a host's peak kernel of ``dtype``: fp32's FMA
-    chains (:mod:`opbench.hardware.peak`) or int8's :func:`peak_kernel`; None where no peak of ``dtype`` is measured."""
-    if dtype == "float32":
-        return peak_flops(threads, vector_lanes(isa))
-    dot = instruction(dtype, frozenset(isa))
-    return None if dot is None else 2.0 * threads * CHAINS * ITERATIONS * dot.lanes * dot.group
 
 
 def peak_kernel(dot: DotInstruction, threads: int) -> Any:

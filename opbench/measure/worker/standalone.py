@@ -15,7 +15,6 @@ from opbench.measure.protocol import PeakInput, PrimFuncInput, RunResult
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.worker._common import COLD, time_series
 from opbench.record import Status
-from opbench.workloads._base import ACCUMULATOR
 
 
 @functools.lru_cache(maxsize=1)
@@ -24,21 +23,15 @@ def peak_timer(req: PeakInput, pool_here: Callable[[], None]) -> Callable[[], Ru
     import numpy as np
     import tvm
 
-    from opbench.hardware.peak import CHAINS, peak_kernel, vector_lanes
     from opbench.hardware.resources import host_facts
     from opbench.hardware.targets import make_target
-    from opbench.space import dot_product
+    from opbench.space.peak_units import peak_of
 
-    threads, isa = req.resources.threads, frozenset(host_facts().isa)
-    dot = dot_product.instruction(req.dtype, isa)
-    if dot is not None:
-        kernel, lanes = dot_product.peak_kernel(dot, threads), dot.lanes
-        dtype = ACCUMULATOR[req.dtype]
-    else:
-        lanes, dtype = vector_lanes(tuple(isa), req.dtype), req.dtype
-        kernel = peak_kernel(threads, lanes, dtype)
-    module = tvm.compile(tvm.IRModule({"main": kernel}), make_target("llvm", threads)).mod
-    return _timer(module, lambda: [tvm.runtime.tensor(np.ones((threads, CHAINS, lanes), dtype)) for _ in range(2)],
+    peak = peak_of(req.dtype, host_facts().isa, req.resources.threads)
+    if peak is None:
+        raise ValueError(f"no peak of {req.dtype} is measured on this CPU")
+    module = tvm.compile(tvm.IRModule({"main": peak.build()}), make_target("llvm", req.resources.threads)).mod
+    return _timer(module, lambda: [tvm.runtime.tensor(np.ones(peak.shape, peak.dtype)) for _ in range(2)],
                   req.timing, pool_here)
 
 
