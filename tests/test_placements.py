@@ -149,10 +149,10 @@ def test_the_peak_is_measured_once_per_key_and_kept(tmp_path):
     assert vector_lanes(("neon",)) == 4 and vector_lanes(("avx2",), "float16") == 16
     assert peak_flops(2, 8, chains=12, iterations=10) == 2 * 2 * 12 * 8 * 10
     cache, measured = PeakCache(tmp_path / "peaks.json"), []
-    key = PeakCache.key("AuthenticAMD/25.1.1/2c/x", 2, "any", "float32")
+    key = PeakCache.key("AuthenticAMD/25.1.1/2c/x", 2, "any", "float32", "fma")
     assert cache.get_or_measure(key, lambda: measured.append(1) or 150.0) == 150.0
     assert cache.get_or_measure(key, lambda: measured.append(1) or 99.0) == 150.0 and len(measured) == 1  # kept
-    other = PeakCache.key("AuthenticAMD/25.17.0/2c/y", 2, "any", "float32")  # another CPU: measured anew
+    other = PeakCache.key("AuthenticAMD/25.17.0/2c/y", 2, "any", "float32", "fma")  # another CPU: measured anew
     assert cache.get_or_measure(other, lambda: None) is None and key in (tmp_path / "peaks.json").read_text()
     assert other not in (tmp_path / "peaks.json").read_text()  # a failed measurement is not kept
     assert (tmp_path / "peaks.json").stat().st_mode & 0o077 == 0
@@ -197,6 +197,7 @@ def test_a_low_precision_record_divides_by_the_peak_of_the_hosts_dot_product_ins
     from opbench.space import get_template
     from opbench.space.amx import AMX_FLAG
     from opbench.space.dot_product import instruction
+    from opbench.space.peak_units import peak_of
     from opbench.workloads import parse_workload
 
     monkeypatch.setattr(measurer, "_peaks", PeakCache(tmp_path / "peaks.json"))
@@ -210,7 +211,8 @@ def test_a_low_precision_record_divides_by_the_peak_of_the_hosts_dot_product_ins
     elif dtype == "int8":
         assert peak > fp32  # 4 (VNNI) or 2 (AVX2) products a lane per instruction against one FMA
     assert set(json.loads((tmp_path / "peaks.json").read_text())) == {
-        PeakCache.key(measurer.host.device_key, 1, "any", each) for each in ("float32", dtype)}
+        PeakCache.key(measurer.host.device_key, 1, "any", each, peak_of(each, measurer.host.isa, 1).unit)  # type: ignore[union-attr]
+        for each in ("float32", dtype)}
     workload = parse_workload(f"dense:m=16,n=64,k=64,dtype={dtype}")
     record = measurer.measure(TrialSpec(workload, {}, Resources(1)))
     assert record["template"] == get_template(workload).name  # AMX tiles or the dot-product instruction: one peak

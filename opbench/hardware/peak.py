@@ -68,7 +68,8 @@ def peak_kernel(threads: int, lanes: int, dtype: str = "float32", chains: int = 
 
 
 class PeakCache:
-    """Measured peaks (GFLOP/s) of this user's hosts by device key, threads, cores and dtype, in a private file."""
+    """Measured peaks (GFLOP/s) of this user's hosts by device key, threads, cores, dtype and the unit measured (a
+    dtype's peak is its fastest unit's: a CPU's AMX tiles, else its dot-product instruction), in a private file."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or user_runtime_dir() / PEAKS_FILE
@@ -76,8 +77,8 @@ class PeakCache:
         self._raised: set[str] = set()  # keys measured again because a kernel outran them
 
     @staticmethod
-    def key(device_key: str, threads: int, cores: str, dtype: str) -> str:
-        return f"{device_key}|{threads}|{cores}|{dtype}"
+    def key(device_key: str, threads: int, cores: str, dtype: str, unit: str) -> str:
+        return f"{device_key}|{threads}|{cores}|{dtype}|{unit}"
 
     def get_or_measure(self, key: str, measure: Callable[[], float | None], reached: float = 0.0) -> float | None:
         """The peak kept under ``key``, else ``measure()``'s, kept when it succeeded (None: it did not). Where a

@@ -321,7 +321,7 @@ class Measurer:
             return work / min(run.latencies_s) / 1e9
 
         return self._peaks.get_or_measure(PeakCache.key(self.host.device_key, resources.threads, resources.cores_label,
-                                                        dtype), measure, reached)
+                                                        dtype, peak.unit), measure, reached)
 
     @staticmethod
     def _run_input(build: BuildResult, spec: TrialSpec, timing: TimingPolicy) -> RunInput:

@@ -16,9 +16,11 @@ from opbench.workloads._base import ACCUMULATOR, LOW_PRECISION
 
 @dataclass(frozen=True)
 class PeakKernel:
-    """A peak kernel: its PrimFunc (built on demand: TVM loads only where it runs), the shape and element type of each
-    of its two buffers, and the operations (a multiply and an add per product) of one call."""
+    """A peak kernel: the unit it measures (the CPU flag of its instruction, ``fma`` for fp32's), its PrimFunc (built
+    on demand: TVM loads only where it runs), the shape and element type of each of its two buffers, and the
+    operations (a multiply and an add per product) of one call."""
 
+    unit: str
     build: Callable[[], Any]
     shape: tuple[int, ...]
     dtype: str
@@ -28,14 +30,14 @@ class PeakKernel:
 def peak_of(dtype: str, isa: Collection[str], threads: int) -> PeakKernel | None:
     """The peak kernel of ``dtype`` on a CPU with ``isa`` flags at ``threads`` (None: no peak of it is measured)."""
     if dtype in LOW_PRECISION and amx.AMX_FLAG in isa:
-        return PeakKernel(lambda: amx.peak_kernel(dtype, threads), (threads, amx.PEAK_WORDS), "int32",
+        return PeakKernel(amx.AMX_FLAG, lambda: amx.peak_kernel(dtype, threads), (threads, amx.PEAK_WORDS), "int32",
                           amx.peak_work(dtype, threads))
     dot = dot_product.instruction(dtype, frozenset(isa))
     if dot is not None:
-        return PeakKernel(lambda: dot_product.peak_kernel(dot, threads), (threads, CHAINS, dot.lanes),
+        return PeakKernel(dot.isa, lambda: dot_product.peak_kernel(dot, threads), (threads, CHAINS, dot.lanes),
                           ACCUMULATOR[dtype], 2.0 * threads * CHAINS * ITERATIONS * dot.lanes * dot.group)
     if dtype == "float32":
         lanes = vector_lanes(tuple(isa))
-        return PeakKernel(lambda: fma_peak_kernel(threads, lanes), (threads, CHAINS, lanes), dtype,
+        return PeakKernel("fma", lambda: fma_peak_kernel(threads, lanes), (threads, CHAINS, lanes), dtype,
                           peak_flops(threads, lanes))
     return None
