@@ -81,3 +81,16 @@ def test_the_peak_of_a_cpu_with_tiles_is_the_tiles_own_every_one_in_its_register
     assembly = lib.mod.inspect_source("asm")
     assert assembly.count(f"\t{PRODUCT[dtype]}\t") == 4 * PEAK_ROUNDS  # every round's product an instruction
     assert assembly.count("\ttileloadd") == 8 and assembly.count("\ttilestored") == 4  # no tile spilled
+
+
+@on_amx
+def test_a_model_operator_on_tiles_is_timed_alone_with_the_kernel_it_links_in(measurer):
+    import math
+
+    from opbench.hardware.resources import Resources
+    from opbench.hardware.targets import make_target
+
+    workload = parse_workload("dense:m=32,n=32,k=128,bias=1,dtype=int8")
+    template = get_template(workload)
+    func = template.schedule(workload, template.default_config(workload))["main"]  # as model-ops times an operator
+    assert math.isfinite(measurer.time_primfunc(func, make_target("llvm", 1), Resources(1)))

@@ -297,7 +297,8 @@ class Measurer:
     def time_primfunc(self, func: Any, target: Any, resources: Resources) -> float:
         """A model's operator (a PrimFunc) compiled alone for ``target`` and timed on random inputs in this
         measurer's workers, with its timing and placements: the estimate, ms (NaN when it failed)."""
-        run = self._local.run(PrimFuncInput(func.script(), str(target), self.timing, resources))
+        script = func.script(show_meta=True)  # with its metadata: the LLVM IR an AMX or bf16 kernel links in
+        run = self._local.run(PrimFuncInput(script, str(target), self.timing, resources))
         if run.status is not Status.OK:
             log.warning("an operator could not be timed: %s", run.error[:300])
         return estimated_ms(run, self.timing.agree)
