@@ -370,7 +370,7 @@ def test_a_models_operator_is_timed_in_a_worker_under_the_lock_with_placements(t
         assert measurer.time_primfunc(func, make_target("llvm", 1), Resources(1)) > 0  # free: it times
 
         class Unparsable:
-            def script(self):
+            def script(self, show_meta: bool = False) -> str:
                 return "not TVMScript"
 
         assert math.isnan(measurer.time_primfunc(Unparsable(), "llvm", Resources(1)))  # a failed run, not a dead study

@@ -45,8 +45,7 @@ from opbench.measure.trial_record import add_run, new_record, ran_on
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.paths import build_dir
 from opbench.record import Status, TrialRecord
-from opbench.space import LIBRARY_TEMPLATES, Config, computed_flops, get_template
-from opbench.space.peak_units import peak_of
+from opbench.space import LIBRARY_TEMPLATES, Config, computed_flops, get_template, peak_units
 from opbench.workloads import Workload
 
 log = logging.getLogger(__name__)
@@ -295,10 +294,9 @@ class Measurer:
             [ModelProfileInput(str(library), str(inputs), runs, self.timing, resources) for library, inputs in built])]
 
     def time_primfunc(self, func: Any, target: Any, resources: Resources) -> float:
-        """A model's operator (a PrimFunc) compiled alone for ``target`` and timed on random inputs in this
-        measurer's workers, with its timing and placements: the estimate, ms (NaN when it failed)."""
-        script = func.script(show_meta=True)  # with its metadata: the LLVM IR an AMX or bf16 kernel links in
-        run = self._local.run(PrimFuncInput(script, str(target), self.timing, resources))
+        """A model's operator (a PrimFunc, sent with its metadata: the IR an AMX kernel links in) compiled alone for
+        ``target`` and timed on random inputs in this measurer's workers: the estimate, ms (NaN when it failed)."""
+        run = self._local.run(PrimFuncInput(func.script(show_meta=True), str(target), self.timing, resources))
         if run.status is not Status.OK:
             log.warning("an operator could not be timed: %s", run.error[:300])
         return estimated_ms(run, self.timing.agree)
@@ -308,10 +306,9 @@ class Measurer:
         peak kernel's placements, measured once per device key, threads, cores and dtype, and again where a
         kernel ``reached`` more (GFLOP/s); None on a GPU or a remote device, for a dtype without a peak kernel here
         (:func:`~opbench.space.peak_units.peak_of`), or when it could not be measured."""
-        peak = peak_of(dtype, self.host.isa, resources.threads)
+        peak = peak_units.peak_of(dtype, self.host.isa, resources.threads)
         if resources.remote or is_gpu(resources.target) or peak is None:
             return None
-        work = peak.work
 
         def measure() -> float | None:
             timing = TimingPolicy(min_repeat_ms=self.timing.min_repeat_ms)
@@ -319,10 +316,10 @@ class Measurer:
             if run.status is not Status.OK:
                 log.warning("the host's peak could not be measured (no peak_frac): %s", run.error)
                 return None
-            return work / min(run.latencies_s) / 1e9
+            return peak.work / min(run.latencies_s) / 1e9
 
-        return self._peaks.get_or_measure(PeakCache.key(self.host.device_key, resources.threads, resources.cores_label,
-                                                        dtype, peak.unit), measure, reached)
+        key = PeakCache.key(self.host.device_key, resources.threads, resources.cores_label, dtype, peak.unit)
+        return self._peaks.get_or_measure(key, measure, reached)
 
     @staticmethod
     def _run_input(build: BuildResult, spec: TrialSpec, timing: TimingPolicy) -> RunInput:
