@@ -1,5 +1,5 @@
 """int8 and bf16 matrix products on AMX tiles (docs/workloads-and-templates.md#amx): Intel's matrix unit, what
-oneDNN (PyTorch, ONNX Runtime, OpenVINO) runs these dtypes on where the CPU has it.
+oneDNN (PyTorch's and OpenVINO's CPU kernels) runs these dtypes on where the CPU has it.
 
 A tile register holds 16 rows of 64 bytes. ``tdpbusd`` (int8: u8 x i8 into i32) and ``tdpbf16ps`` (bf16 into fp32)
 multiply a tile of activations (16 rows x 64 bytes of the reduction) by a tile of the weight packed as the dot-product
