@@ -19,16 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Nest, Template
-from opbench.space._schedule import (
-    IN_OP,
-    LAYOUT_TRANSFORMS,
-    WEIGHTS_PREPACKED,
-    inline_around_anchor,
-    mark_prepack,
-    pack_copy,
-    vectorize_lanes,
-)
-from opbench.space.dot_product import LLVM_IMPORT, multiples, operands_dtype
+from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, WEIGHTS_PREPACKED, vectorize_lanes
+from opbench.space.dot_product import LLVM_IMPORT, ORDER_AND_LAYOUT_KNOBS, multiples, packed_product, product_refusal
 from opbench.workloads import Workload
 from opbench.workloads._base import ACCUMULATOR, BF16, INT8, OPERANDS
 
@@ -196,11 +188,9 @@ class AmxTemplate(Template):
     def refusal(self, workload: Workload) -> str | None:
         """Its dtype only, a 2-D product of whole tiles (``m`` and ``n`` multiples of 16, ``k`` of a tile row's
         reduction steps), on a CPU with AMX."""
-        dtype = operands_dtype(workload)
-        if dtype != self.dtype:
-            return f"it schedules dtype={self.dtype} only, not {dtype}"
-        if len(workload.axes) != 3:
-            return f"it schedules a 2-D product, not one of {len(workload.axes) - 1} loops"
+        refused = product_refusal(self.dtype, workload)
+        if refused:
+            return refused
         m, n, k = (a.extent for a in workload.axes)
         if m % TILE_ROWS or n % TILE_ROWS or k % k_step(self.dtype):
             return (f"it needs m and n multiples of {TILE_ROWS} and k of {k_step(self.dtype)}, "
@@ -222,9 +212,7 @@ class AmxTemplate(Template):
                                   f"{n // TILE_ROWS} tiles of 16 x 16)"),
             Knob("k_chunk", multiples(k, k_step(self.dtype), K_CHUNK_CAP),
                  f"reduction steps of a call ({k}), whole tile rows: the weight panel kept in cache"),
-            Knob("rows_outer", (0, 1), "1: the parallel loop runs over row blocks outside column blocks"),
-            Knob("layout_transform", LAYOUT_TRANSFORMS, "where the weight is packed: in the operator, timed (in_op), "
-                                                        "or once before (weights_prepacked, as a model's constant)"),
+            *ORDER_AND_LAYOUT_KNOBS,
         ]
 
     def default_config(self, workload: Workload) -> Config:
@@ -246,16 +234,7 @@ class AmxTemplate(Template):
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         self._sizes(workload)
         rows, cols = (int(x) for x in config["block"].split("x"))
-        group = GROUP[self.dtype]
-        product, epilogue = inline_around_anchor(sch)
-        pack = sch.cache_read(product, 1, "global")
-        sch.transform_layout(product, ("read", 1), lambda k, j: (j // TILE_ROWS, k // group, j % TILE_ROWS, k % group))
-        pack_copy(sch, pack, {0: group, 1: TILE_ROWS}, (2, 0, 3, 1), parallel=1)
-        if config["layout_transform"] == WEIGHTS_PREPACKED:
-            mark_prepack(sch, pack)
-        write_back = sch.cache_write(product, 0, "local")
-        if epilogue is not None:
-            sch.reverse_compute_inline(epilogue)
+        product, write_back = packed_product(sch, config, TILE_ROWS, GROUP[self.dtype])
         i, j, k = sch.get_loops(product)
         io, ii = sch.split(i, [None, rows * TILE_ROWS])
         jo, ji = sch.split(j, [None, cols * TILE_ROWS])

@@ -217,11 +217,9 @@ class DotProductTemplate(Template):
     def refusal(self, workload: Workload) -> str | None:
         """Its dtype only (a model's matmul: its operands'), ``n`` a multiple of :data:`COLUMN_UNIT` and ``k`` of
         :data:`STEP_UNIT`, on a CPU with an instruction of :data:`INSTRUCTIONS` for the dtype."""
-        dtype = operands_dtype(workload)
-        if dtype != self.dtype:
-            return f"it schedules dtype={self.dtype} only, not {dtype}"
-        if len(workload.axes) != 3:
-            return f"it schedules a 2-D product, not one of {len(workload.axes) - 1} loops"
+        refused = product_refusal(self.dtype, workload)
+        if refused:
+            return refused
         _, n, k = (a.extent for a in workload.axes)
         if n % COLUMN_UNIT or k % STEP_UNIT:
             return f"it needs n a multiple of {COLUMN_UNIT} and k of {STEP_UNIT}, not n={n}, k={k}"
@@ -244,9 +242,7 @@ class DotProductTemplate(Template):
                  f"output columns of the register tile ({n}), whole vectors of the instruction's lanes"),
             Knob("k_chunk", multiples(k, STEP_UNIT, K_CHUNK_CAP),
                  f"reduction steps of the inner chunk ({k}): the weight panel kept in cache"),
-            Knob("rows_outer", (0, 1), "1: the parallel loop runs over row blocks outside column blocks"),
-            Knob("layout_transform", LAYOUT_TRANSFORMS, "where the weight is packed: in the operator, timed (in_op), "
-                                                        "or once before (weights_prepacked, as a model's constant)"),
+            *ORDER_AND_LAYOUT_KNOBS,
         ]
 
     def default_config(self, workload: Workload) -> Config:
@@ -271,15 +267,7 @@ class DotProductTemplate(Template):
         *_, dot = self._sizes(workload)
         lanes, group = dot.lanes, dot.group
         rows, vectors = config["row_block"], config["col_block"] // dot.lanes
-        product, epilogue = inline_around_anchor(sch)  # a model's: its scaling back to fp32 and bias, one block
-        pack = sch.cache_read(product, 1, "global")
-        sch.transform_layout(product, ("read", 1), lambda k, j: (j // lanes, k // group, j % lanes, k % group))
-        pack_copy(sch, pack, {0: group, 1: lanes}, (2, 0, 3, 1), parallel=1)
-        if config["layout_transform"] == WEIGHTS_PREPACKED:
-            mark_prepack(sch, pack)
-        write_back = sch.cache_write(product, 0, "local")  # the product now accumulates in registers
-        if epilogue is not None:  # the bias (a model's: its scaling too), applied as the tile is written back
-            sch.reverse_compute_inline(epilogue)
+        product, write_back = packed_product(sch, config, lanes, group)
         i, j, k = sch.get_loops(product)
         io, ii = sch.split(i, [None, rows])
         jo, jv, jl = sch.split(j, [None, vectors, lanes])
@@ -294,6 +282,40 @@ class DotProductTemplate(Template):
         sch.unroll(ii)
         sch.unroll(jv)
         vectorize_lanes(sch, sch.get_loops(write_back)[-1])
+
+
+ORDER_AND_LAYOUT_KNOBS = (
+    Knob("rows_outer", (0, 1), "1: the parallel loop runs over row blocks outside column blocks"),
+    Knob("layout_transform", LAYOUT_TRANSFORMS, "where the weight is packed: in the operator, timed (in_op), "
+                                                "or once before (weights_prepacked, as a model's constant)"),
+)
+
+
+def product_refusal(dtype: str, workload: Workload) -> str | None:
+    """Why a template of ``dtype`` matrix products refuses ``workload`` for its dtype or its loops (None: it does
+    not)."""
+    operands = operands_dtype(workload)
+    if operands != dtype:
+        return f"it schedules dtype={dtype} only, not {operands}"
+    if len(workload.axes) != 3:
+        return f"it schedules a 2-D product, not one of {len(workload.axes) - 1} loops"
+    return None
+
+
+def packed_product(sch: Schedule, config: Config, lanes: int, group: int) -> tuple[Any, Any]:
+    """A matrix product's weight ``W[k, n]`` packed to ``(n / lanes, k / group, lanes, group)`` (once before, as a
+    model's constant, where ``config`` prepacks it) and its output accumulated in a local block written back through
+    the epilogue (the bias; a model's scaling back to fp32 too): (the product's block, the write-back block)."""
+    product, epilogue = inline_around_anchor(sch)
+    pack = sch.cache_read(product, 1, "global")
+    sch.transform_layout(product, ("read", 1), lambda k, j: (j // lanes, k // group, j % lanes, k % group))
+    pack_copy(sch, pack, {0: group, 1: lanes}, (2, 0, 3, 1), parallel=1)
+    if config["layout_transform"] == WEIGHTS_PREPACKED:
+        mark_prepack(sch, pack)
+    write_back = sch.cache_write(product, 0, "local")
+    if epilogue is not None:
+        sch.reverse_compute_inline(epilogue)
+    return product, write_back
 
 
 def operands_dtype(workload: Workload) -> str:
