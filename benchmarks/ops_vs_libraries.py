@@ -6,7 +6,8 @@ Runtime for int8), each verified: re-measured in fresh processes in 3 alternatin
 never load TVM). Latency (median of the rounds, with their range), GFLOP/s (GOP/s for int8), ratio to the first
 library (torch; int8: ONNX Runtime; per round, with its range; a library whose output was wrong is said under the
 table), share of the host's fp32 GEMM ceiling (the faster of torch's and numpy's 2048^3 fp32 GEMM, measured in the
-same run), share of the host's measured peak of the dtype (fp32 FMA chains; int8, bf16: its dot-product instruction's), and
+same run), share of the host's measured peak of the dtype (fp32 FMA chains; int8, bf16: AMX tiles', else the
+dot-product instruction's: opbench.space.peak_units), and
 the framework's overhead: study wall time minus every trial's build and run and its time probing the host's speed and
 waiting out its spells (shown beside it: opbench.hardware.host_speed), as a fraction, with every record logged to a
 real (temporary) MLflow sqlite store through the background writer ``opbench tune`` uses, plus trials per minute.
@@ -42,8 +43,7 @@ from opbench.tracking import Recorder
 from opbench.workloads import parse_workload
 
 WORKLOADS = ("matmul-512", "resnet50-c2", "bert-base-ffn1")
-PEAK_DTYPES = ("float32", "int8", "bfloat16")  # the dtypes whose peak the host measures (int8's and bf16's on their
-# dot-product instruction)
+PEAK_DTYPES = ("float32", "int8", "bfloat16")  # the dtypes whose peak the host measures
 
 
 def main() -> None:
