@@ -108,7 +108,8 @@ def _template(workload: Workload, name: str | None, target: str) -> Template:
 
 
 def _dot_default(workload: Workload) -> str | None:
-    """:data:`DOT_DEFAULTS`' template of ``workload`` where the CPU in force has its dot-product instruction."""
+    """The first of :data:`DOT_DEFAULTS`' templates of ``workload`` that the CPU in force runs (AMX tiles, then its
+    dot-product instruction); None where none applies."""
     return next((name for name in DOT_DEFAULTS.get(workload.kind, ()) if not TEMPLATES[name].refusal(workload)), None)
 
 
