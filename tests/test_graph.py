@@ -1,5 +1,6 @@
-"""Graph rewrites before fusion: a zero pad becomes its convolution's padding, a batch norm's tuple goes,
-and so each convolution fuses with its batch norm, activation and residual add into one kernel."""
+"""Graph rewrites before fusion: a zero pad becomes its convolution's padding, a batch norm folds into the
+convolution before it (else its tuple goes), and so each convolution fuses with its batch norm, activation and
+residual add into one kernel."""
 import numpy as np
 import pytest
 
@@ -60,6 +61,42 @@ def test_a_pad_the_convolution_cannot_take_stays(pad):
 
     mod = _pad_conv(**{"pad_width": [0, 0, 0, 0, 1, 1, 1, 1], **pad})
     assert _ops(pad_into_conv(mod)) == _ops(mod) == ["relax.nn.pad", "relax.nn.conv2d"]
+
+
+def _conv_batch_norm(constant_weight=True):
+    """A Relax module: a 3x3 convolution (its weight a constant, or a parameter), then an inference batch norm of
+    constant statistics, then ReLU."""
+    from tvm import relax
+
+    rng = np.random.default_rng(2)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32"))
+    weights = rng.standard_normal((4, 3, 3, 3)).astype("float32")
+    w = relax.const(weights) if constant_weight else relax.Var("w", relax.TensorType((4, 3, 3, 3), "float32"))
+    gamma, beta, mean = (relax.const(rng.standard_normal(4).astype("float32")) for _ in range(3))
+    var = relax.const(rng.uniform(0.5, 2.0, 4).astype("float32"))
+    with bb.function("main", [x] if constant_weight else [x, w]):
+        with bb.dataflow():
+            conv = bb.emit(relax.op.nn.conv2d(x, w, padding=1))
+            norm = bb.emit(relax.TupleGetItem(relax.op.nn.batch_norm(conv, gamma, beta, mean, var, axis=1,
+                                                                            training=False), 0))
+            out = bb.emit_output(relax.op.nn.relu(norm))
+        bb.emit_func_output(out)
+    return bb.get(), weights
+
+
+def test_a_batch_norm_folds_into_the_convolution_before_it_as_a_scaled_weight_and_a_bias():
+    """Its epilogue adds a bias where it subtracted, divided, multiplied and added per element; same result."""
+    from opbench.workloads.models.graph import unwrap_batch_norm
+
+    mod, _ = _conv_batch_norm()
+    folded = unwrap_batch_norm(mod)
+    assert _ops(folded) == ["relax.nn.conv2d", "relax.add", "relax.nn.relu"]
+    data = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype("float32")
+    np.testing.assert_allclose(_run(folded, data), _run(mod, data), rtol=1e-4, atol=1e-5)
+    # a convolution whose weight is not a constant keeps its batch norm, decomposed into elementwise ops
+    ops = _ops(unwrap_batch_norm(_conv_batch_norm(constant_weight=False)[0]))
+    assert "relax.nn.batch_norm" not in ops and "relax.divide" in ops
 
 
 def test_mobilenets_relu6_and_padding_fuse_into_its_convolutions():

@@ -30,6 +30,13 @@ def test_the_gemm_is_offered_to_1x1_stride_1_convs_whose_pixels_tile_into_vector
     # two rows of 56 pixels (7 vectors) by 2 output channels: 14 FMAs for 9 loads, in 16 accumulators
     assert {k: v for k, v in expansion.items() if k.startswith("gemm") or k == "algorithm"} == {
         "algorithm": "gemm", "gemm_pixels": 112, "gemm_rows": 2, "gemm_reduce": 64, "gemm_order": "pixels_outer"}
+    # more input channels than a chunk: the chunks outside the output-channel tiles, the parallel loop over pixel
+    # tiles and enough panels of output channels (7 tiles of 112 pixels x 4 panels)
+    reduction = _default("conv2d:n=1,c=128,h=28,w=28,k=512,r=1,s=1")
+    assert (reduction["gemm_reduce"], reduction["gemm_order"]) == (64, "chunks_outer")
+    with shaped_for(AVX512):
+        workload = parse_workload("conv2d:n=1,c=128,h=28,w=28,k=512,r=1,s=1")
+        assert get_template(workload).nest(reduction, workload).parallel == 7 * 4
     assert pointwise.pixel_tiles(28, 28, 16) == (112,)  # four rows: no part of a row is whole vectors
     assert pointwise.pixel_tiles(112, 112, 16) == (16, 112, 224)  # a 7th of a row, a row, two rows
     for name, template in [("conv2d:n=1,c=64,h=14,w=14,k=256,r=1,s=1", None),  # 14x14: no whole vectors of rows
@@ -49,8 +56,9 @@ def test_the_gemm_default_follows_the_cpus_vectors_and_registers():
 
 # Odd shapes, each with a pixel tile of another kind: half a row of 32 pixels on a batch of 2 (input channels 5,
 # output channels 12: no vector divides them), six rows of 8 pixels; the register tile's channels and the reduction
-# chunk drawn at random, the loop orders in turn. (A model's fused 1x1 conv, its epilogue inlined and its weight
-# packed once, is built with the GEMM and checked against PyTorch in tests/test_models.py.)
+# chunk drawn at random, the reduction chunks outside, then the output-channel tiles outside. (A model's fused 1x1
+# conv, its epilogue inlined and its weight packed once, is built with the GEMM and checked against PyTorch in
+# tests/test_models.py.)
 GEMM_ODD = {"conv2d:n=2,c=5,h=4,w=32,k=12,r=1,s=1": 16, "conv2d:n=1,c=24,h=6,w=8,k=12,r=1,s=1": 48}
 
 
@@ -61,7 +69,8 @@ def test_the_gemm_builds_correct_kernels_on_odd_shapes(build_checker):
         workload = parse_workload(name)
         template, rng = get_template(workload), random.Random(index)
         drawn = {k.name: rng.choice(k.choices) for k in template.knobs(workload) if k.name in ("gemm_rows", "gemm_reduce")}
-        config = {"algorithm": "gemm", "gemm_pixels": pixels, "gemm_order": pointwise.ORDERS[index % 2], **drawn}
+        config = {"algorithm": "gemm", "gemm_pixels": pixels, "gemm_order": ("chunks_outer", "channels_outer")[index],
+                  **drawn}
         specs.append(TrialSpec(workload, config, Resources(1 + index % 2), template.name))
     records = build_checker.measure_batch(specs)
     wrong = failures(records, "knob.gemm")
@@ -79,12 +88,15 @@ def test_the_gemm_writes_each_tile_in_whole_vectors_and_its_nest_is_the_built_on
     workload = parse_workload("conv2d:n=1,c=32,h=8,w=48,k=48,r=1,s=1")
     template = get_template(workload)
     with shaped_for(AVX512):
-        for pixels in (16, 48, 96, 192):
-            config = template.validate({"algorithm": "gemm", "gemm_pixels": pixels, "gemm_rows": 3}, workload)
+        for pixels, order in zip((16, 48, 96, 192), ("pixels_outer", "chunks_outer", "channels_outer", "pixels_outer")):
+            config = template.validate({"algorithm": "gemm", "gemm_pixels": pixels, "gemm_rows": 3, "gemm_order": order,
+                                        "gemm_reduce": 8}, workload)
             nest, module = template.nest(config, workload), template.schedule(workload, config)
             sch = s_tir.Schedule(module)
             loops = [sch.get(loop) for loop in sch.get_loops(anchor_block(sch))]
             built = {loop.kind: int(loop.extent) for loop in loops if loop.kind != tirx.ForKind.SERIAL}
             assert (nest.vector, nest.parallel) == (built[tirx.ForKind.VECTORIZED], built[tirx.ForKind.PARALLEL])
-            assert nest.tile == (3, pixels) and nest.parallel == 48 // 3 * 8 * 48 // pixels
+            pixel_tiles = 8 * 48 // pixels
+            panels = next(p for p in (1, 2, 4, 8, 16) if p * pixel_tiles >= 16) if order == "chunks_outer" else 48 // 3
+            assert nest.tile == (3, pixels) and nest.parallel == pixel_tiles * panels
             assert set(re.findall(r"T\.vectorized\((\d+)\)", module.script())) <= {"16", "3"}, pixels

@@ -78,7 +78,7 @@ def test_the_host_target_has_the_dot_product_features_the_cpu_reports_whatever_l
 
 GPU_EXAMPLES = {"matmul": "matmul-512", "batch_matmul": "bert-base-attn", "dense": "bert-base-ffn1",
                 "conv2d": "resnet50-c2", "fused_matmul": "model:bert-base@tiny/fused_matmul_add2",
-                "fused_conv2d": "model:resnet-50@tiny/fused_conv2d1_subtract1_divide1_multiply1_add2_relu1"}
+                "fused_conv2d": "model:resnet-50@tiny/fused_conv2d1_add1_relu1"}
 
 
 @pytest.mark.parametrize("template", GPU_TEMPLATES, ids=lambda t: t.name)

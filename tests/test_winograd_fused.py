@@ -14,12 +14,12 @@ from opbench.workloads.fused import model_name
 from tests.kernels import failures
 
 MODEL = "resnet-50@tiny"  # basic blocks of 16 and 32 channels at 8x8 and 4x4
-BN_RELU = "fused_conv2d1_subtract1_divide1_multiply1_add2_relu1"  # 3x3, stride 1, pad 1: batch norm, ReLU
-RESIDUAL = "fused_conv2d1_subtract1_divide1_multiply1_add2_add3_relu1"  # ... and the residual add before the ReLU
-FOUR_BY_FOUR = "fused_conv2d3_subtract2_divide2_multiply2_add5_add6_relu2"  # 32 channels at 4x4: one F(4x4) tile
-NOT_OFFERED = ("fused_conv2d2_subtract2_divide2_multiply2_add5_relu2",  # 3x3 of stride 2
-               "fused_conv2d4_subtract2_divide2_multiply2_add5",  # 1x1 of stride 2
-               "fused_conv2d_subtract_divide_multiply_add1_relu")  # the 7x7 stem
+BN_RELU = "fused_conv2d1_add1_relu1"  # 3x3, stride 1, pad 1: batch norm, ReLU
+RESIDUAL = "fused_conv2d1_add1_add2_relu1"  # ... and the residual add before the ReLU
+FOUR_BY_FOUR = "fused_conv2d3_add3_add4_relu2"  # 32 channels at 4x4: one F(4x4) tile
+NOT_OFFERED = ("fused_conv2d2_add3_relu2",  # 3x3 of stride 2
+               "fused_conv2d4_add3",  # 1x1 of stride 2
+               "fused_conv2d_add_relu")  # the 7x7 stem
 
 
 def _workload(func: str):

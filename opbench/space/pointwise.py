@@ -8,6 +8,11 @@ contiguous runs of whole rows (docs/workloads-and-templates.md#pointwise-gemm)::
 
     weight (K, C, 1, 1) -> (K/rows, C, 1, 1, rows)   a register tile's weights adjacent (packed once by a model)
     conv   n | outer: K/rows and pixel tiles (order) | C chunks | C in chunk | rows | pixel vectors | lanes
+    conv   n | pixel tiles, K panels | C chunks | K/rows in the panel | C in chunk | rows | ...   (chunks_outer)
+
+With ``chunks_outer`` each chunk of a pixel tile's data stays in L1 while every output-channel tile of a panel
+reads it, the tiles' sums kept in a buffer of the panel's outputs between chunks; with the other two orders a
+tile's whole reduction runs at once, so every tile reads all of the pixel tile's data (from L2 where it exceeds L1).
 
 A pixel tile is whole output rows, or a part of one row that divides it: TVM's region of a tile
 that crosses rows partway is the rectangle around it, so the write-back would cover pixels the tile did not
@@ -31,7 +36,8 @@ KNOBS = ("gemm_pixels", "gemm_rows", "gemm_reduce", "gemm_order")
 PIXELS_CAP = 256  # pixels of a register tile: its accumulators are rows x pixels / lanes vectors
 ROWS_CAP = 16
 REDUCE_CAP = 64
-ORDERS = ("channels_outer", "pixels_outer")  # which outer loop the parallel loop's iterations walk first
+ORDERS = ("channels_outer", "pixels_outer", "chunks_outer")  # the outer loops' order (above)
+PARALLEL_TILES = 16  # chunks_outer cuts the output channels into panels until the parallel loop has this many
 
 
 def _extents(workload: Workload) -> dict[str, int]:
@@ -66,7 +72,8 @@ def knobs(workload: Workload) -> list[Knob]:
              f"output pixels per register tile (the vectorised loop; {ext['oh']}x{ext['ow']} pixels)"),
         Knob(rows, divisors(ext["k"], ROWS_CAP), f"output channels per register tile ({ext['k']})"),
         Knob(reduce, divisors(ext["c"], REDUCE_CAP), f"input channels per reduction chunk ({ext['c']})"),
-        Knob(order, ORDERS, "the outer loops' order: output-channel tiles outside pixel tiles, or inside"),
+        Knob(order, ORDERS, "the outer loops' order: output-channel tiles outside pixel tiles, or inside, or the "
+                            "reduction chunks outside the output-channel tiles of a panel"),
     ]
 
 
@@ -74,24 +81,29 @@ def default_config(workload: Workload) -> Config:
     """The register tile (pixels, output channels) with the most FMAs per load among those that fit the CPU's
     accumulator registers (:func:`~opbench.hardware.cpu_shape.current_shape`; each step loads its pixel vectors
     and broadcasts its weights), the reduction in chunks of up to 64 input channels, pixel tiles outside (a tile's
-    data stays in cache while every output-channel tile reads it)."""
+    data stays in cache while every output-channel tile reads it); where the input channels take more than one
+    chunk, the chunks outside the output-channel tiles (``chunks_outer``: a chunk stays in L1). ResNet-50's 1x1
+    convolutions on the Xeon (AVX-512), ms pixels_outer -> chunks_outer: 256->64 at 56x56 0.515 -> 0.343,
+    256->128 0.913 -> 0.681, 512->128 at 28x28 0.437 -> 0.321, 512->256 0.856 -> 0.653, 128->512 with the residual
+    0.455 -> 0.378; one chunk (64 input channels) 0.350 -> 0.400 (docs/workloads-and-templates.md#pointwise-gemm)."""
     ext, shape = _extents(workload), current_shape()
     lanes = shape.fp32_lanes
     widths = [pixels // lanes for pixels in pixel_tiles(ext["oh"], ext["ow"], lanes)]
     tiles = [(vectors, rows) for vectors in widths for rows in divisors(ext["k"], ROWS_CAP)
              if vectors * rows <= shape.accumulator_registers]
     vectors, rows = max(tiles or [(widths[0], 1)], key=lambda t: (t[0] * t[1] / (t[0] + t[1]), t[0] * t[1]))
-    return {"gemm_pixels": vectors * lanes, "gemm_rows": rows,
-            "gemm_reduce": divisors(ext["c"], REDUCE_CAP)[-1], "gemm_order": "pixels_outer"}
+    reduce = divisors(ext["c"], REDUCE_CAP)[-1]
+    return {"gemm_pixels": vectors * lanes, "gemm_rows": rows, "gemm_reduce": reduce,
+            "gemm_order": "chunks_outer" if ext["c"] > reduce else "pixels_outer"}
 
 
 def nest(config: Config, workload: Workload) -> Nest:
     """The register tile: output channels x pixels (vectors of the CPU's lanes); the reduction chunk; parallel
-    over every (output-channel tile, pixel tile)."""
-    ext = _extents(workload)
+    over every (output-channel tile, pixel tile), or with ``chunks_outer`` every (pixel tile, panel)."""
     pixels, rows = config["gemm_pixels"], config["gemm_rows"]
-    tiles = workload.axes[0].extent * ext["k"] // rows * ext["oh"] * ext["ow"] // pixels
-    return Nest((rows, pixels), current_shape().fp32_lanes, config["gemm_reduce"], tiles)
+    across = _panels(workload, rows, pixels) if config["gemm_order"] == "chunks_outer" else _extents(workload)["k"] // rows
+    return Nest((rows, pixels), current_shape().fp32_lanes, config["gemm_reduce"],
+                _pixel_tiles(workload, pixels) * across)
 
 
 def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: str) -> None:
@@ -109,9 +121,15 @@ def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: s
     ko, ki = sch.split(k, [None, rows])
     po, pv, lane = sch.split(sch.fuse(y, x), [None, pixels // lanes, lanes])
     co, ci = sch.split(c, [None, config["gemm_reduce"]])
-    outer = [n, ko, po] if config["gemm_order"] == "channels_outer" else [n, po, ko]
-    sch.reorder(*outer, co, r, s, ci, ki, pv, lane)
-    accumulator = sch.cache_write(conv, 0, "local")
+    if config["gemm_order"] == "chunks_outer":
+        kp, ko = sch.split(ko, [_panels(workload, rows, pixels), None])
+        outer = [n, po, kp]
+        sch.reorder(n, po, kp, co, ko, r, s, ci, ki, pv, lane)
+        accumulator = sch.cache_write(conv, 0, "global")
+    else:
+        outer = [n, ko, po] if config["gemm_order"] == "channels_outer" else [n, po, ko]
+        sch.reorder(*outer, co, r, s, ci, ki, pv, lane)
+        accumulator = sch.cache_write(conv, 0, "local")
     fold_into_write(sch, epilogue)  # into the write-back of each tile
     sch.reverse_compute_at(accumulator, outer[-1])
     tiles = sch.fuse(*outer)
@@ -121,10 +139,24 @@ def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: s
     sch.vectorize(lane)
     init = sch.decompose_reduction(conv, co)
     sch.vectorize(sch.get_loops(init)[-1])
-    _write_back(sch, loops_below(sch, accumulator, tiles)[1 if rows > 1 else 0:], lanes)
+    over_rows = rows > 1 or config["gemm_order"] == "chunks_outer"  # a loop over the channels written, not fused
+    _write_back(sch, loops_below(sch, accumulator, tiles)[1 if over_rows else 0:], lanes)
     pack_copy(sch, weight, {0: rows}, (0, 2, 3, 4, 1), parallel=1)
     if layout_transform != IN_OP:
         mark_prepack(sch, weight)
+
+
+def _panels(workload: Workload, rows: int, pixels: int) -> int:
+    """Into how many panels ``chunks_outer`` cuts the output channels, so that the parallel loop has at least
+    :data:`PARALLEL_TILES` iterations (pixel tiles x panels): the fewest that do, else one per register tile."""
+    counts = divisors(_extents(workload)["k"] // rows)
+    return next((p for p in counts if _pixel_tiles(workload, pixels) * p >= PARALLEL_TILES), counts[-1])
+
+
+def _pixel_tiles(workload: Workload, pixels: int) -> int:
+    """How many pixel tiles of ``pixels`` cover the output (over the batch)."""
+    ext = _extents(workload)
+    return workload.axes[0].extent * ext["oh"] * ext["ow"] // pixels
 
 
 def _write_back(sch: Schedule, pixel_loops: list[Any], lanes: int) -> None:

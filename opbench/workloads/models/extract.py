@@ -62,8 +62,8 @@ def import_model(source: ModelSource) -> Any:
 # 5: token models take their attention mask and are imported with a symbolic sequence length; 6: a quantized model's
 # activations quantized by one kernel each; 7: a model's batch above 1 imported symbolic, then bound; 8: products
 # found by one visit each, static int8; 9: transposed convolutions in their sub-pixel form; 10: 3-D convolutions as 2-D
-# ones over depth-unfolded input).
-PIPELINE_VERSION = 10
+# ones over depth-unfolded input; 11: batch norms folded into the convolutions before them).
+PIPELINE_VERSION = 11
 
 
 def fuse(mod: Any) -> Any:

@@ -9,13 +9,16 @@ SPATIAL_PAD = slice(4, 8)  # an NCHW pad's pad_width: (N, C, H, W) x (before, af
 
 
 def unwrap_batch_norm(mod: Any) -> Any:
-    """Inference batch norms decomposed into elementwise ops, and their ``(out, mean, var)[0]`` tuples
-    folded away: a tuple ends a fusion group, which left each ReLU or ReLU6 after a conv + batch norm a
-    kernel of its own (and a pass over its output)."""
+    """Inference batch norms folded into the convolution before them where both have constant parameters (its
+    weight scaled, a bias added: the convolution's epilogue adds a bias instead of subtracting, dividing,
+    multiplying and adding per element), the others decomposed into elementwise ops; and their
+    ``(out, mean, var)[0]`` tuples folded away: a tuple ends a fusion group, which left each ReLU or ReLU6 after a
+    conv + batch norm a kernel of its own (and a pass over its output)."""
     import tvm
     from tvm import relax
 
-    return tvm.ir.transform.Sequential([relax.transform.DecomposeOpsForInference(),
+    return tvm.ir.transform.Sequential([relax.transform.FoldBatchnormToConv2D(), relax.transform.FoldConstant(),
+                                        relax.transform.DecomposeOpsForInference(),
                                         relax.transform.CanonicalizeBindings(),
                                         relax.transform.DeadCodeElimination()])(mod)
 
