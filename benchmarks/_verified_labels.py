@@ -47,8 +47,7 @@ def verify(folder: Path, records_name: str, timing: TimingPolicy, make_parse: Ca
     path = folder / VERIFIED
     done = pd.read_parquet(path) if path.exists() else pd.DataFrame({"trial_id": [], "verified_latency_ms": []})
     known = set(done["trial_id"])
-    todo = [r for r in near_best([r for r in read_jsonl_records(folder / records_name) if is_ok(r)], near, whole)
-            if r["trial_id"] not in known]
+    todo = [r for r in near_best(read_jsonl_records(folder / records_name), near, whole) if r["trial_id"] not in known]
     if not todo:
         return
     by_workload: dict[str, list[TrialRecord]] = {}

@@ -182,7 +182,7 @@ def test_a_quantized_cnns_convolutions_read_u8_and_i8_and_every_sampled_point_of
         assert residual and {name for name, p in packed.items() if p} == residual, packed
 
 
-def test_a_quantized_models_output_is_checked_for_agreement_not_equality():
+def test_a_quantized_models_output_is_checked_for_agreement_not_equality_an_fp32_ones_at_its_scale():
     from opbench.measure.worker._common import check_output
 
     rng = np.random.default_rng(0)
@@ -193,6 +193,9 @@ def test_a_quantized_models_output_is_checked_for_agreement_not_equality():
     wrong = check_output("bert-base+int8", far, expected)[1]
     assert wrong is not None and wrong.status is Status.WRONG_RESULT and "cosine similarity 0.8" in wrong.error
     assert check_output("bert-base", close, expected)[1] is not None  # fp32: within 1e-3 or wrong
+    # an output of vanishing magnitude (a random MobileNetV2's, ~1e-27) is compared at its own scale
+    assert check_output("mobilenet-v2", expected * 1e-27, expected * 1e-27 * (1 + 1e-5))[1] is None
+    assert check_output("mobilenet-v2", close * 1e-27, expected * 1e-27)[1] is not None
 
 
 def test_an_unknown_model_dtype_exits_2_naming_the_choices(capsys):

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Nest, Template
 from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, WEIGHTS_PREPACKED, vectorize_lanes
-from opbench.space.dot_product import LLVM_IMPORT, ORDER_AND_LAYOUT_KNOBS, multiples, packed_product, product_refusal
+from opbench.space.dot_product import (
+    LLVM_IMPORT,
+    ORDER_AND_LAYOUT_KNOBS,
+    multiples,
+    operand_address,
+    packed_product,
+    product_refusal,
+)
 from opbench.workloads import Workload
 from opbench.workloads._base import ACCUMULATOR, BF16, INT8, OPERANDS
 
@@ -121,15 +128,6 @@ def _function(name: str, product: str, parameters: str, body: list[str]) -> str:
         "declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)", ""])
 
 
-def _address(buffer: Any, dtype: str, extent: Any, access: int) -> Any:
-    """The address of ``buffer``'s first element, bf16 typed as the 16-bit words it is stored in (a bf16 type would
-    be legalised to fp32, and so would an intermediate bf16 buffer)."""
-    from tvm import tirx
-
-    stored = "uint16" if dtype == BF16 else dtype
-    return tirx.tvm_access_ptr(tirx.type_annotation(stored), buffer.data, buffer.elem_offset, extent, access)
-
-
 @functools.cache
 def register(dtype: str, rows: int, cols: int, k_chunk: int) -> str:
     """Register the tensor intrinsic of one kernel call (``rows`` x ``cols`` tiles, ``k_chunk`` steps) once a
@@ -169,9 +167,9 @@ def register(dtype: str, rows: int, cols: int, k_chunk: int) -> str:
             T.writes(C[0:m, 0:n])
             with T.attr(0, LLVM_IMPORT, ir):
                 T.evaluate(T.call_extern(
-                    "void", name, _address(C, acc, m * ldc, 3), T.cast(ldc, "int64") * 4,
-                    _address(A, activation, m * lda, 1), T.cast(lda, "int64") * size,
-                    _address(B, weight, cols * ldb, 1), T.cast(ldb, "int64") * size))
+                    "void", name, operand_address(C, acc, m * ldc, 3), T.cast(ldc, "int64") * 4,
+                    operand_address(A, activation, m * lda), T.cast(lda, "int64") * size,
+                    operand_address(B, weight, cols * ldb), T.cast(ldb, "int64") * size))
 
     TensorIntrin.register(name, desc, impl, override=True)
     return name

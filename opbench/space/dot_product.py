@@ -139,7 +139,7 @@ def _operands(dot: DotInstruction, a: Any, b: Any) -> tuple[Any, Any]:
     from tvm import tirx
 
     if dot.step_at:
-        return _address(a, dot.group), _address(b, dot.lanes * dot.group)
+        return operand_address(a, dot.dtype, dot.group), operand_address(b, dot.dtype, dot.lanes * dot.group)
     activation, weight, _ = OPERANDS[dot.dtype]
     values = a.vload([0], f"{activation}x{dot.group}")
     row = b.vload([0, 0], f"{weight}x{dot.lanes * dot.group}")
@@ -148,12 +148,14 @@ def _operands(dot: DotInstruction, a: Any, b: Any) -> tuple[Any, Any]:
     return tirx.reinterpret("int32", values), row
 
 
-def _address(buffer: Any, extent: int) -> Any:
-    """The address of ``buffer``'s first ``extent`` elements, typed as the 16-bit words bf16 is stored in (a bf16
-    type would be legalised to fp32, and so would the buffer of an intermediate stage)."""
+def operand_address(buffer: Any, dtype: str, extent: Any, access: int = 1) -> Any:
+    """The address of ``buffer``'s first ``extent`` elements of ``dtype`` for an ``access`` (1 read, 2 write, 3 both),
+    bf16 typed as the 16-bit words it is stored in (a bf16 type would be legalised to fp32, and so would the buffer of
+    an intermediate stage)."""
     from tvm import tirx
 
-    return tirx.tvm_access_ptr(tirx.type_annotation("uint16"), buffer.data, buffer.elem_offset, extent, 1)
+    stored = "uint16" if dtype == BF16 else dtype
+    return tirx.tvm_access_ptr(tirx.type_annotation(stored), buffer.data, buffer.elem_offset, extent, access)
 
 
 @functools.cache

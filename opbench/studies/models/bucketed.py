@@ -18,7 +18,7 @@ from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources
 from opbench.measure.models import save_inputs
 from opbench.measure.protocol import ModelInput, RunResult
-from opbench.measure.worker._common import MODEL_TOLERANCE
+from opbench.measure.worker._common import outputs_agree
 from opbench.record import TrialRecord
 from opbench.studies.models.profile import TUNED
 from opbench.studies.models.systems import EAGER_ROW
@@ -117,7 +117,7 @@ def _run_between(spec: ModelTuneSpec, source: ModelSource, dispatcher: BucketedM
     expected = source.reference()[0]
     err = float(np.max(np.abs(run.output - expected)))
     log.info("%s; output against eager at that size: max |err| %.3g", run.describe(), err)
-    if not np.allclose(run.output, expected, rtol=MODEL_TOLERANCE, atol=MODEL_TOLERANCE):
+    if not outputs_agree(run.output, expected):
         raise OpBenchError(f"{source.name}: {run.describe()}, and its output differs from eager's at that size "
                            f"(max |err| {err:.3g})")
     if spec.verify_rounds < 1:
