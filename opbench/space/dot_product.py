@@ -149,9 +149,8 @@ def _operands(dot: DotInstruction, a: Any, b: Any) -> tuple[Any, Any]:
 
 
 def operand_address(buffer: Any, dtype: str, extent: Any, access: int = 1) -> Any:
-    """The address of ``buffer``'s first ``extent`` elements of ``dtype`` for an ``access`` (1 read, 2 write, 3 both),
-    bf16 typed as the 16-bit words it is stored in (a bf16 type would be legalised to fp32, and so would the buffer of
-    an intermediate stage)."""
+    """The address of ``buffer``'s first ``extent`` elements for an ``access`` (1 read, 2 write, 3 both), bf16 typed as
+    the 16-bit words it is stored in (a bf16 type would be legalised to fp32, as would an intermediate bf16 buffer)."""
     from tvm import tirx
 
     stored = "uint16" if dtype == BF16 else dtype
