@@ -38,6 +38,12 @@ def test_winograd_is_offered_to_a_models_3x3_stride_1_convolutions_alone():
     # each transformed weight is read once per output tile: with fewer than 16 tiles the direct one is the default
     assert winograd.tiles(winograd.conv_shape(_workload(BN_RELU)), 4) == 4
     assert get_template(_workload(BN_RELU)).default_config(_workload(BN_RELU))["algorithm"] == "direct"
+    # ... and with channels too few for the GEMMs to outweigh the transforms (YOLOv3-tiny's 16 -> 32 at 208x208 took
+    # 3.2x the direct one's time; ResNet-50's 128 -> 128 at 28x28 0.72x)
+    shape = lambda c, k, size: winograd.ConvShape(1, c, size, size, k, 1, size, size)
+    assert [winograd.deep_enough(shape(c, k, size)) for c, k, size in
+            ((16, 32, 208), (32, 64, 104), (64, 128, 52), (64, 64, 56), (128, 128, 28), (128, 256, 26))] == [
+        False, False, False, False, True, True]
 
 
 @pytest.mark.slow

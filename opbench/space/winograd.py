@@ -45,6 +45,8 @@ DEFAULT_ROWS_CAP = 8
 # channels), F(4x4) on 28x28 and 56x56 (128 and 64 channels); any value from 11 to 68 orders them so.
 WEIGHT_TILES = 27
 MIN_FUSED_TILES = 16  # a model's conv with fewer output tiles stays direct by default (preferred())
+# ... and one whose GEMMs do fewer multiply-adds per value its transforms move, C * K / (C + K), than this
+MIN_GEMM_DEPTH = 48
 
 
 def _of_a_model(workload: Workload) -> bool:
@@ -153,12 +155,22 @@ def preferred(workload: Workload) -> bool:
     against 1.25 (c5, 7x7, 512). A model's also needs :data:`MIN_FUSED_TILES` tiles of the m that suits its weight
     transformed once: each transformed weight is read once per tile, and ResNet-50's 7x7 (4 tiles of F(4x4); 16 of
     F(2x2)) took 2.9 (1.8) against the direct 1.1-1.4 ms, where its 14x14 (16 tiles) took 0.75-0.78 against 1.08
-    (in the model, the 7x7 as F(2x2) in the operator ran no faster than direct: 52.93 against 52.41 ms)."""
+    (in the model, the 7x7 as F(2x2) in the operator ran no faster than direct: 52.93 against 52.41 ms). And a
+    model's needs channels enough for its GEMMs to outweigh its transforms (:data:`MIN_GEMM_DEPTH`): on the Xeon,
+    F(4x4) against direct, ms: YOLOv3-tiny 16->32 at 208x208 4.13 / 1.28, 32->64 at 104x104 2.55 / 1.22, 64->128
+    at 52x52 1.67 / 1.29, 128->256 at 26x26 0.80 / 1.72; ResNet-18 64->64 at 56x56 0.73 / 0.69; ResNet-50 128->128
+    at 28x28 0.47 / 0.65."""
     s = conv_shape(workload)
     lanes = current_shape().fp32_lanes
-    if _of_a_model(workload) and tiles(s, _cheapest_tile(s, 0)) < MIN_FUSED_TILES:
+    if _of_a_model(workload) and (tiles(s, _cheapest_tile(s, 0)) < MIN_FUSED_TILES or not deep_enough(s)):
         return False
     return s.c % lanes == 0 and s.k % lanes == 0
+
+
+def deep_enough(shape: ConvShape) -> bool:
+    """Whether the GEMMs do at least :data:`MIN_GEMM_DEPTH` multiply-adds per value the transforms move (per tile
+    and point of it: ``C * K`` multiply-adds, ``C + K`` values transformed)."""
+    return shape.c * shape.k >= MIN_GEMM_DEPTH * (shape.c + shape.k)
 
 
 def compute(workload: Workload, m: int) -> Any:
