@@ -82,10 +82,8 @@ def default_config(workload: Workload) -> Config:
     accumulator registers (:func:`~opbench.hardware.cpu_shape.current_shape`; each step loads its pixel vectors
     and broadcasts its weights), the reduction in chunks of up to 64 input channels, pixel tiles outside (a tile's
     data stays in cache while every output-channel tile reads it); where the input channels take more than one
-    chunk, the chunks outside the output-channel tiles (``chunks_outer``: a chunk stays in L1). ResNet-50's 1x1
-    convolutions on the Xeon (AVX-512), ms pixels_outer -> chunks_outer: 256->64 at 56x56 0.515 -> 0.343,
-    256->128 0.913 -> 0.681, 512->128 at 28x28 0.437 -> 0.321, 512->256 0.856 -> 0.653, 128->512 with the residual
-    0.455 -> 0.378; one chunk (64 input channels) 0.350 -> 0.400 (docs/workloads-and-templates.md#pointwise-gemm)."""
+    chunk, the chunks outside the output-channel tiles (``chunks_outer``: a chunk stays in L1;
+    docs/workloads-and-templates.md#pointwise-gemm has the measurements)."""
     ext, shape = _extents(workload), current_shape()
     lanes = shape.fp32_lanes
     widths = [pixels // lanes for pixels in pixel_tiles(ext["oh"], ext["ow"], lanes)]

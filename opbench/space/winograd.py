@@ -156,10 +156,8 @@ def preferred(workload: Workload) -> bool:
     transformed once: each transformed weight is read once per tile, and ResNet-50's 7x7 (4 tiles of F(4x4); 16 of
     F(2x2)) took 2.9 (1.8) against the direct 1.1-1.4 ms, where its 14x14 (16 tiles) took 0.75-0.78 against 1.08
     (in the model, the 7x7 as F(2x2) in the operator ran no faster than direct: 52.93 against 52.41 ms). And a
-    model's needs channels enough for its GEMMs to outweigh its transforms (:data:`MIN_GEMM_DEPTH`): on the Xeon,
-    F(4x4) against direct, ms: YOLOv3-tiny 16->32 at 208x208 4.13 / 1.28, 32->64 at 104x104 2.55 / 1.22, 64->128
-    at 52x52 1.67 / 1.29, 128->256 at 26x26 0.80 / 1.72; ResNet-18 64->64 at 56x56 0.73 / 0.69; ResNet-50 128->128
-    at 28x28 0.47 / 0.65."""
+    model's needs channels enough for its GEMMs to outweigh its transforms (:func:`deep_enough`;
+    docs/workloads-and-templates.md#fused-winograd has the measurements)."""
     s = conv_shape(workload)
     lanes = current_shape().fp32_lanes
     if _of_a_model(workload) and (tiles(s, _cheapest_tile(s, 0)) < MIN_FUSED_TILES or not deep_enough(s)):
