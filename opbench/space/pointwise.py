@@ -147,8 +147,8 @@ def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: s
 def _panels(workload: Workload, rows: int, pixels: int) -> int:
     """Into how many panels ``chunks_outer`` cuts the output channels, so that the parallel loop has at least
     :data:`PARALLEL_TILES` iterations (pixel tiles x panels): the fewest that do, else one per register tile."""
-    counts = divisors(_extents(workload)["k"] // rows)
-    return next((p for p in counts if _pixel_tiles(workload, pixels) * p >= PARALLEL_TILES), counts[-1])
+    counts, tiles = divisors(_extents(workload)["k"] // rows), _pixel_tiles(workload, pixels)
+    return next((p for p in counts if tiles * p >= PARALLEL_TILES), counts[-1])
 
 
 def _pixel_tiles(workload: Workload, pixels: int) -> int:
