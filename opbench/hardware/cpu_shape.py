@@ -38,6 +38,11 @@ class CpuShape:
         """Vector registers a register tile may hold as accumulators: half, the rest hold its operands."""
         return self.vector_registers // 2
 
+    def accumulators_beside(self, operands: int) -> int:
+        """Vector registers left as accumulators by a register tile whose step holds ``operands`` vectors of its own
+        (a direct convolution's: its vectors of weights and the broadcast data value)."""
+        return self.vector_registers - operands
+
     @classmethod
     def of(cls, facts: HostFacts) -> CpuShape:
         """The shape a CPU's ISA flags and caches give (:meth:`of_isa`)."""

@@ -129,9 +129,10 @@ class PackedConvTemplate(Template):
         return knobs
 
     def default_config(self, workload: Workload) -> Config:
-        """A register tile of the CPU's accumulator registers (:func:`~opbench.hardware.cpu_shape.current_shape`):
+        """A register tile of the CPU's vector registers (:func:`~opbench.hardware.cpu_shape.current_shape`):
         :data:`TILE_VECTORS` vectors of output channels (where they divide them, else one vector's worth) by as
-        many output columns as the rest of the accumulators hold, written to NCHW directly; a depthwise conv
+        many output columns as the registers beside those weight vectors and the broadcast data value hold
+        (docs/workloads-and-templates.md#register-tiles), written to NCHW directly; a depthwise conv
         keeps TVM x86 ``conv2d_NCHWc``'s one vector of channels and a packed output."""
         ext, shape = self._extents(workload), current_shape()
         wide = not self.depthwise and ext["k"] % (TILE_VECTORS * shape.fp32_lanes) == 0
@@ -141,7 +142,8 @@ class PackedConvTemplate(Template):
             fused = self._layout_transform == IN_OP and ext["k"] // ob >= PACK_PER_BLOCK_MIN_BLOCKS
             config.update(ic_block=_largest(ext["c"], shape.fp32_lanes), reduce_order="c_rs_c",
                           weight_pack_at="oc_block" if fused else "root", parallel=2 if fused else 3)
-        columns = shape.accumulator_registers // (TILE_VECTORS if wide else 1)
+        vectors = TILE_VECTORS if wide else 1
+        columns = shape.accumulators_beside(vectors + 1) // vectors
         config.update(ow_block=default_column_tile(ext["ow"], columns, self.predicated_columns), oh_block=1,
                       unroll_window=0, unroll_max_step=16, layout_transform=self._layout_transform)
         alternative = self._alternative(workload)
