@@ -133,11 +133,11 @@ class PackedConvTemplate(Template):
         :data:`TILE_VECTORS` vectors of output channels (where they divide them, else one vector's worth) by as
         many output columns as the registers beside those weight vectors and the broadcast data value hold
         (docs/workloads-and-templates.md#register-tiles), written to NCHW directly; a depthwise conv
-        keeps TVM x86 ``conv2d_NCHWc``'s one vector of channels and a packed output."""
+        keeps TVM x86 ``conv2d_NCHWc``'s one vector of channels, also written to NCHW directly."""
         ext, shape = self._extents(workload), current_shape()
         wide = not self.depthwise and ext["k"] % (TILE_VECTORS * shape.fp32_lanes) == 0
         ob = TILE_VECTORS * shape.fp32_lanes if wide else _largest(ext["k"], shape.fp32_lanes)
-        config: Config = {self._block_knob: ob, "packed_output": int(self.depthwise), "parallel": 3}
+        config: Config = {self._block_knob: ob, "packed_output": 0, "parallel": 3}
         if not self.depthwise:
             fused = self._layout_transform == IN_OP and ext["k"] // ob >= PACK_PER_BLOCK_MIN_BLOCKS
             config.update(ic_block=_largest(ext["c"], shape.fp32_lanes), reduce_order="c_rs_c",
