@@ -153,11 +153,12 @@ def test_generic_and_foreign_templates():
 
 def test_a_templates_version_covers_every_schedule_module_it_reaches():
     """A kept tuning is reused only while the schedules its configs name are unchanged: the helpers a template
-    imports as modules (the packed conv's Winograd and GEMM) count, and a template reaches no other's."""
+    imports as modules (the packed conv's Winograd, GEMM and rows) count, and a template reaches no other's."""
     from opbench.space._base import source_files
 
     packed = {Path(f).name for f in source_files(type(TEMPLATES["fused_conv2d_nchwc"]))}
-    assert {"packed.py", "winograd.py", "winograd_fused.py", "winograd_stages.py", "epilogue.py", "pointwise.py"} <= packed
+    assert {"packed.py", "winograd.py", "winograd_fused.py", "winograd_stages.py", "epilogue.py", "pointwise.py",
+            "depthwise_rows.py"} <= packed
     assert {Path(f).name for f in source_files(type(TEMPLATES["matmul"]))} == {"_base.py", "_schedule.py", "tiled.py"}
 
 
@@ -380,7 +381,7 @@ def test_winograd_is_offered_to_catalogue_3x3_stride_1_convs_and_the_default_whe
                            ("conv2d:n=1,c=8,h=14,w=14,k=8,r=5,s=5,pad=2", None),
                            ("depthwise_conv2d:n=1,c=16,h=14,w=14,r=3,s=3,pad=1", None),
                            ("conv2d:n=1,c=64,h=56,w=56,k=64,r=3,s=3,pad=1", "conv2d")]:  # the tiled NCHW template
-        assert "algorithm" not in default(name, template), name
+        assert "winograd_tile" not in default(name, template), name  # (the depthwise conv's alternative: rows)
 
 
 def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activation():

@@ -1,0 +1,118 @@
+"""A depthwise convolution (stride 1, "same" padding) on NCHW as it lies: each channel's padded plane built once,
+the output's rows vectorised along the width, with no layout transform of the activations.
+
+The direct packed schedule (:mod:`opbench.space.packed`) copies the data to NCHW[c]c, a transposing pass over it, for
+9 FMAs an output; here a channel's padded plane is zeros and then its rows copied in (contiguous), and a register tile
+of ``rows_tile`` output rows sums the window from it, each tap a broadcast weight times a vector of the padded row
+read at the tap's offset (docs/workloads-and-templates.md#depthwise-rows)::
+
+    pad    n, c (parallel) | zeros; interior rows, vectorised            (the channel's plane, in cache)
+    conv   n, c (parallel) | row tiles | window (unrolled) | rows | width vectors | lanes
+    write  the tile's rows with the epilogue (bias, clip), vectorised
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from opbench.hardware.cpu_shape import current_shape
+from opbench.space._base import Config, Knob, Nest, divisors
+from opbench.space._schedule import fold_into_write, vector_lanes
+from opbench.workloads import Workload
+from opbench.workloads.fused import anchor_block, inline_side_blocks
+
+if TYPE_CHECKING:
+    from tvm.s_tir import Schedule
+
+KNOBS = ("rows_tile",)
+ROWS_CAP = 8
+SMALL_WINDOW = 9  # taps: a 3x3 window's 9 FMAs an output do not pay for the packed schedule's two layout passes
+
+
+def _extents(workload: Workload) -> dict[str, int]:
+    """From the anchor's loops (n, c, oh, ow | [1,] r, s) and the data's shape (N, C, H, W)."""
+    spatial = [a.extent for a in workload.axes if not a.reduce]
+    reduce = [a.extent for a in workload.axes if a.reduce]
+    data = workload.op.input_shapes(workload.params)[0]
+    return {"c": spatial[1], "oh": spatial[2], "ow": spatial[3], "window": math.prod(reduce), "h": data[2], "w": data[3],
+            "r": reduce[-2], "s": reduce[-1]}
+
+
+def applies(workload: Workload) -> bool:
+    """A depthwise convolution whose odd window keeps the data's height and width: stride 1, "same" padding."""
+    ext = _extents(workload)
+    return (ext["oh"], ext["ow"]) == (ext["h"], ext["w"]) and ext["r"] % 2 == 1 and ext["s"] % 2 == 1
+
+
+def _width_vector(workload: Workload) -> int:
+    """The vector along the output width: its largest power-of-two factor up to the CPU's lanes (all of it where
+    at most that wide; :func:`~opbench.space._schedule.vector_lanes`)."""
+    return vector_lanes(_extents(workload)["ow"], current_shape().fp32_lanes)
+
+
+def knobs(workload: Workload) -> list[Knob]:
+    ext = _extents(workload)
+    return [Knob(KNOBS[0], divisors(ext["oh"], ROWS_CAP), f"output rows per register tile ({ext['oh']} rows of "
+                                                         f"{ext['ow']})")]
+
+
+def default_config(workload: Workload) -> Config:
+    """The most rows whose vectors fit half the CPU's vector registers as accumulators."""
+    ext = _extents(workload)
+    vectors = ext["ow"] // _width_vector(workload)
+    fits = [r for r in divisors(ext["oh"], ROWS_CAP) if r * vectors <= current_shape().accumulator_registers]
+    return {KNOBS[0]: fits[-1] if fits else 1}
+
+
+def nest(config: Config, workload: Workload) -> Nest:
+    """The register tile: rows x the width (vectors of :func:`_width_vector`); the window; parallel over channels."""
+    ext = _extents(workload)
+    return Nest((config[KNOBS[0]], ext["ow"]), _width_vector(workload), ext["window"],
+                workload.axes[0].extent * ext["c"])
+
+
+def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: str) -> None:
+    """Schedule the padding as a per-channel plane and the anchor (its epilogue folded into the tile's write-back)
+    as row tiles; nothing is packed, so ``layout_transform`` changes nothing."""
+    vector = _width_vector(workload)
+    conv = anchor_block(sch)
+    epilogue = inline_side_blocks(sch, conv)
+    padding = sch.get_producers(conv)
+    n, c, y, x, *window = sch.get_loops(conv)
+    yo, yi = sch.split(y, [None, config[KNOBS[0]]])
+    xo, xi = sch.split(x, [None, vector])
+    sch.reorder(n, c, yo, *window, yi, xo, xi)
+    accumulator = sch.cache_write(conv, 0, "local")
+    fold_into_write(sch, epilogue)
+    sch.reverse_compute_at(accumulator, yo)
+    channels = sch.fuse(n, c)
+    sch.parallel(channels)
+    for loop in (*window, yi, xo):
+        sch.unroll(loop)
+    sch.vectorize(xi)
+    init = sch.decompose_reduction(conv, window[0])
+    _vectorize_rows(sch, init, vector)
+    _vectorize_rows(sch, accumulator, vector)
+    for block in padding:
+        sch.compute_at(block, channels)
+        zeros = sch.decompose_padding(block, sch.get_loops(block)[-2])
+        for stage in (zeros, block):
+            _vectorize_rows(sch, stage, vector_lanes(int(sch.get(sch.get_loops(stage)[-1]).extent),
+                                                     current_shape().fp32_lanes))
+
+
+def _vectorize_rows(sch: Schedule, block: Any, vector: int) -> None:
+    """The innermost loop of ``block`` (a row) in vectors of ``vector``, the vectors unrolled."""
+    if vector <= 1:
+        return
+    outer, lanes = sch.split(sch.get_loops(block)[-1], [None, vector])
+    sch.unroll(outer)
+    sch.vectorize(lanes)
+
+
+def preferred(workload: Workload) -> bool:
+    """The default for a window of at most :data:`SMALL_WINDOW` taps and rows wider than half a vector register:
+    a 7-wide row's 7-lane vectors and a 7x7 window's 49 unaligned loads a vector lost to the packed direct
+    schedule (docs/workloads-and-templates.md#depthwise-rows)."""
+    ext = _extents(workload)
+    return ext["window"] <= SMALL_WINDOW and ext["ow"] > current_shape().fp32_lanes // 2

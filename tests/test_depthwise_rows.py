@@ -1,0 +1,102 @@
+"""A stride-1 depthwise convolution by rows on NCHW (opbench/space/depthwise_rows.py): where it is offered and is the
+default, correct kernels on odd shapes and on a model's fused operator, and the nest it describes."""
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from opbench.hardware.cpu_shape import CpuShape, shaped_for
+from opbench.hardware.resources import HostFacts, Resources
+from opbench.measure.types import TrialSpec
+from opbench.space import get_template
+from opbench.workloads import parse_workload
+from tests.kernels import failures
+
+AVX512 = CpuShape.of(dataclasses.replace(HostFacts.unknown("other"), isa=("avx2", "fma", "avx512f"), l1d_ways=12))
+AVX2 = CpuShape.of(dataclasses.replace(HostFacts.unknown("other"), isa=("avx", "avx2"), l1d_ways=8))
+
+
+def _default(name: str, shape: CpuShape = AVX512) -> dict:
+    workload = parse_workload(name)
+    with shaped_for(shape):
+        return get_template(workload).default_config(workload)
+
+
+def _algorithms(name: str) -> tuple:
+    workload = parse_workload(name)
+    return next((k.choices for k in get_template(workload).knobs(workload) if k.name == "algorithm"), ())
+
+
+def test_rows_are_offered_to_stride_1_depthwise_convs_and_are_the_default_for_small_windows_on_wide_rows():
+    # MobileNetV2's 144 channels at 56x56: rows of 7 vectors of 8 (56's largest power-of-two factor), two rows a
+    # tile in AVX-512's 16 accumulators, one in AVX2's 8
+    assert {k: _default("mobilenetv2-dw")[k] for k in ("algorithm", "rows_tile")} == {"algorithm": "rows", "rows_tile": 2}
+    assert _default("mobilenetv2-dw", AVX2)["rows_tile"] == 1
+    assert _algorithms("mobilenetv2-dw") == ("direct", "rows")
+    assert _algorithms("depthwise_conv2d:n=1,c=96,h=112,w=112,r=3,s=3,stride=2,pad=1") == ()  # stride 2: direct only
+    assert _algorithms("depthwise_conv2d:n=1,c=96,h=56,w=56,r=3,s=3,stride=1,pad=0") == ()  # a 54x54 output
+    for name in ("depthwise_conv2d:n=1,c=96,h=56,w=56,r=7,s=7,stride=1,pad=3",  # ConvNeXt's 7x7 window
+                 "depthwise_conv2d:n=1,c=960,h=7,w=7,r=3,s=3,stride=1,pad=1"):  # rows of 7
+        assert _algorithms(name) == ("direct", "rows") and _default(name)["algorithm"] == "direct", name
+
+
+# Odd shapes: a batch of 2, 5 channels and a prime width (no vector: one lane a column); 14 columns (one vector of
+# 14); a 5x5 window on rows of 24 (vectors of 8); each with a row tile drawn at random.
+ROWS_ODD = ("depthwise_conv2d:n=2,c=5,h=9,w=17,r=3,s=3,stride=1,pad=1", "depthwise_conv2d:n=1,c=8,h=14,w=14,r=3,s=3,stride=1,pad=1",
+            "depthwise_conv2d:n=1,c=4,h=12,w=24,r=5,s=5,stride=1,pad=2")
+
+
+@pytest.mark.slow
+def test_rows_build_correct_kernels_on_odd_shapes(build_checker):
+    specs = []
+    for index, name in enumerate(ROWS_ODD):
+        workload = parse_workload(name)
+        template = get_template(workload)
+        rows = random.Random(index).choice(next(k.choices for k in template.knobs(workload) if k.name == "rows_tile"))
+        specs.append(TrialSpec(workload, template.validate({"algorithm": "rows", "rows_tile": rows}, workload),
+                               Resources(1 + index % 2), template.name))
+    records = build_checker.measure_batch(specs)
+    assert not failures(records, "knob.rows_tile"), failures(records, "knob.rows_tile")[:3]
+    assert {r["knob.algorithm"] for r in records} == {"rows"}
+
+
+@pytest.mark.slow
+def test_a_models_fused_depthwise_conv_by_rows_matches_its_unscheduled_build(build_checker):
+    """MobileNetV2's stride-1 depthwise convs (tiny: 16 channels at 16x16; 96 at 4x4) with their bias and ReLU6
+    folded into the tiles' write-back, their weight read as it lies (nothing packed at build time)."""
+    from opbench.workloads.fused import model_name
+    from opbench.workloads.models.cache import extract
+
+    model = "mobilenet-v2@tiny"
+    workloads = [parse_workload(model_name(model, op.name, 1, 128)) for op in extract(model, 1, 128)[0]]
+    rows = [w for w in workloads if "rows" in _algorithms(w.name)]
+    assert len(rows) >= 2 and any(get_template(w).default_config(w)["algorithm"] == "rows" for w in rows)
+    specs = [TrialSpec(w, get_template(w).validate({"algorithm": "rows"}, w), Resources(2), get_template(w).name)
+             for w in rows]
+    records = build_checker.measure_batch(specs)
+    assert not failures(records, "knob.algorithm"), failures(records, "knob.algorithm")[:3]
+
+
+def test_rows_nest_is_the_built_one():
+    """The anchor's vectorised and parallel extents are the nest's, and the padded plane is built per channel,
+    zeros and then the interior, inside the parallel loop."""
+    from tvm import s_tir, tirx
+
+    from opbench.workloads.fused import anchor_block
+
+    workload = parse_workload("depthwise_conv2d:n=2,c=6,h=12,w=24,r=3,s=3,stride=1,pad=1")
+    template = get_template(workload)
+    with shaped_for(AVX512):
+        for rows in (1, 3, 4):
+            config = template.validate({"algorithm": "rows", "rows_tile": rows}, workload)
+            nest, module = template.nest(config, workload), template.schedule(workload, config)
+            sch = s_tir.Schedule(module)
+            loops = [sch.get(loop) for loop in sch.get_loops(anchor_block(sch))]
+            built = {loop.kind: int(loop.extent) for loop in loops if loop.kind != tirx.ForKind.SERIAL}
+            assert (nest.vector, nest.parallel) == (built[tirx.ForKind.VECTORIZED], built[tirx.ForKind.PARALLEL]) == (8, 12)
+            assert nest.tile == (rows, 24) and nest.reduce == 9
+            padding = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if sch.get(b).name_hint.startswith("pad")]
+            assert len(padding) == 2  # zeros, then the interior
+            assert all(sch.get(sch.get_loops(b)[0]).kind == tirx.ForKind.PARALLEL for b in padding), module.script()
