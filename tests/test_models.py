@@ -259,7 +259,7 @@ def _every_sampled_point_is_correct(build_checker, workloads, per_workload):
     from .test_space import weighted_configs
 
     specs = [TrialSpec(w, config, Resources(1 + i % 2), get_template(w).name) for w in workloads
-             for i, config in enumerate(weighted_configs(w, per_workload, ("pad_at", "cache_write", "order"),
+             for i, config in enumerate(weighted_configs(w, per_workload, ("pad_at", "padding", "cache_write", "order"),
                                                          template=get_template(w)))]
     records = build_checker.measure_batch(specs)
     assert {r["status"] for r in records} == {"ok"}, [(r["workload"], r["error"]) for r in records if r["status"] != "ok"][:3]
@@ -280,6 +280,31 @@ def test_a_models_transposed_convolutions_are_imported_as_convolutions_whose_eve
     assert all(any(len(s) == 4 and s[2:] == (2, 2) for s in op.shapes[1:-1]) and op.shapes[-1][1] % 4 == 0 for op in strided)
     assert {get_template(w).name for w in workloads} == {"fused_conv2d_nchwc", "fused_matmul"}
     _every_sampled_point_is_correct(build_checker, workloads, 3)
+
+
+@pytest.mark.slow
+def test_a_models_pooling_windows_take_their_padding_as_planes_and_every_point_builds(build_checker):
+    """A padded average pooling of stride 1 (Inception-v3's, its division by the taps inside the image) offers its
+    padding as each channel's plane, by default; an unpadded one (Inception-v3's max poolings) and a ceil-mode
+    one whose windows never reach its padding (SqueezeNet's) does not; padded or a vector wide, each is scalar by
+    default; every sampled point of each is correct."""
+    from opbench.hardware.cpu_shape import current_shape
+    from opbench.space import get_template
+
+    windows = {}
+    for model in ("inception-v3@tiny", "squeezenet1.1@tiny"):
+        _, workloads = _model_workloads(model, ("pool",))
+        windows[model] = {w.op.pool_window(w.params) for w in workloads}
+        for w in workloads:
+            template = get_template(w)
+            default = template.default_config(w)
+            padded, row = w.op.pool_window(w.params) == "padded", w.op.output_shape(w.params)[-1]
+            scalar = padded or row >= current_shape().fp32_lanes  # else a vector of the row's width
+            assert template.name == "fused" and default["vectorize"] == (0 if scalar else 1)
+            assert default["j_inner"] == 1 or not scalar
+            assert default.get("padding") == ("plane" if padded else None)
+        _every_sampled_point_is_correct(build_checker, workloads, 2)  # a padded one: its padding each way
+    assert windows == {"inception-v3@tiny": {"padded", "plain"}, "squeezenet1.1@tiny": {"plain"}}
 
 
 ALTERNATE = {"packed_output": 0, "ow_block": 2, "oh_block": 2, "reduce_order": "rs_c_c", "unroll_window": 1,

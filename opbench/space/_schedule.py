@@ -105,6 +105,27 @@ def vectorize_lanes(sch: Any, loop: Any) -> None:
     sch.vectorize(loop)
 
 
+def vectorize_rows(sch: Any, block: Any, vector: int) -> None:
+    """The innermost loop of ``block`` (a row) in vectors of ``vector``, the vectors unrolled."""
+    if vector <= 1:
+        return
+    outer, lanes = sch.split(sch.get_loops(block)[-1], [None, vector])
+    sch.unroll(outer)
+    sch.vectorize(lanes)
+
+
+def padded_planes(sch: Any, padding: list[Any], loop: Any) -> None:
+    """Each padding stage computed at ``loop`` (a channel's, or a block of channels'): its plane in cache, the
+    border filled by a stage of its own so that the copy of the interior has no condition, both by rows of
+    vectors (:func:`vector_lanes`)."""
+    for block in padding:
+        sch.compute_at(block, loop)
+        zeros = sch.decompose_padding(block, sch.get_loops(block)[-2])
+        for stage in (zeros, block):
+            vectorize_rows(sch, stage, vector_lanes(int(sch.get(sch.get_loops(stage)[-1]).extent),
+                                                    current_shape().fp32_lanes))
+
+
 def parallel_outer(sch: Any, block: Any) -> Any:
     """Fuse all but the innermost loop of a root-level ``block`` and parallelise the result."""
     loops = sch.get_loops(block)

@@ -13,11 +13,11 @@ read at the tap's offset (docs/workloads-and-templates.md#depthwise-rows)::
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Nest, divisors
-from opbench.space._schedule import fold_into_write, vector_lanes
+from opbench.space._schedule import fold_into_write, padded_planes, vector_lanes, vectorize_rows
 from opbench.workloads import Workload
 from opbench.workloads.fused import anchor_block, inline_side_blocks
 
@@ -91,23 +91,9 @@ def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: s
         sch.unroll(loop)
     sch.vectorize(xi)
     init = sch.decompose_reduction(conv, window[0])
-    _vectorize_rows(sch, init, vector)
-    _vectorize_rows(sch, accumulator, vector)
-    for block in padding:
-        sch.compute_at(block, channels)
-        zeros = sch.decompose_padding(block, sch.get_loops(block)[-2])
-        for stage in (zeros, block):
-            _vectorize_rows(sch, stage, vector_lanes(int(sch.get(sch.get_loops(stage)[-1]).extent),
-                                                     current_shape().fp32_lanes))
-
-
-def _vectorize_rows(sch: Schedule, block: Any, vector: int) -> None:
-    """The innermost loop of ``block`` (a row) in vectors of ``vector``, the vectors unrolled."""
-    if vector <= 1:
-        return
-    outer, lanes = sch.split(sch.get_loops(block)[-1], [None, vector])
-    sch.unroll(outer)
-    sch.vectorize(lanes)
+    vectorize_rows(sch, init, vector)
+    vectorize_rows(sch, accumulator, vector)
+    padded_planes(sch, padding, channels)
 
 
 def preferred(workload: Workload) -> bool:

@@ -1,16 +1,24 @@
 """The template of a model's fused operators (any PrimFunc): find the anchor block (the one with a
 reduction, else the last), inline the elementwise blocks around it, tile its two innermost spatial
-loops and its reduction, parallelise the outer loops, vectorise the innermost, unroll."""
+loops and its reduction, parallelise the outer loops, vectorise the innermost, unroll.
+
+A pooling window (max or average) may instead take its padding as each channel's padded plane, computed in cache
+(``padding=plane``, its default). Padded, or over rows at least a vector wide, it leaves its loops scalar by default,
+the window unrolled innermost, which LLVM's loop vectoriser turns into interleaved loads: TVM vectorises a stride-2
+window's reads as gathers, lane by lane (docs/workloads-and-templates.md#pooling-windows)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opbench.exceptions import ConfigError
+from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Template, divisors
-from opbench.space._schedule import try_primitive
+from opbench.space._schedule import padded_planes, try_primitive
 from opbench.workloads import Workload
 from opbench.workloads.fused import REDUCE, anchor_block, child_blocks
+
+PADDING = ("inline", "plane")
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
@@ -51,6 +59,9 @@ class FusedTemplate(Template):
             Knob("vectorize", (0, 1), "vectorise the innermost spatial tile"),
             Knob("unroll_max_step", (0, 16, 64, 512), "pragma_auto_unroll_max_step on the outermost loop"),
         ]
+        if workload.op.pool_window(workload.params) == "padded":
+            knobs.append(Knob("padding", PADDING, "the pooling window's padding: inlined into its reads (a condition "
+                                                "each), or each channel's padded plane in cache"))
         return knobs
 
     def default_config(self, workload: Workload) -> Config:
@@ -62,18 +73,26 @@ class FusedTemplate(Template):
             config["j_inner"] = max(d for d in knobs["j_inner"] if d <= 16)
         if "k_inner" in knobs:
             config["k_inner"] = 1
+        window, row = workload.op.pool_window(workload.params), [a.extent for a in workload.axes if not a.reduce][-1]
+        if window == "padded" or (window and row >= current_shape().fp32_lanes):
+            config.update(j_inner=1, vectorize=0)  # scalar, for LLVM's loop vectoriser (module docstring)
+        if "padding" in knobs:
+            config["padding"] = "plane"
         return config
 
     def parameter_vocabulary(self) -> dict[str, tuple | None]:
-        return dict.fromkeys(("inline", "i_inner", "j_inner", "k_inner", "parallel", "vectorize", "unroll_max_step"))
+        return {**dict.fromkeys(("inline", "i_inner", "j_inner", "k_inner", "parallel", "vectorize", "unroll_max_step")),
+                "padding": PADDING}
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         anchor = anchor_block(sch)
         name = sch.get(anchor).name_hint
         epilogues = []  # consumers of the anchor that cannot be inlined: computed per outer tile instead
+        planes = sch.get_producers(anchor) if config.get("padding") == "plane" else []
+        kept = {name, *(sch.get(block).name_hint for block in planes)}
         if config["inline"]:
             for block in child_blocks(sch):
-                if sch.get(block).name_hint == name:
+                if sch.get(block).name_hint in kept:
                     continue
                 inlined = any(try_primitive(inline, block) for inline in (sch.compute_inline, sch.reverse_compute_inline))
                 if not inlined and any(sch.get(c).name_hint == sch.get(block).name_hint for c in sch.get_consumers(anchor)):
@@ -97,6 +116,8 @@ class FusedTemplate(Template):
         sch.reorder(*outer, *reduce_order, *inner)
         for epilogue in epilogues:  # where it reads only its own tile of the anchor's output
             try_primitive(lambda block: sch.reverse_compute_at(block, outer[-1]), epilogue)
+        if planes:  # a pooling window's loops: n, c, ...
+            padded_planes(sch, planes, outer[1])
         if config["parallel"]:
             sch.parallel(sch.fuse(*outer[:config["parallel"]]) if config["parallel"] > 1 else outer[0])
         if config["vectorize"] and j is not None and config["j_inner"] > 1:

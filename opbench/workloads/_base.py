@@ -66,6 +66,11 @@ class Operator(ABC):
         names its anchor where a template knows it, e.g. ``fused_conv2d``)."""
         return self.name
 
+    def pool_window(self, p: Params) -> str:
+        """What its anchor is as a model's pooling window: "padded", "plain", or "" (none: here, and for every
+        catalogue operator, whose pool2d has a template of its own)."""
+        return ""
+
     @abstractmethod
     def input_shapes(self, p: Params) -> list[tuple[int, ...]]: ...
 

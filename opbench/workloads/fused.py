@@ -108,6 +108,28 @@ def anchor_pattern(func: Any) -> str:
     return ""
 
 
+POOL_BLOCKS = ("pool_max", "pool_sum")  # TOPI's pooling windows (max; average: a sum, then its division)
+
+
+def pool_window(func: Any) -> str:
+    """What a PrimFunc's anchor is as a pooling window (one of :data:`POOL_BLOCKS`): "padded" where it reads a
+    padding stage of the function (the anchor's one producer) whose border a channel's plane reads (a ceil-mode
+    pooling's pads the bottom and right edges, which its windows may never reach), "plain" where it reads its input
+    or an unread padding, "" where it is no pooling window."""
+    import tvm
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    anchor = anchor_block(sch)
+    if sch.get(anchor).name_hint not in POOL_BLOCKS:
+        return ""
+    producers = sch.get_producers(anchor)
+    if len(producers) != 1:
+        return "plain"
+    sch.compute_at(producers[0], sch.get_loops(anchor)[1])  # one channel's plane, as the template computes it
+    return "padded" if sch.can_decompose_padding(producers[0], sch.get_loops(producers[0])[-2]) else "plain"
+
+
 @functools.cache
 def _load(model: str, func: str, batch: int, seq_len: int) -> tuple[Any, Any]:
     if not _loaders:
@@ -128,6 +150,11 @@ def _reference_executable(model: str, func: str, batch: int, seq_len: int) -> An
 @functools.cache
 def _anchor_pattern(model: str, func: str, batch: int, seq_len: int) -> str:
     return anchor_pattern(_load(model, func, batch, seq_len)[1])
+
+
+@functools.cache
+def _pool_window(model: str, func: str, batch: int, seq_len: int) -> str:
+    return pool_window(_load(model, func, batch, seq_len)[1])
 
 
 @functools.cache
@@ -205,6 +232,10 @@ class Fused(Operator):
 
     def flops(self, p: Params) -> float:
         return self.op(p).flops
+
+    def pool_window(self, p: Params) -> str:
+        """"padded", "plain" or "": :func:`pool_window`."""
+        return _pool_window(*self._key(p))
 
     def anchor_operands(self, p: Params) -> tuple[str, ...]:
         """The dtypes its anchor block reads (a quantized model's matmul: uint8 activations, int8 weights)."""
