@@ -118,3 +118,51 @@ def test_mobilenets_relu6_and_padding_fuse_into_its_convolutions():
     vm = relax.VirtualMachine(tvm.compile(mod, make_target("llvm", 1)), tvm.cpu())
     out = vm["main"](*(tvm.runtime.tensor(a) for a in source.numpy_inputs()))
     np.testing.assert_allclose(out.numpy(), source.reference()[0], rtol=1e-3, atol=1e-3)
+
+
+def _conv(channels, dtype="float32"):
+    """A Relax module: a 1x1 convolution of (1, 8, 5, 5) to ``channels`` by a constant weight, then a bias add."""
+    from tvm import relax
+
+    rng = np.random.default_rng(3)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 5, 5), dtype))
+    weight = relax.const(rng.standard_normal((channels, 8, 1, 1)), dtype)
+    bias = relax.const(rng.standard_normal((1, channels, 1, 1)), dtype)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            conv = bb.emit(relax.op.nn.conv2d(x, weight))
+            out = bb.emit_output(relax.op.add(conv, bias))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_output_channels_no_vector_divides_are_computed_padded_then_cropped():
+    """255 channels (YOLOv3's box fields) are computed as 256, the weight's extra filter zeros, and cropped before the
+    bias: the same output."""
+    from tvm import relax
+
+    from opbench.workloads.models.graph import output_channels_padded
+
+    mod = _conv(255)
+    padded = output_channels_padded(mod)
+    assert _ops(mod) == ["relax.nn.conv2d", "relax.add"]
+    assert _ops(padded) == ["relax.nn.conv2d", "relax.strided_slice", "relax.add"]
+    convs = []
+    relax.analysis.post_order_visit(padded["main"], lambda e: convs.append(e) if isinstance(e, relax.Call)
+                                    and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
+    weight = convs[0].args[1].value.numpy()
+    assert weight.shape == (256, 8, 1, 1) and not weight[255:].any()
+    data = np.random.default_rng(4).standard_normal((1, 8, 5, 5)).astype("float32")
+    np.testing.assert_allclose(_run(padded, data), _run(mod, data), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("channels, dtype", [(256, "float32"), (24, "float32"), (200, "float32"), (255, "float64")],
+                         ids=["whole-vectors", "too-few", "too-much-padding", "not-float32"])
+def test_output_channels_stay_where_padding_them_would_not_pay(channels, dtype):
+    """Channels a vector divides, or that padding to one would grow by more than 1/32 (24 -> 32, 200 -> 208), keep
+    their convolution as it is; so does one of another dtype."""
+    from opbench.workloads.models.graph import output_channels_padded
+
+    mod = _conv(channels, dtype)
+    assert _ops(output_channels_padded(mod)) == ["relax.nn.conv2d", "relax.add"]

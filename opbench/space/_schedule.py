@@ -30,15 +30,26 @@ def try_primitive(primitive: Any, block: Any) -> bool:
 
 def fold_into_write(sch: Any, epilogue: list[str]) -> None:
     """Fold a fused operator's epilogue stages, in order, into the block that writes its output, up to the first
-    that cannot fold (a padding of the output, which writes more than the anchor computes: yolov3-tiny's before its
-    last pooling); that one and those after it run as stages of their own after the operator, each parallel over its
-    outer loops."""
+    that cannot fold: one whose loops are not the shape of what it reads from the stage before (the slice that crops
+    a convolution's padded output channels, :func:`~opbench.workloads.models.graph.output_channels_padded`; a padding
+    of the output, yolov3-tiny's before its last pooling), which TVM's ``reverse_compute_inline`` would let write
+    past its buffer or refuse. That one and those after it run after the operator, inlined into the last where they
+    inline, each stage left parallel over its outer loops."""
     for n, name in enumerate(epilogue):
-        if not try_primitive(sch.reverse_compute_inline, sch.get_sblock(name)):
-            for left in epilogue[n:]:
+        block = sch.get_sblock(name)
+        if _reshapes(sch, block) or not try_primitive(sch.reverse_compute_inline, block):
+            inlined = [try_primitive(sch.compute_inline, sch.get_sblock(left)) for left in epilogue[n:-1]]
+            for left in [name for name, gone in zip(epilogue[n:], [*inlined, False]) if not gone]:
                 loops = sch.get_loops(sch.get_sblock(left))
                 sch.parallel(sch.fuse(*loops[:2]) if len(loops) > 1 else loops[0])
             return
+
+
+def _reshapes(sch: Any, block: Any) -> bool:
+    """Whether ``block``'s loops differ from the shape of a buffer it reads from a block before it."""
+    extents = [int(iv.dom.extent) for iv in sch.get(block).iter_vars]
+    return any([int(d) for d in sch.get(producer).writes[0].source.shape] != extents
+               for producer in sch.get_producers(block))
 
 
 def is_reduction(sch: Any, block: Any) -> bool:

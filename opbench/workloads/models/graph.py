@@ -6,6 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 SPATIAL_PAD = slice(4, 8)  # an NCHW pad's pad_width: (N, C, H, W) x (before, after); H and W are the last four
+# A convolution's output channels are padded to a multiple of the widest CPU vector's fp32 lanes (AVX-512's 16, which
+# AVX2's 8 divide: the same graph on every host) where that computes at most this share of them as padding
+CHANNEL_MULTIPLE = 16
+PADDING_SHARE = 1 / 32
 
 
 def unwrap_batch_norm(mod: Any) -> Any:
@@ -44,6 +48,34 @@ def pad_into_conv(mod: Any) -> Any:
         return relax.op.nn.conv2d(matches[data], matches[weight], c.strides,
                                   [padding[0] + top, padding[1] + left, padding[2] + bottom, padding[3] + right],
                                   c.dilation, c.groups, c.data_layout, c.kernel_layout, c.out_layout, c.out_dtype)
+
+    return rewrite_calls(mod, conv, rewrite)
+
+
+def output_channels_padded(mod: Any) -> Any:
+    """Each float32 one-group NCHW ``conv2d`` by a constant weight whose output channels :data:`CHANNEL_MULTIPLE`
+    does not divide, where padding them to it costs at most :data:`PADDING_SHARE` of them (SqueezeNet's 1000
+    classes: 1008; YOLOv3's 255 box fields: 256), computed padded, its weight padded with zero filters, and cropped
+    by a slice: its template's register tile then holds whole vectors, where 1000 channels took blocks of 10 lanes
+    (docs/workloads-and-templates.md#padded-channels)."""
+    import numpy as np
+    from tvm import relax
+    from tvm.relax.dpl import is_const, is_op, wildcard
+
+    data, weight = wildcard(), is_const()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+
+    def rewrite(expr: Any, matches: dict[Any, Any]) -> Any:
+        c, w = matches[conv].attrs, matches[weight].value.numpy()
+        channels = w.shape[0]
+        extra = -channels % CHANNEL_MULTIPLE
+        if (not extra or extra > channels * PADDING_SHARE or c.groups != 1 or w.dtype != np.float32
+                or (c.data_layout, c.kernel_layout, c.out_layout) != ("NCHW", "OIHW", "NCHW")):
+            return expr
+        padded = relax.const(np.pad(w, [(0, extra), (0, 0), (0, 0), (0, 0)]))
+        out = relax.op.nn.conv2d(matches[data], padded, c.strides, c.padding, c.dilation, 1, c.data_layout,
+                                 c.kernel_layout, c.out_layout, c.out_dtype)
+        return relax.op.strided_slice(out, axes=[1], begin=[0], end=[channels])
 
     return rewrite_calls(mod, conv, rewrite)
 
