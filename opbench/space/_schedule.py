@@ -39,7 +39,7 @@ def fold_into_write(sch: Any, epilogue: list[str]) -> None:
         block = sch.get_sblock(name)
         if _reshapes(sch, block) or not try_primitive(sch.reverse_compute_inline, block):
             inlined = [try_primitive(sch.compute_inline, sch.get_sblock(left)) for left in epilogue[n:-1]]
-            for left in [name for name, gone in zip(epilogue[n:], [*inlined, False]) if not gone]:
+            for left in [stage for stage, gone in zip(epilogue[n:], [*inlined, False]) if not gone]:
                 loops = sch.get_loops(sch.get_sblock(left))
                 sch.parallel(sch.fuse(*loops[:2]) if len(loops) > 1 else loops[0])
             return
