@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from opbench.exceptions import ConfigError
@@ -48,9 +50,19 @@ def _host_is_x86() -> bool:
     return platform.machine() in ("x86_64", "AMD64", "i686")
 
 
-def kernel_assembly_features(executable: Any, target: Any) -> dict[str, float]:
-    """:func:`assembly_features` of a compiled executable's host module; none for a target that is not x86."""
-    return assembly_features(executable.mod.inspect_source("asm")) if is_x86(target) else {}
+def export_with_assembly(executable: Any, path: str) -> str:
+    """Export a compiled x86 host module to the shared library ``path`` through its assembly, and return that
+    assembly: LLVM's back end runs once, for the library and the features alike (``inspect_source("asm")`` after
+    an export would run it again). The host compiler assembles it (DWARF 5, as LLVM writes its line tables)."""
+    from tvm.support import cc
+
+    def assemble_and_link(output: str, objects: list[str], options: list[str] | None = None, **kwargs: Any) -> None:
+        cc.create_shared(output, objects, [*(options or []), "-Wa,--gdwarf-5"], **kwargs)
+
+    assemble_and_link.object_format = "s"  # type: ignore[attr-defined]  # export_library writes lib0.s, not lib0.o
+    with tempfile.TemporaryDirectory() as work:
+        executable.export_library(path, fcompile=assemble_and_link, workspace_dir=work)
+        return Path(work, "lib0.s").read_text()
 
 
 def record_assembly_features(record: Mapping[str, Any]) -> dict[str, float]:
@@ -82,7 +94,7 @@ def config_assembly_features(workload: Workload, template: Template, config: Con
     mod = template.schedule(workload, config)
     if config.get("layout_transform") == WEIGHTS_PREPACKED:
         mod, _ = split_prepack(mod)
-    return kernel_assembly_features(compile_lowered(lowered(mod, target), target), target)
+    return assembly_features(compile_lowered(lowered(mod, target), target).mod.inspect_source("asm"))
 
 
 def _record_target(record: Mapping[str, Any]) -> Any:

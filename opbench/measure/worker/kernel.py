@@ -94,7 +94,7 @@ class KernelWorker:
         from opbench.exceptions import ConfigError
         from opbench.hardware.cpu_shape import shaped_for
         from opbench.hardware.targets import export_compiler, make_target
-        from opbench.measure.assembly import kernel_assembly_features
+        from opbench.measure.assembly import assembly_features, export_with_assembly, is_x86
         from opbench.measure.features import schedule_features
         from opbench.measure.memory import compile_lowered, lowered, lowered_memory
         from opbench.measure.prepack import split_prepack, write_manifest
@@ -127,7 +127,11 @@ class KernelWorker:
         try:
             executable = compile_lowered(low, target)
             artifact = os.path.join(req.out_dir, f"kernel-{os.getpid()}-{time.monotonic_ns()}.so")
-            executable.export_library(artifact, fcompile=export_compiler(req.target))
+            asm = ""
+            if req.extract_features and is_x86(target):
+                asm = export_with_assembly(executable, artifact)
+            else:
+                executable.export_library(artifact, fcompile=export_compiler(req.target))
             if prepack is not None:
                 write_manifest(artifact, prepack)
         except Exception as exc:  # noqa: BLE001 - any compiler failure is a build error of this trial
@@ -135,7 +139,7 @@ class KernelWorker:
         build_s = time.perf_counter() - start
         features = {}
         if req.extract_features and target.kind.name == "llvm":
-            features = {**schedule_features(scheduled, target), **kernel_assembly_features(executable, target)}
+            features = {**schedule_features(scheduled, target), **(assembly_features(asm) if asm else {})}
         return BuildResult(Status.OK, artifact=artifact, build_s=build_s, target=str(target), features=features,
                            memory=memory)
 
