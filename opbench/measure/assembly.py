@@ -50,6 +50,15 @@ def _host_is_x86() -> bool:
     return platform.machine() in ("x86_64", "AMD64", "i686")
 
 
+def export_kernel(executable: Any, path: str, target: Any, fcompile: Any, with_assembly: bool) -> str:
+    """Export a compiled kernel to the shared library ``path`` (``fcompile``: ``export_library``'s); where
+    ``with_assembly`` and ``target`` is x86, through its assembly, which it returns (else "")."""
+    if with_assembly and is_x86(target):
+        return export_with_assembly(executable, path)
+    executable.export_library(path, fcompile=fcompile)
+    return ""
+
+
 def export_with_assembly(executable: Any, path: str) -> str:
     """Export a compiled x86 host module to the shared library ``path`` through its assembly, and return that
     assembly: LLVM's back end runs once, for the library and the features alike (``inspect_source("asm")`` after

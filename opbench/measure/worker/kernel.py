@@ -94,7 +94,7 @@ class KernelWorker:
         from opbench.exceptions import ConfigError
         from opbench.hardware.cpu_shape import shaped_for
         from opbench.hardware.targets import export_compiler, make_target
-        from opbench.measure.assembly import assembly_features, export_with_assembly, is_x86
+        from opbench.measure.assembly import assembly_features, export_kernel
         from opbench.measure.features import schedule_features
         from opbench.measure.memory import compile_lowered, lowered, lowered_memory
         from opbench.measure.prepack import split_prepack, write_manifest
@@ -127,11 +127,7 @@ class KernelWorker:
         try:
             executable = compile_lowered(low, target)
             artifact = os.path.join(req.out_dir, f"kernel-{os.getpid()}-{time.monotonic_ns()}.so")
-            asm = ""
-            if req.extract_features and is_x86(target):
-                asm = export_with_assembly(executable, artifact)
-            else:
-                executable.export_library(artifact, fcompile=export_compiler(req.target))
+            asm = export_kernel(executable, artifact, target, export_compiler(req.target), req.extract_features)
             if prepack is not None:
                 write_manifest(artifact, prepack)
         except Exception as exc:  # noqa: BLE001 - any compiler failure is a build error of this trial
