@@ -60,3 +60,52 @@ def test_a_record_carries_its_kernels_assembly_and_building_its_config_again_giv
     logged = {f"feat.{name}": record[f"feat.{name}"] for name in ASSEMBLY_FEATURES}
     assert logged["feat.asm_log_fp"] > 0 and logged["feat.asm_fp_loop_depth"] >= 1
     assert record_assembly_features(record) == pytest.approx(logged)
+
+
+def _compiled_matmul():
+    """matmul 16x16x16 with its template default, compiled for this host (x86), and its numpy check."""
+    import numpy as np
+
+    from opbench.hardware.targets import make_target
+    from opbench.measure.memory import compile_lowered, lowered
+    from opbench.space import get_template
+
+    workload = parse_workload("matmul:m=16,n=16,k=16")
+    template = get_template(workload, None)
+    target = make_target("llvm", 1)
+    executable = compile_lowered(lowered(template.schedule(workload, template.default_config(workload)), target), target)
+    a, b = np.random.default_rng(0).random((2, 16, 16), dtype=np.float32)
+    return executable, target, a, b
+
+
+def _runs_right(path, a, b):
+    import numpy as np
+    import tvm
+
+    out = tvm.runtime.tensor(np.zeros((16, 16), np.float32))
+    tvm.runtime.load_module(str(path))["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b), out)
+    return np.allclose(out.numpy(), a @ b, atol=1e-4)
+
+
+def test_a_kernel_exported_through_its_assembly_runs_and_its_text_is_llvms(tmp_path):
+    """One code generation serves the library and the features: the text is what LLVM prints for the kernel."""
+    from opbench.measure.assembly import export_kernel
+
+    executable, target, a, b = _compiled_matmul()
+    asm = export_kernel(executable, str(tmp_path / "k.so"), target, None, with_assembly=True)
+    assert asm == executable.mod.inspect_source("asm") and assembly_features(asm)["feat.asm_log_fp"] > 0
+    assert _runs_right(tmp_path / "k.so", a, b)
+    assert export_kernel(executable, str(tmp_path / "plain.so"), target, None, with_assembly=False) == ""
+    assert _runs_right(tmp_path / "plain.so", a, b)
+
+
+def test_an_assembler_that_refuses_llvms_text_falls_back_to_the_object_and_llvms_print(tmp_path, monkeypatch):
+    from opbench.measure import assembly
+
+    def refused(executable, path):
+        raise RuntimeError("Compilation error: junk at end of line")
+
+    monkeypatch.setattr(assembly, "export_with_assembly", refused)
+    executable, target, a, b = _compiled_matmul()
+    asm = assembly.export_kernel(executable, str(tmp_path / "k.so"), target, None, with_assembly=True)
+    assert asm == executable.mod.inspect_source("asm") and _runs_right(tmp_path / "k.so", a, b)

@@ -52,11 +52,16 @@ def _host_is_x86() -> bool:
 
 def export_kernel(executable: Any, path: str, target: Any, fcompile: Any, with_assembly: bool) -> str:
     """Export a compiled kernel to the shared library ``path`` (``fcompile``: ``export_library``'s); where
-    ``with_assembly`` and ``target`` is x86, through its assembly, which it returns (else "")."""
-    if with_assembly and is_x86(target):
+    ``with_assembly`` and ``target`` is x86, through its assembly, which it returns (else ""). Where the host's
+    assembler refuses LLVM's text, the kernel is exported as an object and its assembly printed by LLVM instead."""
+    if not (with_assembly and is_x86(target)):
+        executable.export_library(path, fcompile=fcompile)
+        return ""
+    try:
         return export_with_assembly(executable, path)
-    executable.export_library(path, fcompile=fcompile)
-    return ""
+    except RuntimeError:  # tvm.support.cc's "Compilation error": an assembler older than LLVM's instructions
+        executable.export_library(path, fcompile=fcompile)
+        return str(executable.mod.inspect_source("asm"))
 
 
 def export_with_assembly(executable: Any, path: str) -> str:
