@@ -56,10 +56,18 @@ def estimate(values: Sequence[float], agree: float) -> Estimate:
     return Estimate(statistics.median(kept), kept[0] * (1 - margin), high * (1 + margin), len(values), len(mode))
 
 
+def fastest_confirmed(values: Sequence[float], agree: float) -> bool:
+    """Whether the fastest placement has another within ``agree`` of it: the fast mode starts at the fastest
+    value. (A placement slowed by the host, e.g. a vCPU sharing its core for a while, runs up to 2x slow at a
+    low spread, and two such placements agree with each other.)"""
+    ordered = sorted(values)
+    return len(ordered) >= 2 and ordered[1] <= ordered[0] * (1 + agree)
+
+
 def wants_placement(values: Sequence[float], agree: float, least: int, most: int) -> bool:
     """Whether a trial whose placements gave ``values`` takes another: fewer than ``least`` so far, or its
-    no two of them agree yet and fewer than ``most`` were taken."""
-    return len(values) < least or (len(values) < most and not fast_mode(values, agree))
+    fastest placement is not confirmed by another yet and fewer than ``most`` were taken."""
+    return len(values) < least or (len(values) < most and not fastest_confirmed(values, agree))
 
 
 def estimated_ms(run: RunResult, agree: float) -> float:
