@@ -56,18 +56,19 @@ def estimate(values: Sequence[float], agree: float) -> Estimate:
     return Estimate(statistics.median(kept), kept[0] * (1 - margin), high * (1 + margin), len(values), len(mode))
 
 
-def fastest_confirmed(values: Sequence[float], agree: float) -> bool:
-    """Whether the fastest placement has another within ``agree`` of it: the fast mode starts at the fastest
-    value. (A placement slowed by the host, e.g. a vCPU sharing its core for a while, runs up to 2x slow at a
-    low spread, and two such placements agree with each other.)"""
-    ordered = sorted(values)
-    return len(ordered) >= 2 and ordered[1] <= ordered[0] * (1 + agree)
+def fastest_stands_apart(values: Sequence[float], agree: float) -> bool:
+    """Whether the fastest placement is faster than the fast mode by more than twice ``agree``: placements slowed
+    alike (up to 2x at a low spread while a shared host's vCPU is slow) agree with each other, and the fast
+    one alone may be the kernel's speed."""
+    mode = fast_mode(values, agree)
+    return bool(mode) and min(values) * (1 + 2 * agree) < mode[0]
 
 
 def wants_placement(values: Sequence[float], agree: float, least: int, most: int) -> bool:
-    """Whether a trial whose placements gave ``values`` takes another: fewer than ``least`` so far, or its
-    fastest placement is not confirmed by another yet and fewer than ``most`` were taken."""
-    return len(values) < least or (len(values) < most and not fastest_confirmed(values, agree))
+    """Whether a trial whose placements gave ``values`` takes another: fewer than ``least`` so far, or fewer than
+    ``most`` and no two of them agree yet or its fastest stands apart from those that do."""
+    return len(values) < least or (len(values) < most and (not fast_mode(values, agree)
+                                                             or fastest_stands_apart(values, agree)))
 
 
 def estimated_ms(run: RunResult, agree: float) -> float:
