@@ -56,19 +56,18 @@ def estimate(values: Sequence[float], agree: float) -> Estimate:
     return Estimate(statistics.median(kept), kept[0] * (1 - margin), high * (1 + margin), len(values), len(mode))
 
 
-def fastest_stands_apart(values: Sequence[float], agree: float) -> bool:
-    """Whether the fastest placement is faster than the fast mode by more than twice ``agree``: placements slowed
-    alike (up to 2x at a low spread while a shared host's vCPU is slow) agree with each other, and the fast
-    one alone may be the kernel's speed."""
+def settled(values: Sequence[float], agree: float) -> bool:
+    """Whether two placements agree within ``agree`` and the fastest is not faster than them by more than twice
+    ``agree``: placements slowed alike (up to 2x at a low spread while a shared host's vCPU is slow) agree with
+    each other, and the fast one alone may be the kernel's speed."""
     mode = fast_mode(values, agree)
-    return bool(mode) and min(values) * (1 + 2 * agree) < mode[0]
+    return bool(mode) and min(values) * (1 + 2 * agree) >= mode[0]
 
 
 def wants_placement(values: Sequence[float], agree: float, least: int, most: int) -> bool:
     """Whether a trial whose placements gave ``values`` takes another: fewer than ``least`` so far, or fewer than
-    ``most`` and no two of them agree yet or its fastest stands apart from those that do."""
-    return len(values) < least or (len(values) < most and (not fast_mode(values, agree)
-                                                             or fastest_stands_apart(values, agree)))
+    ``most`` and not :func:`settled` yet."""
+    return len(values) < least or (len(values) < most and not settled(values, agree))
 
 
 def estimated_ms(run: RunResult, agree: float) -> float:
