@@ -1,13 +1,15 @@
 """Whole-model latency predicted from its operators' (issue 95): held-out zoo models, leave-one-model-out.
 
 Each model is built with its operators' template defaults; every fused operator is timed alone as the model runs
-it, warm (the state of the catalogue's records), then the model (its output checked). For each model in turn, the
-operator predictor (XGBoost, static features; :data:`SEEDS` of them, their predictions averaged in log space) is
-trained on this device's catalogue records in the open dataset and the other models' operators (weighing as much in
-all); the composition (:mod:`opbench.predictor.whole_model`:
-a scale on the sum of calls x predicted ms, and a cost per call) is fitted on the other models' operators as
-measured; nothing of the held-out model is seen. Beside it: the plain sums of the predicted operators and of the
-measured ones (TenSet's own log: ResNet-50's per-task latencies summed to 7.98 ms, the model ran in 6.08).
+it, warm (the state of the catalogue's records), then the model (its output checked) in :data:`FRESH` new processes,
+the product's estimate over them: one process's model time on a shared host may sit in a slow spell (a 5.1 ms
+MobileNetV2 timed once at 8.8 ms), and such a model also moves the composition fitted for the others. For each
+model in turn, the operator predictor (XGBoost, static features; :data:`SEEDS` of them, their predictions averaged
+in log space) is trained on this device's catalogue records in the open dataset and the other models' operators
+(weighing as much in all); the composition (:mod:`opbench.predictor.whole_model`: a scale on the sum of calls x
+predicted ms, and a cost per call) is fitted on the other models' operators as measured; nothing of the held-out
+model is seen. Beside it: the plain sums of the predicted operators and of the measured ones (TenSet's own log:
+ResNet-50's per-task latencies summed to 7.98 ms, the model ran in 6.08).
 
 Usage::
 
@@ -43,9 +45,10 @@ TARGET_MEDIAN, TARGET_EACH = 10.0, 20.0  # % of the measured latency (issue 95)
 # XGBoost's row and column sampling: one seed's predictor put the 12 models' median error anywhere from 7.4% to 11.0%
 # (and a model's error from +16% to +37%) on the same data; the average of several is the number that holds
 SEEDS = 5
+FRESH = 5  # placements of each whole model, each in a new process
 
 
-def measured(models: list[str], threads: int, keep: Path) -> tuple[pd.DataFrame, dict[str, float]]:
+def measured(models: list[str], threads: int, fresh: int, keep: Path) -> tuple[pd.DataFrame, dict[str, float]]:
     """Every model's operator rows and latency: read from ``keep`` where a run kept them, else measured and kept."""
     frames, latencies = [], {}
     for n, model in enumerate(models, start=1):
@@ -56,7 +59,7 @@ def measured(models: list[str], threads: int, keep: Path) -> tuple[pd.DataFrame,
             with Measurer(MeasureOptions(spec.timing)) as measurer, tempfile.TemporaryDirectory(prefix="opbench-model-pred-") as folder:
                 result = measure_with_defaults(spec, measurer, Path(folder),
                                                lambda i, op, ms: print(f"    {op.name[:60]:60s} {ms:9.4f} ms x {op.calls}",
-                                                                       flush=True))
+                                                                       flush=True), fresh)
             result.ops.to_parquet(ops_file)
             ms_file.write_text(f"{result.model_ms!r}\n")  # last: its presence says the model is whole
         frames.append(pd.read_parquet(ops_file))
@@ -89,6 +92,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dataset", type=Path, default=DATASET)
     parser.add_argument("--seeds", type=int, default=SEEDS, help="operator predictors averaged (XGBoost seeds)")
+    parser.add_argument("--fresh", type=int, default=FRESH, help="each whole model's placements, each in a new process")
     parser.add_argument("--keep", type=Path, default=None,
                         help="folder keeping each model's measurements; a re-run reads them instead of measuring")
     args = parser.parse_args()
@@ -98,9 +102,10 @@ def main() -> None:
     kept = [m for m in args.models if (keep / f"{m}.ms").is_file()]
     if kept:
         results.print(f"read from {keep}, as an earlier run measured them: {', '.join(kept)}")
-    ops, latencies = measured(args.models, args.threads, keep)
+    ops, latencies = measured(args.models, args.threads, args.fresh, keep)
     catalogue = catalogue_records(args.dataset)
-    results.print(f"{len(latencies)} models at batch 1, {args.threads} threads, built with their template defaults; "
+    results.print(f"{len(latencies)} models at batch 1, {args.threads} threads, built with their template defaults, "
+                  f"each model timed in {args.fresh} new processes; "
                   f"{len(ops)} operators; the operator predictor also trained on {len(catalogue)} catalogue records "
                   f"of {catalogue['device_key'].nunique()} device(s) from {args.dataset.name}, {args.seeds} seed(s)")
     scored = leave_one_model_out(catalogue, ops, latencies, trainer(args.seeds))

@@ -54,12 +54,14 @@ def test_the_composition_needs_a_measured_model():
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Three tiny models built with their template defaults: their operators and whole latencies, measured."""
+    """Three tiny models built with their template defaults: their operators and whole latencies, measured (the
+    first model in two new processes, as the benchmark times them)."""
     frames, latencies = [], {}
-    for model in TINY_MODELS:
+    for n, model in enumerate(TINY_MODELS):
         spec = ModelSpec(model, 1, 128, 1, TimingPolicy(placements=1, max_placements=1))
         with Measurer(MeasureOptions(spec.timing)) as measurer:
-            result = measure_with_defaults(spec, measurer, tmp_path_factory.mktemp(model.replace("@", "-")))
+            result = measure_with_defaults(spec, measurer, tmp_path_factory.mktemp(model.replace("@", "-")),
+                                           fresh=2 if n == 0 else 0)
         frames.append(result.ops)
         latencies[model] = result.model_ms
     return pd.concat(frames, ignore_index=True), latencies

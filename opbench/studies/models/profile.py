@@ -56,11 +56,13 @@ def torch_ms(measurer: Measurer, source: ModelSource, batch: int, seq_len: int, 
     return estimated_ms(run, measurer.timing.agree)
 
 
-def time_built(measurer: Measurer, source: ModelSource, library: Path, inputs: Path, threads: int, what: str
-               ) -> tuple[float, float]:
-    """A built model timed in the measurer's kernel worker after its output was checked against the
-    model's reference: (median ms, max |error|); raises when it differs or fails."""
-    run = measurer.time_model(ModelInput(source.name, library=str(library), inputs=str(inputs), resources=Resources(threads)))
+def time_built(measurer: Measurer, source: ModelSource, library: Path, inputs: Path, threads: int, what: str,
+               fresh: int = 0) -> tuple[float, float]:
+    """A built model timed after its output was checked against the model's reference, in the measurer's kernel
+    worker or (``fresh``) in that many placements each in a new process: (estimate ms, max |error|); raises when it
+    differs or fails."""
+    model = ModelInput(source.name, library=str(library), inputs=str(inputs), resources=Resources(threads))
+    run = measurer.time_models_fresh([model], placements=fresh)[0] if fresh else measurer.time_model(model)
     if run.status is Status.WRONG_RESULT:
         raise OpBenchError(f"{source.name}: {what}'s output differs from {reference_name(source)}'s "
                            f"(max |err| {run.max_abs_err:.3g})")

@@ -43,9 +43,11 @@ class ModelMeasurement:
 
 
 def measure_with_defaults(spec: ModelSpec, measurer: Measurer, folder: Path,
-                          on_op: Callable[[int, FusedOp, float], None] = lambda n, op, ms: None) -> ModelMeasurement:
+                          on_op: Callable[[int, FusedOp, float], None] = lambda n, op, ms: None,
+                          fresh: int = 0) -> ModelMeasurement:
     """``spec``'s model built with every operator's template default: each operator timed alone as the model runs
-    it (``on_op`` hears each), then the model; the built library and its inputs are kept in ``folder``."""
+    it (``on_op`` hears each), then the model (``fresh``: in that many new processes, the estimate over them); the
+    built library and its inputs are kept in ``folder``."""
     source = load_model(spec.model, spec.batch, spec.seq_len)
     set_tvm_threads(spec.threads)
     target, resources, host = make_target("llvm", spec.threads), Resources(spec.threads), host_facts()
@@ -70,5 +72,6 @@ def measure_with_defaults(spec: ModelSpec, measurer: Measurer, folder: Path,
                      **operator_features(workloads[op.name], op.kind, config, template, resources, host)})
     library = export_model(built, target, folder / DEFAULTS_LIBRARY)
     inputs = save_inputs(model.inputs, folder / INPUTS, model.reference)
-    model_ms, _ = time_built(measurer, source, library, inputs, spec.threads, "the model (template defaults)")
+    model_ms, _ = time_built(measurer, source, library, inputs, spec.threads, "the model (template defaults)",
+                             fresh)
     return ModelMeasurement(spec.model, pd.DataFrame(rows), model_ms)
