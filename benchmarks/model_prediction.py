@@ -1,9 +1,10 @@
 """Whole-model latency predicted from its operators' (issue 95): held-out zoo models, leave-one-model-out.
 
 Each model is built with its operators' template defaults; every fused operator is timed alone as the model runs
-it, warm (the state of the catalogue's records), then the model (its output checked) in :data:`FRESH` new processes,
-the product's estimate over them: one process's model time on a shared host may sit in a slow spell (a 5.1 ms
-MobileNetV2 timed once at 8.8 ms), and such a model also moves the composition fitted for the others. For each
+it, warm (the state of the catalogue's records), and the model built; then the models are timed (their outputs
+checked) in :data:`FRESH` new processes each, interleaved, the product's estimate over them: a model timed alone on
+a shared host may sit in a slow spell throughout (SqueezeNet's 4.6-5.1 ms at 10.2-10.5 ms in two runs), and such a
+model also moves the composition fitted for the others. For each
 model in turn, the operator predictor (XGBoost, static features; :data:`SEEDS` of them, their predictions averaged
 in log space) is trained on this device's catalogue records in the open dataset and the other models' operators
 (weighing as much in all); the composition (:mod:`opbench.predictor.whole_model`: a scale on the sum of calls x
@@ -35,7 +36,7 @@ from opbench.predictor.whole_model import leave_one_model_out, source_balance
 from opbench.report.plots import predicted_vs_measured
 from opbench.report.progress import table
 from opbench.studies.models.tune import ModelSpec
-from opbench.studies.models.with_defaults import measure_with_defaults
+from opbench.studies.models.with_defaults import build_with_defaults, kept_build, time_interleaved
 from opbench.tracking.dataset import read_dataset
 
 MODELS = ("small-cnn", "squeezenet1.1", "mobilenet-v2", "resnet-18", "resnet-34", "resnet-50", "yolov3-tiny", "dcgan",
@@ -46,25 +47,31 @@ TARGET_MEDIAN, TARGET_EACH = 10.0, 20.0  # % of the measured latency (issue 95)
 # (and a model's error from +16% to +37%) on the same data; the average of several is the number that holds
 SEEDS = 5
 FRESH = 5  # placements of each whole model, each in a new process
+OPERATORS, LATENCY = "operators.parquet", "model.ms"  # in a model's folder of --keep
 
 
 def measured(models: list[str], threads: int, fresh: int, keep: Path) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Every model's operator rows and latency: read from ``keep`` where a run kept them, else measured and kept."""
-    frames, latencies = [], {}
-    for n, model in enumerate(models, start=1):
-        ops_file, ms_file = keep / f"{model}.parquet", keep / f"{model}.ms"
-        if not (ops_file.is_file() and ms_file.is_file()):
-            print(f"[{n}/{len(models)}] {model}: measuring its operators and the model", flush=True)
-            spec = ModelSpec(model, 1, 128, threads, TimingPolicy())
-            with Measurer(MeasureOptions(spec.timing)) as measurer, tempfile.TemporaryDirectory(prefix="opbench-model-pred-") as folder:
-                result = measure_with_defaults(spec, measurer, Path(folder),
-                                               lambda i, op, ms: print(f"    {op.name[:60]:60s} {ms:9.4f} ms x {op.calls}",
-                                                                       flush=True), fresh)
-            result.ops.to_parquet(ops_file)
-            ms_file.write_text(f"{result.model_ms!r}\n")  # last: its presence says the model is whole
-        frames.append(pd.read_parquet(ops_file))
-        latencies[model] = float(ms_file.read_text())
-    return pd.concat(frames, ignore_index=True), latencies
+    """Every model's operator rows and latency: read from ``keep`` where a run kept them, else measured and kept
+    (each model's operators and build first, then the models not yet timed, together)."""
+    with Measurer(MeasureOptions(TimingPolicy())) as measurer:
+        for n, model in enumerate(models, start=1):
+            folder = keep / model
+            if not (folder / OPERATORS).is_file():
+                print(f"[{n}/{len(models)}] {model}: measuring its operators and building it", flush=True)
+                folder.mkdir(exist_ok=True)
+                spec = ModelSpec(model, 1, 128, threads, TimingPolicy())
+                built = build_with_defaults(spec, measurer, folder, lambda i, op, ms: print(
+                    f"    {op.name[:60]:60s} {ms:9.4f} ms x {op.calls}", flush=True))
+                built.ops.to_parquet(folder / OPERATORS)  # last: its presence says the build is whole
+        untimed = [m for m in models if not (keep / m / LATENCY).is_file()]
+        if untimed:
+            print(f"timing {len(untimed)} models, {fresh} placements each in new processes, interleaved", flush=True)
+            runs = [kept_build(m, keep / m, threads) for m in untimed]
+            for run, ms in zip(runs, time_interleaved(measurer, runs, fresh)):
+                (keep / run.model / LATENCY).write_text(f"{ms!r}\n")
+                Path(run.library).unlink()  # up to 550 MB (VGG-16's weights), no longer needed once timed
+    ops = pd.concat([pd.read_parquet(keep / m / OPERATORS) for m in models], ignore_index=True)
+    return ops, {m: float((keep / m / LATENCY).read_text()) for m in models}
 
 
 def catalogue_records(root: Path) -> pd.DataFrame:
@@ -99,7 +106,7 @@ def main() -> None:
     keep = args.keep or Path(tempfile.mkdtemp(prefix="opbench-model-prediction-"))
     keep.mkdir(parents=True, exist_ok=True)
     results = Results("model_prediction")
-    kept = [m for m in args.models if (keep / f"{m}.ms").is_file()]
+    kept = [m for m in args.models if (keep / m / LATENCY).is_file()]
     if kept:
         results.print(f"read from {keep}, as an earlier run measured them: {', '.join(kept)}")
     ops, latencies = measured(args.models, args.threads, args.fresh, keep)

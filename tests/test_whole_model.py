@@ -11,12 +11,15 @@ import pytest
 
 from opbench.exceptions import OpBenchError
 from opbench.measure.measurer import Measurer
+from opbench.measure.protocol import RunResult
 from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions
 from opbench.predictor.model import LatencyModel, feature_columns, trainable
 from opbench.predictor.whole_model import CALLS_COLUMN, MODEL_COLUMN, Composition, leave_one_model_out, source_balance
+from opbench.record import Status
+from opbench.studies.models.profile import checked_ms
 from opbench.studies.models.tune import ModelSpec
-from opbench.studies.models.with_defaults import measure_with_defaults
+from opbench.studies.models.with_defaults import build_with_defaults, time_interleaved
 from opbench.tracking.dataset import read_dataset
 from opbench.workloads.models.cache import extract
 
@@ -52,19 +55,25 @@ def test_the_composition_needs_a_measured_model():
         Composition.fit(np.array([[1.0, 2]]), np.array([0.0]))
 
 
+def test_a_built_models_run_gives_its_estimate_or_says_why_it_has_none():
+    ok = RunResult(Status.OK, latencies_s=[0.002, 0.002, 0.004, 0.004, 0.002, 0.002], placement_sizes=[2, 2, 2])
+    assert checked_ms(ok, "m", "the model", "its reference", agree=0.03) == pytest.approx(2.0)  # the fast mode
+    with pytest.raises(OpBenchError, match=r"m: the model's output differs from its reference \(max \|err\| 0.5\)"):
+        checked_ms(RunResult(Status.WRONG_RESULT, max_abs_err=0.5), "m", "the model", "its reference", 0.03)
+    with pytest.raises(OpBenchError, match="m: the model did not run: killed"):
+        checked_ms(RunResult(Status.RUN_ERROR, "killed"), "m", "the model", "its reference", 0.03)
+
+
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Three tiny models built with their template defaults: their operators and whole latencies, measured (the
-    first model in two new processes, as the benchmark times them)."""
-    frames, latencies = [], {}
-    for n, model in enumerate(TINY_MODELS):
-        spec = ModelSpec(model, 1, 128, 1, TimingPolicy(placements=1, max_placements=1))
-        with Measurer(MeasureOptions(spec.timing)) as measurer:
-            result = measure_with_defaults(spec, measurer, tmp_path_factory.mktemp(model.replace("@", "-")),
-                                           fresh=2 if n == 0 else 0)
-        frames.append(result.ops)
-        latencies[model] = result.model_ms
-    return pd.concat(frames, ignore_index=True), latencies
+    """Three tiny models built with their template defaults: their operators measured, then the models timed
+    together in new processes, as the benchmark times them."""
+    timing = TimingPolicy(placements=1, max_placements=1)
+    with Measurer(MeasureOptions(timing)) as measurer:
+        built = [build_with_defaults(ModelSpec(model, 1, 128, 1, timing), measurer,
+                                     tmp_path_factory.mktemp(model.replace("@", "-"))) for model in TINY_MODELS]
+        latencies = time_interleaved(measurer, [b.run for b in built], placements=2)
+    return pd.concat([b.ops for b in built], ignore_index=True), dict(zip(TINY_MODELS, latencies))
 
 
 @pytest.mark.full

@@ -15,7 +15,7 @@ from opbench.measure.estimate import estimated_ms
 from opbench.measure.measurer import Measurer
 from opbench.measure.memory import planned_memory, schedule_memory
 from opbench.measure.models import export_model, save_inputs
-from opbench.measure.protocol import ModelInput
+from opbench.measure.protocol import ModelInput, RunResult
 from opbench.record import WORKSPACE_METRIC, Status
 from opbench.workloads.models.cache import imported
 from opbench.workloads.models.extract import FusedOp, fused_ops, mark_shares
@@ -56,19 +56,21 @@ def torch_ms(measurer: Measurer, source: ModelSource, batch: int, seq_len: int, 
     return estimated_ms(run, measurer.timing.agree)
 
 
-def time_built(measurer: Measurer, source: ModelSource, library: Path, inputs: Path, threads: int, what: str,
-               fresh: int = 0) -> tuple[float, float]:
-    """A built model timed after its output was checked against the model's reference, in the measurer's kernel
-    worker or (``fresh``) in that many placements each in a new process: (estimate ms, max |error|); raises when it
-    differs or fails."""
-    model = ModelInput(source.name, library=str(library), inputs=str(inputs), resources=Resources(threads))
-    run = measurer.time_models_fresh([model], placements=fresh)[0] if fresh else measurer.time_model(model)
+def time_built(measurer: Measurer, source: ModelSource, library: Path, inputs: Path, threads: int, what: str
+               ) -> tuple[float, float]:
+    """A built model timed in the measurer's kernel worker after its output was checked against the
+    model's reference: (median ms, max |error|); raises when it differs or fails."""
+    run = measurer.time_model(ModelInput(source.name, library=str(library), inputs=str(inputs), resources=Resources(threads)))
+    return checked_ms(run, source.name, what, f"{reference_name(source)}'s", measurer.timing.agree), run.max_abs_err
+
+
+def checked_ms(run: RunResult, model: str, what: str, reference: str, agree: float) -> float:
+    """A built model's run: its estimate, ms; raises where its output differed from ``reference`` or it failed."""
     if run.status is Status.WRONG_RESULT:
-        raise OpBenchError(f"{source.name}: {what}'s output differs from {reference_name(source)}'s "
-                           f"(max |err| {run.max_abs_err:.3g})")
+        raise OpBenchError(f"{model}: {what}'s output differs from {reference} (max |err| {run.max_abs_err:.3g})")
     if run.status is not Status.OK:
-        raise OpBenchError(f"{source.name}: {what} did not run: {run.error}")
-    return estimated_ms(run, measurer.timing.agree), run.max_abs_err
+        raise OpBenchError(f"{model}: {what} did not run: {run.error}")
+    return estimated_ms(run, agree)
 
 
 def reference_name(source: ModelSource) -> str:
