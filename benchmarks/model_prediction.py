@@ -4,13 +4,13 @@ Each model is built with its operators' template defaults; every fused operator 
 it, warm (the state of the catalogue's records), and the model built; then the models are timed (their outputs
 checked) in :data:`FRESH` new processes each, interleaved, the product's estimate over them: a model timed alone on
 a shared host may sit in a slow spell throughout (SqueezeNet's 4.6-5.1 ms at 10.2-10.5 ms in two runs), and such a
-model also moves the composition fitted for the others. For each
-model in turn, the operator predictor (XGBoost, static features; :data:`SEEDS` of them, their predictions averaged
-in log space) is trained on this device's catalogue records in the open dataset and the other models' operators
-(weighing as much in all); the composition (:mod:`opbench.predictor.whole_model`: a scale on the sum of calls x
-predicted ms, and a cost per call) is fitted on the other models' operators as measured; nothing of the held-out
-model is seen. Beside it: the plain sums of the predicted operators and of the measured ones (TenSet's own log:
-ResNet-50's per-task latencies summed to 7.98 ms, the model ran in 6.08).
+model also moves the composition fitted for the others. For each model in turn, the operator predictor (XGBoost,
+static features; :data:`SEEDS` of them, their predictions averaged in log space) is trained on this device's
+catalogue records in the open dataset and the other models' operators (weighing as much in all); the composition
+(:mod:`opbench.predictor.whole_model`: a scale on the sum of calls x predicted ms, fitted on the other models'
+operators as measured, and a cost per call, timed on chains of calls, :mod:`opbench.studies.models.call_cost`);
+nothing of the held-out model is seen. Beside it: the plain sums of the predicted operators and of the measured ones
+(TenSet's own log: ResNet-50's per-task latencies summed to 7.98 ms, the model ran in 6.08).
 
 Usage::
 
@@ -35,6 +35,7 @@ from opbench.predictor.model import LatencyModel, feature_columns, trainable
 from opbench.predictor.whole_model import leave_one_model_out, source_balance
 from opbench.report.plots import predicted_vs_measured
 from opbench.report.progress import table
+from opbench.studies.models.call_cost import build_chains, chain_names, per_call_ms
 from opbench.studies.models.tune import ModelSpec
 from opbench.studies.models.with_defaults import build_with_defaults, kept_build, time_interleaved
 from opbench.tracking.dataset import read_dataset
@@ -50,9 +51,10 @@ FRESH = 5  # placements of each whole model, each in a new process
 OPERATORS, LATENCY = "operators.parquet", "model.ms"  # in a model's folder of --keep
 
 
-def measured(models: list[str], threads: int, fresh: int, keep: Path) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Every model's operator rows and latency: read from ``keep`` where a run kept them, else measured and kept
-    (each model's operators and build first, then the models not yet timed, together)."""
+def measured(models: list[str], threads: int, fresh: int, keep: Path) -> tuple[pd.DataFrame, dict[str, float], float]:
+    """Every model's operator rows and latency, and the cost of a call (ms): read from ``keep`` where a run kept
+    them, else measured and kept (each model's operators and build first, then what is not yet timed, together: the
+    models and the two chains of :mod:`opbench.studies.models.call_cost`)."""
     with Measurer(MeasureOptions(TimingPolicy())) as measurer:
         for n, model in enumerate(models, start=1):
             folder = keep / model
@@ -63,15 +65,17 @@ def measured(models: list[str], threads: int, fresh: int, keep: Path) -> tuple[p
                 built = build_with_defaults(spec, measurer, folder, lambda i, op, ms: print(
                     f"    {op.name[:60]:60s} {ms:9.4f} ms x {op.calls}", flush=True))
                 built.ops.to_parquet(folder / OPERATORS)  # last: its presence says the build is whole
-        untimed = [m for m in models if not (keep / m / LATENCY).is_file()]
-        if untimed:
-            print(f"timing {len(untimed)} models, {fresh} placements each in new processes, interleaved", flush=True)
-            runs = [kept_build(m, keep / m, threads) for m in untimed]
+        runs = [kept_build(m, keep / m, threads) for m in models if not (keep / m / LATENCY).is_file()]
+        if not all((keep / chain / LATENCY).is_file() for chain in chain_names()):
+            runs += build_chains(keep, threads)
+        if runs:
+            print(f"timing {len(runs)} models, {fresh} placements each in new processes, interleaved", flush=True)
             for run, ms in zip(runs, time_interleaved(measurer, runs, fresh)):
                 (keep / run.model / LATENCY).write_text(f"{ms!r}\n")
                 Path(run.library).unlink()  # up to 550 MB (VGG-16's weights), no longer needed once timed
     ops = pd.concat([pd.read_parquet(keep / m / OPERATORS) for m in models], ignore_index=True)
-    return ops, {m: float((keep / m / LATENCY).read_text()) for m in models}
+    latency = lambda name: float((keep / name / LATENCY).read_text())
+    return ops, {m: latency(m) for m in models}, per_call_ms(*map(latency, chain_names()))
 
 
 def catalogue_records(root: Path) -> pd.DataFrame:
@@ -109,13 +113,14 @@ def main() -> None:
     kept = [m for m in args.models if (keep / m / LATENCY).is_file()]
     if kept:
         results.print(f"read from {keep}, as an earlier run measured them: {', '.join(kept)}")
-    ops, latencies = measured(args.models, args.threads, args.fresh, keep)
+    ops, latencies, per_call = measured(args.models, args.threads, args.fresh, keep)
     catalogue = catalogue_records(args.dataset)
     results.print(f"{len(latencies)} models at batch 1, {args.threads} threads, built with their template defaults, "
                   f"each model timed in {args.fresh} new processes; "
                   f"{len(ops)} operators; the operator predictor also trained on {len(catalogue)} catalogue records "
-                  f"of {catalogue['device_key'].nunique()} device(s) from {args.dataset.name}, {args.seeds} seed(s)")
-    scored = leave_one_model_out(catalogue, ops, latencies, trainer(args.seeds))
+                  f"of {catalogue['device_key'].nunique()} device(s) from {args.dataset.name}, {args.seeds} seed(s); "
+                  f"a call on the Relax VM measured at {per_call * 1e3:.2f} us")
+    scored = leave_one_model_out(catalogue, ops, latencies, trainer(args.seeds), per_call)
     scored["ops_sum_error_pct"] = 100 * (scored["ops_predicted_ms"] / scored["measured_ms"] - 1)
     composed = scored["scale"] * scored["ops_measured_ms"] + scored["per_call_us"] / 1e3 * scored["calls"]
     scored["composition_error_pct"] = 100 * (composed / scored["measured_ms"] - 1)  # its own measured operators

@@ -2,6 +2,7 @@
 other models and scored with nothing of the held-out model seen."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from opbench.measure.types import MeasureOptions
 from opbench.predictor.model import LatencyModel, feature_columns, trainable
 from opbench.predictor.whole_model import CALLS_COLUMN, MODEL_COLUMN, Composition, leave_one_model_out, source_balance
 from opbench.record import Status
+from opbench.studies.models.call_cost import build_chains, per_call_ms
 from opbench.studies.models.profile import checked_ms
 from opbench.studies.models.tune import ModelSpec
 from opbench.studies.models.with_defaults import build_with_defaults, time_interleaved
@@ -45,6 +47,16 @@ def test_the_composition_weighs_each_model_by_its_relative_error_and_stays_non_n
     assert no_negative_cost.per_call_ms == 0.0 and no_negative_cost.scale == pytest.approx(0.6)
 
 
+def test_with_the_cost_of_a_call_measured_the_scale_alone_is_fitted():
+    terms = np.array([[10.0, 40], [2.0, 12], [50.0, 300], [0.5, 8]])
+    measured = terms @ np.array([0.8, 0.004])
+    fitted = Composition.fit(terms, measured, per_call_ms=0.004)
+    assert fitted.scale == pytest.approx(0.8) and fitted.per_call_ms == 0.004
+    # a model that would pull the fitted cost of a call up (as a held-out small model's absence let one) cannot
+    slow = Composition.fit(np.array([[10.0, 40], [5.0, 200]]), np.array([8.0, 4.0 + 2.0]), per_call_ms=0.001)
+    assert slow.per_call_ms == 0.001 and 0.8 < slow.scale < 1.2
+
+
 def test_the_models_operators_weigh_as_much_in_all_as_the_catalogue():
     frame = pd.DataFrame({MODEL_COLUMN: [None, "", None, "", "resnet-18", "bert-base"]})
     assert list(source_balance(frame)) == [1, 1, 1, 1, 2, 2]
@@ -65,20 +77,22 @@ def test_a_built_models_run_gives_its_estimate_or_says_why_it_has_none():
 
 
 @pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, dict[str, float]]:
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, dict[str, float], float]:
     """Three tiny models built with their template defaults: their operators measured, then the models timed
-    together in new processes, as the benchmark times them."""
+    together in new processes with the chains that time a call (its cost, ms, the third), as the benchmark does."""
     timing = TimingPolicy(placements=1, max_placements=1)
     with Measurer(MeasureOptions(timing)) as measurer:
         built = [build_with_defaults(ModelSpec(model, 1, 128, 1, timing), measurer,
                                      tmp_path_factory.mktemp(model.replace("@", "-"))) for model in TINY_MODELS]
-        latencies = time_interleaved(measurer, [b.run for b in built], placements=2)
-    return pd.concat([b.ops for b in built], ignore_index=True), dict(zip(TINY_MODELS, latencies))
+        chains = build_chains(tmp_path_factory.mktemp("chains"), threads=1)
+        latencies = time_interleaved(measurer, [b.run for b in built] + chains, placements=2)
+    return pd.concat([b.ops for b in built], ignore_index=True), dict(zip(TINY_MODELS, latencies)), \
+        per_call_ms(*latencies[-2:])
 
 
 @pytest.mark.full
 def test_each_operator_of_a_model_built_with_its_defaults_is_a_measured_row_flagged_as_its_anchor(tiny_models):
-    ops, latencies = tiny_models
+    ops, latencies, _ = tiny_models
     for model in TINY_MODELS:
         fused, _, _ = extract(model, 1, 128)
         rows = ops[ops[MODEL_COLUMN] == model]
@@ -99,7 +113,8 @@ def test_each_operator_of_a_model_built_with_its_defaults_is_a_measured_row_flag
 
 @pytest.mark.full
 def test_a_held_out_model_is_predicted_with_nothing_of_it_seen(tiny_models):
-    ops, latencies = tiny_models
+    ops, latencies, per_call = tiny_models
+    assert math.isfinite(per_call)  # both chains ran and gave their expected output
     catalogue = trainable(read_dataset(DATASET)).head(300)
     trained_on: list[set[str]] = []
 
@@ -107,13 +122,14 @@ def test_a_held_out_model_is_predicted_with_nothing_of_it_seen(tiny_models):
         trained_on.append(set(frame[MODEL_COLUMN].dropna()))
         return LatencyModel(feature_columns(frame, static_only=True), n_estimators=30).fit(frame).predict
 
-    scored = leave_one_model_out(catalogue, ops, latencies, train)
+    scored = leave_one_model_out(catalogue, ops, latencies, train, per_call)
     assert list(scored["model"]) == sorted(TINY_MODELS)
     assert trained_on == [set(TINY_MODELS) - {model} for model in sorted(TINY_MODELS)]  # one predictor per model
     measured = {m: Composition.terms(rows, rows["latency_ms"].to_numpy()) for m, rows in ops.groupby(MODEL_COLUMN)}
     for row in scored.itertuples():
         others = [m for m in TINY_MODELS if m != row.model]  # the composition: fitted on them as measured
-        composition = Composition.fit(np.array([measured[m] for m in others]), np.array([latencies[m] for m in others]))
+        composition = Composition.fit(np.array([measured[m] for m in others]), np.array([latencies[m] for m in others]),
+                                      per_call)
         assert (row.scale, row.per_call_us) == pytest.approx((composition.scale, composition.per_call_ms * 1e3))
         assert row.ops_measured_ms == pytest.approx(measured[row.model][0])
         assert row.predicted_ms == pytest.approx(composition.predict(np.array([row.ops_predicted_ms, row.calls]))[0])

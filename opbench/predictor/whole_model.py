@@ -4,7 +4,8 @@ Operators timed alone do not add up to the model they make; the composition of t
 models: measured ≈ ``a`` x (sum over the
 operators of calls x predicted ms) + ``b`` x (operator calls), ``a, b >= 0`` (non-negative least squares): ``a`` the
 share of an operator's time alone that it keeps inside the model (its inputs warm from the operator before, its
-weights cold), ``b`` the Relax VM's cost of one call.
+weights cold), ``b`` the Relax VM's cost of one call (or ``b`` measured, :mod:`opbench.studies.models.call_cost`,
+and ``a`` alone fitted).
 
 :func:`leave_one_model_out` scores it as a held-out study: for each model, the operator predictor is trained on the
 catalogue records and the other models' operators, and the composition on the other models' operators as measured.
@@ -74,27 +75,33 @@ class Composition:
         return np.array([float(np.sum(calls * predicted_ms)), float(np.sum(calls))])
 
     @classmethod
-    def fit(cls, terms: np.ndarray, measured_ms: np.ndarray) -> Composition:
+    def fit(cls, terms: np.ndarray, measured_ms: np.ndarray, per_call_ms: float | None = None) -> Composition:
         """Non-negative least squares on models' (terms, measured ms), relative errors weighted alike (each row
-        divided by its measured latency, so a 100 ms model does not outweigh a 1 ms one)."""
+        divided by its measured latency, so a 100 ms model does not outweigh a 1 ms one); the scale alone where the
+        cost of a call is known (measured: :mod:`opbench.studies.models.call_cost`)."""
         from scipy.optimize import nnls
 
         terms, measured_ms = np.atleast_2d(np.asarray(terms, dtype="float64")), np.asarray(measured_ms, dtype="float64")
         if len(terms) < 1 or not np.all(measured_ms > 0):
             raise OpBenchError("the composition needs at least one model with a measured latency")
-        (scale, per_call), _ = nnls(terms / measured_ms[:, None], np.ones(len(terms)))
-        return cls(float(scale), float(per_call))
+        relative = terms / measured_ms[:, None]
+        if per_call_ms is None:
+            (scale, per_call), _ = nnls(relative, np.ones(len(terms)))
+            return cls(float(scale), float(per_call))
+        (scale,), _ = nnls(relative[:, :1], 1 - per_call_ms * relative[:, 1])
+        return cls(float(scale), per_call_ms)
 
     def predict(self, terms: np.ndarray) -> np.ndarray:
         return np.atleast_2d(terms) @ np.array([self.scale, self.per_call_ms])
 
 
 def leave_one_model_out(catalogue: pd.DataFrame, ops: pd.DataFrame, measured_ms: dict[str, float],
-                        train: TrainPredictor) -> pd.DataFrame:
+                        train: TrainPredictor, per_call_ms: float | None = None) -> pd.DataFrame:
     """Each model's latency predicted with nothing of it seen: per model (a row), its measured ms, the sum of its
     operators measured alone (calls x ms) and predicted (by a predictor trained on the catalogue and the other models'
     operators), the composed prediction and its error (%). The composition is learned from the other models'
-    operators as measured: how operators timed alone add up to a model is the runtime's, not the predictor's."""
+    operators as measured: how operators timed alone add up to a model is the runtime's, not the predictor's
+    (``per_call_ms``: the cost of a call as measured, only the scale learned)."""
     models = sorted(measured_ms)
     if len(models) < 2:
         raise OpBenchError(f"leave-one-model-out needs at least 2 measured models, got {len(models)}")
@@ -106,7 +113,7 @@ def leave_one_model_out(catalogue: pd.DataFrame, ops: pd.DataFrame, measured_ms:
     for model in models:
         others = [m for m in models if m != model]
         composition = Composition.fit(np.array([measured_terms[m] for m in others]),
-                                      np.array([measured_ms[m] for m in others]))
+                                      np.array([measured_ms[m] for m in others]), per_call_ms)
         predict = train(pd.concat([catalogue, ops[ops[MODEL_COLUMN] != model]], ignore_index=True))
         terms = Composition.terms(own[model], predict(own[model]))
         predicted = float(composition.predict(terms)[0])
