@@ -4,8 +4,8 @@ model's latency composed from its operators' (:class:`opbench.predictor.whole_mo
 Two chains of one parallel kernel too small to cost anything itself (a row of 16 values per thread, plus one),
 :data:`SHORT` and :data:`LONG` calls long, each built as a Relax module and timed as a whole model is; a call's cost
 is the difference between them over the calls between them (what one run of a module costs beside its calls
-cancels). Fitted on the other models instead, the cost per call was 0.4-1.4 us where a small model constrained it
-and 26-33 us where that model was the one held out (the big models' calls and operator times rise together).
+cancels). Fitted on the other models instead, the cost per call was 0.02-2.1 us where the one small model took part
+in the fit and 7.6-33 us where it was the one held out (the big models' calls and operator times rise together).
 """
 from __future__ import annotations
 
