@@ -18,10 +18,11 @@ from opbench.hardware.resources import Resources
 from opbench.hardware.targets import make_target
 from opbench.measure.models import export_model, save_inputs
 from opbench.measure.protocol import ModelInput
+from opbench.studies.models.profile import INPUTS
 
 SHORT, LONG = 1, 65
 NAME = "vm-call-cost"
-LIBRARY, INPUTS = "chain.so", "inputs.npz"
+LIBRARY = "chain.so"
 
 
 def chain_names() -> tuple[str, str]:

@@ -37,10 +37,9 @@ DEFAULTS_LIBRARY = "defaults.so"
 
 @dataclass
 class BuiltWithDefaults:
-    model: str
     ops: pd.DataFrame  # per fused operator: source_model, workload, kind, calls, template, cache_state, status,
     # latency_ms, feat.*
-    run: ModelInput  # the model built with the same schedules, on the Relax VM, and its inputs
+    run: ModelInput  # the model (its name) built with the same schedules, on the Relax VM, and its inputs
 
 
 def build_with_defaults(spec: ModelSpec, measurer: Measurer, folder: Path,
@@ -71,7 +70,7 @@ def build_with_defaults(spec: ModelSpec, measurer: Measurer, folder: Path,
                      **operator_features(workloads[op.name], op.kind, config, template, resources, host)})
     export_model(built, target, folder / DEFAULTS_LIBRARY)
     save_inputs(model.inputs, folder / INPUTS, model.reference)
-    return BuiltWithDefaults(spec.model, pd.DataFrame(rows), kept_build(spec.model, folder, spec.threads))
+    return BuiltWithDefaults(pd.DataFrame(rows), kept_build(spec.model, folder, spec.threads))
 
 
 def kept_build(model: str, folder: Path, threads: int) -> ModelInput:
