@@ -95,6 +95,20 @@ DEVELOPMENT = (
     "depthwise_conv2d:n=1,c=48,h=56,w=56,r=3,s=3,stride=2,pad=1",
     "depthwise_conv2d:n=1,c=320,h=14,w=14,r=3,s=3,stride=1,pad=1",
     "depthwise_conv2d:n=1,c=72,h=28,w=28,r=3,s=3,stride=2,pad=1",
+    # 2x2 convolutions (2026-12-04): a transposed convolution runs in a model as one 2x2 convolution of its stacked
+    # phases over its input padded by one, of which the collection had none (DCGAN's predicted 25-40% apart between
+    # two runs' predictors); and 2x2 stride-2 patch convolutions (ConvNeXt's downsampling). Then the catalogue's own
+    # transposed and 3-D convolutions, kinds it had no records of
+    "conv2d:n=1,c=768,h=5,w=5,k=384,r=2,s=2,stride=1,pad=0", "conv2d:n=1,c=512,h=7,w=7,k=512,r=2,s=2,stride=1,pad=0",
+    "conv2d:n=1,c=384,h=9,w=9,k=192,r=2,s=2,stride=1,pad=0", "conv2d:n=1,c=256,h=13,w=13,k=256,r=2,s=2,stride=1,pad=0",
+    "conv2d:n=1,c=192,h=17,w=17,k=96,r=2,s=2,stride=1,pad=0", "conv2d:n=1,c=128,h=25,w=25,k=128,r=2,s=2,stride=1,pad=0",
+    "conv2d:n=1,c=64,h=33,w=33,k=128,r=2,s=2,stride=1,pad=0", "conv2d:n=1,c=96,h=49,w=49,k=48,r=2,s=2,stride=1,pad=0",
+    "conv2d:n=1,c=32,h=65,w=65,k=12,r=2,s=2,stride=1,pad=0", "conv2d:n=1,c=16,h=33,w=33,k=12,r=2,s=2,stride=1,pad=0",
+    "conv2d:n=1,c=128,h=32,w=32,k=256,r=2,s=2,stride=2,pad=0", "conv2d:n=1,c=256,h=16,w=16,k=512,r=2,s=2,stride=2,pad=0",
+    "conv2d_transpose:n=1,c=128,h=16,w=16,k=64,r=4,s=4,stride=2,pad=1",
+    "conv2d_transpose:n=1,c=512,h=4,w=4,k=256,r=4,s=4,stride=2,pad=1",
+    "conv3d:n=1,c=32,d=8,h=28,w=28,k=32,t=3,r=3,s=3,stride=1,pad=1",
+    "conv3d:n=1,c=128,d=4,h=14,w=14,k=128,t=3,r=3,s=3,stride=1,pad=1",
 )
 FINAL = (  # scored only at the end: one of each kind
     "matmul:m=384,n=384,k=768", "dense:m=16,n=1000,k=2048", "conv2d:n=1,c=512,h=28,w=28,k=128,r=1,s=1,stride=1,pad=0",
