@@ -56,11 +56,11 @@ from opbench.predictor.model import task_keys
 from opbench.record import config_of, is_ok
 from opbench.report.progress import table
 from opbench.space import TEMPLATES
-from opbench.studies.collect import defaults_held, top_up
+from opbench.studies.collect import top_up
 from opbench.studies.collection_workloads import DEVELOPMENT, FINAL
 from opbench.tracking.dataset import read_dataset
 from opbench.tracking.dataset.featurize import ASSEMBLY_COLUMNS, NEST_COLUMNS
-from opbench.tracking.jsonl import JsonlWriter, read_jsonl, read_jsonl_records, read_jsonl_rows
+from opbench.tracking.jsonl import JsonlWriter, read_jsonl, read_jsonl_records
 from opbench.workloads import parse_workload, task_key_of
 from opbench.workloads.models.extract import anchor_kind
 
@@ -101,14 +101,13 @@ def model_workloads(measurer: Measurer, folder: Path, threads: int, collected: I
 def collect(folder: Path, trials: int, threads: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / RECORDS
-    rows = read_jsonl_rows(path) if path.exists() else []
-    have = pd.Series([row["workload"] for row in rows], dtype=object).value_counts()
+    have = read_jsonl(path)["workload"].value_counts() if path.exists() else pd.Series(dtype=int)
     resources = Resources(threads)
     started = time.monotonic()
     with Measurer(MeasureOptions(COLLECTION_TIMING, build_workers=2)) as measurer:
         measurer.warm_up(resources)
         names = [*DEVELOPMENT, *FINAL, *model_workloads(measurer, folder, threads, have.index)]
-        top_up(measurer, names, trials, resources, JsonlWriter(path).write, have, defaults_held(rows, resources),
+        top_up(measurer, names, trials, resources, JsonlWriter(path).write, have,
                progress=lambda line: print(f"{line} ({time.monotonic() - started:.0f} s so far)", flush=True))
     print(f"collected in {time.monotonic() - started:.0f} s: {path}")
 

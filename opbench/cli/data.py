@@ -74,8 +74,8 @@ def cmd_dataset_collect(args: argparse.Namespace) -> int:
     for name in workloads:
         parse_workload(name)  # a bad name exits 2 before anything is measured
     dataset = OpenDataset(Path(args.root), commit=source_commit())
-    print(f"collecting into {dataset.partition} for {args.minutes:g} minutes: up to {args.trials} trials of "
-          f"each of {len(workloads)} workloads (its template default, then random ones), {args.threads} thread(s)", flush=True)
+    print(f"collecting into {dataset.partition} for {args.minutes:g} minutes: up to {args.trials} random trials of "
+          f"each of {len(workloads)} workloads, {args.threads} thread(s)", flush=True)
     done = collect(dataset, args.minutes, args.trials, args.threads, workloads, lambda line: print(line, flush=True))
     print(f"{done.trials} trials run, {done.added} rows added to {dataset.partition} (card: {args.root}/_CARD.md)")
     return 0
@@ -230,7 +230,7 @@ def _register_dataset(sub: argparse._SubParsersAction) -> None:
 
     p = data.add_parser("collect", help="top up the open dataset with random trials on this host, for a time budget")
     p.add_argument("--minutes", type=positive_float, default=30.0, help="start no trial after this many minutes")
-    p.add_argument("--trials", type=positive_int, default=64, help="trials each workload is topped up to: its template default, then random ones")
+    p.add_argument("--trials", type=positive_int, default=64, help="random trials each workload is topped up to")
     p.add_argument("--threads", type=positive_int, default=2)
     p.add_argument("--workload", action="append", help="collect these workloads (repeat; default: the collection's)")
     p.add_argument("--root", default=str(OPEN_DATASET_DIR), help="the dataset (default: datasets/records in the checkout)")

@@ -1,15 +1,13 @@
-"""``opbench dataset collect``: trials of the collection's workloads on this host into the open dataset
-(:mod:`opbench.tracking.dataset.open_dataset`) until a time budget is spent: each workload's template default (what
-a model is built with, and what a study starts from: the point a predictor is asked about most), then random ones.
-Each workload is topped up to its trials a chunk at a time, in turn, so a collection stopped (by its budget, or
-killed) resumes where it was, and what a killed one measured is compacted in first."""
+"""``opbench dataset collect``: random-search trials of the collection's workloads on this host into the open
+dataset (:mod:`opbench.tracking.dataset.open_dataset`) until a time budget is spent. Each workload is topped up
+to its trials a chunk at a time, in turn, so a collection stopped (by its budget, or killed) resumes where it was,
+and what a killed one measured is compacted in first."""
 from __future__ import annotations
 
-import json
 import math
 import time
 import zlib
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from opbench.engines.loop import run_tuning
@@ -17,7 +15,7 @@ from opbench.engines.simple import RandomEngine
 from opbench.hardware.resources import Resources
 from opbench.measure.measurer import Measurer
 from opbench.measure.types import MeasureOptions
-from opbench.record import TrialRecord, config_of
+from opbench.record import TrialRecord
 from opbench.space import get_template
 from opbench.studies.collection_workloads import DEVELOPMENT, FINAL
 from opbench.tracking.dataset.open_dataset import OpenDataset
@@ -41,51 +39,31 @@ def collect(dataset: OpenDataset, minutes: float, trials: int, threads: int, wor
     if added:
         progress(f"{added} rows a stopped collection had measured, added")
     resources = Resources(threads)
-    held = dataset.rows()
     with Measurer(MeasureOptions(build_workers=2)) as measurer:
         measurer.warm_up(resources)
-        run = top_up(measurer, workloads, trials, resources, dataset.stage, held["workload"].value_counts(),
-                     defaults_held(held.to_dict("records"), resources), time.monotonic() + minutes * 60, progress)
+        run = top_up(measurer, workloads, trials, resources, dataset.stage, dataset.counts(),
+                     time.monotonic() + minutes * 60, progress)
     return Collected(added + dataset.compact(), run)
 
 
-def defaults_held(rows: Iterable[Mapping[str, object]], resources: Resources) -> set[str]:
-    """The workloads whose template default is among ``rows`` (records, or dataset rows with a JSON ``config``)."""
-    configs: dict[str, list[dict[str, object]]] = {}
-    for row in rows:
-        config = json.loads(str(row["config"])) if "config" in row else config_of(row)
-        configs.setdefault(str(row["workload"]), []).append(config)
-    held = set()
-    for name, seen in configs.items():
-        workload = parse_workload(name)
-        if get_template(workload).default_for(workload, resources.target) in seen:
-            held.add(name)
-    return held
-
-
 def top_up(measurer: Measurer, workloads: Sequence[str], trials: int, resources: Resources,
-           sink: Callable[[TrialRecord], None], have: Mapping[str, int], defaults: Collection[str],
-           deadline: float = math.inf, progress: Callable[[str], object] = print) -> int:
-    """Trials of the workloads until each has ``trials`` (``have`` counts what it had), its template default first
-    (one more where it has its trials but not its default: ``defaults`` names those that have it), then random
-    ones; a chunk of each in turn (so a budget spent early still covers every kind), starting none after
-    ``deadline`` (monotonic seconds); each record to ``sink``. How many trials ran."""
+           sink: Callable[[TrialRecord], None], have: Mapping[str, int], deadline: float = math.inf,
+           progress: Callable[[str], object] = print) -> int:
+    """Random trials of the workloads until each has ``trials`` (``have`` counts what it had), a chunk of each in
+    turn (so a budget spent early still covers every kind), starting none after ``deadline`` (monotonic
+    seconds); each record to ``sink``. How many trials ran."""
     parsed = [parse_workload(name) for name in workloads]
     left = {w.name: trials - int(have.get(w.name, 0)) for w in parsed}
-    default_left = {w.name for w in parsed} - set(defaults)
     run = 0
-    while (any(n > 0 for n in left.values()) or default_left) and time.monotonic() < deadline:
+    while any(n > 0 for n in left.values()) and time.monotonic() < deadline:
         for n, workload in enumerate(parsed, start=1):
-            fresh = workload.name in default_left
-            if (left[workload.name] <= 0 and not fresh) or time.monotonic() >= deadline:
+            if left[workload.name] <= 0 or time.monotonic() >= deadline:
                 continue
-            step = max(min(left[workload.name], CHUNK), int(fresh))
-            progress(f"[{n}/{len(parsed)}] {workload.name}: {step} of {max(left[workload.name], step)} trials left"
-                     + (", the template default first" if fresh else ""))
+            step = min(left[workload.name], CHUNK)
+            progress(f"[{n}/{len(parsed)}] {workload.name}: {step} of {left[workload.name]} random trials left")
             seed = zlib.crc32(f"{workload.name}:{trials - left[workload.name]}".encode())  # topped up: drawn afresh
             engine = RandomEngine(get_template(workload).search_space(workload), resources.threads, seed=seed)
-            run_tuning(engine, workload, step, measurer, sink, resources, batch=2, fresh=fresh)
-            default_left.discard(workload.name)
+            run_tuning(engine, workload, step, measurer, sink, resources, batch=2)
             left[workload.name] -= step
             run += step
     return run

@@ -94,11 +94,11 @@ class OpenDataset:
         parts = sorted(self.partition.glob("*.parquet"))
         return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True) if parts else pd.DataFrame()
 
-    def rows(self) -> pd.DataFrame:
-        """This device's rows, compacted and staged."""
+    def counts(self) -> pd.Series:
+        """Rows per workload on this device, compacted and staged."""
         frames = [f for f in (self.device_frame(), pd.DataFrame(read_jsonl_rows(self.staging)) if self.staging.exists()
                               else pd.DataFrame()) if len(f)]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"workload": [], "config": []})
+        return pd.concat(frames)["workload"].value_counts() if frames else pd.Series(dtype=int)
 
 
 def _keys(frame: pd.DataFrame) -> list[tuple[str, ...]]:
