@@ -23,6 +23,18 @@ def min_repeat_ms() -> float:
     return _number("OPBENCH_MIN_REPEAT_MS", MIN_REPEAT_MS)
 
 
+def placements() -> int:
+    """Placements a trial takes at least (``$OPBENCH_PLACEMENTS``; fewer: a quicker estimate with a wider
+    interval, as the test suite takes them)."""
+    return _count("OPBENCH_PLACEMENTS", PLACEMENTS)
+
+
+def max_placements() -> int:
+    """Placements a trial takes at most, until two agree (``$OPBENCH_MAX_PLACEMENTS``, never below
+    :func:`placements`)."""
+    return max(placements(), _count("OPBENCH_MAX_PLACEMENTS", MAX_PLACEMENTS))
+
+
 def baseline_reuse_s() -> float:
     """Seconds a library baseline measured on this host is reused by later studies' references (0: never)."""
     return _number("OPBENCH_BASELINE_REUSE_S", 3600.0)
@@ -93,6 +105,13 @@ def check_environment() -> None:
         if os.environ.get(name):
             raise OpBenchError(f"${name} is no longer read ({why}); unset it (docs/measurement.md)")
     isolation()
+
+
+def _count(name: str, default: int) -> int:
+    value = int(_number(name, default, integer=True))
+    if value < 1:
+        raise OpBenchError(f"${name} must be >= 1, got {value}")
+    return value
 
 
 def _number(name: str, default: float, integer: bool = False) -> float:

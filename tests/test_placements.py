@@ -308,3 +308,18 @@ def test_the_reproducibility_benchmark_calibrates_each_workload_by_the_others_re
     assert by_round[-1] / by_round[0] == pytest.approx(1.3)
     records[("a", 0)][4] = process(1.0)  # one config did not slow down in that round
     assert reproducibility.round_effect(records)[0] < 1.0
+
+
+def test_the_placements_a_trial_takes_come_from_the_environment_where_set(monkeypatch):
+    from opbench import settings
+    from opbench.exceptions import OpBenchError
+
+    monkeypatch.setenv("OPBENCH_PLACEMENTS", "2")
+    monkeypatch.setenv("OPBENCH_MAX_PLACEMENTS", "1")
+    assert (TimingPolicy().placements, TimingPolicy().max_placements) == (2, 2)  # the most never below the least
+    monkeypatch.delenv("OPBENCH_PLACEMENTS")
+    monkeypatch.delenv("OPBENCH_MAX_PLACEMENTS")
+    assert (TimingPolicy().placements, TimingPolicy().max_placements) == (settings.PLACEMENTS, settings.MAX_PLACEMENTS)
+    monkeypatch.setenv("OPBENCH_PLACEMENTS", "0")
+    with pytest.raises(OpBenchError, match=r"\$OPBENCH_PLACEMENTS must be >= 1, got 0"):
+        TimingPolicy()

@@ -98,10 +98,12 @@ def add_series_flags(p: argparse.ArgumentParser) -> None:
     """--repeat, --placements, --max-placements and --agree: how many times each run is timed."""
     p.add_argument("--repeat", type=positive_int, default=settings.REPEAT,
                    help=f"timed repeats of each placement (each >= 50 ms; default {settings.REPEAT})")
-    p.add_argument("--placements", type=positive_int, default=settings.PLACEMENTS,
+    p.add_argument("--placements", type=positive_int, default=settings.placements(),
                    help="independent placements each trial takes at least: a process forked for each, with its own "
-                        f"arguments (default {settings.PLACEMENTS}; docs/measurement.md#placements)")
-    p.add_argument("--max-placements", type=positive_int, default=settings.MAX_PLACEMENTS,
-                   help=f"more placements, up to this many, until the two fastest agree (default {settings.MAX_PLACEMENTS})")
+                        f"arguments (default {settings.PLACEMENTS}, or $OPBENCH_PLACEMENTS; "
+                        "docs/measurement.md#placements)")
+    p.add_argument("--max-placements", type=positive_int, default=settings.max_placements(),
+                   help="more placements, up to this many, until the two fastest agree "
+                        f"(default {settings.MAX_PLACEMENTS}, or $OPBENCH_MAX_PLACEMENTS)")
     p.add_argument("--agree", type=positive_float, default=settings.AGREE,
                    help=f"placements within this fraction of the fastest agree (default {settings.AGREE})")

@@ -34,8 +34,8 @@ class TimingPolicy:
     repeat: int = settings.REPEAT
     min_repeat_ms: float = field(default_factory=settings.min_repeat_ms)
     cache_flush: bool = False
-    placements: int = settings.PLACEMENTS
-    max_placements: int = settings.MAX_PLACEMENTS
+    placements: int = field(default_factory=settings.placements)
+    max_placements: int = field(default_factory=settings.max_placements)
     agree: float = settings.AGREE
 
     @property
