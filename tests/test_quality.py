@@ -67,7 +67,7 @@ def test_library_baselines_take_their_placements_in_fresh_processes_that_never_l
     assert kernel["status"] == torch["status"] == numpy["status"] == "ok", (kernel["error"], torch["error"])
     assert torch["template"] == "torch" and torch["threads"] == 2
     for record in (kernel, torch, numpy):  # the same policy for kernels and baselines
-        assert settings.PLACEMENTS <= record["placements"] <= settings.MAX_PLACEMENTS
+        assert settings.placements() <= record["placements"] <= settings.max_placements()
         assert record["latency_lo_ms"] <= record["latency_ms"] <= record["latency_hi_ms"]
         assert record["repeat"] == record["placements"] * settings.REPEAT
     assert len({kernel["worker_pid"], torch["worker_pid"], numpy["worker_pid"]}) == 3
@@ -139,7 +139,7 @@ def test_every_record_has_its_interval_placements_and_the_hosts_load(measurer):
         assert r["status"] == "ok", r["error"]
         assert 0.0 <= r["other_busy_frac"] <= 1.0 and r["load_1m"] >= 0.0
         assert {"host_slowness", "host_memory_slowness", "host_sync_slowness"} <= set(r)  # NaN: first 5 probes
-        assert r["host_wait_s"] > 0 and r["placements"] >= settings.PLACEMENTS  # probed before each placement
+        assert r["host_wait_s"] > 0 and r["placements"] >= settings.placements()  # probed before each placement
         assert r["latency_lo_ms"] <= r["latency_ms"] <= r["latency_hi_ms"]
         assert not {"remeasures", "spell_reruns", "turns", "turns_left_out"} & set(r)  # schema 2's, gone
 

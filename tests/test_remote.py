@@ -55,7 +55,7 @@ def test_a_remote_trial_takes_its_placements_as_a_local_one_does(tmp_path):
 
     farm = Farm(tmp_path, servers=1)
     try:
-        out = run_cli("measure", SMALL, "--device", farm.device, "--placements", "3", "--json",
+        out = run_cli("measure", SMALL, "--device", farm.device, "--placements", "3", "--max-placements", "6", "--json",
                       "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}")
         assert out.returncode == 0, out.stderr
         record = json.loads(out.stdout)
