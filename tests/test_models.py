@@ -771,7 +771,7 @@ def test_tune_model_at_batch_buckets_runs_a_size_between_them_verified_against_e
     """tune-model --batch-size 4,8: each bucket tuned and verified as a model of its own, the symbolic import made
     once, and the size between them run on bucket 8 and timed beside eager at that size (a token model's
     --seq-len buckets take the same path: the dispatcher's test runs both axes)."""
-    model, flag, tag, words, noun = "resnet-18@tiny", "--batch-size", "b", "batch size", "batch"
+    model, flag, tag, words, noun = "small-cnn@tiny", "--batch-size", "b", "batch size", "batch"
     study = f"tm-dyn-{tag}"
     out = subprocess.run(CLI + ["tune-model", model, flag, "4,8", "--between", "6", "--trials-per-op",
                                 "1", "--max-ops", "1", *ONE_PLACEMENT, "--verify-rounds", "1", "--compare", "torch", "--tracking-uri",
