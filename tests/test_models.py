@@ -699,6 +699,28 @@ def test_every_resnet_depth_is_a_model_its_tiny_variant_extracts(model):
     assert sum(op.calls for op in convs) == 1 + (2 if kind == "basic" else 3) * 2 + shortcuts  # stem, 2 blocks
 
 
+@pytest.mark.full
+def test_tune_model_tunes_a_3d_cnn_and_builds_it(tmp_path, tracking_uri):
+    """The seeds' 3-D CNN end to end: profiled operator by operator, the largest key operator tuned, the model built
+    with it and checked against PyTorch (timing claims are the benchmark's). Its 3-D convolutions import as 2-D ones
+    over depth-unfolded input (tests/test_depth_unfold.py), its frames their batch: the tuned one is one of them.
+    DCGAN's generator imports as convolutions and a matmul, the GCN as matmuls (each built against PyTorch by the zoo
+    test below; DCGAN's every template point checked)."""
+    model, kind = "resnet3d-18@tiny", "conv2d"
+    out = subprocess.run(CLI + ["tune-model", model, "--trials-per-op", "2", "--max-ops", "1", "--verify-rounds", "0",
+                                *ONE_PLACEMENT, "--compare", "untuned", "--tracking-uri", tracking_uri, "--study", "zoo",
+                                "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "tuned model output matches the reference" in out.stdout and "not verified" in out.stdout
+    frame = read_mlflow(["zoo"], tracking_uri)
+    assert not frame["status"].isin(["build_error", "run_error", "wrong_result"]).any(), frame["error"].dropna().tolist()
+    counts = frame["workload"].value_counts()
+    assert (counts == 3).sum() == 1  # the default, then 2 trials, of the largest key operator; the default elsewhere
+    assert anchor_kind(counts[counts == 3].index[0].split("/")[1]) == kind
+    assert not any(anchor_kind(w.split("/")[1]) == "conv3d" for w in frame["workload"])  # every one unfolded
+
+
 @pytest.mark.full  # each imported into Relax, built and run
 @pytest.mark.parametrize("model, kinds", [("vgg-16", {"conv2d", "pool", "matmul"}),
                                           ("squeezenet1.1", {"conv2d", "concatenate", "pool"}),
@@ -709,9 +731,7 @@ def test_every_resnet_depth_is_a_model_its_tiny_variant_extracts(model):
                                           ("gpt2", {"matmul", "softmax", "layer_norm"})])
 def test_each_zoo_models_tiny_variant_builds_and_matches_pytorch(model, kinds):
     """The seeds' CNNs and GCN by name (plain PyTorch modules, random weights): the tiny variant imports into
-    Relax, fuses around the layers that make it what it is, builds and gives PyTorch's output. ResNet3D's 3-D
-    convolutions import as 2-D ones over depth-unfolded input (tests/test_depth_unfold.py), DCGAN's generator as
-    convolutions and a matmul, the GCN as matmuls; tune-model takes any of them as it takes BERT (above)."""
+    Relax, fuses around the layers that make it what it is, builds and gives PyTorch's output."""
     import tvm
     from tvm import relax
 
