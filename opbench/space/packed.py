@@ -82,8 +82,12 @@ class PackedConvTemplate(Template):
 
     @property
     def _layout_transform(self) -> str:
-        """A model's convolution takes its weight packed (a constant); a catalogue one packs it in the op."""
+        """A model's convolution takes its weight packed (a constant); a catalogue one packs it in the op by
+        default, and may take it packed as a model's (:data:`WEIGHTS_PREPACKED`: what a model runs is timed)."""
         return WEIGHTS_PREPACKED if self.op.startswith("fused") else IN_OP
+
+    def _layout_transforms(self) -> tuple[str, ...]:
+        return (WEIGHTS_PREPACKED,) if self.op.startswith("fused") else LAYOUT_TRANSFORMS
 
     @property
     def _block_knob(self) -> str:
@@ -110,8 +114,9 @@ class PackedConvTemplate(Template):
             knobs.append(Knob("reduce_order", REDUCE_ORDERS, "reduction loop order: input-channel chunks (c) "
                                                              "outside/inside the window (rs)"))
             knobs.append(Knob("weight_pack_at", WEIGHT_PACK_AT if self._layout_transform == IN_OP else ("root",),
-                              "where the weight is packed: all of it before the convolution (root), or each "
-                              "output-channel block's slice just before that block, while it is in cache (oc_block)"))
+                              "where the weight is packed in the operator: all of it before the convolution (root), "
+                              "or each output-channel block's slice just before that block, while it is in cache "
+                              "(oc_block); prepacked weights are packed whole"))
         alternative = self._alternative(workload)
         if alternative:
             knobs += [Knob("algorithm", ("direct", alternative), f"direct (packed NCHW[x]c) or {alternative}; the "
@@ -126,8 +131,9 @@ class PackedConvTemplate(Template):
             Knob("parallel", (0, 1, 2, 3), "how many outer loops (batch, channel blocks, output rows) are fused "
                                            "and parallelised"),
             Knob("unroll_max_step", UNROLL_STEPS, "pragma_auto_unroll_max_step on the outer loop"),
-            Knob("layout_transform", (self._layout_transform,), "where the weight is packed: in the operator, timed "
-                                                               "(catalogue), or once before (a model's: its constant)"),
+            Knob("layout_transform", self._layout_transforms(), "where the weight is packed: in the operator, timed "
+                                                                "(in_op), or once before (weights_prepacked: as a "
+                                                                "model's constant)"),
         ]
         return knobs
 
@@ -160,12 +166,13 @@ class PackedConvTemplate(Template):
         """The knobs the config's algorithm uses: an alternative's (Winograd's, the GEMM's), or the direct
         convolution's."""
         alternative = self._alternative(workload)
-        if not alternative:
-            return dict(config)
-        own = ALTERNATIVES[alternative].KNOBS
-        if config.get("algorithm") == alternative:  # (a record from before the knob existed: direct)
+        if alternative and config.get("algorithm") == alternative:  # (a record from before the knob existed: direct)
+            own = ALTERNATIVES[alternative].KNOBS
             return {k: v for k, v in config.items() if k in {*own, "algorithm", "layout_transform"}}
-        return {k: v for k, v in config.items() if k not in own}
+        unused = set(ALTERNATIVES[alternative].KNOBS) if alternative else set()
+        if config.get("layout_transform") == WEIGHTS_PREPACKED:
+            unused.add("weight_pack_at")  # a prepacked weight is packed whole, outside the operator
+        return {k: v for k, v in config.items() if k not in unused}
 
     def nest(self, config: Config, workload: Workload) -> Nest:
         """The register tile ``oh_block x ow_block x`` the channel block (vectorised); the reduction chunk: the
@@ -215,7 +222,8 @@ class PackedConvTemplate(Template):
             winograd_fused.mark(sch, config)
             return
         if config.get("algorithm") in ("gemm", "rows"):
-            ALTERNATIVES[config["algorithm"]].apply(sch, config, workload, self._layout_transform)
+            ALTERNATIVES[config["algorithm"]].apply(sch, config, workload,
+                                                    config.get("layout_transform", self._layout_transform))
             return
         ob = config[self._block_knob]
         ib = ob if self.depthwise else config["ic_block"]
@@ -326,7 +334,7 @@ class PackedConvTemplate(Template):
         pack_copy(sch, data_pack, {1: ib}, (0, 1, 3, 4, 2), parallel=3)
         if self.depthwise:
             pack_copy(sch, weight_pack, {0: ob}, (0, 2, 3, 4, 1) if grouped else (0, 2, 3, 1), parallel=1)
-        elif config["weight_pack_at"] == "oc_block":  # the loop whose body is one output-channel block
+        elif self._packs_per_block(config):  # the weight's slice packed in the loop whose body is one block
             block_loop = sch.get_loops(conv)[0 if config["parallel"] >= 2 else 1]
             sch.compute_at(weight_pack, block_loop)
             own = loops_below(sch, weight_pack, block_loop)
@@ -337,5 +345,10 @@ class PackedConvTemplate(Template):
                 vectorize_lanes(sch, o)
         else:
             self._pack_weight(sch, weight_pack, ob, ib)
-        if self.depthwise or config["weight_pack_at"] == "root":
+        if self.depthwise or not self._packs_per_block(config):
             mark_prepack(sch, weight_pack)
+
+    @staticmethod
+    def _packs_per_block(config: Config) -> bool:
+        """Whether each output-channel block's weight slice is packed just before the block (in the operator)."""
+        return config["weight_pack_at"] == "oc_block" and config.get("layout_transform", IN_OP) == IN_OP

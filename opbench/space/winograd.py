@@ -4,7 +4,8 @@ The output is cut into ``m x m`` tiles; each tile's ``(m+2) x (m+2)`` input patc
 (``B^T d B``), multiplied channel by channel with the transformed weight (``G g G^T``) as
 ``(m+2)^2`` independent GEMMs (tiles x input channels x output channels), and transformed back
 (``A^T M A``). For F(4x4, 3x3) that is 4x fewer multiplications than the direct convolution; the
-transforms cost memory traffic instead. The weight's transform runs in the operator, timed, one
+transforms cost memory traffic instead. The weight's transform runs in the operator (unless the trial's
+``layout_transform`` is ``weights_prepacked``: then once before, as a model's), timed, one
 output-channel block at a time just before that block's GEMMs, so its slice stays in cache (where the
 whole weight was transformed first, resnet50-c2 took 0.71-0.75 ms against 0.52-0.59 ms, and
 resnet50-c5 6.6-7.6 ms against 0.95-1.1). A model's convolution may instead have its weight transformed
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from opbench.hardware.cpu_shape import current_shape
 from opbench.space import winograd_fused
 from opbench.space._base import Config, Knob, Nest, divisors
+from opbench.space._schedule import WEIGHTS_PREPACKED
 from opbench.space.winograd_stages import TILES, ConvShape, schedule, stages
 from opbench.space.winograd_stages import lanes as _lanes
 from opbench.workloads import Workload
@@ -114,7 +116,7 @@ def arithmetic_flops(config: Config, workload: Workload) -> float:
     gemm = 2 * a * a * p * s.c * s.k
     input_transform = 4 * a ** 3 * p * s.c
     inverse = 2 * (m * a * a + m * m * a) * p * s.k
-    weight = 2 * (9 * a + 3 * a * a) * s.c * s.k if config.get("winograd_in_op", 1) else 0
+    weight = 2 * (9 * a + 3 * a * a) * s.c * s.k if _weight_in_op(config, workload) else 0
     return float(gemm + input_transform + inverse + weight)
 
 
@@ -171,16 +173,16 @@ def deep_enough(shape: ConvShape) -> bool:
     return shape.c * shape.k >= MIN_GEMM_DEPTH * (shape.c + shape.k)
 
 
-def compute(workload: Workload, m: int) -> Any:
+def compute(workload: Workload, m: int, prepacked: bool = False) -> Any:
     """The Winograd PrimFunc of ``workload`` (same signature as its direct one: data, weight -> out), the
-    weight transformed inside it."""
+    weight transformed inside it (``prepacked``: in one stage marked to be split off)."""
     import tvm
     from tvm import te
 
     shape = conv_shape(workload)
     data = te.placeholder((shape.n, shape.c, shape.h, shape.w), "float32", name="data")
     weight = te.placeholder((shape.k, shape.c, 3, 3), "float32", name="weight")
-    conv = stages(data, weight, shape, m, prepacked=False)
+    conv = stages(data, weight, shape, m, prepacked)
     out = te.compute((shape.n, shape.k, shape.oh, shape.ow), lambda *i: conv(i), name="output")
     return tvm.IRModule({"main": te.create_prim_func([data, weight, out])})
 
@@ -189,4 +191,13 @@ def module(workload: Workload, config: Config) -> IRModule:
     """``workload`` as Winograd F(m x m, 3 x 3), scheduled by ``config``'s ``winograd_*`` knobs."""
     if _of_a_model(workload):
         return winograd_fused.scheduled(workload.prim_func(), config)
-    return schedule(compute(workload, config["winograd_tile"]), config, conv_shape(workload), prepacked=False)
+    prepacked = not _weight_in_op(config, workload)
+    return schedule(compute(workload, config["winograd_tile"], prepacked), config, conv_shape(workload), prepacked)
+
+
+def _weight_in_op(config: Config, workload: Workload) -> bool:
+    """Whether the weight's transform runs in the operator: a model's per ``winograd_in_op``, a catalogue conv's
+    unless its ``layout_transform`` is ``weights_prepacked``."""
+    if _of_a_model(workload):
+        return bool(config.get("winograd_in_op", 1))
+    return config.get("layout_transform") != WEIGHTS_PREPACKED
