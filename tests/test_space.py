@@ -425,6 +425,38 @@ def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activat
             np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("spec,knobs", [
+    ("conv2d:n=1,c=16,h=9,w=9,k=128,r=2,s=2,stride=1,pad=0", {"oc_block": 16, "weight_pack_at": "oc_block"}),
+    ("conv2d:n=1,c=16,h=12,w=12,k=32,r=3,s=3,stride=1,pad=1", {"algorithm": "winograd"}),
+    ("conv2d:n=1,c=32,h=8,w=8,k=32,r=1,s=1,stride=1,pad=0", {"algorithm": "gemm"}),
+    ("depthwise_conv2d:n=1,c=32,h=14,w=14,r=3,s=3,stride=2,pad=1", {}),
+])
+def test_a_catalogue_conv_with_its_weight_prepacked_packs_it_outside_and_computes_the_same(spec, knobs):
+    """``layout_transform=weights_prepacked`` on a catalogue conv times what a model's runs: the weight's packing
+    (the direct conv's, even where it would be packed per block; Winograd's transform; the GEMM's panels) is split
+    off, and the operator on the packed weight computes the unpacked one's output; a per-block packing is then
+    not one of the trial's parameters."""
+    import tvm
+
+    from opbench.measure.prepack import prepacked_args, split_prepack
+
+    workload = parse_workload(spec)
+    template = get_template(workload)
+    assert {k.name: k.choices for k in template.knobs(workload)}["layout_transform"] == ("in_op", "weights_prepacked")
+    assert template.default_config(workload)["layout_transform"] == "in_op"
+    config = template.validate({**knobs, "layout_transform": "weights_prepacked"}, workload)
+    assert "weight_pack_at" not in template.parameters(config, workload)
+    split, prepack = split_prepack(template.schedule(workload, config))
+    assert prepack is not None and "layout_rewrite_preproc" not in split["main"].script()
+    arrays = workload.make_inputs()
+    expected = workload.reference(arrays)
+    kernel = tvm.compile(split, "llvm")
+    args = [tvm.runtime.tensor(v) for v in (*arrays, np.zeros_like(expected))]
+    args = prepacked_args(kernel, args, prepack, lambda shape, dtype: tvm.runtime.empty(shape, dtype))
+    kernel["main"](*args)
+    np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 def _facts(isa: tuple[str, ...], l1d_ways: int) -> HostFacts:
     return dataclasses.replace(HostFacts.unknown("other"), isa=isa, l1d_ways=l1d_ways)
 
