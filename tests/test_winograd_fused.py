@@ -46,6 +46,27 @@ def test_winograd_is_offered_to_a_models_3x3_stride_1_convolutions_alone():
         False, False, False, False, True, True]
 
 
+def test_a_models_tuning_tries_first_the_algorithm_its_default_passed_over():
+    """The default's rule (direct below :data:`winograd.MIN_FUSED_TILES` tiles or the GEMM depth) was set on one
+    CPU; a model's tuning study gives its engine the default with the other algorithm before its own picks."""
+    from opbench.engines.loop import enqueue_other_algorithms
+    from opbench.engines.simple import RandomEngine
+
+    for func, other in ((BN_RELU, "winograd"), (RESIDUAL, "winograd")):
+        workload = _workload(func)
+        template = get_template(workload)
+        default = template.default_for(workload, "llvm")
+        assert default["algorithm"] != other
+        assert template.other_algorithms(workload, "llvm") == [{**default, "algorithm": other}]
+        engine = RandomEngine(template.search_space(workload), 1, seed=0)
+        enqueue_other_algorithms(engine, workload, template, Resources(1))
+        first = engine.ask(1)[0]
+        assert template.validate(first.config, workload) == template.validate({**default, "algorithm": other}, workload)
+    for func in NOT_OFFERED[:2]:  # strided: nothing besides the direct convolution
+        workload = _workload(func)
+        assert get_template(workload).other_algorithms(workload, "llvm") == []
+
+
 @pytest.mark.slow
 def test_fused_winograd_kernels_match_the_fused_operator(build_checker):
     """Both tiles, register tiles that leave a partial step, each epilogue, the weight transformed in the operator

@@ -101,6 +101,13 @@ def enqueue_default(engine: Engine, workload: Workload, template: Template, reso
     engine.enqueue(template.default_for(workload, resources.target), resources.threads)
 
 
+def enqueue_other_algorithms(engine: Engine, workload: Workload, template: Template, resources: Resources) -> None:
+    """Give a study that went on from the template default, next, that default with each other algorithm the
+    template offers (:meth:`Template.other_algorithms`), each one of the study's trials."""
+    for config in template.other_algorithms(workload, resources.target):
+        engine.enqueue(config, resources.threads)
+
+
 def template_check(workload: Workload, template: Template) -> Callable[[Proposal], None]:
     """The check that ``template`` takes a proposal's config for ``workload``."""
     def check(proposal: Proposal) -> None:

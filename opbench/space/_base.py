@@ -159,6 +159,11 @@ class Template(ABC):
         with shaped_for(target):
             return self.default_config(workload)
 
+    def other_algorithms(self, workload: Workload, target: str) -> list[Config]:
+        """:meth:`default_for` with each algorithm the space offers besides the default's (none here): a trial of
+        each tells whether one the default's rule passed over pays on this CPU."""
+        return []
+
     def nest(self, config: Config, workload: Workload) -> Nest | None:
         """The compute nest a validated ``config`` makes on ``workload`` (None: the template does not say)."""
         return None

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opbench.engines.loop import run_tuning
+from opbench.engines.loop import enqueue_other_algorithms, run_tuning
 from opbench.engines.registry import EngineSpec, create_engine
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import Resources, set_tvm_threads
@@ -178,9 +178,10 @@ def _operator_records(spec: ModelTuneSpec, tunable: list[FusedOp], workloads: di
         workload = workloads[op.name]
         log.info("--- %s: %.1f%% of the model after the defaults, %d trials", workload.name,
                  100 * op.calls * after_ms[op.name] / total_ms, spec.trials_per_op)
-        template = get_template(workload)  # its default was measured above: the engine goes on from there
+        template = get_template(workload)  # its default was measured above: the engine goes on from there,
         engine = create_engine(spec.engine, template.search_space(workload), workload, template, resources,
                                f"{study}-{op.name}")
+        enqueue_other_algorithms(engine, workload, template, resources)  # first: the default's other algorithms
         records[op.name] += run_tuning(engine, workload, spec.trials_per_op, measurer, sink, resources)
         engine.close()
     if cache is not None:
