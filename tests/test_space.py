@@ -249,16 +249,19 @@ def test_packed_templates_build_correct_kernels_on_odd_shapes(build_checker):
     for name in PACKED_ODD:
         w = parse_workload(name)
         template = get_template(w)
-        configs = [{}, *weighted_configs(w, 1, PACKED_CRITICAL, first=len(specs), template=template)]
-        if w.op.name == "conv2d":  # the tuned point again, its weight packed the other way
-            other = "root" if configs[1]["weight_pack_at"] == "oc_block" else "oc_block"
-            configs.append({**configs[1], "weight_pack_at": other})
+        tuned = {**weighted_configs(w, 1, PACKED_CRITICAL, first=len(specs), template=template)[0], "layout_transform": "in_op"}
+        configs = [{}, tuned, {**tuned, "layout_transform": "weights_prepacked"}]  # ... and its weight packed before
+        if w.op.name == "conv2d":  # the tuned point again, its weight packed the other way in the operator
+            configs.append({**tuned, "weight_pack_at": "root" if tuned["weight_pack_at"] == "oc_block" else "oc_block"})
         specs += [TrialSpec(w, config, Resources(1 + index % 2), template.name) for index, config in enumerate(configs)]
     records = build_checker.measure_batch(specs)
     wrong = failures(records)
     assert not wrong, wrong[:3]
-    assert {r["knob.layout_transform"] for r in records} == {"in_op"}  # where the packing runs is in the record
-    assert {r.get("knob.weight_pack_at") for r in records if r["workload"].startswith("conv2d")} == {"root", "oc_block"}
+    # where the packing runs is in the record, and a prepacked weight's packing is split off (its bytes recorded)
+    assert [r["knob.layout_transform"] == "weights_prepacked" for r in records] == [
+        (r.get("mem.prepacked") or 0) > 0 for r in records] and len({r["knob.layout_transform"] for r in records}) == 2
+    in_op_convs = [r for r in records if r["workload"].startswith("conv2d") and r["knob.layout_transform"] == "in_op"]
+    assert {r["knob.weight_pack_at"] for r in in_op_convs} == {"root", "oc_block"}
 
 
 @pytest.mark.slow

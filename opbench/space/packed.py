@@ -1,26 +1,24 @@
 """Packed-layout (NCHW[x]c) convolution templates for CPUs, after TVM's x86 ``conv2d_NCHWc``.
 
-The operator keeps its NCHW signature; the template packs inside it, so a standalone catalogue
-operator counts every layout transform it needs (the record says so: ``layout_transform=in_op``)::
+The operator keeps its NCHW signature; the template packs inside it, so a standalone catalogue operator counts
+every layout transform it needs (``layout_transform=in_op``, its default; ``weights_prepacked``: as a model's)::
 
     data   NCHW  -> (N, C/ic, H+2p, W+2p, ic)   padding done by the packing copy
     weight OIHW  -> (O/oc, I/ic, R, S, ic, oc)   depthwise: CRS -> (C/c, R, S, c), C1RS -> (C/c, 1, R, S, c)
     conv   n | oc_outer | y_outer | x_outer | reduction | y_inner | x_inner | oc_inner (vectorised)
 
-The accumulator is a register tile of ``oh_block x ow_block x oc_block`` values in the packed
-order, written back to NCHW once its reduction is done, in vectors along the output's width (left to LLVM, the
-write-back of a 3-channel 3x3 stem with its bias and ReLU took gathers over the channels: VGG-16's ran 3.5x
-slower). On a model's fused operator
-(``fused_conv2d_nchwc``) the epilogue after the convolution (batch norm, bias, residual add, ReLU)
-is inlined into that write-back, and the prologue (padding) into the data packing; the weight
-packing is marked as a layout rewrite, which a model built with the schedule runs once at build time
-on its constant weights (:func:`opbench.studies.models.tuned.apply_database`), and a trial of the
-operator once before timing it (``layout_transform=weights_prepacked``; activations stay in the op).
-A catalogue conv may instead pack each output-channel block's slice of the weight just before it
-computes that block (``weight_pack_at=oc_block``), while the slice is in cache. Block sizes are
-divisors of their extents, so every point of the space applies; channel counts the vector width
-does not divide (3, 24, 40) take the divisors they have. The one exception: an output width with no divisor
-from 4 to 16 (17) also takes column tiles that do not divide it, the last one predicated.
+The accumulator is a register tile of ``oh_block x ow_block x oc_block`` values in the packed order, written back
+to NCHW once its reduction is done, in vectors along the output's width (left to LLVM, the write-back of a
+3-channel 3x3 stem with its bias and ReLU took gathers over the channels: VGG-16's ran 3.5x slower). On a model's
+fused operator (``fused_conv2d_nchwc``) the epilogue (batch norm, bias, residual add, ReLU) is inlined into that
+write-back, the prologue (padding) into the data packing; the weight packing is marked as a layout rewrite, which
+a model built with the schedule runs once at build time on its constant weights
+(:func:`opbench.studies.models.tuned.apply_database`), and a ``weights_prepacked`` trial once before timing it
+(activations stay in the op). A catalogue conv packing in the op may pack each output-channel block's slice of the
+weight just before it computes that block (``weight_pack_at=oc_block``), while the slice is in cache. Block sizes
+are divisors of their extents, so every point of the space applies; channel counts the vector width does not
+divide (3, 24, 40) take the divisors they have. The one exception: an output width with no divisor from 4 to 16
+(17) also takes column tiles that do not divide it, the last one predicated.
 """
 from __future__ import annotations
 
@@ -86,9 +84,6 @@ class PackedConvTemplate(Template):
         default, and may take it packed as a model's (:data:`WEIGHTS_PREPACKED`: what a model runs is timed)."""
         return WEIGHTS_PREPACKED if self.op.startswith("fused") else IN_OP
 
-    def _layout_transforms(self) -> tuple[str, ...]:
-        return (WEIGHTS_PREPACKED,) if self.op.startswith("fused") else LAYOUT_TRANSFORMS
-
     @property
     def _block_knob(self) -> str:
         """The knob of the vectorised channel block: output channels (depthwise: the channels)."""
@@ -115,8 +110,7 @@ class PackedConvTemplate(Template):
                                                              "outside/inside the window (rs)"))
             knobs.append(Knob("weight_pack_at", WEIGHT_PACK_AT if self._layout_transform == IN_OP else ("root",),
                               "where the weight is packed in the operator: all of it before the convolution (root), "
-                              "or each output-channel block's slice just before that block, while it is in cache "
-                              "(oc_block); prepacked weights are packed whole"))
+                              "or each output-channel block's slice just before that block, in cache (oc_block)"))
         alternative = self._alternative(workload)
         if alternative:
             knobs += [Knob("algorithm", ("direct", alternative), f"direct (packed NCHW[x]c) or {alternative}; the "
@@ -131,9 +125,8 @@ class PackedConvTemplate(Template):
             Knob("parallel", (0, 1, 2, 3), "how many outer loops (batch, channel blocks, output rows) are fused "
                                            "and parallelised"),
             Knob("unroll_max_step", UNROLL_STEPS, "pragma_auto_unroll_max_step on the outer loop"),
-            Knob("layout_transform", self._layout_transforms(), "where the weight is packed: in the operator, timed "
-                                                                "(in_op), or once before (weights_prepacked: as a "
-                                                                "model's constant)"),
+            Knob("layout_transform", LAYOUT_TRANSFORMS if self._layout_transform == IN_OP else (WEIGHTS_PREPACKED,),
+                 "where the weight is packed: in the operator, timed (in_op), or once before (as a model's constant)"),
         ]
         return knobs
 
@@ -163,26 +156,21 @@ class PackedConvTemplate(Template):
         return config
 
     def other_algorithms(self, workload: Workload, target: str) -> list[Config]:
-        """The default with the other of direct and :meth:`_alternative` (Winograd on a 3x3 stride-1 conv: the
-        default's depth rule was set on a Xeon, where ResNet-18's 64-channel 56x56 conv ran 0.73 ms as Winograd
-        against 0.69 direct; on a Zen 4 that conv takes 0.50 against 1.07 ms)."""
-        alternative = self._alternative(workload)
-        if not alternative:
-            return []
-        default = self.default_for(workload, target)
-        return [{**default, "algorithm": "direct" if default["algorithm"] == alternative else alternative}]
+        """The default with the other of direct and :meth:`_alternative` (the Winograd default's depth rule was
+        set on one CPU: docs/workloads-and-templates.md#fused-winograd)."""
+        alternative, default = self._alternative(workload), self.default_for(workload, target)
+        return [{**default, "algorithm": "direct" if default["algorithm"] == alternative else alternative}
+                ] if alternative else []
 
     def parameters(self, config: Config, workload: Workload) -> Config:
         """The knobs the config's algorithm uses: an alternative's (Winograd's, the GEMM's), or the direct
         convolution's."""
         alternative = self._alternative(workload)
+        own = ALTERNATIVES[alternative].KNOBS if alternative else ()
         if alternative and config.get("algorithm") == alternative:  # (a record from before the knob existed: direct)
-            own = ALTERNATIVES[alternative].KNOBS
             return {k: v for k, v in config.items() if k in {*own, "algorithm", "layout_transform"}}
-        unused = set(ALTERNATIVES[alternative].KNOBS) if alternative else set()
-        if config.get("layout_transform") == WEIGHTS_PREPACKED:
-            unused.add("weight_pack_at")  # a prepacked weight is packed whole, outside the operator
-        return {k: v for k, v in config.items() if k not in unused}
+        prepacked = config.get("layout_transform") == WEIGHTS_PREPACKED  # the weight packed whole, outside the op
+        return {k: v for k, v in config.items() if k not in own and not (prepacked and k == "weight_pack_at")}
 
     def nest(self, config: Config, workload: Workload) -> Nest:
         """The register tile ``oh_block x ow_block x`` the channel block (vectorised); the reduction chunk: the
@@ -340,11 +328,14 @@ class PackedConvTemplate(Template):
     def _place_packs(self, sch: Schedule, conv: Any, config: Config, data_pack: Any, weight_pack: Any, grouped: bool,
                      ob: int, ib: int) -> None:
         """The packing copies run in the packed order (stores contiguous, the channel block vectorised); the
-        weight's at the root (packed once by a model: prepacked) or per output-channel block."""
+        weight's at the root (packed once by a model, or a prepacked trial) or, in the operator, per output-channel
+        block."""
+        per_block = not self.depthwise and config["weight_pack_at"] == "oc_block" and config.get(
+            "layout_transform", IN_OP) == IN_OP
         pack_copy(sch, data_pack, {1: ib}, (0, 1, 3, 4, 2), parallel=3)
         if self.depthwise:
             pack_copy(sch, weight_pack, {0: ob}, (0, 2, 3, 4, 1) if grouped else (0, 2, 3, 1), parallel=1)
-        elif self._packs_per_block(config):  # the weight's slice packed in the loop whose body is one block
+        elif per_block:  # the loop whose body is one output-channel block
             block_loop = sch.get_loops(conv)[0 if config["parallel"] >= 2 else 1]
             sch.compute_at(weight_pack, block_loop)
             own = loops_below(sch, weight_pack, block_loop)
@@ -355,10 +346,5 @@ class PackedConvTemplate(Template):
                 vectorize_lanes(sch, o)
         else:
             self._pack_weight(sch, weight_pack, ob, ib)
-        if self.depthwise or not self._packs_per_block(config):
+        if self.depthwise or not per_block:
             mark_prepack(sch, weight_pack)
-
-    @staticmethod
-    def _packs_per_block(config: Config) -> bool:
-        """Whether each output-channel block's weight slice is packed just before the block (in the operator)."""
-        return config["weight_pack_at"] == "oc_block" and config.get("layout_transform", IN_OP) == IN_OP
