@@ -392,10 +392,9 @@ def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activat
     are weights; a batched matmul's operands are activations. The plain read, packed in the operator
     or once before it (``weights_prepacked``: the packing split off), computes what the unpacked
     operator does."""
-    import tvm
     from tvm import te
 
-    from opbench.measure.prepack import Prepack, prepacked_args, split_prepack
+    from opbench.measure.prepack import Prepack, split_prepack
     from opbench.space._base import split_factors
     from opbench.space.fused_matmul import FusedMatmulTemplate
     from opbench.space.fused_matmul import weight_read_of as weight_read
@@ -421,11 +420,20 @@ def test_the_fused_matmul_packs_a_weight_read_plain_or_transposed_and_no_activat
         split, prepack = split_prepack(mod)
         assert prepack == Prepack(1, (40 // nb, 24, nb), "float32") and "layout_rewrite_preproc" not in split["main"].script()
         for built, packing in ((mod, None), (split, prepack)):
-            kernel = tvm.compile(built, "llvm")
-            args = [tvm.runtime.tensor(v) for v in (*arrays, np.zeros_like(expected))]
-            args = prepacked_args(kernel, args, packing, lambda shape, dtype: tvm.runtime.empty(shape, dtype))
-            kernel["main"](*args)
-            np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-5, atol=1e-5)
+            _check_output(built, packing, arrays, expected, 1e-5)
+
+
+def _check_output(mod, prepack, arrays, expected, tol: float) -> None:
+    """``mod`` built for this CPU computes ``expected`` from ``arrays`` (``prepack``'s weight packed first)."""
+    import tvm
+
+    from opbench.measure.prepack import prepacked_args
+
+    kernel = tvm.compile(mod, "llvm")
+    args = [tvm.runtime.tensor(v) for v in (*arrays, np.zeros_like(expected))]
+    args = prepacked_args(kernel, args, prepack, lambda shape, dtype: tvm.runtime.empty(shape, dtype))
+    kernel["main"](*args)
+    np.testing.assert_allclose(args[-1].numpy(), expected, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("spec,knobs", [
@@ -439,9 +447,7 @@ def test_a_catalogue_conv_with_its_weight_prepacked_packs_it_outside_and_compute
     (the direct conv's, even where it would be packed per block; Winograd's transform; the GEMM's panels) is split
     off, and the operator on the packed weight computes the unpacked one's output; a per-block packing is then
     not one of the trial's parameters."""
-    import tvm
-
-    from opbench.measure.prepack import prepacked_args, split_prepack
+    from opbench.measure.prepack import split_prepack
 
     workload = parse_workload(spec)
     template = get_template(workload)
@@ -452,12 +458,7 @@ def test_a_catalogue_conv_with_its_weight_prepacked_packs_it_outside_and_compute
     split, prepack = split_prepack(template.schedule(workload, config))
     assert prepack is not None and "layout_rewrite_preproc" not in split["main"].script()
     arrays = workload.make_inputs()
-    expected = workload.reference(arrays)
-    kernel = tvm.compile(split, "llvm")
-    args = [tvm.runtime.tensor(v) for v in (*arrays, np.zeros_like(expected))]
-    args = prepacked_args(kernel, args, prepack, lambda shape, dtype: tvm.runtime.empty(shape, dtype))
-    kernel["main"](*args)
-    np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-4, atol=1e-4)
+    _check_output(split, prepack, arrays, workload.reference(arrays), 1e-4)
 
 
 def _facts(isa: tuple[str, ...], l1d_ways: int) -> HostFacts:

@@ -181,7 +181,7 @@ def _operator_records(spec: ModelTuneSpec, tunable: list[FusedOp], workloads: di
         template = get_template(workload)  # its default was measured above: the engine goes on from there,
         engine = create_engine(spec.engine, template.search_space(workload), workload, template, resources,
                                f"{study}-{op.name}")
-        enqueue_other_algorithms(engine, workload, template, resources)  # first: the default's other algorithms
+        enqueue_other_algorithms(engine, workload, template, resources)  # ... trying first its other algorithms
         records[op.name] += run_tuning(engine, workload, spec.trials_per_op, measurer, sink, resources)
         engine.close()
     if cache is not None:
