@@ -813,6 +813,10 @@ def test_tune_model_at_batch_buckets_runs_a_size_between_them_verified_against_e
         assert m["verified_speedup_vs_torch_min"] == m["verified_speedup_vs_torch"] == m["verified_speedup_vs_torch_max"]
         assert m["verified_speedup_vs_torch"] == pytest.approx(m["verified_torch_ms"] / m["verified_best_ms"])
         assert parent.tags["claim_vs_torch"] in ("holds", "does not hold")
+        frame = read_mlflow([f"{study}-{tag}{bucket}"], tracking_uri)
+        counts = frame["workload"].value_counts()
+        key_op = frame[frame["workload"] == counts.index[0]]  # the key operator: its default, then one trial ...
+        assert len(key_op) == 2 and key_op["knob.algorithm"].nunique() == 2  # ... of its other algorithm, tried first
     exp = client.get_experiment_by_name(study)
     metrics = client.search_runs([exp.experiment_id])[0].data.metrics
     assert metrics[f"bucket_{tag}6"] == 8 and metrics[f"max_abs_err_{tag}6"] < 1e-3 and metrics[f"tuned_vs_eager_{tag}6"] > 0

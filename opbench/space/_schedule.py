@@ -11,6 +11,13 @@ PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"  # a weight layout r
 IN_OP = "in_op"  # all inside the operator, timed with it (a catalogue operator: its weight is an input)
 WEIGHTS_PREPACKED = "weights_prepacked"  # the weight packed once, untimed, as in a model built with the schedule
 LAYOUT_TRANSFORMS = (IN_OP, WEIGHTS_PREPACKED)
+
+
+def default_layout_transform(op: str) -> str:
+    """A model's operator takes its weight packed (a constant); a catalogue one packs it in the op by default."""
+    return WEIGHTS_PREPACKED if op.startswith("fused") else IN_OP
+
+
 # A default register tile's width in vectors (a conv's output channels, a matmul's columns): each value
 # broadcast from the other operand feeds this many FMAs, the rest of the accumulators hold its rows
 # (docs/workloads-and-templates.md#register-tiles).

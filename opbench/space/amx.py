@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Nest, Template
-from opbench.space._schedule import IN_OP, LAYOUT_TRANSFORMS, WEIGHTS_PREPACKED, vectorize_lanes
+from opbench.space._schedule import LAYOUT_TRANSFORMS, default_layout_transform, vectorize_lanes
 from opbench.space.dot_product import (
     LLVM_IMPORT,
     ORDER_AND_LAYOUT_KNOBS,
@@ -219,7 +219,7 @@ class AmxTemplate(Template):
         m, n, k = self._sizes(workload)
         blocks, chunk = self.knobs(workload)[0].choices, DEFAULT_CHUNK_BYTES // ELEMENT_BYTES[self.dtype]
         return {"block": blocks[-1], "k_chunk": multiples(k, k_step(self.dtype), chunk)[-1], "rows_outer": 0,
-                "layout_transform": WEIGHTS_PREPACKED if self.op.startswith("fused") else IN_OP}
+                "layout_transform": default_layout_transform(self.op)}
 
     def parameter_vocabulary(self) -> dict[str, tuple | None]:
         return {"block": BLOCKS, "k_chunk": None, "rows_outer": None, "layout_transform": LAYOUT_TRANSFORMS}

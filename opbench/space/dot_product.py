@@ -25,9 +25,9 @@ from opbench.hardware.cpu_shape import current_shape
 from opbench.hardware.peak import peak_kernel as generic_peak_kernel
 from opbench.space._base import Config, Knob, Nest, Template, divisors
 from opbench.space._schedule import (
-    IN_OP,
     LAYOUT_TRANSFORMS,
     WEIGHTS_PREPACKED,
+    default_layout_transform,
     inline_around_anchor,
     mark_prepack,
     pack_copy,
@@ -253,7 +253,7 @@ class DotProductTemplate(Template):
         m, n, k, dot = self._sizes(workload)
         return {"row_block": divisors(m, 4)[-1], "col_block": multiples(n, COLUMN_UNIT, 2 * dot.lanes)[-1],
                 "k_chunk": multiples(k, STEP_UNIT, 256)[-1], "rows_outer": 0,
-                "layout_transform": WEIGHTS_PREPACKED if self.op.startswith("fused") else IN_OP}
+                "layout_transform": default_layout_transform(self.op)}
 
     def parameter_vocabulary(self) -> dict[str, tuple | None]:
         return {"row_block": None, "col_block": None, "k_chunk": None, "rows_outer": None,

@@ -35,6 +35,7 @@ from opbench.space._schedule import (
     LAYOUT_TRANSFORMS,
     TILE_VECTORS,
     WEIGHTS_PREPACKED,
+    default_layout_transform,
     fold_into_write,
     loops_below,
     mark_prepack,
@@ -78,11 +79,9 @@ class PackedConvTemplate(Template):
     depthwise: bool = False
     predicated_columns: bool = True  # column tiles that do not divide the width (a tensorized block takes none)
 
-    @property
-    def _layout_transform(self) -> str:
-        """A model's convolution takes its weight packed (a constant); a catalogue one packs it in the op by
-        default, and may take it packed as a model's (:data:`WEIGHTS_PREPACKED`: what a model runs is timed)."""
-        return WEIGHTS_PREPACKED if self.op.startswith("fused") else IN_OP
+    def _layout(self, config: Config) -> str:
+        """Where ``config`` packs the weight (a config from before the knob: the operator's default)."""
+        return config.get("layout_transform", default_layout_transform(self.op))
 
     @property
     def _block_knob(self) -> str:
@@ -103,12 +102,13 @@ class PackedConvTemplate(Template):
                       f"({ext['k']} channels; the vectorised loop)")]
         knobs.append(Knob("packed_output", (0, 1), "1: the accumulator goes to a packed output that a copy "
                                                    "unpacks; 0: it is written to NCHW directly"))
+        in_op = default_layout_transform(self.op) == IN_OP
         if not self.depthwise:
             knobs.append(Knob("ic_block", divisors(ext["c"], CHANNEL_BLOCK_CAP),
                               f"input-channel block of the packed layout ({ext['c']} channels)"))
             knobs.append(Knob("reduce_order", REDUCE_ORDERS, "reduction loop order: input-channel chunks (c) "
                                                              "outside/inside the window (rs)"))
-            knobs.append(Knob("weight_pack_at", WEIGHT_PACK_AT if self._layout_transform == IN_OP else ("root",),
+            knobs.append(Knob("weight_pack_at", WEIGHT_PACK_AT if in_op else ("root",),
                               "where the weight is packed in the operator: all of it before the convolution (root), "
                               "or each output-channel block's slice just before that block, in cache (oc_block)"))
         alternative = self._alternative(workload)
@@ -125,7 +125,7 @@ class PackedConvTemplate(Template):
             Knob("parallel", (0, 1, 2, 3), "how many outer loops (batch, channel blocks, output rows) are fused "
                                            "and parallelised"),
             Knob("unroll_max_step", UNROLL_STEPS, "pragma_auto_unroll_max_step on the outer loop"),
-            Knob("layout_transform", LAYOUT_TRANSFORMS if self._layout_transform == IN_OP else (WEIGHTS_PREPACKED,),
+            Knob("layout_transform", LAYOUT_TRANSFORMS if in_op else (WEIGHTS_PREPACKED,),
                  "where the weight is packed: in the operator, timed (in_op), or once before (as a model's constant)"),
         ]
         return knobs
@@ -141,13 +141,13 @@ class PackedConvTemplate(Template):
         ob = TILE_VECTORS * shape.fp32_lanes if wide else _largest(ext["k"], shape.fp32_lanes)
         config: Config = {self._block_knob: ob, "packed_output": 0, "parallel": 3}
         if not self.depthwise:
-            fused = self._layout_transform == IN_OP and ext["k"] // ob >= PACK_PER_BLOCK_MIN_BLOCKS
+            fused = default_layout_transform(self.op) == IN_OP and ext["k"] // ob >= PACK_PER_BLOCK_MIN_BLOCKS
             config.update(ic_block=_largest(ext["c"], shape.fp32_lanes), reduce_order="c_rs_c",
                           weight_pack_at="oc_block" if fused else "root", parallel=2 if fused else 3)
         vectors = TILE_VECTORS if wide else 1
         columns = shape.accumulators_beside(vectors + 1) // vectors
         config.update(ow_block=default_column_tile(ext["ow"], columns, self.predicated_columns), oh_block=1,
-                      unroll_window=0, unroll_max_step=16, layout_transform=self._layout_transform)
+                      unroll_window=0, unroll_max_step=16, layout_transform=default_layout_transform(self.op))
         alternative = self._alternative(workload)
         if alternative:
             module = ALTERNATIVES[alternative]
@@ -220,8 +220,7 @@ class PackedConvTemplate(Template):
             winograd_fused.mark(sch, config)
             return
         if config.get("algorithm") in ("gemm", "rows"):
-            ALTERNATIVES[config["algorithm"]].apply(sch, config, workload,
-                                                    config.get("layout_transform", self._layout_transform))
+            ALTERNATIVES[config["algorithm"]].apply(sch, config, workload, self._layout(config))
             return
         ob = config[self._block_knob]
         ib = ob if self.depthwise else config["ic_block"]
@@ -330,8 +329,7 @@ class PackedConvTemplate(Template):
         """The packing copies run in the packed order (stores contiguous, the channel block vectorised); the
         weight's at the root (packed once by a model, or a prepacked trial) or, in the operator, per output-channel
         block."""
-        per_block = not self.depthwise and config["weight_pack_at"] == "oc_block" and config.get(
-            "layout_transform", IN_OP) == IN_OP
+        per_block = not self.depthwise and config["weight_pack_at"] == "oc_block" and self._layout(config) == IN_OP
         pack_copy(sch, data_pack, {1: ib}, (0, 1, 3, 4, 2), parallel=3)
         if self.depthwise:
             pack_copy(sch, weight_pack, {0: ob}, (0, 2, 3, 4, 1) if grouped else (0, 2, 3, 1), parallel=1)
