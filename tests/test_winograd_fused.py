@@ -3,9 +3,11 @@ correct kernels with every kind of epilogue and register tile, its features, and
 (A whole model built with it is checked against PyTorch in tests/test_models.py.)"""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from opbench.hardware.cpu_shape import CpuShape, shaped_for
+from opbench.hardware.cpu_shape import CpuShape, record_shape, shaped_for
 from opbench.hardware.resources import Resources
 from opbench.measure.types import TrialSpec
 from opbench.space import get_template, winograd, winograd_fused
@@ -38,12 +40,29 @@ def test_winograd_is_offered_to_a_models_3x3_stride_1_convolutions_alone():
     # each transformed weight is read once per output tile: with fewer than 16 tiles the direct one is the default
     assert winograd.tiles(winograd.conv_shape(_workload(BN_RELU)), 4) == 4
     assert get_template(_workload(BN_RELU)).default_config(_workload(BN_RELU))["algorithm"] == "direct"
-    # ... and with channels too few for the GEMMs to outweigh the transforms (YOLOv3-tiny's 16 -> 32 at 208x208 took
-    # 3.2x the direct one's time; ResNet-50's 128 -> 128 at 28x28 0.72x)
+    # ... and with channels too few for the GEMMs to outweigh the transforms (on a Xeon, YOLOv3-tiny's 16 -> 32 at
+    # 208x208 took 3.2x the direct one's time, ResNet-50's 128 -> 128 at 28x28 0.72x; on a Zen 4, whose FMA units
+    # run AVX-512 at half width, ResNet-18's 64 -> 64 at 56x56 took 0.47x)
     shape = lambda c, k, size: winograd.ConvShape(1, c, size, size, k, 1, size, size)
-    assert [winograd.deep_enough(shape(c, k, size)) for c, k, size in
-            ((16, 32, 208), (32, 64, 104), (64, 128, 52), (64, 64, 56), (128, 128, 28), (128, 256, 26))] == [
-        False, False, False, False, True, True]
+    convs = ((16, 32, 208), (32, 64, 104), (64, 128, 52), (64, 64, 56), (128, 128, 28), (128, 256, 26))
+    for cpu, deep in ((CpuShape(512, 32), [False, False, False, False, True, True]),
+                      (CpuShape(512, 32, datapath_bits=256), [False, False, True, True, True, True])):
+        with shaped_for(cpu):
+            assert [winograd.deep_enough(shape(c, k, size)) for c, k, size in convs] == deep
+
+
+def test_a_cpu_that_runs_avx512_at_half_width_says_so():
+    from opbench.hardware.resources import host_facts
+
+    avx512 = ("avx512f", "avx2", "fma")
+    widths = {cpu_id: CpuShape.of(replace(host_facts(), cpu_id=cpu_id, isa=isa)).fma_bits for cpu_id, isa in (
+        ("AuthenticAMD/25.17.1", avx512), ("AuthenticAMD/26.2.1", avx512), ("GenuineIntel/6.143.8", avx512),
+        ("AuthenticAMD/25.1.1", ("avx2", "fma")))}
+    assert widths == {"AuthenticAMD/25.17.1": 256, "AuthenticAMD/26.2.1": 512, "GenuineIntel/6.143.8": 512,
+                      "AuthenticAMD/25.1.1": 256}  # Zen 4; Zen 5 and a Xeon whole; Zen 3 has no AVX-512
+    record = {"feat.avx512": 1.0, "feat.avx2": 1.0}  # a record's CPU, as its features and device key say
+    assert [record_shape({**record, "device_key": f"{cpu_id}/2c/0123abcd"}).fma_bits
+            for cpu_id in ("AuthenticAMD/25.17.1", "GenuineIntel/6.143.8")] == [256, 512]
 
 
 def test_a_models_tuning_tries_first_the_algorithm_its_default_passed_over():

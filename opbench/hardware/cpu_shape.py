@@ -1,5 +1,5 @@
-"""What shapes a CPU kernel's micro-kernel: the vector width and registers of the CPU it runs on, its
-L1 data cache's associativity and its L2's size. Read from the host (or a board preset), never assumed from one vendor;
+"""What shapes a CPU kernel's micro-kernel: the vector width and registers of the CPU it runs on, how wide its FMA
+units run a vector, its L1 data cache's associativity and its L2's size. Read from the host (or a board preset), never assumed from one vendor;
 template defaults and schedule helpers read :func:`current_shape`, which a build for another target sets."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import contextlib
 import contextvars
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from opbench.hardware.resources import HostFacts, host_facts
@@ -15,18 +15,28 @@ from opbench.hardware.targets import BOARDS
 
 DEFAULT_L1D_WAYS = 8  # when the host does not say (a remote device's report, a non-Linux host)
 DEFAULT_L2_KB = 512
+# CPUs (HostFacts.cpu_id prefixes) whose FMA units run a 512-bit vector as two 256-bit halves: AMD Zen 4 (family 25;
+# Zen 5, family 26, runs it whole)
+HALF_WIDTH_AVX512 = ("AuthenticAMD/25.",)
 
 
 @dataclass(frozen=True)
 class CpuShape:
-    """A CPU's SIMD registers (width in bits, how many), its L1 data cache's ways, its L2's size and the ISA flags
-    a template may choose an instruction by (``avx512_vnni``, ``avx2``)."""
+    """A CPU's SIMD registers (width in bits, how many), its L1 data cache's ways, its L2's size, the ISA flags
+    a template may choose an instruction by (``avx512_vnni``, ``avx2``) and the width its FMA units run a vector
+    at (``datapath_bits``; 0: the register's)."""
 
     vector_bits: int
     vector_registers: int
     l1d_ways: int = DEFAULT_L1D_WAYS
     l2_kb: float = DEFAULT_L2_KB
     isa: frozenset[str] = frozenset()
+    datapath_bits: int = 0
+
+    @property
+    def fma_bits(self) -> int:
+        """How wide a vector FMA is executed: per cycle and unit, the CPU multiplies-adds this many bits."""
+        return self.datapath_bits or self.vector_bits
 
     @property
     def fp32_lanes(self) -> int:
@@ -45,9 +55,15 @@ class CpuShape:
 
     @classmethod
     def of(cls, facts: HostFacts) -> CpuShape:
-        """The shape a CPU's ISA flags and caches give (:meth:`of_isa`)."""
+        """The shape a CPU's ISA flags, caches and identity give (:meth:`of_isa`, :meth:`of_cpu`)."""
         return cls.of_isa(set(facts.isa), facts.l1d_ways or DEFAULT_L1D_WAYS,
-                          facts.l2_kb if facts.l2_kb > 0 else DEFAULT_L2_KB)  # (NaN: not known)
+                          facts.l2_kb if facts.l2_kb > 0 else DEFAULT_L2_KB).of_cpu(facts.cpu_id)  # (NaN: not known)
+
+    def of_cpu(self, cpu_id: str) -> CpuShape:
+        """This shape on the CPU ``cpu_id`` names (``HostFacts.cpu_id``, a device key's first part): its AVX-512 at
+        half width where that is one of :data:`HALF_WIDTH_AVX512`."""
+        half = self.vector_bits == 512 and cpu_id.startswith(HALF_WIDTH_AVX512)
+        return replace(self, datapath_bits=256) if half else self
 
     @classmethod
     def of_isa(cls, isa: set[str], l1d_ways: int = DEFAULT_L1D_WAYS, l2_kb: float = DEFAULT_L2_KB) -> CpuShape:
@@ -63,7 +79,7 @@ class CpuShape:
 def record_shape(record: Mapping[str, Any]) -> CpuShape:
     """The shape of the CPU a record's kernel ran on: its board's (the record's target names the board's
     triple and CPU), else what the record's host features say (``feat.avx512``, ``feat.avx2``, an AArch64
-    triple); this host's when the record says neither."""
+    triple; its device key's CPU); this host's when the record says neither."""
     target = target_fields(record.get("target"))
     triple, mcpu = str(target.get("mtriple", "")), str(target.get("mcpu", ""))
     board = next((b for b in BOARDS.values() if (b.triple, b.mcpu) == (triple, mcpu)), None)
@@ -72,7 +88,8 @@ def record_shape(record: Mapping[str, Any]) -> CpuShape:
     if "feat.avx2" not in record and not triple:
         return CpuShape.of(host_facts())
     isa = {flag for flag, column in (("avx512f", "feat.avx512"), ("avx2", "feat.avx2")) if record.get(column) == 1.0}
-    return CpuShape.of_isa(isa | ({"asimd"} if triple.startswith("aarch64") else set()))
+    shape = CpuShape.of_isa(isa | ({"asimd"} if triple.startswith("aarch64") else set()))
+    return shape.of_cpu(str(record.get("device_key") or ""))
 
 
 def target_fields(target: Any) -> dict[str, Any]:

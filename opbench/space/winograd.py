@@ -47,7 +47,8 @@ DEFAULT_ROWS_CAP = 8
 # channels), F(4x4) on 28x28 and 56x56 (128 and 64 channels); any value from 11 to 68 orders them so.
 WEIGHT_TILES = 27
 MIN_FUSED_TILES = 16  # a model's conv with fewer output tiles stays direct by default (preferred())
-# ... and one whose GEMMs do fewer multiply-adds per value its transforms move, C * K / (C + K), than this
+# ... and one whose GEMMs do fewer multiply-adds per value its transforms move, C * K / (C + K), than this on a CPU
+# whose FMA units run 512 bits (set on a Xeon), in proportion on a narrower one (deep_enough)
 MIN_GEMM_DEPTH = 48
 
 
@@ -169,8 +170,12 @@ def preferred(workload: Workload) -> bool:
 
 def deep_enough(shape: ConvShape) -> bool:
     """Whether the GEMMs do at least :data:`MIN_GEMM_DEPTH` multiply-adds per value the transforms move (per tile
-    and point of it: ``C * K`` multiply-adds, ``C + K`` values transformed)."""
-    return shape.c * shape.k >= MIN_GEMM_DEPTH * (shape.c + shape.k)
+    and point of it: ``C * K`` multiply-adds, ``C + K`` values transformed), scaled by how wide the CPU's FMA units
+    run (:attr:`~opbench.hardware.cpu_shape.CpuShape.fma_bits`, over 512): where a multiply-add takes longer
+    against the transforms' memory traffic, saving them pays at a smaller depth (measured at 512 and 256 bits:
+    docs/workloads-and-templates.md#fused-winograd)."""
+    depth = MIN_GEMM_DEPTH * min(current_shape().fma_bits, 512) / 512
+    return shape.c * shape.k >= depth * (shape.c + shape.k)
 
 
 def compute(workload: Workload, m: int, prepacked: bool = False) -> Any:
