@@ -1,0 +1,73 @@
+"""Whether the template default's choice between the direct convolution and Winograd picks the faster on this host:
+every 3x3 stride-1 convolution of the models named where Winograd applies, its default and the other algorithm
+timed cold (each call's weights from memory, as ``tune-model`` times a model's operators), the two in one batch
+(their placements interleaved), ``--rounds`` batches in a row; the faster is the one with the lower median.
+
+The default takes Winograd where the GEMM depth ``C x K / (C + K)`` reaches the rule's threshold for this CPU
+(``opbench.space.winograd.deep_enough``: 48 multiply-adds per transformed value where the FMA units run 512 bits,
+in proportion below) and the output has tiles enough (docs/workloads-and-templates.md#fused-winograd).
+
+    .venv/bin/python benchmarks/winograd_rule.py [--models resnet-18,squeezenet1.1,yolov3-tiny] [--rounds 2]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from _results import Results
+
+from opbench.argtypes import positive_int
+from opbench.hardware.cpu_shape import current_shape
+from opbench.hardware.resources import Resources
+from opbench.measure.measurer import Measurer
+from opbench.measure.timing import TimingPolicy
+from opbench.measure.types import MeasureOptions, TrialSpec
+from opbench.report.progress import table
+from opbench.space import get_template, winograd
+from opbench.workloads import Workload, parse_workload
+from opbench.workloads.fused import model_name
+from opbench.workloads.models.cache import extract
+
+
+def winograd_convs(model: str) -> list[tuple[str, Workload]]:
+    """The model's fused operators whose convolution Winograd may compute (batch 1)."""
+    ops = [(op.name, parse_workload(model_name(model, op.name, 1, 128))) for op in extract(model, 1, 128)[0]]
+    return [(f"{model}/{name}", w) for name, w in ops
+            if "algorithm" in {k.name for k in get_template(w).knobs(w)} and winograd.applies(w)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet-18,squeezenet1.1,yolov3-tiny")
+    parser.add_argument("--rounds", type=positive_int, default=2)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    args = parser.parse_args()
+    resources, rows = Resources(args.threads), []
+    with Measurer(MeasureOptions(TimingPolicy(cache_flush=True))) as measurer:
+        for name, workload in (conv for model in args.models.split(",") for conv in winograd_convs(model)):
+            template = get_template(workload)
+            default = template.default_for(workload, "llvm")
+            configs = (default, *template.other_algorithms(workload, "llvm"))
+            ms: dict[str, list[float]] = {config["algorithm"]: [] for config in configs}
+            for _ in range(args.rounds):
+                for record in measurer.measure_batch([TrialSpec(workload, c, resources) for c in configs]):
+                    ms[record.knobs["algorithm"]].append(record.latency_ms if record.latency_ms else float("nan"))
+            median = {algorithm: statistics.median(times) for algorithm, times in ms.items()}
+            faster = min(median, key=median.__getitem__)
+            s = winograd.conv_shape(workload)
+            rows.append((name, f"{s.c}->{s.k} at {s.oh}x{s.ow}", f"{s.c * s.k / (s.c + s.k):.1f}",
+                         default["algorithm"], *(" ".join(f"{t:.3f}" for t in ms[a]) for a in ("direct", "winograd")),
+                         "yes" if faster == default["algorithm"] else "no"))
+    out = Results("winograd_rule")
+    shape = current_shape()
+    out.print(f"{args.threads} threads, cold, {args.rounds} rounds; this CPU's FMA units run {shape.fma_bits} bits "
+              f"of its {shape.vector_bits}-bit vectors")
+    out.table(table(rows, ["operator", "convolution", "depth", "default", "direct ms", "winograd ms",
+                           "default is faster"]))
+    picked = sum(row[-1] == "yes" for row in rows)
+    out.print(f"the default picks the faster algorithm for {picked} of {len(rows)} convolutions")
+    out.save()
+
+
+if __name__ == "__main__":
+    main()
