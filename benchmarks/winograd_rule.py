@@ -1,7 +1,8 @@
 """Whether the template default's choice between the direct convolution and Winograd picks the faster on this host:
 every 3x3 stride-1 convolution of the models named where Winograd applies, its default and the other algorithm
 timed cold (each call's weights from memory, as ``tune-model`` times a model's operators), the two in one batch
-(their placements interleaved), ``--rounds`` batches in a row; the faster is the one with the lower median.
+(their placements interleaved), ``--rounds`` batches in a row; the faster is the one with the lower minimum (a host's
+slow spell doubles single rounds of either: a delay, not the kernel).
 
 The default takes Winograd where the GEMM depth ``C x K / (C + K)`` reaches the rule's threshold for this CPU
 (``opbench.space.winograd.deep_enough``: 48 multiply-adds per transformed value where the FMA units run 512 bits,
@@ -12,7 +13,6 @@ in proportion below) and the output has tiles enough (docs/workloads-and-templat
 from __future__ import annotations
 
 import argparse
-import statistics
 
 from _results import Results
 
@@ -52,8 +52,8 @@ def main() -> None:
             for _ in range(args.rounds):
                 for record in measurer.measure_batch([TrialSpec(workload, c, resources) for c in configs]):
                     ms[record.knobs["algorithm"]].append(record.latency_ms if record.latency_ms else float("nan"))
-            median = {algorithm: statistics.median(times) for algorithm, times in ms.items()}
-            faster = min(median, key=median.__getitem__)
+            fastest = {algorithm: min(times) for algorithm, times in ms.items()}
+            faster = min(fastest, key=fastest.__getitem__)
             s = winograd.conv_shape(workload)
             rows.append((name, f"{s.c}->{s.k} at {s.oh}x{s.ow}", f"{s.c * s.k / (s.c + s.k):.1f}",
                          default["algorithm"], *(" ".join(f"{t:.3f}" for t in ms[a]) for a in ("direct", "winograd")),
