@@ -52,7 +52,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 for record in measurer.measure_batch([TrialSpec(workload, c, resources) for c in configs]):
                     ms[record.knobs["algorithm"]].append(record.latency_ms if record.latency_ms else float("nan"))
-            fastest = {algorithm: min(times) for algorithm, times in ms.items()}
+            fastest = {algorithm: min((t for t in times if t == t), default=float("inf")) for algorithm, times in ms.items()}
             faster = min(fastest, key=fastest.__getitem__)
             s = winograd.conv_shape(workload)
             rows.append((name, f"{s.c}->{s.k} at {s.oh}x{s.ow}", f"{s.c * s.k / (s.c + s.k):.1f}",
