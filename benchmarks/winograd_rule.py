@@ -1,12 +1,14 @@
 """Whether the template default's choice between the direct convolution and Winograd picks the faster on this host:
-every 3x3 stride-1 convolution of the models named where Winograd applies, its default and the other algorithm
-timed cold (each call's weights from memory, as ``tune-model`` times a model's operators), the two in one batch
-(their placements interleaved), ``--rounds`` batches in a row; the faster is the one with the lower minimum (a host's
-slow spell doubles single rounds of either: a delay, not the kernel).
+every 3x3 stride-1 convolution of the models named where Winograd applies, timed direct, as Winograd stage by stage
+and as Winograd fused per block of tiles (the weight transformed once; ``winograd_block``), cold (each call's
+weights from memory, as ``tune-model`` times a model's operators), the three in one batch
+(their placements interleaved), ``--rounds`` batches in a row; the fastest is the one with the lowest minimum (a
+host's slow spell doubles single rounds of any: a delay, not the kernel).
 
 The default takes Winograd where the GEMM depth ``C x K / (C + K)`` reaches the rule's threshold for this CPU
 (``opbench.space.winograd.deep_enough``: 48 multiply-adds per transformed value where the FMA units run 512 bits,
-in proportion below) and the output has tiles enough (docs/workloads-and-templates.md#fused-winograd).
+in proportion below; 16 where its stages run fused, their block in the L2) and the output has tiles enough
+(docs/workloads-and-templates.md#fused-winograd).
 
     .venv/bin/python benchmarks/winograd_rule.py [--models resnet-18,squeezenet1.1,yolov3-tiny] [--rounds 2]
 """
@@ -47,25 +49,29 @@ def main() -> None:
         for name, workload in (conv for model in args.models.split(",") for conv in winograd_convs(model)):
             template = get_template(workload)
             default = template.default_for(workload, "llvm")
-            configs = (default, *template.other_algorithms(workload, "llvm"))
-            ms: dict[str, list[float]] = {config["algorithm"]: [] for config in configs}
+            wino = next(c for c in (default, *template.other_algorithms(workload, "llvm")) if c["algorithm"] == "winograd")
+            variants = {"direct": {**default, "algorithm": "direct"}, "winograd": {**wino, "winograd_block": 0},
+                        "fused": {**wino, "winograd_in_op": 0, "winograd_block": wino["winograd_block"] or 2}}
+            picked = "direct" if default["algorithm"] == "direct" else "fused" if default["winograd_block"] else "winograd"
+            ms: dict[str, list[float]] = {name: [] for name in variants}
             for _ in range(args.rounds):
-                for record in measurer.measure_batch([TrialSpec(workload, c, resources) for c in configs]):
-                    ms[record.knobs["algorithm"]].append(record.latency_ms if record.latency_ms else float("nan"))
-            fastest = {algorithm: min((t for t in times if t == t), default=float("inf")) for algorithm, times in ms.items()}
+                specs = [TrialSpec(workload, c, resources) for c in variants.values()]
+                for name, record in zip(variants, measurer.measure_batch(specs)):
+                    ms[name].append(record.latency_ms if record.latency_ms else float("nan"))
+            fastest = {name: min((t for t in times if t == t), default=float("inf")) for name, times in ms.items()}
             faster = min(fastest, key=fastest.__getitem__)
             s = winograd.conv_shape(workload)
-            rows.append((name, f"{s.c}->{s.k} at {s.oh}x{s.ow}", f"{s.c * s.k / (s.c + s.k):.1f}",
-                         default["algorithm"], *(" ".join(f"{t:.3f}" for t in ms[a]) for a in ("direct", "winograd")),
-                         "yes" if faster == default["algorithm"] else "no"))
+            rows.append((name, f"{s.c}->{s.k} at {s.oh}x{s.ow}", f"{s.c * s.k / (s.c + s.k):.1f}", picked,
+                         *(" ".join(f"{t:.3f}" for t in times) for times in ms.values()),
+                         "yes" if faster == picked else "no"))
     out = Results("winograd_rule")
     shape = current_shape()
     out.print(f"{args.threads} threads, cold, {args.rounds} rounds; this CPU's FMA units run {shape.fma_bits} bits "
               f"of its {shape.vector_bits}-bit vectors")
     out.table(table(rows, ["operator", "convolution", "depth", "default", "direct ms", "winograd ms",
-                           "default is faster"]))
+                           "fused winograd ms", "default is faster"]))
     picked = sum(row[-1] == "yes" for row in rows)
-    out.print(f"the default picks the faster algorithm for {picked} of {len(rows)} convolutions")
+    out.print(f"the default picks the fastest of the three for {picked} of {len(rows)} convolutions")
     out.save()
 
 

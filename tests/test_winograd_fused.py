@@ -49,6 +49,11 @@ def test_winograd_is_offered_to_a_models_3x3_stride_1_convolutions_alone():
                       (CpuShape(512, 32, datapath_bits=256), [False, False, True, True, True, True])):
         with shaped_for(cpu):
             assert [winograd.deep_enough(shape(c, k, size)) for c, k, size in convs] == deep
+    # ... fewer where the stages run fused per block of tiles in the L2 (on the Zen 4, YOLOv3-tiny's 16 -> 32 at
+    # 208x208 took 0.8x the direct one's time fused, its 3 -> 16 stem at 416x416 2.9x)
+    with shaped_for(CpuShape(512, 32, datapath_bits=256)):
+        assert [winograd.deep_enough(shape(c, k, size), winograd.MIN_BLOCKED_GEMM_DEPTH)
+                for c, k, size in ((3, 16, 416), *convs)] == [False, True, True, True, True, True, True]
 
 
 def test_a_cpu_that_runs_avx512_at_half_width_says_so():
@@ -92,8 +97,14 @@ def test_fused_winograd_kernels_match_the_fused_operator(build_checker):
     or once before the timed calls: checked against the operator's unscheduled build, with the features of what
     is timed."""
     configs = [{"winograd_tile": 4, "winograd_rows": 4, "winograd_cols": 16, "winograd_reduce": 16, "winograd_in_op": 1},
-               {"winograd_tile": 2, "winograd_rows": 8, "winograd_cols": 4, "winograd_reduce": 8, "winograd_in_op": 0},
-               {"winograd_tile": 2, "winograd_rows": 16, "winograd_cols": 1, "winograd_reduce": 1, "winograd_in_op": 1}]
+               {"winograd_tile": 2, "winograd_rows": 8, "winograd_cols": 4, "winograd_reduce": 8, "winograd_in_op": 0,
+                "winograd_block": 0},
+               {"winograd_tile": 2, "winograd_rows": 16, "winograd_cols": 1, "winograd_reduce": 1, "winograd_in_op": 1},
+               # fused per block of tiles: of one tile; of steps that leave a partial block
+               {"winograd_tile": 4, "winograd_rows": 1, "winograd_cols": 16, "winograd_reduce": 8, "winograd_in_op": 0,
+                "winograd_block": 1},
+               {"winograd_tile": 2, "winograd_rows": 3, "winograd_cols": 8, "winograd_reduce": 16, "winograd_in_op": 0,
+                "winograd_block": 4}]
     specs = []
     for index, func in enumerate((BN_RELU, RESIDUAL, FOUR_BY_FOUR)):
         workload = _workload(func)
@@ -109,6 +120,7 @@ def test_fused_winograd_kernels_match_the_fused_operator(build_checker):
     assert all(r["feat.ms_stores"] > 0 for r in records)
     assert [(r.get("mem.prepacked") or 0) > 0 for r in records] == [not r["knob.winograd_in_op"] for r in records]
     assert {r["knob.winograd_in_op"] for r in records} == {0, 1}
+    assert {r["knob.winograd_block"] for r in records if not r["knob.winograd_in_op"]} == {0, 1, 4}
 
 
 def test_a_models_weight_is_transformed_in_the_operator_where_transformed_it_outgrows_the_l2():
@@ -122,7 +134,20 @@ def test_a_models_weight_is_transformed_in_the_operator_where_transformed_it_out
         assert (config["winograd_in_op"], config["winograd_tile"]) == (in_op, m), l2_kb
     catalogue = parse_workload("resnet50-c2")  # its own weight, transformed in the operator: no such knob
     assert "winograd_in_op" not in winograd.default_config(catalogue)
+    assert winograd.default_config(catalogue)["winograd_block"] == 0
     assert "winograd_in_op" not in {k.name for k in get_template(catalogue).knobs(catalogue)}
+
+
+def test_a_weight_transformed_once_goes_with_the_stages_fused_per_block_of_tiles_that_fits_the_l2():
+    """Each block reads the whole transformed weight beside its own transformed input and GEMM output: the
+    default fuses 2 register-tile steps of tiles, else 1, where that fits the L2; else none."""
+    shape = winograd.ConvShape(1, 64, 56, 56, 64, 1, 56, 56)  # ResNet's 64 -> 64 at 56x56, F(4x4): 196 tiles
+    weight, step = winograd.transformed_weight_bytes(shape, 4), 36 * 7 * (64 + 64) * 4  # a step of 7 tiles
+    for l2_bytes, block in ((weight + 2 * step, 2), (weight + 2 * step - 4, 1), (weight + step - 4, 0)):
+        with shaped_for(CpuShape(512, 32, 8, l2_bytes / 1024)):
+            assert winograd.fused_block(shape, 4, 7) == block, l2_bytes
+    with shaped_for(CpuShape(512, 32, 8, 1024)):
+        assert get_template(_workload(BN_RELU)).default_config(_workload(BN_RELU))["winograd_block"] == 2
 
 
 def test_a_models_record_marks_the_config_and_the_model_swaps_in_the_rebuild():

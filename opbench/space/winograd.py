@@ -38,7 +38,8 @@ from opbench.workloads import Workload
 if TYPE_CHECKING:
     from tvm import IRModule
 
-KNOBS = ("winograd_tile", "winograd_rows", "winograd_cols", "winograd_reduce", "winograd_in_op")
+KNOBS = ("winograd_tile", "winograd_rows", "winograd_cols", "winograd_reduce", "winograd_block", "winograd_in_op")
+BLOCKS = (0, 1, 2, 4)  # tiles fused per block, in register-tile steps (0: each stage over all tiles)
 ROWS_CAP, COLS_CAP, REDUCE_CAP = 16, 64, 64
 DEFAULT_ROWS_CAP = 8
 # The default tile m minimises (m+2)^2 * (WEIGHT_TILES + tiles(m)): the (m+2)^2 GEMMs each cost one
@@ -50,6 +51,10 @@ MIN_FUSED_TILES = 16  # a model's conv with fewer output tiles stays direct by d
 # ... and one whose GEMMs do fewer multiply-adds per value its transforms move, C * K / (C + K), than this on a CPU
 # whose FMA units run 512 bits (set on a Xeon), in proportion on a narrower one (deep_enough)
 MIN_GEMM_DEPTH = 48
+# ... or than this where the stages run fused per block of tiles in the L2 (fused_block): their values then move
+# through the cache, not memory (set on the Zen 4, where F(4x4) fused beat direct down to a depth of 10.7 and lost at
+# 2.5; unmeasured at 512 bits)
+MIN_BLOCKED_GEMM_DEPTH = 16
 
 
 def _of_a_model(workload: Workload) -> bool:
@@ -87,12 +92,14 @@ def _rows(shape: ConvShape) -> tuple[int, ...]:
 
 def knobs(workload: Workload) -> list[Knob]:
     s = conv_shape(workload)
-    tile, rows, cols, reduce, in_op = KNOBS
+    tile, rows, cols, reduce, block, in_op = KNOBS
     own = [
         Knob(tile, TILES, "Winograd output tile m (F(m x m, 3 x 3))"),
         Knob(rows, _rows(s), "GEMM register tile: tiles per step"),
         Knob(cols, divisors(s.k, COLS_CAP), f"GEMM register tile: output channels per step ({s.k})"),
         Knob(reduce, divisors(s.c, REDUCE_CAP), f"GEMM reduction chunk of input channels ({s.c})"),
+        Knob(block, BLOCKS, "0: each stage over all tiles; else per block of this many register-tile steps (parallel): "
+                            "its input transform, GEMMs and inverse in cache"),
     ]
     if _of_a_model(workload):
         own.append(Knob(in_op, (0, 1), "the weight transformed in the operator, per output-channel block (1), "
@@ -133,14 +140,28 @@ def default_config(workload: Workload) -> Config:
     model (:data:`WEIGHT_TILES`, none where the weight is transformed once); a register tile of up to 8 tiles
     (dividing their count) by one vector of output channels, the reduction in chunks of up to 64 input
     channels. On resnet50-c5 (F(2x2)) 8 x 16 and 16 x 16 measured the same, 8 x 32 was 15% slower; on
-    resnet50-c2 (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59, 7 x 32 0.57."""
+    resnet50-c2 (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59, 7 x 32 0.57. A weight transformed once goes with
+    the stages fused per block of tiles where a block fits the L2 (:func:`fused_block`)."""
     s = conv_shape(workload)
     model = _of_a_model(workload)
     in_op = not model or transformed_weight_bytes(s, _cheapest_tile(s, 0)) > current_shape().l2_kb * 1024
     m = _cheapest_tile(s, WEIGHT_TILES if in_op else 0)
-    config = {"winograd_tile": m, "winograd_rows": divisors(tiles(s, m), DEFAULT_ROWS_CAP)[-1],
-              "winograd_cols": _lanes(s.k), "winograd_reduce": divisors(s.c, REDUCE_CAP)[-1]}
+    rows = divisors(tiles(s, m), DEFAULT_ROWS_CAP)[-1]
+    config = {"winograd_tile": m, "winograd_rows": rows, "winograd_cols": _lanes(s.k),
+              "winograd_reduce": divisors(s.c, REDUCE_CAP)[-1], "winograd_block": 0 if in_op else fused_block(s, m, rows)}
     return {**config, "winograd_in_op": int(in_op)} if model else config
+
+
+def fused_block(shape: ConvShape, m: int, rows: int) -> int:
+    """The larger of 1 and 2 register-tile steps of ``rows`` tiles whose block fits the CPU's L2 with the whole
+    transformed weight (each block reads all of it), its transformed input and its GEMMs' output; 0 where
+    neither does. Cold, 2 threads, on the Zen 4 (ms, unfused / fused by 1 or 2 steps): YOLOv3-tiny 3 -> 16 at
+    416x416 5.17 / 2.87 / 2.92, 16 -> 32 at 208x208 2.27 / 1.73 / 1.75; ResNet-50 64 -> 64 at 56x56 0.52 / 0.46 /
+    0.45; where the weight alone filled the L2, fused was slower: 128 -> 128 at 28x28 0.46 / 0.60 / 0.59,
+    64 -> 128 at 52x52 1.53 / - / 1.68 (``benchmarks/winograd_rule.py``)."""
+    a = m + 2
+    working_set = lambda steps: transformed_weight_bytes(shape, m) + a * a * steps * rows * (shape.c + shape.k) * 4
+    return max((steps for steps in (1, 2) if working_set(steps) <= current_shape().l2_kb * 1024), default=0)
 
 
 def nest(config: Config, workload: Workload) -> Nest:
@@ -163,18 +184,21 @@ def preferred(workload: Workload) -> bool:
     docs/workloads-and-templates.md#fused-winograd has the measurements)."""
     s = conv_shape(workload)
     lanes = current_shape().fp32_lanes
-    if _of_a_model(workload) and (tiles(s, _cheapest_tile(s, 0)) < MIN_FUSED_TILES or not deep_enough(s)):
-        return False
+    if _of_a_model(workload):
+        config = default_config(workload)
+        depth = MIN_BLOCKED_GEMM_DEPTH if config["winograd_block"] else MIN_GEMM_DEPTH
+        if tiles(s, _cheapest_tile(s, 0)) < MIN_FUSED_TILES or not deep_enough(s, depth):
+            return False
     return s.c % lanes == 0 and s.k % lanes == 0
 
 
-def deep_enough(shape: ConvShape) -> bool:
-    """Whether the GEMMs do at least :data:`MIN_GEMM_DEPTH` multiply-adds per value the transforms move (per tile
+def deep_enough(shape: ConvShape, min_depth: int = MIN_GEMM_DEPTH) -> bool:
+    """Whether the GEMMs do at least ``min_depth`` multiply-adds per value the transforms move (per tile
     and point of it: ``C * K`` multiply-adds, ``C + K`` values transformed), scaled by how wide the CPU's FMA units
     run (:attr:`~opbench.hardware.cpu_shape.CpuShape.fma_bits`, over 512): where a multiply-add takes longer
     against the transforms' memory traffic, saving them pays at a smaller depth (measured at 512 and 256 bits:
     docs/workloads-and-templates.md#fused-winograd)."""
-    depth = MIN_GEMM_DEPTH * min(current_shape().fma_bits, 512) / 512
+    depth = min_depth * min(current_shape().fma_bits, 512) / 512
     return shape.c * shape.k >= depth * (shape.c + shape.k)
 
 

@@ -93,37 +93,50 @@ def schedule(mod: IRModule, config: Config, shape: ConvShape, prepacked: bool) -
     sch.parallel(sch.fuse(n, co, y))
     sch.vectorize(ci)
 
-    # input: per (tile, channel block), rows then columns of the patch, all in registers
-    second = sch.get_sblock("input_transform")
-    e, f, t, c, r2 = sch.get_loops(second)
-    _two_pass(sch, second, "input_rows", t, (e, f), c, r2, cb)
-
-    # per output-channel block (parallel): its weights' transform, then its (a, a) GEMMs
+    # per output-channel block (parallel): its weights' transform, then its (a, a) GEMMs; or (winograd_block, the
+    # weight transformed once) per block of tiles (parallel): their input transform, all their GEMMs, then their
+    # inverse, in cache
+    block = config.get("winograd_block", 0) if prepacked else 0
     gemm = sch.get_sblock("batch_gemm")
     e, f, t, k, rc = sch.get_loops(gemm)
     batch = sch.fuse(e, f)
+    tiles_outer, t = sch.split(t, [None, block * config["winograd_rows"]]) if block else (None, t)
     to, ti = sch.split(t, [None, config["winograd_rows"]])
     ko, ki = sch.split(k, [None, config["winograd_cols"]])
     rco, rci = sch.split(rc, [None, config["winograd_reduce"]])
-    sch.reorder(ko, batch, to, rco, rci, ti, ki)
+    sch.reorder(*[loop for loop in (tiles_outer, ko, batch, to, rco, rci, ti, ki) if loop is not None])
     accumulator = sch.cache_write(gemm, 0, "local")
     sch.reverse_compute_at(accumulator, to)
-    sch.parallel(ko)
+    sch.parallel(tiles_outer if block else ko)
     sch.unroll(ti)
     kio, kii = sch.split(ki, [None, lanes(config["winograd_cols"])])
     sch.unroll(kio)
     sch.vectorize(kii)
     _vectorize_init(sch, gemm, rco, to)
-    _vectorize_innermost(sch, accumulator, to)
     if prepacked:
         mark_prepack(sch, sch.get_sblock("kernel_transform"))
     else:
         _kernel_transform(sch, ko, config["winograd_tile"] + 2, shape.c, config["winograd_cols"])
 
+    # input: per (tile, channel block), rows then columns of the patch, all in registers
+    a, per_block = config["winograd_tile"] + 2, block * config["winograd_rows"]
+    second = sch.get_sblock("input_transform")
+    if block:
+        sch.compute_at(second, tiles_outer)
+        e, f, t, c, r2 = _loops(sch, second, tiles_outer, (a, a, per_block, shape.c, a))
+    else:
+        e, f, t, c, r2 = sch.get_loops(second)
+    _two_pass(sch, second, "input_rows", t, (e, f), c, r2, cb, parallel=not block)
+
     # inverse: per (tile, output-channel block), columns then rows, in registers
     second = sch.get_sblock("inverse_transform")
-    t, i, j, k, a1 = sch.get_loops(second)
-    _two_pass(sch, second, "inverse_cols", t, (i, j), k, a1, kb)
+    if block:
+        sch.reverse_compute_at(sch.get_sblock("inverse_cols"), tiles_outer)
+        sch.reverse_compute_at(second, tiles_outer)
+        t, i, j, k, a1 = _loops(sch, second, tiles_outer, (per_block, a - 2, a - 2, shape.k, a))
+    else:
+        t, i, j, k, a1 = sch.get_loops(second)
+    _two_pass(sch, second, "inverse_cols", t, (i, j), k, a1, kb, parallel=not block)
 
     n, k, _, _ = sch.get_loops(sch.get_sblock("output"))
     sch.parallel(sch.fuse(n, k))
@@ -183,14 +196,15 @@ def _loops(sch: Any, block: Any, at: Any, extents: tuple[int, ...]) -> list[Any]
 
 
 def _two_pass(sch: Any, second: Any, first_name: str, tile: Any, outputs: tuple[Any, Any], channel: Any,
-              reduce: Any, lanes: int) -> None:
+              reduce: Any, lanes: int, parallel: bool = True) -> None:
     """A transform done as two 1-D passes, parallel over tiles, per block of ``lanes`` channels
     (vectorised): the second pass (``second``: its two ``outputs`` loops and its ``reduce`` loop
     unrolled) accumulates in a local buffer written back per block; the first (``first_name``) is
     computed per block into a local buffer, unrolled the same way."""
     block, inner = sch.split(channel, [None, lanes])
-    sch.reorder(tile, block, *outputs, reduce, inner)
-    sch.parallel(tile)
+    sch.reorder(*[loop for loop in (tile, block, *outputs, reduce, inner) if loop is not None])
+    if parallel:
+        sch.parallel(tile)
     written = sch.cache_write(second, 0, "local")
     sch.reverse_compute_at(written, block)
     first = sch.get_sblock(first_name)
