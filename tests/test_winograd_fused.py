@@ -150,6 +150,13 @@ def test_a_weight_transformed_once_goes_with_the_stages_fused_per_block_of_tiles
         assert get_template(_workload(BN_RELU)).default_config(_workload(BN_RELU))["winograd_block"] == 2
 
 
+def test_the_default_register_tile_takes_more_rows_where_the_tile_count_has_no_divisor_from_4_to_8():
+    """YOLOv3-tiny's 64 -> 128 at 52x52: 169 tiles of F(4x4), 13 x 13; one row a step took 1.5x the time of 13."""
+    config = winograd.default_config(parse_workload("conv2d:n=1,c=64,h=52,w=52,k=128,r=3,s=3,pad=1"))
+    assert (config["winograd_tile"], config["winograd_rows"]) == (4, 13)
+    assert winograd.default_config(parse_workload("resnet50-c2"))["winograd_rows"] == 7  # 196 tiles
+
+
 def test_a_models_record_marks_the_config_and_the_model_swaps_in_the_rebuild():
     """The tuning record's trace only annotates the fused PrimFunc (a trace cannot make another algorithm); the
     model replaces what is marked by the Winograd rebuild of the same parameters, and nothing else."""

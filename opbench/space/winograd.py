@@ -42,6 +42,9 @@ KNOBS = ("winograd_tile", "winograd_rows", "winograd_cols", "winograd_reduce", "
 BLOCKS = (0, 1, 2, 4)  # tiles fused per block, in register-tile steps (0: each stage over all tiles)
 ROWS_CAP, COLS_CAP, REDUCE_CAP = 16, 64, 64
 DEFAULT_ROWS_CAP = 8
+# ... unless no divisor of the tile count from this to it exists: then the largest up to ROWS_CAP (YOLOv3-tiny's
+# 64 -> 128 at 52x52, 169 tiles of F(4x4): 1 row took 1.26-1.28 ms, 13 rows 0.83-0.93; cold, 2 threads, Zen 4)
+MIN_DEFAULT_ROWS = 4
 # The default tile m minimises (m+2)^2 * (WEIGHT_TILES + tiles(m)): the (m+2)^2 GEMMs each cost one
 # weight transform (as much as this many tiles' multiplications) plus their tiles. Measured with the
 # GEMM tile of the default, in one process: F(2x2) won on 7x7 and 14x14 outputs (512 and 256
@@ -138,7 +141,7 @@ def default_config(workload: Workload) -> Config:
     model's call finds it cached; ResNet-50's 14x14 conv, 9.4 MB transformed at F(4x4), ran its model in
     40.46 ms as F(2x2) in the operator against 43.56 transformed once, 24 alternating rounds); the m of the cost
     model (:data:`WEIGHT_TILES`, none where the weight is transformed once); a register tile of up to 8 tiles
-    (dividing their count) by one vector of output channels, the reduction in chunks of up to 64 input
+    (dividing their count; :func:`_default_rows`) by one vector of output channels, the reduction in chunks of up to 64 input
     channels. On resnet50-c5 (F(2x2)) 8 x 16 and 16 x 16 measured the same, 8 x 32 was 15% slower; on
     resnet50-c2 (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59, 7 x 32 0.57. A weight transformed once goes with
     the stages fused per block of tiles where a block fits the L2 (:func:`fused_block`)."""
@@ -146,10 +149,17 @@ def default_config(workload: Workload) -> Config:
     model = _of_a_model(workload)
     in_op = not model or transformed_weight_bytes(s, _cheapest_tile(s, 0)) > current_shape().l2_kb * 1024
     m = _cheapest_tile(s, WEIGHT_TILES if in_op else 0)
-    rows = divisors(tiles(s, m), DEFAULT_ROWS_CAP)[-1]
+    rows = _default_rows(tiles(s, m))
     config = {"winograd_tile": m, "winograd_rows": rows, "winograd_cols": _lanes(s.k),
               "winograd_reduce": divisors(s.c, REDUCE_CAP)[-1], "winograd_block": 0 if in_op else fused_block(s, m, rows)}
     return {**config, "winograd_in_op": int(in_op)} if model else config
+
+
+def _default_rows(count: int) -> int:
+    """The register tile's rows for ``count`` tiles: the largest divisor up to :data:`DEFAULT_ROWS_CAP`, or where
+    that is under :data:`MIN_DEFAULT_ROWS`, up to :data:`ROWS_CAP`."""
+    rows = divisors(count, DEFAULT_ROWS_CAP)[-1]
+    return rows if rows >= MIN_DEFAULT_ROWS else divisors(count, ROWS_CAP)[-1]
 
 
 def fused_block(shape: ConvShape, m: int, rows: int) -> int:

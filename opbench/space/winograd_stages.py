@@ -113,6 +113,7 @@ def schedule(mod: IRModule, config: Config, shape: ConvShape, prepacked: bool) -
     sch.unroll(kio)
     sch.vectorize(kii)
     _vectorize_init(sch, gemm, rco, to)
+    _vectorize_innermost(sch, accumulator, to)
     if prepacked:
         mark_prepack(sch, sch.get_sblock("kernel_transform"))
     else:
