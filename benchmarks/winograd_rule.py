@@ -26,6 +26,7 @@ from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.report.progress import table
 from opbench.space import get_template, winograd
+from opbench.space._base import Config
 from opbench.workloads import Workload, parse_workload
 from opbench.workloads.fused import model_name
 from opbench.workloads.models.cache import extract
@@ -50,15 +51,16 @@ def main() -> None:
             template = get_template(workload)
             default = template.default_for(workload, "llvm")
             wino = next(c for c in (default, *template.other_algorithms(workload, "llvm")) if c["algorithm"] == "winograd")
-            variants = {"direct": {**default, "algorithm": "direct"}, "winograd": {**wino, "winograd_block": 0},
-                        "fused": {**wino, "winograd_in_op": 0, "winograd_block": wino["winograd_block"] or 2}}
+            variants: dict[str, Config] = {"direct": {**default, "algorithm": "direct"},
+                                           "winograd": {**wino, "winograd_block": 0},
+                                           "fused": {**wino, "winograd_in_op": 0, "winograd_block": wino["winograd_block"] or 2}}
             picked = "direct" if default["algorithm"] == "direct" else "fused" if default["winograd_block"] else "winograd"
-            ms: dict[str, list[float]] = {name: [] for name in variants}
+            ms: dict[str, list[float]] = {variant: [] for variant in variants}
             for _ in range(args.rounds):
                 specs = [TrialSpec(workload, c, resources) for c in variants.values()]
-                for name, record in zip(variants, measurer.measure_batch(specs)):
-                    ms[name].append(record.latency_ms if record.latency_ms else float("nan"))
-            fastest = {name: min((t for t in times if t == t), default=float("inf")) for name, times in ms.items()}
+                for variant, record in zip(variants, measurer.measure_batch(specs)):
+                    ms[variant].append(record.latency_ms if record.latency_ms else float("nan"))
+            fastest = {variant: min((t for t in times if t == t), default=float("inf")) for variant, times in ms.items()}
             faster = min(fastest, key=fastest.__getitem__)
             s = winograd.conv_shape(workload)
             rows.append((name, f"{s.c}->{s.k} at {s.oh}x{s.ow}", f"{s.c * s.k / (s.c + s.k):.1f}", picked,
@@ -70,8 +72,8 @@ def main() -> None:
               f"of its {shape.vector_bits}-bit vectors")
     out.table(table(rows, ["operator", "convolution", "depth", "default", "direct ms", "winograd ms",
                            "fused winograd ms", "default is faster"]))
-    picked = sum(row[-1] == "yes" for row in rows)
-    out.print(f"the default picks the fastest of the three for {picked} of {len(rows)} convolutions")
+    right = sum(row[-1] == "yes" for row in rows)
+    out.print(f"the default picks the fastest of the three for {right} of {len(rows)} convolutions")
     out.save()
 
 

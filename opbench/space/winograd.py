@@ -21,6 +21,10 @@ Layouts (``P`` tiles, ``a = m + 2``), each transform's channel loop innermost an
                                         3x3 weights gathered into registers, rows then columns
     batch_gemm        (a, a, P, K)      per block and (a, a): a register tile of rows x cols, reduction chunks
     inverse_transform (P, m, m, K)      columns, then rows; then copied to NCHW
+
+With the weight transformed once and ``winograd_block`` > 0, the input transform, the GEMMs and the inverse run per
+block of that many register-tile steps of tiles instead (parallel over the blocks), so the transformed input and the
+GEMMs' output of a block stay in cache.
 """
 from __future__ import annotations
 

@@ -93,31 +93,9 @@ def schedule(mod: IRModule, config: Config, shape: ConvShape, prepacked: bool) -
     sch.parallel(sch.fuse(n, co, y))
     sch.vectorize(ci)
 
-    # per output-channel block (parallel): its weights' transform, then its (a, a) GEMMs; or (winograd_block, the
-    # weight transformed once) per block of tiles (parallel): their input transform, all their GEMMs, then their
-    # inverse, in cache
+    # per block of tiles only with the weight transformed once (in the op it is, per output-channel block)
     block = config.get("winograd_block", 0) if prepacked else 0
-    gemm = sch.get_sblock("batch_gemm")
-    e, f, t, k, rc = sch.get_loops(gemm)
-    batch = sch.fuse(e, f)
-    tiles_outer, t = sch.split(t, [None, block * config["winograd_rows"]]) if block else (None, t)
-    to, ti = sch.split(t, [None, config["winograd_rows"]])
-    ko, ki = sch.split(k, [None, config["winograd_cols"]])
-    rco, rci = sch.split(rc, [None, config["winograd_reduce"]])
-    sch.reorder(*[loop for loop in (tiles_outer, ko, batch, to, rco, rci, ti, ki) if loop is not None])
-    accumulator = sch.cache_write(gemm, 0, "local")
-    sch.reverse_compute_at(accumulator, to)
-    sch.parallel(tiles_outer if block else ko)
-    sch.unroll(ti)
-    kio, kii = sch.split(ki, [None, lanes(config["winograd_cols"])])
-    sch.unroll(kio)
-    sch.vectorize(kii)
-    _vectorize_init(sch, gemm, rco, to)
-    _vectorize_innermost(sch, accumulator, to)
-    if prepacked:
-        mark_prepack(sch, sch.get_sblock("kernel_transform"))
-    else:
-        _kernel_transform(sch, ko, config["winograd_tile"] + 2, shape.c, config["winograd_cols"])
+    tiles_outer = _gemm(sch, config, shape, block, prepacked)
 
     # input: per (tile, channel block), rows then columns of the patch, all in registers
     a, per_block = config["winograd_tile"] + 2, block * config["winograd_rows"]
@@ -142,6 +120,34 @@ def schedule(mod: IRModule, config: Config, shape: ConvShape, prepacked: bool) -
     n, k, _, _ = sch.get_loops(sch.get_sblock("output"))
     sch.parallel(sch.fuse(n, k))
     return sch.mod
+
+
+def _gemm(sch: Any, config: Config, shape: ConvShape, block: int, prepacked: bool) -> Any:
+    """The batched GEMM per output-channel block (parallel), each block's weight transformed just before it unless
+    ``prepacked`` (then marked to be computed once); or, with ``block``, per block of that many register-tile steps
+    of tiles (parallel). Returns the loop over those blocks of tiles (None without), where their transforms go."""
+    gemm = sch.get_sblock("batch_gemm")
+    e, f, t, k, rc = sch.get_loops(gemm)
+    batch = sch.fuse(e, f)
+    tiles_outer, t = sch.split(t, [None, block * config["winograd_rows"]]) if block else (None, t)
+    to, ti = sch.split(t, [None, config["winograd_rows"]])
+    ko, ki = sch.split(k, [None, config["winograd_cols"]])
+    rco, rci = sch.split(rc, [None, config["winograd_reduce"]])
+    sch.reorder(*[loop for loop in (tiles_outer, ko, batch, to, rco, rci, ti, ki) if loop is not None])
+    accumulator = sch.cache_write(gemm, 0, "local")
+    sch.reverse_compute_at(accumulator, to)
+    sch.parallel(tiles_outer if block else ko)
+    sch.unroll(ti)
+    kio, kii = sch.split(ki, [None, lanes(config["winograd_cols"])])
+    sch.unroll(kio)
+    sch.vectorize(kii)
+    _vectorize_init(sch, gemm, rco, to)
+    _vectorize_innermost(sch, accumulator, to)
+    if prepacked:
+        mark_prepack(sch, sch.get_sblock("kernel_transform"))
+    else:
+        _kernel_transform(sch, ko, config["winograd_tile"] + 2, shape.c, config["winograd_cols"])
+    return tiles_outer
 
 
 def _kernel_transform(sch: Any, block_loop: Any, a: int, channels: int, cols: int) -> None:
