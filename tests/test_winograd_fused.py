@@ -50,7 +50,7 @@ def test_winograd_is_offered_to_a_models_3x3_stride_1_convolutions_alone():
         with shaped_for(cpu):
             assert [winograd.deep_enough(shape(c, k, size)) for c, k, size in convs] == deep
     # ... fewer where the stages run fused per block of tiles in the L2 (on the Zen 4, YOLOv3-tiny's 16 -> 32 at
-    # 208x208 took 0.8x the direct one's time fused, its 3 -> 16 stem at 416x416 2.9x)
+    # 208x208 took 0.86x the direct one's time fused, its 3 -> 16 stem at 416x416 3.3x)
     with shaped_for(CpuShape(512, 32, datapath_bits=256)):
         assert [winograd.deep_enough(shape(c, k, size), winograd.MIN_BLOCKED_GEMM_DEPTH)
                 for c, k, size in ((3, 16, 416), *convs)] == [False, True, True, True, True, True, True]
@@ -147,7 +147,13 @@ def test_a_weight_transformed_once_goes_with_the_stages_fused_per_block_of_tiles
         with shaped_for(CpuShape(512, 32, 8, l2_bytes / 1024)):
             assert winograd.fused_block(shape, 4, 7) == block, l2_bytes
     with shaped_for(CpuShape(512, 32, 8, 1024)):
-        assert get_template(_workload(BN_RELU)).default_config(_workload(BN_RELU))["winograd_block"] == 2
+        config = get_template(_workload(BN_RELU)).default_config(_workload(BN_RELU))
+    assert config["winograd_block"] == 2
+    # the nest's parallel loop: the blocks of tiles where fused, else the output-channel blocks
+    for block, in_op, parallel in ((2, 0, 1), (1, 0, 2), (0, 0, 4), (2, 1, 4)):
+        fused = {**config, "winograd_tile": 2, "winograd_rows": 8, "winograd_cols": 4, "winograd_block": block,
+                 "winograd_in_op": in_op}  # 16 tiles of F(2x2) at 8x8; 16 output channels, 4 a block
+        assert winograd.nest(fused, _workload(BN_RELU)).parallel == parallel, (block, in_op)
 
 
 def test_the_default_register_tile_takes_more_rows_where_the_tile_count_has_no_divisor_from_4_to_8():

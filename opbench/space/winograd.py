@@ -59,8 +59,8 @@ MIN_FUSED_TILES = 16  # a model's conv with fewer output tiles stays direct by d
 # whose FMA units run 512 bits (set on a Xeon), in proportion on a narrower one (deep_enough)
 MIN_GEMM_DEPTH = 48
 # ... or than this where the stages run fused per block of tiles in the L2 (fused_block): their values then move
-# through the cache, not memory (set on the Zen 4, where F(4x4) fused beat direct down to a depth of 10.7 and lost at
-# 2.5; unmeasured at 512 bits)
+# through the cache, not memory (set on the Zen 4, where F(4x4) fused beat direct down to a depth of 10.7, 1.81 against
+# 2.11 ms, and lost at 2.5, 3.19 against 0.98; unmeasured at 512 bits)
 MIN_BLOCKED_GEMM_DEPTH = 16
 
 
@@ -145,8 +145,8 @@ def default_config(workload: Workload) -> Config:
     model's call finds it cached; ResNet-50's 14x14 conv, 9.4 MB transformed at F(4x4), ran its model in
     40.46 ms as F(2x2) in the operator against 43.56 transformed once, 24 alternating rounds); the m of the cost
     model (:data:`WEIGHT_TILES`, none where the weight is transformed once); a register tile of up to 8 tiles
-    (dividing their count; :func:`_default_rows`) by one vector of output channels, the reduction in chunks of up to 64 input
-    channels. On resnet50-c5 (F(2x2)) 8 x 16 and 16 x 16 measured the same, 8 x 32 was 15% slower; on
+    (dividing their count; :func:`_default_rows`) by one vector of output channels, the reduction in chunks of up to
+    64 input channels. On resnet50-c5 (F(2x2)) 8 x 16 and 16 x 16 measured the same, 8 x 32 was 15% slower; on
     resnet50-c2 (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59, 7 x 32 0.57. A weight transformed once goes with
     the stages fused per block of tiles where a block fits the L2 (:func:`fused_block`)."""
     s = conv_shape(workload)
@@ -169,10 +169,10 @@ def _default_rows(count: int) -> int:
 def fused_block(shape: ConvShape, m: int, rows: int) -> int:
     """The larger of 1 and 2 register-tile steps of ``rows`` tiles whose block fits the CPU's L2 with the whole
     transformed weight (each block reads all of it), its transformed input and its GEMMs' output; 0 where
-    neither does. Cold, 2 threads, on the Zen 4 (ms, unfused / fused by 1 or 2 steps): YOLOv3-tiny 3 -> 16 at
-    416x416 5.17 / 2.87 / 2.92, 16 -> 32 at 208x208 2.27 / 1.73 / 1.75; ResNet-50 64 -> 64 at 56x56 0.52 / 0.46 /
-    0.45; where the weight alone filled the L2, fused was slower: 128 -> 128 at 28x28 0.46 / 0.60 / 0.59,
-    64 -> 128 at 52x52 1.53 / - / 1.68 (``benchmarks/winograd_rule.py``)."""
+    neither does. Cold, 2 threads, on the Zen 4, fastest of 3 rounds (ms, stage by stage / fused by 2 steps):
+    YOLOv3-tiny 16 -> 32 at 208x208 2.43 / 1.81, SqueezeNet 16 -> 64 at 55x55 0.27 / 0.21, ResNet-50 64 -> 64 at
+    56x56 0.52 / 0.45; where the transformed weight alone fills the L2, fused loses: ResNet-50 128 -> 128 at 28x28
+    0.47 / 0.60 (``benchmarks/winograd_rule.py``)."""
     a = m + 2
     working_set = lambda steps: transformed_weight_bytes(shape, m) + a * a * steps * rows * (shape.c + shape.k) * 4
     return max((steps for steps in (1, 2) if working_set(steps) <= current_shape().l2_kb * 1024), default=0)
@@ -180,10 +180,12 @@ def fused_block(shape: ConvShape, m: int, rows: int) -> int:
 
 def nest(config: Config, workload: Workload) -> Nest:
     """The batched GEMM's nest: a register tile of tiles x output channels (vectors of up to the CPU's lanes),
-    the reduction in chunks of input channels, parallel over the output-channel blocks."""
-    cols = config["winograd_cols"]
-    return Nest((config["winograd_rows"], cols), _lanes(cols) if cols > 1 else 0, config["winograd_reduce"],
-                conv_shape(workload).k // cols)
+    the reduction in chunks of input channels, parallel over the output-channel blocks, or over the blocks of tiles
+    where the stages run fused (``winograd_block``, the weight transformed once)."""
+    s, cols, rows = conv_shape(workload), config["winograd_cols"], config["winograd_rows"]
+    block = 0 if _weight_in_op(config, workload) else config.get("winograd_block", 0)
+    parallel = math.ceil(tiles(s, config["winograd_tile"]) / (block * rows)) if block else s.k // cols
+    return Nest((rows, cols), _lanes(cols) if cols > 1 else 0, config["winograd_reduce"], parallel)
 
 
 def preferred(workload: Workload) -> bool:
@@ -194,8 +196,9 @@ def preferred(workload: Workload) -> bool:
     transformed once: each transformed weight is read once per tile, and ResNet-50's 7x7 (4 tiles of F(4x4); 16 of
     F(2x2)) took 2.9 (1.8) against the direct 1.1-1.4 ms, where its 14x14 (16 tiles) took 0.75-0.78 against 1.08
     (in the model, the 7x7 as F(2x2) in the operator ran no faster than direct: 52.93 against 52.41 ms). And a
-    model's needs channels enough for its GEMMs to outweigh its transforms (:func:`deep_enough`;
-    docs/workloads-and-templates.md#fused-winograd has the measurements)."""
+    model's needs channels enough for its GEMMs to outweigh its transforms (:func:`deep_enough`; fewer where its
+    default runs the stages fused in the L2, :data:`MIN_BLOCKED_GEMM_DEPTH`; docs/workloads-and-templates.md#fused-winograd
+    has the measurements)."""
     s = conv_shape(workload)
     lanes = current_shape().fp32_lanes
     if _of_a_model(workload):
