@@ -204,10 +204,10 @@ def _loops(sch: Any, block: Any, at: Any, extents: tuple[int, ...]) -> list[Any]
 
 def _two_pass(sch: Any, second: Any, first_name: str, tile: Any, outputs: tuple[Any, Any], channel: Any,
               reduce: Any, lanes: int, parallel: bool = True) -> None:
-    """A transform done as two 1-D passes, parallel over tiles, per block of ``lanes`` channels
-    (vectorised): the second pass (``second``: its two ``outputs`` loops and its ``reduce`` loop
-    unrolled) accumulates in a local buffer written back per block; the first (``first_name``) is
-    computed per block into a local buffer, unrolled the same way."""
+    """A transform done as two 1-D passes, parallel over tiles (unless not ``parallel``: inside a block of tiles
+    that is; ``tile`` None for a block of one), per block of ``lanes`` channels (vectorised): the second pass
+    (``second``: its two ``outputs`` loops and its ``reduce`` loop unrolled) accumulates in a local buffer written
+    back per block; the first (``first_name``) is computed per block into a local buffer, unrolled the same way."""
     block, inner = sch.split(channel, [None, lanes])
     sch.reorder(*[loop for loop in (tile, block, *outputs, reduce, inner) if loop is not None])
     if parallel:
