@@ -48,7 +48,7 @@ def test_random_configs_are_invalid_config_records_through_the_nni_service(track
 
     service, log, replies = MeasurementService(), tmp_path / "records.jsonl", []
 
-    @settings(FUZZ, max_examples=500)
+    @settings(FUZZ, max_examples=250)
     @given(config=CONFIGS)
     def throw(config):
         assume(rejected(config))
@@ -60,7 +60,7 @@ def test_random_configs_are_invalid_config_records_through_the_nni_service(track
 
     throw()
     service.close()  # writes what its background writer holds
-    assert len(replies) >= 500
+    assert len(replies) >= 250
     assert {r["trial_id"] for r in read_mlflow_records(["fuzz-nni"], tracking_uri)} == set(replies)
     assert [r["trial_id"] for r in read_jsonl_records(log)] == replies
 
