@@ -158,7 +158,7 @@ def test_a_templates_version_covers_every_schedule_module_it_reaches():
 
     packed = {Path(f).name for f in source_files(type(TEMPLATES["fused_conv2d_nchwc"]))}
     assert {"packed.py", "winograd.py", "winograd_fused.py", "winograd_stages.py", "epilogue.py", "pointwise.py",
-            "depthwise_rows.py"} <= packed
+            "depthwise_rows.py", "stem_columns.py"} <= packed
     assert {Path(f).name for f in source_files(type(TEMPLATES["matmul"]))} == {"_base.py", "_schedule.py", "tiled.py"}
 
 
@@ -379,7 +379,7 @@ def test_winograd_is_offered_to_catalogue_3x3_stride_1_convs_and_the_default_whe
     assert (default("resnet50-c2")["algorithm"], default("resnet50-c2")["winograd_tile"]) == ("winograd", 4)
     # 16 2x2 tiles, 4 of 4x4: F(4x4) would transform a 2.25x larger weight for few tiles
     assert (default("resnet50-c5")["algorithm"], default("resnet50-c5")["winograd_tile"]) == ("winograd", 2)
-    assert default("conv2d:n=1,c=3,h=32,w=32,k=64,r=3,s=3,pad=1")["algorithm"] == "direct"  # 3 input channels
+    assert default("conv2d:n=1,c=3,h=32,w=32,k=64,r=3,s=3,pad=1")["algorithm"] == "columns"  # 3 input channels
     for name, template in [("conv2d:n=1,c=64,h=30,w=30,k=64,r=3,s=3,stride=2,pad=1", None),
                            ("conv2d:n=1,c=8,h=14,w=14,k=8,r=5,s=5,pad=2", None),
                            ("depthwise_conv2d:n=1,c=16,h=14,w=14,r=3,s=3,pad=1", None),

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opbench.hardware.cpu_shape import current_shape
-from opbench.space import depthwise_rows, pointwise, winograd, winograd_fused
+from opbench.space import depthwise_rows, pointwise, stem_columns, winograd, winograd_fused
 from opbench.space._base import Config, Knob, Nest, Template, divisors
 from opbench.space._schedule import (
     IN_OP,
@@ -57,10 +57,8 @@ OH_BLOCK_CAP = 4
 # where the input-channel loop sits in the reduction: outer chunk (c), window (rs), inner chunk (c)
 REDUCE_ORDERS = ("c_rs_c", "rs_c_c", "c_c_rs")
 WEIGHT_PACK_AT = ("root", "oc_block")
-# A catalogue 3x3 stride-1 conv may also run as Winograd (space/winograd.py), a 1x1 stride-1 conv as a GEMM on
-# NCHW (space/pointwise.py), a stride-1 depthwise conv by rows on NCHW (space/depthwise_rows.py); each alternative's
-# knobs, by algorithm:
-ALTERNATIVES = {"winograd": winograd, "gemm": pointwise, "rows": depthwise_rows}
+# Other algorithms, each a module of its own, with its knobs (see _alternative):
+ALTERNATIVES = {"winograd": winograd, "gemm": pointwise, "rows": depthwise_rows, "columns": stem_columns}
 ALGORITHMS = ("direct", *ALTERNATIVES)
 # A catalogue conv with this many output-channel blocks packs its weight block by block by default:
 # resnet50-c5 (32 blocks, a 9.4 MB weight) 1.46-1.47 -> 1.36-1.40 ms in two interleaved pairs (a third,
@@ -187,13 +185,16 @@ class PackedConvTemplate(Template):
                     math.prod(outer[: config["parallel"]]))
 
     def _alternative(self, workload: Workload) -> str:
-        """The algorithm the space offers besides the direct one ("" for none): Winograd on a 3x3 stride-1 conv (a
-        catalogue one's weight transformed in the operator, as it is packed; a model's once, at build time), the GEMM
-        on a 1x1 stride-1 conv, rows on NCHW for a stride-1 depthwise conv."""
-        if self.op in ("conv2d", "fused_conv2d") and winograd.applies(workload):
-            return "winograd"
+        """The algorithm the space offers besides the direct one ("" for none): columns on NCHW for a conv of few
+        input channels, Winograd on a 3x3 stride-1 conv (a catalogue one's weight transformed in the operator, as it
+        is packed; a model's once, at build time), the GEMM on a 1x1 stride-1 conv, rows on NCHW for a stride-1
+        depthwise conv."""
         if self.depthwise:
             return "rows" if depthwise_rows.applies(workload) else ""
+        if self.op in ("conv2d", "fused_conv2d") and stem_columns.applies(workload):
+            return "columns"
+        if self.op in ("conv2d", "fused_conv2d") and winograd.applies(workload):
+            return "winograd"
         return "gemm" if pointwise.applies(workload) else ""
 
     def arithmetic_flops(self, config: Config, workload: Workload) -> float:
@@ -212,14 +213,15 @@ class PackedConvTemplate(Template):
              "packed_output"))
         vocab.update(reduce_order=REDUCE_ORDERS, layout_transform=LAYOUT_TRANSFORMS, weight_pack_at=WEIGHT_PACK_AT,
                      algorithm=ALGORITHMS, **dict.fromkeys(winograd.KNOBS), **dict.fromkeys(pointwise.KNOBS[:-1]),
-                     gemm_order=pointwise.ORDERS, **dict.fromkeys(depthwise_rows.KNOBS))
+                     gemm_order=pointwise.ORDERS, **dict.fromkeys(depthwise_rows.KNOBS),
+                     **dict.fromkeys(stem_columns.KNOBS))
         return vocab
 
     def apply(self, sch: Schedule, config: Config, workload: Workload) -> None:
         if config.get("algorithm") == "winograd":  # a model's fused conv: rebuilt, the config only recorded
             winograd_fused.mark(sch, config)
             return
-        if config.get("algorithm") in ("gemm", "rows"):
+        if config.get("algorithm") in ("gemm", "rows", "columns"):
             ALTERNATIVES[config["algorithm"]].apply(sch, config, workload, self._layout(config))
             return
         ob = config[self._block_knob]

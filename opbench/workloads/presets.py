@@ -27,6 +27,8 @@ PRESETS: dict[str, Preset] = {
                                "conv2_x 3x3, u8 x i8 into i32"),
     "resnet50-c2-bf16": Preset("conv2d:n=1,c=64,h=56,w=56,k=64,r=3,s=3,stride=1,pad=1,dtype=bfloat16", "resnet-50",
                                "conv2_x 3x3, bf16 products summed in fp32"),
+    "resnet50-stem": Preset("conv2d:n=1,c=3,h=224,w=224,k=64,r=7,s=7,stride=2,pad=3", "resnet-50",
+                            "stem 7x7, stride 2, on the RGB image"),
     "resnet50-c5": Preset("conv2d:n=1,c=512,h=7,w=7,k=512,r=3,s=3,stride=1,pad=1", "resnet-50", "conv5_x 3x3"),
     "resnet50-pool": Preset("pool2d:n=1,c=64,h=112,w=112,r=3,s=3,stride=2,pad=1,kind=max", "resnet-50", "stem max-pool"),
     "resnet50-add-relu": Preset("add_relu:n=1,c=256,h=56,w=56", "resnet-50", "conv2_x residual add + relu"),
