@@ -172,7 +172,7 @@ def fused_block(shape: ConvShape, m: int, rows: int) -> int:
     neither does. Cold, 2 threads, on the Zen 4, fastest of 3 rounds (ms, stage by stage / fused by 2 steps):
     YOLOv3-tiny 16 -> 32 at 208x208 2.43 / 1.81, SqueezeNet 16 -> 64 at 55x55 0.27 / 0.21, ResNet-50 64 -> 64 at
     56x56 0.52 / 0.45; where the transformed weight alone fills the L2, fused loses: ResNet-50 128 -> 128 at 28x28
-    0.47 / 0.60 (``benchmarks/winograd_rule.py``)."""
+    0.47 / 0.60 (``benchmarks/algorithm_rule.py``)."""
     a = m + 2
     working_set = lambda steps: transformed_weight_bytes(shape, m) + a * a * steps * rows * (shape.c + shape.k) * 4
     return max((steps for steps in (1, 2) if working_set(steps) <= current_shape().l2_kb * 1024), default=0)
