@@ -3,7 +3,6 @@ default, correct kernels on odd shapes and on a model's fused operator, and the 
 from __future__ import annotations
 
 import dataclasses
-import random
 
 import pytest
 
@@ -12,7 +11,7 @@ from opbench.hardware.resources import HostFacts, Resources
 from opbench.measure.types import TrialSpec
 from opbench.space import get_template
 from opbench.workloads import parse_workload
-from tests.kernels import failures
+from tests.kernels import failures, random_points
 
 AVX512 = CpuShape.of(dataclasses.replace(HostFacts.unknown("other"), isa=("avx2", "fma", "avx512f"), l1d_ways=12))
 AVX2 = CpuShape.of(dataclasses.replace(HostFacts.unknown("other"), isa=("avx", "avx2"), l1d_ways=8))
@@ -50,14 +49,7 @@ ROWS_ODD = ("depthwise_conv2d:n=2,c=5,h=9,w=17,r=3,s=3,stride=1,pad=1", "depthwi
 
 @pytest.mark.slow
 def test_rows_build_correct_kernels_on_odd_shapes(build_checker):
-    specs = []
-    for index, name in enumerate(ROWS_ODD):
-        workload = parse_workload(name)
-        template = get_template(workload)
-        rows = random.Random(index).choice(next(k.choices for k in template.knobs(workload) if k.name == "rows_tile"))
-        specs.append(TrialSpec(workload, template.validate({"algorithm": "rows", "rows_tile": rows}, workload),
-                               Resources(1 + index % 2), template.name))
-    records = build_checker.measure_batch(specs)
+    records = build_checker.measure_batch(random_points("rows", ("rows_tile",), ROWS_ODD))
     assert not failures(records, "knob.rows_tile"), failures(records, "knob.rows_tile")[:3]
     assert {r["knob.algorithm"] for r in records} == {"rows"}
 

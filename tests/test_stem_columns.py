@@ -2,8 +2,6 @@
 the default, correct kernels on odd shapes and on a model's fused operators, and the nest it describes."""
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from opbench.hardware.cpu_shape import shaped_for
@@ -11,7 +9,7 @@ from opbench.hardware.resources import Resources
 from opbench.measure.types import TrialSpec
 from opbench.space import get_template
 from opbench.workloads import parse_workload
-from tests.kernels import failures
+from tests.kernels import failures, random_points
 from tests.test_depthwise_rows import AVX2, AVX512
 
 KNOBS = ("columns_channels", "columns_rows", "columns_vectors")
@@ -52,15 +50,7 @@ COLUMNS_ODD = ("conv2d:n=2,c=3,h=31,w=31,k=6,r=3,s=3,stride=2,pad=1", "conv2d:n=
 
 @pytest.mark.slow
 def test_columns_build_correct_kernels_on_odd_shapes(build_checker):
-    specs = []
-    for index, name in enumerate(COLUMNS_ODD):
-        workload = parse_workload(name)
-        template = get_template(workload)
-        knobs = {k.name: k.choices for k in template.knobs(workload)}
-        assert "columns" in knobs["algorithm"], name
-        config = {"algorithm": "columns", **{k: random.Random(index).choice(knobs[k]) for k in KNOBS}}
-        specs.append(TrialSpec(workload, template.validate(config, workload), Resources(1 + index % 2), template.name))
-    records = build_checker.measure_batch(specs)
+    records = build_checker.measure_batch(random_points("columns", KNOBS, COLUMNS_ODD))
     assert not failures(records, "knob.columns"), failures(records, "knob.columns")[:3]
     assert {r["knob.algorithm"] for r in records} == {"columns"}
 

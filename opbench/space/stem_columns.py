@@ -31,7 +31,7 @@ CHANNELS_CAP = 16
 ROWS_CAP = 4
 VECTORS_CAP = 4
 DEFAULT_CHANNELS = 8  # a tile's output channels by default (all of them up to CHANNELS_CAP)
-WIDE_WINDOW = 49  # taps: up to a 7x7 window the default; ViT's 16x16 patches (256 taps) stay direct
+WIDE_WINDOW = 49  # taps: the default up to a 7x7 window (the widest measured); wider ones (ViT's patches) direct
 
 
 def _extents(workload: Workload) -> dict[str, int]:
