@@ -1,6 +1,6 @@
 """Winograd on a model's fused 3x3 stride-1 convolutions (opbench/space/winograd_fused.py): where it is offered,
 correct kernels with every kind of epilogue and register tile, its features, and a model's tuning record of it.
-(A whole model built with it is checked against PyTorch in tests/test_models.py.)"""
+and a whole model built with it against PyTorch."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -181,6 +181,38 @@ def test_a_models_record_marks_the_config_and_the_model_swaps_in_the_rebuild():
     assert tvm_ffi.structural_equal(rebuilt["other"], other)
     assert [p.shape for p in rebuilt["conv"].params] == [p.shape for p in func.params]
     assert "batch_gemm_update" in rebuilt["conv"].script() and rebuilt["conv"].attrs["tirx.is_scheduled"]
+
+
+@pytest.mark.slow
+def test_a_model_built_with_winograd_matches_pytorch(tmp_path):
+    """resnet-50@tiny with each convolution that offers it as Winograd from its tuning record: the marked PrimFunc
+    swapped for its rebuild (epilogue included), the weight transformed at build time; at the defaults, so the 4x4
+    convolution's one F(4x4) tile is fewer than its block of tiles (2 steps of 1 row)."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from opbench.hardware.targets import make_target
+    from opbench.studies.models.tuned import TunedOp, apply_database, write_database
+    from opbench.workloads.models.extract import fuse, fused_ops, import_model
+    from opbench.workloads.models.sources import load_model
+
+    source = load_model(MODEL)
+    mod = fuse(import_model(source))
+    tuned = []
+    for op in fused_ops(mod)[0]:
+        workload = _workload(op.name)
+        template = get_template(workload)
+        if "winograd" in {c for k in template.knobs(workload) if k.name == "algorithm" for c in k.choices}:
+            tuned.append(TunedOp(workload, template, template.validate({"algorithm": "winograd"}, workload), 1.0))
+    assert len(tuned) >= 3
+    target = make_target("llvm", 1)
+    built = apply_database(mod, write_database(tmp_path, tuned, target), target)
+    for op in tuned:  # rebuilt, not marked
+        assert '"batch_gemm_update"' in built[f"{op.workload.params['func']}_prepacked"].script()
+    vm = relax.VirtualMachine(tvm.compile(built, target), tvm.cpu())
+    out = vm["main"](*(tvm.runtime.tensor(a) for a in source.numpy_inputs()))
+    np.testing.assert_allclose(out.numpy(), source.reference()[0], rtol=1e-3, atol=1e-3)
 
 
 def test_a_convolution_with_no_epilogue_is_rebuilt_to_compute_the_same():

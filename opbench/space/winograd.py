@@ -37,6 +37,7 @@ from opbench.space._base import Config, Knob, Nest, divisors
 from opbench.space._schedule import WEIGHTS_PREPACKED
 from opbench.space.winograd_stages import TILES, ConvShape, schedule, stages
 from opbench.space.winograd_stages import lanes as _lanes
+from opbench.space.winograd_stages import tile_count as tiles
 from opbench.workloads import Workload
 
 if TYPE_CHECKING:
@@ -85,11 +86,6 @@ def conv_shape(workload: Workload) -> ConvShape:
     p = workload.params
     _, _, oh, ow = workload.op.output_shape(p)
     return ConvShape(p["n"], p["c"], p["h"], p["w"], p["k"], p["pad"], oh, ow)
-
-
-def tiles(shape: ConvShape, m: int) -> int:
-    """How many ``m x m`` output tiles cover the output (over the batch)."""
-    return shape.n * math.ceil(shape.oh / m) * math.ceil(shape.ow / m)
 
 
 def _rows(shape: ConvShape) -> tuple[int, ...]:

@@ -35,6 +35,11 @@ def lanes(extent: int) -> int:
     return divisors(extent, current_shape().fp32_lanes)[-1]
 
 
+def tile_count(shape: ConvShape, m: int) -> int:
+    """How many ``m x m`` output tiles cover the output (over the batch)."""
+    return shape.n * math.ceil(shape.oh / m) * math.ceil(shape.ow / m)
+
+
 def stages(data: Any, weight: Any, shape: ConvShape, m: int, prepacked: bool) -> Any:
     """The Winograd stages from ``data`` to the inverse transform, and the output at ``(n, k, y, x)`` as a
     function of those indices. ``prepacked``: the weight's transform is one stage reading the weight alone,
@@ -44,7 +49,7 @@ def stages(data: Any, weight: Any, shape: ConvShape, m: int, prepacked: bool) ->
 
     c_, k_, pad = shape.c, shape.k, shape.pad
     a, nh, nw, cb = m + 2, math.ceil(shape.oh / m), math.ceil(shape.ow / m), lanes(c_)
-    tiles = shape.n * nh * nw
+    tiles = tile_count(shape, m)
     A, B, G = winograd_transform_matrices(m, 3, "float32")
     zero = tirx.const(0.0, "float32")
     packed = te.compute((shape.n, c_ // cb, nh * m + 2, nw * m + 2, cb), lambda n, co, y, x, ci: tirx.if_then_else(
@@ -98,7 +103,9 @@ def schedule(mod: IRModule, config: Config, shape: ConvShape, prepacked: bool) -
     tiles_outer = _gemm(sch, config, shape, block, prepacked)
 
     # input: per (tile, channel block), rows then columns of the patch, all in registers
-    a, per_block = config["winograd_tile"] + 2, block * config["winograd_rows"]
+    # (a block of more tiles than there are: as many as there are, the block loop of one iteration)
+    m = config["winograd_tile"]
+    a, per_block = m + 2, min(block * config["winograd_rows"], tile_count(shape, m))
     second = sch.get_sblock("input_transform")
     if block:
         sch.compute_at(second, tiles_outer)
