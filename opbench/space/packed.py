@@ -191,10 +191,9 @@ class PackedConvTemplate(Template):
         depthwise conv."""
         if self.depthwise:
             return "rows" if depthwise_rows.applies(workload) else ""
-        if self.op in ("conv2d", "fused_conv2d") and stem_columns.applies(workload):
-            return "columns"
-        if self.op in ("conv2d", "fused_conv2d") and winograd.applies(workload):
-            return "winograd"
+        for name in ("columns", "winograd") if self.op in ("conv2d", "fused_conv2d") else ():
+            if ALTERNATIVES[name].applies(workload):
+                return name
         return "gemm" if pointwise.applies(workload) else ""
 
     def arithmetic_flops(self, config: Config, workload: Workload) -> float:
@@ -221,7 +220,7 @@ class PackedConvTemplate(Template):
         if config.get("algorithm") == "winograd":  # a model's fused conv: rebuilt, the config only recorded
             winograd_fused.mark(sch, config)
             return
-        if config.get("algorithm") in ("gemm", "rows", "columns"):
+        if config.get("algorithm") in ALTERNATIVES:
             ALTERNATIVES[config["algorithm"]].apply(sch, config, workload, self._layout(config))
             return
         ob = config[self._block_knob]
