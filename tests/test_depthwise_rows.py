@@ -1,4 +1,4 @@
-"""A stride-1 depthwise convolution by rows on NCHW (opbench/space/depthwise_rows.py): where it is offered and is the
+"""A depthwise convolution (stride 1 or 2) by rows on NCHW (opbench/space/depthwise_rows.py): where it is offered and is the
 default, correct kernels on odd shapes and on a model's fused operator, and the nest it describes."""
 from __future__ import annotations
 
@@ -28,23 +28,29 @@ def _algorithms(name: str) -> tuple:
     return next((k.choices for k in get_template(workload).knobs(workload) if k.name == "algorithm"), ())
 
 
-def test_rows_are_offered_to_stride_1_depthwise_convs_and_are_the_default_for_small_windows_on_wide_rows():
+def test_rows_are_offered_to_same_padded_depthwise_convs_and_are_the_default_for_small_windows_on_wide_rows():
     # MobileNetV2's 144 channels at 56x56: rows of 7 vectors of 8 (56's largest power-of-two factor), two rows a
     # tile in AVX-512's 16 accumulators, one in AVX2's 8
     assert {k: _default("mobilenetv2-dw")[k] for k in ("algorithm", "rows_tile")} == {"algorithm": "rows", "rows_tile": 2}
     assert _default("mobilenetv2-dw", AVX2)["rows_tile"] == 1
     assert _algorithms("mobilenetv2-dw") == ("direct", "rows")
-    assert _algorithms("depthwise_conv2d:n=1,c=96,h=112,w=112,r=3,s=3,stride=2,pad=1") == ()  # stride 2: direct only
+    stride_2 = "depthwise_conv2d:n=1,c=96,h=112,w=112,r=3,s=3,stride=2,pad=1"  # MobileNetV2's: by column phases
+    assert _algorithms(stride_2) == ("direct", "rows") and _default(stride_2)["algorithm"] == "rows"
     assert _algorithms("depthwise_conv2d:n=1,c=96,h=56,w=56,r=3,s=3,stride=1,pad=0") == ()  # a 54x54 output
+    assert _algorithms("depthwise_conv2d:n=1,c=96,h=56,w=56,r=3,s=3,stride=2,pad=0") == ()  # 27x27: not "same"
+    assert _algorithms("depthwise_conv2d:n=1,c=96,h=56,w=56,r=1,s=1,stride=2,pad=0") == ()  # no padding stage
     for name in ("depthwise_conv2d:n=1,c=96,h=56,w=56,r=7,s=7,stride=1,pad=3",  # ConvNeXt's 7x7 window
                  "depthwise_conv2d:n=1,c=960,h=7,w=7,r=3,s=3,stride=1,pad=1"):  # rows of 7
         assert _algorithms(name) == ("direct", "rows") and _default(name)["algorithm"] == "direct", name
 
 
 # Odd shapes: a batch of 2, 5 channels and a prime width (no vector: one lane a column); 14 columns (one vector of
-# 14); a 5x5 window on rows of 24 (vectors of 8); each with a row tile drawn at random.
+# 14); a 5x5 window on rows of 24 (vectors of 8); at stride 2, an odd padded width (29: the last phase a column short)
+# and a 5x5 window over rows of 34 into 17; each with a row tile drawn at random.
 ROWS_ODD = ("depthwise_conv2d:n=2,c=5,h=9,w=17,r=3,s=3,stride=1,pad=1", "depthwise_conv2d:n=1,c=8,h=14,w=14,r=3,s=3,stride=1,pad=1",
-            "depthwise_conv2d:n=1,c=4,h=12,w=24,r=5,s=5,stride=1,pad=2")
+            "depthwise_conv2d:n=1,c=4,h=12,w=24,r=5,s=5,stride=1,pad=2",
+            "depthwise_conv2d:n=2,c=5,h=27,w=27,r=3,s=3,stride=2,pad=1",
+            "depthwise_conv2d:n=1,c=8,h=20,w=34,r=5,s=5,stride=2,pad=2")
 
 
 @pytest.mark.slow
@@ -56,8 +62,9 @@ def test_rows_build_correct_kernels_on_odd_shapes(build_checker):
 
 @pytest.mark.slow
 def test_a_models_fused_depthwise_conv_by_rows_matches_its_unscheduled_build(build_checker):
-    """MobileNetV2's stride-1 depthwise convs (tiny: 16 channels at 16x16; 96 at 4x4) with their bias and ReLU6
-    folded into the tiles' write-back, their weight read as it lies (nothing packed at build time)."""
+    """MobileNetV2's depthwise convs (tiny: 16 channels at 16x16; 96 at 4x4; stride 2 with TensorFlow's padding, one
+    column on the right) with their bias and ReLU6 folded into the tiles' write-back, their weight read as it lies
+    (nothing packed at build time)."""
     from opbench.workloads.fused import model_name
     from opbench.workloads.models.cache import extract
 
@@ -65,6 +72,7 @@ def test_a_models_fused_depthwise_conv_by_rows_matches_its_unscheduled_build(bui
     workloads = [parse_workload(model_name(model, op.name, 1, 128)) for op in extract(model, 1, 128)[0]]
     rows = [w for w in workloads if "rows" in _algorithms(w.name)]
     assert len(rows) >= 2 and any(get_template(w).default_config(w)["algorithm"] == "rows" for w in rows)
+    assert any(w.axes[2].extent < w.op.input_shapes(w.params)[0][2] for w in rows)  # a stride-2 one among them
     specs = [TrialSpec(w, get_template(w).validate({"algorithm": "rows"}, w), Resources(2), get_template(w).name)
              for w in rows]
     records = build_checker.measure_batch(specs)
@@ -92,3 +100,26 @@ def test_rows_nest_is_the_built_one():
             padding = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if sch.get(b).name_hint.startswith("pad")]
             assert len(padding) == 2  # zeros, then the interior
             assert all(sch.get(sch.get_loops(b)[0]).kind == tirx.ForKind.PARALLEL for b in padding), module.script()
+
+
+def test_a_stride_2_plane_is_split_into_column_phases_that_every_tap_reads_contiguously():
+    """At stride 2 the per-channel plane has two column phases (an odd padded width: the second a column short of
+    the first, padded), and the anchor reads it along the vectorised loop with unit stride."""
+    from tvm import s_tir
+
+    from opbench.workloads.fused import anchor_block
+
+    for name, phases in (("depthwise_conv2d:n=1,c=8,h=28,w=28,r=3,s=3,stride=2,pad=1", (2, 30, 15)),
+                         ("depthwise_conv2d:n=1,c=8,h=27,w=27,r=3,s=3,stride=2,pad=1", (2, 29, 15))):
+        workload = parse_workload(name)
+        template = get_template(workload)
+        with shaped_for(AVX512):
+            module = template.schedule(workload, template.validate({"algorithm": "rows", "rows_tile": 1}, workload))
+        sch = s_tir.Schedule(module)
+        conv = sch.get(anchor_block(sch))
+        plane = conv.reads[1].source if conv.reads[0].source.name == conv.writes[0].source.name else conv.reads[0].source
+        assert tuple(int(d) for d in plane.shape[-3:]) == phases, module.script()
+        x = conv.iter_vars[3].var  # the output column: the vectorised loop's
+        phase, _, column = next(r for r in conv.reads if r.source.same_as(plane)).region[-3:]
+        assert x.name in str(column.min) and "* 2" not in str(column.min), column.min  # consecutive lanes, columns
+        assert x.name not in str(phase.min), phase.min  # one phase a tap

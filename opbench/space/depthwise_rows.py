@@ -1,10 +1,12 @@
-"""A depthwise convolution (stride 1, "same" padding) on NCHW as it lies: each channel's padded plane built once,
-the output's rows vectorised along the width, with no layout transform of the activations.
+"""A depthwise convolution ("same" padding, stride 1 or 2) on NCHW as it lies: each channel's padded plane built
+once, the output's rows vectorised along the width, with no layout transform of the activations.
 
 The direct packed schedule (:mod:`opbench.space.packed`) copies the data to NCHW[c]c, a transposing pass over it, for
 9 FMAs an output; here a channel's padded plane is zeros and then its rows copied in (contiguous), and a register tile
 of ``rows_tile`` output rows sums the window from it, each tap a broadcast weight times a vector of the padded row
-read at the tap's offset (docs/workloads-and-templates.md#depthwise-rows)::
+read at the tap's offset. At stride 2 the plane is split into two column phases as it is copied (phase ``p``'s
+column ``x`` is the padded row's ``2x + p``), so that each tap's vector is contiguous there too
+(docs/workloads-and-templates.md#depthwise-rows)::
 
     pad    n, c (parallel) | zeros; interior rows, vectorised            (the channel's plane, in cache)
     conv   n, c (parallel) | row tiles | window (unrolled) | rows | width vectors | lanes
@@ -13,7 +15,7 @@ read at the tap's offset (docs/workloads-and-templates.md#depthwise-rows)::
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Nest, divisors
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 
 KNOBS = ("rows_tile",)
 ROWS_CAP = 8
+STRIDES = (1, 2)
 SMALL_WINDOW = 9  # taps: a 3x3 window's 9 FMAs an output do not pay for the packed schedule's two layout passes
 
 
@@ -38,10 +41,18 @@ def _extents(workload: Workload) -> dict[str, int]:
             "r": reduce[-2], "s": reduce[-1]}
 
 
+def _stride(ext: dict[str, int]) -> int:
+    """The stride, 1 or 2, at which the output covers the data ("same" padding); 0 for any other output."""
+    return next((s for s in STRIDES if (ext["oh"], ext["ow"]) == (-(-ext["h"] // s), -(-ext["w"] // s))), 0)
+
+
 def applies(workload: Workload) -> bool:
-    """A depthwise convolution whose odd window keeps the data's height and width: stride 1, "same" padding."""
+    """A depthwise convolution of an odd window with "same" padding: stride 1, or 2 over a window of at least 3x3
+    (so that the operator pads, and the plane is built by its padding stage)."""
     ext = _extents(workload)
-    return (ext["oh"], ext["ow"]) == (ext["h"], ext["w"]) and ext["r"] % 2 == 1 and ext["s"] % 2 == 1
+    stride = _stride(ext)
+    return (stride > 0 and ext["r"] % 2 == 1 and ext["s"] % 2 == 1
+            and (stride == 1 or min(ext["r"], ext["s"]) > 1))
 
 
 def _width_vector(workload: Workload) -> int:
@@ -93,7 +104,31 @@ def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: s
     init = sch.decompose_reduction(conv, window[0])
     vectorize_rows(sch, init, vector)
     vectorize_rows(sch, accumulator, vector)
-    padded_planes(sch, padding, channels)
+    stride = _stride(_extents(workload))
+    if stride == 1:
+        padded_planes(sch, padding, channels)
+    else:
+        _phase_planes(sch, padding, channels, stride)
+
+
+def _phase_planes(sch: Schedule, padding: list[Any], loop: Any, stride: int) -> None:
+    """Each padding stage's plane computed at ``loop`` (:func:`~opbench.space._schedule.padded_planes`), the one the
+    convolution reads split into ``stride`` column phases: its zeros stored phase by phase in vectors, its interior
+    copied a group of ``stride`` columns at a time (each group's loads contiguous: LLVM's loop vectoriser turns
+    them into vector loads and shuffles; TVM's own vectors of strided loads ran 30% slower, one lane at a time)."""
+    *earlier, plane = padding
+    padded_planes(sch, earlier, loop)
+    sch.compute_at(plane, loop)
+    zeros = sch.decompose_padding(plane, sch.get_loops(plane)[-2])
+    width = int(sch.get(plane).writes[0].source.shape[3])
+    sch.transform_layout(plane, ("write", 0), lambda n, c, h, w: (n, c, w % stride, h, w // stride),
+                         pad_value=None if width % stride == 0 else 0.0)  # a column no tap reads (TF's padding)
+    rows, columns = sch.get_loops(zeros)[-2:]
+    groups, phase = sch.split(columns, [None, stride])
+    sch.reorder(phase, rows, groups)
+    sch.vectorize(groups)
+    groups, phase = sch.split(sch.get_loops(plane)[-1], [None, stride])
+    sch.unroll(phase)
 
 
 def preferred(workload: Workload) -> bool:
