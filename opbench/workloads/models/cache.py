@@ -58,9 +58,9 @@ def save(model: str, batch: int, seq_len: int, ops: list[FusedOp], funcs: dict[s
 
     folder = cache_dir(model, batch, seq_len)
     folder.mkdir(parents=True, exist_ok=True)
-    for op in ops:
-        (folder / f"{safe_name(op.name)}.json").write_text(tvm.ir.save_json(funcs[op.name]))
-    (folder / INDEX).write_text(json.dumps({op.name: asdict(op) for op in ops}, indent=1))
+    for op in ops:  # each file whole or absent for another process importing the same model at once
+        write_private(folder / f"{safe_name(op.name)}.json", tvm.ir.save_json(funcs[op.name]).encode())
+    write_private(folder / INDEX, json.dumps({op.name: asdict(op) for op in ops}, indent=1).encode())
     return folder
 
 
