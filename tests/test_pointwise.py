@@ -54,12 +54,30 @@ def test_the_gemm_default_follows_the_cpus_vectors_and_registers():
     assert pointwise.pixel_tiles(28, 28, 8) == (56, 112)  # 8 lanes: two rows of 28 are whole vectors already
 
 
+def test_an_output_that_streams_to_memory_takes_the_output_channels_outside_in_a_taller_tile():
+    """MobileNetV2's expansion at batch 16 (16 -> 96 channels at 112x112: a 77 MB output, 16 FMAs an output, an
+    image's data 0.8 MB): output-channel tiles outside, 3 rows of 7 vectors (21 accumulators beside the 7 pixel
+    vectors and a weight); at batch 1 (4.8 MB), with 64 input channels (the FMAs' time) or with an image's data
+    beyond L2, the defaults as before."""
+    big_llc = dataclasses.replace(AVX512, l2_kb=1024, l3_kb=32768)
+    streams = _default("conv2d:n=16,c=16,h=112,w=112,k=96,r=1,s=1", big_llc)
+    assert {k: streams[k] for k in ("gemm_pixels", "gemm_rows", "gemm_order")} == {
+        "gemm_pixels": 112, "gemm_rows": 3, "gemm_order": "channels_outer"}
+    for name in ("conv2d:n=1,c=16,h=112,w=112,k=96,r=1,s=1", "conv2d:n=16,c=64,h=56,w=56,k=256,r=1,s=1",
+                 "conv2d:n=16,c=32,h=112,w=112,k=96,r=1,s=1"):  # the last: 1.6 MB of data an image
+        assert _default(name, big_llc)["gemm_order"] != "channels_outer", name
+    assert _default("conv2d:n=16,c=16,h=112,w=112,k=96,r=1,s=1", dataclasses.replace(big_llc, l3_kb=262144))[
+        "gemm_order"] == "pixels_outer"  # the output fits half of a 256 MB cache
+    assert CpuShape.of(dataclasses.replace(HostFacts.unknown("other"), l3_kb=4096.0)).l3_kb == 4096.0  # the host's
+
+
 # Odd shapes, each with a pixel tile of another kind: half a row of 32 pixels on a batch of 2 (input channels 5,
 # output channels 12: no vector divides them), six rows of 8 pixels; the register tile's channels and the reduction
 # chunk drawn at random, the reduction chunks outside, then the output-channel tiles outside. (A model's fused 1x1
 # conv, its epilogue inlined and its weight packed once, is built with the GEMM and checked against PyTorch in
 # tests/test_models.py.)
-GEMM_ODD = {"conv2d:n=2,c=5,h=4,w=32,k=12,r=1,s=1": 16, "conv2d:n=1,c=24,h=6,w=8,k=12,r=1,s=1": 48}
+GEMM_ODD = {"conv2d:n=2,c=5,h=4,w=32,k=12,r=1,s=1": 16, "conv2d:n=1,c=24,h=6,w=8,k=12,r=1,s=1": 48,
+            "conv2d:n=3,c=7,h=8,w=16,k=9,r=1,s=1": 32}  # a taller tile (3 rows), the channels outside
 
 
 @pytest.mark.slow
@@ -69,8 +87,8 @@ def test_the_gemm_builds_correct_kernels_on_odd_shapes(build_checker):
         workload = parse_workload(name)
         template, rng = get_template(workload), random.Random(index)
         drawn = {k.name: rng.choice(k.choices) for k in template.knobs(workload) if k.name in ("gemm_rows", "gemm_reduce")}
-        config = {"algorithm": "gemm", "gemm_pixels": pixels, "gemm_order": ("chunks_outer", "channels_outer")[index],
-                  **drawn}
+        config = {"algorithm": "gemm", "gemm_pixels": pixels, "gemm_order": ("chunks_outer", "channels_outer")[index % 2],
+                  **drawn, **({"gemm_rows": 3} if index == 2 else {})}
         specs.append(TrialSpec(workload, config, Resources(1 + index % 2), template.name))
     records = build_checker.measure_batch(specs)
     wrong = failures(records, "knob.gemm")

@@ -1,5 +1,5 @@
 """What shapes a CPU kernel's micro-kernel: the vector width and registers of the CPU it runs on, how wide its FMA
-units run a vector, its L1 data cache's associativity and its L2's size. Read from the host (or a board preset), never
+units run a vector, its L1 data cache's associativity and its L2's and last level's sizes. Read from the host (or a board preset), never
 assumed from a vendor's name (the one exception, :data:`HALF_WIDTH_AVX512`, names CPU families by identity); template
 defaults and schedule helpers read :func:`current_shape`, which a build for another target sets."""
 from __future__ import annotations
@@ -16,6 +16,7 @@ from opbench.hardware.targets import BOARDS
 
 DEFAULT_L1D_WAYS = 8  # when the host does not say (a remote device's report, a non-Linux host)
 DEFAULT_L2_KB = 512
+DEFAULT_L3_KB = 8192
 # CPUs (HostFacts.cpu_id prefixes) whose FMA units run a 512-bit vector as two 256-bit halves: AMD Zen 4 (family 25;
 # Zen 5, family 26, runs it whole)
 HALF_WIDTH_AVX512 = ("AuthenticAMD/25.",)
@@ -24,8 +25,8 @@ HALF_WIDTH_AVX512 = ("AuthenticAMD/25.",)
 @dataclass(frozen=True)
 class CpuShape:
     """A CPU's SIMD registers (width in bits, how many), its L1 data cache's ways, its L2's size, the ISA flags
-    a template may choose an instruction by (``avx512_vnni``, ``avx2``) and the width its FMA units run a vector
-    at (``datapath_bits``; 0: the register's)."""
+    a template may choose an instruction by (``avx512_vnni``, ``avx2``), the width its FMA units run a vector
+    at (``datapath_bits``; 0: the register's) and its last-level cache's size (``l3_kb``)."""
 
     vector_bits: int
     vector_registers: int
@@ -33,6 +34,7 @@ class CpuShape:
     l2_kb: float = DEFAULT_L2_KB
     isa: frozenset[str] = frozenset()
     datapath_bits: int = 0
+    l3_kb: float = DEFAULT_L3_KB
 
     @property
     def fma_bits(self) -> int:
@@ -57,8 +59,9 @@ class CpuShape:
     @classmethod
     def of(cls, facts: HostFacts) -> CpuShape:
         """The shape a CPU's ISA flags, caches and identity give (:meth:`of_isa`, :meth:`of_cpu`)."""
-        return cls.of_isa(set(facts.isa), facts.l1d_ways or DEFAULT_L1D_WAYS,
-                          facts.l2_kb if facts.l2_kb > 0 else DEFAULT_L2_KB).of_cpu(facts.cpu_id)  # (NaN: not known)
+        shape = cls.of_isa(set(facts.isa), facts.l1d_ways or DEFAULT_L1D_WAYS,
+                           facts.l2_kb if facts.l2_kb > 0 else DEFAULT_L2_KB)  # (NaN: not known)
+        return replace(shape, l3_kb=facts.l3_kb if facts.l3_kb > 0 else DEFAULT_L3_KB).of_cpu(facts.cpu_id)
 
     def of_cpu(self, cpu_id: str) -> CpuShape:
         """This shape on the CPU ``cpu_id`` names (``HostFacts.cpu_id``, a device key's first part): its AVX-512 at

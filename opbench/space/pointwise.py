@@ -27,6 +27,7 @@ from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Nest, divisors
 from opbench.space._schedule import IN_OP, fold_into_write, loops_below, mark_prepack, pack_copy
 from opbench.workloads import Workload
+from opbench.workloads._base import numpy_dtype
 from opbench.workloads.fused import anchor_block, blocks_after
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ PIXELS_CAP = 256  # pixels of a register tile: its accumulators are rows x pixel
 ROWS_CAP = 16
 REDUCE_CAP = 64
 ORDERS = ("channels_outer", "pixels_outer", "chunks_outer")  # the outer loops' order (above)
+STREAMING_REDUCE_VECTORS = 2  # input channels, in vectors' lanes, up to which an output's FMAs are few (above)
 PARALLEL_TILES = 16  # chunks_outer cuts the output channels into panels until the parallel loop has this many
 
 
@@ -82,17 +84,32 @@ def default_config(workload: Workload) -> Config:
     accumulator registers (:func:`~opbench.hardware.cpu_shape.current_shape`; each step loads its pixel vectors
     and broadcasts its weights), the reduction in chunks of up to 64 input channels, pixel tiles outside (a tile's
     data stays in cache while every output-channel tile reads it); where the input channels take more than one
-    chunk, the chunks outside the output-channel tiles (``chunks_outer``: a chunk stays in L1;
+    chunk, the chunks outside the output-channel tiles (``chunks_outer``: a chunk stays in L1). Where the output
+    streams to memory (:func:`_streams_to_memory`), the output-channel tiles
+    outside (``channels_outer``: each writes its channels' planes in turn, not every plane a few vectors at a time),
+    and the tile as tall as the registers beside its pixel vectors allow (fewer passes over the data;
     docs/workloads-and-templates.md#pointwise-gemm has the measurements)."""
     ext, shape = _extents(workload), current_shape()
     lanes = shape.fp32_lanes
+    streams = _streams_to_memory(workload)
     widths = [pixels // lanes for pixels in pixel_tiles(ext["oh"], ext["ow"], lanes)]
     tiles = [(vectors, rows) for vectors in widths for rows in divisors(ext["k"], ROWS_CAP)
-             if vectors * rows <= shape.accumulator_registers]
+             if vectors * rows <= (shape.accumulators_beside(vectors + 1) if streams else shape.accumulator_registers)]
     vectors, rows = max(tiles or [(widths[0], 1)], key=lambda t: (t[0] * t[1] / (t[0] + t[1]), t[0] * t[1]))
     reduce = divisors(ext["c"], REDUCE_CAP)[-1]
-    return {"gemm_pixels": vectors * lanes, "gemm_rows": rows, "gemm_reduce": reduce,
-            "gemm_order": "chunks_outer" if ext["c"] > reduce else "pixels_outer"}
+    order = "channels_outer" if streams else "chunks_outer" if ext["c"] > reduce else "pixels_outer"
+    return {"gemm_pixels": vectors * lanes, "gemm_rows": rows, "gemm_reduce": reduce, "gemm_order": order}
+
+
+def _streams_to_memory(workload: Workload) -> bool:
+    """Whether the output is what the operator's time goes to: larger than half the CPU's last-level cache (which holds
+    the model's other tensors too), each output a reduction of at most :data:`STREAMING_REDUCE_VECTORS` vectors' lanes
+    (a longer one is the FMAs' time: ResNet-50's 64 input channels at batch 16 ran 13% slower channels outside), and
+    one image's data in L2 (read again by every output-channel tile)."""
+    ext, shape, size = _extents(workload), current_shape(), numpy_dtype(workload.dtype).itemsize
+    output = workload.axes[0].extent * ext["k"] * ext["oh"] * ext["ow"] * size
+    return (output > shape.l3_kb * 512 and ext["c"] <= STREAMING_REDUCE_VECTORS * shape.fp32_lanes
+            and ext["c"] * ext["h"] * ext["w"] * size <= shape.l2_kb * 1024)
 
 
 def nest(config: Config, workload: Workload) -> Nest:
