@@ -35,7 +35,10 @@ def test_rows_are_offered_to_same_padded_depthwise_convs_and_are_the_default_for
     assert _default("mobilenetv2-dw", AVX2)["rows_tile"] == 1
     assert _algorithms("mobilenetv2-dw") == ("direct", "rows")
     stride_2 = "depthwise_conv2d:n=1,c=96,h=112,w=112,r=3,s=3,stride=2,pad=1"  # MobileNetV2's: by column phases
-    assert _algorithms(stride_2) == ("direct", "rows") and _default(stride_2)["algorithm"] == "rows"
+    assert _algorithms(stride_2) == ("direct", "rows") and _default(stride_2)["algorithm"] == "rows"  # 4.8 MB of data
+    for batch, default in ((1, "direct"), (16, "rows")):  # 1.8 MB of data: in two 1 MB L2s, the packed copy stays there
+        name = f"depthwise_conv2d:n={batch},c=144,h=56,w=56,r=3,s=3,stride=2,pad=1"
+        assert _default(name, dataclasses.replace(AVX512, l2_kb=1024))["algorithm"] == default, name
     assert _algorithms("depthwise_conv2d:n=1,c=96,h=56,w=56,r=3,s=3,stride=1,pad=0") == ()  # a 54x54 output
     assert _algorithms("depthwise_conv2d:n=1,c=96,h=56,w=56,r=3,s=3,stride=2,pad=0") == ()  # 27x27: not "same"
     assert _algorithms("depthwise_conv2d:n=1,c=96,h=56,w=56,r=1,s=1,stride=2,pad=0") == ()  # no padding stage

@@ -21,6 +21,7 @@ from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Nest, divisors
 from opbench.space._schedule import fold_into_write, padded_planes, vector_lanes, vectorize_rows
 from opbench.workloads import Workload
+from opbench.workloads._base import numpy_dtype
 from opbench.workloads.fused import anchor_block, inline_side_blocks
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ KNOBS = ("rows_tile",)
 ROWS_CAP = 8
 STRIDES = (1, 2)
 SMALL_WINDOW = 9  # taps: a 3x3 window's 9 FMAs an output do not pay for the packed schedule's two layout passes
+STRIDE_2_DATA_L2S = 2  # stride 2: the default where the data is larger than this many L2 caches (see preferred)
 
 
 def _extents(workload: Workload) -> dict[str, int]:
@@ -115,7 +117,7 @@ def _phase_planes(sch: Schedule, padding: list[Any], loop: Any, stride: int) -> 
     """Each padding stage's plane computed at ``loop`` (:func:`~opbench.space._schedule.padded_planes`), the one the
     convolution reads split into ``stride`` column phases: its zeros stored phase by phase in vectors, its interior
     copied a group of ``stride`` columns at a time (each group's loads contiguous: LLVM's loop vectoriser turns
-    them into vector loads and shuffles; TVM's own vectors of strided loads ran 30% slower, one lane at a time)."""
+    them into vector loads and shuffles; TVM's own vectors of strided loads, one lane at a time, ran 30% slower on one thread)."""
     *earlier, plane = padding
     padded_planes(sch, earlier, loop)
     sch.compute_at(plane, loop)
@@ -134,6 +136,9 @@ def _phase_planes(sch: Schedule, padding: list[Any], loop: Any, stride: int) -> 
 def preferred(workload: Workload) -> bool:
     """The default for a window of at most :data:`SMALL_WINDOW` taps and rows wider than half a vector register:
     a 7-wide row's 7-lane vectors and a 7x7 window's 49 unaligned loads a vector lost to the packed direct
-    schedule (docs/workloads-and-templates.md#depthwise-rows)."""
-    ext = _extents(workload)
-    return ext["window"] <= SMALL_WINDOW and ext["ow"] > current_shape().fp32_lanes // 2
+    schedule; at stride 2 only where the data is larger than :data:`STRIDE_2_DATA_L2S` L2 caches (where the direct
+    schedule's packed copy stays in cache, it was faster: docs/workloads-and-templates.md#depthwise-rows)."""
+    ext, shape = _extents(workload), current_shape()
+    data_kb = workload.axes[0].extent * ext["c"] * ext["h"] * ext["w"] * numpy_dtype(workload.dtype).itemsize / 1024
+    return (ext["window"] <= SMALL_WINDOW and ext["ow"] > shape.fp32_lanes // 2
+            and (_stride(ext) == 1 or data_kb > STRIDE_2_DATA_L2S * shape.l2_kb))
