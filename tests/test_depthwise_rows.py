@@ -1,5 +1,5 @@
-"""A depthwise convolution (stride 1 or 2) by rows on NCHW (opbench/space/depthwise_rows.py): where it is offered and is the
-default, correct kernels on odd shapes and on a model's fused operator, and the nest it describes."""
+"""A depthwise convolution (stride 1 or 2) by rows on NCHW (opbench/space/depthwise_rows.py): where it is offered and
+is the default, correct kernels on odd shapes and on a model's fused operator, and the nest it describes."""
 from __future__ import annotations
 
 import dataclasses

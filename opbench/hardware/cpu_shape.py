@@ -1,6 +1,6 @@
 """What shapes a CPU kernel's micro-kernel: the vector width and registers of the CPU it runs on, how wide its FMA
-units run a vector, its L1 data cache's associativity and its L2's and last level's sizes. Read from the host (or a board preset), never
-assumed from a vendor's name (the one exception, :data:`HALF_WIDTH_AVX512`, names CPU families by identity); template
+units run a vector, its L1 data cache's associativity and its L2's and last level's sizes. Read from the host (or a
+board preset), never assumed from a vendor's name (the one exception, :data:`HALF_WIDTH_AVX512`, names CPU families by identity); template
 defaults and schedule helpers read :func:`current_shape`, which a build for another target sets."""
 from __future__ import annotations
 

@@ -117,7 +117,8 @@ def _phase_planes(sch: Schedule, padding: list[Any], loop: Any, stride: int) -> 
     """Each padding stage's plane computed at ``loop`` (:func:`~opbench.space._schedule.padded_planes`), the one the
     convolution reads split into ``stride`` column phases: its zeros stored phase by phase in vectors, its interior
     copied a group of ``stride`` columns at a time (each group's loads contiguous: LLVM's loop vectoriser turns
-    them into vector loads and shuffles; TVM's own vectors of strided loads, one lane at a time, ran 30% slower on one thread)."""
+    them into vector loads and shuffles; TVM's own vectors of strided loads, one lane at a time, ran 30% slower on
+    one thread)."""
     *earlier, plane = padding
     padded_planes(sch, earlier, loop)
     sch.compute_at(plane, loop)
@@ -129,8 +130,7 @@ def _phase_planes(sch: Schedule, padding: list[Any], loop: Any, stride: int) -> 
     groups, phase = sch.split(columns, [None, stride])
     sch.reorder(phase, rows, groups)
     sch.vectorize(groups)
-    groups, phase = sch.split(sch.get_loops(plane)[-1], [None, stride])
-    sch.unroll(phase)
+    sch.unroll(sch.split(sch.get_loops(plane)[-1], [None, stride])[1])
 
 
 def preferred(workload: Workload) -> bool:
