@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,25 +46,11 @@ class LoadedKernel:
     number: int = 1
 
 
-def _import_tvm() -> Any:
-    """``import tvm`` without torch: tvm_ffi imports torch first when it can (4.3 s instead of 1.6 s
-    here), though a kernel worker needs torch only for some references, which import it when they run."""
-    blocked = "torch" not in sys.modules
-    if blocked:
-        sys.modules["torch"] = None  # type: ignore[assignment]  # makes `import torch` raise ImportError
-    try:
-        import tvm
-    finally:
-        if blocked:
-            del sys.modules["torch"]
-    return tvm
-
-
 class KernelWorker:
     """A kernel worker: builds, runs and co-runs TVM kernels, locally or on a remote session."""
 
     def __init__(self, cores: tuple[int, ...] | None, threads: int) -> None:
-        _import_tvm()  # the expensive import, once per worker
+        import tvm  # noqa: F401 - the expensive import, once per worker (without torch: opbench._tvm_compat)
 
         if cores:
             os.sched_setaffinity(0, cores)
