@@ -156,6 +156,21 @@ def test_a_weight_transformed_once_goes_with_the_stages_fused_per_block_of_tiles
         assert winograd.nest(fused, _workload(BN_RELU)).parallel == parallel, (block, in_op)
 
 
+def test_a_weight_larger_than_the_l2_is_transformed_once_and_read_per_block_where_many_tiles_share_it(monkeypatch):
+    """Per block, each thread keeps its tiles through all the stages: the default takes it for a weight past the
+    L2 where the conv has MIN_TILES_WEIGHT_ONCE tiles or more and the weight fits MAX_WEIGHT_ONCE_L2S L2s, else
+    transforms the weight in the operator."""
+    workload = _workload(BN_RELU)
+    shape = winograd.conv_shape(workload)
+    count, weight_kb = winograd.tiles(shape, 4), winograd.transformed_weight_bytes(shape, 4) / 1024
+    for least, l2_kb, in_op, block in ((count, weight_kb / 2, 0, 1), (count + 1, weight_kb / 2, 1, 0),
+                                       (count, weight_kb / 5, 1, 0)):
+        monkeypatch.setattr(winograd, "MIN_TILES_WEIGHT_ONCE", least)
+        with shaped_for(CpuShape(512, 32, 8, l2_kb)):
+            config = get_template(workload).default_config(workload)
+        assert (config["winograd_in_op"], config["winograd_block"]) == (in_op, block), (least, l2_kb)
+
+
 def test_the_default_register_tile_takes_more_rows_where_the_tile_count_has_no_divisor_from_4_to_8():
     """YOLOv3-tiny's 64 -> 128 at 52x52: 169 tiles of F(4x4), 13 x 13; one row a step took 1.5x the time of 13."""
     config = winograd.default_config(parse_workload("conv2d:n=1,c=64,h=52,w=52,k=128,r=3,s=3,pad=1"))

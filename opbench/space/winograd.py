@@ -55,6 +55,9 @@ MIN_DEFAULT_ROWS = 4
 # GEMM tile of the default, in one process: F(2x2) won on 7x7 and 14x14 outputs (512 and 256
 # channels), F(4x4) on 28x28 and 56x56 (128 and 64 channels); any value from 11 to 68 orders them so.
 WEIGHT_TILES = 27
+# A model's transformed weight larger than the L2 is still transformed once, its stages fused per block of tiles, where
+# the conv has this many tiles of F(m) or more and the weight fits this many L2s (read whole by each block, from the L3)
+MIN_TILES_WEIGHT_ONCE, MAX_WEIGHT_ONCE_L2S = 128, 4
 MIN_FUSED_TILES = 16  # a model's conv with fewer output tiles stays direct by default (preferred())
 # ... and one whose GEMMs do fewer multiply-adds per value its transforms move, C * K / (C + K), than this on a CPU
 # whose FMA units run 512 bits (set on a Xeon), in proportion on a narrower one (deep_enough)
@@ -138,21 +141,36 @@ def transformed_weight_bytes(shape: ConvShape, m: int) -> int:
 
 def default_config(workload: Workload) -> Config:
     """The weight transformed in the operator, unless a model's transformed weight fits the CPU's L2 (where a
-    model's call finds it cached; ResNet-50's 14x14 conv, 9.4 MB transformed at F(4x4), ran its model in
-    40.46 ms as F(2x2) in the operator against 43.56 transformed once, 24 alternating rounds); the m of the cost
-    model (:data:`WEIGHT_TILES`, none where the weight is transformed once); a register tile of up to 8 tiles
-    (dividing their count; :func:`_default_rows`) by one vector of output channels, the reduction in chunks of up to
-    64 input channels. On resnet50-c5 (F(2x2)) 8 x 16 and 16 x 16 measured the same, 8 x 32 was 15% slower; on
-    resnet50-c2 (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59, 7 x 32 0.57. A weight transformed once goes with
-    the stages fused per block of tiles where a block fits the L2 (:func:`fused_block`)."""
+    model's call finds it cached; ResNet-50's 14x14 conv, 9.4 MB transformed at F(4x4), ran its model in 40.46 ms
+    as F(2x2) in the operator against 43.56 transformed once, 24 alternating rounds) or its conv has tiles enough to
+    read it per block (:func:`_read_by_blocks`); the m of the cost model (:data:`WEIGHT_TILES`, none where the weight
+    is transformed once); a register tile of up to 8 tiles (dividing their count; :func:`_default_rows`) by one
+    vector of output channels, the reduction in chunks of up to 64 input channels. On resnet50-c5 (F(2x2)) 8 x 16
+    and 16 x 16 measured the same, 8 x 32 was 15% slower; on resnet50-c2 (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59,
+    7 x 32 0.57. A weight transformed once goes with the stages fused per block of tiles where a block fits the L2
+    (:func:`fused_block`), and one larger than the L2 with blocks of one register-tile step."""
     s = conv_shape(workload)
     model = _of_a_model(workload)
-    in_op = not model or transformed_weight_bytes(s, _cheapest_tile(s, 0)) > current_shape().l2_kb * 1024
+    l2 = current_shape().l2_kb * 1024
+    weight = transformed_weight_bytes(s, _cheapest_tile(s, 0))
+    in_op = not model or (weight > l2 and not _read_by_blocks(s))
     m = _cheapest_tile(s, WEIGHT_TILES if in_op else 0)
     rows = _default_rows(tiles(s, m))
+    block = 0 if in_op else fused_block(s, m, rows) if weight <= l2 else 1
     config = {"winograd_tile": m, "winograd_rows": rows, "winograd_cols": _lanes(s.k),
-              "winograd_reduce": divisors(s.c, REDUCE_CAP)[-1], "winograd_block": 0 if in_op else fused_block(s, m, rows)}
+              "winograd_reduce": divisors(s.c, REDUCE_CAP)[-1], "winograd_block": block}
     return {**config, "winograd_in_op": int(in_op)} if model else config
+
+
+def _read_by_blocks(shape: ConvShape) -> bool:
+    """Whether a model's transformed weight larger than the L2 is still best transformed once, every stage run per
+    block of tiles (:data:`MIN_TILES_WEIGHT_ONCE`, :data:`MAX_WEIGHT_ONCE_L2S`): stage by stage, the input transform's
+    tiles and the GEMMs' output-channel blocks fall to different threads, so each stage reads half its input from
+    the other core's cache, slow where the cores share no cache; per block each thread keeps its own tiles
+    (docs/workloads-and-templates.md#fused-winograd)."""
+    m = _cheapest_tile(shape, 0)
+    return (tiles(shape, m) >= MIN_TILES_WEIGHT_ONCE
+            and transformed_weight_bytes(shape, m) <= MAX_WEIGHT_ONCE_L2S * current_shape().l2_kb * 1024)
 
 
 def _default_rows(count: int) -> int:
