@@ -81,7 +81,41 @@ def test_the_history_keeps_the_latest_probes_per_cpu_set(tmp_path):
 def test_the_probe_runs_a_thread_on_each_cpu_of_the_measurement():
     assert probe_cpus(3, (4, 5)) == [4, 5, 4] and probe_cpus(1, (7,)) == [7]
     taken = probe_ms(probe_cpus(2, None))  # it ran on both CPUs and came back
-    assert taken.compute_ms > 0 and taken.memory_ms > 0 and taken.sync_ms > 0
+    assert taken.compute_ms > 0 and taken.memory_ms > 0 and taken.sync_ms > 0 and taken.exchange_ms > 0
+    assert math.isnan(probe_ms([0]).exchange_ms)  # one thread has no other's writes to read
+
+
+def test_the_exchange_loop_reads_the_buffer_the_other_thread_has_just_written(tmp_path):
+    """Each round: this thread writes its own buffer, waits for the other, then sums the other's (the value of the
+    round it wrote), timed; the exchange slowness is judged against its own history, as the other loops'."""
+    import numpy as np
+
+    from opbench.hardware import host_speed
+
+    mine, theirs = np.zeros(4, np.float32), _SummedBuffer(4)
+    host_speed._exchange_ms(mine, theirs, lambda: theirs.fill(len(theirs.sums)))  # the "other thread" writes
+    assert theirs.sums == [4.0 * r for r in range(host_speed.EXCHANGE_PROBE_ROUNDS)]  # each round's fresh writes
+    assert (mine == host_speed.EXCHANGE_PROBE_ROUNDS - 1).all()
+    exchange_ms = iter([1.0] * 6 + [2.0])
+    speed = HostSpeed(tmp_path / "speed.json", probe=lambda cpus: Probe(1.0, 1.0, 1.0, next(exchange_ms)))
+    judged = [speed.slowness([0, 1]).exchange for _ in range(7)]
+    assert all(map(math.isnan, judged[:5])) and judged[5:] == [1.0, 2.0]
+
+
+class _SummedBuffer:
+    """A buffer the "other thread" fills at the barrier; its sums are kept."""
+
+    def __init__(self, size: int) -> None:
+        import numpy as np
+
+        self.values, self.sums = np.zeros(size, np.float32), list[float]()
+
+    def fill(self, value: float) -> None:
+        self.values.fill(value)
+
+    def sum(self) -> float:
+        self.sums.append(float(self.values.sum()))
+        return self.sums[-1]
 
 
 @pytest.mark.parametrize("command", [["measure", "matmul:m=8,n=8,k=8"], ["tune-model", "bert-base@tiny"],

@@ -14,6 +14,7 @@ import pytest
 import mlflow
 from opbench import settings
 from opbench.cli import main
+from opbench.hardware.host_speed import SLOWNESS_COLUMNS
 from opbench.hardware.resources import Resources
 from opbench.measure import timing
 from opbench.measure.calibration import Calibration
@@ -138,7 +139,7 @@ def test_every_record_has_its_interval_placements_and_the_hosts_load(measurer):
     for r in (record, baseline, flushed):
         assert r["status"] == "ok", r["error"]
         assert 0.0 <= r["other_busy_frac"] <= 1.0 and r["load_1m"] >= 0.0
-        assert {"host_slowness", "host_memory_slowness", "host_sync_slowness"} <= set(r)  # NaN: first 5 probes
+        assert set(SLOWNESS_COLUMNS) <= set(r)  # NaN: first 5 probes
         assert r["host_wait_s"] > 0 and r["placements"] >= settings.placements()  # probed before each placement
         assert r["latency_lo_ms"] <= r["latency_ms"] <= r["latency_hi_ms"]
         assert not {"remeasures", "spell_reruns", "turns", "turns_left_out"} & set(r)  # schema 2's, gone

@@ -1,10 +1,12 @@
 """How fast the host runs our threads right now: a probe, its normal time, and waiting out spells.
 
-A probe runs three loops on each of the measurement's cores at once: ``compute`` (a small matrix product
-in L1/L2), ``memory`` (a sum over :data:`MEMORY_PROBE_BYTES`, past L2) and ``sync`` (lock-step rounds of a
-product and a barrier, as a parallel kernel runs). Its slowness is each loop's time over its usual time
-among this user's last :data:`HISTORY` probes, of the last :data:`RECENT_S` seconds when there are enough of
-them (:func:`usual_time`; the lock-step loop's median), kept in a file. Why three loops, and what each catches: docs/measurement.md#probes.
+A probe runs four loops on each of the measurement's cores at once: ``compute`` (a small matrix product
+in L1/L2), ``memory`` (a sum over :data:`MEMORY_PROBE_BYTES`, past L2), ``sync`` (lock-step rounds of a
+product and a barrier, as a parallel kernel runs) and ``exchange`` (each thread reads what the next one has
+just written, as one stage of a parallel kernel reads another's output: slow where the cores share no cache).
+Its slowness is each loop's time over its usual time among this user's last :data:`HISTORY` probes, of the
+last :data:`RECENT_S` seconds when there are enough of them (:func:`usual_time`; the lock-step loop's
+median), kept in a file. Why four loops, and what each catches: docs/measurement.md#probes.
 """
 from __future__ import annotations
 
@@ -28,7 +30,10 @@ MEMORY_PROBE_BYTES = 3 << 20  # a float32 vector per thread: past a 1-2 MB L2, w
 MEMORY_PROBE_CALLS = 15  # ~0.2 ms a sum here
 SYNC_PROBE_SIZE = 96  # the lock-step loop's matrices: ~20 us a product, then a barrier
 SYNC_PROBE_ROUNDS = 40  # ~1.8 ms here
-SLOWNESS_COLUMNS = ("host_slowness", "host_memory_slowness", "host_sync_slowness")  # Slowness's fields, as record columns
+EXCHANGE_PROBE_BYTES = 512 << 10  # each thread's buffer, written by it and read by the next: within any L2 here
+EXCHANGE_PROBE_ROUNDS = 15
+SLOWNESS_COLUMNS = ("host_slowness", "host_memory_slowness", "host_sync_slowness",
+                    "host_exchange_slowness")  # Slowness's fields, as record columns
 HISTORY = 200  # probes among which the usual time is found (usual_time) ...
 RECENT_S = 600.0  # ... those of the last this many seconds when there are RECENT_PROBES of them (docs/measurement.md#probes)
 RECENT_PROBES = 30
@@ -39,21 +44,24 @@ SYNC_TOLERANCE = 0.20  # ... and the lock-step loop at most this much slower (it
 
 
 class Probe(NamedTuple):
-    """One probe of the host: the slowest thread's median time (ms) of each independent loop, and the
-    lock-step loop's time (ms)."""
+    """One probe of the host: the slowest thread's median time (ms) of each independent loop, the
+    lock-step loop's time (ms), and the slowest thread's median time (ms) to read the next thread's buffer."""
 
     compute_ms: float
     memory_ms: float
     sync_ms: float = math.nan
+    exchange_ms: float = math.nan
 
 
 class Slowness(NamedTuple):
     """A probe's times over their normal times (1.0: the usual state; NaN until :data:`MIN_HISTORY`
-    probes): the columns ``host_slowness``, ``host_memory_slowness`` and ``host_sync_slowness``."""
+    probes): the columns ``host_slowness``, ``host_memory_slowness``, ``host_sync_slowness`` and
+    ``host_exchange_slowness`` (recorded, not part of :attr:`deviation`: docs/measurement.md#probes)."""
 
     compute: float
     memory: float
     sync: float = math.nan
+    exchange: float = math.nan
 
     @property
     def deviation(self) -> float:
@@ -106,12 +114,15 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
     single-threaded ``PROBE_SIZE``-square matrix products, then :data:`MEMORY_PROBE_CALLS` sums of its own
     :data:`MEMORY_PROBE_BYTES` vector: the slowest thread's median of each (ms); then all of them in lock
     step, as a parallel kernel's threads run, :data:`SYNC_PROBE_ROUNDS` rounds of a small product each and
-    a barrier: the time of those rounds (ms)."""
+    a barrier: the time of those rounds (ms); then :data:`EXCHANGE_PROBE_ROUNDS` rounds in which each thread
+    writes its :data:`EXCHANGE_PROBE_BYTES` buffer and, after a barrier, sums the next thread's: the slowest
+    thread's (:func:`_exchange_ms`; NaN on one CPU)."""
     a, small = _probe_matrix(PROBE_SIZE), _probe_matrix(SYNC_PROBE_SIZE)
     warm_s = PROBE_WARM_MS / 1e3
     medians: list[Probe] = [Probe(0.0, 0.0)] * len(cpus)
     start = threading.Barrier(len(cpus))
     sync_ms = [0.0]
+    exchange_ms = [math.nan] * len(cpus)
 
     def median_ms(fn: Callable[[], object], times: int) -> float:
         laps = []
@@ -136,6 +147,8 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
             start.wait()
         if i == 0:
             sync_ms[0] = (time.perf_counter() - tick) * 1e3
+        if len(cpus) > 1:
+            exchange_ms[i] = _exchange_ms(_exchange_buffer(i), _exchange_buffer((i + 1) % len(cpus)), start.wait)
 
     with _blas().limit(limits=1, user_api="blas"):
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(cpus))]
@@ -143,7 +156,24 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
             thread.start()
         for thread in threads:
             thread.join()
-    return Probe(max(m.compute_ms for m in medians), max(m.memory_ms for m in medians), sync_ms[0])
+    return Probe(max(m.compute_ms for m in medians), max(m.memory_ms for m in medians), sync_ms[0], max(exchange_ms))
+
+
+def _exchange_ms(own: Any, next_threads: Any, barrier: Callable[[], object]) -> float:
+    """Over :data:`EXCHANGE_PROBE_ROUNDS` rounds, the median time (ms) to write ``own`` (which another thread read
+    the round before: each line's copy in that core's cache is invalidated first) plus the median time to sum
+    ``next_threads`` buffer just after its thread wrote it (each line fetched from that core's cache)."""
+    writes, reads = [], []
+    for value in range(EXCHANGE_PROBE_ROUNDS):
+        tick = time.perf_counter()
+        own.fill(value)
+        writes.append(time.perf_counter() - tick)
+        barrier()
+        tick = time.perf_counter()
+        next_threads.sum()
+        reads.append(time.perf_counter() - tick)
+        barrier()
+    return (statistics.median(writes) + statistics.median(reads)) * 1e3
 
 
 @functools.cache
@@ -162,6 +192,14 @@ def _probe_vector(thread: int) -> Any:
 
 
 @functools.cache
+def _exchange_buffer(thread: int) -> Any:
+    """Each probe thread's buffer for the exchange loop, allocated once per process."""
+    import numpy as np
+
+    return np.zeros(EXCHANGE_PROBE_BYTES // 4, dtype=np.float32)
+
+
+@functools.cache
 def _blas() -> Any:
     """numpy's BLAS, found once (threadpoolctl inspects the loaded libraries)."""
     from threadpoolctl import ThreadpoolController
@@ -176,7 +214,7 @@ def probe_cpus(threads: int, cores: tuple[int, ...] | None) -> list[int]:
 
 
 class HostSpeed:
-    """Probes of one host, kept in ``path`` (a JSON map from CPU set, and CPU set + ``:memory`` or ``:sync``,
+    """Probes of one host, kept in ``path`` (a JSON map from CPU set, and CPU set + ``:memory``, ``:sync`` or ``:exchange``,
     to the latest probes as [epoch s, ms]): read once, by the first probe, then written after each (the last
     process to write keeps its history)."""
 
@@ -193,7 +231,8 @@ class HostSpeed:
         taken = self._probe(cpus)
         slowness = Slowness(self._judge(key, taken.compute_ms),
                             self._judge(f"{key}:memory", taken.memory_ms),
-                            self._judge(f"{key}:sync", taken.sync_ms, statistics.median))
+                            self._judge(f"{key}:sync", taken.sync_ms, statistics.median),
+                            self._judge(f"{key}:exchange", taken.exchange_ms))
         self._save()
         return slowness
 
