@@ -45,7 +45,7 @@ SYNC_TOLERANCE = 0.20  # ... and the lock-step loop at most this much slower (it
 
 class Probe(NamedTuple):
     """One probe of the host: the slowest thread's median time (ms) of each independent loop, the
-    lock-step loop's time (ms), and the slowest thread's median time (ms) to read the next thread's buffer."""
+    lock-step loop's time (ms), and the slowest thread's exchange time (ms: :func:`_exchange_ms`)."""
 
     compute_ms: float
     memory_ms: float

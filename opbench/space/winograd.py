@@ -151,9 +151,9 @@ def default_config(workload: Workload) -> Config:
     (:func:`fused_block`), and one larger than the L2 with blocks of one register-tile step."""
     s = conv_shape(workload)
     model = _of_a_model(workload)
-    l2 = current_shape().l2_kb * 1024
-    weight = transformed_weight_bytes(s, _cheapest_tile(s, 0))
-    in_op = not model or (weight > l2 and not _read_by_blocks(s))
+    l2, once = current_shape().l2_kb * 1024, _cheapest_tile(s, 0)
+    weight = transformed_weight_bytes(s, once)
+    in_op = not model or (weight > l2 and not _read_by_blocks(tiles(s, once), weight, l2))
     m = _cheapest_tile(s, WEIGHT_TILES if in_op else 0)
     rows = _default_rows(tiles(s, m))
     block = 0 if in_op else fused_block(s, m, rows) if weight <= l2 else 1
@@ -162,15 +162,13 @@ def default_config(workload: Workload) -> Config:
     return {**config, "winograd_in_op": int(in_op)} if model else config
 
 
-def _read_by_blocks(shape: ConvShape) -> bool:
-    """Whether a model's transformed weight larger than the L2 is still best transformed once, every stage run per
-    block of tiles (:data:`MIN_TILES_WEIGHT_ONCE`, :data:`MAX_WEIGHT_ONCE_L2S`): stage by stage, the input transform's
-    tiles and the GEMMs' output-channel blocks fall to different threads, so each stage reads half its input from
-    the other core's cache, slow where the cores share no cache; per block each thread keeps its own tiles
-    (docs/workloads-and-templates.md#fused-winograd)."""
-    m = _cheapest_tile(shape, 0)
-    return (tiles(shape, m) >= MIN_TILES_WEIGHT_ONCE
-            and transformed_weight_bytes(shape, m) <= MAX_WEIGHT_ONCE_L2S * current_shape().l2_kb * 1024)
+def _read_by_blocks(tile_count: int, weight_bytes: float, l2_bytes: float) -> bool:
+    """Whether a model's transformed weight of ``weight_bytes``, larger than the L2, is still best transformed
+    once, every stage run per block of its ``tile_count`` tiles (:data:`MIN_TILES_WEIGHT_ONCE`,
+    :data:`MAX_WEIGHT_ONCE_L2S`): stage by stage, the input transform's tiles and the GEMMs' output-channel blocks
+    fall to different threads, so each stage reads half its input from the other core's cache, slow where the
+    cores share no cache; per block each thread keeps its own tiles (docs/workloads-and-templates.md#fused-winograd)."""
+    return tile_count >= MIN_TILES_WEIGHT_ONCE and weight_bytes <= MAX_WEIGHT_ONCE_L2S * l2_bytes
 
 
 def _default_rows(count: int) -> int:
