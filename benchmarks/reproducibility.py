@@ -16,8 +16,9 @@
    C --json`` in ``--processes`` separate processes, round-robin: per config max/min over the processes, how
    often a record's interval holds another process's latency, the intervals' median half-width, the largest
    ``peak_frac``; what the round (the host's state then) and the exchange state (its cores sharing no cache)
-   explain of the variance between processes, and max/min over the records of the usual exchange state. Targets (issue 91): max/min <= 1.06 for 90% of configs >= 50 us and <= 1.10 for all;
-   intervals hold >= 90%; median half-width <= 3%.
+   explain of the variance between processes, and max/min over the records of the usual exchange state.
+   Targets (issue 91): max/min <= 1.06 for 90% of configs >= 50 us and <= 1.10 for all; intervals hold >= 90%;
+   median half-width <= 3%.
 
     .venv/bin/python benchmarks/reproducibility.py [--samples 8] [--configs 5] [--processes 5] [--threads 2]
 """
