@@ -134,6 +134,23 @@ def test_the_local_runner_probes_before_each_placement_and_keeps_the_furthest_fr
     assert result.load["host_slowness"] == 1.4 and result.host_wait_s > 0 and not probe.slowness_of
 
 
+def test_a_placement_waits_while_its_cores_share_no_cache_and_gives_up_after_the_bound(monkeypatch):
+    from opbench.measure.runner import local
+
+    monkeypatch.setattr(local, "APART_POLL_S", 0.01)
+    worker = _Worker(1.0, 1.2)
+    monkeypatch.setattr(LocalRunner, "_worker", lambda self, resources, role: worker)
+    apart, shared = Slowness(1.0, 1.0, 1.0, 3.5), Slowness(1.0, 1.0, 1.0, 1.05)
+    assert apart.cores_apart and not shared.cores_apart and not Slowness(1.0, 1.0).cores_apart  # NaN: not probed
+    probe = _Probe(apart, apart, shared)
+    (result,) = LocalRunner(speed=probe).run_batch([RunInput("", MATMUL, TimingPolicy(placements=1))])
+    assert result.latencies_s == [1e-3] and result.load["host_exchange_slowness"] == 1.05 and not probe.slowness_of
+    assert result.host_wait_s >= 2 * local.APART_POLL_S  # two probes found the cores apart: it waited twice
+    monkeypatch.setattr(local, "APART_WAIT_S", 0.0)  # the bound passed: the placement runs, its state recorded
+    (result,) = LocalRunner(speed=_Probe(apart)).run_batch([RunInput("", MATMUL, TimingPolicy(placements=1))])
+    assert result.latencies_s == [1.2e-3] and result.load["host_exchange_slowness"] == 3.5
+
+
 def test_a_fresh_measurement_takes_each_placement_in_a_new_process(monkeypatch):
     made = []
 

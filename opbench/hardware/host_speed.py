@@ -41,6 +41,7 @@ MIN_HISTORY = 5  # probes taken before the first one is judged
 PROBE_WARM_MS = 10.0  # each probe thread keeps its core busy this long before it times
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
 SYNC_TOLERANCE = 0.20  # ... and the lock-step loop at most this much slower (it varies more)
+CORES_APART = 2.0  # an exchange over this many times its usual time: the cores share no cache (docs/measurement.md#probes)
 
 
 class Probe(NamedTuple):
@@ -56,7 +57,7 @@ class Probe(NamedTuple):
 class Slowness(NamedTuple):
     """A probe's times over their normal times (1.0: the usual state; NaN until :data:`MIN_HISTORY`
     probes): the columns ``host_slowness``, ``host_memory_slowness``, ``host_sync_slowness`` and
-    ``host_exchange_slowness`` (recorded, not part of :attr:`deviation`: docs/measurement.md#probes)."""
+    ``host_exchange_slowness`` (not part of :attr:`deviation`: it decides :attr:`cores_apart`)."""
 
     compute: float
     memory: float
@@ -75,6 +76,12 @@ class Slowness(NamedTuple):
     @property
     def usual(self) -> bool:
         return self.deviation <= TOLERANCE
+
+    @property
+    def cores_apart(self) -> bool:
+        """Whether the probed cores share no cache now (the exchange over :data:`CORES_APART` x its usual time; False
+        while NaN): kernels whose threads read each other's output run up to 2x slow (docs/measurement.md#probes)."""
+        return self.exchange > CORES_APART
 
     def as_load(self) -> dict[str, float]:
         return dict(zip(SLOWNESS_COLUMNS, self))

@@ -31,6 +31,8 @@ from opbench.measure.worker.zygotes import forked_worker, zygote_of
 from opbench.record import Status
 from opbench.workloads.models.sources import model_imports
 
+APART_WAIT_S = 60.0  # a CPU placement waits at most this long for its cores to share a cache (docs/measurement.md#probes)
+APART_POLL_S = 0.5  # ... probing again after this long, outside the lock
 Job = RunInput | LibraryInput | ModelInput | ModelProfileInput | PeakInput | PrimFuncInput
 
 
@@ -66,7 +68,8 @@ class LocalRunner(Runner[Job, RunResult]):
     (importing TVM and torch) never overlaps a timed run, whichever process times it. Every job takes its
     placements (:func:`~opbench.measure.runner.placements.place`): a child forked from its worker for each
     (:meth:`run`, :meth:`run_batch`), or a new process for each (:meth:`run_fresh`). With ``speed``, the host's
-    speed is probed before every CPU placement, and the record keeps the furthest from usual.
+    speed is probed before every CPU placement, which waits while its cores share no cache, and the record keeps
+    the furthest from usual.
     """
 
     def __init__(self, timeout_s: float = settings.RUN_TIMEOUT_S, lock: HostLock | None = None,
@@ -144,14 +147,19 @@ class LocalRunner(Runner[Job, RunResult]):
 
     def _call(self, worker: Worker, inp: Job) -> RunResult:
         """One placement of a job in ``worker`` (a CPU kernel's in a child forked for it), under the host
-        lock, the host probed just before it."""
+        lock, the host probed just before it; while the probe finds the cores sharing no cache, up to
+        :data:`APART_WAIT_S`, it probes again after :data:`APART_POLL_S` without the lock."""
         try:
             self._start(worker)
-            with self._exclusive():
-                tick = time.perf_counter()
-                slowness = self._probe(inp.resources)
-                probed_s = time.perf_counter() - tick
-                result = worker.call(inp, self.timeout_s)
+            tick = time.perf_counter()
+            while True:
+                with self._exclusive():
+                    slowness = self._probe(inp.resources)
+                    probed_s = time.perf_counter() - tick
+                    if slowness is None or not slowness.cores_apart or probed_s >= APART_WAIT_S:
+                        result = worker.call(inp, self.timeout_s)
+                        break
+                time.sleep(APART_POLL_S)
         except WorkerError as exc:
             return RunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"run: {exc}")
         if slowness is not None:
