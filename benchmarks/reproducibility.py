@@ -305,6 +305,9 @@ def main() -> None:
                   f"records were taken with host_exchange_slowness > {EXCHANGE_SLOW}, {slow_ratio:.3f}x the others' latency; "
                   f"over the others alone, max/min <= 1.06 for {100 * _share([r <= 1.06 for r in usual_ratios]):.0f}% of "
                   f"{len(usual_ratios)} configs, {max(usual_ratios, default=math.nan):.3f} at worst")
+    waits = [r.get("host_wait_s") or 0.0 for taken in records.values() for r in taken if is_ok(r)]
+    results.print(f"probing and waiting for the cores to share a cache: {sum(waits):.1f} s in all, "
+                  f"{sum(w > 1 for w in waits)} of {len(waits)} records waited over 1 s, {max(waits, default=0):.1f} s at most")
     results.print("".join(f"\nfailed: {line}" for line in failures))
     share = sum(r <= 1.06 for r in ratios) / max(1, len(ratios))
     held = _share(hits)
