@@ -102,6 +102,19 @@ def test_the_exchange_loop_reads_the_buffer_the_other_thread_has_just_written(tm
     assert all(map(math.isnan, judged[:5])) and judged[5:] == [1.0, 2.0]
 
 
+def test_the_cores_apart_are_judged_by_the_fastest_twentieth_however_long_they_last_and_timed_since_they_began(tmp_path):
+    now = [0.0]
+    exchange_ms = iter([1.0] * 5 + [3.5] * 40 + [1.1])  # the cores shared a cache, then none for 40 probes
+    speed = HostSpeed(tmp_path / "speed.json", lambda cpus: Probe(1.0, 1.0, 1.0, next(exchange_ms)), lambda: now[0])
+    judged = []
+    for _ in range(45):
+        judged.append(speed.slowness([0, 1]))
+        now[0] += 1.0
+    assert judged[5].cores_apart and judged[44].cores_apart  # still apart: the slow probes outnumber the usual 8 to 1
+    assert judged[44].exchange == pytest.approx(3.5) and speed.apart_s([0, 1]) == pytest.approx(40.0)
+    assert not speed.slowness([0, 1]).cores_apart and speed.apart_s([0, 1]) == 0.0  # shared again
+
+
 class _SummedBuffer:
     """A buffer the "other thread" fills at the barrier; its sums are kept."""
 

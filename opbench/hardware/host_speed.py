@@ -42,6 +42,7 @@ PROBE_WARM_MS = 10.0  # each probe thread keeps its core busy this long before i
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
 SYNC_TOLERANCE = 0.20  # ... and the lock-step loop at most this much slower (it varies more)
 CORES_APART = 2.0  # an exchange over this many times its usual time: the cores share no cache (docs/measurement.md#probes)
+EXCHANGE_HISTORY = 1000  # exchange probes kept: its usual time is their fastest twentieth (shared_cache_time)
 
 
 class Probe(NamedTuple):
@@ -113,6 +114,12 @@ def usual_time(history: Sequence[float]) -> float:
         centre = min(max(middle, taken / (1 + TOLERANCE)), ordered[lo] / (1 - TOLERANCE))  # holds all of them
         best = max(best, (hi - lo + 1, -abs(centre - median), centre))
     return best[2]
+
+
+def shared_cache_time(history: Sequence[float]) -> float:
+    """The exchange's usual time: the fastest twentieth of ``history``, the cores sharing a cache however long they
+    have not since (a host whose vCPUs share none for minutes would otherwise make that its usual state)."""
+    return statistics.quantiles(history, n=20, method="inclusive")[0]
 
 
 def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
@@ -239,23 +246,38 @@ class HostSpeed:
         slowness = Slowness(self._judge(key, taken.compute_ms),
                             self._judge(f"{key}:memory", taken.memory_ms),
                             self._judge(f"{key}:sync", taken.sync_ms, statistics.median),
-                            self._judge(f"{key}:exchange", taken.exchange_ms))
+                            self._judge(f"{key}:exchange", taken.exchange_ms, shared_cache_time, EXCHANGE_HISTORY))
         self._save()
         return slowness
 
-    def _judge(self, key: str, taken: float, usual: Callable[[Sequence[float]], float] = usual_time) -> float:
+    def apart_s(self, cpus: list[int]) -> float:
+        """How long the probes of ``cpus`` (this process's and those it read) have found the cores sharing no cache
+        without a break, up to the latest (0.0: the latest found them sharing one)."""
+        history = (self._history or {}).get(",".join(map(str, cpus)) + ":exchange", [])
+        if len(history) < MIN_HISTORY:
+            return 0.0
+        apart = CORES_APART * shared_cache_time([ms for _, ms in history])
+        since = self._wall()
+        for at, ms in reversed(history):
+            if ms <= apart:
+                break
+            since = at
+        return self._wall() - since
+
+    def _judge(self, key: str, taken: float, usual: Callable[[Sequence[float]], float] = usual_time,
+               keep: int = HISTORY) -> float:
         """``taken`` over the usual time of ``key``'s history (its last :data:`RECENT_S` seconds when they hold
-        :data:`RECENT_PROBES` probes: a host whose state changed for good is judged by the new one): the
-        lock-step loop, judged only when slower, over their median."""
+        :data:`RECENT_PROBES` probes: a host whose state changed for good is judged by the new one; the exchange, by
+        all its ``keep`` probes): the lock-step loop, judged only when slower, over their median."""
         assert self._history is not None
         if taken != taken:  # a probe without this loop
             return math.nan
         history, now = self._history.setdefault(key, []), self._wall()
         recent = [ms for at, ms in history if now - at <= RECENT_S]
-        pool = recent if len(recent) >= RECENT_PROBES else [ms for _, ms in history]
+        pool = recent if len(recent) >= RECENT_PROBES and keep == HISTORY else [ms for _, ms in history]
         normal = usual(pool) if len(pool) >= MIN_HISTORY else math.nan
         history.append([now, taken])
-        del history[:-HISTORY]
+        del history[:-keep]
         return taken / normal
 
     def _load(self) -> dict[str, list[list[float]]]:

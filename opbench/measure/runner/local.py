@@ -31,8 +31,8 @@ from opbench.measure.worker.zygotes import forked_worker, zygote_of
 from opbench.record import Status
 from opbench.workloads.models.sources import model_imports
 
-APART_WAIT_S = 60.0  # a CPU placement waits at most this long for its cores to share a cache (docs/measurement.md#probes)
-APART_POLL_S = 0.5  # ... probing again after this long, outside the lock
+APART_WAIT_S = 60.0  # placements wait for their cores to share a cache until they have shared none this long (#probes)
+APART_POLL_S = 2.0  # ... probing again after this long, outside the lock
 Job = RunInput | LibraryInput | ModelInput | ModelProfileInput | PeakInput | PrimFuncInput
 
 
@@ -147,8 +147,8 @@ class LocalRunner(Runner[Job, RunResult]):
 
     def _call(self, worker: Worker, inp: Job) -> RunResult:
         """One placement of a job in ``worker`` (a CPU kernel's in a child forked for it), under the host
-        lock, the host probed just before it; while the probe finds the cores sharing no cache, up to
-        :data:`APART_WAIT_S`, it probes again after :data:`APART_POLL_S` without the lock."""
+        lock, the host probed just before it; while the probe finds the cores sharing no cache, for at most
+        :data:`APART_WAIT_S` since they last did, it probes again after :data:`APART_POLL_S` without the lock."""
         try:
             self._start(worker)
             tick = time.perf_counter()
@@ -156,7 +156,7 @@ class LocalRunner(Runner[Job, RunResult]):
                 with self._exclusive():
                     slowness = self._probe(inp.resources)
                     probed_s = time.perf_counter() - tick
-                    if slowness is None or not slowness.cores_apart or probed_s >= APART_WAIT_S:
+                    if not self._waits_for_shared_cache(slowness, inp.resources):
                         result = worker.call(inp, self.timeout_s)
                         break
                 time.sleep(APART_POLL_S)
@@ -173,6 +173,13 @@ class LocalRunner(Runner[Job, RunResult]):
         with self._exclusive():
             slowness = self._probe(resources)
         return slowness is not None and slowness.usual
+
+    def _waits_for_shared_cache(self, slowness: Slowness | None, resources: Resources) -> bool:
+        """Whether the probe found the cores sharing no cache, for less than :data:`APART_WAIT_S` so far."""
+        if slowness is None or not slowness.cores_apart:
+            return False
+        assert self._speed is not None
+        return self._speed.apart_s(probe_cpus(resources.threads, resources.cores)) < APART_WAIT_S
 
     def _probe(self, resources: Resources) -> Slowness | None:
         """The host's slowness for ``resources`` now (None: not probed, a GPU run)."""
