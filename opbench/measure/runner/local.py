@@ -31,7 +31,7 @@ from opbench.measure.worker.zygotes import forked_worker, zygote_of
 from opbench.record import Status
 from opbench.workloads.models.sources import model_imports
 
-APART_WAIT_S = 60.0  # placements wait for their cores to share a cache until they have shared none this long (#probes)
+APART_WAIT_S = 120.0  # placements wait for their cores to share a cache until they have shared none this long (#probes)
 APART_POLL_S = 2.0  # ... probing again after this long, outside the lock
 Job = RunInput | LibraryInput | ModelInput | ModelProfileInput | PeakInput | PrimFuncInput
 
