@@ -33,14 +33,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from _results import Results
+from _results import RESULTS, Results
 
 from opbench.engines.loop import template_check, valid_proposals
 from opbench.engines.simple import RandomEngine
+from opbench.hardware.host_speed import SLOWNESS_COLUMNS
 from opbench.hardware.lock import DEFAULT_LOCK, HostLock
 from opbench.hardware.quiet import wait_until_idle
 from opbench.hardware.resources import Resources, set_tvm_threads
@@ -53,6 +55,8 @@ from opbench.measure.timing import TimingPolicy
 from opbench.measure.types import MeasureOptions, TrialSpec
 from opbench.measure.worker._common import time_series
 from opbench.measure.worker.kernel import KernelWorker, LoadedKernel
+from opbench.paths import safe_name
+from opbench.provenance import source_commit
 from opbench.record import Status, is_ok
 from opbench.report.progress import table
 from opbench.space import get_template
@@ -230,6 +234,35 @@ def exchange_effect(records: dict[tuple[str, int], list[dict]]) -> tuple[float, 
             math.exp(means[True] - means[False]), usual_ratios)
 
 
+def probe_effects(records: dict[tuple[str, int], list[dict]]) -> dict[str, float]:
+    """What each host probe explains of the variance between processes: per slowness column, the share of the
+    variance of each record's log-latency about its config's mean that a line through ln(slowness) explains."""
+    effects = {}
+    for column in SLOWNESS_COLUMNS:
+        pairs = []
+        for taken in records.values():
+            ok = [r for r in taken if is_ok(r) and (r.get(column) or 0) > 0]
+            if len(ok) >= 2:
+                mean = statistics.fmean(math.log(r["latency_ms"]) for r in ok)
+                pairs += [(math.log(r[column]), math.log(r["latency_ms"]) - mean) for r in ok]
+        if len(pairs) > 2 and len({x for x, _ in pairs}) > 1 and len({y for _, y in pairs}) > 1:
+            effects[column] = statistics.correlation(*zip(*pairs)) ** 2
+    return effects
+
+
+def keep_records(records: dict[tuple[str, int], list[dict]], folder: Path = RESULTS / "reproducibility") -> Path:
+    """Every record of the run (latency, interval, placements, the probes, the wait), appended as one line to
+    ``<folder>/<device key>.jsonl``, for later analysis."""
+    fields = ("latency_ms", "latency_lo_ms", "latency_hi_ms", "placement_ms", "host_wait_s", *SLOWNESS_COLUMNS)
+    kept = {f"{name}#{index}": [{k: r.get(k) for k in fields} for r in taken] for (name, index), taken in records.items()}
+    device = next((r["device_key"] for taken in records.values() for r in taken if r.get("device_key")), "unknown")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{safe_name(device)}.jsonl"
+    with path.open("a") as out:
+        out.write(json.dumps({"commit": source_commit(), "date": time.strftime("%Y-%m-%d %H:%M"), "records": kept}) + "\n")
+    return path
+
+
 def calibrated_hits(records: dict[tuple[str, int], list[dict]], folder: Path) -> tuple[list[bool], list[float]]:
     """Every record's interval as calibration would widen it (``opbench.measure.calibration``) had the device's
     re-measures been those of the other workloads' configs (each other process's latency as a ratio of each
@@ -300,6 +333,8 @@ def main() -> None:
     results.print(f"the round (the host's state while it ran, common to every config) explains {100 * share_of_rounds:.0f}% "
                   "of the variance between processes; each round's latency relative to all rounds' (geometric mean): "
                   + ", ".join(f"{f:.3f}" for f in by_round))
+    results.print("what each probe explains of that variance (r^2 of ln latency on ln slowness): " + ", ".join(
+        f"{column} {100 * share:.0f}%" for column, share in probe_effects(records).items()))
     exchange_share, slow_share, slow_ratio, usual_ratios = exchange_effect(records)
     results.print(f"the exchange state explains {100 * exchange_share:.0f}% of that variance: {100 * slow_share:.0f}% of the "
                   f"records were taken with host_exchange_slowness > {EXCHANGE_SLOW}, {slow_ratio:.3f}x the others' latency; "
@@ -309,6 +344,7 @@ def main() -> None:
     results.print(f"probing and waiting for the cores to share a cache: {sum(waits):.1f} s in all, "
                   f"{sum(w > 1 for w in waits)} of {len(waits)} records waited over 1 s, {max(waits, default=0):.1f} s at most")
     results.print("".join(f"\nfailed: {line}" for line in failures))
+    results.print(f"every record: {keep_records(records).relative_to(RESULTS.parent.parent)}")
     share = sum(r <= 1.06 for r in ratios) / max(1, len(ratios))
     held = _share(hits)
     verdicts = [(f"max/min <= 1.06 for 90% of configs >= 50 us ({100 * share:.0f}%)", share >= 0.9),
