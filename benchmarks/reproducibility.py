@@ -207,14 +207,12 @@ def round_effect(records: dict[tuple[str, int], list[dict]]) -> tuple[float, lis
     return explained / statistics.pvariance(every, 0.0), [math.exp(means[i]) for i in sorted(means)]
 
 
-def exchange_effect(records: dict[tuple[str, int], list[dict]]) -> tuple[float, float, float, list[float]]:
+def exchange_effect(records: dict[tuple[str, int], list[dict]]) -> tuple[float, float, float]:
     """What the host's exchange state (``host_exchange_slowness`` over :data:`EXCHANGE_SLOW`: its cores shared no
     cache while the process ran) explains of the variance between processes: the share of the variance of each
     record's log-latency about its config's mean that the two states' mean deviations explain, the records'
-    share taken in the slow state, the slow state's latency relative to the usual state's (geometric mean), and
-    each config's max/min over its records in the usual state (>= 50 us, at least two of them)."""
+    share taken in the slow state, and the slow state's latency relative to the usual state's (geometric mean)."""
     deviations: dict[bool, list[float]] = {False: [], True: []}
-    usual_ratios = []
     for taken in records.values():
         ok = [r for r in taken if is_ok(r) and r.get("host_exchange_slowness") is not None]
         if len(ok) < 2:
@@ -222,16 +220,25 @@ def exchange_effect(records: dict[tuple[str, int], list[dict]]) -> tuple[float, 
         mean = statistics.fmean(math.log(r["latency_ms"]) for r in ok)
         for r in ok:
             deviations[r["host_exchange_slowness"] > EXCHANGE_SLOW].append(math.log(r["latency_ms"]) - mean)
-        usual = [r["latency_ms"] for r in ok if r["host_exchange_slowness"] <= EXCHANGE_SLOW]
-        if len(usual) >= 2 and statistics.median(usual) >= MIN_TARGET_MS:
-            usual_ratios.append(max(usual) / min(usual))
     every = deviations[False] + deviations[True]
     if not deviations[False] or not deviations[True] or statistics.pvariance(every, 0.0) == 0:
-        return math.nan, len(deviations[True]) / max(1, len(every)), math.nan, usual_ratios
+        return math.nan, len(deviations[True]) / max(1, len(every)), math.nan
     means = {state: statistics.fmean(values) for state, values in deviations.items()}
     explained = sum(len(deviations[state]) * means[state] ** 2 for state in means) / len(every)
-    return (explained / statistics.pvariance(every, 0.0), len(deviations[True]) / len(every),
-            math.exp(means[True] - means[False]), usual_ratios)
+    return explained / statistics.pvariance(every, 0.0), len(deviations[True]) / len(every), math.exp(means[True] - means[False])
+
+
+def ratios_where(records: dict[tuple[str, int], list[dict]], keep: Callable[[dict], bool]) -> tuple[int, list[float]]:
+    """How many records ``keep`` keeps, and each config's max/min over them (>= 50 us, at least two)."""
+    kept = {key: [r for r in taken if is_ok(r) and keep(r)] for key, taken in records.items()}
+    ratios = [max(ms) / min(ms) for taken in kept.values() if len(ms := [r["latency_ms"] for r in taken]) >= 2
+              and statistics.median(ms) >= MIN_TARGET_MS]
+    return sum(map(len, kept.values())), ratios
+
+
+def _probes_usual(record: dict) -> bool:
+    """Whether the compute probe read within 10% and the memory probe within 20% of their usual times."""
+    return abs(record.get("host_slowness", 1) - 1) <= 0.1 and abs(record.get("host_memory_slowness", 1) - 1) <= 0.2
 
 
 def probe_effects(records: dict[tuple[str, int], list[dict]]) -> dict[str, float]:
@@ -335,7 +342,12 @@ def main() -> None:
                   + ", ".join(f"{f:.3f}" for f in by_round))
     results.print("what each probe explains of that variance (r^2 of ln latency on ln slowness): " + ", ".join(
         f"{column} {100 * share:.0f}%" for column, share in probe_effects(records).items()))
-    exchange_share, slow_share, slow_ratio, usual_ratios = exchange_effect(records)
+    kept, usual_probes = ratios_where(records, _probes_usual)
+    results.print(f"over the {kept} records whose compute and memory probes read within 10% and 20% of their usual "
+                  f"times: max/min <= 1.06 for {100 * _share([r <= 1.06 for r in usual_probes]):.0f}% of "
+                  f"{len(usual_probes)} configs, {max(usual_probes, default=math.nan):.3f} at worst")
+    exchange_share, slow_share, slow_ratio = exchange_effect(records)
+    _, usual_ratios = ratios_where(records, lambda r: (r.get("host_exchange_slowness") or 0) <= EXCHANGE_SLOW)
     results.print(f"the exchange state explains {100 * exchange_share:.0f}% of that variance: {100 * slow_share:.0f}% of the "
                   f"records were taken with host_exchange_slowness > {EXCHANGE_SLOW}, {slow_ratio:.3f}x the others' latency; "
                   f"over the others alone, max/min <= 1.06 for {100 * _share([r <= 1.06 for r in usual_ratios]):.0f}% of "
