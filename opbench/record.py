@@ -114,7 +114,7 @@ class TrialRecord(Mapping[str, Any]):
     host_memory_slowness: float | None = _metric()  # the memory probe's
     host_sync_slowness: float | None = _metric()  # the lock-step probe's
     host_exchange_slowness: float | None = _metric()  # the exchange probe's (reading another core's writes)
-    host_wait_s: float | None = _metric()  # probing the host
+    host_wait_s: float | None = _metric()  # probing the host, and waiting for its cores to share a cache
     # energy, where a meter could be read (opbench.hardware.energy)
     energy_j: float | None = _metric()  # joules per call
     power_w: float | None = _metric()  # watts while timing

@@ -246,7 +246,7 @@ class HostSpeed:
         slowness = Slowness(self._judge(key, taken.compute_ms),
                             self._judge(f"{key}:memory", taken.memory_ms),
                             self._judge(f"{key}:sync", taken.sync_ms, statistics.median),
-                            self._judge(f"{key}:exchange", taken.exchange_ms, shared_cache_time, EXCHANGE_HISTORY))
+                            self._judge(f"{key}:exchange", taken.exchange_ms, shared_cache_time, EXCHANGE_HISTORY, recent=False))
         self._save()
         return slowness
 
@@ -265,16 +265,16 @@ class HostSpeed:
         return self._wall() - since
 
     def _judge(self, key: str, taken: float, usual: Callable[[Sequence[float]], float] = usual_time,
-               keep: int = HISTORY) -> float:
-        """``taken`` over the usual time of ``key``'s history (its last :data:`RECENT_S` seconds when they hold
-        :data:`RECENT_PROBES` probes: a host whose state changed for good is judged by the new one; the exchange, by
-        all its ``keep`` probes): the lock-step loop, judged only when slower, over their median."""
+               keep: int = HISTORY, recent: bool = True) -> float:
+        """``taken`` over the usual time of ``key``'s last ``keep`` probes (with ``recent``, of those of the last
+        :data:`RECENT_S` seconds when they hold :data:`RECENT_PROBES`: a host whose state changed for good is judged by
+        the new one): the lock-step loop, judged only when slower, over their median."""
         assert self._history is not None
         if taken != taken:  # a probe without this loop
             return math.nan
         history, now = self._history.setdefault(key, []), self._wall()
-        recent = [ms for at, ms in history if now - at <= RECENT_S]
-        pool = recent if len(recent) >= RECENT_PROBES and keep == HISTORY else [ms for _, ms in history]
+        latest = [ms for at, ms in history if now - at <= RECENT_S] if recent else []
+        pool = latest if len(latest) >= RECENT_PROBES else [ms for _, ms in history]
         normal = usual(pool) if len(pool) >= MIN_HISTORY else math.nan
         history.append([now, taken])
         del history[:-keep]

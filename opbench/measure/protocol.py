@@ -129,7 +129,7 @@ class RunResult:
     device_addr: str = ""  # the remote server (HOST:PORT) the kernel ran on; empty when local
     device_facts: dict[str, Any] = field(default_factory=dict)  # that server's HostFacts, when it reports them
     placement_sizes: list[int] = field(default_factory=list)  # each placement's repeats, in latencies_s's order
-    host_wait_s: float = 0.0  # spent probing the host's speed
+    host_wait_s: float = 0.0  # spent probing the host's speed and waiting for its cores to share a cache
     load: dict[str, float] = field(default_factory=dict)  # the host's load while timing (HostLoad.stop)
     pid: int = 0  # the worker that ran it
     kernel_pid: int = 0  # the process that ran the kernel: a child forked from the worker for it, or the worker
