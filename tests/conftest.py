@@ -84,9 +84,12 @@ def _group_for_xdist(config: pytest.Config, items: list[pytest.Item]) -> None:
 # judge by): a private runtime folder for this session and every process it starts, removed at exit.
 os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="opbench-runtime-")
 atexit.register(shutil.rmtree, os.environ["XDG_RUNTIME_DIR"], ignore_errors=True)
-# Extracted model operators go to a private cache, not the repository's mlflow/models, removed at exit.
-os.environ["OPBENCH_MODEL_CACHE"] = tempfile.mkdtemp(prefix="opbench-models-")
-atexit.register(shutil.rmtree, os.environ["OPBENCH_MODEL_CACHE"], ignore_errors=True)
+# Extracted model operators go to a private cache, not the repository's mlflow/models, removed at exit: one for
+# the session, which its xdist workers inherit (each file of it is written whole, so they share it safely and a
+# model is imported once, not once a worker).
+if not (os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("OPBENCH_MODEL_CACHE")):
+    os.environ["OPBENCH_MODEL_CACHE"] = tempfile.mkdtemp(prefix="opbench-models-")
+    atexit.register(shutil.rmtree, os.environ["OPBENCH_MODEL_CACHE"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
