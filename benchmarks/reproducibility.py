@@ -42,7 +42,7 @@ from _results import RESULTS, Results
 
 from opbench.engines.loop import template_check, valid_proposals
 from opbench.engines.simple import RandomEngine
-from opbench.hardware.host_speed import SLOWNESS_COLUMNS
+from opbench.hardware.host_speed import SLOWNESS_COLUMNS, Slowness
 from opbench.hardware.lock import DEFAULT_LOCK, HostLock
 from opbench.hardware.quiet import wait_until_idle
 from opbench.hardware.resources import Resources, set_tvm_threads
@@ -63,7 +63,6 @@ from opbench.space import get_template
 from opbench.workloads import parse_workload
 
 CAUSE_WORKLOADS = ("matmul-512", "dense:m=16,n=1024,k=1024", "resnet50-c2", "mobilenetv2-dw")
-EXCHANGE_SLOW = 2.0  # host_exchange_slowness above this: the cores shared no cache (docs/measurement.md#probes)
 TARGET_WORKLOADS = (*CAUSE_WORKLOADS, "conv2d:n=1,c=128,h=14,w=14,k=256,r=1,s=1,stride=1,pad=0")
 CONDITIONS = ("time", "buffers", "child", "process", "child, cache flushed")
 MIN_TARGET_MS = 0.05  # the max/min target holds for configs of 50 us or more
@@ -186,46 +185,27 @@ def target_rows(records: dict[tuple[str, int], list[dict]]) -> tuple[list[tuple]
     return rows, ratios, hits, widths
 
 
-def round_effect(records: dict[tuple[str, int], list[dict]]) -> tuple[float, list[float]]:
-    """How much the round (when a process ran: the host's state then, common to every config of the round)
-    explains of the variance between processes: the share of the variance of each record's log-latency about its
-    config's mean that the rounds' mean deviations explain, and each round's geometric-mean latency relative to
-    all rounds' (records[k][i] is config k's record of round i)."""
+def group_effect(records: dict[tuple[str, int], list[dict]], group_of: Callable[[int, dict], int]
+                 ) -> tuple[float, dict[int, tuple[float, int]]]:
+    """How much a grouping of the records (``group_of(round, record)``: the round a process ran in, common to every
+    config of the round; the host's state it ran in) explains of the variance between processes: the share of the
+    variance of each record's log-latency about its config's mean that the groups' mean deviations explain, and
+    each group's geometric-mean latency relative to all records' with its count of records (records[k][i] is
+    config k's record of round i)."""
     deviations: dict[int, list[float]] = {}
     for taken in records.values():
-        logs = {i: math.log(r["latency_ms"]) for i, r in enumerate(taken) if is_ok(r)}
-        if len(logs) < 2:
-            continue
-        mean = statistics.fmean(logs.values())
-        for i, value in logs.items():
-            deviations.setdefault(i, []).append(value - mean)
-    every = [d for values in deviations.values() for d in values]
-    if len(every) < 2 or statistics.pvariance(every, 0.0) == 0:
-        return math.nan, []
-    means = {i: statistics.fmean(values) for i, values in deviations.items()}
-    explained = statistics.fmean(means[i] ** 2 for i, values in deviations.items() for _ in values)
-    return explained / statistics.pvariance(every, 0.0), [math.exp(means[i]) for i in sorted(means)]
-
-
-def exchange_effect(records: dict[tuple[str, int], list[dict]]) -> tuple[float, float, float]:
-    """What the host's exchange state (``host_exchange_slowness`` over :data:`EXCHANGE_SLOW`: its cores shared no
-    cache while the process ran) explains of the variance between processes: the share of the variance of each
-    record's log-latency about its config's mean that the two states' mean deviations explain, the records'
-    share taken in the slow state, and the slow state's latency relative to the usual state's (geometric mean)."""
-    deviations: dict[bool, list[float]] = {False: [], True: []}
-    for taken in records.values():
-        ok = [r for r in taken if is_ok(r) and r.get("host_exchange_slowness") is not None]
+        ok = [(i, r) for i, r in enumerate(taken) if is_ok(r)]
         if len(ok) < 2:
             continue
-        mean = statistics.fmean(math.log(r["latency_ms"]) for r in ok)
-        for r in ok:
-            deviations[r["host_exchange_slowness"] > EXCHANGE_SLOW].append(math.log(r["latency_ms"]) - mean)
-    every = deviations[False] + deviations[True]
-    if not deviations[False] or not deviations[True] or statistics.pvariance(every, 0.0) == 0:
-        return math.nan, len(deviations[True]) / max(1, len(every)), math.nan
-    means = {state: statistics.fmean(values) for state, values in deviations.items()}
-    explained = sum(len(deviations[state]) * means[state] ** 2 for state in means) / len(every)
-    return explained / statistics.pvariance(every, 0.0), len(deviations[True]) / len(every), math.exp(means[True] - means[False])
+        mean = statistics.fmean(math.log(r["latency_ms"]) for _, r in ok)
+        for i, r in ok:
+            deviations.setdefault(group_of(i, r), []).append(math.log(r["latency_ms"]) - mean)
+    every = [d for values in deviations.values() for d in values]
+    if len(every) < 2 or statistics.pvariance(every, 0.0) == 0:
+        return math.nan, {}
+    means = {group: statistics.fmean(values) for group, values in deviations.items()}
+    explained = statistics.fmean(means[group] ** 2 for group, values in deviations.items() for _ in values)
+    return explained / statistics.pvariance(every, 0.0), {g: (math.exp(means[g]), len(deviations[g])) for g in sorted(means)}
 
 
 def ratios_where(records: dict[tuple[str, int], list[dict]], keep: Callable[[dict], bool]) -> tuple[int, list[float]]:
@@ -236,9 +216,9 @@ def ratios_where(records: dict[tuple[str, int], list[dict]], keep: Callable[[dic
     return sum(map(len, kept.values())), ratios
 
 
-def _probes_usual(record: dict) -> bool:
-    """Whether the compute probe read within 10% and the memory probe within 20% of their usual times."""
-    return abs(record.get("host_slowness", 1) - 1) <= 0.1 and abs(record.get("host_memory_slowness", 1) - 1) <= 0.2
+def _settled(record: dict) -> bool:
+    """Whether every placement of the record found the host settled (its furthest reading from usual did)."""
+    return Slowness.of({k: v for k, v in record.items() if v is not None}).settled
 
 
 def probe_effects(records: dict[tuple[str, int], list[dict]]) -> dict[str, float]:
@@ -336,24 +316,22 @@ def main() -> None:
     results.print(f"\n2. Each config in {args.processes} separate `opbench measure` processes, round-robin")
     results.table(table(rows, ["workload", "config", "ok", "median ms", "max/min", "placements' max/min (median)",
                                "intervals hold", "half-width % (median)", "peak_frac max"]))
-    share_of_rounds, by_round = round_effect(records)
+    share_of_rounds, by_round = group_effect(records, lambda i, r: i)
     results.print(f"the round (the host's state while it ran, common to every config) explains {100 * share_of_rounds:.0f}% "
                   "of the variance between processes; each round's latency relative to all rounds' (geometric mean): "
-                  + ", ".join(f"{f:.3f}" for f in by_round))
+                  + ", ".join(f"{f:.3f}" for f, _ in by_round.values()))
     results.print("what each probe explains of that variance (r^2 of ln latency on ln slowness): " + ", ".join(
         f"{column} {100 * share:.0f}%" for column, share in probe_effects(records).items()))
-    kept, usual_probes = ratios_where(records, _probes_usual)
-    results.print(f"over the {kept} records whose compute and memory probes read within 10% and 20% of their usual "
-                  f"times: max/min <= 1.06 for {100 * _share([r <= 1.06 for r in usual_probes]):.0f}% of "
-                  f"{len(usual_probes)} configs, {max(usual_probes, default=math.nan):.3f} at worst")
-    exchange_share, slow_share, slow_ratio = exchange_effect(records)
-    _, usual_ratios = ratios_where(records, lambda r: (r.get("host_exchange_slowness") or 0) <= EXCHANGE_SLOW)
-    results.print(f"the exchange state explains {100 * exchange_share:.0f}% of that variance: {100 * slow_share:.0f}% of the "
-                  f"records were taken with host_exchange_slowness > {EXCHANGE_SLOW}, {slow_ratio:.3f}x the others' latency; "
-                  f"over the others alone, max/min <= 1.06 for {100 * _share([r <= 1.06 for r in usual_ratios]):.0f}% of "
-                  f"{len(usual_ratios)} configs, {max(usual_ratios, default=math.nan):.3f} at worst")
+    share_of_state, by_state = group_effect(records, lambda i, r: _settled(r))
+    (unsettled_ms, unsettled), (settled_ms, settled) = by_state.get(False, (math.nan, 0)), by_state.get(True, (math.nan, 0))
+    _, settled_ratios = ratios_where(records, _settled)
+    results.print(f"{unsettled} of {unsettled + settled} records were taken with the host unsettled (a probe outside its "
+                  f"usual band or the cores apart, after the wait ran out), {unsettled_ms / settled_ms:.3f}x the others' "
+                  f"latency, explaining {100 * share_of_state:.0f}% of that variance; over the settled ones alone, max/min "
+                  f"<= 1.06 for {100 * _share([r <= 1.06 for r in settled_ratios]):.0f}% of {len(settled_ratios)} configs, "
+                  f"{max(settled_ratios, default=math.nan):.3f} at worst")
     waits = [r.get("host_wait_s") or 0.0 for taken in records.values() for r in taken if is_ok(r)]
-    results.print(f"probing and waiting for the cores to share a cache: {sum(waits):.1f} s in all, "
+    results.print(f"probing and waiting for the host to settle: {sum(waits):.1f} s in all, "
                   f"{sum(w > 1 for w in waits)} of {len(waits)} records waited over 1 s, {max(waits, default=0):.1f} s at most")
     results.print("".join(f"\nfailed: {line}" for line in failures))
     results.print(f"every record: {keep_records(records).relative_to(RESULTS.parent.parent)}")

@@ -75,7 +75,7 @@ def test_the_history_keeps_the_latest_probes_per_cpu_set(tmp_path):
     for _ in range(HISTORY + 3):
         speed.slowness([0, 1])
     kept = json.loads((tmp_path / "speed.json").read_text())
-    assert {k: len(v) for k, v in kept.items()} == {"0,1": HISTORY, "0,1:memory": HISTORY}  # the fake has no lock step
+    assert {k: len(v) for k, v in kept.items()} == {"0,1": HISTORY, "0,1:memory": HISTORY, "0,1:settled": HISTORY}  # no lock step
 
 
 def test_the_probe_runs_a_thread_on_each_cpu_of_the_measurement():
@@ -111,8 +111,20 @@ def test_the_cores_apart_are_judged_by_the_fastest_twentieth_however_long_they_l
         judged.append(speed.slowness([0, 1]))
         now[0] += 1.0
     assert judged[5].cores_apart and judged[44].cores_apart  # still apart: the slow probes outnumber the usual 8 to 1
-    assert judged[44].exchange == pytest.approx(3.5) and speed.apart_s([0, 1]) == pytest.approx(40.0)
-    assert not speed.slowness([0, 1]).cores_apart and speed.apart_s([0, 1]) == 0.0  # shared again
+    assert judged[44].exchange == pytest.approx(3.5) and speed.unsettled_s([0, 1]) == pytest.approx(40.0)
+    assert HostSpeed(tmp_path / "speed.json", wall=lambda: now[0]).unsettled_s([0, 1]) == pytest.approx(40.0)  # kept
+    assert not speed.slowness([0, 1]).cores_apart and speed.unsettled_s([0, 1]) == 0.0  # shared again
+
+
+def test_a_spell_the_compute_probe_reads_leaves_the_host_unsettled_from_its_first_probe(tmp_path):
+    now = [0.0]
+    compute_ms = iter([1.0] * 8 + [1.7] * 3 + [1.0])
+    speed = HostSpeed(tmp_path / "speed.json", lambda cpus: Probe(next(compute_ms), 1.0, 1.0, 1.0), lambda: now[0])
+    for _ in range(11):
+        slowness = speed.slowness([0, 1])
+        now[0] += 2.0
+    assert not slowness.settled and slowness.usual is False and speed.unsettled_s([0, 1]) == pytest.approx(6.0)
+    assert speed.slowness([0, 1]).settled and speed.unsettled_s([0, 1]) == 0.0
 
 
 class _SummedBuffer:

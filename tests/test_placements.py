@@ -108,13 +108,13 @@ class _Probe:
     def __init__(self, *slowness):
         self.slowness_of = list(slowness)
 
-    apart_for_s = 0.0
+    unsettled_for_s = 0.0
 
     def slowness(self, cpus):
         return self.slowness_of.pop(0)
 
-    def apart_s(self, cpus):
-        return self.apart_for_s
+    def unsettled_s(self, cpus):
+        return self.unsettled_for_s
 
 
 class _Worker:
@@ -139,22 +139,27 @@ def test_the_local_runner_probes_before_each_placement_and_keeps_the_furthest_fr
     assert result.load["host_slowness"] == 1.4 and result.host_wait_s > 0 and not probe.slowness_of
 
 
-def test_a_placement_waits_while_its_cores_share_no_cache_until_they_have_shared_none_for_the_bound(monkeypatch):
+def test_a_placement_waits_while_the_host_is_unsettled_until_it_has_been_for_the_bound(monkeypatch):
     from opbench.measure.runner import local
 
-    monkeypatch.setattr(local, "APART_POLL_S", 0.01)
-    worker = _Worker(1.0, 1.2)
+    monkeypatch.setattr(local, "SETTLE_POLL_S", 0.01)
+    worker = _Worker(1.0, 1.01, 1.2, 1.3)
     monkeypatch.setattr(LocalRunner, "_worker", lambda self, resources, role: worker)
-    apart, shared = Slowness(1.0, 1.0, 1.0, 3.5), Slowness(1.0, 1.0, 1.0, 1.05)
-    assert apart.cores_apart and not shared.cores_apart and not Slowness(1.0, 1.0).cores_apart  # NaN: not probed
-    probe = _Probe(apart, apart, shared)
-    (result,) = LocalRunner(speed=probe).run_batch([RunInput("", MATMUL, TimingPolicy(placements=1))])
-    assert result.latencies_s == [1e-3] and result.load["host_exchange_slowness"] == 1.05 and not probe.slowness_of
-    assert result.host_wait_s >= 2 * local.APART_POLL_S  # two probes found the cores apart: it waited twice
-    probe = _Probe(apart)
-    probe.apart_for_s = local.APART_WAIT_S  # apart this long already: the placement runs, its state recorded
-    (result,) = LocalRunner(speed=probe).run_batch([RunInput("", MATMUL, TimingPolicy(placements=1))])
-    assert result.latencies_s == [1.2e-3] and result.load["host_exchange_slowness"] == 3.5
+    apart, spell, settled = Slowness(1.0, 1.0, 1.0, 3.5), Slowness(1.6, 1.8, 1.7, 1.0), Slowness(1.0, 1.0, 1.0, 1.05)
+    assert apart.cores_apart and not settled.cores_apart and not Slowness(1.0, 1.0).cores_apart  # NaN: not probed
+    assert not apart.settled and not spell.settled and settled.settled and Slowness(1.0, 1.0).settled
+    two = TimingPolicy(placements=2, max_placements=2)
+    probe = _Probe(apart, spell, settled, settled)
+    (result,) = LocalRunner(speed=probe).run_batch([RunInput("", MATMUL, two)])
+    assert result.latencies_s == pytest.approx([1e-3, 1.01e-3]) and result.load["host_slowness"] == 1.0 and not probe.slowness_of
+    assert result.host_wait_s >= 2 * local.SETTLE_POLL_S  # two probes found the host unsettled: it waited twice
+    probe = _Probe(spell, spell)
+    probe.unsettled_for_s = local.SETTLE_WAIT_S  # unsettled this long already: the placements run, their state recorded
+    (result,) = LocalRunner(speed=probe).run_batch([RunInput("", MATMUL, two)])
+    assert result.latencies_s == pytest.approx([1.2e-3, 1.3e-3]) and result.load["host_slowness"] == 1.6
+    worker.ms, probe = [1.1], _Probe(spell)  # one placement, a quick estimate: it takes the host as it finds it
+    (result,) = LocalRunner(speed=probe).run_batch([RunInput("", MATMUL, TimingPolicy(placements=1, max_placements=1))])
+    assert result.latencies_s == [1.1e-3] and result.load["host_memory_slowness"] == 1.8
 
 
 def test_a_fresh_measurement_takes_each_placement_in_a_new_process(monkeypatch):
@@ -326,11 +331,14 @@ def test_the_reproducibility_benchmark_calibrates_each_workload_by_the_others_re
     assert sum(hits) / len(hits) == pytest.approx(12 / 20)  # the slow process falls outside every other's interval
     assert len(calibrated) == len(hits) and all(calibrated)  # the other workload's re-measures saw it coming
     assert min(widths) > 0.2  # ... at the cost of a wide interval
-    share, by_round = reproducibility.round_effect(records)
+    share, by_round = reproducibility.group_effect(records, lambda i, r: i)
     assert share == pytest.approx(1.0)  # every config was slow in the same (last) round: the host's state then
-    assert by_round[-1] / by_round[0] == pytest.approx(1.3)
+    assert by_round[4][0] / by_round[0][0] == pytest.approx(1.3) and by_round[4][1] == 4
     records[("a", 0)][4] = process(1.0)  # one config did not slow down in that round
-    assert reproducibility.round_effect(records)[0] < 1.0
+    assert reproducibility.group_effect(records, lambda i, r: i)[0] < 1.0
+    records[("b", 1)][4]["host_memory_slowness"] = 1.5  # the host's state explains what it explains of the rest
+    share, by_state = reproducibility.group_effect(records, lambda i, r: reproducibility._settled(r))
+    assert 0 < share < 1 and by_state[False][1] == 1 and by_state[False][0] / by_state[True][0] > 1.2
 
 
 def test_the_placements_a_trial_takes_come_from_the_environment_where_set(monkeypatch):

@@ -84,6 +84,11 @@ class Slowness(NamedTuple):
         while NaN): kernels whose threads read each other's output run up to 2x slow (docs/measurement.md#probes)."""
         return self.exchange > CORES_APART
 
+    @property
+    def settled(self) -> bool:
+        """Whether the host is in its usual state and its cores share a cache: what a placement waits for."""
+        return self.usual and not self.cores_apart
+
     def as_load(self) -> dict[str, float]:
         return dict(zip(SLOWNESS_COLUMNS, self))
 
@@ -229,8 +234,8 @@ def probe_cpus(threads: int, cores: tuple[int, ...] | None) -> list[int]:
 
 class HostSpeed:
     """Probes of one host, kept in ``path`` (a JSON map from CPU set, and CPU set + ``:memory``, ``:sync`` or ``:exchange``,
-    to the latest probes as [epoch s, ms]): read once, by the first probe, then written after each (the last
-    process to write keeps its history)."""
+    to the latest probes as [epoch s, ms], and CPU set + ``:settled`` to their verdicts as [epoch s, 1 or 0]): read
+    once, by the first probe, then written after each (the last process to write keeps its history)."""
 
     def __init__(self, path: Path, probe: Callable[[list[int]], Probe] = probe_ms,
                  wall: Callable[[], float] = time.time) -> None:
@@ -239,46 +244,49 @@ class HostSpeed:
 
     def slowness(self, cpus: list[int]) -> Slowness:
         """Probe the host now: each loop's time over its normal time; the probe joins the history."""
-        if self._history is None:
-            self._history = self._load()
-        key = ",".join(map(str, cpus))
+        history = self._known()
+        key, now = ",".join(map(str, cpus)), self._wall()
         taken = self._probe(cpus)
         slowness = Slowness(self._judge(key, taken.compute_ms),
                             self._judge(f"{key}:memory", taken.memory_ms),
                             self._judge(f"{key}:sync", taken.sync_ms, statistics.median),
                             self._judge(f"{key}:exchange", taken.exchange_ms, shared_cache_time, EXCHANGE_HISTORY, recent=False))
+        verdicts = history.setdefault(f"{key}:settled", [])
+        verdicts.append([now, float(slowness.settled)])
+        del verdicts[:-HISTORY]
         self._save()
         return slowness
 
-    def apart_s(self, cpus: list[int]) -> float:
-        """How long the probes of ``cpus`` (this process's and those it read) have found the cores sharing no cache
-        without a break, up to the latest (0.0: the latest found them sharing one)."""
-        history = (self._history or {}).get(",".join(map(str, cpus)) + ":exchange", [])
-        if len(history) < MIN_HISTORY:
-            return 0.0
-        apart = CORES_APART * shared_cache_time([ms for _, ms in history])
-        since = self._wall()
-        for at, ms in reversed(history):
-            if ms <= apart:
+    def unsettled_s(self, cpus: list[int]) -> float:
+        """How long the probes of ``cpus`` (this process's and those it read) have found the host unsettled
+        (:attr:`Slowness.settled`) without a break, up to the latest (0.0: the latest found it settled)."""
+        since = now = self._wall()
+        for at, settled in reversed(self._known().get(",".join(map(str, cpus)) + ":settled", [])):
+            if settled:
                 break
             since = at
-        return self._wall() - since
+        return now - since
 
     def _judge(self, key: str, taken: float, usual: Callable[[Sequence[float]], float] = usual_time,
                keep: int = HISTORY, recent: bool = True) -> float:
         """``taken`` over the usual time of ``key``'s last ``keep`` probes (with ``recent``, of those of the last
         :data:`RECENT_S` seconds when they hold :data:`RECENT_PROBES`: a host whose state changed for good is judged by
         the new one): the lock-step loop, judged only when slower, over their median."""
-        assert self._history is not None
         if taken != taken:  # a probe without this loop
             return math.nan
-        history, now = self._history.setdefault(key, []), self._wall()
+        history, now = self._known().setdefault(key, []), self._wall()
         latest = [ms for at, ms in history if now - at <= RECENT_S] if recent else []
         pool = latest if len(latest) >= RECENT_PROBES else [ms for _, ms in history]
         normal = usual(pool) if len(pool) >= MIN_HISTORY else math.nan
         history.append([now, taken])
         del history[:-keep]
         return taken / normal
+
+    def _known(self) -> dict[str, list[list[float]]]:
+        """The history, read from the file by the first call."""
+        if self._history is None:
+            self._history = self._load()
+        return self._history
 
     def _load(self) -> dict[str, list[list[float]]]:
         """The history in the file; probes without their time (an older OpBench's) are left out."""

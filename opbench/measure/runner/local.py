@@ -31,8 +31,8 @@ from opbench.measure.worker.zygotes import forked_worker, zygote_of
 from opbench.record import Status
 from opbench.workloads.models.sources import model_imports
 
-APART_WAIT_S = 120.0  # placements wait for their cores to share a cache until they have shared none this long (#probes)
-APART_POLL_S = 2.0  # ... probing again after this long, outside the lock
+SETTLE_WAIT_S = 120.0  # placements wait for the host to settle until it has been unsettled this long (#probes)
+SETTLE_POLL_S = 0.5  # ... probing again after this long, outside the lock
 Job = RunInput | LibraryInput | ModelInput | ModelProfileInput | PeakInput | PrimFuncInput
 
 
@@ -68,8 +68,8 @@ class LocalRunner(Runner[Job, RunResult]):
     (importing TVM and torch) never overlaps a timed run, whichever process times it. Every job takes its
     placements (:func:`~opbench.measure.runner.placements.place`): a child forked from its worker for each
     (:meth:`run`, :meth:`run_batch`), or a new process for each (:meth:`run_fresh`). With ``speed``, the host's
-    speed is probed before every CPU placement, which waits while its cores share no cache, and the record keeps
-    the furthest from usual.
+    speed is probed before every CPU placement, which waits while the host is unsettled (out of its usual state, or its
+    cores sharing no cache), and the record keeps the furthest from usual.
     """
 
     def __init__(self, timeout_s: float = settings.RUN_TIMEOUT_S, lock: HostLock | None = None,
@@ -147,8 +147,9 @@ class LocalRunner(Runner[Job, RunResult]):
 
     def _call(self, worker: Worker, inp: Job) -> RunResult:
         """One placement of a job in ``worker`` (a CPU kernel's in a child forked for it), under the host
-        lock, the host probed just before it; while the probe finds the cores sharing no cache, for at most
-        :data:`APART_WAIT_S` since they last did, it probes again after :data:`APART_POLL_S` without the lock."""
+        lock, the host probed just before it; while the probe finds the host unsettled, for at most
+        :data:`SETTLE_WAIT_S` since it last was settled, it probes again after :data:`SETTLE_POLL_S` without the lock
+        (a job of one placement, a quick estimate, takes the host as it finds it)."""
         try:
             self._start(worker)
             tick = time.perf_counter()
@@ -156,10 +157,10 @@ class LocalRunner(Runner[Job, RunResult]):
                 with self._exclusive():
                     slowness = self._probe(inp.resources)
                     probed_s = time.perf_counter() - tick
-                    if not self._waits_for_shared_cache(slowness, inp.resources):
+                    if not self._waits_to_settle(slowness, inp):
                         result = worker.call(inp, self.timeout_s)
                         break
-                time.sleep(APART_POLL_S)
+                time.sleep(SETTLE_POLL_S)
         except WorkerError as exc:
             return RunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"run: {exc}")
         if slowness is not None:
@@ -174,12 +175,13 @@ class LocalRunner(Runner[Job, RunResult]):
             slowness = self._probe(resources)
         return slowness is not None and slowness.usual
 
-    def _waits_for_shared_cache(self, slowness: Slowness | None, resources: Resources) -> bool:
-        """Whether the probe found the cores sharing no cache, for less than :data:`APART_WAIT_S` so far."""
-        if slowness is None or not slowness.cores_apart:
+    def _waits_to_settle(self, slowness: Slowness | None, inp: Job) -> bool:
+        """Whether ``inp`` (of several placements) waits: the probe found the host unsettled, for less than
+        :data:`SETTLE_WAIT_S` so far."""
+        if slowness is None or slowness.settled or inp.timing.max_placements == 1:
             return False
         assert self._speed is not None
-        return self._speed.apart_s(probe_cpus(resources.threads, resources.cores)) < APART_WAIT_S
+        return self._speed.unsettled_s(probe_cpus(inp.resources.threads, inp.resources.cores)) < SETTLE_WAIT_S
 
     def _probe(self, resources: Resources) -> Slowness | None:
         """The host's slowness for ``resources`` now (None: not probed, a GPU run)."""
