@@ -41,6 +41,7 @@ MIN_HISTORY = 5  # probes taken before the first one is judged
 PROBE_WARM_MS = 10.0  # each probe thread keeps its core busy this long before it times
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
 SYNC_TOLERANCE = 0.20  # ... and the lock-step loop at most this much slower (it varies more)
+SPELL = 1.2  # the compute or memory loop over this many times its usual time: the host is in a spell (#probes)
 CORES_APART = 2.0  # an exchange over this many times its usual time: the cores share no cache (docs/measurement.md#probes)
 EXCHANGE_HISTORY = 1000  # exchange probes kept: its usual time is their fastest twentieth (shared_cache_time)
 
@@ -86,8 +87,10 @@ class Slowness(NamedTuple):
 
     @property
     def settled(self) -> bool:
-        """Whether the host is in its usual state and its cores share a cache: what a placement waits for."""
-        return self.usual and not self.cores_apart
+        """What a placement waits for: neither the compute nor the memory loop over :data:`SPELL` x its usual time
+        (the lock-step loop varies 0.2-3x from probe to probe: it decides nothing), and the cores sharing a cache
+        (NaN: not probed, settled)."""
+        return not (self.compute > SPELL or self.memory > SPELL or self.cores_apart)
 
     def as_load(self) -> dict[str, float]:
         return dict(zip(SLOWNESS_COLUMNS, self))
