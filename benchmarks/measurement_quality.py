@@ -101,7 +101,7 @@ def torch_references(studies: int, trials: int, resources: Resources, scratch: P
 
 
 def _state(record: dict) -> str:
-    """The host's state around a record: its compute, memory and lock-step slowness."""
+    """The host's state around a record: its compute, memory and parallel slowness."""
     return "/".join(f"{x:.3g}" for x in Slowness.of(record))
 
 
@@ -164,8 +164,8 @@ def main() -> None:
                   "run A, which chose them (so its lucky measurements are among them: the winner's curse), and run B")
     results.table(table(best_rows, ["workload", "run A ms", "run B ms", "B's host state", "fresh ms (estimate)", "min", "max",
                                     "delta vs A %", "delta vs B %"]))
-    results.print("records a probe found outside the host's usual state (compute or memory off by more than 10%, "
-                  "lock step slower by more than 20%): " +
+    results.print("records a probe found outside the host's usual state (compute, memory or parallel off by more than "
+                  "10%): " +
                   ", ".join(f"{what} {100 * share(records, outside_usual):.0f}%" for what, records in measured.items()) +
                   "; records whose placements never agreed: " +
                   ", ".join(f"{what} {100 * share(records, placements_disagreed):.0f}%" for what, records in measured.items()))

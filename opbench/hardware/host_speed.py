@@ -1,12 +1,12 @@
 """How fast the host runs our threads right now: a probe, its normal time, and waiting out spells.
 
-A probe runs four loops on each of the measurement's cores at once: ``compute`` (a small matrix product
-in L1/L2), ``memory`` (a sum over :data:`MEMORY_PROBE_BYTES`, past L2), ``sync`` (lock-step rounds of a
-product and a barrier, as a parallel kernel runs) and ``exchange`` (each thread reads what the next one has
-just written, as one stage of a parallel kernel reads another's output: slow where the cores share no cache).
-Its slowness is each loop's time over its usual time among this user's last :data:`HISTORY` probes, of the
-last :data:`RECENT_S` seconds when there are enough of them (:func:`usual_time`; the lock-step loop's
-median), kept in a file. Why four loops, and what each catches: docs/measurement.md#probes.
+A probe runs four loops on the measurement's cores: ``compute`` (a small matrix product in L1/L2) and
+``memory`` (a sum over :data:`MEMORY_PROBE_BYTES`, past L2) on each core at once, ``sync`` (a product on all of
+them at once in BLAS's threads, as a parallel kernel runs: slow while the vCPUs take turns on one CPU, which the
+per-core loops' medians hide) and ``exchange`` (each thread reads what the next one has just written, as one stage
+of a parallel kernel reads another's output: slow where the cores share no cache). Its slowness is each loop's
+time over its usual time among this user's last :data:`HISTORY` probes, of the last :data:`RECENT_S` seconds when
+there are enough of them (:func:`usual_time`), kept in a file. Why four loops, and what each catches: docs/measurement.md#probes.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ PROBE_SIZE = 128  # square float32 matrices: 4 MFLOP a call, in cache on any CPU
 PROBE_CALLS = 20
 MEMORY_PROBE_BYTES = 3 << 20  # a float32 vector per thread: past a 1-2 MB L2, within a shared L3
 MEMORY_PROBE_CALLS = 15  # ~0.2 ms a sum here
-SYNC_PROBE_SIZE = 96  # the lock-step loop's matrices: ~20 us a product, then a barrier
-SYNC_PROBE_ROUNDS = 40  # ~1.8 ms here
+PARALLEL_PROBE_SIZE = 640  # the parallel loop's square float32 matrices: ~3.4 ms a product on 2 Zen 4 cores
+PARALLEL_PROBE_CALLS = 3  # timed after one untimed
 EXCHANGE_PROBE_BYTES = 512 << 10  # each thread's buffer, written by it and read by the next: within any L2 here
 EXCHANGE_PROBE_ROUNDS = 15
 SLOWNESS_COLUMNS = ("host_slowness", "host_memory_slowness", "host_sync_slowness",
@@ -40,15 +40,14 @@ RECENT_PROBES = 30
 MIN_HISTORY = 5  # probes taken before the first one is judged
 PROBE_WARM_MS = 10.0  # each probe thread keeps its core busy this long before it times
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
-SYNC_TOLERANCE = 0.20  # ... and the lock-step loop at most this much slower (it varies more)
-SPELL = 1.2  # the compute or memory loop over this many times its usual time: the host is in a spell (#probes)
+SPELL = 1.2  # the compute, memory or parallel loop over this many times its usual time: a spell (#probes)
 CORES_APART = 2.0  # an exchange over this many times its usual time: the cores share no cache (docs/measurement.md#probes)
 EXCHANGE_HISTORY = 1000  # exchange probes kept: its usual time is their fastest twentieth (shared_cache_time)
 
 
 class Probe(NamedTuple):
-    """One probe of the host: the slowest thread's median time (ms) of each independent loop, the
-    lock-step loop's time (ms), and the slowest thread's exchange time (ms: :func:`_exchange_ms`)."""
+    """One probe of the host: the slowest thread's median time (ms) of each per-core loop, the parallel loop's
+    median time (ms), and the slowest thread's exchange time (ms: :func:`_exchange_ms`)."""
 
     compute_ms: float
     memory_ms: float
@@ -68,12 +67,9 @@ class Slowness(NamedTuple):
 
     @property
     def deviation(self) -> float:
-        """How far the host is from its usual state: the larger relative deviation of the independent
-        loops, or the lock-step loop's slowdown scaled to their tolerance (0.0 while NaN)."""
-        parts = [abs(x - 1) for x in (self.compute, self.memory) if x == x]
-        if self.sync == self.sync:
-            parts.append(max(0.0, self.sync - 1) * TOLERANCE / SYNC_TOLERANCE)
-        return max(parts, default=0.0)
+        """How far the host is from its usual state: the largest relative deviation of the compute, memory and
+        parallel loops (0.0 while NaN)."""
+        return max((abs(x - 1) for x in (self.compute, self.memory, self.sync) if x == x), default=0.0)
 
     @property
     def usual(self) -> bool:
@@ -87,10 +83,9 @@ class Slowness(NamedTuple):
 
     @property
     def settled(self) -> bool:
-        """What a placement waits for: neither the compute nor the memory loop over :data:`SPELL` x its usual time
-        (the lock-step loop varies 0.2-3x from probe to probe: it decides nothing), and the cores sharing a cache
-        (NaN: not probed, settled)."""
-        return not (self.compute > SPELL or self.memory > SPELL or self.cores_apart)
+        """What a placement waits for: none of the compute, memory and parallel loops over :data:`SPELL` x its usual
+        time, and the cores sharing a cache (NaN: not probed, settled)."""
+        return not (any(x > SPELL for x in (self.compute, self.memory, self.sync)) or self.cores_apart)
 
     def as_load(self) -> dict[str, float]:
         return dict(zip(SLOWNESS_COLUMNS, self))
@@ -134,25 +129,15 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
     """``len(cpus)`` threads, one pinned to each CPU, each busy for :data:`PROBE_WARM_MS`
     first (a core that idled runs slow for its first milliseconds), then all at once timing ``calls``
     single-threaded ``PROBE_SIZE``-square matrix products, then :data:`MEMORY_PROBE_CALLS` sums of its own
-    :data:`MEMORY_PROBE_BYTES` vector: the slowest thread's median of each (ms); then all of them in lock
-    step, as a parallel kernel's threads run, :data:`SYNC_PROBE_ROUNDS` rounds of a small product each and
-    a barrier: the time of those rounds (ms); then :data:`EXCHANGE_PROBE_ROUNDS` rounds in which each thread
-    writes its :data:`EXCHANGE_PROBE_BYTES` buffer and, after a barrier, sums the next thread's: the slowest
-    thread's (:func:`_exchange_ms`; NaN on one CPU)."""
-    a, small = _probe_matrix(PROBE_SIZE), _probe_matrix(SYNC_PROBE_SIZE)
+    :data:`MEMORY_PROBE_BYTES` vector: the slowest thread's median of each (ms); then :data:`EXCHANGE_PROBE_ROUNDS`
+    rounds in which each thread writes its :data:`EXCHANGE_PROBE_BYTES` buffer and, after a barrier, sums the next
+    thread's: the slowest thread's (:func:`_exchange_ms`; NaN on one CPU); then a :data:`PARALLEL_PROBE_SIZE`-square
+    product in ``len(cpus)`` BLAS threads: the median of :data:`PARALLEL_PROBE_CALLS` (ms)."""
+    a, big = _probe_matrix(PROBE_SIZE), _probe_matrix(PARALLEL_PROBE_SIZE)
     warm_s = PROBE_WARM_MS / 1e3
     medians: list[Probe] = [Probe(0.0, 0.0)] * len(cpus)
     start = threading.Barrier(len(cpus))
-    sync_ms = [0.0]
     exchange_ms = [math.nan] * len(cpus)
-
-    def median_ms(fn: Callable[[], object], times: int) -> float:
-        laps = []
-        for _ in range(times):
-            tick = time.perf_counter()
-            fn()
-            laps.append(time.perf_counter() - tick)
-        return statistics.median(laps) * 1e3
 
     def run(i: int) -> None:
         os.sched_setaffinity(0, {cpus[i]})  # this thread only
@@ -161,14 +146,7 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
         while time.perf_counter() < warm_until:
             a @ a
         start.wait()
-        medians[i] = Probe(median_ms(lambda: a @ a, calls), median_ms(vector.sum, MEMORY_PROBE_CALLS))
-        start.wait()
-        tick = time.perf_counter()
-        for _ in range(SYNC_PROBE_ROUNDS):
-            small @ small
-            start.wait()
-        if i == 0:
-            sync_ms[0] = (time.perf_counter() - tick) * 1e3
+        medians[i] = Probe(_median_ms(lambda: a @ a, calls), _median_ms(vector.sum, MEMORY_PROBE_CALLS))
         if len(cpus) > 1:
             exchange_ms[i] = _exchange_ms(_exchange_buffer(i), _exchange_buffer((i + 1) % len(cpus)), start.wait)
 
@@ -178,7 +156,19 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
             thread.start()
         for thread in threads:
             thread.join()
-    return Probe(max(m.compute_ms for m in medians), max(m.memory_ms for m in medians), sync_ms[0], max(exchange_ms))
+    with _blas().limit(limits=len(cpus), user_api="blas"):
+        big @ big
+        parallel_ms = _median_ms(lambda: big @ big, PARALLEL_PROBE_CALLS)
+    return Probe(max(m.compute_ms for m in medians), max(m.memory_ms for m in medians), parallel_ms, max(exchange_ms))
+
+
+def _median_ms(fn: Callable[[], object], times: int) -> float:
+    laps = []
+    for _ in range(times):
+        tick = time.perf_counter()
+        fn()
+        laps.append(time.perf_counter() - tick)
+    return statistics.median(laps) * 1e3
 
 
 def _exchange_ms(own: Any, next_threads: Any, barrier: Callable[[], object]) -> float:
@@ -236,7 +226,7 @@ def probe_cpus(threads: int, cores: tuple[int, ...] | None) -> list[int]:
 
 
 class HostSpeed:
-    """Probes of one host, kept in ``path`` (a JSON map from CPU set, and CPU set + ``:memory``, ``:sync`` or ``:exchange``,
+    """Probes of one host, kept in ``path`` (a JSON map from CPU set, and CPU set + ``:memory``, ``:parallel`` or ``:exchange``,
     to the latest probes as [epoch s, ms], and CPU set + ``:settled`` to their verdicts as [epoch s, 1 or 0]): read
     once, by the first probe, then written after each (the last process to write keeps its history)."""
 
@@ -252,7 +242,7 @@ class HostSpeed:
         taken = self._probe(cpus)
         slowness = Slowness(self._judge(key, taken.compute_ms),
                             self._judge(f"{key}:memory", taken.memory_ms),
-                            self._judge(f"{key}:sync", taken.sync_ms, statistics.median),
+                            self._judge(f"{key}:parallel", taken.sync_ms),
                             self._judge(f"{key}:exchange", taken.exchange_ms, shared_cache_time, EXCHANGE_HISTORY, recent=False))
         verdicts = history.setdefault(f"{key}:settled", [])
         verdicts.append([now, float(slowness.settled)])
@@ -274,7 +264,7 @@ class HostSpeed:
                keep: int = HISTORY, recent: bool = True) -> float:
         """``taken`` over the usual time of ``key``'s last ``keep`` probes (with ``recent``, of those of the last
         :data:`RECENT_S` seconds when they hold :data:`RECENT_PROBES`: a host whose state changed for good is judged by
-        the new one): the lock-step loop, judged only when slower, over their median."""
+        the new one)."""
         if taken != taken:  # a probe without this loop
             return math.nan
         history, now = self._known().setdefault(key, []), self._wall()
