@@ -112,7 +112,7 @@ class TrialRecord(Mapping[str, Any]):
     other_busy_frac: float | None = _metric()  # the share of its cores other processes kept busy while timing
     host_slowness: float | None = _metric()  # the compute probe over its usual time (1.0 usual; docs/measurement.md#probes)
     host_memory_slowness: float | None = _metric()  # the memory probe's
-    host_sync_slowness: float | None = _metric()  # the parallel probe's (a product on all the cores at once)
+    host_sync_slowness: float | None = _metric()  # the parallel probe's (a product on each core at once)
     host_exchange_slowness: float | None = _metric()  # the exchange probe's (reading another core's writes)
     host_wait_s: float | None = _metric()  # probing the host, and waiting for its cores to share a cache
     # energy, where a meter could be read (opbench.hardware.energy)

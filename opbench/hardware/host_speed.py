@@ -1,12 +1,13 @@
 """How fast the host runs our threads right now: a probe, its normal time, and waiting out spells.
 
 A probe runs four loops on the measurement's cores: ``compute`` (a small matrix product in L1/L2) and
-``memory`` (a sum over :data:`MEMORY_PROBE_BYTES`, past L2) on each core at once, ``sync`` (a product on all of
-them at once in BLAS's threads, as a parallel kernel runs: slow while the vCPUs take turns on one CPU, which the
-per-core loops' medians hide) and ``exchange`` (each thread reads what the next one has just written, as one stage
-of a parallel kernel reads another's output: slow where the cores share no cache). Its slowness is each loop's
-time over its usual time among this user's last :data:`HISTORY` probes, of the last :data:`RECENT_S` seconds when
-there are enough of them (:func:`usual_time`), kept in a file. Why four loops, and what each catches: docs/measurement.md#probes.
+``memory`` (a sum over :data:`MEMORY_PROBE_BYTES`, past L2) on each core at once, ``sync`` (a larger product on
+each core, started together, timed to the last one's end, as a parallel kernel runs: slow while the vCPUs take
+turns on one CPU, which the per-core loops' medians of short calls hide) and ``exchange`` (each thread reads what
+the next one has just written, as one stage of a parallel kernel reads another's output: slow where the cores
+share no cache). Its slowness is each loop's time over its usual time among this user's last :data:`HISTORY`
+probes, of the last :data:`RECENT_S` seconds when there are enough of them (:func:`usual_time`), kept in a file.
+Why four loops, and what each catches: docs/measurement.md#probes.
 """
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ PROBE_SIZE = 128  # square float32 matrices: 4 MFLOP a call, in cache on any CPU
 PROBE_CALLS = 20
 MEMORY_PROBE_BYTES = 3 << 20  # a float32 vector per thread: past a 1-2 MB L2, within a shared L3
 MEMORY_PROBE_CALLS = 15  # ~0.2 ms a sum here
-PARALLEL_PROBE_SIZE = 640  # the parallel loop's square float32 matrices: ~3.4 ms a product on 2 Zen 4 cores
-PARALLEL_PROBE_CALLS = 3  # timed after one untimed
+PARALLEL_PROBE_SIZE = 384  # the parallel loop's square float32 matrices: ~1 ms a product on a Zen 4 core
+PARALLEL_PROBE_CALLS = 3
 EXCHANGE_PROBE_BYTES = 512 << 10  # each thread's buffer, written by it and read by the next: within any L2 here
 EXCHANGE_PROBE_ROUNDS = 15
 SLOWNESS_COLUMNS = ("host_slowness", "host_memory_slowness", "host_sync_slowness",
@@ -131,13 +132,16 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
     single-threaded ``PROBE_SIZE``-square matrix products, then :data:`MEMORY_PROBE_CALLS` sums of its own
     :data:`MEMORY_PROBE_BYTES` vector: the slowest thread's median of each (ms); then :data:`EXCHANGE_PROBE_ROUNDS`
     rounds in which each thread writes its :data:`EXCHANGE_PROBE_BYTES` buffer and, after a barrier, sums the next
-    thread's: the slowest thread's (:func:`_exchange_ms`; NaN on one CPU); then a :data:`PARALLEL_PROBE_SIZE`-square
-    product in ``len(cpus)`` BLAS threads: the median of :data:`PARALLEL_PROBE_CALLS` (ms)."""
+    thread's: the slowest thread's (:func:`_exchange_ms`; NaN on one CPU); then :data:`PARALLEL_PROBE_CALLS` rounds
+    in which every thread, after a barrier, takes one :data:`PARALLEL_PROBE_SIZE`-square product: the median over
+    rounds of the slowest thread's time (ms). (Not BLAS's own threads: they spin on after a product, here slowing the
+    placement that followed 2x.)"""
     a, big = _probe_matrix(PROBE_SIZE), _probe_matrix(PARALLEL_PROBE_SIZE)
     warm_s = PROBE_WARM_MS / 1e3
     medians: list[Probe] = [Probe(0.0, 0.0)] * len(cpus)
     start = threading.Barrier(len(cpus))
     exchange_ms = [math.nan] * len(cpus)
+    parallel_ms = [[0.0] * PARALLEL_PROBE_CALLS for _ in cpus]
 
     def run(i: int) -> None:
         os.sched_setaffinity(0, {cpus[i]})  # this thread only
@@ -149,6 +153,9 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
         medians[i] = Probe(_median_ms(lambda: a @ a, calls), _median_ms(vector.sum, MEMORY_PROBE_CALLS))
         if len(cpus) > 1:
             exchange_ms[i] = _exchange_ms(_exchange_buffer(i), _exchange_buffer((i + 1) % len(cpus)), start.wait)
+        for r in range(PARALLEL_PROBE_CALLS):
+            start.wait()
+            parallel_ms[i][r] = _median_ms(lambda: big @ big, 1)
 
     with _blas().limit(limits=1, user_api="blas"):
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(cpus))]
@@ -156,10 +163,8 @@ def probe_ms(cpus: list[int], calls: int = PROBE_CALLS) -> Probe:
             thread.start()
         for thread in threads:
             thread.join()
-    with _blas().limit(limits=len(cpus), user_api="blas"):
-        big @ big
-        parallel_ms = _median_ms(lambda: big @ big, PARALLEL_PROBE_CALLS)
-    return Probe(max(m.compute_ms for m in medians), max(m.memory_ms for m in medians), parallel_ms, max(exchange_ms))
+    parallel = statistics.median(max(laps) for laps in zip(*parallel_ms))
+    return Probe(max(m.compute_ms for m in medians), max(m.memory_ms for m in medians), parallel, max(exchange_ms))
 
 
 def _median_ms(fn: Callable[[], object], times: int) -> float:
