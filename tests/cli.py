@@ -1,8 +1,8 @@
 """Run the ``opbench`` command in the test process, as a user's shell would run it, capturing its output.
 
 In-process saves what a new interpreter costs each call (Python, MLflow, Optuna, pandas: ~5 s of CPU
-here); the command still starts its own worker processes. Tests that kill the command, or whose
-command runs TVM kernels in its own process (model profiling), start it with ``subprocess`` instead.
+here); the command still starts its own worker processes (model studies too: they time nothing in their
+own process). Tests that kill the command start it with ``subprocess`` instead.
 """
 from __future__ import annotations
 

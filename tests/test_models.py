@@ -1,8 +1,6 @@
 """Models: sources, operator extraction with time shares, and bad input."""
 import math
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,8 +17,6 @@ from opbench.workloads.models.extract import anchor_kind
 from opbench.workloads.models.sources import load_model, model_names
 
 from .cli import ONE_PLACEMENT, run_cli
-
-CLI = [sys.executable, "-m", "opbench.cli"]
 
 
 def make_onnx(path, rows=(16,)):
@@ -41,8 +37,7 @@ def make_onnx(path, rows=(16,)):
 
 
 def _model_ops(model, tracking_uri, study, *options):
-    return subprocess.run(CLI + ["model-ops", model, *ONE_PLACEMENT, "--tracking-uri", tracking_uri, "--study", study,
-                                 *options], capture_output=True, text=True, timeout=600)
+    return run_cli("model-ops", model, *ONE_PLACEMENT, "--tracking-uri", tracking_uri, "--study", study, *options)
 
 
 # bert-base@tiny: the tune-model test extracts it; lstm@tiny's anchors (matmul, elementwise) are the ONNX MLP's
@@ -137,9 +132,9 @@ def test_a_model_the_frontend_cannot_convert_is_named(tmp_path, tracking_uri):
 
 
 def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path, tracking_uri):
-    tune = CLI + ["tune-model", "bert-base@tiny", "--trials-per-op", "2", "--max-ops", "1", *ONE_PLACEMENT,
-                  "--tracking-uri", tracking_uri, "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--reuse", str(tmp_path / "kept")]
-    out = subprocess.run(tune + ["--verify-rounds", "0", "--study", "tm"], capture_output=True, text=True, timeout=900)
+    tune = ["tune-model", "bert-base@tiny", "--trials-per-op", "2", "--max-ops", "1", *ONE_PLACEMENT,
+            "--tracking-uri", tracking_uri, "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--reuse", str(tmp_path / "kept")]
+    out = run_cli(*tune, "--verify-rounds", "0", "--study", "tm")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "tuned model output matches the reference" in out.stdout
     tuned_stdout = out.stdout
@@ -175,8 +170,7 @@ def test_tune_model_tunes_key_operators_and_builds_the_model_with_them(tmp_path,
     assert (ops["template"] == "tuned").sum() == len(records) and ops["share"].sum() == pytest.approx(1.0)
     assert (ops.loc[ops["template"] == "tuned", "mem.prepacked"] > 0).any()  # a Linear's weight, packed at build time
     # --reuse: a second run with the same key builds the model from the records the first kept, measuring none
-    again = subprocess.run(tune + ["--verify-rounds", "0", "--compare", "torch", "--study", "tm-again"], capture_output=True,
-                           text=True, timeout=900)
+    again = run_cli(*tune, "--verify-rounds", "0", "--compare", "torch", "--study", "tm-again")
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"tuning reused from {tmp_path / 'kept'}" in again.stdout and "tuned model output matches" in again.stdout
     # a schedule tuned in both runs is as fast as its kept record (which operators keep theirs is decided inside the
@@ -711,10 +705,9 @@ def test_tune_model_tunes_a_3d_cnn_and_builds_it(tmp_path, tracking_uri):
     model, kind = "resnet3d-18@tiny", "conv2d"
     # seed 1: seed 0's first point unrolls the stem's 7x7 window and its register tile, 17 s of LLVM on this
     # test's clock (valid, only slow to compile)
-    out = subprocess.run(CLI + ["tune-model", model, "--seed", "1", "--trials-per-op", "2", "--max-ops", "1", "--verify-rounds", "0",
-                                *ONE_PLACEMENT, "--compare", "untuned", "--tracking-uri", tracking_uri, "--study", "zoo",
-                                "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"],
-                         capture_output=True, text=True, timeout=900)
+    out = run_cli("tune-model", model, "--seed", "1", "--trials-per-op", "2", "--max-ops", "1", "--verify-rounds", "0",
+                  *ONE_PLACEMENT, "--compare", "untuned", "--tracking-uri", tracking_uri, "--study", "zoo",
+                  "--storage", f"sqlite:///{tmp_path / 'optuna.db'}")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "tuned model output matches the reference" in out.stdout and "not verified" in out.stdout
     frame = read_mlflow(["zoo"], tracking_uri)
@@ -797,9 +790,8 @@ def test_tune_model_at_batch_buckets_runs_a_size_between_them_verified_against_e
     --seq-len buckets take the same path: the dispatcher's test runs both axes)."""
     model, flag, tag, words, noun = "small-cnn@tiny", "--batch-size", "b", "batch size", "batch"
     study = f"tm-dyn-{tag}"
-    out = subprocess.run(CLI + ["tune-model", model, flag, "4,8", "--between", "6", "--trials-per-op",
-                                "1", "--max-ops", "1", *ONE_PLACEMENT, "--verify-rounds", "1", "--compare", "torch", "--tracking-uri",
-                                tracking_uri, "--study", study], capture_output=True, text=True, timeout=900)
+    out = run_cli("tune-model", model, flag, "4,8", "--between", "6", "--trials-per-op", "1", "--max-ops", "1",
+                  *ONE_PLACEMENT, "--verify-rounds", "1", "--compare", "torch", "--tracking-uri", tracking_uri, "--study", study)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr.count("with its dynamic dimensions symbolic") == 1
     assert f"=== bucket: {words} 4" in out.stdout and f"=== bucket: {words} 8" in out.stdout

@@ -1,8 +1,6 @@
 """A model quantized to int8 (its name +int8, or --dtype int8): its matrix products by constant weights u8 x i8 into
 i32, in agreement with the fp32 model, its int8 operators on the dot-product template, end to end in tune-model."""
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -10,9 +8,7 @@ import pytest
 from opbench.hardware.targets import make_target
 from opbench.record import Status
 
-from .cli import ONE_PLACEMENT
-
-CLI = [sys.executable, "-m", "opbench.cli"]
+from .cli import ONE_PLACEMENT, run_cli
 
 
 @pytest.mark.parametrize("n", [1, 16 * 3 + 5, 1 << 15, (1 << 15) + 8 * 16 + 3])  # tails; one chunk, then several
@@ -207,11 +203,9 @@ def test_an_unknown_model_dtype_exits_2_naming_the_choices(capsys):
 
 
 def test_tune_model_dtype_int8_tunes_and_verifies_the_quantized_model(tmp_path, tracking_uri):
-    out = subprocess.run(CLI + ["tune-model", "lstm@tiny", "--dtype", "int8", "--trials-per-op",
-                                "2", "--max-ops", "1", *ONE_PLACEMENT, "--verify-rounds", "0",
-                                "--tracking-uri", tracking_uri, "--study", "q8",
-                                "--storage", f"sqlite:///{tmp_path / 'optuna.db'}"], capture_output=True, text=True,
-                         timeout=900)
+    out = run_cli("tune-model", "lstm@tiny", "--dtype", "int8", "--trials-per-op", "2", "--max-ops", "1", *ONE_PLACEMENT,
+                  "--verify-rounds", "0", "--tracking-uri", tracking_uri, "--study", "q8",
+                  "--storage", f"sqlite:///{tmp_path / 'optuna.db'}")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "lstm@tiny+int8, batch 1" in out.stdout and "tuned model output matches the reference" in out.stdout
     from opbench.tracking import read_mlflow_records
