@@ -325,10 +325,11 @@ def main() -> None:
     share_of_state, by_state = group_effect(records, lambda i, r: _settled(r))
     (unsettled_ms, unsettled), (settled_ms, settled) = by_state.get(False, (math.nan, 0)), by_state.get(True, (math.nan, 0))
     _, settled_ratios = ratios_where(records, _settled)
-    results.print(f"{unsettled} of {unsettled + settled} records were taken with the host unsettled (a probe outside its "
-                  f"usual band or the cores apart, after the wait ran out), {unsettled_ms / settled_ms:.3f}x the others' "
-                  f"latency, explaining {100 * share_of_state:.0f}% of that variance; over the settled ones alone, max/min "
-                  f"<= 1.06 for {100 * _share([r <= 1.06 for r in settled_ratios]):.0f}% of {len(settled_ratios)} configs, "
+    effect = (f", {unsettled_ms / settled_ms:.3f}x the others' latency, explaining {100 * share_of_state:.0f}% of that "
+              "variance" if unsettled else "")
+    results.print(f"{unsettled} of {unsettled + settled} records were taken with the host unsettled (in a spell or its "
+                  f"cores apart, after the wait ran out){effect}; over the settled ones alone, max/min <= 1.06 for "
+                  f"{100 * _share([r <= 1.06 for r in settled_ratios]):.0f}% of {len(settled_ratios)} configs, "
                   f"{max(settled_ratios, default=math.nan):.3f} at worst")
     waits = [r.get("host_wait_s") or 0.0 for taken in records.values() for r in taken if is_ok(r)]
     results.print(f"probing and waiting for the host to settle: {sum(waits):.1f} s in all, "
