@@ -149,7 +149,6 @@ def test_a_placement_waits_while_the_host_is_unsettled_until_it_has_been_for_the
     assert apart.cores_apart and not settled.cores_apart and not Slowness(1.0, 1.0).cores_apart  # NaN: not probed
     assert not apart.settled and not spell.settled and settled.settled and Slowness(1.0, 1.0).settled
     assert Slowness(0.8, 1.15, 1.1).settled and not Slowness(1.0, 1.0, 1.3).settled  # a little slower: no spell
-    assert Slowness(1.0, 1.6, 1.0).settled  # the memory loop alone decides nothing
     two = TimingPolicy(placements=2, max_placements=2)
     probe = _Probe(apart, spell, settled, settled)
     (result,) = LocalRunner(speed=probe).run_batch([RunInput("", MATMUL, two)])
@@ -338,7 +337,7 @@ def test_the_reproducibility_benchmark_calibrates_each_workload_by_the_others_re
     assert by_round[4][0] / by_round[0][0] == pytest.approx(1.3) and by_round[4][1] == 4
     records[("a", 0)][4] = process(1.0)  # one config did not slow down in that round
     assert reproducibility.group_effect(records, lambda i, r: i)[0] < 1.0
-    records[("b", 1)][4]["host_slowness"] = 1.5  # the host's state explains what it explains of the rest
+    records[("b", 1)][4]["host_memory_slowness"] = 1.5  # the host's state explains what it explains of the rest
     share, by_state = reproducibility.group_effect(records, lambda i, r: reproducibility._settled(r))
     assert 0 < share < 1 and by_state[False][1] == 1 and by_state[False][0] / by_state[True][0] > 1.2
 

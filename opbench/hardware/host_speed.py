@@ -41,7 +41,7 @@ RECENT_PROBES = 30
 MIN_HISTORY = 5  # probes taken before the first one is judged
 PROBE_WARM_MS = 10.0  # each probe thread keeps its core busy this long before it times
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
-SPELL = 1.2  # the compute or parallel loop over this many times its usual time: a spell (#probes)
+SPELL = 1.2  # the compute, memory or parallel loop over this many times its usual time: a spell (#probes)
 CORES_APART = 2.0  # an exchange over this many times its usual time: the cores share no cache (docs/measurement.md#probes)
 EXCHANGE_HISTORY = 1000  # exchange probes kept: its usual time is their fastest twentieth (shared_cache_time)
 
@@ -84,10 +84,9 @@ class Slowness(NamedTuple):
 
     @property
     def settled(self) -> bool:
-        """What a placement waits for: neither the compute nor the parallel loop over :data:`SPELL` x its usual time,
-        and the cores sharing a cache (NaN: not probed, settled). Not the memory loop: another process's traffic
-        moves it (over 1.26x in a fifth of the probes beside nnictl), and a kernel's spell reads on the others too."""
-        return not (self.compute > SPELL or self.sync > SPELL or self.cores_apart)
+        """What a placement waits for: none of the compute, memory and parallel loops over :data:`SPELL` x its usual
+        time, and the cores sharing a cache (NaN: not probed, settled)."""
+        return not (any(x > SPELL for x in (self.compute, self.memory, self.sync)) or self.cores_apart)
 
     def as_load(self) -> dict[str, float]:
         return dict(zip(SLOWNESS_COLUMNS, self))
