@@ -88,13 +88,13 @@ class TrialRecord(Mapping[str, Any]):
     cache_state: str | None = _param(None)  # warm: the operator alone; cold: every input but the activation evicted
     # before each call, as inside a model (a library baseline: the caches evicted)
     # how long it took (metrics): the latency statistics of its repeats, and throughput
-    latency_ms: float | None = _metric()  # the estimate over its placements (per call; docs/measurement.md#placements)
+    latency_ms: float | None = _metric()  # the estimate: its fastest placement (per call; docs/measurement.md#placements)
     latency_lo_ms: float | None = _metric()  # its interval: a re-measure in another process lands within it
     latency_hi_ms: float | None = _metric()
     interval_calibration: int | None = _metric()  # re-measures the interval was calibrated by (0: placements alone)
     placements: int | None = _metric()  # independent placements its repeats were taken in
     placement_ms: list[float] | None = _tag()  # each placement's value (the median of its repeats), in order
-    placements_agreeing: int | None = _metric()  # of them, the fast mode the estimate is the median of (0: none agreed)
+    placements_agreeing: int | None = _metric()  # of them, those within agree of the fastest, the estimate (0: none)
     latency_ms_mean: float | None = _metric()
     latency_ms_std: float | None = _metric()  # over all repeats: includes the differences between placements
     latency_cv: float | None = _metric()  # the spread of repeats within a placement, pooled over placements

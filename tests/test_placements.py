@@ -6,7 +6,7 @@ import random
 import pytest
 
 from opbench.hardware.host_speed import Slowness
-from opbench.measure.estimate import estimate, fast_mode, split, wants_placement
+from opbench.measure.estimate import INTERVAL_FLOOR, estimate, split, wants_placement
 from opbench.measure.protocol import RunInput, RunResult
 from opbench.measure.runner.local import LocalRunner
 from opbench.measure.runner.placements import joined, place
@@ -17,41 +17,33 @@ from opbench.record import Status
 MATMUL = "matmul:m=8,n=8,k=8"
 
 
-def test_a_slow_placement_is_not_the_estimate_and_the_interval_holds_the_fast_mode():
-    est = estimate([1.00, 1.60, 1.01, 1.02], agree=0.03)  # one process in four runs 60% slow
-    assert est.latency_s == pytest.approx(1.01) and est.agreeing == 3 and est.placements == 4
-    assert est.lo_s == pytest.approx(1.00 * 0.985) and est.hi_s == pytest.approx(1.02 * 1.015)
-    assert est.lo_s <= 1.005 <= est.hi_s and not est.lo_s <= 1.6 <= est.hi_s  # a known value held, the slow one not
-    assert (est.hi_s - est.lo_s) / 2 / est.latency_s <= 0.03  # at most ``agree`` when every placement agrees but one
+def test_a_slow_placement_is_not_the_estimate_and_the_interval_holds_a_known_value():
+    est = estimate([1.01, 1.60, 1.00, 1.02], agree=0.03)  # one process in four runs 60% slow
+    assert est.latency_s == 1.00 and est.agreeing == 3 and est.placements == 4
+    spread = 1 + INTERVAL_FLOOR + 0.01  # the floor and the second fastest's distance
+    assert est.lo_s == pytest.approx(1.00 / spread) and est.hi_s == pytest.approx(1.00 * spread)
+    assert est.lo_s <= 1.02 <= est.hi_s and not est.lo_s <= 1.6 <= est.hi_s  # a known value held, the slow one not
 
 
-def test_placements_slower_than_the_mode_widen_the_interval_to_their_median():
-    est = estimate([1.0, 1.01, 1.3, 1.4, 1.5], agree=0.03)  # the host slowed for three of five placements
-    assert est.latency_s == pytest.approx(1.005) and est.agreeing == 2
-    assert est.hi_s == pytest.approx(1.3 * 1.015) and est.lo_s == pytest.approx(0.985)
-    assert estimate([1.0, 1.01, 1.3], agree=0.03).hi_s == pytest.approx(1.01 * 1.015)  # the median is in the mode
-
-
-def test_a_lone_fast_placement_is_left_out_and_disagreeing_placements_give_a_wide_interval():
-    assert fast_mode([0.80, 1.00, 1.01, 1.3], agree=0.03) == [1.00, 1.01]  # a fast spell alone is no mode
-    est = estimate([1.0, 1.2, 1.5], agree=0.03)
-    assert est.agreeing == 0 and est.latency_s == 1.2  # the median of all
-    assert est.lo_s < 1.0 and est.hi_s > 1.5  # wide: the number is this uncertain
+def test_disagreeing_placements_give_a_wide_interval_and_a_lone_one_a_positive_one():
+    agreeing, apart = estimate([1.0, 1.01, 1.3], agree=0.03), estimate([1.0, 1.2, 1.5], agree=0.03)
+    assert apart.latency_s == 1.0 and apart.agreeing == 0  # none agreed with the fastest
+    assert apart.lo_s < agreeing.lo_s and apart.hi_s > 1.2 > agreeing.hi_s  # wide: the number is this uncertain
     one = estimate([2.0], agree=0.03)
-    assert one.latency_s == 2.0 and one.agreeing == 0 and one.lo_s < 2.0 < one.hi_s
+    assert one.latency_s == 2.0 and one.agreeing == 0 and 0 < one.lo_s < 2.0 < one.hi_s
+    assert estimate([1.0, 3.0], agree=0.03).lo_s > 0  # however far apart
     with pytest.raises(ValueError):
         estimate([], agree=0.03)
 
 
-def test_a_trial_takes_placements_until_two_agree_and_none_stands_apart_faster_within_its_bounds():
+def test_a_trial_takes_placements_until_a_second_confirms_its_fastest_within_its_bounds():
     assert wants_placement([], 0.03, least=3, most=6)
     assert wants_placement([1.0, 1.01], 0.03, least=3, most=6)  # fewer than the least
     assert not wants_placement([1.0, 1.01, 1.5], 0.03, least=3, most=6)  # the fastest two agree
     assert wants_placement([1.0, 1.1, 1.2], 0.03, least=3, most=6)  # none agree yet
-    assert wants_placement([1.18, 2.37, 2.34], 0.03, least=3, most=6)  # two slowed alike, the fast one apart
+    assert wants_placement([1.18, 2.37, 2.34], 0.03, least=3, most=6)  # two slowed alike, the fast one alone
     assert not wants_placement([1.18, 2.37, 2.34, 1.19], 0.03, least=3, most=6)  # confirmed
-    assert not wants_placement([1.20, 1.245, 1.248], 0.03, least=3, most=6)  # 4% apart: within twice agree
-    assert estimate([1.18, 2.37, 2.34, 1.19], 0.03).latency_s == pytest.approx(1.185)
+    assert estimate([1.18, 2.37, 2.34, 1.19], 0.03).latency_s == 1.18
     assert not wants_placement([1.0, 1.1, 1.2, 1.3, 1.4, 1.5], 0.03, least=3, most=6)  # the most: stop
 
 

@@ -69,7 +69,7 @@ def test_the_composition_needs_a_measured_model():
 
 def test_a_built_models_run_gives_its_estimate_or_says_why_it_has_none():
     ok = RunResult(Status.OK, latencies_s=[0.002, 0.002, 0.004, 0.004, 0.002, 0.002], placement_sizes=[2, 2, 2])
-    assert checked_ms(ok, "m", "the model", "its reference", agree=0.03) == pytest.approx(2.0)  # the fast mode
+    assert checked_ms(ok, "m", "the model", "its reference", agree=0.03) == pytest.approx(2.0)  # the fastest placement
     with pytest.raises(OpBenchError, match=r"m: the model's output differs from its reference \(max \|err\| 0.5\)"):
         checked_ms(RunResult(Status.WRONG_RESULT, max_abs_err=0.5), "m", "the model", "its reference", 0.03)
     with pytest.raises(OpBenchError, match="m: the model did not run: killed"):

@@ -23,7 +23,8 @@ import numpy as np
 
 from opbench.paths import open_nofollow, read_json_map, user_runtime_dir, write_private
 
-CALIBRATION_FILE = "calibration-2.json"  # 2: re-measures since placements wait for a shared cache (1 calibrates nothing)
+CALIBRATION_FILE = "calibration-3.json"  # 3: re-measures of estimates that are the fastest placement (2, of the
+# fast mode's median, and 1 calibrate nothing)
 WINDOW = 256  # ratios kept per device, the latest
 MIN_OBSERVED = 20  # fewer calibrate nothing: the interval is the placements' alone
 COVERAGE = 0.9  # the share of re-measures a calibrated interval holds

@@ -2,11 +2,10 @@
 
 A placement is one independent setting of a kernel in memory: a process forked for the run with its own
 arguments and code mapping on this host, a fresh allocation on a GPU or a board. Its value is the median of
-its repeats. Timing noise mostly adds delay, so the estimate is the median of the fastest placements that
-agree within ``agree`` (the fast mode); the interval spans them, up to the median of all placements where that
-is slower (their host changed while they were taken, and another process may find it so), widened by
-``agree`` / 2 each way. Placements that never agree give the median of all, with an interval from the fastest
-to the slowest.
+its repeats. Timing noise is a sum of delays (Chen & Revels), so the estimate is the fastest placement, taken
+once a second one agrees with it within ``agree``. The interval runs from the estimate over ``1 + h`` to the
+estimate times ``1 + h``: ``h`` is the second fastest placement's distance from it plus :data:`INTERVAL_FLOOR`
+(what another process adds where the two are equal).
 """
 from __future__ import annotations
 
@@ -18,6 +17,9 @@ from dataclasses import dataclass
 from opbench.measure.protocol import RunResult
 from opbench.record import Status
 
+INTERVAL_FLOOR = 0.02  # an interval's half-width where the two fastest placements are equal: what another
+# process finds beyond them (fitted to benchmarks/reproducibility.py's re-measures: docs/measurement.md#interval)
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -25,7 +27,7 @@ class Estimate:
     lo_s: float
     hi_s: float
     placements: int  # placements taken
-    agreeing: int  # of them, those of the fast mode the estimate is the median of (0: they never agreed)
+    agreeing: int  # of them, those within ``agree`` of the fastest, it included (0: none agreed with it)
 
 
 def placement_value(latencies_s: Sequence[float]) -> float:
@@ -33,41 +35,24 @@ def placement_value(latencies_s: Sequence[float]) -> float:
     return statistics.median(latencies_s)
 
 
-def fast_mode(values: Sequence[float], agree: float, needed: int = 2) -> list[float]:
-    """The fastest group of at least ``needed`` placements that agree: those within ``agree`` (a fraction) of
-    the fastest value that has ``needed - 1`` others within it, ascending; empty when no such group exists
-    (a lone faster value, a fast spell of the host, is left out)."""
-    ordered = sorted(values)
-    for start, low in enumerate(ordered):
-        group = [v for v in ordered[start:] if v <= low * (1 + agree)]
-        if len(group) >= needed:
-            return group
-    return []
-
-
 def estimate(values: Sequence[float], agree: float) -> Estimate:
-    """The latency and its interval from the placements' values (at least one)."""
+    """The latency and its interval from the placements' values (at least one; a lone one's gap is ``agree``)."""
     if not values:
         raise ValueError("an estimate needs at least one placement")
-    mode = fast_mode(values, agree)
-    kept = mode or sorted(values)
-    margin = agree / 2
-    high = max(kept[-1], statistics.median(values))  # placements slower than the mode witnessed a host that changes
-    return Estimate(statistics.median(kept), kept[0] * (1 - margin), high * (1 + margin), len(values), len(mode))
-
-
-def settled(values: Sequence[float], agree: float) -> bool:
-    """Whether two placements agree within ``agree`` and the fastest is not faster than them by more than twice
-    ``agree``: placements slowed alike (up to 2x at a low spread while a shared host's vCPU is slow) agree with
-    each other, and the fast one alone may be the kernel's speed."""
-    mode = fast_mode(values, agree)
-    return bool(mode) and min(values) * (1 + 2 * agree) >= mode[0]
+    fastest, *others = sorted(values)
+    gap = others[0] / fastest - 1 if others else agree
+    spread = 1 + INTERVAL_FLOOR + gap
+    agreeing = 1 + sum(v <= fastest * (1 + agree) for v in others)
+    return Estimate(fastest, fastest / spread, fastest * spread, len(values), agreeing if agreeing > 1 else 0)
 
 
 def wants_placement(values: Sequence[float], agree: float, least: int, most: int) -> bool:
     """Whether a trial whose placements gave ``values`` takes another: fewer than ``least`` so far, or fewer than
-    ``most`` and not :func:`settled` yet."""
-    return len(values) < least or (len(values) < most and not settled(values, agree))
+    ``most`` and its fastest not yet confirmed by a second within ``agree`` (a fast placement alone may be the
+    kernel's speed, or chance; placements slowed alike by a slow host agree only with each other)."""
+    ordered = sorted(values)
+    confirmed = len(ordered) >= 2 and ordered[1] <= ordered[0] * (1 + agree)
+    return len(values) < least or (len(values) < most and not confirmed)
 
 
 def estimated_ms(run: RunResult, agree: float) -> float:
