@@ -78,7 +78,7 @@ def outside_usual(record: dict) -> bool:
 
 
 def placements_disagreed(record: dict) -> bool:
-    """Whether the record's placements never agreed (its estimate is the median of all of them)."""
+    """Whether no other placement of the record came within ``agree`` of its fastest, the estimate."""
     return record.get("placements_agreeing", 0) < 2
 
 

@@ -118,7 +118,7 @@ def test_the_generated_references_are_current(tmp_path):
     assert (ROOT / "docs" / "reference" / "cli.md").read_text() == cli_reference(), "stale: run `make docs`"
     records = record_reference()
     assert (ROOT / "docs" / "reference" / "records.md").read_text() == records, "stale: run `make docs`"
-    assert "| `latency_ms` | metric | `float` | the estimate over its placements (per call; docs/measurement.md#placements) |" in records
+    assert "| `latency_ms` | metric | `float` | the estimate: its fastest placement (per call; docs/measurement.md#placements) |" in records
     with shaped_for(CpuShape(256, 16, isa=frozenset({"avx2"}))):  # written on a CPU without AVX-512 or bf16: the same
         written = {p.name: p.read_text() for p in write_spaces(tmp_path)}
     shipped = {p.name: p.read_text() for p in (ROOT / "search_spaces").glob("*.json")}

@@ -243,8 +243,8 @@ class HostSpeed:
     def slowness(self, cpus: list[int]) -> Slowness:
         """Probe the host now: each loop's time over its normal time; the probe joins the history."""
         history = self._known()
-        key, now = ",".join(map(str, cpus)), self._wall()
         taken = self._probe(cpus)
+        key, now = ",".join(map(str, cpus)), self._wall()  # the verdict's time: when its readings ended
         slowness = Slowness(self._judge(key, taken.compute_ms),
                             self._judge(f"{key}:memory", taken.memory_ms),
                             self._judge(f"{key}:parallel", taken.sync_ms),
