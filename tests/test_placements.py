@@ -36,13 +36,14 @@ def test_disagreeing_placements_give_a_wide_interval_and_a_lone_one_a_positive_o
         estimate([], agree=0.03)
 
 
-def test_a_trial_takes_placements_until_a_second_confirms_its_fastest_within_its_bounds():
+def test_a_trial_takes_placements_until_two_agree_and_none_stands_apart_faster_within_its_bounds():
     assert wants_placement([], 0.03, least=3, most=6)
     assert wants_placement([1.0, 1.01], 0.03, least=3, most=6)  # fewer than the least
     assert not wants_placement([1.0, 1.01, 1.5], 0.03, least=3, most=6)  # the fastest two agree
     assert wants_placement([1.0, 1.1, 1.2], 0.03, least=3, most=6)  # none agree yet
-    assert wants_placement([1.18, 2.37, 2.34], 0.03, least=3, most=6)  # two slowed alike, the fast one alone
+    assert wants_placement([1.18, 2.37, 2.34], 0.03, least=3, most=6)  # two slowed alike, the fast one apart
     assert not wants_placement([1.18, 2.37, 2.34, 1.19], 0.03, least=3, most=6)  # confirmed
+    assert not wants_placement([1.20, 1.245, 1.248], 0.03, least=3, most=6)  # 4% apart: within twice agree
     assert estimate([1.18, 2.37, 2.34, 1.19], 0.03).latency_s == 1.18
     assert not wants_placement([1.0, 1.1, 1.2, 1.3, 1.4, 1.5], 0.03, least=3, most=6)  # the most: stop
 

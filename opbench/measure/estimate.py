@@ -3,7 +3,7 @@
 A placement is one independent setting of a kernel in memory: a process forked for the run with its own
 arguments and code mapping on this host, a fresh allocation on a GPU or a board. Its value is the median of
 its repeats. Timing noise is a sum of delays (Chen & Revels), so the estimate is the fastest placement, taken
-once a second one agrees with it within ``agree``. The interval runs from the estimate over ``1 + h`` to the
+once two agree within ``agree`` and it is within twice ``agree`` of them. The interval runs from the estimate over ``1 + h`` to the
 estimate times ``1 + h``: ``h`` is the second fastest placement's distance from it plus :data:`INTERVAL_FLOOR`
 (what another process adds where the two are equal).
 """
@@ -48,11 +48,13 @@ def estimate(values: Sequence[float], agree: float) -> Estimate:
 
 def wants_placement(values: Sequence[float], agree: float, least: int, most: int) -> bool:
     """Whether a trial whose placements gave ``values`` takes another: fewer than ``least`` so far, or fewer than
-    ``most`` and its fastest not yet confirmed by a second within ``agree`` (a fast placement alone may be the
-    kernel's speed, or chance; placements slowed alike by a slow host agree only with each other)."""
+    ``most`` and none agree yet: two within ``agree`` of each other, the fastest placement within twice ``agree``
+    of them (placements slowed alike by a slow host agree only with each other; a faster one apart from them
+    asks for another)."""
     ordered = sorted(values)
-    confirmed = len(ordered) >= 2 and ordered[1] <= ordered[0] * (1 + agree)
-    return len(values) < least or (len(values) < most and not confirmed)
+    pair = next((low for low, high in zip(ordered, ordered[1:]) if high <= low * (1 + agree)), None)
+    agreed = pair is not None and pair <= ordered[0] * (1 + 2 * agree)
+    return len(values) < least or (len(values) < most and not agreed)
 
 
 def estimated_ms(run: RunResult, agree: float) -> float:
