@@ -1,6 +1,5 @@
 """Trustworthy numbers: isolated baselines, a quiet TVM pool, measurement quality, fresh-process verification."""
 import contextlib
-import json
 import math
 import os
 import statistics
@@ -16,7 +15,7 @@ from opbench import settings
 from opbench.cli import main
 from opbench.hardware.host_speed import SLOWNESS_COLUMNS
 from opbench.hardware.resources import Resources
-from opbench.measure import timing
+from opbench.measure import calibration, timing
 from opbench.measure.calibration import Calibration
 from opbench.measure.protocol import LibraryInput, RunInput, RunResult
 from opbench.measure.runner.local import LocalRunner
@@ -146,8 +145,9 @@ def test_every_record_has_its_interval_placements_and_the_hosts_load(measurer):
 
 
 @pytest.mark.full
-def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tmp_path, tracking_uri, capsys):
+def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tmp_path, tracking_uri, capsys, monkeypatch):
     study = "v"
+    monkeypatch.setattr(calibration, "CALIBRATION_FILE", "calibration-of-this-test.json")  # what this study adds alone
     common = ["--tracking-uri", tracking_uri, "--storage", f"sqlite:///{tmp_path / 'o.db'}", "--repeat", "3"]
     assert main(["tune", MATMUL, "--engine", "random", "--trials", "3", "--threads", "2", "--seed", "0",
                  "--study", study, *common]) == 0  # verified in as many rounds as 3 trials get
@@ -185,6 +185,12 @@ def test_tune_verifies_its_claims_in_fresh_processes_and_verify_does_it_again(tm
     winner = int(selection.set_index("verified_as")["latency_ms"].idxmin().split("-")[1]) if chosen else 1
     assert tags["verified_best_trial"] == ranked[winner - 1]  # the lowest estimate in fresh processes is the best
     assert not set(fresh["worker_pid"]) & set(trials["worker_pid"])  # new processes, none of the study's workers
+    recorded = references(read_mlflow_records([study], tracking_uri))  # no measurement chose them: they calibrate
+    calibrated = {name: record["latency_ms"] / recorded[name]["latency_ms"] for name, record
+                  in fresh.set_index("verified_as").iterrows() if name in recorded}
+    (device,) = set(fresh["device_key"])
+    assert sorted(Calibration().ratios(device)) == pytest.approx(sorted(calibrated.values()))
+    assert len(calibrated) == len(timed) - 1  # every reference re-measured; neither the best nor a contender
 
     assert main(["verify", study, "--rounds", "1", "--repeat", "3", "--tracking-uri", tracking_uri]) == 0
     assert "verified x faster (min-max)" in capsys.readouterr().out
@@ -332,8 +338,7 @@ def test_the_best_is_the_contender_fastest_in_fresh_processes():
               for n, ms in enumerate((1.0, 1.1, 1.2))]
     seen, fresh = [], _FreshTimes([1.3, 1.05, math.nan])
     assert select_best(fresh, trials, seen.append)["trial_id"] == "t1.1"  # the study's 1.0 was lucky
-    ratios = json.loads(fresh.calibration.path.read_text())[""]  # each fresh placement against its record
-    assert ratios == pytest.approx([1.3] * 3 + [1.05 / 1.1] * 3)
+    assert fresh.calibration.ratios("") == []  # chosen for a low first measurement: their re-measures lean slow
     assert sorted(r["verified_as"] for r in seen) == [f"{CONTENDER}{n}" for n in (1, 2, 3)] and fresh.calls == 1
     assert all(r["record_kind"] == VERIFY_KIND for r in seen)
     assert select_best(_FreshTimes([0.9, math.nan, 1.0]), trials)["trial_id"] == "t1.0"  # a failed run never wins
@@ -350,9 +355,11 @@ def test_a_reference_far_slower_than_the_best_takes_one_short_placement():
     taken: list[list[int]] = []
     records = {name: TrialRecord(latency_ms=ms, workload=MATMUL, template="matmul", knobs={"k_inner": n})
                for n, (name, ms) in enumerate((("best", 1.0), ("near", 10.0), ("far", 300.0)))}
-    remeasure(Spy([1.0, 10.0, 300.0]), {n: spec_of(r) for n, r in records.items()},
-              {n: r["latency_ms"] for n, r in records.items()}, rounds=2)
+    spy = Spy([1.0, 11.0, 330.0])
+    remeasure(spy, {n: spec_of(r) for n, r in records.items()}, {n: r["latency_ms"] for n, r in records.items()},
+              rounds=2, unchosen={"near", "far"})
     assert taken == [([2], 2)]  # only the one past 20x the fastest; the others at least 2 placements (the rounds)
+    assert spy.calibration.ratios("") == pytest.approx([1.1, 1.1])  # the references' fresh estimates, not the best's
     short = TimingPolicy().short()
     assert (short.repeat, short.placements, short.max_placements) == (timing.MIN_REPEATS, 1, 1)
 

@@ -1,13 +1,11 @@
 """Intervals calibrated by fresh-process re-measures (docs/measurement.md#calibration).
 
 A trial's placements are taken in one process, minutes apart at most; a re-measure in another process, later,
-meets the host in another state (on a shared VM one process in five ran 15-140% slower, at a low spread). So every
-re-measure OpBench makes anyway, a fresh process verifying a study's best and its references, is kept as the ratio
-of what the fresh process measured to what the record said, per device, the latest :data:`WINDOW` of them. Once a
-device has :data:`MIN_OBSERVED`, a record's interval spans at least the middle :data:`COVERAGE` of those ratios
-around its estimate: where the host's state is stationary, a re-measure lands in it that often by construction.
-The ratios come from studies' best configs, which were picked for their low first measurement, so their re-measures
-lean slow: the calibrated interval errs wide on the slow side.
+meets the host in another state. So every re-measure OpBench makes anyway of a schedule no measurement chose (a
+study's references, verified in fresh processes) is kept as the ratio of the fresh estimate to what the record said,
+per device, the latest :data:`WINDOW` of them. Once a device has :data:`MIN_OBSERVED`, a record's interval spans at
+least the middle :data:`COVERAGE` of those ratios around its estimate: where the host's state is stationary, a
+re-measure lands in it that often by construction.
 """
 from __future__ import annotations
 
@@ -23,8 +21,8 @@ import numpy as np
 
 from opbench.paths import open_nofollow, read_json_map, user_runtime_dir, write_private
 
-CALIBRATION_FILE = "calibration-3.json"  # 3: re-measures of estimates that are the fastest placement (2, of the
-# fast mode's median, and 1 calibrate nothing)
+CALIBRATION_FILE = "calibration-4.json"  # 4: references' fresh estimates against their records' (3: each fresh
+# placement, the best's and contenders' too; 2: of the fast mode's median; 1-3 calibrate nothing)
 WINDOW = 256  # ratios kept per device, the latest
 MIN_OBSERVED = 20  # fewer calibrate nothing: the interval is the placements' alone
 COVERAGE = 0.9  # the share of re-measures a calibrated interval holds
@@ -54,7 +52,7 @@ class Calibration:
         self._read: tuple[float, dict[str, list[float]]] | None = None  # the file as last read, by its mtime
 
     def observe(self, device: str, recorded_ms: float, fresh_ms: Iterable[float]) -> None:
-        """Keep each fresh-process value of a config whose record said ``recorded_ms``."""
+        """Keep each fresh-process estimate of a config whose record said ``recorded_ms``."""
         ratios = [v / recorded_ms for v in fresh_ms if v > 0 and math.isfinite(v)]
         if not ratios or not recorded_ms > 0:
             return
@@ -66,12 +64,16 @@ class Calibration:
 
     def bounds(self, device: str) -> Bounds | None:
         """The device's ratios' middle :data:`COVERAGE` (None: fewer than :data:`MIN_OBSERVED` known)."""
-        ratios = self._ratios().get(device, [])
+        ratios = self.ratios(device)
         if len(ratios) < MIN_OBSERVED:
             return None
         tail = (1 - COVERAGE) / 2
         low, high = np.quantile(ratios, [tail, 1 - tail])
         return Bounds(float(low), float(high), len(ratios))
+
+    def ratios(self, device: str) -> list[float]:
+        """The device's kept ratios of a re-measure to its record, oldest first."""
+        return self._ratios().get(device, [])
 
     def _ratios(self) -> dict[str, list[float]]:
         """The file's ratios, read again only when it changed (a record asks for every trial)."""

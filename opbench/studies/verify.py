@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from opbench.exceptions import OpBenchError
@@ -174,9 +174,8 @@ def select_best(measurer: Measurer, trials: list[TrialRecord], on_record: Callab
     specs = {f"{CONTENDER}{rank}": spec_of(record) for rank, record in enumerate(trials, 1)}
     with measurer.reusing_builds():
         records = measurer.measure_fresh(list(specs.values()))
-    for (name, record), trial in zip(zip(specs, records), trials):
+    for name, record in zip(specs, records):
         record.set(record_kind=VERIFY_KIND, verified_as=name)
-        _calibrate(measurer, record, trial["latency_ms"])
         if on_record:
             on_record(record)
     estimates = [(record["latency_ms"], i) for i, record in enumerate(records) if is_ok(record)]
@@ -200,9 +199,13 @@ def spec_of(record: TrialRecord) -> TrialSpec:
 
 
 def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[str, float], rounds: int,
-              on_record: Callable[[TrialRecord], None] | None = None) -> dict[str, Verified]:
+              on_record: Callable[[TrialRecord], None] | None = None, unchosen: Collection[str] = ()
+              ) -> dict[str, Verified]:
     """Each named spec measured again in fresh processes, ``rounds`` placements each (its rounds);
     a spec tuned at more than :data:`SHORT_SERIES_FACTOR` times the fastest takes one short placement.
+    The re-measures of the ``unchosen`` names (schedules no measurement picked: references) calibrate the
+    device's intervals (docs/measurement.md#calibration); a study's best and its contenders were picked for a
+    low first measurement, so theirs lean slow (the winner's curse) and do not.
 
     ``on_record`` sees every fresh-process record (``record_kind`` verify, tagged with the name it
     re-measures), so the evidence is stored beside the claim.
@@ -219,17 +222,11 @@ def remeasure(measurer: Measurer, specs: dict[str, TrialSpec], tuned_ms: dict[st
         record.set(record_kind=VERIFY_KIND, verified_as=name)
         out[name] = _verified(name, tuned_ms.get(name, math.nan), record.get("placement_ms") if is_ok(record) else None,
                               f"{record['status']}: {record.get('error', '')}")
-        _calibrate(measurer, record, tuned_ms.get(name, math.nan))
+        if name in unchosen and is_ok(record) and (recorded := tuned_ms.get(name, math.nan)) == recorded:
+            measurer.calibration.observe(record.device_key, recorded, [record["latency_ms"]])
         if on_record:
             on_record(record)
     return out
-
-
-def _calibrate(measurer: Measurer, fresh: TrialRecord, recorded_ms: float) -> None:
-    """Keep what each fresh process measured against what the record said, for the device's intervals
-    (docs/measurement.md#calibration)."""
-    if is_ok(fresh) and recorded_ms == recorded_ms:
-        measurer.calibration.observe(fresh.device_key, recorded_ms, fresh.get("placement_ms") or [])
 
 
 def _verified(name: str, tuned_ms: float, rounds_ms: list[float] | None, error: str) -> Verified:
@@ -262,7 +259,7 @@ def verify(measurer: Measurer, records: list[TrialRecord], study: str, rounds: i
         twins = [name for name, record in chosen.items() if name != BEST and _run_key(record) == _run_key(best)]
         specs = {name: spec_of(record) for name, record in chosen.items() if name not in twins}
         tuned = {name: float(record["latency_ms"]) for name, record in chosen.items()}
-        timed = remeasure(measurer, specs, tuned, rounds, on_record)
+        timed = remeasure(measurer, specs, tuned, rounds, on_record, unchosen=set(specs) - {BEST})
     for name in twins:  # the best's own schedule (the template default nothing beat): its rounds are the best's
         timed[name] = Verified(name, tuned[name], list(timed[BEST].rounds_ms), list(timed[BEST].errors))
     return Verification(study, rounds, {name: timed[name] for name in chosen}, str(best["trial_id"]),
