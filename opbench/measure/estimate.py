@@ -3,9 +3,9 @@
 A placement is one independent setting of a kernel in memory: a process forked for the run with its own
 arguments and code mapping on this host, a fresh allocation on a GPU or a board. Its value is the median of
 its repeats. Timing noise is a sum of delays (Chen & Revels), so the estimate is the fastest placement, taken
-once two agree within ``agree`` and it is within twice ``agree`` of them. The interval runs from the estimate over ``1 + h`` to the
-estimate times ``1 + h``: ``h`` is the second fastest placement's distance from it plus :data:`INTERVAL_FLOOR`
-(what another process adds where the two are equal).
+once two agree within ``agree`` and it is within twice ``agree`` of them. The interval runs from the estimate
+over ``1 + h`` to the estimate times ``1 + h``: ``h`` is the second fastest placement's distance from it plus
+:data:`INTERVAL_FLOOR` (what another process adds where the two are equal).
 """
 from __future__ import annotations
 
