@@ -99,6 +99,7 @@ def test_a_batch_norm_folds_into_the_convolution_before_it_as_a_scaled_weight_an
     assert "relax.nn.batch_norm" not in ops and "relax.divide" in ops
 
 
+@pytest.mark.full  # a whole model imported and built
 def test_mobilenets_relu6_and_padding_fuse_into_its_convolutions():
     """Hugging Face's MobileNetV2 pads before each convolution (TF's "same") and a batch norm's tuple
     ended each fusion group: 66 fused operators, 110 calls, its ReLU6 and pads kernels of their own. With

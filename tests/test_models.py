@@ -279,6 +279,7 @@ def test_a_models_transposed_convolutions_are_imported_as_convolutions_whose_eve
 
 
 @pytest.mark.slow
+@pytest.mark.full  # two models imported, their poolings built
 def test_a_models_pooling_windows_take_their_padding_as_planes_and_every_point_builds(build_checker):
     """A padded average pooling of stride 1 (Inception-v3's, its division by the taps inside the image) offers its
     padding as each channel's plane, by default; an unpadded one (Inception-v3's max poolings) and a ceil-mode
