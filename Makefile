@@ -52,14 +52,15 @@ postgres:
 
 # The cross-builds and the second-user tests are part of the suite: OPBENCH_REQUIRE_CROSS and
 # OPBENCH_REQUIRE_USERS turn their skips into failures.
-# Two workers take tests one by one: the suite keeps both cores busy (97% of a run), and a third worker
-# only adds contention (on a 2-vCPU Zen 3: 955 s of pytest with three, 900 s with two). Tests sharing an
+# Three workers take tests one by one on two cores: the nnictl, fault and scale-out tests wait on services,
+# processes and databases for much of their time (nnictl's: 35 CPU-s in 80 s), and a third worker fills it (on a
+# 2-vCPU Zen 4 the same suite took 660 s of pytest with three, 710 s with two). Tests sharing an
 # expensive module fixture are grouped (xdist_group); the files with the longest tests go first so that no
 # worker is left with one at the end.
 SLOWEST_FIRST := tests/test_nnictl.py tests/test_scaleout.py tests/test_models.py tests/test_faults.py \
                  tests/test_quantized_models.py tests/test_engines.py tests/test_remote.py tests/test_data.py
 test: lint cross postgres
-	OPBENCH_REQUIRE_CROSS=1 OPBENCH_REQUIRE_USERS=1 OPBENCH_REQUIRE_NAMESPACES=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=40 $(SLOWEST_FIRST) tests
+	OPBENCH_REQUIRE_CROSS=1 OPBENCH_REQUIRE_USERS=1 OPBENCH_REQUIRE_NAMESPACES=1 $(BIN)/python -m pytest -q -n 3 --dist loadgroup --durations=40 $(SLOWEST_FIRST) tests
 
 # ruff (pyflakes, pycodestyle, import order, bugbear, ...) and mypy, as configured in pyproject.toml.
 lint: $(STAMP)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import mlflow
 from opbench.engines.loop import template_check, valid_proposals
 from opbench.engines.simple import RandomEngine
 from opbench.hardware.cpu_shape import CpuShape, shaped_for, target_shape
@@ -20,7 +21,7 @@ from opbench.measure.features import FEATURES_VERSION, config_nest, nest_feature
 from opbench.record import SCHEMA_VERSION, TrialRecord
 from opbench.space import get_template
 from opbench.testing.lan import MlflowServer
-from opbench.tracking import Recorder, read_mlflow_records
+from opbench.tracking import Recorder, how_to_open, read_mlflow_records
 from opbench.tracking.dataset import export_mlflow, load_records, write_dataset
 from opbench.tracking.dataset.featurize import ASSEMBLY_COLUMNS, NEST_COLUMNS
 from opbench.tracking.dataset.formats import read_rows
@@ -171,6 +172,8 @@ def test_import_then_export_through_an_mlflow_server_is_lossless_and_idempotent(
             == sorted([{k: v for k, v in canonical(r).items() if k != "study"} for r in rows], key=lambda r: r["trial_id"])
         runs = read_mlflow_records(["remote"], server.uri)  # --runs: a run per record, for the UI
         assert _ids(runs) == _ids(rows)
+        experiment = mlflow.tracking.MlflowClient(server.uri).get_experiment_by_name("remote").experiment_id
+        assert how_to_open("remote", server.uri) == f"open its runs: {server.uri}/#/experiments/{experiment}/runs"
         store = plan(["remote"], server.uri)
         with tempfile.TemporaryDirectory() as scratch:
             assert sum(t.num_rows for t in fetch(store, "trial", Path(scratch)).tables(Filters(status=("ok", "run_error"))))\

@@ -1,6 +1,10 @@
 """Records survive both stores identically, and MLflow runs are plain MLflow."""
+import json
+import subprocess
 import threading
 import time
+import urllib.request
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -10,6 +14,8 @@ from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
 from opbench.measure.types import TrialSpec
 from opbench.record import TrialRecord
+from opbench.testing.farm import CLI
+from opbench.testing.lan import free_port
 from opbench.tracking import Recorder, read_jsonl, read_mlflow
 from opbench.tracking.mlflow_store import FEATURES_FILE, KIND_TAG
 from opbench.tracking.writer import BackgroundWriter
@@ -120,3 +126,38 @@ def test_a_studys_ui_address_opens_its_runs_not_the_genai_overview(tracking_uri)
     assert runs_url("ui", tracking_uri, 5001) == f"http://127.0.0.1:5001/#/experiments/{experiment}/runs"
     with pytest.raises(OpBenchError, match="no MLflow experiment named 'nope'"):
         runs_url("nope", tracking_uri)
+
+
+def _process_tree(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    return [pid] + [p for child in (children.read_text().split() if children.exists() else []) for p in _process_tree(int(child))]
+
+
+@pytest.mark.full  # starts MLflow's UI server
+def test_opbench_ui_serves_the_store_it_is_given_without_its_url_in_any_command_line(tracking_uri):
+    """The store's URL may hold a database password: it reaches MLflow's server through its environment, and
+    the address printed opens the study's runs in that server."""
+    with Recorder("ui", tracking_uri) as recorder:
+        recorder(TrialRecord(workload="w", latency_ms=1.0))
+    experiment = mlflow.tracking.MlflowClient(tracking_uri).get_experiment_by_name("ui").experiment_id
+    port = free_port()
+    ui = subprocess.Popen([*CLI, "ui", "ui", "--tracking-uri", tracking_uri, "--port", str(port)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert f"http://127.0.0.1:{port}/#/experiments/{experiment}/runs" in ui.stderr.readline()
+        query = f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/get-by-name?experiment_name=ui"
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(query, timeout=5) as reply:
+                    assert json.load(reply)["experiment"]["experiment_id"] == experiment  # served from that store
+                break
+            except OSError:
+                assert time.time() < deadline and ui.poll() is None, "the UI did not come up"
+                time.sleep(0.5)
+        store = tracking_uri.removeprefix("sqlite:///")
+        for pid in _process_tree(ui.pid)[1:]:  # the server and its workers (opbench ui itself was given it)
+            assert store not in Path(f"/proc/{pid}/cmdline").read_text()
+    finally:
+        ui.terminate()
+        ui.wait(60)

@@ -25,6 +25,7 @@ from opbench.lifecycle import exit_on_sigterm, skip_final_collection
 from opbench.plugins import load_plugins
 from opbench.record import TrialRecord, is_ok, tee
 from opbench.report.progress import TrialPrinter, table
+from opbench.urls import masked
 from opbench.workloads import OPERATORS, PRESETS, Workload, parse_workload
 from opbench.workloads.ops import parse_value
 
@@ -157,7 +158,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                   if k.startswith("knob.") and k[5:] in {g.partition('=')[0] for g in args.grid or []}))
                  for r in ok[: args.top]], ["latency_ms", "GFLOP/s", "threads", "grid point"]))
     failed = len(records) - len(ok)
-    print(f"\n{len(ok)} ok, {failed} failed; MLflow experiment '{recorder.study}' ({recorder.uri})")
+    print(f"\n{len(ok)} ok, {failed} failed; MLflow experiment '{recorder.study}' ({masked(recorder.uri)})")
     return 0
 
 
@@ -190,7 +191,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     uri = args.tracking_uri or default_tracking_uri()
     where = runs_url(args.study, uri, args.port) if args.study else ui_address(args.port)
-    print(f"MLflow UI for {uri}: {where} (Ctrl-C stops it)", file=sys.stderr)
+    print(f"MLflow UI for {masked(uri)}: {where} (Ctrl-C stops it)", file=sys.stderr)
     return serve_ui(uri, args.port)
 
 

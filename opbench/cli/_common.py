@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import sys
 from typing import TYPE_CHECKING
 
 from opbench import settings
@@ -17,6 +20,14 @@ if TYPE_CHECKING:
 
 class UsageError(OpBenchError):
     """Malformed command-line input."""
+
+
+def invoked_as() -> str:
+    """The command as the user can type it again: its name where the PATH finds this one, else the path they
+    gave (``.venv/bin/opbench``)."""
+    name = os.path.basename(sys.argv[0])
+    found = shutil.which(name)
+    return name if found and os.path.samefile(found, sys.argv[0]) else sys.argv[0]
 
 
 class Parser(argparse.ArgumentParser):

@@ -13,6 +13,7 @@ from opbench.cli._common import (
     add_measure_flags,
     add_renamed_flag,
     add_timing_flags,
+    invoked_as,
     measure_options,
     resources_of,
 )
@@ -23,6 +24,7 @@ from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import parse_thread_counts
 from opbench.record import OBJECTIVE_COLUMNS, ok_records
 from opbench.report.progress import TrialPrinter, table
+from opbench.urls import masked
 
 if TYPE_CHECKING:
     from opbench.studies.tune import StudyResult, TuneSpec
@@ -51,13 +53,13 @@ def tune_spec(args: argparse.Namespace) -> TuneSpec:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from opbench.studies.tune import run_study
-    from opbench.tracking import runs_url
+    from opbench.tracking import how_to_open
 
     spec = tune_spec(args)
     result = run_study(spec, on_record=TrialPrinter(spec.trials))
     print_study(result)
-    print(f"MLflow experiment '{result.study}' in {result.tracking_uri}")
-    print(f"open its runs: .venv/bin/opbench ui '{result.study}', then {runs_url(result.study, result.tracking_uri)}")
+    print(f"MLflow experiment '{result.study}' in {masked(result.tracking_uri)}")
+    print(how_to_open(result.study, result.tracking_uri, invoked_as()))
     return 0 if result.best else 1
 
 
@@ -132,7 +134,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         verification = verify(measurer, records, args.study, args.rounds, recorder)
         recorder.log_parent(metrics=verification.parent_metrics(), tags=verification.parent_tags())
     print(speedup_table(verified_best(records, verification), refs, verification))
-    print(f"recorded on run {parent} of MLflow experiment '{args.study}' ({recorder.uri})")
+    print(f"recorded on run {parent} of MLflow experiment '{args.study}' ({masked(recorder.uri)})")
     return 0
 
 

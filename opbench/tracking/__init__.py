@@ -11,8 +11,8 @@ from opbench.tracking.mlflow_store import KIND_TAG, MlflowWriter, default_tracki
 from opbench.tracking.recorder import Recorder
 from opbench.tracking.row import Row
 from opbench.tracking.runs import log_run
-from opbench.tracking.ui import runs_url, serve_ui, ui_address
+from opbench.tracking.ui import how_to_open, runs_url, serve_ui, ui_address
 
 __all__ = ["KIND_TAG", "JsonlWriter", "MlflowWriter", "Recorder", "Row", "SCHEMA_VERSION", "default_tracking_uri",
            "latest_parent_run", "log_run", "read_jsonl", "read_jsonl_records", "read_mlflow", "read_mlflow_records",
-           "runs_url", "serve_ui", "study_dir", "ui_address", "verified_claims"]
+           "how_to_open", "runs_url", "serve_ui", "study_dir", "ui_address", "verified_claims"]
