@@ -132,7 +132,7 @@ def test_the_local_runner_probes_before_each_placement_and_keeps_the_furthest_fr
     assert result.load["host_slowness"] == 1.4 and result.host_wait_s > 0 and not probe.slowness_of
 
 
-def test_a_placement_waits_while_the_host_is_unsettled_until_it_has_been_for_the_bound(monkeypatch):
+def test_a_placement_waits_while_the_host_is_unsettled_until_it_has_been_for_the_bound(monkeypatch, caplog):
     from opbench.measure.runner import local
 
     monkeypatch.setattr(local, "SETTLE_POLL_S", 0.01)
@@ -144,9 +144,15 @@ def test_a_placement_waits_while_the_host_is_unsettled_until_it_has_been_for_the
     assert Slowness(0.8, 1.15, 1.1).settled and not Slowness(1.0, 1.0, 1.3).settled  # a little slower: no spell
     two = TimingPolicy(placements=2, max_placements=2)
     probe = _Probe(apart, spell, settled, settled)
-    (result,) = LocalRunner(speed=probe).run_batch([RunInput("", MATMUL, two)])
+    with caplog.at_level("INFO", logger="opbench"):
+        (result,) = LocalRunner(speed=probe).run_batch([RunInput("", MATMUL, two)])
     assert result.latencies_s == pytest.approx([1e-3, 1.01e-3]) and result.load["host_slowness"] == 1.0 and not probe.slowness_of
     assert result.host_wait_s >= 2 * local.SETTLE_POLL_S  # two probes found the host unsettled: it waited twice
+    # the wait is said once, with what the first unsettled probe found
+    assert [r.getMessage() for r in caplog.records] == [
+        "the host is busy (its cores sharing no cache): placements wait for it to settle, for up to 120 s"]
+    assert spell.unsettled_by() == ("compute 1.60x its usual time, memory 1.80x its usual time, "
+                                    "parallel 1.70x its usual time") and settled.unsettled_by() == ""
     probe = _Probe(spell, spell)
     probe.unsettled_for_s = local.SETTLE_WAIT_S  # unsettled this long already: the placements run, their state recorded
     (result,) = LocalRunner(speed=probe).run_batch([RunInput("", MATMUL, two)])

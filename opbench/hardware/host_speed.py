@@ -88,6 +88,13 @@ class Slowness(NamedTuple):
         time, and the cores sharing a cache (NaN: not probed, settled)."""
         return not (any(x > SPELL for x in (self.compute, self.memory, self.sync)) or self.cores_apart)
 
+    def unsettled_by(self) -> str:
+        """What keeps the host unsettled, for a message: the loops over :data:`SPELL` x their usual time, and the
+        cores sharing no cache ("" when settled)."""
+        slow = [f"{name} {x:.2f}x its usual time" for name, x in zip(("compute", "memory", "parallel"),
+                                                                   (self.compute, self.memory, self.sync)) if x > SPELL]
+        return ", ".join(slow + ["its cores sharing no cache"] * self.cores_apart)
+
     def as_load(self) -> dict[str, float]:
         return dict(zip(SLOWNESS_COLUMNS, self))
 

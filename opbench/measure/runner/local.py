@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,6 +34,7 @@ from opbench.workloads.models.sources import model_imports
 
 SETTLE_WAIT_S = 120.0  # placements wait for the host to settle until it has been unsettled this long (#probes)
 SETTLE_POLL_S = 0.5  # ... probing again after this long, outside the lock
+log = logging.getLogger("opbench")
 Job = RunInput | LibraryInput | ModelInput | ModelProfileInput | PeakInput | PrimFuncInput
 
 
@@ -78,6 +80,7 @@ class LocalRunner(Runner[Job, RunResult]):
         self._lock = lock
         self._speed = speed
         self._workers: dict[tuple[str, int, tuple[int, ...] | None], Worker] = {}
+        self._waiting = False  # for the host to settle, said once a spell
 
     @staticmethod
     def _new_worker(resources: Resources, role: str, preload: tuple[str, ...] = ()) -> Worker:
@@ -158,8 +161,10 @@ class LocalRunner(Runner[Job, RunResult]):
                     slowness = self._probe(inp.resources)
                     probed_s = time.perf_counter() - tick
                     if not self._waits_to_settle(slowness, inp):
+                        self._waiting = False
                         result = worker.call(inp, self.timeout_s)
                         break
+                self._say_busy(slowness)
                 time.sleep(SETTLE_POLL_S)
         except WorkerError as exc:
             return RunResult(Status.TIMEOUT if exc.timed_out else Status.RUN_ERROR, f"run: {exc}")
@@ -167,6 +172,13 @@ class LocalRunner(Runner[Job, RunResult]):
             result.load.update(slowness.as_load())
         result.host_wait_s = probed_s
         return result
+
+    def _say_busy(self, slowness: Slowness | None) -> None:
+        """Say why placements wait, once a spell (a long wait is no silent hang)."""
+        if slowness is not None and not self._waiting:
+            self._waiting = True
+            log.info("the host is busy (%s): placements wait for it to settle, for up to %.0f s",
+                     slowness.unsettled_by(), SETTLE_WAIT_S)
 
     def host_usual(self, resources: Resources) -> bool:
         """Whether a probe finds the host in its usual state for ``resources`` now (False when this runner
