@@ -11,15 +11,6 @@ from pathlib import Path
 
 import pytest
 
-# Each test process (an xdist worker) and what it starts has a /tmp of its own, sticky and world-writable like /tmp:
-# the host timing lock lives there, so the workers' tests do not queue for each other's timed runs (the suite
-# asserts what a trial does, never its time; the lock's own tests name their lock files), and their build folders
-# stay apart. Set before anything imports opbench, whose lock path is read at import.
-os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="opbench-tests-", dir="/tmp")
-os.chmod(os.environ["TMPDIR"], 0o1777)
-tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-atexit.register(shutil.rmtree, os.environ["TMPDIR"], ignore_errors=True)
-
 # The suite's runs (and the processes it starts, which inherit this) take short repeats and one placement each
 # (a test asserts what a trial does, not how precise its number is; the placement tests set their own), and each
 # test's references are its own.
@@ -27,6 +18,15 @@ os.environ.update(OPBENCH_MIN_REPEAT_MS="5", OPBENCH_PLACEMENTS="1", OPBENCH_MAX
                   OPBENCH_BASELINE_REUSE_S="0")
 
 from opbench.plugins import load_plugins
+
+# Each test process (an xdist worker) and what it starts has a /tmp of its own, sticky and world-writable like /tmp:
+# the host timing lock lives there, so the workers' tests do not queue for each other's timed runs (the suite
+# asserts what a trial does, never its time; the lock's own tests name their lock files), and their build folders
+# stay apart. Set before anything imports the lock (opbench.hardware.lock reads its path at import).
+os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="opbench-tests-", dir="/tmp")
+os.chmod(os.environ["TMPDIR"], 0o1777)
+tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+atexit.register(shutil.rmtree, os.environ["TMPDIR"], ignore_errors=True)
 
 # Workers inherit the environment: the faulty-kernel plugin must be named before any starts.
 os.environ["OPBENCH_PLUGINS"] = "tests.plugins.faulty"
