@@ -19,17 +19,6 @@ os.environ.update(OPBENCH_MIN_REPEAT_MS="5", OPBENCH_PLACEMENTS="1", OPBENCH_MAX
 
 from opbench.plugins import load_plugins
 
-# Each xdist worker and what it starts has a /tmp of its own, sticky and world-writable like /tmp: the host timing
-# lock lives there, so the workers' tests do not queue for each other's timed runs (the suite asserts what a trial
-# does, never its time; the lock's own tests name their lock files), and their build folders stay apart. pytest's
-# own folders stay in /tmp (the controller made them: a service's socket path must stay short). Set before
-# anything imports the lock (opbench.hardware.lock reads its path at import).
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"opbench-{os.environ['PYTEST_XDIST_WORKER']}-", dir="/tmp")
-    os.chmod(os.environ["TMPDIR"], 0o1777)
-    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-    atexit.register(shutil.rmtree, os.environ["TMPDIR"], ignore_errors=True)
-
 # Workers inherit the environment: the faulty-kernel plugin must be named before any starts.
 os.environ["OPBENCH_PLUGINS"] = "tests.plugins.faulty"
 load_plugins()  # as the entry points do: tests parse the plugin's workloads in-process
