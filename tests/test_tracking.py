@@ -1,5 +1,6 @@
 """Records survive both stores identically, and MLflow runs are plain MLflow."""
 import json
+import os
 import subprocess
 import threading
 import time
@@ -128,6 +129,14 @@ def test_a_studys_ui_address_opens_its_runs_not_the_genai_overview(tracking_uri)
         runs_url("nope", tracking_uri)
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def _process_tree(pid: int) -> list[int]:
     children = Path(f"/proc/{pid}/task/{pid}/children")
     return [pid] + [p for child in (children.read_text().split() if children.exists() else []) for p in _process_tree(int(child))]
@@ -142,7 +151,8 @@ def test_opbench_ui_serves_the_store_it_is_given_without_its_url_in_any_command_
     experiment = mlflow.tracking.MlflowClient(tracking_uri).get_experiment_by_name("ui").experiment_id
     port = free_port()
     ui = subprocess.Popen([*CLI, "ui", "ui", "--tracking-uri", tracking_uri, "--port", str(port)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # GenAI jobs: none here
     try:
         assert f"http://127.0.0.1:{port}/#/experiments/{experiment}/runs" in ui.stderr.readline()
         query = f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/get-by-name?experiment_name=ui"
@@ -156,8 +166,13 @@ def test_opbench_ui_serves_the_store_it_is_given_without_its_url_in_any_command_
                 assert time.time() < deadline and ui.poll() is None, "the UI did not come up"
                 time.sleep(0.5)
         store = tracking_uri.removeprefix("sqlite:///")
-        for pid in _process_tree(ui.pid)[1:]:  # the server and its workers (opbench ui itself was given it)
+        server = _process_tree(ui.pid)[1:]  # the server and its workers (opbench ui itself was given the URL)
+        for pid in server:
             assert store not in Path(f"/proc/{pid}/cmdline").read_text()
     finally:
         ui.terminate()
         ui.wait(60)
+    deadline = time.time() + 30  # terminated, it stopped them all (SIGKILL lands within moments)
+    while [pid for pid in server if _alive(pid)] and time.time() < deadline:
+        time.sleep(0.1)
+    assert server and not [pid for pid in server if _alive(pid)]

@@ -4,8 +4,10 @@ MLflow 3 opens an experiment in its GenAI overview (traces, token usage) unless 
 table, so every address OpBench prints does (``#/experiments/<id>/runs``)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import subprocess
 import sys
 
@@ -47,8 +49,24 @@ def how_to_open(study: str, tracking_uri: str, program: str = "opbench") -> str:
 
 def serve_ui(tracking_uri: str | None = None, port: int = UI_PORT) -> int:
     """Run the MLflow UI on the store (created when missing), bound to loopback, until it is stopped; its exit
-    status. The store's URL reaches MLflow through its environment, not argv, which every user can read."""
+    status. The store's URL reaches MLflow through its environment, not argv, which every user can read.
+    MLflow's server runs in a process group of its own, stopped whole however this call ends (its web workers
+    and job runners outlive the ``mlflow`` process that started them)."""
     uri = tracking_uri or default_tracking_uri()
     ensure_store(uri)
-    return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--host", UI_HOST, "--port", str(port)],
-                           env={**os.environ, "MLFLOW_BACKEND_STORE_URI": uri})
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--host", UI_HOST, "--port", str(port)],
+                              env={**os.environ, "MLFLOW_BACKEND_STORE_URI": uri}, start_new_session=True)
+    try:
+        return server.wait()
+    finally:
+        _stop_group(server)
+
+
+def _stop_group(leader: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM to ``leader``'s process group, then, once it has exited or ``grace_s`` passed, SIGKILL to
+    whatever of the group is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(leader.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            leader.wait(grace_s)
