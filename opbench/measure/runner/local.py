@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -80,7 +81,7 @@ class LocalRunner(Runner[Job, RunResult]):
         self._lock = lock
         self._speed = speed
         self._workers: dict[tuple[str, int, tuple[int, ...] | None], Worker] = {}
-        self._waiting = False  # for the host to settle, said once a spell
+        self._said_busy_at = -math.inf  # when placements last said they wait for the host to settle
 
     @staticmethod
     def _new_worker(resources: Resources, role: str, preload: tuple[str, ...] = ()) -> Worker:
@@ -161,7 +162,6 @@ class LocalRunner(Runner[Job, RunResult]):
                     slowness = self._probe(inp.resources)
                     probed_s = time.perf_counter() - tick
                     if not self._waits_to_settle(slowness, inp):
-                        self._waiting = False
                         result = worker.call(inp, self.timeout_s)
                         break
                 self._say_busy(slowness)
@@ -174,9 +174,9 @@ class LocalRunner(Runner[Job, RunResult]):
         return result
 
     def _say_busy(self, slowness: Slowness | None) -> None:
-        """Say why placements wait, once a spell (a long wait is no silent hang)."""
-        if slowness is not None and not self._waiting:
-            self._waiting = True
+        """Say why placements wait (a long wait is no silent hang), at most once every :data:`SETTLE_WAIT_S`."""
+        if slowness is not None and time.monotonic() - self._said_busy_at >= SETTLE_WAIT_S:
+            self._said_busy_at = time.monotonic()
             log.info("the host is busy (%s): placements wait for it to settle, for up to %.0f s",
                      slowness.unsettled_by(), SETTLE_WAIT_S)
 
