@@ -13,6 +13,7 @@ import pytest
 import mlflow
 from opbench.hardware.lock import HostLock
 from opbench.hardware.resources import Resources
+from opbench.lifecycle import process_alive
 from opbench.measure.types import TrialSpec
 from opbench.record import TrialRecord
 from opbench.testing.farm import CLI
@@ -129,14 +130,6 @@ def test_a_studys_ui_address_opens_its_runs_not_the_genai_overview(tracking_uri)
         runs_url("nope", tracking_uri)
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting to be reaped does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _process_tree(pid: int) -> list[int]:
     children = Path(f"/proc/{pid}/task/{pid}/children")
     return [pid] + [p for child in (children.read_text().split() if children.exists() else []) for p in _process_tree(int(child))]
@@ -173,6 +166,6 @@ def test_opbench_ui_serves_the_store_it_is_given_without_its_url_in_any_command_
         ui.terminate()
         ui.wait(60)
     deadline = time.time() + 30  # terminated, it stopped them all (SIGKILL lands within moments)
-    while [pid for pid in server if _alive(pid)] and time.time() < deadline:
+    while [pid for pid in server if process_alive(pid)] and time.time() < deadline:
         time.sleep(0.1)
-    assert server and not [pid for pid in server if _alive(pid)]
+    assert server and not [pid for pid in server if process_alive(pid)]

@@ -27,7 +27,7 @@ def invoked_as() -> str:
     gave (``.venv/bin/opbench``)."""
     name = os.path.basename(sys.argv[0])
     found = shutil.which(name)
-    return name if found and os.path.samefile(found, sys.argv[0]) else sys.argv[0]
+    return name if found and os.path.exists(sys.argv[0]) and os.path.samefile(found, sys.argv[0]) else sys.argv[0]
 
 
 class Parser(argparse.ArgumentParser):
