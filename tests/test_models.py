@@ -264,16 +264,21 @@ def _every_sampled_point_is_correct(build_checker, workloads, per_workload):
 @pytest.mark.slow
 def test_a_models_transposed_convolutions_are_imported_as_convolutions_whose_every_point_builds(build_checker):
     """DCGAN's generator in its sub-pixel form: the latent vector's transposed convolution a matmul, each strided
-    one a convolution over the input (its phases along the output channels) on the convolution template, every
-    sampled point checked against the operator's unscheduled build."""
+    one four convolutions over the input (one a phase, each giving its own quarter of the output) or, where a phase
+    has too few output channels to fill a vector, one (the phases along its output channels, on a grid a row and a
+    column larger), on the convolution template, every sampled point checked against the operator's unscheduled
+    build."""
     from opbench.space import get_template
     from opbench.workloads.models.cache import extract
 
     assert not any("conv2d_transpose" in op.name for op in extract("dcgan@tiny", 1, 128)[0])
     anchors, workloads = _model_workloads("dcgan@tiny", ("conv2d", "matmul"))
-    assert sorted(op.kind for op in anchors) == ["conv2d"] * 4 + ["matmul"]  # five layers
     strided = [op for op in anchors if op.kind == "conv2d"]  # 4x4 kernels of stride 2: four phases of 2x2 taps each
-    assert all(any(len(s) == 4 and s[2:] == (2, 2) for s in op.shapes[1:-1]) and op.shapes[-1][1] % 4 == 0 for op in strided)
+    assert [op.kind for op in anchors].count("matmul") == 1 and len(strided) == 4 + 4 + 1 + 1  # 32, 16, 8, 3 channels
+    assert all(op.shapes[1][2:] == (2, 2) for op in strided)
+    own = [op for op in strided if op.shapes[0][2:] == op.shapes[-1][2:]]
+    stacked = [op for op in strided if op.shapes[-1][2:] == tuple(size + 1 for size in op.shapes[0][2:])]
+    assert len(own) == 8 and len(stacked) == 2 and all(op.shapes[-1][1] % 4 == 0 for op in stacked)
     assert {get_template(w).name for w in workloads} == {"fused_conv2d_nchwc", "fused_matmul"}
     _every_sampled_point_is_correct(build_checker, workloads, 3)
 

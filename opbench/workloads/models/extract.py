@@ -63,8 +63,8 @@ def import_model(source: ModelSource) -> Any:
 # activations quantized by one kernel each; 7: a model's batch above 1 imported symbolic, then bound; 8: products
 # found by one visit each, static int8; 9: transposed convolutions in their sub-pixel form; 10: 3-D convolutions as 2-D
 # ones over depth-unfolded input; 11: batch norms folded into the convolutions before them; 12: output channels padded
-# to whole vectors).
-PIPELINE_VERSION = 12
+# to whole vectors; 13: each sub-pixel phase a convolution of its own, no row or column computed twice).
+PIPELINE_VERSION = 13
 
 
 def fuse(mod: Any) -> Any:
