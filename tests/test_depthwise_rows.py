@@ -107,7 +107,10 @@ def test_rows_nest_is_the_built_one():
 
 def test_a_stride_2_plane_is_split_into_column_phases_that_every_tap_reads_contiguously():
     """At stride 2 the per-channel plane has two column phases (an odd padded width: the second a column short of
-    the first, padded), and the anchor reads it along the vectorised loop with unit stride."""
+    the first, padded), and the anchor reads it along the vectorised loop with unit stride; every block that writes
+    the plane (the short phase's padding too) runs inside the parallel loop over channels, so that the plane is one
+    channel's buffer, not every channel's planes in memory."""
+    from tvm import tirx
     from tvm import s_tir
 
     from opbench.workloads.fused import anchor_block
@@ -126,3 +129,6 @@ def test_a_stride_2_plane_is_split_into_column_phases_that_every_tap_reads_conti
         phase, _, column = next(r for r in conv.reads if r.source.same_as(plane)).region[-3:]
         assert x.name in str(column.min) and "* 2" not in str(column.min), column.min  # consecutive lanes, columns
         assert x.name not in str(phase.min), phase.min  # one phase a tap
+        writers = [b for b in sch.get_child_blocks(sch.get_sblock("root"))
+                   if any(w.source.same_as(plane) for w in sch.get(b).writes)]
+        assert writers and all(sch.get(sch.get_loops(b)[0]).kind == tirx.ForKind.PARALLEL for b in writers), module.script()
