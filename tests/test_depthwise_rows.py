@@ -110,8 +110,7 @@ def test_a_stride_2_plane_is_split_into_column_phases_that_every_tap_reads_conti
     the first, padded), and the anchor reads it along the vectorised loop with unit stride; every block that writes
     the plane (the short phase's padding too) runs inside the parallel loop over channels, so that the plane is one
     channel's buffer, not every channel's planes in memory."""
-    from tvm import tirx
-    from tvm import s_tir
+    from tvm import s_tir, tirx
 
     from opbench.workloads.fused import anchor_block
 
