@@ -280,7 +280,7 @@ def test_a_models_transposed_convolutions_are_imported_as_convolutions_whose_eve
     stacked = [op for op in strided if op.shapes[-1][2:] == tuple(size + 1 for size in op.shapes[0][2:])]
     assert len(own) == 8 and len(stacked) == 2 and all(op.shapes[-1][1] % 4 == 0 for op in stacked)
     assert {get_template(w).name for w in workloads} == {"fused_conv2d_nchwc", "fused_matmul"}
-    _every_sampled_point_is_correct(build_checker, workloads, 3)
+    _every_sampled_point_is_correct(build_checker, workloads, 2)  # 11 operators: 2 points each
 
 
 @pytest.mark.slow
