@@ -29,9 +29,12 @@ def sample_configs(template: Template, workload: Workload, count: int, seed: int
 
 def check_space(template: Template, workload: Workload, samples: int = 25, seed: int = 0) -> None:
     """The default config is a point of the space; sampled points validate and apply to the workload's
-    TensorIR; the NNI space lists every knob's choices; an unknown knob, and a value outside a knob's
-    choices, are :class:`~opbench.exceptions.ConfigError` naming the knob."""
+    TensorIR and leave it as it was (a model operator's PrimFunc is cached and shared by every schedule of it in the
+    process: TVM's schedule mutates in place IR it believes only it holds); the NNI space lists every knob's choices;
+    an unknown knob, and a value outside a knob's choices, are :class:`~opbench.exceptions.ConfigError` naming the
+    knob."""
     import tvm
+    import tvm_ffi
     from tvm import s_tir
 
     knobs = {k.name: k for k in template.knobs(workload)}
@@ -40,9 +43,11 @@ def check_space(template: Template, workload: Workload, samples: int = 25, seed:
     assert template.validate(default, workload) == default, "the default config does not validate as it is"
     space = template.search_space(workload)
     assert {name: list(k.choices) for name, k in knobs.items()} == {n: list(s["_value"]) for n, s in space.items()}
+    unscheduled = tvm_ffi.structural_hash(workload.prim_func())
     for config in [default, *sample_configs(template, workload, samples, seed)]:
         sch = s_tir.Schedule(tvm.IRModule({"main": workload.prim_func()}))
         template.apply(sch, template.validate(config, workload), workload)
+        assert tvm_ffi.structural_hash(workload.prim_func()) == unscheduled, f"{config} changed the unscheduled PrimFunc"
     _expect_config_error(template, workload, {"no_such_knob": 1}, "no_such_knob")
     if knobs:
         name = next(iter(knobs))
