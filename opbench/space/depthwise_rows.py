@@ -21,7 +21,6 @@ from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Nest, divisors
 from opbench.space._schedule import fold_into_write, padded_planes, vector_lanes, vectorize_rows
 from opbench.workloads import Workload
-from opbench.workloads._base import numpy_dtype
 from opbench.workloads.fused import anchor_block, inline_side_blocks
 
 if TYPE_CHECKING:
@@ -31,7 +30,6 @@ KNOBS = ("rows_tile",)
 ROWS_CAP = 8
 STRIDES = (1, 2)
 SMALL_WINDOW = 9  # taps: a 3x3 window's 9 FMAs an output do not pay for the packed schedule's two layout passes
-STRIDE_2_DATA_L2S = 2  # stride 2: the default where the data is larger than this many L2 caches (see preferred)
 
 
 def _extents(workload: Workload) -> dict[str, int]:
@@ -70,10 +68,12 @@ def knobs(workload: Workload) -> list[Knob]:
 
 
 def default_config(workload: Workload) -> Config:
-    """The most rows whose vectors fit half the CPU's vector registers as accumulators."""
+    """The most rows whose vectors fit half the accumulator registers (a quarter of the CPU's vector registers), at
+    least one: a tile of one row of 7 vectors beat two rows on every MobileNetV2 depthwise convolution
+    (docs/workloads-and-templates.md#depthwise-rows)."""
     ext = _extents(workload)
     vectors = ext["ow"] // _width_vector(workload)
-    fits = [r for r in divisors(ext["oh"], ROWS_CAP) if r * vectors <= current_shape().accumulator_registers]
+    fits = [r for r in divisors(ext["oh"], ROWS_CAP) if r * vectors <= current_shape().accumulator_registers // 2]
     return {KNOBS[0]: fits[-1] if fits else 1}
 
 
@@ -149,11 +149,8 @@ def _phase_planes(sch: Schedule, padding: list[Any], loop: Any, stride: int) -> 
 
 
 def preferred(workload: Workload) -> bool:
-    """The default for a window of at most :data:`SMALL_WINDOW` taps and rows wider than half a vector register:
-    a 7-wide row's 7-lane vectors and a 7x7 window's 49 unaligned loads a vector lost to the packed direct
-    schedule; at stride 2 only where the data is larger than :data:`STRIDE_2_DATA_L2S` L2 caches (where the direct
-    schedule's packed copy stays in cache, it was faster: docs/workloads-and-templates.md#depthwise-rows)."""
-    ext, shape = _extents(workload), current_shape()
-    data_kb = workload.axes[0].extent * ext["c"] * ext["h"] * ext["w"] * numpy_dtype(workload.dtype).itemsize / 1024
-    return (ext["window"] <= SMALL_WINDOW and ext["ow"] > shape.fp32_lanes // 2
-            and (_stride(ext) == 1 or data_kb > STRIDE_2_DATA_L2S * shape.l2_kb))
+    """The default for a window of at most :data:`SMALL_WINDOW` taps, at stride 2 or on rows wider than half a vector
+    register: at stride 1 a 7-wide row's 7-lane vectors and a 7x7 window's 49 unaligned loads a vector lost to the
+    packed direct schedule (docs/workloads-and-templates.md#depthwise-rows)."""
+    ext = _extents(workload)
+    return ext["window"] <= SMALL_WINDOW and (_stride(ext) == 2 or ext["ow"] > current_shape().fp32_lanes // 2)
