@@ -269,10 +269,13 @@ def test_a_convolution_of_a_prime_width_takes_column_tiles_that_do_not_divide_it
     """17 output columns (Inception-v3's 17x17 stage) have no divisor from 2 to 16: the packed templates (direct,
     depthwise) also take tiles of 2-8 columns, the last one predicated, and default to the one that predicates
     fewest (6: three tiles, one column idle); every such tile computes the convolution. The int8 dot-product
-    template's tensorized block takes no predicate: its tiles divide the width."""
+    template's tensorized block takes no predicate: its tiles divide the width. A width with a divisor of 3
+    (SqueezeNet's 111 columns) keeps to its divisors."""
     from opbench.space.column_tiles import column_tiles
 
     assert column_tiles(17) == (1, 2, 3, 4, 5, 6, 7, 8) and column_tiles(14) == (1, 2, 7, 14)
+    assert column_tiles(111) == (1, 3) and get_template(stem := parse_workload(
+        "conv2d:n=1,c=3,h=224,w=224,k=64,r=3,s=3,stride=2")).default_config(stem)["ow_block"] == 3
     conv, depthwise = (parse_workload(name) for name in ("conv2d:n=1,c=8,h=17,w=17,k=16,r=3,s=3,pad=1",
                                                          "depthwise_conv2d:n=1,c=16,h=17,w=17,r=3,s=3,pad=1"))
     assert not TEMPLATES["conv2d_nchwc_int8"].predicated_columns and column_tiles(17, predicated=False) == (1,)
@@ -440,7 +443,7 @@ def _check_output(mod, prepack, arrays, expected, tol: float) -> None:
     ("conv2d:n=1,c=16,h=9,w=9,k=128,r=2,s=2,stride=1,pad=0", {"oc_block": 16, "weight_pack_at": "oc_block"}),
     ("conv2d:n=1,c=16,h=12,w=12,k=32,r=3,s=3,stride=1,pad=1", {"algorithm": "winograd"}),
     ("conv2d:n=1,c=32,h=8,w=8,k=32,r=1,s=1,stride=1,pad=0", {"algorithm": "gemm"}),
-    ("depthwise_conv2d:n=1,c=32,h=14,w=14,r=3,s=3,stride=2,pad=1", {}),
+    ("depthwise_conv2d:n=1,c=32,h=14,w=14,r=3,s=3,stride=2,pad=1", {"algorithm": "direct"}),  # rows pack nothing
 ])
 def test_a_catalogue_conv_with_its_weight_prepacked_packs_it_outside_and_computes_the_same(spec, knobs):
     """``layout_transform=weights_prepacked`` on a catalogue conv times what a model's runs: the weight's packing
