@@ -355,8 +355,9 @@ ALTERNATE = {"packed_output": 0, "ow_block": 2, "oh_block": 2, "reduce_order": "
 def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(tmp_path):
     """small-cnn@tiny built with its convolutions packed, their weights at build time (a padded 3x3
     conv with 3 input channels, bias and ReLU: by columns by default; a depthwise 3x3 conv of stride 2 with batch
-    norm; a pointwise conv) and its matmul tiled (its weight packed too), at each template's default and at another
-    point, against PyTorch. (A model built with Winograd: tests/test_winograd_fused.py.)"""
+    norm: by rows by default; a pointwise conv) and its matmul tiled (its weight packed too), at each template's
+    default and at another point (every convolution direct), against PyTorch. (A model built with Winograd:
+    tests/test_winograd_fused.py.)"""
     import tvm
     from tvm import relax, s_tir
 
@@ -377,7 +378,7 @@ def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(tmp_path):
     assert len(packed) == 3
     target = make_target("llvm", 1)
     points = {"default": {}, "alternate": ALTERNATE}
-    expected = {"default": ["columns", "direct", "gemm"], "alternate": ["direct"] * 3}
+    expected = {"default": ["columns", "gemm", "rows"], "alternate": ["direct"] * 3}
     for point, values in points.items():
         tuned = []
         for w in workloads:
@@ -388,10 +389,11 @@ def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(tmp_path):
         algorithms = {op.workload.name: op.config.get("algorithm", "direct") for op in tuned}
         assert sorted(algorithms[w.name] for w in packed) == expected[point]
         built = apply_database(mod, write_database(tmp_path / point, tuned, target), target)
-        # the direct convolutions pack their data and the columns split it into phases (5-D buffers), the GEMM reads
-        # it where it lies; the matmul and the convolutions but the columns' take weights packed at build time
+        # the direct convolutions pack their data, the columns and the stride-2 rows split it into phases (5-D
+        # buffers), the GEMM reads it where it lies; the matmul, the direct convolutions and the GEMM take weights
+        # packed at build time (the columns and the rows read theirs as they lie)
         assert prepacked(built) == sorted(f"{w.params['func']}_prepacked" for w in workloads
-                                          if w.name in templates and algorithms.get(w.name) != "columns")
+                                          if w.name in templates and algorithms.get(w.name) not in ("columns", "rows"))
         assert not [g for g in built.functions if "weight_prepack" in g.name_hint]  # folded on the constants
         names = {g.name_hint for g in built.functions}
         for w in packed:
