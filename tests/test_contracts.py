@@ -42,6 +42,19 @@ def test_every_cpu_template_keeps_the_space_contract(template, workload):
     template_contract.check_space(template, workload, samples=5)
 
 
+def test_a_model_operators_default_template_keeps_the_space_contract_and_leaves_its_shared_primfunc_as_it_was():
+    """A model operator's PrimFunc is cached and shared by every schedule of it in the process (a catalogue
+    workload's is made anew each time): on small-cnn@tiny's operators, every sampled config leaves it as it was."""
+    import opbench.workloads.models  # noqa: F401 - registers the model operators
+    from opbench.workloads.fused import model_name
+    from opbench.workloads.models.cache import extract
+
+    for op in extract("small-cnn@tiny", 1, 128)[0]:
+        workload = parse_workload(model_name("small-cnn@tiny", op.name, 1, 128))
+        assert workload.prim_func().same_as(workload.prim_func())  # the one cached function
+        template_contract.check_space(get_template(workload), workload, samples=3)
+
+
 def test_the_build_contract_holds_for_a_tiled_and_a_packed_template(build_checker):
     for spec, name in (("matmul:m=16,n=24,k=8", "matmul"), ("conv2d:n=1,c=8,h=9,w=9,k=16,r=3,s=3,stride=1,pad=1", "conv2d_nchwc")):
         workload = parse_workload(spec)

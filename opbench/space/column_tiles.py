@@ -7,7 +7,7 @@ from opbench.space._base import divisors
 OW_BLOCK_CAP = 16  # the widest tile
 # An output width whose divisors leave a register tile narrower than this also takes tiles that do not divide it
 # (the last one predicated): 17 columns (Inception-v3's 17x17 stage) otherwise leaves a tile of one column. A
-# predicated tile keeps its accumulators in memory: SqueezeNet's 111 columns run faster in tiles of 3 than of 8.
+# predicated tile keeps its accumulators in memory, so a divisor of 3 is kept (docs/workloads-and-templates.md#column-tiles).
 NARROWEST_TILE = 3
 COVERING_CAP = 8  # the widest such tile
 

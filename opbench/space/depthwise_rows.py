@@ -69,8 +69,7 @@ def knobs(workload: Workload) -> list[Knob]:
 
 def default_config(workload: Workload) -> Config:
     """The most rows whose vectors fit half the accumulator registers (a quarter of the CPU's vector registers), at
-    least one: a tile of one row of 7 vectors beat two rows on every MobileNetV2 depthwise convolution
-    (docs/workloads-and-templates.md#depthwise-rows)."""
+    least one (docs/workloads-and-templates.md#depthwise-rows has the measurements)."""
     ext = _extents(workload)
     vectors = ext["ow"] // _width_vector(workload)
     fits = [r for r in divisors(ext["oh"], ROWS_CAP) if r * vectors <= current_shape().accumulator_registers // 2]
