@@ -24,10 +24,11 @@ TVM's unscheduled lowering is not timed here. The host's GEMM ceiling (the faste
 fp32 2048^3 GEMM in fresh processes) is timed first; each model's tuned matmuls and convolutions are reported
 against it, their time their share of the tuned build's profile times its verified latency.
 Where the time goes: each model's operators timed inside our tuned build (the Relax VM's instrumentation,
-each call) beside PyTorch eager's (``torch.profiler``, shapes recorded), matched by what they compute, the
-largest first (a diagnostic of profiler times, not verified; inside the model a weight comes from memory,
-not from the cache an operator's repeated calls keep it in; eager's convolution rows leave out the batch
-norm and activation our fused operators include, which stay in eager's "other").
+each call) beside PyTorch eager's (``torch.profiler``, shapes recorded) and OpenVINO's (its CPU plugin's per-layer
+counters, as its row runs it), matched by what they compute, the largest first (a diagnostic of profiler times,
+not verified; inside the model a weight comes from memory, not from the cache an operator's repeated calls keep it
+in; eager's convolution rows leave out the batch norm and activation our fused operators include, which stay in
+eager's "other"; OpenVINO's include what it fuses into them).
 
 Each case is appended to ``benchmarks/results/models_vs_frameworks/<device>.jsonl`` as it finishes, with its
 commit, date and device; a later run with the same settings keeps the cases this device finished and measures the
@@ -44,9 +45,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from _cases import CaseStore
@@ -60,15 +62,16 @@ from opbench.measure.protocol import INDUCTOR, ONNXRUNTIME, OPENVINO, TORCH_INT8
 from opbench.paths import tuned_models_dir
 from opbench.report.progress import table
 from opbench.studies.claims import spread_text
-from opbench.studies.models.eager_ops import OTHER, match, ours, profile_eager
+from opbench.studies.models.eager_ops import OTHER, OpTime, match, ours, profile_eager
+from opbench.studies.models.openvino_ops import profile_openvino
 from opbench.studies.models.profile import INPUTS, TUNED
-from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, FRAMEWORK_ROWS, METASCHEDULE
+from opbench.studies.models.systems import DEFAULTS, EAGER_ROW, FRAMEWORK_ROWS, METASCHEDULE, framework_onnx, unavailable
 from opbench.studies.models.tune import ModelSpec, ModelTuneResult, ModelTuneSpec, tune_model
 from opbench.studies.verify import BEST, Spread, Verification
 from opbench.workloads.models import cache
 from opbench.workloads.models.extract import FusedOp
 from opbench.workloads.models.quantize import MODEL_DTYPES, is_quantized, unquantized, with_dtype
-from opbench.workloads.models.sources import load_model
+from opbench.workloads.models.sources import ModelSource, load_model
 
 ANSOR = ("resnet-50", "mobilenet-v2", "resnet3d-18", "dcgan", "bert-base")  # Ansor's table: batch 1 and 16
 OTHERS = ("resnet-18", "vgg-16", "densenet-121", "inception-v3", "squeezenet1.1", "yolov3-tiny", "gcn")  # batch 1
@@ -170,7 +173,8 @@ def run_case(model: str, batch: int, args: argparse.Namespace, scratch: Path, ce
     yardstick = (int8_peak, "the host's measured int8 peak") if int8_peak else (ceiling[0], "the GEMM ceiling")
     return {"rows": rows, "footnotes": footnotes, "ceiling": ceiling_line(*ceiling),
             "verdicts": targets(model, batch, verified) + of_ceiling(model, ops, result, built, yardstick),
-            "split": where_time_goes(model, batch, ops, built, args.threads), "wall_min": (time.monotonic() - started) / 60}
+            "split": where_time_goes(model, batch, ops, built, args.threads, scratch / f"{model}@{batch}"),
+            "wall_min": (time.monotonic() - started) / 60}
 
 
 def report(cases: list[dict], args: argparse.Namespace, store: CaseStore, wall_s: float, finished: dict[str, dict]
@@ -189,9 +193,10 @@ def report(cases: list[dict], args: argparse.Namespace, store: CaseStore, wall_s
         results.print(f"{case['case']} (commit {case['commit']}, {case['date']}, {case['wall_min']:.1f} min): "
                       + "; ".join(case["verdicts"] + list(filter(None, [vs_fp32(case, finished)]))))
     results.print("\nWhere the time goes, ms per run, each side inside its model: our tuned build's operators (the Relax "
-                  "VM's instrumentation) beside PyTorch eager's (profiler)")
-    results.table(table([row for case in cases for row in case["split"]],
-                        ["case", "operator (what it computes)", "eager ms", "ours ms", "ours / eager"]))
+                  "VM's instrumentation) beside PyTorch eager's (profiler) and OpenVINO's (its per-layer counters)")
+    results.table(table([_with_openvino(row) for case in cases for row in case["split"]],
+                        ["case", "operator (what it computes)", "eager ms", "OpenVINO ms", "ours ms", "ours / eager",
+                         "ours / OpenVINO"]))
     results.print(f"this run: {wall_s / 60:.1f} minutes{' (reusing kept tuning where its key matched)' if args.reuse else ''}")
     results.save()
 
@@ -229,17 +234,42 @@ def of_ceiling(model: str, fused: list[FusedOp], result: ModelTuneResult, built:
     return lines
 
 
-def where_time_goes(model: str, batch: int, ops: list[FusedOp], built: dict[str, float], threads: int) -> list[tuple]:
-    """The model's operators, ours (timed inside the tuned build, ``built``: all calls of a run) beside
-    eager's: the :data:`PROFILE_ROWS` largest by eager's time, the rest in one row, and the totals."""
-    matched = match(ours(ops, built), profile_eager(load_model(model, batch, SEQ_LEN), 5, threads))
+def where_time_goes(model: str, batch: int, ops: list[FusedOp], built: dict[str, float], threads: int, folder: Path
+                    ) -> list[tuple]:
+    """The model's operators, ours (timed inside the tuned build, ``built``: all calls of a run) beside eager's and
+    OpenVINO's (its export made in ``folder``; a column of "-" where OpenVINO cannot run): the
+    :data:`PROFILE_ROWS` largest by eager's time, the rest in one row, and the totals."""
+    source = load_model(model, batch, SEQ_LEN)
+    baselines = {"eager": profile_eager(source, 5, threads), OPENVINO: _openvino_profile(source, threads, folder)}
+    matched = match(ours(ops, built), baselines)
     named = [m for m in matched if m.signature != OTHER][:PROFILE_ROWS]
     rest = [m for m in matched if m not in named]
-    shown = [(" ".join(map(str, m.signature)), m.eager_ms, m.ours_ms) for m in named]
-    shown += [("everything else", _total(m.eager_ms for m in rest), _total(m.ours_ms for m in rest)),
-              ("total", _total(m.eager_ms for m in matched), _total(m.ours_ms for m in matched))]
-    return [(f"{model}@{batch}", what, _ms(eager), _ms(mine), f"{mine / eager:.2f}" if eager > 0 and mine == mine else "-")
-            for what, eager, mine in shown]
+    shown = [(" ".join(map(str, m.signature)), m.theirs_ms, m.ours_ms) for m in named]
+    shown += [("everything else", {b: _total(m.theirs_ms[b] for m in rest) for b in baselines}, _total(m.ours_ms for m in rest)),
+              ("total", {b: _total(m.theirs_ms[b] for m in matched) for b in baselines}, _total(m.ours_ms for m in matched))]
+    return [(f"{model}@{batch}", what, *(_ms(theirs[b] if baselines[b] else math.nan) for b in baselines), _ms(mine),
+             *(_ratio_text(mine, theirs[b] if baselines[b] else math.nan) for b in baselines))
+            for what, theirs, mine in shown]
+
+
+def _openvino_profile(source: ModelSource, threads: int, folder: Path) -> list[OpTime]:
+    """OpenVINO's layers inside the model as its row runs it (none where it cannot run here)."""
+    if unavailable(OPENVINO):
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    return profile_openvino(framework_onnx(OPENVINO, source, None, folder), source.inputs, 5, threads)
+
+
+def _ratio_text(mine: float, theirs: float) -> str:
+    return f"{mine / theirs:.2f}" if theirs > 0 and mine == mine else "-"
+
+
+def _with_openvino(row: Sequence[str]) -> tuple[str, ...]:
+    """A row of the time split; a case kept from before OpenVINO's column with "-" in it."""
+    if len(row) == 5:
+        case, what, eager, mine, ratio = row
+        return case, what, eager, "-", mine, ratio, "-"
+    return tuple(row)
 
 
 def _total(values: Iterable[float]) -> float:

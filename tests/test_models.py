@@ -500,19 +500,32 @@ def test_an_eager_convolution_is_known_by_its_sizes_stride_and_padding():
     assert eager_signature("aten::relu", [[1, 8]], [None]) == OTHER
 
 
-@pytest.mark.parametrize("model, kinds", [("resnet-50@tiny", {"conv"}), ("bert-base@tiny", {"gemm", "softmax", "layer_norm"}),
-                                          ("dcgan@tiny", {"conv", "gemm"}), ("resnet3d-18@tiny", {"conv", "gemm"})])
-def test_our_operators_are_matched_with_eagers_by_what_they_compute(model, kinds):
+@pytest.mark.parametrize("model, kinds, openvino_kinds", [
+    ("resnet-50@tiny", {"conv"}, {"conv"}), ("bert-base@tiny", {"gemm", "softmax", "layer_norm"}, {"gemm"}),
+    ("dcgan@tiny", {"conv", "gemm"}, {"conv", "gemm"}), ("resnet3d-18@tiny", {"conv", "gemm"}, {"conv", "gemm"})])
+def test_our_operators_are_matched_with_eagers_and_openvinos_by_what_they_compute(model, kinds, openvino_kinds, tmp_path):
     from opbench.studies.models.eager_ops import OTHER, match, ours, profile_eager
+    from opbench.studies.models.openvino_ops import profile_openvino
     from opbench.workloads.models.cache import extract
+    from opbench.workloads.models.exports import onnx_file
 
     ops = extract(model, 1, 32)[0]
-    rows = match(ours(ops, {op.name: 1.0 for op in ops}), profile_eager(load_model(model, 1, 32), runs=2, threads=2))
-    both = [r for r in rows if r.signature != OTHER and r.ours_ms == r.ours_ms and r.eager_ms == r.eager_ms]
-    assert {r.signature[0] for r in both} == kinds and all(r.eager_ms > 0 for r in both)
+    source = load_model(model, 1, 32)
+    openvino = profile_openvino(onnx_file(source, tmp_path / "model.onnx"), source.inputs, runs=2, threads=2)
+    rows = match(ours(ops, {op.name: 1.0 for op in ops}), {"eager": profile_eager(source, runs=2, threads=2),
+                                                            "openvino": openvino})
+
+    def twins(baseline):
+        return [r for r in rows if r.signature != OTHER and r.ours_ms == r.ours_ms and r.theirs_ms[baseline] > 0]
+
+    assert {r.signature[0] for r in twins("eager")} == kinds
     anchors = [op for op in ops if op.kind in ("conv2d", "conv3d", "matmul", "softmax", "layer_norm")]
-    assert sum(r.ours_ms for r in both) == len(anchors)  # every anchor found its eager twin
+    assert sum(r.ours_ms for r in twins("eager")) == len(anchors)  # every anchor found its eager twin
+    assert {r.signature[0] for r in twins("openvino")} == openvino_kinds  # (its attention is one fused layer)
+    convolutions = [op for op in ops if op.kind in ("conv2d", "conv3d")]  # sub-pixel and depth-unfolded forms too
+    assert sum(r.ours_ms for r in twins("openvino") if r.signature[0] == "conv") == len(convolutions)
     assert rows[-1].signature == OTHER  # and the rest is one row, last
+    assert rows[0].theirs_ms["eager"] == max(r.theirs_ms["eager"] for r in rows[:-1] if r.theirs_ms["eager"] > 0)
 
 
 def test_a_tuning_that_kept_every_default_is_the_defaults_build():

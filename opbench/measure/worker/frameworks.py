@@ -71,14 +71,18 @@ def _torch_module_call(req: ModelInput, device: Any) -> tuple[Call, np.ndarray |
     return (lambda: compiled(*inputs)), expected
 
 
+def openvino_config(threads: int) -> dict[str, str]:
+    """OpenVINO's CPU plugin as its row runs: fp32 inference (it would pick bf16 by itself where the CPU has it; a
+    quantized model's int8 layers stay int8), latency mode, one stream of ``threads`` threads."""
+    return {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1",
+            "INFERENCE_NUM_THREADS": str(threads)}
+
+
 def _openvino_call(onnx_path: str, arrays: list[np.ndarray], threads: int) -> Call:
-    """The ONNX file compiled by OpenVINO for the CPU: fp32 inference (it would pick bf16 by itself where the
-    CPU has it), latency mode, one stream of ``threads`` threads."""
+    """The ONNX file compiled by OpenVINO for the CPU (:func:`openvino_config`)."""
     import openvino as ov
 
-    compiled = ov.Core().compile_model(onnx_path, "CPU", {
-        "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1",
-        "INFERENCE_NUM_THREADS": str(threads)})
+    compiled = ov.Core().compile_model(onnx_path, "CPU", openvino_config(threads))
     request = compiled.create_infer_request()
 
     def call() -> Any:

@@ -1,9 +1,10 @@
-"""Where a model's time goes, operator by operator, in our build beside PyTorch eager: eager's top-level
-operators profiled with ``torch.profiler`` (shapes and arguments recorded) and our fused operators timed
-call by call inside the built model (:meth:`~opbench.measure.measurer.Measurer.profile_models`), matched by what they compute (a
-convolution's or a GEMM's sizes, a row-wise op's input). Both sides are timed inside their model, where a
-weight comes from memory rather than from the cache a lone operator's repeated calls keep it in. A
-diagnostic: its times are profiler times, never a verified claim."""
+"""Where a model's time goes, operator by operator, in our build beside its baselines': PyTorch eager's top-level
+operators profiled with ``torch.profiler`` (shapes and arguments recorded), OpenVINO's layers by its own counters
+(:mod:`.openvino_ops`), and our fused operators timed call by call inside the built model
+(:meth:`~opbench.measure.measurer.Measurer.profile_models`), matched by what they compute (a convolution's or a
+GEMM's sizes, a row-wise op's input). Every side is timed inside its model, where a weight comes from memory rather
+than from the cache a lone operator's repeated calls keep it in. A diagnostic: its times are profiler times, never a
+verified claim."""
 from __future__ import annotations
 
 import math
@@ -40,19 +41,14 @@ class OpTime:
 
 @dataclass(frozen=True)
 class Matched:
-    """A signature's time in our build and in eager's (NaN where one side has none), per model run."""
+    """A signature's time in our build and in each baseline's (by name; NaN where a side has none), per model run."""
 
     signature: Signature
     ours_ms: float
-    eager_ms: float
-
-    @property
-    def ratio(self) -> float:
-        """Our time over eager's: below 1, our build's operators are faster."""
-        return self.ours_ms / self.eager_ms if self.eager_ms > 0 else math.nan
+    theirs_ms: dict[str, float]
 
 
-def _conv(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+def conv_signature(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int],
           dilation: Sequence[int], groups: int = 1) -> Signature:
     """("conv", n, c, k, kernel..., out...) of a 2-D convolution; of a 3-D one, its depth-unfolded 2-D convolution's
     where the model's import rewrote it (:mod:`opbench.workloads.models.depth_unfold`), else ("conv3d", ...)."""
@@ -67,7 +63,7 @@ def _conv(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], pad
     return ("conv3d", n, c, k, *kernel, *out)
 
 
-def _conv_transpose(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+def conv_transpose_signature(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int],
                     output_padding: Sequence[int], groups: int = 1, dilation: Sequence[int] = (1, 1)) -> Signature:
     """What our build computes for eager's transposed convolution: its sub-pixel form's convolution (or matrix
     product) where the model's import rewrote it (:mod:`opbench.workloads.models.subpixel`), else the transposed one."""
@@ -87,9 +83,9 @@ def eager_signature(name: str, shapes: Sequence[Sequence[int]], args: Sequence[A
     """What a top-level ATen call computes (:data:`OTHER` when it is none of conv, GEMM, row-wise)."""
     op = name.removeprefix("aten::")
     if op == "conv_transpose2d" and len(shapes[1]) == 4:
-        return _conv_transpose(shapes[0], shapes[1], *args[3:8])
+        return conv_transpose_signature(shapes[0], shapes[1], *args[3:8])
     if op in ("conv2d", "conv3d", "convolution") and len(shapes[1]) in (4, 5):
-        return _conv(shapes[0], shapes[1], args[3], args[4], args[5], args[-1] if isinstance(args[-1], int) else 1)
+        return conv_signature(shapes[0], shapes[1], args[3], args[4], args[5], args[-1] if isinstance(args[-1], int) else 1)
     if op == "linear":
         return ("gemm", math.prod(shapes[0][:-1]), shapes[1][0], shapes[0][-1])
     if op in ("matmul", "bmm", "mm") and len(shapes[0]) >= 2 and len(shapes[1]) >= 2:
@@ -144,10 +140,18 @@ def ours(ops: Iterable[FusedOp], per_run_ms: dict[str, float]) -> list[OpTime]:
     return [OpTime(sig, total) for sig, total in ms.items()]
 
 
-def match(our_times: list[OpTime], eager_times: list[OpTime]) -> list[Matched]:
-    """Both sides by signature, the largest eager time first; what only one side has stays with NaN on the
-    other; everything neither conv, GEMM nor row-wise is one :data:`OTHER` row."""
+def match(our_times: list[OpTime], baselines: dict[str, list[OpTime]]) -> list[Matched]:
+    """Our build and each baseline by signature, the largest time of the first baseline first; what only some
+    sides have stays NaN on the others; everything neither conv, GEMM nor row-wise is one :data:`OTHER` row, last."""
     mine = {t.signature: t.ms for t in our_times}
-    theirs = {t.signature: t.ms for t in eager_times}
-    rows = [Matched(sig, mine.get(sig, math.nan), theirs.get(sig, math.nan)) for sig in {*mine, *theirs}]
-    return sorted(rows, key=lambda m: (m.signature == OTHER, -(m.eager_ms if m.eager_ms == m.eager_ms else 0)))
+    theirs = {name: {t.signature: t.ms for t in times} for name, times in baselines.items()}
+    signatures = {*mine}.union(*theirs.values())
+    rows = [Matched(sig, mine.get(sig, math.nan), {name: ms.get(sig, math.nan) for name, ms in theirs.items()})
+            for sig in signatures]
+    first = next(iter(baselines), "")
+
+    def largest_first(m: Matched) -> tuple[bool, float]:
+        ms = m.theirs_ms.get(first, math.nan)
+        return m.signature == OTHER, -(ms if ms == ms else 0)
+
+    return sorted(rows, key=largest_first)
