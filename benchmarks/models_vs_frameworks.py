@@ -253,11 +253,17 @@ def where_time_goes(model: str, batch: int, ops: list[FusedOp], built: dict[str,
 
 
 def _openvino_profile(source: ModelSource, threads: int, folder: Path) -> list[OpTime]:
-    """OpenVINO's layers inside the model as its row runs it (none where it cannot run here)."""
-    if unavailable(OPENVINO):
+    """OpenVINO's layers inside the model as its row runs it (none where it cannot run here, or its profile
+    fails: a diagnostic's column, which must not cost the case its verified rows)."""
+    if why := unavailable(OPENVINO):
+        print(f"{source.name}: no OpenVINO profile: {why}")
         return []
     folder.mkdir(parents=True, exist_ok=True)
-    return profile_openvino(framework_onnx(OPENVINO, source, None, folder), source.inputs, 5, threads)
+    try:
+        return profile_openvino(framework_onnx(OPENVINO, source, None, folder), source.inputs, 5, threads)
+    except Exception as exc:  # noqa: BLE001 - any failure of the diagnostic is a column of "-", said why
+        print(f"{source.name}: no OpenVINO profile: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        return []
 
 
 def _ratio_text(mine: float, theirs: float) -> str:
