@@ -262,7 +262,7 @@ def _openvino_profile(source: ModelSource, threads: int, folder: Path) -> list[O
     try:
         return profile_openvino(framework_onnx(OPENVINO, source, None, folder), source.inputs, 5, threads)
     except Exception as exc:  # noqa: BLE001 - any failure of the diagnostic is a column of "-", said why
-        print(f"{source.name}: no OpenVINO profile: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        print(f"{source.name}: no OpenVINO profile: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
         return []
 
 
