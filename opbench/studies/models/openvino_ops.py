@@ -42,8 +42,10 @@ def profile_openvino(onnx_path: Path | str, inputs: Sequence[Any], runs: int = 5
 def layer_signature(op: Any, node: Any | None) -> Signature:
     """What a layer of OpenVINO's executed graph computes (its type, input and output shapes; a convolution's
     strides, padding and groups from the ONNX node it runs, ``node``, where the name is the node's)."""
-    kind = str(op.get_rt_info()["layerType"].astype(str)) if "layerType" in op.get_rt_info() else ""
-    if op.get_output_size() == 0 or op.get_input_size() < 1 or not op.output(0).get_partial_shape().is_static:
+    info = op.get_rt_info()
+    kind = str(info["layerType"].astype(str)) if "layerType" in info else ""
+    ports = [*op.inputs(), *op.outputs()]
+    if op.get_output_size() == 0 or op.get_input_size() < 1 or not all(p.get_partial_shape().is_static for p in ports):
         return OTHER
     shapes = [list(op.input(i).get_shape()) for i in range(op.get_input_size())]
     out = list(op.output(0).get_shape())
