@@ -247,8 +247,8 @@ def where_time_goes(model: str, batch: int, ops: list[FusedOp], built: dict[str,
     shown = [(" ".join(map(str, m.signature)), m.theirs_ms, m.ours_ms) for m in named]
     shown += [("everything else", {b: _total(m.theirs_ms[b] for m in rest) for b in baselines}, _total(m.ours_ms for m in rest)),
               ("total", {b: _total(m.theirs_ms[b] for m in matched) for b in baselines}, _total(m.ours_ms for m in matched))]
-    return [(f"{model}@{batch}", what, *(_ms(theirs[b] if baselines[b] else math.nan) for b in baselines), _ms(mine),
-             *(_ratio_text(mine, theirs[b] if baselines[b] else math.nan) for b in baselines))
+    return [(f"{model}@{batch}", what, *(_ms(theirs[b]) for b in baselines), _ms(mine),
+             *(_ratio_text(mine, theirs[b]) for b in baselines))
             for what, theirs, mine in shown]
 
 
@@ -279,7 +279,9 @@ def _with_openvino(row: Sequence[str]) -> tuple[str, ...]:
 
 
 def _total(values: Iterable[float]) -> float:
-    return sum(v for v in values if v == v)  # NaN: that side has no such operator
+    """The sum of the values a side has (NaN: it has none of these operators, or no profile at all)."""
+    known = [v for v in values if v == v]
+    return sum(known) if known else math.nan
 
 
 def _ms(value: float) -> str:
