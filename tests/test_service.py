@@ -20,7 +20,9 @@ from opbench.integration.nni import channel as nni_channel
 from opbench.integration.nni.service.address import authkey, socket_path
 from opbench.integration.nni.service.client import ServiceError, measure, service
 from opbench.integration.nni.service.protocol import ServiceClosing, ServiceManager, TrialRequest
+from opbench.testing.lan import free_port
 from opbench.tracking import read_mlflow
+from opbench.tracking.store_uri import StoreUnreachable, check_tracking_uri, riding_store_outage
 
 SMALL = "matmul:m=64,n=64,k=64"
 
@@ -225,6 +227,40 @@ def test_the_first_trials_references_follow_its_reply_and_precede_the_next_trial
     second_started = second.record["finished_at"] - second.record["trial_s"]
     assert refs["finished_at"].max() <= second_started <= first.record["finished_at"] + 600
     assert first.record["finished_at"] < refs["finished_at"].min()  # after the first trial's reply
+
+
+def test_a_store_away_when_a_trial_opens_it_is_waited_for_and_one_that_stays_away_is_that_trials_error(monkeypatch):
+    """A tracking server restarted while an NNI experiment runs: the trial that opens the study's store waits for it
+    (up to OPBENCH_STORAGE_OUTAGE_S); a store that never answers ends the trial with an error naming it, before
+    anything is measured, and the service goes on."""
+    from opbench.integration.nni.service.server import MeasurementService
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    listener: list[sockets.socket] = []
+
+    def reach() -> str:
+        try:
+            check_tracking_uri(url)
+        except StoreUnreachable:
+            if not listener:  # the server comes back for the next try
+                listener.append(sockets.create_server(("127.0.0.1", int(url.rsplit(":", 1)[1]))))
+            raise
+        return "reached"
+
+    assert riding_store_outage(reach, limit_s=60) == "reached" and listener
+    listener[0].close()
+    url = f"http://127.0.0.1:{free_port()}"  # a store never reached (a reached one is not checked again)
+    monkeypatch.setenv("OPBENCH_STORAGE_OUTAGE_S", "0.5")
+    with pytest.raises(StoreUnreachable, match=f"MLflow tracking server {url} cannot be reached"):
+        riding_store_outage(lambda: check_tracking_uri(url))
+    service = MeasurementService()
+    try:
+        reply = service.measure(TrialRequest(SMALL, {}, repeat=2, tracking_uri=url, study="away", engine="nni-test",
+                                             nni_experiment="e1", nni_trial="t0", nni_sequence=0))
+        assert reply.record is None and f"MLflow tracking server {url} cannot be reached" in reply.error
+        assert service.busy == 0 and not service._measurers  # nothing measured
+    finally:
+        service.close()
 
 
 def test_a_service_that_began_to_exit_idle_takes_no_more_calls(tracking_uri):

@@ -3,17 +3,29 @@ retrying for minutes, then a traceback, and MLflow 3 refuses file stores (``./ml
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import socket
+import time
+from collections.abc import Callable
+from typing import TypeVar
 from urllib.parse import urlsplit
 
+from opbench import settings
 from opbench.exceptions import OpBenchError
 from opbench.urls import driver_reason, masked, scheme
+
+T = TypeVar("T")
+log = logging.getLogger("opbench")
 
 DATABASES = ("sqlite", "postgresql", "mysql", "mssql")  # SQLAlchemy dialects MLflow keeps runs in
 SERVERS = {"http": 80, "https": 443}
 CONNECT_TIMEOUT_S = 10
 FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"  # MLflow's own opt-in to its file store
+
+
+class StoreUnreachable(OpBenchError):
+    """A tracking server or database did not answer: away for a while, or a wrong address."""
 
 
 @functools.cache
@@ -41,7 +53,7 @@ def _reach_server(uri: str, kind: str) -> None:
     try:
         socket.create_connection((parts.hostname or "", parts.port or SERVERS[kind]), CONNECT_TIMEOUT_S).close()
     except (OSError, ValueError) as exc:
-        raise OpBenchError(f"MLflow tracking server {masked(uri)} cannot be reached: {exc}") from None
+        raise StoreUnreachable(f"MLflow tracking server {masked(uri)} cannot be reached: {exc}") from None
 
 
 def _reach_database(uri: str) -> None:
@@ -54,4 +66,22 @@ def _reach_database(uri: str) -> None:
             pass
         engine.dispose()
     except (ImportError, sqlalchemy.exc.SQLAlchemyError) as exc:
-        raise OpBenchError(f"MLflow tracking database {masked(uri)} cannot be reached: {driver_reason(exc, uri)}") from None
+        raise StoreUnreachable(f"MLflow tracking database {masked(uri)} cannot be reached: {driver_reason(exc, uri)}") from None
+
+
+def riding_store_outage(call: Callable[[], T], limit_s: float | None = None) -> T:
+    """``call()`` (which opens a tracking store) retried with backoff while the store does not answer, for at
+    most ``limit_s`` (:func:`opbench.settings.storage_outage_s`); then its :class:`StoreUnreachable`. For work
+    inside a running experiment, whose store a restart may take away for a moment; a command's first contact
+    names an unreachable store at once instead."""
+    limit_s = settings.storage_outage_s() if limit_s is None else limit_s
+    deadline, delay = time.monotonic() + limit_s, 0.2
+    while True:
+        try:
+            return call()
+        except StoreUnreachable as exc:
+            if time.monotonic() >= deadline:
+                raise
+            log.warning("%s: retrying for up to %g s", exc, limit_s)
+            time.sleep(delay)
+            delay = min(2 * delay, 1.0)

@@ -40,8 +40,8 @@ class ServiceClosing(RuntimeError):
 
 @dataclass(frozen=True)
 class TrialReply:
-    record: dict[str, Any] | None  # None when the request itself was bad
-    error: str = ""  # a bad request (unknown workload, knob, ...): the trial is a usage error
+    record: dict[str, Any] | None  # None when the request itself was bad or its store never answered
+    error: str = ""  # a bad request (unknown workload, knob, ...) or an unreachable store: the trial is a usage error
 
 
 class ServiceManager(BaseManager):

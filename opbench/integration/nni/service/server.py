@@ -22,6 +22,7 @@ from opbench.measure.worker.zygotes import close_zygotes
 from opbench.studies.references import measure_references
 from opbench.tracking import Recorder
 from opbench.tracking.mlflow_store import nni_parent_run
+from opbench.tracking.store_uri import riding_store_outage
 from opbench.workloads import parse_workload
 
 log = logging.getLogger("opbench")
@@ -104,7 +105,11 @@ class MeasurementService:
             resources = Resources(request.threads, parse_cores(request.cores), request.target, request.device)
         except OpBenchError as exc:
             return TrialReply(None, str(exc))
-        recorder, tags = self._recorder(request, request.study or f"nni-{workload.name}"), _nni_tags(request)
+        try:
+            recorder = self._recorder(request, request.study or f"nni-{workload.name}")
+        except OpBenchError as exc:  # a store still away after the outage window, or one never reached
+            return TrialReply(None, str(exc))
+        tags = _nni_tags(request)
         engine_tags = {**tags, ENGINE_TRIAL_TAG: str(request.nni_sequence)} if request.nni_experiment else tags
         spec = TrialSpec(workload, request.config, resources, request.template, tags=engine_tags)
         record = self._measurer(request).measure(spec)
@@ -121,13 +126,17 @@ class MeasurementService:
         return self._measurers[key]
 
     def _recorder(self, request: TrialRequest, study: str) -> Recorder:
+        """The study's recorder, opened at its first trial; a tracking store away meanwhile (a server restarted
+        while the experiment runs) is waited for (:func:`~opbench.tracking.store_uri.riding_store_outage`)."""
         key = (study, request.tracking_uri, request.log, request.engine, request.nni_experiment)
         if key not in self._recorders:
-            parent = nni_parent_run(study, request.tracking_uri, request.nni_experiment) if request.nni_experiment else None
-            self._recorders[key] = Recorder(study, request.tracking_uri, request.log, extra={"engine": request.engine},
-                                            parent_run_id=parent, background_lock=self._lock,
-                                            best_so_far=bool(request.nni_experiment))
+            self._recorders[key] = riding_store_outage(lambda: self._open_recorder(request, study))
         return self._recorders[key]
+
+    def _open_recorder(self, request: TrialRequest, study: str) -> Recorder:
+        parent = nni_parent_run(study, request.tracking_uri, request.nni_experiment) if request.nni_experiment else None
+        return Recorder(study, request.tracking_uri, request.log, extra={"engine": request.engine},
+                        parent_run_id=parent, background_lock=self._lock, best_so_far=bool(request.nni_experiment))
 
     def flush(self) -> None:
         """Return when every record measured so far is in MLflow."""
