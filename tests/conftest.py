@@ -11,16 +11,6 @@ from pathlib import Path
 
 import pytest
 
-# Each xdist worker is a host of its own to the timing lock, which lives in the temporary folder (docs/measurement.md#lock):
-# a sticky folder such as /tmp per worker, for it and the processes it starts. Sharing one, the workers' timed runs
-# and builds took turns with each other's and left a third of the two cores idle; their timings are not asserted.
-if worker := os.environ.get("PYTEST_XDIST_WORKER"):
-    _own_tmp = Path(tempfile.mkdtemp(prefix=f"opbench-suite-{worker}-"))
-    _own_tmp.chmod(0o1777)
-    os.environ["TMPDIR"] = str(_own_tmp)
-    tempfile.tempdir = None  # read TMPDIR again
-    atexit.register(shutil.rmtree, _own_tmp, ignore_errors=True)
-
 # The suite's runs (and the processes it starts, which inherit this) take short repeats and one placement each
 # (a test asserts what a trial does, not how precise its number is; the placement tests set their own), and each
 # test's references are its own.
