@@ -235,15 +235,15 @@ def test_a_store_away_when_a_trial_opens_it_is_waited_for_and_one_that_stays_awa
     anything is measured, and the service goes on."""
     from opbench.integration.nni.service.server import MeasurementService
 
-    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    port = free_port()  # nothing listens there
     listener: list[sockets.socket] = []
 
     def reach() -> str:
         try:
-            check_tracking_uri(url)
+            check_tracking_uri(f"http://127.0.0.1:{port}")
         except StoreUnreachable:
             if not listener:  # the server comes back for the next try
-                listener.append(sockets.create_server(("127.0.0.1", int(url.rsplit(":", 1)[1]))))
+                listener.append(sockets.create_server(("127.0.0.1", port)))
             raise
         return "reached"
 
