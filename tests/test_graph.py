@@ -167,3 +167,49 @@ def test_output_channels_stay_where_padding_them_would_not_pay(channels, dtype):
 
     mod = _conv(channels, dtype)
     assert _ops(output_channels_padded(mod)) == ["relax.nn.conv2d", "relax.add"]
+
+
+def _stem(size, inputs=3, window=3, stride=2):
+    """A Relax module: an unpadded ``window`` x ``window`` convolution of (1, ``inputs``, ``size``, ``size``) to 16
+    channels by ``stride``, then a bias add."""
+    from tvm import relax
+
+    rng = np.random.default_rng(6)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, inputs, size, size), "float32"))
+    weight = relax.const(rng.standard_normal((16, inputs, window, window)).astype("float32"))
+    bias = relax.const(rng.standard_normal((1, 16, 1, 1)).astype("float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            conv = bb.emit(relax.op.nn.conv2d(x, weight, strides=stride))
+            out = bb.emit_output(relax.op.add(conv, bias))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_stems_output_width_no_vector_divides_is_computed_padded_then_cropped():
+    """A stem's 15 output columns (SqueezeNet's 111) are computed as 16, the input padded by a stride more on its
+    right, and cropped before the bias: the same output."""
+    from tvm import relax
+
+    from opbench.workloads.models.graph import output_width_padded
+
+    mod = _stem(31)
+    padded = output_width_padded(mod)
+    assert _ops(padded) == ["relax.nn.conv2d", "relax.strided_slice", "relax.add"]
+    convs = []
+    relax.analysis.post_order_visit(padded["main"], lambda e: convs.append(e) if isinstance(e, relax.Call)
+                                    and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
+    assert [int(p) for p in convs[0].attrs.padding] == [0, 0, 0, 2] and int(convs[0].ty.shape.values[3]) == 16
+    data = np.random.default_rng(7).standard_normal((1, 3, 31, 31)).astype("float32")
+    np.testing.assert_allclose(_run(padded, data), _run(mod, data), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("size, inputs, window", [(33, 3, 3), (31, 16, 3), (29, 3, 1), (19, 3, 3)],
+                         ids=["whole-vectors", "not-a-stem", "one-tap", "too-much-padding"])
+def test_a_convolutions_output_width_stays_where_padding_it_would_not_pay(size, inputs, window):
+    """A width of whole 8-lane vectors (16), a convolution of a vector's worth of input channels or of a 1x1 window,
+    and a width that padding would grow by more than 1/8 (9 -> 16) keep their convolution as it is."""
+    from opbench.workloads.models.graph import output_width_padded
+
+    assert _ops(output_width_padded(_stem(size, inputs, window))) == ["relax.nn.conv2d", "relax.add"]

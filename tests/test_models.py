@@ -309,17 +309,20 @@ def test_a_models_pooling_windows_take_their_padding_as_planes_and_every_point_b
     assert windows == {"inception-v3@tiny": {"padded", "plain"}, "squeezenet1.1@tiny": {"plain"}}
 
 
-def _conv_onnx(path, channels):
-    """A 1x1 convolution of (1, 16, 6, 6) to ``channels`` with a bias, then ReLU, as an ONNX file."""
+def _conv_onnx(path, channels, inputs=16, size=6, window=1, stride=1):
+    """A ``window`` x ``window`` convolution of (1, ``inputs``, ``size``, ``size``) to ``channels`` by ``stride``,
+    unpadded, with a bias, then ReLU, as an ONNX file (by default a 1x1 one of (1, 16, 6, 6))."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(5)
     weights = [numpy_helper.from_array(rng.standard_normal(s).astype("float32"), n)
-               for n, s in (("W", (channels, 16, 1, 1)), ("B", (channels,)))]
-    nodes = [helper.make_node("Conv", ["X", "W", "B"], ["Y"]), helper.make_node("Relu", ["Y"], ["O"])]
-    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 16, 6, 6])],
-                              [helper.make_tensor_value_info("O", TensorProto.FLOAT, [1, channels, 6, 6])], weights)
+               for n, s in (("W", (channels, inputs, window, window)), ("B", (channels,)))]
+    out = (size - window) // stride + 1
+    nodes = [helper.make_node("Conv", ["X", "W", "B"], ["Y"], strides=[stride, stride]),
+             helper.make_node("Relu", ["Y"], ["O"])]
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, inputs, size, size])],
+                              [helper.make_tensor_value_info("O", TensorProto.FLOAT, [1, channels, out, out])], weights)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
@@ -343,6 +346,21 @@ def test_a_convolution_of_padded_output_channels_writes_only_its_own(tmp_path, b
         blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
         writers = [b for b in blocks if not any(b.writes[0].source.same_as(a) for a in root.alloc_buffers)]
         assert [[int(iv.dom.extent) for iv in b.iter_vars] for b in writers] == [list(w.op.output_shape(w.params))]
+    _every_sampled_point_is_correct(build_checker, [w], 4)
+
+
+@pytest.mark.slow
+def test_a_stems_odd_output_width_is_computed_in_whole_vectors_on_columns_and_every_point_builds(tmp_path, build_checker):
+    """A 3x3 stride-2 stem of 3 channels whose output rows are 15 columns (SqueezeNet's 111): computed 16 wide, the
+    input padded on its right, and cropped; its rows whole vectors, its default the column schedule, and every sampled
+    point correct (the crop, bias and ReLU after the tiles)."""
+    from opbench.space import get_template
+
+    ops, (w,) = _model_workloads(str(_conv_onnx(tmp_path / "stem.onnx", 16, inputs=3, size=31, window=3, stride=2)),
+                                 ("conv2d",))
+    template = get_template(w)
+    assert "strided_slice" in ops[0].name and w.op.output_shape(w.params)[-1] == 15
+    assert template.default_config(w)["algorithm"] == "columns"
     _every_sampled_point_is_correct(build_checker, [w], 4)
 
 

@@ -10,7 +10,12 @@ from typing import Any
 from opbench.workloads.models.depth_unfold import conv3ds_as_conv2ds
 from opbench.workloads.models.dynamic import bound
 from opbench.workloads.models.exports import exported_program, onnx_module, relax_module
-from opbench.workloads.models.graph import output_channels_padded, pad_into_conv, unwrap_batch_norm
+from opbench.workloads.models.graph import (
+    output_channels_padded,
+    output_width_padded,
+    pad_into_conv,
+    unwrap_batch_norm,
+)
 from opbench.workloads.models.quantize import quantized_as_named
 from opbench.workloads.models.sources import ModelSource
 from opbench.workloads.models.subpixel import transposed_convs_as_convs
@@ -63,8 +68,9 @@ def import_model(source: ModelSource) -> Any:
 # activations quantized by one kernel each; 7: a model's batch above 1 imported symbolic, then bound; 8: products
 # found by one visit each, static int8; 9: transposed convolutions in their sub-pixel form; 10: 3-D convolutions as 2-D
 # ones over depth-unfolded input; 11: batch norms folded into the convolutions before them; 12: output channels padded
-# to whole vectors; 13: each sub-pixel phase a convolution of its own, no row or column computed twice).
-PIPELINE_VERSION = 13
+# to whole vectors; 13: each sub-pixel phase a convolution of its own, no row or column computed twice; 14: a stem's
+# output width padded to whole vectors).
+PIPELINE_VERSION = 14
 
 
 def fuse(mod: Any) -> Any:
@@ -75,7 +81,8 @@ def fuse(mod: Any) -> Any:
     import tvm
     from tvm import relax
 
-    mod = output_channels_padded(conv3ds_as_conv2ds(transposed_convs_as_convs(pad_into_conv(unwrap_batch_norm(mod)))))
+    mod = conv3ds_as_conv2ds(transposed_convs_as_convs(pad_into_conv(unwrap_batch_norm(mod))))
+    mod = output_channels_padded(output_width_padded(mod))
     passes = [relax.transform.FastMathTransform(),
               relax.transform.LegalizeOps({"relax.nn.gelu": _fast_gelu}), relax.transform.AnnotateTIROpPattern(),
               relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(),

@@ -10,6 +10,7 @@ SPATIAL_PAD = slice(4, 8)  # an NCHW pad's pad_width: (N, C, H, W) x (before, af
 # AVX2's 8 divide: the same graph on every host) where that computes at most this share of them as padding
 CHANNEL_MULTIPLE = 16
 PADDING_SHARE = 1 / 32
+WIDTH_PADDING_SHARE = 1 / 8  # the columns a stem's output width may be padded by (output_width_padded)
 
 
 def unwrap_batch_norm(mod: Any) -> Any:
@@ -76,6 +77,40 @@ def output_channels_padded(mod: Any) -> Any:
         out = relax.op.nn.conv2d(matches[data], padded, c.strides, c.padding, c.dilation, 1, c.data_layout,
                                  c.kernel_layout, c.out_layout, c.out_dtype)
         return relax.op.strided_slice(out, axes=[1], begin=[0], end=[channels])
+
+    return rewrite_calls(mod, conv, rewrite)
+
+
+def output_width_padded(mod: Any) -> Any:
+    """Each float32 one-group NCHW ``conv2d`` of fewer input channels than :data:`CHANNEL_MULTIPLE` (a network's stem)
+    by a constant weight, whose output width no vector of 8 lanes divides, where padding that width to a multiple of
+    :data:`CHANNEL_MULTIPLE` costs at most :data:`WIDTH_PADDING_SHARE` of it (SqueezeNet's 111 columns: 112;
+    Inception-v3's 149: 160), computed that wide (as much more padding on the input's right as the stride takes) and
+    cropped by a slice: its rows are then whole vectors, which the stem's column schedule takes, where 111 columns
+    left the packed direct schedule register tiles of 1 or 3 columns (docs/workloads-and-templates.md#padded-width)."""
+    from tvm import relax, tirx
+    from tvm.relax.dpl import is_const, is_op, wildcard
+
+    data, weight = wildcard(), is_const()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+
+    def rewrite(expr: Any, matches: dict[Any, Any]) -> Any:
+        c, out_type, w = matches[conv].attrs, matches[conv].ty, matches[weight].ty
+        width = out_type.shape.values[3] if out_type.shape is not None else None
+        _, channels, rows, columns = (int(d) for d in w.shape.values)
+        if (not isinstance(width, tirx.IntImm) or c.groups != 1 or w.dtype != "float32"
+                or channels >= CHANNEL_MULTIPLE or rows * columns == 1
+                or (c.data_layout, c.kernel_layout, c.out_layout) != ("NCHW", "OIHW", "NCHW")):
+            return expr
+        width = int(width)
+        extra = -width % CHANNEL_MULTIPLE
+        if width % (CHANNEL_MULTIPLE // 2) == 0 or extra > width * WIDTH_PADDING_SHARE:
+            return expr
+        top, left, bottom, right = (int(v) for v in c.padding)
+        padding = [top, left, bottom, right + extra * int(c.strides[1])]
+        out = relax.op.nn.conv2d(matches[data], matches[weight], c.strides, padding, c.dilation, 1, c.data_layout,
+                                 c.kernel_layout, c.out_layout, c.out_dtype)
+        return relax.op.strided_slice(out, axes=[3], begin=[0], end=[width])
 
     return rewrite_calls(mod, conv, rewrite)
 
