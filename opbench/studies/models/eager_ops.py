@@ -16,6 +16,7 @@ from typing import Any
 from opbench.workloads._base import conv_out
 from opbench.workloads.models.depth_unfold import DepthUnfold
 from opbench.workloads.models.extract import FusedOp
+from opbench.workloads.models.graph import CHANNEL_MULTIPLE
 from opbench.workloads.models.sources import ModelSource
 from opbench.workloads.models.subpixel import SubPixel, is_matmul
 
@@ -101,7 +102,9 @@ def fused_signature(op: FusedOp) -> Signature:
     out, first = op.shapes[-1], op.shapes[0]
     if op.kind in CONVOLUTIONS and len(first) == len(out) in (4, 5):
         name, out_channels_axis = CONVOLUTIONS[op.kind]  # of the weight
-        weight = next((s for s in op.shapes[1:-1] if len(s) == len(out) and s[out_channels_axis] == out[1]), None)
+        weights = [s for s in op.shapes[1:-1] if len(s) == len(out)]
+        weight = next((s for s in weights if s[out_channels_axis] == out[1]), None) or next(
+            (s for s in weights if 0 < s[out_channels_axis] - out[1] < CHANNEL_MULTIPLE), None)  # padded, then cropped
         if weight is not None:
             return (name, *first[:2], out[1], *weight[2:], *out[2:])
     if op.kind in ("matmul", "dense", "batch_matmul") and len(out) >= 2:
