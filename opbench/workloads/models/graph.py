@@ -11,6 +11,7 @@ SPATIAL_PAD = slice(4, 8)  # an NCHW pad's pad_width: (N, C, H, W) x (before, af
 CHANNEL_MULTIPLE = 16
 PADDING_SHARE = 1 / 32
 WIDTH_PADDING_SHARE = 1 / 8  # the columns a stem's output width may be padded by (output_width_padded)
+Padded = tuple[Any, list[int], int, int] | None  # a convolution's weight and padding, the axis to crop, what it keeps
 
 
 def unwrap_batch_norm(mod: Any) -> Any:
@@ -61,24 +62,16 @@ def output_channels_padded(mod: Any) -> Any:
     (docs/workloads-and-templates.md#padded-channels)."""
     import numpy as np
     from tvm import relax
-    from tvm.relax.dpl import is_const, is_op, wildcard
 
-    data, weight = wildcard(), is_const()
-    conv = is_op("relax.nn.conv2d")(data, weight)
-
-    def rewrite(expr: Any, matches: dict[Any, Any]) -> Any:
-        c, w = matches[conv].attrs, matches[weight].value.numpy()
+    def padded(attrs: Any, weight: Any, out_type: Any) -> Padded:
+        w = weight.value.numpy()
         channels = w.shape[0]
         extra = -channels % CHANNEL_MULTIPLE
-        if (not extra or extra > channels * PADDING_SHARE or c.groups != 1 or w.dtype != np.float32
-                or (c.data_layout, c.kernel_layout, c.out_layout) != ("NCHW", "OIHW", "NCHW")):
-            return expr
-        padded = relax.const(np.pad(w, [(0, extra), (0, 0), (0, 0), (0, 0)]))
-        out = relax.op.nn.conv2d(matches[data], padded, c.strides, c.padding, c.dilation, 1, c.data_layout,
-                                 c.kernel_layout, c.out_layout, c.out_dtype)
-        return relax.op.strided_slice(out, axes=[1], begin=[0], end=[channels])
+        if not extra or extra > channels * PADDING_SHARE:
+            return None
+        return relax.const(np.pad(w, [(0, extra), (0, 0), (0, 0), (0, 0)])), list(attrs.padding), 1, channels
 
-    return rewrite_calls(mod, conv, rewrite)
+    return _computed_padded_and_cropped(mod, padded)
 
 
 def output_width_padded(mod: Any) -> Any:
@@ -88,29 +81,44 @@ def output_width_padded(mod: Any) -> Any:
     Inception-v3's 149: 160), computed that wide (as much more padding on the input's right as the stride takes) and
     cropped by a slice: its rows are then whole vectors, which the stem's column schedule takes, where 111 columns
     left the packed direct schedule register tiles of 1 or 3 columns (docs/workloads-and-templates.md#padded-width)."""
-    from tvm import relax, tirx
+    from tvm import tirx
+
+    def padded(attrs: Any, weight: Any, out_type: Any) -> Padded:
+        width = out_type.shape.values[3] if out_type.shape is not None else None
+        _, channels, rows, columns = weight.value.shape
+        if not isinstance(width, tirx.IntImm) or channels >= CHANNEL_MULTIPLE or rows * columns == 1:
+            return None
+        width = int(width)
+        extra = -width % CHANNEL_MULTIPLE
+        if width % (CHANNEL_MULTIPLE // 2) == 0 or extra > width * WIDTH_PADDING_SHARE:
+            return None
+        top, left, bottom, right = (int(v) for v in attrs.padding)
+        return weight, [top, left, bottom, right + extra * int(attrs.strides[1])], 3, width
+
+    return _computed_padded_and_cropped(mod, padded)
+
+
+def _computed_padded_and_cropped(mod: Any, padded: Callable[[Any, Any, Any], Padded]) -> Any:
+    """``mod`` with each float32 one-group NCHW ``conv2d`` by a constant weight for which ``padded(attrs, weight,
+    output type)`` gives ``(weight, padding, axis, kept)`` computed with that weight and padding, then cropped by a
+    slice to its first ``kept`` along ``axis``."""
+    from tvm import relax
     from tvm.relax.dpl import is_const, is_op, wildcard
 
     data, weight = wildcard(), is_const()
     conv = is_op("relax.nn.conv2d")(data, weight)
 
     def rewrite(expr: Any, matches: dict[Any, Any]) -> Any:
-        c, out_type, w = matches[conv].attrs, matches[conv].ty, matches[weight].ty
-        width = out_type.shape.values[3] if out_type.shape is not None else None
-        _, channels, rows, columns = (int(d) for d in w.shape.values)
-        if (not isinstance(width, tirx.IntImm) or c.groups != 1 or w.dtype != "float32"
-                or channels >= CHANNEL_MULTIPLE or rows * columns == 1
+        c = matches[conv].attrs
+        if (c.groups != 1 or matches[weight].value.dtype != "float32"
                 or (c.data_layout, c.kernel_layout, c.out_layout) != ("NCHW", "OIHW", "NCHW")):
             return expr
-        width = int(width)
-        extra = -width % CHANNEL_MULTIPLE
-        if width % (CHANNEL_MULTIPLE // 2) == 0 or extra > width * WIDTH_PADDING_SHARE:
+        if (plan := padded(c, matches[weight], matches[conv].ty)) is None:
             return expr
-        top, left, bottom, right = (int(v) for v in c.padding)
-        padding = [top, left, bottom, right + extra * int(c.strides[1])]
-        out = relax.op.nn.conv2d(matches[data], matches[weight], c.strides, padding, c.dilation, 1, c.data_layout,
+        new_weight, padding, axis, kept = plan
+        out = relax.op.nn.conv2d(matches[data], new_weight, c.strides, padding, c.dilation, 1, c.data_layout,
                                  c.kernel_layout, c.out_layout, c.out_dtype)
-        return relax.op.strided_slice(out, axes=[3], begin=[0], end=[width])
+        return relax.op.strided_slice(out, axes=[axis], begin=[0], end=[kept])
 
     return rewrite_calls(mod, conv, rewrite)
 
