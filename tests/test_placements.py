@@ -229,7 +229,6 @@ def test_a_low_precision_record_divides_by_the_peak_of_the_hosts_dot_product_ins
     from opbench.hardware.resources import Resources
     from opbench.measure.types import TrialSpec
     from opbench.space import get_template
-    from opbench.space.amx import AMX_FLAG
     from opbench.space.dot_product import instruction
     from opbench.space.peak_units import peak_of
     from opbench.workloads import parse_workload
@@ -239,11 +238,7 @@ def test_a_low_precision_record_divides_by_the_peak_of_the_hosts_dot_product_ins
     if dot is None:
         pytest.skip(f"this CPU has no {dtype} dot-product instruction of ours: {dtype} records have no peak_frac")
     fp32, peak = measurer.peak_gflops(Resources(1)), measurer.peak_gflops(Resources(1), dtype)
-    assert fp32 and peak
-    if AMX_FLAG in measurer.host.isa:  # the tiles' peak: 16 x 16 x 64 bytes of products an instruction
-        assert peak > 4 * fp32
-    elif dtype == "int8":
-        assert peak > fp32  # 4 (VNNI) or 2 (AVX2) products a lane per instruction against one FMA
+    assert fp32 and peak  # each its own kernel's (how they compare is the host's: a timing, not asserted here)
     assert set(json.loads((tmp_path / "peaks.json").read_text())) == {
         PeakCache.key(measurer.host.device_key, 1, "any", each, peak_of(each, measurer.host.isa, 1).unit)  # type: ignore[union-attr]
         for each in ("float32", dtype)}
