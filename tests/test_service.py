@@ -17,6 +17,7 @@ import pytest
 
 from opbench.exceptions import OpBenchError
 from opbench.integration.nni import channel as nni_channel
+from opbench.integration.nni.service import client
 from opbench.integration.nni.service.address import authkey, socket_path
 from opbench.integration.nni.service.client import ServiceError, measure, service
 from opbench.integration.nni.service.protocol import ServiceClosing, ServiceManager, TrialRequest
@@ -327,3 +328,36 @@ def test_a_trial_that_finds_the_service_exiting_is_measured_by_the_next_one(serv
     assert exiting.exitcode == 0  # it went, and a service of its own measured the trial
     assert _wait_for(lambda: not socket.exists(), 30)
     assert list(read_mlflow(["next"], tracking_uri)["nni.trial_id"]) == ["t0"]
+
+
+class _Gone:
+    """A proxy of a service that is gone before its first call (its socket's connection refused or missing)."""
+
+    def ping(self):
+        raise FileNotFoundError("no such socket")
+
+    def measure(self, request):
+        raise AssertionError("a gone service is asked nothing more")
+
+
+class _Measuring:
+    def ping(self):
+        return 4242
+
+    def measure(self, request):
+        return f"measured {request.nni_trial}"
+
+
+def test_a_service_gone_before_the_trial_asked_it_anything_leaves_the_trial_to_the_next_one(tmp_path, monkeypatch):
+    """The race an idle exit leaves: the service removed its socket after the trial found it and before its first call
+    (seen in CI as a trial lost under nnictl). Nothing was sent, so the next service measures the trial; a service
+    gone mid-trial, or before its first call with its socket still there, is that trial's error as before."""
+    socket = tmp_path / "svc.sock"
+    monkeypatch.setattr(client, "socket_path", lambda uri: socket)
+    proxies = iter([_Gone(), _Measuring()])
+    monkeypatch.setattr(client, "service", lambda uri, idle_timeout_s: next(proxies))
+    request = TrialRequest(SMALL, {}, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", study="s", nni_trial="t0")
+    assert measure(request, idle_timeout_s=1) == "measured t0"
+    socket.touch()  # a socket left behind: a service that died, not one that exited idle
+    with pytest.raises(ServiceError, match="died during the trial"):
+        client._measure_in(_Gone(), request, socket, None)

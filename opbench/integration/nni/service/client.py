@@ -84,7 +84,8 @@ def measure(request: TrialRequest, idle_timeout_s: float, timings: dict[str, flo
 
 
 def _measure_in(proxy: Any, request: TrialRequest, socket: Path, timings: dict[str, float] | None) -> TrialReply | None:
-    """The trial measured by the service behind ``proxy``; None when that service is exiting (nothing measured)."""
+    """The trial measured by the service behind ``proxy``; None when that service is exiting or went before it was
+    asked anything (it removed its socket on its idle exit between being found and its first call: nothing measured)."""
     pid: int | str = "unknown"
     try:
         pid = proxy.ping()
@@ -94,6 +95,8 @@ def _measure_in(proxy: Any, request: TrialRequest, socket: Path, timings: dict[s
     except ServiceClosing:
         return None
     except LOST as exc:
+        if pid == "unknown" and not socket.exists():
+            return None
         raise ServiceError(f"the measurement service (pid {pid}, {socket}) died during the trial "
                            f"({type(exc).__name__}); the next trial starts a fresh one") from exc
 
