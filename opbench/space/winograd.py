@@ -6,12 +6,11 @@ The output is cut into ``m x m`` tiles; each tile's ``(m+2) x (m+2)`` input patc
 (``A^T M A``). For F(4x4, 3x3) that is 4x fewer multiplications than the direct convolution; the
 transforms cost memory traffic instead. The weight's transform runs in the operator (unless the trial's
 ``layout_transform`` is ``weights_prepacked``: then once before, as a model's), timed, one
-output-channel block at a time just before that block's GEMMs, so its slice stays in cache (where the
-whole weight was transformed first, resnet50-c2 took 0.71-0.75 ms against 0.52-0.59 ms, and
-resnet50-c5 6.6-7.6 ms against 0.95-1.1). A model's convolution may instead have its weight transformed
-once, at build time (``winograd_in_op`` 0): then each call reads the whole transformed weight, (m+2)^2/9
-times the weight, from wherever it stays between calls. Error grows with the tile and the input channels (F(4x4) on
-512 channels: 6.5e-4 max abs, inside the float32 check of 1e-3).
+output-channel block at a time just before that block's GEMMs, so its slice stays in cache. A model's convolution
+may instead have its weight transformed once, at build time (``winograd_in_op`` 0): then each call reads the whole
+transformed weight, (m+2)^2/9 times the weight, from wherever it stays between calls. Error grows with the tile and
+the input channels, inside the float32 check of 1e-3 (docs/workloads-and-templates.md#winograd has the
+measurements behind these choices).
 
 Layouts (``P`` tiles, ``a = m + 2``), each transform's channel loop innermost and vectorised::
 
@@ -47,8 +46,7 @@ KNOBS = ("winograd_tile", "winograd_rows", "winograd_cols", "winograd_reduce", "
 BLOCKS = (0, 1, 2, 4)  # tiles fused per block, in register-tile steps (0: each stage over all tiles)
 ROWS_CAP, COLS_CAP, REDUCE_CAP = 16, 64, 64
 DEFAULT_ROWS_CAP = 8
-# ... unless no divisor of the tile count from this to it exists: then the largest up to ROWS_CAP (YOLOv3-tiny's
-# 64 -> 128 at 52x52, 169 tiles of F(4x4): 1 row took 1.26-1.28 ms, 13 rows 0.83-0.93; cold, 2 threads, Zen 4)
+# ... unless no divisor of the tile count from this to it exists: then the largest up to ROWS_CAP
 MIN_DEFAULT_ROWS = 4
 # The default tile m minimises (m+2)^2 * (WEIGHT_TILES + tiles(m)): the (m+2)^2 GEMMs each cost one
 # weight transform (as much as this many tiles' multiplications) plus their tiles. Measured with the
@@ -63,8 +61,7 @@ MIN_FUSED_TILES = 16  # a model's conv with fewer output tiles stays direct by d
 # whose FMA units run 512 bits (set on a Xeon), in proportion on a narrower one (deep_enough)
 MIN_GEMM_DEPTH = 48
 # ... or than this where the stages run fused per block of tiles in the L2 (fused_block): their values then move
-# through the cache, not memory (set on the Zen 4, where F(4x4) fused beat direct down to a depth of 10.7, 1.81 against
-# 2.11 ms, and lost at 2.5, 3.19 against 0.98; unmeasured at 512 bits)
+# through the cache, not memory (set on the Zen 4: docs/workloads-and-templates.md#fused-winograd)
 MIN_BLOCKED_GEMM_DEPTH = 16
 
 
@@ -141,14 +138,12 @@ def transformed_weight_bytes(shape: ConvShape, m: int) -> int:
 
 def default_config(workload: Workload) -> Config:
     """The weight transformed in the operator, unless a model's transformed weight fits the CPU's L2 (where a
-    model's call finds it cached; ResNet-50's 14x14 conv, 9.4 MB transformed at F(4x4), ran its model in 40.46 ms
-    as F(2x2) in the operator against 43.56 transformed once, 24 alternating rounds) or its conv has tiles enough to
-    read it per block (:func:`_read_by_blocks`); the m of the cost model (:data:`WEIGHT_TILES`, none where the weight
-    is transformed once); a register tile of up to 8 tiles (dividing their count; :func:`_default_rows`) by one
-    vector of output channels, the reduction in chunks of up to 64 input channels. On resnet50-c5 (F(2x2)) 8 x 16
-    and 16 x 16 measured the same, 8 x 32 was 15% slower; on resnet50-c2 (F(4x4)) 7 x 16 took 0.55 ms, 4 x 16 0.59,
-    7 x 32 0.57. A weight transformed once goes with the stages fused per block of tiles where a block fits the L2
-    (:func:`fused_block`), and one larger than the L2 with blocks of one register-tile step."""
+    model's call finds it cached) or its conv has tiles enough to read it per block (:func:`_read_by_blocks`); the m
+    of the cost model (:data:`WEIGHT_TILES`, none where the weight is transformed once); a register tile of up to 8
+    tiles (dividing their count; :func:`_default_rows`) by one vector of output channels, the reduction in chunks of
+    up to 64 input channels. A weight transformed once goes with the stages fused per block of tiles where a block
+    fits the L2 (:func:`fused_block`), and one larger than the L2 with blocks of one register-tile step
+    (docs/workloads-and-templates.md#fused-winograd)."""
     s = conv_shape(workload)
     model = _of_a_model(workload)
     l2, once = current_shape().l2_kb * 1024, _cheapest_tile(s, 0)
@@ -181,10 +176,7 @@ def _default_rows(count: int) -> int:
 def fused_block(shape: ConvShape, m: int, rows: int) -> int:
     """The larger of 1 and 2 register-tile steps of ``rows`` tiles whose block fits the CPU's L2 with the whole
     transformed weight (each block reads all of it), its transformed input and its GEMMs' output; 0 where
-    neither does. Cold, 2 threads, on the Zen 4, fastest of 3 rounds (ms, stage by stage / fused by 2 steps):
-    YOLOv3-tiny 16 -> 32 at 208x208 2.43 / 1.81, SqueezeNet 16 -> 64 at 55x55 0.27 / 0.21, ResNet-50 64 -> 64 at
-    56x56 0.52 / 0.45; where the transformed weight alone fills the L2, fused loses: ResNet-50 128 -> 128 at 28x28
-    0.47 / 0.60 (``benchmarks/algorithm_rule.py``)."""
+    neither does (where the transformed weight alone fills the L2, fusing loses: ``benchmarks/algorithm_rule.py``)."""
     a = m + 2
     working_set = lambda steps: transformed_weight_bytes(shape, m) + a * a * steps * rows * (shape.c + shape.k) * 4
     return max((steps for steps in (1, 2) if working_set(steps) <= current_shape().l2_kb * 1024), default=0)
@@ -201,16 +193,11 @@ def nest(config: Config, workload: Workload) -> Nest:
 
 
 def preferred(workload: Workload) -> bool:
-    """Whether the default takes Winograd: where both channel counts fill the CPU's vectors. Its default beat the
-    direct default on the four resnet50 3x3 shapes, interleaved in one process: 0.55 against 1.13 ms
-    (c2, 56x56), 0.48 against 1.11 (28x28, 128 channels), 0.68 against 1.10 (14x14, 256) and 0.97
-    against 1.25 (c5, 7x7, 512). A model's also needs :data:`MIN_FUSED_TILES` tiles of the m that suits its weight
-    transformed once: each transformed weight is read once per tile, and ResNet-50's 7x7 (4 tiles of F(4x4); 16 of
-    F(2x2)) took 2.9 (1.8) against the direct 1.1-1.4 ms, where its 14x14 (16 tiles) took 0.75-0.78 against 1.08
-    (in the model, the 7x7 as F(2x2) in the operator ran no faster than direct: 52.93 against 52.41 ms). And a
-    model's needs channels enough for its GEMMs to outweigh its transforms (:func:`deep_enough`; fewer where its
-    default runs the stages fused in the L2, :data:`MIN_BLOCKED_GEMM_DEPTH`; docs/workloads-and-templates.md#fused-winograd
-    has the measurements)."""
+    """Whether the default takes Winograd: where both channel counts fill the CPU's vectors. A model's also needs
+    :data:`MIN_FUSED_TILES` tiles of the m that suits its weight transformed once (each transformed weight is read once
+    per tile), and channels enough for its GEMMs to outweigh its transforms (:func:`deep_enough`; fewer where its
+    default runs the stages fused in the L2, :data:`MIN_BLOCKED_GEMM_DEPTH`). docs/workloads-and-templates.md#winograd
+    and #fused-winograd have the measurements."""
     s = conv_shape(workload)
     lanes = current_shape().fp32_lanes
     if _of_a_model(workload):
