@@ -89,9 +89,8 @@ class DotProductConvTemplate(PackedConvTemplate):
         """The packed template's register tile, its output-channel block two of the instruction's vectors (one where
         two do not divide the channels) and its input-channel block 16 channels (4 groups of VNNI's 4) where they
         divide them; a model's convolution that adds a residual writes a packed output, whose unpacking copy reads the
-        residual and scales the sums back to fp32 vectorised, any other writes NCHW directly (resnet-18+int8 on the
-        Zen 5, ms direct/packed: with a residual 0.363/0.232 and 0.180/0.148; without, 0.161/0.178, 0.141/0.150,
-        0.125/0.127 and the stem 0.318/0.500; the catalogue's i32 output 0.162/0.193)."""
+        residual and scales the sums back to fp32 vectorised, any other writes NCHW directly
+        (docs/workloads-and-templates.md#int8)."""
         ext, dot = self._checked(workload), self._instruction()
         config = super().default_config(workload)
         config.update(oc_block=multiples(ext["k"], COLUMN_UNIT, 2 * dot.lanes)[-1],

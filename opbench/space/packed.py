@@ -60,9 +60,8 @@ WEIGHT_PACK_AT = ("root", "oc_block")
 # Other algorithms, each a module of its own, with its knobs (see _alternative):
 ALTERNATIVES = {"winograd": winograd, "gemm": pointwise, "rows": depthwise_rows, "columns": stem_columns}
 ALGORITHMS = ("direct", *ALTERNATIVES)
-# A catalogue conv with this many output-channel blocks packs its weight block by block by default:
-# resnet50-c5 (32 blocks, a 9.4 MB weight) 1.46-1.47 -> 1.36-1.40 ms in two interleaved pairs (a third,
-# in a slow phase of the host, 3.01 -> 2.47); parallel over the blocks only.
+# A catalogue conv with this many output-channel blocks packs its weight block by block by default (resnet50-c5's
+# 32 blocks of a 9.4 MB weight: docs/workloads-and-templates.md#packed), parallel over the blocks only.
 PACK_PER_BLOCK_MIN_BLOCKS = 8
 
 

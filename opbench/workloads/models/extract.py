@@ -76,8 +76,7 @@ PIPELINE_VERSION = 14
 def fuse(mod: Any) -> Any:
     """Legalise to TIR and fuse (the passes the Relax build runs), leaving one PrimFunc per fused op.
     ``exp``, ``erf`` and ``tanh`` (softmax's and GELU's too) become TVM's fast float32 approximations,
-    which vectorise where libm's calls do not: BERT-base's softmax took 0.98 ms, 0.28 ms fast; its
-    GELU 1.1 ms."""
+    which vectorise where libm's calls do not (docs/cli.md#models-key-operators-tuned-whole-models has BERT-base's times)."""
     import tvm
     from tvm import relax
 
