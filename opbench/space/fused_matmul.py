@@ -131,7 +131,7 @@ def _column_padding(spec: str) -> int:
     times its 7 classes) is padded by where no vector divides them: to a whole register tile (:data:`TILE_VECTORS`
     vectors) where they are more than a vector (ViT-Base's 197 tokens: 27, to 224), to one vector where they are
     more than a quarter of one (7 to 16 on AVX-512); 0 else. Its output is copied back (predicated vectors would
-    scalarise; the GCN's 2708x7x2708 ran in 3.07 ms on vectors of 7, 1.00 padded to 16)."""
+    scalarise: docs/workloads-and-templates.md has the GCN's times)."""
     lanes, columns = current_shape().fp32_lanes, _plain_columns(spec)
     if not columns % lanes or columns <= lanes // 4:
         return 0
