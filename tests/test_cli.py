@@ -93,6 +93,15 @@ def test_progress_shows_each_workloads_own_best(capsys):
     assert "best 0.0500 ms" in first and "best 0.1200 ms" in second and "best 0.0400 ms" in third
 
 
+def test_a_study_says_how_long_its_placements_waited_for_the_host_where_that_is_long():
+    from opbench.report.progress import SAID_WAIT_S, host_wait_line
+
+    waits = [{"host_wait_s": 0.03}, {"host_wait_s": SAID_WAIT_S - 1}, {"host_wait_s": None}, {}]
+    assert host_wait_line(waits) is None  # probing alone, or a short wait: nothing to explain
+    line = host_wait_line([*waits, {"host_wait_s": 297.97}])
+    assert line is not None and line.startswith("placements waited 307 s in all for the host to settle")
+
+
 def test_a_malformed_or_removed_setting_in_the_environment_is_named(monkeypatch, capsys):
     monkeypatch.setenv("OPBENCH_MIN_REPEAT_MS", "many")
     assert main(["measure", "matmul:m=8,n=8,k=8"]) == 2

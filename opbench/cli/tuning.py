@@ -23,7 +23,7 @@ from opbench.engines.registry import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import parse_thread_counts
 from opbench.record import OBJECTIVE_COLUMNS, ok_records
-from opbench.report.progress import TrialPrinter, table
+from opbench.report.progress import TrialPrinter, host_wait_line, table
 from opbench.urls import masked
 
 if TYPE_CHECKING:
@@ -94,6 +94,8 @@ def print_study(result: StudyResult) -> None:
         print(f"Pareto plot: {result.plots['pareto_front']}")
     print(f"{len(ok_records(result.records))}/{len(result.records)} trials ok; "
           f"{result.rejected} invalid configs rejected before measuring (built-in spaces: always 0).")
+    if waited := host_wait_line([*result.records, *result.references.values()]):
+        print(waited)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

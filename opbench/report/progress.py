@@ -39,6 +39,19 @@ def interval(record: Mapping[str, Any]) -> str:
     return f"±{100 * (hi - lo) / 2 / latency:.1f}% of {record.get('placements', 1)}"
 
 
+SAID_WAIT_S = 10.0  # placements that waited longer than this in all for the host to settle are said at a study's end
+
+
+def host_wait_line(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """How long the records' placements spent probing the host and waiting for it to settle, where that is long
+    enough to explain a slow study (over :data:`SAID_WAIT_S`); None otherwise."""
+    waited = sum(r.get("host_wait_s") or 0.0 for r in records)
+    if waited <= SAID_WAIT_S:
+        return None
+    return (f"placements waited {waited:.0f} s in all for the host to settle (host_wait_s of each record; a trial of "
+            f"one placement takes the host as it finds it: docs/measurement.md#probes)")
+
+
 class TrialPrinter:
     """Prints ``[i/n] status latency interval GFLOP/s (best so far) knobs`` as each trial's record arrives, and
     ``[reference NAME]`` for a reference (neither counted nor a best). The best is its workload's: a run
