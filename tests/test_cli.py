@@ -93,12 +93,17 @@ def test_progress_shows_each_workloads_own_best(capsys):
     assert "best 0.0500 ms" in first and "best 0.1200 ms" in second and "best 0.0400 ms" in third
 
 
-def test_a_study_says_how_long_its_placements_waited_for_the_host_where_that_is_long():
-    from opbench.report.progress import SAID_WAIT_S, host_wait_line
+def test_a_run_says_how_long_its_placements_waited_for_the_host_where_that_is_long():
+    import io
 
-    waits = [{"host_wait_s": 0.03}, {"host_wait_s": SAID_WAIT_S - 1}, {"host_wait_s": None}, {}]
-    assert host_wait_line(waits) is None  # probing alone, or a short wait: nothing to explain
-    line = host_wait_line([*waits, {"host_wait_s": 297.97}])
+    from opbench.report.progress import SAID_WAIT_S, TrialPrinter
+
+    printer = TrialPrinter(4, io.StringIO())
+    for wait in (0.03, SAID_WAIT_S - 1, None):
+        printer({"status": "ok", "latency_ms": 1.0, "gflops": 1.0, "threads": 1, "host_wait_s": wait})
+    assert printer.host_wait_line() is None  # probing alone, or a short wait: nothing to explain
+    printer({"reference": "torch", "status": "ok", "latency_ms": 1.0, "gflops": 1.0, "threads": 1, "host_wait_s": 297.97})
+    line = printer.host_wait_line()  # a reference's placements wait as a trial's do
     assert line is not None and line.startswith("placements waited 307 s in all for the host to settle")
 
 

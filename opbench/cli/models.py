@@ -148,8 +148,11 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
                          args.verify_rounds, args.study, args.tracking_uri, args.compare, args.reuse)
     if bucketed or args.between:
         return _tune_model_buckets(args, spec)
-    result = tune_model(spec, on_record=TrialPrinter(None))
+    printer = TrialPrinter(None)
+    result = tune_model(spec, on_record=printer)
     _print_tuned(args, result, spec.model.batch)
+    if waited := printer.host_wait_line():
+        print(waited)
     return 0
 
 

@@ -23,7 +23,7 @@ from opbench.engines.registry import ENGINES
 from opbench.exceptions import OpBenchError
 from opbench.hardware.resources import parse_thread_counts
 from opbench.record import OBJECTIVE_COLUMNS, ok_records
-from opbench.report.progress import TrialPrinter, host_wait_line, table
+from opbench.report.progress import TrialPrinter, table
 from opbench.urls import masked
 
 if TYPE_CHECKING:
@@ -56,8 +56,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from opbench.tracking import how_to_open
 
     spec = tune_spec(args)
-    result = run_study(spec, on_record=TrialPrinter(spec.trials))
+    printer = TrialPrinter(spec.trials)
+    result = run_study(spec, on_record=printer)
     print_study(result)
+    if waited := printer.host_wait_line():
+        print(waited)
     print(f"MLflow experiment '{result.study}' in {masked(result.tracking_uri)}")
     print(how_to_open(result.study, result.tracking_uri, invoked_as()))
     return 0 if result.best else 1
@@ -94,8 +97,6 @@ def print_study(result: StudyResult) -> None:
         print(f"Pareto plot: {result.plots['pareto_front']}")
     print(f"{len(ok_records(result.records))}/{len(result.records)} trials ok; "
           f"{result.rejected} invalid configs rejected before measuring (built-in spaces: always 0).")
-    if waited := host_wait_line([*result.records, *result.references.values()]):
-        print(waited)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

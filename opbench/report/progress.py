@@ -39,17 +39,7 @@ def interval(record: Mapping[str, Any]) -> str:
     return f"±{100 * (hi - lo) / 2 / latency:.1f}% of {record.get('placements', 1)}"
 
 
-SAID_WAIT_S = 10.0  # placements that waited longer than this in all for the host to settle are said at a study's end
-
-
-def host_wait_line(records: Sequence[Mapping[str, Any]]) -> str | None:
-    """How long the records' placements spent probing the host and waiting for it to settle, where that is long
-    enough to explain a slow study (over :data:`SAID_WAIT_S`); None otherwise."""
-    waited = sum(r.get("host_wait_s") or 0.0 for r in records)
-    if waited <= SAID_WAIT_S:
-        return None
-    return (f"placements waited {waited:.0f} s in all for the host to settle (host_wait_s of each record; a trial of "
-            f"one placement takes the host as it finds it: docs/measurement.md#probes)")
+SAID_WAIT_S = 10.0  # placements that waited longer than this in all for the host to settle are said at a run's end
 
 
 class TrialPrinter:
@@ -61,9 +51,11 @@ class TrialPrinter:
         self.total, self._stream, self.base = total, stream, base
         self.count = 0
         self.best: dict[str, float] = {}  # per workload
+        self.waited_s = 0.0  # the printed records' placements probing the host and waiting for it to settle
 
     def __call__(self, record: TrialRecord) -> None:
         latency, workload = record.get("latency_ms"), record.get("workload", "")
+        self.waited_s += record.get("host_wait_s") or 0.0
         if record.get("reference"):
             head = f"[reference {record['reference']}]"
         else:
@@ -78,6 +70,14 @@ class TrialPrinter:
         error = f"  [{record['error'].splitlines()[0][:120]}]" if record.get("error") else ""
         print(f"{head} {record['status']:<14s} {result}  {best:<16s} threads={record.get('threads')} "
               f"{detail}{error}", file=self._stream or sys.stderr, flush=True)  # sys.stderr as it is now
+
+    def host_wait_line(self) -> str | None:
+        """How long the printed records' placements waited for the host to settle, probing it included, where that
+        is long enough to explain a slow run (over :data:`SAID_WAIT_S`); None otherwise."""
+        if self.waited_s <= SAID_WAIT_S:
+            return None
+        return (f"placements waited {self.waited_s:.0f} s in all for the host to settle (host_wait_s of each record; "
+                f"a trial of one placement takes the host as it finds it: docs/measurement.md#probes)")
 
 
 def corun_line(record: TrialRecord) -> str:
