@@ -61,8 +61,7 @@ class RowwiseTemplate(Template):
 
     def default_config(self, workload: Workload) -> Config:
         """Rows in parallel, each split into vectors of the CPU's (:func:`~opbench.hardware.cpu_shape.current_shape`),
-        and its reductions kept as one vector of partial sums. (A reduction one scalar at a time waits on
-        each add: bert-base's layer norm ran 2x and its softmax 2.5x slower than PyTorch eager's.)"""
+        and its reductions kept as one vector of partial sums (a reduction one scalar at a time waits on each add)."""
         lanes = current_shape().fp32_lanes
         return {"inline": 1, "compute_at": "row", "parallel": 1, "inner_split": divisors(self._inner_extent(workload), lanes)[-1],
                 "vectorize": 1, "reduce_vector": self._partials(workload, lanes)[-1],
