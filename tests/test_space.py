@@ -523,6 +523,32 @@ def test_the_matmul_default_register_tile_takes_fewer_rows_where_they_would_alia
         assert get_template(ffn1).default_config(ffn1)["i_split"] == "2x4x16"
 
 
+def test_a_conv_whose_two_weight_vectors_leave_one_column_defaults_to_one_vector_of_more_columns(build_checker):
+    """AVX2's 16 registers leave two weight vectors 6 columns: a 7- or 13-wide output (ResNet's and MobileNet-v2's
+    7x7, SqueezeNet's 13x13) would take one column, 3 loads for 2 FMAs; one vector of 7 or 13 columns loads 8 for 7.
+    Widths with a divisor from 2 to 6 keep two vectors, and AVX-512's 32 registers keep them at 7 columns; the
+    one-vector default computes the convolution."""
+    from opbench.space.column_tiles import loads_per_fma
+
+    avx2, avx512 = CpuShape.of(_facts(("avx", "avx2"), 8)), CpuShape.of(_facts(("avx2", "fma", "avx512f"), 12))
+    assert loads_per_fma(1, 7) < loads_per_fma(2, 1) and loads_per_fma(2, 2) < loads_per_fma(1, 14)
+
+    def tile(shape: CpuShape, width: int, stride: int = 1) -> tuple[int, int]:
+        conv = parse_workload(f"conv2d:n=1,c=32,h={width * stride},w={width * stride},k=64,r=1,s=1,stride={stride}")
+        with shaped_for(shape):
+            config = get_template(conv, "conv2d_nchwc").default_config(conv)
+        return config["oc_block"], config["ow_block"]
+
+    assert [tile(avx2, w) for w in (7, 13, 14, 27)] == [(8, 7), (8, 13), (16, 2), (16, 3)]
+    assert [tile(avx512, w) for w in (7, 13)] == [(32, 7), (32, 13)]
+    conv = parse_workload("conv2d:n=1,c=16,h=14,w=14,k=32,r=3,s=3,stride=2,pad=1")
+    with shaped_for(avx2):
+        config = get_template(conv, "conv2d_nchwc").default_config(conv)
+    assert (config["oc_block"], config["ow_block"]) == (8, 7)
+    records = build_checker.measure_batch([TrialSpec(conv, config, Resources(2), "conv2d_nchwc")])
+    assert not failures(records), failures(records)
+
+
 def test_a_matmul_read_along_its_columns_defaults_to_a_register_tile_two_vectors_wide():
     matmul, dense = parse_workload("matmul:m=128,n=768,k=3072"), parse_workload("dense:m=128,n=768,k=3072")
     with shaped_for(CpuShape.of(_facts(("avx2", "fma", "avx512f"), 12))):

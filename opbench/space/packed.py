@@ -43,7 +43,7 @@ from opbench.space._schedule import (
     vector_lanes,
     vectorize_lanes,
 )
-from opbench.space.column_tiles import NARROWEST_TILE, column_tiles, default_column_tile
+from opbench.space.column_tiles import NARROWEST_TILE, column_tiles, default_register_tile
 from opbench.space.tiled import UNROLL_STEPS
 from opbench.workloads import Workload
 from opbench.workloads.fused import anchor_block, inline_side_blocks
@@ -130,20 +130,22 @@ class PackedConvTemplate(Template):
     def default_config(self, workload: Workload) -> Config:
         """A register tile of the CPU's vector registers (:func:`~opbench.hardware.cpu_shape.current_shape`):
         :data:`TILE_VECTORS` vectors of output channels (where they divide them, else one vector's worth) by as
-        many output columns as the registers beside those weight vectors and the broadcast data value hold
-        (docs/workloads-and-templates.md#register-tiles), written to NCHW directly; a depthwise conv
+        many output columns as the registers beside those weight vectors and the broadcast data value hold, or one
+        vector by more columns where that loads less for each FMA
+        (:func:`~opbench.space.column_tiles.default_register_tile`,
+        docs/workloads-and-templates.md#register-tiles), written to NCHW directly; a depthwise conv
         keeps TVM x86 ``conv2d_NCHWc``'s one vector of channels, also written to NCHW directly."""
         ext, shape = self._extents(workload), current_shape()
         wide = not self.depthwise and ext["k"] % (TILE_VECTORS * shape.fp32_lanes) == 0
-        ob = TILE_VECTORS * shape.fp32_lanes if wide else _largest(ext["k"], shape.fp32_lanes)
+        vectors, columns = default_register_tile(ext["ow"], (TILE_VECTORS, 1) if wide else (1,),
+                                                 shape.vector_registers, self.predicated_columns)
+        ob = vectors * shape.fp32_lanes if wide else _largest(ext["k"], shape.fp32_lanes)
         config: Config = {self._block_knob: ob, "packed_output": 0, "parallel": 3}
         if not self.depthwise:
             fused = default_layout_transform(self.op) == IN_OP and ext["k"] // ob >= PACK_PER_BLOCK_MIN_BLOCKS
             config.update(ic_block=_largest(ext["c"], shape.fp32_lanes), reduce_order="c_rs_c",
                           weight_pack_at="oc_block" if fused else "root", parallel=2 if fused else 3)
-        vectors = TILE_VECTORS if wide else 1
-        columns = shape.accumulators_beside(vectors + 1) // vectors
-        config.update(ow_block=default_column_tile(ext["ow"], columns, self.predicated_columns), oh_block=1,
+        config.update(ow_block=columns, oh_block=1,
                       unroll_window=0, unroll_max_step=16, layout_transform=default_layout_transform(self.op))
         alternative = self._alternative(workload)
         if alternative:
