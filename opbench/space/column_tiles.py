@@ -1,5 +1,6 @@
 """Register tiles along a convolution's output width (docs/workloads-and-templates.md#packed): its divisors, and
-where none is wide enough, tiles that do not divide it, the last one predicated."""
+where none is wide enough, tiles that do not divide it, the last one predicated; and the default tile's vectors of
+output channels by columns (#register-tiles)."""
 from __future__ import annotations
 
 from opbench.space._base import divisors
