@@ -533,8 +533,8 @@ def test_a_conv_whose_two_weight_vectors_leave_one_column_defaults_to_one_vector
     avx2, avx512 = CpuShape.of(_facts(("avx", "avx2"), 8)), CpuShape.of(_facts(("avx2", "fma", "avx512f"), 12))
     assert loads_per_fma(1, 7) < loads_per_fma(2, 1) and loads_per_fma(2, 2) < loads_per_fma(1, 14)
 
-    def tile(shape: CpuShape, width: int, stride: int = 1) -> tuple[int, int]:
-        conv = parse_workload(f"conv2d:n=1,c=32,h={width * stride},w={width * stride},k=64,r=1,s=1,stride={stride}")
+    def tile(shape: CpuShape, width: int) -> tuple[int, int]:
+        conv = parse_workload(f"conv2d:n=1,c=32,h={width},w={width},k=64,r=1,s=1")
         with shaped_for(shape):
             config = get_template(conv, "conv2d_nchwc").default_config(conv)
         return config["oc_block"], config["ow_block"]

@@ -3,6 +3,7 @@ where none is wide enough, tiles that do not divide it, the last one predicated;
 output channels by columns (#register-tiles)."""
 from __future__ import annotations
 
+from opbench.hardware.cpu_shape import CpuShape
 from opbench.space._base import divisors
 
 OW_BLOCK_CAP = 16  # the widest tile
@@ -34,20 +35,19 @@ def default_column_tile(width: int, columns: int, predicated: bool) -> int:
     return min(covering, key=lambda b: (-(-width // b) * b - width, -b))
 
 
-
 def loads_per_fma(vectors: int, columns: int) -> float:
     """Loads a step of a direct convolution's register tile issues for each FMA: ``vectors`` weight vectors and
     ``columns`` broadcast data values feed ``vectors x columns`` FMAs."""
     return (vectors + columns) / (vectors * columns)
 
 
-def default_register_tile(width: int, vector_counts: tuple[int, ...], registers: int,
+def default_register_tile(width: int, vector_counts: tuple[int, ...], shape: CpuShape,
                           predicated: bool) -> tuple[int, int]:
     """(vectors, columns) of a direct convolution's register tile: for each count of weight vectors,
     :func:`default_column_tile` of the columns the registers beside them and the broadcast value hold; of those,
     the tile with the fewest :func:`loads_per_fma` (the first of ``vector_counts`` where two tie). With 16 AVX2
     registers, two vectors hold 6 columns: a 7-wide output takes one column of two vectors (3 loads for 2 FMAs)
     or seven of one (8 for 7)."""
-    tiles = [(vectors, default_column_tile(width, (registers - vectors - 1) // vectors, predicated))
+    tiles = [(vectors, default_column_tile(width, shape.accumulators_beside(vectors + 1) // vectors, predicated))
              for vectors in vector_counts]
     return min(tiles, key=lambda tile: loads_per_fma(*tile))

@@ -138,7 +138,7 @@ class PackedConvTemplate(Template):
         ext, shape = self._extents(workload), current_shape()
         wide = not self.depthwise and ext["k"] % (TILE_VECTORS * shape.fp32_lanes) == 0
         vectors, columns = default_register_tile(ext["ow"], (TILE_VECTORS, 1) if wide else (1,),
-                                                 shape.vector_registers, self.predicated_columns)
+                                                 shape, self.predicated_columns)
         ob = vectors * shape.fp32_lanes if wide else _largest(ext["k"], shape.fp32_lanes)
         config: Config = {self._block_knob: ob, "packed_output": 0, "parallel": 3}
         if not self.depthwise:
