@@ -118,3 +118,23 @@ def test_the_gemm_writes_each_tile_in_whole_vectors_and_its_nest_is_the_built_on
             panels = next(p for p in (1, 2, 4, 8, 16) if p * pixel_tiles >= 16) if order == "chunks_outer" else 48 // 3
             assert nest.tile == (3, pixels) and nest.parallel == pixel_tiles * panels
             assert set(re.findall(r"T\.vectorized\((\d+)\)", module.script())) <= {"16", "3"}, pixels
+
+
+def test_a_gemm_tile_accumulates_in_a_buffer_of_its_own_size_that_tvm_puts_on_the_stack():
+    """A tile that is part of a row, and one of whole rows: inside the parallel loop of tiles, one buffer of the
+    tile's rows x pixels, ``global`` (TVM 0.27 puts one under 1 KB on the stack, which LLVM keeps in registers; a
+    ``local`` one is taken from the workspace pool for every tile, and a tile split from the fused rows and columns
+    was bounded by millions of pixels)."""
+    from opbench.hardware.targets import make_target
+    from opbench.measure.memory import lowered
+
+    workload = parse_workload("conv2d:n=1,c=16,h=4,w=48,k=8,r=1,s=1")
+    template = get_template(workload)
+    with shaped_for(AVX2):
+        for pixels in (16, 96):  # a third of a row; two rows
+            config = template.validate({"algorithm": "gemm", "gemm_pixels": pixels, "gemm_rows": 2,
+                                        "gemm_reduce": 16, "gemm_order": "pixels_outer"}, workload)
+            script = lowered(template.schedule(workload, config), make_target("llvm", 1)).script()
+            tiles = script.split("T.parallel(")[-1]  # the loop of tiles (after the weight's packing)
+            assert re.findall(r'T\.alloc_(\w+)\(\((\d+),\), "float32x(\d+)"\)', tiles) == [
+                ("buffer", str(2 * pixels // 8), "8")], pixels

@@ -134,7 +134,7 @@ def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: s
     sch.transform_layout(conv, ("read", 1), lambda o, i, r, s: (o // rows, i, r, s, o % rows))
     n, k, y, x, c, r, s = sch.get_loops(conv)
     ko, ki = sch.split(k, [None, rows])
-    po, pv, lane = sch.split(sch.fuse(y, x), [None, pixels // lanes, lanes])
+    po, pv, lane = _split_pixels(sch, y, x, pixels, lanes, _extents(workload)["ow"])
     co, ci = sch.split(c, [None, config["gemm_reduce"]])
     if config["gemm_order"] == "chunks_outer":
         kp, ko = sch.split(ko, [_panels(workload, rows, pixels), None])
@@ -144,7 +144,7 @@ def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: s
     else:
         outer = [n, ko, po] if config["gemm_order"] == "channels_outer" else [n, po, ko]
         sch.reorder(*outer, co, r, s, ci, ki, pv, lane)
-        accumulator = sch.cache_write(conv, 0, "local")
+        accumulator = sch.cache_write(conv, 0, "global")
     fold_into_write(sch, epilogue)  # into the write-back of each tile
     sch.reverse_compute_at(accumulator, outer[-1])
     tiles = sch.fuse(*outer)
@@ -159,6 +159,19 @@ def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: s
     pack_copy(sch, weight, {0: rows}, (0, 2, 3, 4, 1), parallel=1)
     if layout_transform != IN_OP:
         mark_prepack(sch, weight)
+
+
+def _split_pixels(sch: Schedule, y: Any, x: Any, pixels: int, lanes: int, width: int) -> tuple[Any, Any, Any]:
+    """The output pixels as (tiles, vectors of a tile, lanes). A tile that is part of a row splits the row alone,
+    the rows outside it: split from the fused rows and columns, TVM bounds the accumulator a tile writes by every
+    pixel from the first to the last row the fused index could reach (a ``local`` buffer of millions of floats,
+    each FMA a load and a store to it: 3x slower on AVX2). A tile of whole rows splits the rows, which is exact."""
+    if pixels <= width:
+        xo, pv, lane = sch.split(x, [None, pixels // lanes, lanes])
+        return sch.fuse(y, xo), pv, lane
+    yo, yi = sch.split(y, [None, pixels // width])
+    pv, lane = sch.split(sch.fuse(yi, x), [None, lanes])
+    return yo, pv, lane
 
 
 def _panels(workload: Workload, rows: int, pixels: int) -> int:
