@@ -77,7 +77,7 @@ docs: $(STAMP)
 # Unit, schema, contract and CLI-error tests: no worker, CLI process, tracker or nnictl (<= 3 min: on a 2-vCPU
 # Zen 3 host 136 s in two; a test that starts a measurement service or a study in-process is of the full tier).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not full" tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not full and not slow" tests
 
 clean:
 	rm -rf $(VENV) mlflow/mlflow.db mlflow/artifacts mlflow/optuna-journal.log

@@ -46,7 +46,7 @@ STARTS_PROCESSES = re.compile(r"subprocess\.|Popen\(|CLI \+|(?<![\w.])(run_cli|r
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The full tier (``-m full``): tests that start workers, CLIs, trackers or nnictl, i.e. run real
-    TVM/NNI/MLflow/RPC. The rest is the fast tier (``make test-fast``: ``-m "not full"``)."""
+    TVM/NNI/MLflow/RPC. The rest is the fast tier (``make test-fast``: ``-m "not full and not slow"``)."""
     for item in items:
         function = getattr(item, "function", None)
         source = inspect.getsource(function) if function else ""

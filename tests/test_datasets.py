@@ -126,6 +126,7 @@ def test_import_merges_and_keeps_provenance(tracking_uri, tmp_path):
     assert kinds == {"import"}  # no per-trial runs unless asked, and no invocation --resume or verify would take
 
 
+@pytest.mark.slow
 def test_export_of_100000_records_keeps_memory_bounded(tracking_uri, tmp_path):
     """196 segments of a synthetic 100,000-record store (local folder), exported: one segment in memory at a time."""
     writer = MlflowWriter("big", tracking_uri)

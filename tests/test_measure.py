@@ -275,6 +275,7 @@ def test_a_fresh_worker_for_torch_comes_from_a_zygote_that_imported_it():
     assert _preload(ModelInput("mobilenet-v2@tiny", library="m.so")) == ()  # TVM's Relax VM
 
 
+@pytest.mark.full  # it starts the zygote processes
 @pytest.mark.skipif(sys.platform != "linux", reason="/proc is Linux's")
 def test_warm_up_starts_the_zygotes_of_the_library_baselines_and_eager_models_beside_the_kernel_worker():
     from opbench.measure.protocol import LibraryInput, ModelInput

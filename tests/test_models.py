@@ -424,6 +424,7 @@ def test_a_tiny_model_built_with_packed_convolutions_matches_pytorch(tmp_path):
         np.testing.assert_allclose(out.numpy(), source.reference()[0], rtol=1e-3, atol=1e-3, err_msg=point)
 
 
+@pytest.mark.slow
 def test_softmax_and_gelu_use_fast_math_that_vectorises():
     """libm's ``expf``/``erff`` calls do not vectorise (BERT-base's GELU took 1.1 ms, 0.07 ms fast):
     a model's exp and erf are TVM's fast float32 approximations, which the model checks against PyTorch."""
@@ -532,6 +533,7 @@ def test_a_convolution_computed_with_padded_output_channels_is_known_by_the_ones
     assert fused_signature(stem) == ("conv", 1, 3, 64, 3, 3, 111, 111)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, kinds, openvino_kinds", [
     ("resnet-50@tiny", {"conv"}, {"conv"}), ("bert-base@tiny", {"gemm", "softmax", "layer_norm"}, {"gemm"}),
     ("dcgan@tiny", {"conv", "gemm"}, {"conv", "gemm"}), ("resnet3d-18@tiny", {"conv", "gemm"}, {"conv", "gemm"})])

@@ -300,6 +300,8 @@ def test_a_model_convolution_that_pads_its_output_runs_the_padding_after_it(buil
     records = build_checker.measure_batch(specs)
     assert not failures(records), failures(records)
 
+
+@pytest.mark.slow
 def test_a_model_matmul_of_a_prime_count_of_rows_is_padded_to_whole_register_tiles(build_checker):
     """ViT's tokens are prime (197; vit-base@tiny's 17): a matmul's rows are padded to whole register tiles of rows
     and its output copied back (through its epilogue where it has one), where perfect splits left a register tile of
