@@ -140,11 +140,12 @@ def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: s
         kp, ko = sch.split(ko, [_panels(workload, rows, pixels), None])
         outer = [n, po, kp]
         sch.reorder(n, po, kp, co, ko, r, s, ci, ki, pv, lane)
-        accumulator = sch.cache_write(conv, 0, "global")
     else:
         outer = [n, ko, po] if config["gemm_order"] == "channels_outer" else [n, po, ko]
         sch.reorder(*outer, co, r, s, ci, ki, pv, lane)
-        accumulator = sch.cache_write(conv, 0, "global")
+    # global: TVM puts a global buffer under 1 KB on the stack, where LLVM keeps it in registers; a local one is
+    # taken from the workspace pool each time its loop is entered, here every tile (#pointwise-gemm)
+    accumulator = sch.cache_write(conv, 0, "global")
     fold_into_write(sch, epilogue)  # into the write-back of each tile
     sch.reverse_compute_at(accumulator, outer[-1])
     tiles = sch.fuse(*outer)
@@ -164,8 +165,8 @@ def apply(sch: Schedule, config: Config, workload: Workload, layout_transform: s
 def _split_pixels(sch: Schedule, y: Any, x: Any, pixels: int, lanes: int, width: int) -> tuple[Any, Any, Any]:
     """The output pixels as (tiles, vectors of a tile, lanes). A tile that is part of a row splits the row alone,
     the rows outside it: split from the fused rows and columns, TVM bounds the accumulator a tile writes by every
-    pixel from the first to the last row the fused index could reach (a ``local`` buffer of millions of floats,
-    each FMA a load and a store to it: 3x slower on AVX2). A tile of whole rows splits the rows, which is exact."""
+    pixel from the first to the last row the fused index could reach, not by its own pixels (#pointwise-gemm in
+    docs/workloads-and-templates.md). A tile of whole rows splits the rows, which is exact."""
     if pixels <= width:
         xo, pv, lane = sch.split(x, [None, pixels // lanes, lanes])
         return sch.fuse(y, xo), pv, lane
