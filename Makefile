@@ -74,8 +74,8 @@ docs: $(STAMP)
 	$(BIN)/python -m opbench.cli.reference records > docs/reference/records.md
 	$(BIN)/opbench space --all --out search_spaces
 
-# Unit, schema, contract and CLI-error tests: no worker, CLI process, tracker or nnictl (<= 3 min: on a 2-vCPU
-# Zen 3 host 136 s in two; a test that starts a measurement service or a study in-process is of the full tier).
+# Unit, schema, contract and CLI-error tests: no worker, CLI process, tracker or nnictl, and no slow kernel sweep
+# (<= 3 min in two workers; a test that starts a measurement service or a study in-process is of the full tier).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not full and not slow" tests
 
