@@ -24,23 +24,27 @@ def _pad_conv(pad_width, pad_value=0.0, pad_mode="constant"):
     return bb.get()
 
 
-def _run(mod, data):
+def _run(mod, *data):
     import tvm
     from tvm import relax
 
     from opbench.hardware.targets import make_target
 
     vm = relax.VirtualMachine(tvm.compile(mod, make_target("llvm", 1)), tvm.cpu())
-    return vm["main"](tvm.runtime.tensor(data)).numpy()
+    return vm["main"](*map(tvm.runtime.tensor, data)).numpy()
+
+
+def _calls(mod):
+    from tvm import relax
+
+    calls = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(e, relax.Call)
+                                    and hasattr(e.op, "name") else None)
+    return calls
 
 
 def _ops(mod):
-    from tvm import relax
-
-    names = []
-    relax.analysis.post_order_visit(mod["main"], lambda e: names.append(e.op.name)
-                                    if isinstance(e, relax.Call) and hasattr(e.op, "name") else None)
-    return names
+    return [call.op.name for call in _calls(mod)]
 
 
 @pytest.mark.parametrize("widths", [[0, 0, 0, 0, 0, 1, 0, 1], [0, 0, 0, 0, 1, 2, 2, 0]], ids=["same-strided", "uneven"])
@@ -141,7 +145,6 @@ def _conv(channels, dtype="float32"):
 def test_output_channels_no_vector_divides_are_computed_padded_then_cropped():
     """255 channels (YOLOv3's box fields) are computed as 256, the weight's extra filter zeros, and cropped before the
     bias: the same output."""
-    from tvm import relax
 
     from opbench.workloads.models.graph import output_channels_padded
 
@@ -149,9 +152,7 @@ def test_output_channels_no_vector_divides_are_computed_padded_then_cropped():
     padded = output_channels_padded(mod)
     assert _ops(mod) == ["relax.nn.conv2d", "relax.add"]
     assert _ops(padded) == ["relax.nn.conv2d", "relax.strided_slice", "relax.add"]
-    convs = []
-    relax.analysis.post_order_visit(padded["main"], lambda e: convs.append(e) if isinstance(e, relax.Call)
-                                    and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
+    convs = [call for call in _calls(padded) if call.op.name == "relax.nn.conv2d"]
     weight = convs[0].args[1].value.numpy()
     assert weight.shape == (256, 8, 1, 1) and not weight[255:].any()
     data = np.random.default_rng(4).standard_normal((1, 8, 5, 5)).astype("float32")
@@ -190,16 +191,13 @@ def _stem(size, inputs=3, window=3, stride=2):
 def test_a_stems_output_width_no_vector_divides_is_computed_padded_then_cropped():
     """A stem's 15 output columns (SqueezeNet's 111) are computed as 16, the input padded by a stride more on its
     right, and cropped before the bias: the same output."""
-    from tvm import relax
 
     from opbench.workloads.models.graph import output_width_padded
 
     mod = _stem(31)
     padded = output_width_padded(mod)
     assert _ops(padded) == ["relax.nn.conv2d", "relax.strided_slice", "relax.add"]
-    convs = []
-    relax.analysis.post_order_visit(padded["main"], lambda e: convs.append(e) if isinstance(e, relax.Call)
-                                    and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
+    convs = [call for call in _calls(padded) if call.op.name == "relax.nn.conv2d"]
     assert [int(p) for p in convs[0].attrs.padding] == [0, 0, 0, 2] and int(convs[0].ty.shape.values[3]) == 16
     data = np.random.default_rng(7).standard_normal((1, 3, 31, 31)).astype("float32")
     np.testing.assert_allclose(_run(padded, data), _run(mod, data), rtol=1e-5, atol=1e-5)
@@ -213,3 +211,49 @@ def test_a_convolutions_output_width_stays_where_padding_it_would_not_pay(size, 
     from opbench.workloads.models.graph import output_width_padded
 
     assert _ops(output_width_padded(_stem(size, inputs, window))) == ["relax.nn.conv2d", "relax.add"]
+
+
+def _pointwise(size, window=1, residual=False):
+    """A Relax module: a ``window`` x ``window`` convolution of (1, 8, ``size``, ``size``) to 16 channels, then a bias
+    add, a ReLU and (with ``residual``) an add of a second input of the output's shape."""
+    from tvm import relax
+
+    rng = np.random.default_rng(8)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, size, size), "float32"))
+    skip = relax.Var("skip", relax.TensorType((1, 16, size - window + 1, size - window + 1), "float32"))
+    weight = relax.const(rng.standard_normal((16, 8, window, window)).astype("float32"))
+    bias = relax.const(rng.standard_normal((1, 16, 1, 1)).astype("float32"))
+    with bb.function("main", [x, skip]):
+        with bb.dataflow():
+            out = bb.emit(relax.op.nn.relu(relax.op.add(relax.op.nn.conv2d(x, weight), bias)))
+            out = bb.emit_output(relax.op.add(out, skip) if residual else out)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["bias-relu", "residual"])
+def test_a_pointwise_convolutions_pixels_no_row_vectorises_are_computed_as_one_padded_row(residual):
+    """13x13 pixels (SqueezeNet's classifier) are computed as one row of 176, the data padded by 7 zeros, cropped and
+    reshaped back after the epilogue, which stays on the convolution's side of the reshape: the same output."""
+    from opbench.workloads.models.graph import pixels_as_one_row
+
+    mod = _pointwise(13, residual=residual)
+    row = pixels_as_one_row(mod)
+    epilogue = ["relax.add", "relax.nn.relu"] + (["relax.reshape", "relax.add"] if residual else [])
+    assert _ops(row) == ["relax.reshape", "relax.nn.pad", "relax.nn.conv2d", "relax.strided_slice", *epilogue,
+                         "relax.reshape"]
+    conv = next(e for e in _calls(row) if e.op.name == "relax.nn.conv2d")
+    assert [int(v) for v in conv.args[0].ty.shape.values] == [1, 8, 1, 176]
+    rng = np.random.default_rng(9)
+    data = [rng.standard_normal(shape).astype("float32") for shape in ((1, 8, 13, 13), (1, 16, 13, 13))]
+    np.testing.assert_allclose(_run(row, *data), _run(mod, *data), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("size, window", [(16, 1), (7, 1), (15, 3)], ids=["whole-vectors", "too-much-padding", "3x3"])
+def test_a_convolutions_pixels_stay_where_a_row_would_not_pay(size, window):
+    """Rows of whole 8-lane vectors (16x16), pixels that padding to 16 would grow by more than 1/16 (7x7: 49 -> 64)
+    and a window wider than 1x1 keep their convolution as it is."""
+    from opbench.workloads.models.graph import pixels_as_one_row
+
+    assert _ops(pixels_as_one_row(_pointwise(size, window))) == ["relax.nn.conv2d", "relax.add", "relax.nn.relu"]

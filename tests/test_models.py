@@ -519,17 +519,20 @@ def test_an_eager_convolution_is_known_by_its_sizes_stride_and_padding():
     assert eager_signature("aten::relu", [[1, 8]], [None]) == OTHER
 
 
-def test_a_convolution_computed_with_padded_output_channels_is_known_by_the_ones_it_keeps():
-    """SqueezeNet's classifier, 1000 channels computed as 1008 and cropped (output_channels_padded), is eager's 512 ->
-    1000 convolution; its stem, 111 columns computed as 112, eager's 111-column one."""
-    from opbench.studies.models.eager_ops import fused_signature
+def test_a_convolution_computed_padded_is_known_by_what_it_keeps():
+    """SqueezeNet's classifier, 1000 channels computed as 1008 and its 13x13 pixels as a row of 176, both cropped
+    (output_channels_padded, pixels_as_one_row), is eager's 512 -> 1000 convolution at 13x13 in that row form; its
+    stem, 111 columns computed as 112, eager's 111-column one."""
+    from opbench.studies.models.eager_ops import eager_signature, fused_signature
     from opbench.workloads.models.extract import FusedOp
 
-    classifier = FusedOp("fused_conv2d17_strided_slice1_add9_relu9", "conv2d",
-                         [(1, 512, 13, 13), (1008, 512, 1, 1), (1, 1000, 1, 1), (1, 1000, 13, 13)], "float32", 0.0, 1)
+    classifier = FusedOp("fused_conv2d17_strided_slice9_strided_slice10_add13_relu13", "conv2d",
+                         [(1, 512, 1, 176), (1008, 512, 1, 1), (1, 1000, 1, 1), (1, 1000, 1, 169)], "float32", 0.0, 1)
     stem = FusedOp("fused_conv2d_strided_slice_add_relu", "conv2d",
                    [(1, 3, 224, 224), (64, 3, 3, 3), (1, 64, 1, 1), (1, 64, 111, 111)], "float32", 0.0, 1)
-    assert fused_signature(classifier) == ("conv", 1, 512, 1000, 1, 1, 13, 13)
+    eager = eager_signature("aten::conv2d", [[1, 512, 13, 13], [1000, 512, 1, 1]], [None, None, None, [1, 1], [0, 0],
+                                                                                  [1, 1], 1])
+    assert fused_signature(classifier) == eager == ("conv", 1, 512, 1000, 1, 1, 1, 169)
     assert fused_signature(stem) == ("conv", 1, 3, 64, 3, 3, 111, 111)
 
 

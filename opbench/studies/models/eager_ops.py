@@ -16,7 +16,7 @@ from typing import Any
 from opbench.workloads._base import conv_out
 from opbench.workloads.models.depth_unfold import DepthUnfold
 from opbench.workloads.models.extract import FusedOp
-from opbench.workloads.models.graph import CHANNEL_MULTIPLE
+from opbench.workloads.models.graph import CHANNEL_MULTIPLE, row_of_pixels
 from opbench.workloads.models.sources import ModelSource
 from opbench.workloads.models.subpixel import SubPixel, is_matmul
 
@@ -51,13 +51,16 @@ class Matched:
 
 def conv_signature(data: Sequence[int], weight: Sequence[int], stride: Sequence[int], padding: Sequence[int],
           dilation: Sequence[int], groups: int = 1) -> Signature:
-    """("conv", n, c, k, kernel..., out...) of a 2-D convolution; of a 3-D one, its depth-unfolded 2-D convolution's
-    where the model's import rewrote it (:mod:`opbench.workloads.models.depth_unfold`), else ("conv3d", ...)."""
+    """("conv", n, c, k, kernel..., out...) of a 2-D convolution (a 1x1 one's pixels as one row where the model's
+    import computes them so: :func:`~opbench.workloads.models.graph.pixels_as_one_row`); of a 3-D one, its
+    depth-unfolded 2-D convolution's where the model's import rewrote it (:mod:`opbench.workloads.models.depth_unfold`), else ("conv3d", ...)."""
     n, c, *spatial = data
     k, _, *kernel = weight
     out = [conv_out(size, f, int(st), int(p), int(d)) for size, f, st, p, d in zip(spatial, kernel, stride, padding, dilation)]
     if len(spatial) == 2:
-        return ("conv", n, c, k, *kernel, *out)
+        one_row = (groups == 1 and [*kernel, *map(int, (*stride, *padding, *dilation))] == [1, 1, 1, 1, 0, 0, 1, 1]
+                   and row_of_pixels(*out) is not None)  # our import computes it on its pixels as one row
+        return ("conv", n, c, k, *kernel, *([1, out[0] * out[1]] if one_row else out))
     if groups == 1:
         unfold = DepthUnfold.of(spatial[0], kernel[0], int(stride[0]), int(dilation[0]), (int(padding[0]), int(padding[0])))
         return ("conv", *unfold.conv_signature(n, c, k, (kernel[1], kernel[2]), (out[1], out[2])))

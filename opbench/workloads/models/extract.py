@@ -14,6 +14,7 @@ from opbench.workloads.models.graph import (
     output_channels_padded,
     output_width_padded,
     pad_into_conv,
+    pixels_as_one_row,
     unwrap_batch_norm,
 )
 from opbench.workloads.models.quantize import quantized_as_named
@@ -69,8 +70,8 @@ def import_model(source: ModelSource) -> Any:
 # found by one visit each, static int8; 9: transposed convolutions in their sub-pixel form; 10: 3-D convolutions as 2-D
 # ones over depth-unfolded input; 11: batch norms folded into the convolutions before them; 12: output channels padded
 # to whole vectors; 13: each sub-pixel phase a convolution of its own, no row or column computed twice; 14: a stem's
-# output width padded to whole vectors).
-PIPELINE_VERSION = 14
+# output width padded to whole vectors; 15: a 1x1 convolution's pixels as one padded row where rows hold no whole vector).
+PIPELINE_VERSION = 15
 
 
 def fuse(mod: Any) -> Any:
@@ -81,7 +82,7 @@ def fuse(mod: Any) -> Any:
     from tvm import relax
 
     mod = conv3ds_as_conv2ds(transposed_convs_as_convs(pad_into_conv(unwrap_batch_norm(mod))))
-    mod = output_channels_padded(output_width_padded(mod))
+    mod = output_channels_padded(pixels_as_one_row(output_width_padded(mod)))
     passes = [relax.transform.FastMathTransform(),
               relax.transform.LegalizeOps({"relax.nn.gelu": _fast_gelu}), relax.transform.AnnotateTIROpPattern(),
               relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(),

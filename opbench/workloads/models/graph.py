@@ -11,6 +11,7 @@ SPATIAL_PAD = slice(4, 8)  # an NCHW pad's pad_width: (N, C, H, W) x (before, af
 CHANNEL_MULTIPLE = 16
 PADDING_SHARE = 1 / 32
 WIDTH_PADDING_SHARE = 1 / 8  # the columns a stem's output width may be padded by (output_width_padded)
+PIXEL_PADDING_SHARE = 1 / 16  # the pixels a 1x1 convolution's may be padded by (pixels_as_one_row)
 Padded = tuple[Any, list[int], int, int] | None  # a convolution's weight and padding, the axis to crop, what it keeps
 
 
@@ -98,6 +99,107 @@ def output_width_padded(mod: Any) -> Any:
     return _computed_padded_and_cropped(mod, padded)
 
 
+def pixels_as_one_row(mod: Any) -> Any:
+    """Each float32 one-group NCHW 1x1 ``conv2d`` (stride 1, no padding) by a constant weight whose output has
+    no run of whole 8-lane vectors in a part of a row or in whole rows (13x13, 14x14, 17x17, 27x27), where padding
+    its pixels to a multiple of :data:`CHANNEL_MULTIPLE` adds at most :data:`PIXEL_PADDING_SHARE` of them:
+    computed on its pixels as one row (a reshape), padded on the right with zeros to that multiple (a pad its
+    producer computes as it writes), cropped and reshaped back. Its register tiles then hold whole vectors of
+    pixels or wide column tiles, where a 13-wide row left the direct schedule one vector by 13 columns
+    (docs/workloads-and-templates.md#pixels-in-a-row)."""
+    from tvm import relax
+    from tvm.relax.dpl import is_const, is_op, wildcard
+
+    data, weight = wildcard(), is_const()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+
+    def rewrite(expr: Any, matches: dict[Any, Any]) -> Any:
+        c, shape = matches[conv].attrs, _static_shape(matches[data])
+        if not _plain_float_conv(c, matches[weight]) or shape is None or any(int(v) for v in c.padding) or any(
+                int(v) != 1 for v in (*c.strides, *c.dilation, *matches[weight].value.shape[2:])):
+            return expr
+        n, channels, rows, columns = shape
+        if (padded := row_of_pixels(rows, columns)) is None:
+            return expr
+        pixels, extra = rows * columns, padded - rows * columns
+        row = relax.op.nn.pad(relax.op.reshape(matches[data], (n, channels, 1, pixels)), [0, 0, 0, 0, 0, 0, 0, extra])
+        out = relax.op.nn.conv2d(row, matches[weight], c.strides, c.padding, c.dilation, 1, c.data_layout,
+                                 c.kernel_layout, c.out_layout, c.out_dtype)
+        kept = relax.op.strided_slice(out, axes=[3], begin=[0], end=[pixels])
+        return relax.op.reshape(kept, (n, int(matches[weight].value.shape[0]), rows, columns))
+
+    mod, moved = rewrite_calls(mod, conv, rewrite), 1
+    while moved:  # a step of each epilogue a pass
+        mod, moved = _epilogue_above_row_reshape(mod)
+    return mod
+
+
+def row_of_pixels(rows: int, columns: int) -> int | None:
+    """How many pixels a 1x1 convolution's ``rows x columns`` output is computed as, in one row, by
+    :func:`pixels_as_one_row` (None where it keeps its rows): where no part of a row and no whole rows hold whole
+    8-lane vectors, the pixels padded to a multiple of :data:`CHANNEL_MULTIPLE` if that adds at most
+    :data:`PIXEL_PADDING_SHARE` of them."""
+    pixels, lanes = rows * columns, CHANNEL_MULTIPLE // 2
+    padded = -(-pixels // CHANNEL_MULTIPLE) * CHANNEL_MULTIPLE
+    if rows == 1 or any(r * columns % lanes == 0 for r in range(1, rows + 1) if rows % r == 0) \
+            or padded - pixels > pixels * PIXEL_PADDING_SHARE:
+        return None
+    return padded
+
+
+def _epilogue_above_row_reshape(mod: Any) -> tuple[Any, int]:
+    """``mod`` and how many times it took ``op(reshape(x))`` as ``reshape(op(x))`` where the reshape takes one row of pixels (N, K, 1, H*W) back to
+    (N, K, H, W) and ``op`` is a ReLU, a clip, or an add or multiply by a per-channel (1, K, 1, 1) tensor or by one
+    of the reshape's shape (reshaped to a row too): each step of a convolution's epilogue (bias, residual add,
+    ReLU6) then stays fused with it, the reshape after them (:func:`pixels_as_one_row`)."""
+    moved = 0
+    from tvm import relax
+    from tvm.relax.dpl import is_op, wildcard
+
+    inner = wildcard()
+    reshaped = is_op("relax.reshape")(inner, wildcard())
+    epilogue = (is_op("relax.nn.relu")(reshaped) | is_op("relax.clip")(reshaped, wildcard(), wildcard())
+                | is_op("relax.add")(reshaped, wildcard()) | is_op("relax.multiply")(reshaped, wildcard()))
+
+    def rewrite(expr: Any, matches: dict[Any, Any]) -> Any:
+        row, grid = _static_shape(matches[inner]), _static_shape(matches[reshaped])
+        if row is None or grid is None or len(row) != 4 or len(grid) != 4 or row[:3] != [*grid[:2], 1]:
+            return expr
+        args = [matches[inner]]
+        if expr.op.name in ("relax.add", "relax.multiply"):
+            other = _static_shape(expr.args[1])
+            if other == grid:
+                args.append(relax.op.reshape(expr.args[1], row))
+            elif other is not None and len(other) == 4 and other[2:] == [1, 1] and other[0] in (1, grid[0]) \
+                    and other[1] in (1, grid[1]):
+                args.append(expr.args[1])
+            else:
+                return expr
+        else:
+            args += expr.args[1:]
+        nonlocal moved
+        moved += 1
+        return relax.op.reshape(relax.Call(expr.op, args, expr.attrs, expr.ty_args), grid)
+
+    return rewrite_calls(mod, epilogue, rewrite), moved
+
+
+def _static_shape(expr: Any) -> list[int] | None:
+    """A Relax expression's shape where every dimension is a constant, else None."""
+    from tvm import tirx
+
+    shape = expr.ty.shape
+    if shape is None or not all(isinstance(v, tirx.IntImm) for v in shape.values):
+        return None
+    return [int(v) for v in shape.values]
+
+
+def _plain_float_conv(attrs: Any, weight: Any) -> bool:
+    """A one-group NCHW/OIHW -> NCHW convolution by a float32 constant weight."""
+    return (attrs.groups == 1 and weight.value.dtype == "float32"
+            and (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == ("NCHW", "OIHW", "NCHW"))
+
+
 def _computed_padded_and_cropped(mod: Any, padded: Callable[[Any, Any, Any], Padded]) -> Any:
     """``mod`` with each float32 one-group NCHW ``conv2d`` by a constant weight for which ``padded(attrs, weight,
     output type)`` gives ``(weight, padding, axis, kept)`` computed with that weight and padding, then cropped by a
@@ -110,8 +212,7 @@ def _computed_padded_and_cropped(mod: Any, padded: Callable[[Any, Any, Any], Pad
 
     def rewrite(expr: Any, matches: dict[Any, Any]) -> Any:
         c = matches[conv].attrs
-        if (c.groups != 1 or matches[weight].value.dtype != "float32"
-                or (c.data_layout, c.kernel_layout, c.out_layout) != ("NCHW", "OIHW", "NCHW")):
+        if not _plain_float_conv(c, matches[weight]):
             return expr
         if (plan := padded(c, matches[weight], matches[conv].ty)) is None:
             return expr
