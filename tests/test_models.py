@@ -524,6 +524,7 @@ def test_a_convolution_computed_padded_is_known_by_what_it_keeps():
     (output_channels_padded, pixels_as_one_row), is eager's 512 -> 1000 convolution at 13x13 in that row form; its
     stem, 111 columns computed as 112, eager's 111-column one."""
     from opbench.studies.models.eager_ops import eager_signature, fused_signature
+    from opbench.studies.models.openvino_ops import _convolution
     from opbench.workloads.models.extract import FusedOp
 
     classifier = FusedOp("fused_conv2d17_strided_slice9_strided_slice10_add13_relu13", "conv2d",
@@ -532,7 +533,8 @@ def test_a_convolution_computed_padded_is_known_by_what_it_keeps():
                    [(1, 3, 224, 224), (64, 3, 3, 3), (1, 64, 1, 1), (1, 64, 111, 111)], "float32", 0.0, 1)
     eager = eager_signature("aten::conv2d", [[1, 512, 13, 13], [1000, 512, 1, 1]], [None, None, None, [1, 1], [0, 0],
                                                                                   [1, 1], 1])
-    assert fused_signature(classifier) == eager == ("conv", 1, 512, 1000, 1, 1, 1, 169)
+    openvino = _convolution([1, 512, 13, 13], [1000, 512, 1, 1], [1, 1000, 13, 13], None)  # a layer without its node
+    assert fused_signature(classifier) == eager == openvino == ("conv", 1, 512, 1000, 1, 1, 1, 169)
     assert fused_signature(stem) == ("conv", 1, 3, 64, 3, 3, 111, 111)
 
 

@@ -76,4 +76,6 @@ def _convolution(data: list[int], weight: list[int], out: list[int], node: Any |
                                             groups, dilation)
         if node.op_type == "Conv":
             return conv_signature(data, full, stride, padding, dilation, groups)
+    if spatial == 2 and kernel == [1, 1] and out[2:] == data[2:] and len(weight) == len(data):  # stride 1, unpadded
+        return conv_signature(data, weight, [1, 1], [0, 0], [1, 1])  # as eager's: maybe its pixels as one row
     return ("conv", *data[:2], out[1], *kernel, *out[2:]) if spatial == 2 else OTHER
