@@ -534,7 +534,9 @@ def test_a_convolution_computed_padded_is_known_by_what_it_keeps():
     eager = eager_signature("aten::conv2d", [[1, 512, 13, 13], [1000, 512, 1, 1]], [None, None, None, [1, 1], [0, 0],
                                                                                   [1, 1], 1])
     openvino = _convolution([1, 512, 13, 13], [1000, 512, 1, 1], [1, 1000, 13, 13], None)  # a layer without its node
-    assert fused_signature(classifier) == eager == openvino == ("conv", 1, 512, 1000, 1, 1, 1, 169)
+    int8 = FusedOp("fused_conv2d17_add9_relu9", "conv2d", [(1, 512, 13, 13), (1000, 512, 1, 1), (1, 1000, 13, 13)],
+                   "int8", 0.0, 1)  # not rewritten: its rows kept
+    assert fused_signature(classifier) == fused_signature(int8) == eager == openvino == ("conv", 1, 512, 1000, 1, 1, 1, 169)
     assert fused_signature(stem) == ("conv", 1, 3, 64, 3, 3, 111, 111)
 
 

@@ -109,7 +109,10 @@ def fused_signature(op: FusedOp) -> Signature:
         weight = next((s for s in weights if s[out_channels_axis] == out[1]), None) or next(
             (s for s in weights if 0 < s[out_channels_axis] - out[1] < CHANNEL_MULTIPLE), None)  # padded, then cropped
         if weight is not None:
-            return (name, *first[:2], out[1], *weight[2:], *out[2:])
+            spatial = out[2:]
+            if list(weight[2:]) == [1, 1] and first[2:] == spatial and row_of_pixels(*spatial) is not None:
+                spatial = (1, spatial[0] * spatial[1])  # one the import kept in rows (int8): as conv_signature gives it
+            return (name, *first[:2], out[1], *weight[2:], *spatial)
     if op.kind in ("matmul", "dense", "batch_matmul") and len(out) >= 2:
         return ("gemm", math.prod(out[:-1]), out[-1], first[-1])
     if op.kind in ROWWISE:
