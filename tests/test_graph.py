@@ -213,9 +213,10 @@ def test_a_convolutions_output_width_stays_where_padding_it_would_not_pay(size, 
     assert _ops(output_width_padded(_stem(size, inputs, window))) == ["relax.nn.conv2d", "relax.add"]
 
 
-def _pointwise(size, window=1, residual=False):
+def _pointwise(size, window=1, residual=""):
     """A Relax module: a ``window`` x ``window`` convolution of (1, 8, ``size``, ``size``) to 16 channels, then a bias
-    add, a ReLU and (with ``residual``) an add of a second input of the output's shape."""
+    add, a ReLU and (with ``residual``) an add of a second input of the output's shape: ``after`` it (``out + skip``)
+    or ``before`` it (``skip + out``, torchvision's ``x + self.conv(x)``)."""
     from tvm import relax
 
     rng = np.random.default_rng(8)
@@ -227,22 +228,23 @@ def _pointwise(size, window=1, residual=False):
     with bb.function("main", [x, skip]):
         with bb.dataflow():
             out = bb.emit(relax.op.nn.relu(relax.op.add(relax.op.nn.conv2d(x, weight), bias)))
-            out = bb.emit_output(relax.op.add(out, skip) if residual else out)
+            operands = {"after": (out, skip), "before": (skip, out)}.get(residual)
+            out = bb.emit_output(relax.op.add(*operands) if operands else out)
         bb.emit_func_output(out)
     return bb.get()
 
 
-@pytest.mark.parametrize("residual", [False, True], ids=["bias-relu", "residual"])
+@pytest.mark.parametrize("residual", ["", "after", "before"], ids=["bias-relu", "residual", "residual-first"])
 def test_a_pointwise_convolutions_pixels_no_row_vectorises_are_computed_as_one_padded_row(residual):
     """13x13 pixels (SqueezeNet's classifier) are computed as one row of 176, the data padded by 7 zeros, cropped and
-    reshaped back after the bias and ReLU, which stay on the convolution's side of the reshape (a residual add after
-    it): the same output."""
+    reshaped back after the bias, the ReLU and a residual add (its other input reshaped to a row, whichever side of
+    the add it is on), which stay on the convolution's side of the reshape: the same output."""
     from opbench.workloads.models.graph import pixels_as_one_row
 
     mod = _pointwise(13, residual=residual)
     row = pixels_as_one_row(mod)
     assert _ops(row) == ["relax.reshape", "relax.nn.pad", "relax.nn.conv2d", "relax.strided_slice", "relax.add",
-                         "relax.nn.relu", "relax.reshape", *(["relax.add"] if residual else [])]  # a residual add after
+                         "relax.nn.relu", *(["relax.reshape", "relax.add"] if residual else []), "relax.reshape"]
     conv = next(e for e in _calls(row) if e.op.name == "relax.nn.conv2d")
     assert [int(v) for v in conv.args[0].ty.shape.values] == [1, 8, 1, 176]
     rng = np.random.default_rng(9)

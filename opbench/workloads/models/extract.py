@@ -70,8 +70,9 @@ def import_model(source: ModelSource) -> Any:
 # found by one visit each, static int8; 9: transposed convolutions in their sub-pixel form; 10: 3-D convolutions as 2-D
 # ones over depth-unfolded input; 11: batch norms folded into the convolutions before them; 12: output channels padded
 # to whole vectors; 13: each sub-pixel phase a convolution of its own, no row or column computed twice; 14: a stem's
-# output width padded to whole vectors; 15: a 1x1 convolution's pixels as one padded row where rows hold no whole vector).
-PIPELINE_VERSION = 15
+# output width padded to whole vectors; 15: a 1x1 convolution's pixels as one padded row where rows hold no whole vector;
+# 16: a residual add after such a row fused with its convolution).
+PIPELINE_VERSION = 16
 
 
 def fuse(mod: Any) -> Any:

@@ -148,32 +148,38 @@ def row_of_pixels(rows: int, columns: int) -> int | None:
 
 
 def _epilogue_above_row_reshape(mod: Any) -> tuple[Any, int]:
-    """``mod`` and how many times it took ``op(reshape(x))`` as ``reshape(op(x))`` where the reshape takes one row of pixels (N, K, 1, H*W) back to
-    (N, K, H, W) and ``op`` is a ReLU, a clip, or an add or multiply by a per-channel (1, K, 1, 1) tensor: a
-    convolution's bias and activation then stay fused with it, the reshape after them (:func:`pixels_as_one_row`)."""
-    moved = 0
+    """``mod`` and how many times it took ``op(reshape(x))`` as ``reshape(op(x))`` where the reshape takes a row of
+    pixels (N, K, 1, H*W) back to (N, K, H, W) and ``op`` is a ReLU, a clip, or an add or multiply by a per-channel
+    (1, K, 1, 1) tensor or by one of the reshape's shape (reshaped to a row too): each step of a convolution's
+    epilogue (bias, activation, residual add) then stays fused with it, the reshape after them
+    (:func:`pixels_as_one_row`)."""
     from tvm import relax
     from tvm.relax.dpl import is_op, wildcard
 
-    inner = wildcard()
+    inner, operand = wildcard(), wildcard()
     reshaped = is_op("relax.reshape")(inner, wildcard())
+    # Relax's matcher takes an add's or a multiply's operands in either order: the other one is ``operand``'s match
     epilogue = (is_op("relax.nn.relu")(reshaped) | is_op("relax.clip")(reshaped, wildcard(), wildcard())
-                | is_op("relax.add")(reshaped, wildcard()) | is_op("relax.multiply")(reshaped, wildcard()))
+                | is_op("relax.add")(reshaped, operand) | is_op("relax.multiply")(reshaped, operand))
+    moved = 0
 
     def rewrite(expr: Any, matches: dict[Any, Any]) -> Any:
+        nonlocal moved
         row, grid = _static_shape(matches[inner]), _static_shape(matches[reshaped])
         if row is None or grid is None or len(row) != 4 or len(grid) != 4 or row[:3] != [*grid[:2], 1]:
             return expr
         args = [matches[inner]]
         if expr.op.name in ("relax.add", "relax.multiply"):
-            other = _static_shape(expr.args[1])
-            if other is None or len(other) != 4 or other[2:] != [1, 1] or other[0] not in (1, grid[0]) \
-                    or other[1] not in (1, grid[1]):
-                return expr  # a residual add stays after the reshape (reshaped to a row too, MobileNetV2 computed wrong)
-            args.append(expr.args[1])
+            other = _static_shape(matches[operand])
+            if other == grid:
+                args.append(relax.op.reshape(matches[operand], row))
+            elif other is not None and len(other) == 4 and other[2:] == [1, 1] and other[0] in (1, grid[0]) \
+                    and other[1] in (1, grid[1]):
+                args.append(matches[operand])
+            else:
+                return expr
         else:
             args += expr.args[1:]
-        nonlocal moved
         moved += 1
         return relax.op.reshape(relax.Call(expr.op, args, expr.attrs, expr.ty_args), grid)
 
