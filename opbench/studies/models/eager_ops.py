@@ -16,7 +16,7 @@ from typing import Any
 from opbench.workloads._base import conv_out
 from opbench.workloads.models.depth_unfold import DepthUnfold
 from opbench.workloads.models.extract import FusedOp
-from opbench.workloads.models.graph import CHANNEL_MULTIPLE, row_of_pixels
+from opbench.workloads.models.graph import CHANNEL_MULTIPLE, in_one_row
 from opbench.workloads.models.sources import ModelSource
 from opbench.workloads.models.subpixel import SubPixel, is_matmul
 
@@ -58,8 +58,7 @@ def conv_signature(data: Sequence[int], weight: Sequence[int], stride: Sequence[
     k, _, *kernel = weight
     out = [conv_out(size, f, int(st), int(p), int(d)) for size, f, st, p, d in zip(spatial, kernel, stride, padding, dilation)]
     if len(spatial) == 2:
-        one_row = (groups == 1 and [*kernel, *map(int, (*stride, *padding, *dilation))] == [1, 1, 1, 1, 0, 0, 1, 1]
-                   and row_of_pixels(*out) is not None)  # our import computes it on its pixels as one row
+        one_row = groups == 1 and in_one_row(kernel, spatial, out)  # our import computes it on its pixels as one row
         return ("conv", n, c, k, *kernel, *([1, out[0] * out[1]] if one_row else out))
     if groups == 1:
         unfold = DepthUnfold.of(spatial[0], kernel[0], int(stride[0]), int(dilation[0]), (int(padding[0]), int(padding[0])))
@@ -110,7 +109,7 @@ def fused_signature(op: FusedOp) -> Signature:
             (s for s in weights if 0 < s[out_channels_axis] - out[1] < CHANNEL_MULTIPLE), None)  # padded, then cropped
         if weight is not None:
             spatial = out[2:]
-            if list(weight[2:]) == [1, 1] and first[2:] == spatial and row_of_pixels(*spatial) is not None:
+            if in_one_row(weight[2:], first[2:], spatial):
                 spatial = (1, spatial[0] * spatial[1])  # one the import kept in rows (int8): as conv_signature gives it
             return (name, *first[:2], out[1], *weight[2:], *spatial)
     if op.kind in ("matmul", "dense", "batch_matmul") and len(out) >= 2:

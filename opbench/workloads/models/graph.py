@@ -2,7 +2,7 @@
 lets Relax's frontend import what PyTorch exports."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 SPATIAL_PAD = slice(4, 8)  # an NCHW pad's pad_width: (N, C, H, W) x (before, after); H and W are the last four
@@ -145,6 +145,12 @@ def row_of_pixels(rows: int, columns: int) -> int | None:
             or padded - pixels > pixels * PIXEL_PADDING_SHARE:
         return None
     return padded
+
+
+def in_one_row(kernel: Sequence[int], data: Sequence[int], out: Sequence[int]) -> bool:
+    """Whether a 2-D convolution of a ``kernel`` window from ``data``'s spatial size to ``out``'s is one
+    :func:`pixels_as_one_row` computes on its pixels as one row (a 1x1 window, stride 1, no padding, a size it takes)."""
+    return list(kernel) == [1, 1] and list(data) == list(out) and row_of_pixels(*out) is not None
 
 
 def _epilogue_above_row_reshape(mod: Any) -> tuple[Any, int]:
