@@ -304,12 +304,16 @@ def test_a_resumed_study_settles_a_dead_processs_trial_and_leaves_a_live_hosts_t
 
 
 def test_a_two_worker_study_holds_its_budget_of_trials_the_default_first_each_linked_to_its_run(local_database,
-                                                                                               tracking_uri):
+                                                                                               tracking_uri,
+                                                                                               monkeypatch):
     """With references (as users run it), 12 trials are 12 Optuna trials, each carrying its MLflow run's trial id:
     the template default is the first of them, not an extra trial learnt from its reference."""
     from opbench.space import get_template
     from opbench.workloads import parse_workload
 
+    # no live worker's trial goes stale: on a busy host a heartbeat once missed the default 30 s, the other worker
+    # failed that trial as stale and asked a 13th (staleness has tests of its own above)
+    monkeypatch.setenv("OPBENCH_STALE_AFTER_S", "600")
     run_cli("tune", SMALL, "--workers", "2", "--trials", "12", "--storage", local_database, "--tracking-uri",
             tracking_uri, "--study", "pg2", "--seed", "4", "--repeat", "2", "--verify-rounds", "0", check=True)
     trials = _study(local_database, "pg2").trials
