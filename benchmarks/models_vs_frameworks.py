@@ -83,7 +83,8 @@ GEMM_KINDS = {"matmuls": ("batch_matmul", "matmul", "dense"), "convolutions": ("
 FLOPS_COUNTED = {"matmuls": "their products", "convolutions": "direct convolution (a Winograd kernel computes fewer)"}
 SYSTEMS = (EAGER_ROW, INDUCTOR, ONNXRUNTIME, OPENVINO, ZENTORCH, DEFAULTS, METASCHEDULE)
 SPARSE_FORMS = ("gcn",)  # beside the dense baselines: PyTorch running the model's sparse form (not a baseline)
-PROFILE_ROWS = 8  # of each model's time split: the largest by eager's time, then the rest
+PROFILE_ROWS = 8  # of each model's time split: the largest by eager's time, then those that lose, then the rest
+LOSING_SHARE = 0.01  # an operator beyond those that costs this share of our model's time more than OpenVINO's has a row
 VERDICT_ROUNDS = 3  # fewer fresh-process rounds of a whole model give no spread to judge a target by
 INLINE_NOTE_CHARS = 60  # a longer note (where a reused tuning came from) is a footnote under the table
 
@@ -238,11 +239,15 @@ def where_time_goes(model: str, batch: int, ops: list[FusedOp], built: dict[str,
                     ) -> list[tuple]:
     """The model's operators, ours (timed inside the tuned build, ``built``: all calls of a run) beside eager's and
     OpenVINO's (its export made in ``folder``; a column of "-" where OpenVINO cannot run): the
-    :data:`PROFILE_ROWS` largest by eager's time, the rest in one row, and the totals."""
+    :data:`PROFILE_ROWS` largest by eager's time, then each other one that loses to OpenVINO by at least
+    :data:`LOSING_SHARE` of our total, the rest in one row, and the totals."""
     source = load_model(model, batch, SEQ_LEN)
     baselines = {"eager": profile_eager(source, 5, threads), OPENVINO: _openvino_profile(source, threads, folder)}
     matched = match(ours(ops, built), baselines)
-    named = [m for m in matched if m.signature != OTHER][:PROFILE_ROWS]
+    kinds = [m for m in matched if m.signature != OTHER]
+    loss_shown = LOSING_SHARE * _total(m.ours_ms for m in matched)
+    named = kinds[:PROFILE_ROWS] + [m for m in kinds[PROFILE_ROWS:]
+                                    if m.ours_ms - m.theirs_ms.get(OPENVINO, math.nan) >= loss_shown]
     rest = [m for m in matched if m not in named]
     shown = [(" ".join(map(str, m.signature)), m.theirs_ms, m.ours_ms) for m in named]
     shown += [("everything else", {b: _total(m.theirs_ms[b] for m in rest) for b in baselines}, _total(m.ours_ms for m in rest)),
