@@ -46,6 +46,21 @@ def test_rows_are_offered_to_same_padded_depthwise_convs_and_are_the_default_for
         assert _algorithms(name) == ("direct", "rows") and _default(name)["algorithm"] == "direct", name
 
 
+def test_a_row_whose_power_of_two_vectors_would_be_under_half_a_register_is_one_vector_if_it_fits_two():
+    """MobileNetV2's 384 channels at 14x14 on AVX2: one vector of 14 lanes (two registers) a row, two rows a tile
+    (not seven vectors of 2 lanes, one row); on AVX-512 one register; 12 and 56 columns keep half-register and
+    whole-register vectors, and a row wider than two registers keeps its vectors."""
+    def nest(width: int, shape: CpuShape) -> tuple[int, int]:
+        workload = parse_workload(f"depthwise_conv2d:n=1,c=384,h={width},w={width},r=3,s=3,stride=1,pad=1")
+        with shaped_for(shape):
+            template = get_template(workload)
+            config = template.validate({"algorithm": "rows"}, workload)
+            return template.nest(config, workload).vector, config["rows_tile"]
+
+    assert nest(14, AVX2) == (14, 2) and nest(14, AVX512) == (14, 7)
+    assert nest(12, AVX2)[0] == 4 and nest(56, AVX2)[0] == 8 and nest(18, AVX2)[0] == 2
+
+
 # Odd shapes: a batch of 2, 5 channels and a prime width (no vector: one lane a column); 14 columns (one vector of
 # 14); a 5x5 window on rows of 24 (vectors of 8); at stride 2, an odd padded width (29: the last phase a column short)
 # and a 5x5 window over rows of 34 into 17; each with a row tile drawn at random.

@@ -56,9 +56,13 @@ def applies(workload: Workload) -> bool:
 
 
 def _width_vector(workload: Workload) -> int:
-    """The vector along the output width: its largest power-of-two factor up to the CPU's lanes (all of it where
-    at most that wide; :func:`~opbench.space._schedule.vector_lanes`)."""
-    return vector_lanes(_extents(workload)["ow"], current_shape().fp32_lanes)
+    """The vector along the output width: :func:`~opbench.space._schedule.vector_lanes`' (all of it where at most a
+    register wide, else its largest power-of-two factor up to the CPU's lanes), or the whole row where that factor
+    is under half a register and the row fits two (14 columns on AVX2: one vector of 14 lanes, two registers, not
+    seven of two lanes)."""
+    lanes, width = current_shape().fp32_lanes, _extents(workload)["ow"]
+    vector = vector_lanes(width, lanes)
+    return width if vector < lanes // 2 and width <= 2 * lanes else vector
 
 
 def knobs(workload: Workload) -> list[Knob]:
