@@ -61,8 +61,8 @@ def test_a_row_whose_power_of_two_vectors_would_be_under_half_a_register_is_one_
     assert nest(12, AVX2)[0] == 4 and nest(56, AVX2)[0] == 8 and nest(18, AVX2)[0] == 2
 
 
-# Odd shapes: a batch of 2, 5 channels and a prime width (no vector: one lane a column); 14 columns (one vector of
-# 14); a 5x5 window on rows of 24 (vectors of 8); at stride 2, an odd padded width (29: the last phase a column short)
+# Odd shapes: a batch of 2, 5 channels and a prime width (AVX2: no vector, one lane a column; AVX-512: one vector of
+# 17); 14 columns (one vector of 14); a 5x5 window on rows of 24 (vectors of 8); at stride 2, an odd padded width (29: the last phase a column short)
 # and a 5x5 window over rows of 34 into 17; each with a row tile drawn at random.
 ROWS_ODD = ("depthwise_conv2d:n=2,c=5,h=9,w=17,r=3,s=3,stride=1,pad=1", "depthwise_conv2d:n=1,c=8,h=14,w=14,r=3,s=3,stride=1,pad=1",
             "depthwise_conv2d:n=1,c=4,h=12,w=24,r=5,s=5,stride=1,pad=2",
