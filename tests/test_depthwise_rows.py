@@ -30,10 +30,10 @@ def _algorithms(name: str) -> tuple:
 
 def test_rows_are_offered_to_same_padded_depthwise_convs_and_are_the_default_for_small_windows_on_wide_rows():
     # MobileNetV2's 144 channels at 56x56: rows of 7 vectors of 8 (56's largest power-of-two factor), one row a tile
-    # in a quarter of AVX-512's 32 registers; 16 columns, one vector: 8 rows (in AVX2's 16 registers: 4)
+    # in a quarter of AVX-512's 32 registers; 16 columns, one vector: 8 rows (on AVX2 two registers a row: 2 rows)
     assert {k: _default("mobilenetv2-dw")[k] for k in ("algorithm", "rows_tile")} == {"algorithm": "rows", "rows_tile": 1}
     narrow = "depthwise_conv2d:n=1,c=32,h=16,w=16,r=3,s=3,stride=1,pad=1"
-    assert (_default(narrow)["rows_tile"], _default(narrow, AVX2)["rows_tile"]) == (8, 4)
+    assert (_default(narrow)["rows_tile"], _default(narrow, AVX2)["rows_tile"]) == (8, 2)
     assert _algorithms("mobilenetv2-dw") == ("direct", "rows")
     for stride_2 in ("depthwise_conv2d:n=1,c=96,h=112,w=112,r=3,s=3,stride=2,pad=1",  # MobileNetV2's: by column phases
                      "depthwise_conv2d:n=1,c=576,h=14,w=14,r=3,s=3,stride=2,pad=1"):  # rows of 7 at stride 2 too
@@ -48,8 +48,9 @@ def test_rows_are_offered_to_same_padded_depthwise_convs_and_are_the_default_for
 
 def test_a_row_whose_power_of_two_vectors_would_be_under_half_a_register_is_one_vector_if_it_fits_two():
     """MobileNetV2's 384 channels at 14x14 on AVX2: one vector of 14 lanes (two registers) a row, two rows a tile
-    (not seven vectors of 2 lanes, one row); on AVX-512 one register; 12 and 56 columns keep half-register and
-    whole-register vectors, and a row wider than two registers keeps its vectors."""
+    (not seven vectors of 2 lanes, one row); on AVX-512 one register, and 28 columns one vector of two registers
+    (not seven of 4 lanes); 12 and 56 columns keep half-register and whole-register vectors, and a row wider than
+    two registers keeps its vectors."""
     def nest(width: int, shape: CpuShape) -> tuple[int, int]:
         workload = parse_workload(f"depthwise_conv2d:n=1,c=384,h={width},w={width},r=3,s=3,stride=1,pad=1")
         with shaped_for(shape):
@@ -58,6 +59,7 @@ def test_a_row_whose_power_of_two_vectors_would_be_under_half_a_register_is_one_
             return template.nest(config, workload).vector, config["rows_tile"]
 
     assert nest(14, AVX2) == (14, 2) and nest(14, AVX512) == (14, 7)
+    assert nest(28, AVX512) == (28, 4)  # two registers a row: four rows in AVX-512's eight accumulators
     assert nest(12, AVX2)[0] == 4 and nest(56, AVX2)[0] == 8 and nest(18, AVX2)[0] == 2
 
 

@@ -72,11 +72,13 @@ def knobs(workload: Workload) -> list[Knob]:
 
 
 def default_config(workload: Workload) -> Config:
-    """The most rows whose vectors fit half the accumulator registers (a quarter of the CPU's vector registers), at
-    least one (docs/workloads-and-templates.md#depthwise-rows has the measurements)."""
-    ext = _extents(workload)
-    vectors = ext["ow"] // _width_vector(workload)
-    fits = [r for r in divisors(ext["oh"], ROWS_CAP) if r * vectors <= current_shape().accumulator_registers // 2]
+    """The most rows whose registers fit half the accumulator registers (a quarter of the CPU's vector registers), at
+    least one; a vector wider than a register counts the registers it takes (28 columns on AVX-512: two a row, four
+    rows; seven ran 25% slower) (docs/workloads-and-templates.md#depthwise-rows has the measurements)."""
+    ext, shape = _extents(workload), current_shape()
+    vector = _width_vector(workload)
+    registers = ext["ow"] // vector * -(-vector // shape.fp32_lanes)
+    fits = [r for r in divisors(ext["oh"], ROWS_CAP) if r * registers <= shape.accumulator_registers // 2]
     return {KNOBS[0]: fits[-1] if fits else 1}
 
 
