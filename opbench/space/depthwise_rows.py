@@ -74,7 +74,7 @@ def knobs(workload: Workload) -> list[Knob]:
 def default_config(workload: Workload) -> Config:
     """The most rows whose registers fit half the accumulator registers (a quarter of the CPU's vector registers), at
     least one; a vector wider than a register counts the registers it takes (28 columns on AVX-512: two a row, four
-    rows; seven ran 25% slower) (docs/workloads-and-templates.md#depthwise-rows has the measurements)."""
+    rows) (docs/workloads-and-templates.md#depthwise-rows has the measurements)."""
     ext, shape = _extents(workload), current_shape()
     vector = _width_vector(workload)
     registers = ext["ow"] // vector * -(-vector // shape.fp32_lanes)
