@@ -69,18 +69,27 @@ def _reach_database(uri: str) -> None:
         raise StoreUnreachable(f"MLflow tracking database {masked(uri)} cannot be reached: {driver_reason(exc, uri)}") from None
 
 
+SERVER_OUTAGE_CODES = ("TEMPORARILY_UNAVAILABLE", "SERVICE_UNDER_MAINTENANCE")  # an MLflow server's: its database away
+
+
+def is_store_outage(exc: Exception) -> bool:
+    """Whether ``exc`` says the tracking store is away for a moment: not reached, or an MLflow server answering
+    that its own database is (once MLflow's client has spent its retries)."""
+    return isinstance(exc, StoreUnreachable) or getattr(exc, "error_code", None) in SERVER_OUTAGE_CODES
+
+
 def riding_store_outage(call: Callable[[], T], limit_s: float | None = None) -> T:
-    """``call()`` (which opens a tracking store) retried with backoff while the store does not answer, for at
-    most ``limit_s`` (:func:`opbench.settings.storage_outage_s`); then its :class:`StoreUnreachable`. For work
-    inside a running experiment, whose store a restart may take away for a moment; a command's first contact
-    names an unreachable store at once instead."""
+    """``call()`` (which opens or writes to a tracking store) retried with backoff while the store is away
+    (:func:`is_store_outage`), for at most ``limit_s`` (:func:`opbench.settings.storage_outage_s`); then its last
+    error. For work inside a running experiment, whose store a restart may take away for a moment; a command's
+    first contact names an unreachable store at once instead."""
     limit_s = settings.storage_outage_s() if limit_s is None else limit_s
     deadline, delay = time.monotonic() + limit_s, 0.2
     while True:
         try:
             return call()
-        except StoreUnreachable as exc:
-            if time.monotonic() >= deadline:
+        except Exception as exc:
+            if not is_store_outage(exc) or time.monotonic() >= deadline:
                 raise
             log.warning("%s: retrying for up to %g s", exc, limit_s)
             time.sleep(delay)
