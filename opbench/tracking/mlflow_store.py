@@ -19,7 +19,7 @@ from opbench.record import JSON_TAGS, is_ok, kind_of
 from opbench.tracking.row import Row
 from opbench.tracking.segment_store import INVOCATION_TAG, OPEN, SEALED, upload_segment, writer_name
 from opbench.tracking.segments import write_segment
-from opbench.tracking.store_uri import check_tracking_uri, riding_store_outage
+from opbench.tracking.store_uri import RidingClient, check_tracking_uri
 from opbench.tracking.writer import BackgroundWriter
 from opbench.urls import driver_reason, masked
 
@@ -141,8 +141,9 @@ class MlflowWriter:
         ``reopen`` an invocation resumed (running again, and ended by :meth:`close`)."""
         self.uri = tracking_uri or default_tracking_uri()
         self.study = study
-        self.client = ensure_store(self.uri)
-        self.experiment_id = experiment_id(self.client, study, self.uri)
+        client = ensure_store(self.uri)
+        self.experiment_id = experiment_id(client, study, self.uri)
+        self.client = RidingClient(client)  # from here on, a study's calls wait out a store away for a moment
         self.owns_parent = parent_run_id is None or reopen
         if reopen and parent_run_id is not None:
             self.client.update_run(parent_run_id, status="RUNNING")
@@ -185,12 +186,11 @@ class MlflowWriter:
         tags.update({KIND_TAG: record.get("record_kind", "trial"), "mlflow.parentRunId": parent,
                      INVOCATION_TAG: self.parent_run_id, "mlflow.runName": run_name,
                      **({FEATURES_TAG: FEATURES_FILE} if features else {})})
-        # each call waits out a store that is away for a moment (a server whose database restarts)
-        run_id = riding_store_outage(lambda: self.client.create_run(self.experiment_id, tags=tags)).info.run_id
-        riding_store_outage(lambda: self.client.log_batch(run_id, metrics=metrics, params=params))
+        run_id = self.client.create_run(self.experiment_id, tags=tags).info.run_id
+        self.client.log_batch(run_id, metrics=metrics, params=params)
         if features:
-            riding_store_outage(lambda: self.client.log_text(run_id, json.dumps(features), FEATURES_FILE))
-        riding_store_outage(lambda: self.client.set_terminated(run_id, "FINISHED" if is_ok(record) else "FAILED"))
+            self.client.log_text(run_id, json.dumps(features), FEATURES_FILE)
+        self.client.set_terminated(run_id, "FINISHED" if is_ok(record) else "FAILED")
         self._trial_runs[str(record.get("trial_id"))] = run_id
 
     def seal(self, rows: list[Row]) -> None:

@@ -8,7 +8,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from opbench import settings
@@ -76,6 +76,25 @@ def is_store_outage(exc: Exception) -> bool:
     """Whether ``exc`` says the tracking store is away for a moment: not reached, or an MLflow server answering
     that its own database is (once MLflow's client has spent its retries)."""
     return isinstance(exc, StoreUnreachable) or getattr(exc, "error_code", None) in SERVER_OUTAGE_CODES
+
+
+class RidingClient:
+    """A tracking client (MLflow's ``MlflowClient``) whose every call waits out a store that is away for a moment
+    (:func:`riding_store_outage`): a running study's writes of records, segments and summaries alike."""
+
+    def __init__(self, client: Any) -> None:
+        self.wrapped = client
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.wrapped, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def riding(*args: Any, **kwargs: Any) -> Any:
+            return riding_store_outage(lambda: attr(*args, **kwargs))
+
+        return riding
 
 
 def riding_store_outage(call: Callable[[], T], limit_s: float | None = None) -> T:
