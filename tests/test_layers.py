@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "opbench"
 # Bottom to top; a module is in the layer of its longest prefix. A module may import its own layer and any below.
 LAYERS = [
     ("opbench.exceptions", "opbench.paths", "opbench.record", "opbench.argtypes", "opbench.lifecycle", "opbench.settings",
-     "opbench.urls", "opbench._tvm_compat", "opbench._tvm_pool_worker", "opbench.provenance"),
+     "opbench.urls", "opbench.outages", "opbench._tvm_compat", "opbench._tvm_pool_worker", "opbench.provenance"),
     ("opbench.hardware",),
     ("opbench.workloads",),
     ("opbench.workloads.models",),  # whole models, above the catalogue: registers where fused workloads come from

@@ -209,3 +209,39 @@ def test_a_process_killed_while_the_sampler_picks_leaves_a_trial_the_next_one_se
     settled = engine.study.get_trials(deepcopy=False)[trial.number]
     assert settled.state == optuna.trial.TrialState.FAIL and f"(pid {gone.pid}) died" in settled.user_attrs["rejected"]
     assert proposal.handle.number != trial.number
+
+
+def test_a_storage_call_rides_an_outage_then_names_the_masked_url_and_a_bad_query_is_raised_at_once(monkeypatch):
+    from opbench.engines.optuna import storage as optuna_storage
+    from opbench.exceptions import StorageUnavailable
+
+    url = "postgresql://opbench:s3cret@db.example:5432/studies"
+    monkeypatch.setattr(optuna_storage, "_last_recovery", -float("inf"))
+    answers = iter([sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("connection refused"))] * 2 + ["ok"])
+
+    def away_twice() -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert optuna_storage.riding_outages(away_twice, url, limit_s=60) == "ok"
+    assert optuna_storage.recovered_within(60)
+
+    calls = []
+
+    def refused() -> None:
+        calls.append(1)
+        raise sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("connection refused"))
+
+    with pytest.raises(StorageUnavailable, match=r"unreachable for 0 s .*--resume") as raised:
+        optuna_storage.riding_outages(refused, url, limit_s=0)
+    assert "s3cret" not in str(raised.value) and "db.example" in str(raised.value) and len(calls) == 1
+
+    def bad_query() -> None:
+        calls.append(1)
+        raise sqlalchemy.exc.DataError("INSERT", {}, Exception("value too long"))
+
+    with pytest.raises(sqlalchemy.exc.DataError):
+        optuna_storage.riding_outages(bad_query, url, limit_s=60)
+    assert len(calls) == 2

@@ -3,20 +3,17 @@ retrying for minutes, then a traceback, and MLflow 3 refuses file stores (``./ml
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import socket
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from opbench import settings
 from opbench.exceptions import OpBenchError
+from opbench.outages import riding_outage
 from opbench.urls import driver_reason, masked, scheme
 
 T = TypeVar("T")
-log = logging.getLogger("opbench")
 
 DATABASES = ("sqlite", "postgresql", "mysql", "mssql")  # SQLAlchemy dialects MLflow keeps runs in
 SERVERS = {"http": 80, "https": 443}
@@ -102,14 +99,4 @@ def riding_store_outage(call: Callable[[], T], limit_s: float | None = None) -> 
     (:func:`is_store_outage`), for at most ``limit_s`` (:func:`opbench.settings.storage_outage_s`); then its last
     error. For work inside a running experiment, whose store a restart may take away for a moment; a command's
     first contact names an unreachable store at once instead."""
-    limit_s = settings.storage_outage_s() if limit_s is None else limit_s
-    deadline, delay = time.monotonic() + limit_s, 0.2
-    while True:
-        try:
-            return call()
-        except Exception as exc:
-            if not is_store_outage(exc) or time.monotonic() >= deadline:
-                raise
-            log.warning("%s: retrying for up to %g s", exc, limit_s)
-            time.sleep(delay)
-            delay = min(2 * delay, 1.0)
+    return riding_outage(call, away=is_store_outage, store="MLflow tracking store", limit_s=limit_s)

@@ -10,7 +10,6 @@ such as the dashboard read while a study writes.
 """
 from __future__ import annotations
 
-import logging
 import time
 import warnings
 from collections.abc import Callable
@@ -19,9 +18,9 @@ from typing import Any, TypeVar
 
 from opbench import settings
 from opbench.exceptions import OpBenchError, StorageUnavailable
+from opbench.outages import riding_outage
 from opbench.urls import driver_reason, masked, scheme
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 JOURNAL_FILE = "optuna-journal.log"
@@ -130,32 +129,19 @@ def recovered_within(seconds: float) -> bool:
     return time.monotonic() - _last_recovery < seconds
 
 
+def _recovered() -> None:
+    global _last_recovery
+    _last_recovery = time.monotonic()
+
+
 def riding_outages(call: Callable[[], T], storage: str, limit_s: float | None = None) -> T:
     """``call()`` (one storage operation), retried with backoff while the database is away, for at
     most ``limit_s`` (:func:`opbench.settings.storage_outage_s`); then :class:`StorageUnavailable` names the URL (its password
     masked)."""
-    global _last_recovery
-    limit_s = settings.storage_outage_s() if limit_s is None else limit_s
-    deadline, delay = None, 0.2
-    while True:
-        try:
-            result = call()
-            if deadline is not None:
-                _last_recovery = time.monotonic()
-                log.warning("Optuna storage %s is back", masked(storage))
-            return result
-        except Exception as exc:
-            if not is_outage(exc):
-                raise
-            reason = driver_reason(exc, storage)
-            now = time.monotonic()
-            if deadline is None:
-                deadline = now + limit_s
-                log.warning("Optuna storage %s unreachable (%s): retrying for up to %g s", masked(storage), reason, limit_s)
-            if now >= deadline:
-                raise StorageUnavailable(
-                    f"Optuna storage {masked(storage)} unreachable for {limit_s:g} s ({reason}); every trial measured so far is "
-                    "in MLflow and the log: run the same command with --resume (or the worker again) once it is back"
-                ) from None
-            time.sleep(delay)
-            delay = min(2 * delay, 1.0)
+    def gave_up(exc: Exception, limit_s: float) -> Exception:
+        return StorageUnavailable(
+            f"Optuna storage {masked(storage)} unreachable for {limit_s:g} s ({driver_reason(exc, storage)}); every trial "
+            "measured so far is in MLflow and the log: run the same command with --resume (or the worker again) once it is back")
+
+    return riding_outage(call, away=is_outage, store=f"Optuna storage {masked(storage)}", limit_s=limit_s,
+                         reason=lambda exc: driver_reason(exc, storage), gave_up=gave_up, on_back=_recovered)
