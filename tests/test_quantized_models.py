@@ -154,6 +154,10 @@ def test_a_quantized_cnns_convolutions_read_u8_and_i8_and_every_sampled_point_of
     import opbench.workloads.models  # noqa: F401 - registers where model operators come from
     from opbench.hardware.cpu_shape import current_shape
     from opbench.space import get_template
+    from opbench.hardware.resources import Resources
+    from opbench.measure.types import TrialSpec
+    from opbench.record import is_ok
+    from opbench.space.dot_conv import LANES_FROM_COLUMNS, WRITE_BACKS
     from opbench.space.dot_product import instruction
     from opbench.testing import template_contract
     from opbench.workloads import parse_workload
@@ -171,11 +175,20 @@ def test_a_quantized_cnns_convolutions_read_u8_and_i8_and_every_sampled_point_of
         templates.add(template.name)
         template_contract.check_builds_correct_kernels(build_checker, template, workload, samples=1)
     assert templates == ({"fused_conv2d_nchwc_int8"} if instruction(INT8, current_shape().isa) else {"fused_conv2d_nchwc"})
-    if templates == {"fused_conv2d_nchwc_int8"}:  # a packed output where a residual is added as it is written, else NCHW
-        packed = {w.name: get_template(w).default_config(w)["packed_output"] for w in convs}
-        assert set(packed.values()) == {0, 1}
-        residual = {w.name for w in convs if re.search(r"_add\d*_add\d*", w.name)}  # batch norm's add, then the block's
-        assert residual and {name for name, p in packed.items() if p} == residual, packed
+    if templates != {"fused_conv2d_nchwc_int8"}:
+        return
+    # where a residual is added as the output is written: by the accumulator's lanes in wide rows, else through a packed
+    # output; any other written NCHW by a row's columns
+    residual = [w for w in convs if re.search(r"_add\d*_add\d*", w.name)]  # batch norm's add, then the block's
+    assert residual
+    for workload in convs:
+        config, width = get_template(workload).default_config(workload), workload.op.output_shape(workload.params)[-1]
+        expected = ((0, "lanes") if width >= LANES_FROM_COLUMNS else (1, "columns")) if workload in residual else (0, "columns")
+        assert (config["packed_output"], config["write_back"]) == expected, workload.name
+    specs = [TrialSpec(w, {**get_template(w).default_config(w), "packed_output": 0, "write_back": write_back}, Resources(1),
+                       "fused_conv2d_nchwc_int8") for w in residual for write_back in WRITE_BACKS]
+    failed = [(r["status"], r.get("error", "")[:300]) for r in build_checker.measure_batch(specs) if not is_ok(r)]
+    assert not failed
 
 
 def test_a_quantized_models_output_is_checked_for_agreement_not_equality_an_fp32_ones_at_its_scale():

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from opbench.exceptions import WorkloadError
 from opbench.hardware.cpu_shape import current_shape
 from opbench.space._base import Config, Knob, Nest
+from opbench.space._schedule import loops_below, vectorize_lanes
 from opbench.space.dot_product import (
     COLUMN_UNIT,
     INSTRUCTIONS,
@@ -36,6 +37,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from tvm.s_tir import Schedule
+
+
+WRITE_BACKS = ("columns", "lanes")
+# Output rows at least this wide take a residual in a direct write-back by the accumulator's lanes by default, narrower
+# ones in a packed output's unpacking (docs/workloads-and-templates.md#int8)
+LANES_FROM_COLUMNS = 28
 
 
 @dataclass(frozen=True)
@@ -83,19 +90,26 @@ class DotProductConvTemplate(PackedConvTemplate):
         ext = self._checked(workload)
         blocks = {"oc_block": multiples(ext["k"], COLUMN_UNIT, CHANNEL_BLOCK_CAP),
                   "ic_block": multiples(ext["c"], STEP_UNIT, CHANNEL_BLOCK_CAP), "weight_pack_at": ("root",)}
-        return [dataclasses.replace(k, choices=blocks[k.name]) if k.name in blocks else k for k in super().knobs(workload)]
+        return [*(dataclasses.replace(k, choices=blocks[k.name]) if k.name in blocks else k for k in super().knobs(workload)),
+                Knob("write_back", WRITE_BACKS, "with packed_output 0, the write-back's vectors: a row's columns, or the "
+                                                "output channels (the accumulator's lanes; the output and a residual "
+                                                "strided)")]
+
+    def parameter_vocabulary(self) -> dict[str, tuple | None]:
+        return {**super().parameter_vocabulary(), "write_back": WRITE_BACKS}
 
     def default_config(self, workload: Workload) -> Config:
         """The packed template's register tile, its output-channel block two of the instruction's vectors (one where
         two do not divide the channels) and its input-channel block 16 channels (4 groups of VNNI's 4) where they
-        divide them; a model's convolution that adds a residual writes a packed output, whose unpacking copy reads the
-        residual and scales the sums back to fp32 vectorised, any other writes NCHW directly
-        (docs/workloads-and-templates.md#int8)."""
+        divide them; NCHW written directly by a row's columns, except where a model's convolution adds a residual:
+        by the accumulator's lanes in rows of :data:`LANES_FROM_COLUMNS` or more, else through a packed output
+        whose unpacking reads the residual (docs/workloads-and-templates.md#int8)."""
         ext, dot = self._checked(workload), self._instruction()
         config = super().default_config(workload)
+        residual, wide = _adds_a_residual(workload), ext["ow"] >= LANES_FROM_COLUMNS
         config.update(oc_block=multiples(ext["k"], COLUMN_UNIT, 2 * dot.lanes)[-1],
                       ic_block=multiples(ext["c"], STEP_UNIT, 16)[-1], weight_pack_at="root",
-                      packed_output=int(_adds_a_residual(workload)))
+                      packed_output=int(residual and not wide), write_back=WRITE_BACKS[residual and wide])
         return config
 
     def nest(self, config: Config, workload: Workload) -> Nest:
@@ -104,6 +118,16 @@ class DotProductConvTemplate(PackedConvTemplate):
 
     def _alternative(self, workload: Workload) -> str:
         return ""  # Winograd and the NCHW GEMM are fp32 schedules
+
+    def _vectorize_write_back(self, sch: Schedule, accumulator: Any, config: Config, xo: Any) -> None:
+        """By ``write_back``: with the accumulator's lanes (the output channels) innermost, each vector read whole from
+        its registers and scaled by per-channel vectors, or as the packed template's."""
+        if config["packed_output"] or config.get("write_back", "columns") == "columns":
+            super()._vectorize_write_back(sch, accumulator, config, xo)
+            return
+        channels, *pixels = loops_below(sch, accumulator, xo)
+        sch.reorder(*pixels, channels)
+        vectorize_lanes(sch, channels)
 
     def _input_channel_split(self, ib: int) -> list[int | None]:
         group = self._instruction().group

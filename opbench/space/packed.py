@@ -65,10 +65,6 @@ ALGORITHMS = ("direct", *ALTERNATIVES)
 PACK_PER_BLOCK_MIN_BLOCKS = 8
 
 
-def _largest(extent: int, cap: int) -> int:
-    return divisors(extent, cap)[-1]
-
-
 @dataclass(frozen=True)
 class PackedConvTemplate(Template):
     name: str
@@ -139,11 +135,11 @@ class PackedConvTemplate(Template):
         wide = not self.depthwise and ext["k"] % (TILE_VECTORS * shape.fp32_lanes) == 0
         vectors, columns = default_register_tile(ext["ow"], (TILE_VECTORS, 1) if wide else (1,),
                                                  shape, self.predicated_columns)
-        ob = vectors * shape.fp32_lanes if wide else _largest(ext["k"], shape.fp32_lanes)
+        ob = vectors * shape.fp32_lanes if wide else divisors(ext["k"], shape.fp32_lanes)[-1]
         config: Config = {self._block_knob: ob, "packed_output": 0, "parallel": 3}
         if not self.depthwise:
             fused = default_layout_transform(self.op) == IN_OP and ext["k"] // ob >= PACK_PER_BLOCK_MIN_BLOCKS
-            config.update(ic_block=_largest(ext["c"], shape.fp32_lanes), reduce_order="c_rs_c",
+            config.update(ic_block=divisors(ext["c"], shape.fp32_lanes)[-1], reduce_order="c_rs_c",
                           weight_pack_at="oc_block" if fused else "root", parallel=2 if fused else 3)
         config.update(ow_block=columns, oh_block=1,
                       unroll_window=0, unroll_max_step=16, layout_transform=default_layout_transform(self.op))
@@ -260,13 +256,16 @@ class PackedConvTemplate(Template):
         self._tensorize_lanes(sch, lanes)
         if ob > 1:  # else the last loops are other axes'
             vectorize_lanes(sch, sch.get_loops(init)[-1])
-            # the write-back's innermost loop: the packed block's lanes, or an NCHW row's columns
-            vectorize_lanes(sch, sch.get_loops(accumulator)[-1])
+            self._vectorize_write_back(sch, accumulator, config, xo)
         self._place_packs(sch, conv, config, data_pack, weight_pack, grouped, ob, ib)
         if unpack is not None:
             loops = sch.get_loops(unpack)
             sch.parallel(sch.fuse(*loops[:3]))
             vectorize_lanes(sch, loops[-1])
+
+    def _vectorize_write_back(self, sch: Schedule, accumulator: Any, config: Config, xo: Any) -> None:
+        """The register tile's write-back at ``xo`` vectorised: the packed block's lanes, or an NCHW row's columns."""
+        vectorize_lanes(sch, sch.get_loops(accumulator)[-1])
 
     def _input_channel_split(self, ib: int) -> list[int | None]:
         """How the input channels' loop splits: outer chunks, then ``ib`` channels (a dot product: in groups)."""
