@@ -153,10 +153,10 @@ def test_a_quantized_models_int8_operators_take_the_dot_product_template_and_mat
 def test_a_quantized_cnns_convolutions_read_u8_and_i8_and_every_sampled_point_of_their_template_matches(build_checker):
     import opbench.workloads.models  # noqa: F401 - registers where model operators come from
     from opbench.hardware.cpu_shape import current_shape
-    from opbench.space import get_template
     from opbench.hardware.resources import Resources
     from opbench.measure.types import TrialSpec
     from opbench.record import is_ok
+    from opbench.space import get_template
     from opbench.space.dot_conv import LANES_FROM_COLUMNS, WRITE_BACKS
     from opbench.space.dot_product import instruction
     from opbench.testing import template_contract
