@@ -70,9 +70,18 @@ SERVER_OUTAGE_CODES = ("TEMPORARILY_UNAVAILABLE", "SERVICE_UNDER_MAINTENANCE")  
 
 
 def is_store_outage(exc: Exception) -> bool:
-    """Whether ``exc`` says the tracking store is away for a moment: not reached, or an MLflow server answering
-    that its own database is (once MLflow's client has spent its retries)."""
-    return isinstance(exc, StoreUnreachable) or getattr(exc, "error_code", None) in SERVER_OUTAGE_CODES
+    """Whether ``exc`` says the tracking store is away for a moment: not reached, a server that dropped the
+    connection (MLflow's REST client raises a plain ``MlflowException`` in the context of requests' connection
+    error, and does not retry a request in flight), or an MLflow server answering that its own database is away
+    (once MLflow's client has spent its retries)."""
+    import requests
+
+    if isinstance(exc, StoreUnreachable) or getattr(exc, "error_code", None) in SERVER_OUTAGE_CODES:
+        return True
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and not isinstance(cause, requests.exceptions.ConnectionError):
+        cause = cause.__cause__ or cause.__context__
+    return cause is not None
 
 
 class RidingClient:
