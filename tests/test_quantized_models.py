@@ -157,7 +157,7 @@ def test_a_quantized_cnns_convolutions_read_u8_and_i8_and_every_sampled_point_of
     from opbench.measure.types import TrialSpec
     from opbench.record import is_ok
     from opbench.space import get_template
-    from opbench.space.dot_conv import LANES_FROM_COLUMNS, WRITE_BACKS
+    from opbench.space.dot_conv import LANES_FROM_COLUMNS
     from opbench.space.dot_product import instruction
     from opbench.testing import template_contract
     from opbench.workloads import parse_workload
@@ -185,8 +185,8 @@ def test_a_quantized_cnns_convolutions_read_u8_and_i8_and_every_sampled_point_of
         config, width = get_template(workload).default_config(workload), workload.op.output_shape(workload.params)[-1]
         expected = ((0, "lanes") if width >= LANES_FROM_COLUMNS else (1, "columns")) if workload in residual else (0, "columns")
         assert (config["packed_output"], config["write_back"]) == expected, workload.name
-    specs = [TrialSpec(w, {**get_template(w).default_config(w), "packed_output": 0, "write_back": write_back}, Resources(1),
-                       "fused_conv2d_nchwc_int8") for w in residual for write_back in WRITE_BACKS]
+    specs = [TrialSpec(w, {**get_template(w).default_config(w), "packed_output": 0, "write_back": "lanes"}, Resources(1),
+                       "fused_conv2d_nchwc_int8") for w in residual]  # `columns` is the direct write-back as before
     failed = [(r["status"], r.get("error", "")[:300]) for r in build_checker.measure_batch(specs) if not is_ok(r)]
     assert not failed
 
