@@ -14,6 +14,15 @@ log = logging.getLogger("opbench")
 FIRST_DELAY_S, LONGEST_DELAY_S = 0.2, 1.0
 
 
+def caused_by(exc: BaseException, test: Callable[[BaseException], bool]) -> bool:
+    """Whether ``test`` holds for ``exc`` or any error in its chain of causes and contexts (drivers and clients wrap
+    the connection error that says a store is away)."""
+    cause: BaseException | None = exc
+    while cause is not None and not test(cause):
+        cause = cause.__cause__ or cause.__context__
+    return cause is not None
+
+
 def riding_outage(call: Callable[[], T], *, away: Callable[[Exception], bool], store: str,
                   reason: Callable[[Exception], str] = str, limit_s: float | None = None,
                   gave_up: Callable[[Exception, float], Exception] | None = None,

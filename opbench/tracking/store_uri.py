@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from opbench.exceptions import OpBenchError
-from opbench.outages import riding_outage
+from opbench.outages import caused_by, riding_outage
 from opbench.urls import driver_reason, masked, scheme
 
 T = TypeVar("T")
@@ -78,10 +78,7 @@ def is_store_outage(exc: Exception) -> bool:
 
     if isinstance(exc, StoreUnreachable) or getattr(exc, "error_code", None) in SERVER_OUTAGE_CODES:
         return True
-    cause = exc.__cause__ or exc.__context__
-    while cause is not None and not isinstance(cause, requests.exceptions.ConnectionError):
-        cause = cause.__cause__ or cause.__context__
-    return cause is not None
+    return caused_by(exc, lambda cause: isinstance(cause, requests.exceptions.ConnectionError))
 
 
 class RidingClient:

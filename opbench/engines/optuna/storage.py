@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from opbench import settings
 from opbench.exceptions import OpBenchError, StorageUnavailable
-from opbench.outages import riding_outage
+from opbench.outages import caused_by, riding_outage
 from opbench.urls import driver_reason, masked, scheme
 
 T = TypeVar("T")
@@ -111,13 +111,8 @@ def is_outage(exc: BaseException) -> bool:
     as a lost connection (``connection_invalidated``: psycopg2 reports some as plain DatabaseErrors)."""
     import sqlalchemy.exc
 
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)) or \
-                getattr(cause, "connection_invalidated", False):
-            return True
-        cause = cause.__cause__ or cause.__context__
-    return False
+    return caused_by(exc, lambda cause: isinstance(cause, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError))
+                     or getattr(cause, "connection_invalidated", False))
 
 
 _last_recovery = -float("inf")  # when a call of this process last succeeded after the database was away
