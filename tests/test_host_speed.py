@@ -59,7 +59,7 @@ def test_either_loop_outside_the_tolerance_leaves_the_usual_state():
 
 def test_the_parallel_loop_is_judged_as_the_others_and_a_spell_of_any_unsettles_the_host(tmp_path):
     assert Slowness(1.0, 1.0, 1.05).usual and not Slowness(1.0, 1.0, 1.15).usual and Slowness(1.0, 1.0, 1.15).settled
-    assert Slowness(1.0, 0.75, 1.3).deviation == pytest.approx(0.3) and not Slowness(1.0, 1.0, 1.3).settled
+    assert Slowness(1.0, 0.75, 1.3).deviation == pytest.approx(0.3) and not Slowness(1.0, 1.0, 1.4).settled
     speed, _ = _speed(tmp_path, [(1.0, 1.0, 2.0)] * MIN_HISTORY + [(1.0, 1.0, 3.0), (1.0, 1.0)])
     for _ in range(MIN_HISTORY):
         speed.slowness([0, 1])

@@ -41,7 +41,7 @@ RECENT_PROBES = 30
 MIN_HISTORY = 5  # probes taken before the first one is judged
 PROBE_WARM_MS = 10.0  # each probe thread keeps its core busy this long before it times
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
-SPELL = 1.2  # the compute, memory or parallel loop over this many times its usual time: a spell (#probes)
+SPELL = 1.3  # the compute, memory or parallel loop over this many times its usual time (the fastest state): a spell (#probes)
 CORES_APART = 2.0  # an exchange over this many times its usual time: the cores share no cache (docs/measurement.md#probes)
 EXCHANGE_HISTORY = 1000  # exchange probes kept (a spell of minutes must not crowd out the fast state)
 
