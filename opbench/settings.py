@@ -10,8 +10,8 @@ from opbench.exceptions import OpBenchError
 
 REPEAT = 3  # timed repeats of a placement's series (each at least MIN_REPEAT_MS)
 MIN_REPEAT_MS = 50.0  # the default of min_repeat_ms()
-PLACEMENTS = 5  # a trial takes at least this many placements ...
-MAX_PLACEMENTS = 8  # ... and more, up to this many, until two agree within AGREE (docs/measurement.md#placements)
+PLACEMENTS = 3  # a trial takes at least this many placements ...
+MAX_PLACEMENTS = 6  # ... and more, up to this many, until two agree within AGREE (docs/measurement.md#placements)
 AGREE = 0.03
 BUILD_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 120.0
