@@ -141,7 +141,7 @@ def test_a_placement_waits_while_the_host_is_unsettled_until_it_has_been_for_the
     apart, spell, settled = Slowness(1.0, 1.0, 1.0, 3.5), Slowness(1.6, 1.8, 1.7, 1.0), Slowness(1.0, 1.0, 1.0, 1.05)
     assert apart.cores_apart and not settled.cores_apart and not Slowness(1.0, 1.0).cores_apart  # NaN: not probed
     assert not apart.settled and not spell.settled and settled.settled and Slowness(1.0, 1.0).settled
-    assert Slowness(0.8, 1.15, 1.1).settled and not Slowness(1.0, 1.0, 1.4).settled  # a little slower: no spell
+    assert Slowness(0.8, 1.15, 1.1).settled and not Slowness(1.0, 1.0, 1.3).settled  # a little slower: no spell
     two = TimingPolicy(placements=2, max_placements=2)
     probe = _Probe(apart, spell, settled, settled)
     with caplog.at_level("INFO", logger="opbench"):

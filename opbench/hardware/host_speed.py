@@ -41,9 +41,9 @@ RECENT_PROBES = 30
 MIN_HISTORY = 5  # probes taken before the first one is judged
 PROBE_WARM_MS = 10.0  # each probe thread keeps its core busy this long before it times
 TOLERANCE = 0.10  # a probe within this of its normal time finds the host in its usual state
-SPELL = 1.3  # the compute, memory or parallel loop over this many times its usual time (the fastest state): a spell (#probes)
+SPELL = 1.2  # the compute, memory or parallel loop over this many times its usual time: a spell (#probes)
 CORES_APART = 2.0  # an exchange over this many times its usual time: the cores share no cache (docs/measurement.md#probes)
-EXCHANGE_HISTORY = 1000  # exchange probes kept (a spell of minutes must not crowd out the fast state)
+EXCHANGE_HISTORY = 1000  # exchange probes kept: its usual time is their fastest twentieth (shared_cache_time)
 
 
 class Probe(NamedTuple):
@@ -110,8 +110,26 @@ def furthest_from_usual(slowness: Iterable[float], default: float = math.nan) ->
 
 
 def usual_time(history: Sequence[float]) -> float:
-    """A probe's usual time: the fastest twentieth of ``history`` (timing noise is a sum of delays: the host's
-    undisturbed state is its fastest, however rarely a busy host is in it; docs/measurement.md#probes)."""
+    """The median of the most probes of ``history`` that one time holds within :data:`TOLERANCE` (moved
+    as little as that needs; of equal bands, the one nearest the median of all). Of a host in one state
+    that is about the median of all; of a host that switches between states, the most frequent one, where
+    the median of all can lie between them, in a state the host is never in (docs/measurement.md#probes)."""
+    ordered = sorted(history)
+    median = statistics.median(ordered)
+    best = (0, 0.0, median)  # (probes within the band, minus its distance from the median of all, its time)
+    lo = 0
+    for hi, taken in enumerate(ordered):
+        while taken * (1 - TOLERANCE) > ordered[lo] * (1 + TOLERANCE):
+            lo += 1
+        middle = (ordered[(lo + hi) // 2] + ordered[(lo + hi + 1) // 2]) / 2
+        centre = min(max(middle, taken / (1 + TOLERANCE)), ordered[lo] / (1 - TOLERANCE))  # holds all of them
+        best = max(best, (hi - lo + 1, -abs(centre - median), centre))
+    return best[2]
+
+
+def shared_cache_time(history: Sequence[float]) -> float:
+    """The exchange's usual time: the fastest twentieth of ``history``, the cores sharing a cache however long they
+    have not since (a host whose vCPUs share none for minutes would otherwise make that its usual state)."""
     return statistics.quantiles(history, n=20, method="inclusive")[0]
 
 
@@ -237,7 +255,7 @@ class HostSpeed:
         slowness = Slowness(self._judge(key, taken.compute_ms),
                             self._judge(f"{key}:memory", taken.memory_ms),
                             self._judge(f"{key}:parallel", taken.sync_ms),
-                            self._judge(f"{key}:exchange", taken.exchange_ms, EXCHANGE_HISTORY, recent=False))
+                            self._judge(f"{key}:exchange", taken.exchange_ms, shared_cache_time, EXCHANGE_HISTORY, recent=False))
         verdicts = history.setdefault(f"{key}:settled", [])
         verdicts.append([now, float(slowness.settled)])
         del verdicts[:-HISTORY]
@@ -254,7 +272,8 @@ class HostSpeed:
             since = at
         return now - since
 
-    def _judge(self, key: str, taken: float, keep: int = HISTORY, recent: bool = True) -> float:
+    def _judge(self, key: str, taken: float, usual: Callable[[Sequence[float]], float] = usual_time,
+               keep: int = HISTORY, recent: bool = True) -> float:
         """``taken`` over the usual time of ``key``'s last ``keep`` probes (with ``recent``, of those of the last
         :data:`RECENT_S` seconds when they hold :data:`RECENT_PROBES`: a host whose state changed for good is judged by
         the new one)."""
@@ -263,7 +282,7 @@ class HostSpeed:
         history, now = self._known().setdefault(key, []), self._wall()
         latest = [ms for at, ms in history if now - at <= RECENT_S] if recent else []
         pool = latest if len(latest) >= RECENT_PROBES else [ms for _, ms in history]
-        normal = usual_time(pool) if len(pool) >= MIN_HISTORY else math.nan
+        normal = usual(pool) if len(pool) >= MIN_HISTORY else math.nan
         history.append([now, taken])
         del history[:-keep]
         return taken / normal
