@@ -98,7 +98,7 @@ def measurer(tmp_path_factory):
     from opbench.measure.timing import TimingPolicy
     from opbench.measure.types import MeasureOptions
 
-    options = MeasureOptions(TimingPolicy(repeat=3, min_repeat_ms=5.0), run_timeout_s=10.0,
+    options = MeasureOptions(TimingPolicy(repeat=3, min_repeat_ms=5.0), run_timeout_s=30.0,  # only the hanging kernel waits it out
                              lock_path=tmp_path_factory.mktemp("lock") / "timing.lock")
     with Measurer(options) as m:
         yield m
